@@ -1,0 +1,1 @@
+"""Paged KV cache and page allocator."""

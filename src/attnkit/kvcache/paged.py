@@ -1,0 +1,71 @@
+"""Paged KV cache: per layer K and V pages (MHA) or one latent buffer (MLA).
+
+MHA layer: k [num_pages, page_size, H_kv, D], v [num_pages, page_size, H_kv, D_v].
+MLA layer: latent [num_pages, page_size, L + R] (kv_lora_rank + qk_rope_head_dim).
+Slot s is page ``s // page_size``, offset ``s % page_size``.
+fp8 caches store ``value / scale`` and read back ``stored * scale`` (one scale per layer
+and tensor). Head counts are per rank.
+"""
+from __future__ import annotations
+
+import torch
+
+from attnkit.model.spec import LayerAttention
+
+TORCH_KV_DTYPES = {
+    "fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
+    "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2,
+}
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+class PagedKVCache:
+    """All layers' pages. ``layers`` gives each layer's spec (per-rank head counts)."""
+
+    def __init__(self, layers: list[LayerAttention] | tuple[LayerAttention, ...], *,
+                 num_pages: int, page_size: int, dtype: torch.dtype | str = torch.bfloat16,
+                 device: torch.device | str = "cpu", k_scales: dict[int, float] | None = None,
+                 v_scales: dict[int, float] | None = None):
+        self.dtype = TORCH_KV_DTYPES[dtype] if isinstance(dtype, str) else dtype
+        self.num_pages = num_pages
+        self.page_size = page_size
+        self.device = torch.device(device)
+        self.specs = {l.layer_id: l for l in layers}
+        self.k: dict[int, torch.Tensor] = {}
+        self.v: dict[int, torch.Tensor] = {}
+        self.latent: dict[int, torch.Tensor] = {}
+        self.k_scales = {l.layer_id: 1.0 for l in layers} | dict(k_scales or {})
+        self.v_scales = {l.layer_id: 1.0 for l in layers} | dict(v_scales or {})
+        for l in layers:
+            if l.kind == "mla":
+                self.latent[l.layer_id] = torch.zeros(
+                    num_pages, page_size, l.mla.latent_dim, dtype=self.dtype, device=self.device)
+            else:
+                self.k[l.layer_id] = torch.zeros(
+                    num_pages, page_size, l.num_kv_heads, l.head_dim, dtype=self.dtype, device=self.device)
+                self.v[l.layer_id] = torch.zeros(
+                    num_pages, page_size, l.num_kv_heads, l.value_dim, dtype=self.dtype, device=self.device)
+
+    @property
+    def is_fp8(self) -> bool:
+        return self.dtype in FP8_DTYPES
+
+    def _store(self, buf: torch.Tensor, slots: torch.Tensor, x: torch.Tensor, scale: float) -> None:
+        flat = buf.view(-1, *buf.shape[2:])
+        if self.is_fp8:
+            x = (x.float() / scale).clamp(-torch.finfo(self.dtype).max, torch.finfo(self.dtype).max)
+        flat[slots.long()] = x.to(self.dtype)
+
+    def write(self, layer_id: int, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None) -> None:
+        """k: [T, H_kv, D] (MLA: [T, L + R]); v: [T, H_kv, D_v] (MLA: None)."""
+        if layer_id in self.latent:
+            self._store(self.latent[layer_id], slot_mapping, k, self.k_scales[layer_id])
+            return
+        self._store(self.k[layer_id], slot_mapping, k, self.k_scales[layer_id])
+        self._store(self.v[layer_id], slot_mapping, v, self.v_scales[layer_id])
+
+    def dequant(self, buf: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.Tensor:
+        """Read a (slice of a) buffer back in ``dtype``, undoing the fp8 scale."""
+        if self.is_fp8:
+            return buf.to(torch.float32).mul(scale).to(dtype)
+        return buf.to(dtype)

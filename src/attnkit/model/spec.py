@@ -1,0 +1,123 @@
+"""What a model needs from attention, as plain torch-free data.
+
+``LayerAttention`` describes one attention layer; ``ModelAttention`` the whole model.
+The planner reads these; the runtime carries a ``LayerAttention`` in every ``AttentionLayer``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+ROLES = ("decoder", "encoder", "cross")   # decoder self-attn, encoder self-attn, decoder->encoder
+KINDS = ("mha", "mla")
+
+
+@dataclass(frozen=True)
+class MLAConfig:
+    """Multi-head latent attention sizes (DeepSeek-V2/V3, Kimi-K2)."""
+    kv_lora_rank: int          # latent width L (512 for DeepSeek-V3)
+    qk_rope_head_dim: int      # shared rotary part R (64)
+    qk_nope_head_dim: int      # per-head non-rotary q/k part (128)
+    v_head_dim: int            # per-head value width (128)
+    q_lora_rank: int | None = None
+
+    @property
+    def latent_dim(self) -> int:
+        """Width of one cached latent row: L + R (576 for DeepSeek-V3)."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+
+@dataclass(frozen=True)
+class DualChunkConfig:
+    """``dual_chunk_attention_config`` (Qwen2.5-1M); see shared/DUAL_CHUNK.md."""
+    chunk_size: int
+    local_size: int
+    original_max_position_embeddings: int = 0
+
+    @property
+    def chunk_len(self) -> int:
+        """cl = chunk_size - local_size: the real chunk length."""
+        return self.chunk_size - self.local_size
+
+
+@dataclass(frozen=True)
+class LayerAttention:
+    """One attention layer's needs.
+
+    ``head_dim`` is the q/k width per head (MLA: nope + rope), ``v_head_dim`` the value width.
+    ``sliding_window`` counts the query itself: key k is visible to query p iff p - k < window.
+    ``scale`` None means 1/sqrt(head_dim).
+    """
+    layer_id: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    v_head_dim: int | None = None
+    kind: str = "mha"
+    role: str = "decoder"
+    scale: float | None = None
+    sliding_window: int | None = None
+    logit_softcap: float | None = None
+    sinks: bool = False
+    mla: MLAConfig | None = None
+    dual_chunk: DualChunkConfig | None = None
+
+    @property
+    def causal(self) -> bool:
+        return self.role == "decoder"
+
+    @property
+    def cross_attention(self) -> bool:
+        return self.role == "cross"
+
+    @property
+    def value_dim(self) -> int:
+        return self.head_dim if self.v_head_dim is None else self.v_head_dim
+
+    @property
+    def softmax_scale(self) -> float:
+        return self.scale if self.scale is not None else 1.0 / math.sqrt(self.head_dim)
+
+    @property
+    def group_size(self) -> int:
+        """Query heads per KV head."""
+        return self.num_heads // self.num_kv_heads
+
+    def features(self) -> frozenset[str]:
+        """The capability-vocabulary features this layer needs (see planning/capabilities.py)."""
+        out = set()
+        if self.sliding_window is not None:
+            out.add("sliding_window")
+        if self.logit_softcap is not None:
+            out.add("logit_softcap")
+        if self.sinks:
+            out.add("sinks")
+        if self.role == "cross":
+            out.add("cross_attention")
+        if self.role == "encoder":
+            out.add("non_causal")
+        if self.dual_chunk is not None:
+            out.add("dual_chunk")
+        return frozenset(out)
+
+
+@dataclass(frozen=True)
+class ModelAttention:
+    """Every attention layer of a model, plus what the planner needs to name it."""
+    name: str
+    architecture: str
+    layers: tuple[LayerAttention, ...]
+    dtype: str = "bf16"
+    max_position_embeddings: int | None = None
+    source: str = ""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def kind(self) -> str:
+        return "mla" if any(l.kind == "mla" for l in self.layers) else "mha"
+
+    def features(self) -> frozenset[str]:
+        out: set[str] = set()
+        for layer in self.layers:
+            out |= layer.features()
+        return frozenset(out)

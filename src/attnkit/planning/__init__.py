@@ -1,0 +1,1 @@
+"""Planning: capabilities, registry, priorities, rules, solver. Never imports torch."""

@@ -1,0 +1,94 @@
+"""Backend capability declarations: plain, torch-free data.
+
+Each backend package holds ``declaration.py`` with ``DECLARATION = BackendDeclaration(...)``.
+The registry discovers them; the solver turns every mismatch into a reason automatically.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+PLATFORM_KINDS = ("cuda", "rocm", "cpu", "mps", "xpu")
+KINDS = ("mha", "mla")
+PHASES = ("prefill", "decode")
+DTYPES = ("fp32", "fp16", "bf16")
+KV_CACHE_DTYPES = ("fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2")
+FEATURES = (
+    "sliding_window", "logit_softcap", "sinks", "cross_attention", "non_causal",
+    "dual_chunk", "verify", "cuda_graph",
+)
+
+# page_sizes: "any", an explicit tuple of sizes, or MultipleOf(n)
+@dataclass(frozen=True)
+class MultipleOf:
+    n: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {"multiple_of": self.n}
+
+
+PageSizes = Union[str, tuple, MultipleOf]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend really does. Every field is checked by the conformance suite."""
+    platforms: tuple[str, ...]
+    kinds: tuple[str, ...]
+    head_dims: tuple[int, ...] | str          # q/k head dims (MHA form), or "any"
+    dtypes: tuple[str, ...]
+    kv_cache_dtypes: tuple[str, ...]
+    page_sizes: PageSizes
+    phases: tuple[str, ...] = PHASES
+    features: frozenset[str] = frozenset()
+    requires: tuple[str, ...] = ()             # importable packages, e.g. ("torch", "triton")
+    compute_capability: tuple[tuple[int, int], tuple[int, int] | None] | None = None  # (min, max)
+    # MLA latent sizes served: ((kv_lora_rank, qk_rope_head_dim), ...) or "any"; None if no MLA.
+    mla_dims: tuple[tuple[int, int], ...] | str | None = None
+
+    def accepts_page_size(self, size: int) -> bool:
+        if self.page_sizes == "any":
+            return size >= 1
+        if isinstance(self.page_sizes, MultipleOf):
+            return size >= 1 and size % self.page_sizes.n == 0
+        return size in self.page_sizes
+
+    def accepts_head_dim(self, dim: int) -> bool:
+        return self.head_dims == "any" or dim in self.head_dims
+
+    def to_dict(self) -> dict[str, Any]:
+        cc = None
+        if self.compute_capability is not None:
+            lo, hi = self.compute_capability
+            cc = {"min": list(lo), "max": list(hi) if hi else None}
+        pages: Any = self.page_sizes
+        if isinstance(pages, MultipleOf):
+            pages = pages.to_dict()
+        elif pages != "any":
+            pages = list(pages)
+        return {
+            "platforms": list(self.platforms),
+            "compute_capability": cc,
+            "kinds": list(self.kinds),
+            "head_dims": self.head_dims if self.head_dims == "any" else list(self.head_dims),
+            "dtypes": list(self.dtypes),
+            "kv_cache_dtypes": list(self.kv_cache_dtypes),
+            "page_sizes": pages,
+            "phases": list(self.phases),
+            "features": sorted(self.features),
+            "requires": list(self.requires),
+            "mla_dims": (self.mla_dims if self.mla_dims in (None, "any")
+                         else [list(d) for d in self.mla_dims]),
+        }
+
+
+@dataclass(frozen=True)
+class BackendDeclaration:
+    """A backend as the planner sees it. ``impl`` is "module:Class", imported only to run."""
+    name: str
+    impl: str
+    capabilities: Capabilities
+    description: str = ""
+    aliases: dict[str, str] = field(default_factory=dict)   # old name -> deprecation note
+    explicit_only: bool = False      # never chosen automatically; only when named
+    check: str | None = None         # optional "module:function" for what data cannot say
