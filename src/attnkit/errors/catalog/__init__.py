@@ -1,8 +1,8 @@
 """The error catalog: one entry per code, split by range into one module each.
 
-1xx model/backend mismatch (model.py), 2xx platform and installation (platform.py),
-3xx configuration conflicts (config.py), 4xx runtime inputs (runtime.py),
-5xx model config parsing (parsing.py), 9xx internal (internal.py).
+Every module in this package defines ``ENTRIES``; all are collected. Ranges: 1xx model/backend
+mismatch, 2xx platform and installation, 3xx configuration conflicts, 4xx runtime inputs,
+5xx model config parsing, 9xx internal.
 docs/errors/ is generated from this catalog (``python -m attnkit.errors.docs``).
 """
 from __future__ import annotations
@@ -30,11 +30,13 @@ def entry(code, title, *, meaning, trigger, situations, solutions, before, after
 
 
 def _collect() -> dict[str, ErrorEntry]:
-    from attnkit.errors.catalog import config, internal, model, parsing, platform, runtime
+    import importlib
+    import pkgutil
 
     out: dict[str, ErrorEntry] = {}
-    for module in (model, platform, config, runtime, parsing, internal):
-        for e in module.ENTRIES:
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        for e in getattr(module, "ENTRIES", ()):
             if e.code in out:
                 raise RuntimeError(f"duplicate error code {e.code} in the catalog")
             out[e.code] = e
