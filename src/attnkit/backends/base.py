@@ -3,9 +3,17 @@
 Per step: ``step = backend.prepare(meta, cache)`` once; then per layer
 ``out = backend.forward(q, k, v, layer, cache, step)``, which writes the new K/V into the
 cache through ``meta.slot_mapping`` and returns ``[T, H_q * D_v]``.
+
+Inputs are validated before any backend code runs (backends/validation.py): every
+subclass's ``prepare`` is wrapped with ``validate_batch`` (the metadata against the cache,
+once per step) and its ``forward`` with ``validate_forward`` (shapes, dtypes, devices and
+head counts of q/k/v and the layer; metadata only, no device sync). Backends write plain
+``prepare``/``forward`` and add only their own refusals. ``validate_inputs = False`` on a
+class turns the wrapping off (e.g. a wrapper whose inner backends already check).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -45,6 +53,14 @@ class AttentionBackend:
     backend-specific per-step state (split counts, index tensors) in ``StepState.plan``."""
 
     name: ClassVar[str] = "base"
+    validate_inputs: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "prepare" in cls.__dict__:
+            cls.prepare = _checked_prepare(cls.__dict__["prepare"])
+        if "forward" in cls.__dict__:
+            cls.forward = _checked_forward(cls.__dict__["forward"])
 
     def prepare(self, meta: BatchMetadata, cache) -> StepState:
         return StepState(meta=meta)
@@ -53,3 +69,32 @@ class AttentionBackend:
         """q: [T, H_q, D]; k: [T, H_kv, D] (MLA: latent [T, L + R]); v: [T, H_kv, D_v] (MLA:
         None). Writes k/v into ``cache`` for ``layer`` and returns [T, H_q * D_v]."""
         raise NotImplementedError
+
+
+def _checked_prepare(prepare):
+    """Check the batch against the cache before ``prepare`` runs (once per step; a subclass
+    that calls ``super().prepare`` checks twice, which is cheap)."""
+    @functools.wraps(prepare)
+    def wrapper(self, meta: BatchMetadata, cache, *args, **kwargs):
+        if self.validate_inputs:
+            from attnkit.backends.validation import validate_batch
+
+            validate_batch(meta, cache)
+        return prepare(self, meta, cache, *args, **kwargs)
+    return wrapper
+
+
+def _checked_forward(forward):
+    """Check q/k/v and the layer before ``forward`` runs (no device sync)."""
+    @functools.wraps(forward)
+    def wrapper(self, q, k, v, layer: AttentionLayer, cache, step: StepState, *args, **kwargs):
+        if self.validate_inputs:
+            from attnkit.backends.validation import validate_forward
+
+            validate_forward(q, k, v, layer, cache, step.meta)
+        return forward(self, q, k, v, layer, cache, step, *args, **kwargs)
+    return wrapper
+
+
+AttentionBackend.prepare = _checked_prepare(AttentionBackend.prepare)
+

@@ -41,7 +41,9 @@ class BatchMetadata:
     encoder_lens:    [B]   int32 | None  encoder length per request (cross-attention)
     encoder_block_tables: [B, Pe] int32 | None  pages holding encoder K/V (cross-attention)
     encoder_slot_mapping: [Te] int64 | None  slots for encoder K/V written this step
-    The *_cpu fields are host copies (python lists) so loops need no device sync.
+    The *_cpu fields are host copies (python lists) so loops need no device sync;
+    ``block_tables_cpu`` / ``encoder_block_tables_cpu`` / ``slot_mapping_cpu`` may be None
+    when the metadata was built by hand (readers then fall back to ``.tolist()``).
     """
     mode: ForwardMode
     page_size: int
@@ -60,6 +62,9 @@ class BatchMetadata:
     encoder_block_tables: "object | None" = None
     encoder_slot_mapping: "object | None" = None
     encoder_lens_cpu: list[int] | None = None
+    block_tables_cpu: list[list[int]] | None = None
+    encoder_block_tables_cpu: list[list[int]] | None = None
+    slot_mapping_cpu: list[int] | None = None
 
     @property
     def num_reqs(self) -> int:
@@ -68,3 +73,7 @@ class BatchMetadata:
     @property
     def num_tokens(self) -> int:
         return sum(self.query_lens_cpu)
+
+    @property
+    def has_encoder(self) -> bool:
+        return self.encoder_lens is not None

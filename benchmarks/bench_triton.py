@@ -1,0 +1,371 @@
+"""Benchmark the triton backend against torch SDPA (flash, cuDNN), FlexAttention and
+gather-pages-then-SDPA, in one run on one GPU, next to the machine's measured ceilings.
+
+    PYTHONPATH=src python3 benchmarks/bench_triton.py [--quick] [--sweep] [--out DIR]
+
+Decode reports GB/s (bytes of K/V read), extend/prefill TFLOP/s (causal FLOPs counted once).
+attnkit is timed as one CUDA-graph replay of ``backend.forward`` (K/V write + kernels), and
+also eagerly; peers likewise where they capture. Every attnkit row is checked against the
+gather-then-SDPA output before it is timed. Writes a markdown table and JSON (and the decode
+plot decode_gbs.png) to --out or $OUT.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.bias import causal_lower_right
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import ceilings, environment, time_ms  # noqa: E402
+
+from attnkit.backends.base import AttentionLayer  # noqa: E402
+from attnkit.backends.batch import Request, build_batch  # noqa: E402
+from attnkit.backends.triton.backend import TritonBackend  # noqa: E402
+from attnkit.kvcache.paged import PagedKVCache  # noqa: E402
+from attnkit.model.spec import LayerAttention  # noqa: E402
+
+BF16 = torch.bfloat16
+START = time.time()
+FLEX_BUDGET_S = 170     # FlexAttention compiles per shape; skip it once the run is this old
+
+
+class Setup:
+    """One paged step: cache (random pages, shuffled block tables), metadata, q/k/v."""
+
+    def __init__(self, batch, prefix, new, *, heads=32, kv_heads=8, dim=128, page=16):
+        self.spec = LayerAttention(layer_id=0, num_heads=heads, num_kv_heads=kv_heads, head_dim=dim)
+        self.layer = AttentionLayer(spec=self.spec)
+        per = -(-(prefix + new) // page)
+        self.cache = PagedKVCache([self.spec], num_pages=batch * per, page_size=page, dtype=BF16,
+                                  device="cuda")
+        self.cache.k[0].normal_()
+        self.cache.v[0].normal_()
+        perm = torch.randperm(batch * per).view(batch, per)
+        self.meta = build_batch([Request(prefix, new, row) for row in perm.tolist()],
+                                page_size=page, device="cuda")
+        t = batch * new
+        self.q = torch.randn(t, heads, dim, device="cuda", dtype=BF16)
+        self.k = torch.randn(t, kv_heads, dim, device="cuda", dtype=BF16)
+        self.v = torch.randn(t, kv_heads, dim, device="cuda", dtype=BF16)
+        self.batch, self.prefix, self.new, self.page = batch, prefix, new, page
+        self.table = perm.to(device="cuda", dtype=torch.int64)
+
+    def gather(self):
+        """[B, H_kv, L, D] contiguous K and V of every request (after this step's write)."""
+        n = self.prefix + self.new
+        pos = torch.arange(n, device="cuda")
+        slots = self.table[:, pos // self.page] * self.page + pos % self.page       # [B, L]
+        flat_k = self.cache.k[0].view(-1, *self.cache.k[0].shape[2:])
+        flat_v = self.cache.v[0].view(-1, *self.cache.v[0].shape[2:])
+        return flat_k[slots].transpose(1, 2), flat_v[slots].transpose(1, 2)
+
+    def q_bhsd(self):
+        return self.q.view(self.batch, self.new, *self.q.shape[1:]).transpose(1, 2)
+
+
+def graphed(fn):
+    """fn as one CUDA-graph replay when it captures, else fn itself (and why not)."""
+    try:
+        fn()
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        return g.replay, None
+    except Exception as exc:  # noqa: BLE001 - a peer that cannot capture runs eagerly
+        torch.cuda.synchronize()
+        return fn, f"eager ({type(exc).__name__})"
+
+
+def timed(fn, *, graph=True):
+    run, note = graphed(fn) if graph else (fn, "eager")
+    return time_ms(run, warmup=3, reps=20, cold_l2=True), note
+
+
+def rel_err(a, b):
+    a, b = a.float().reshape(-1), b.float().reshape(-1)
+    return ((a - b).norm() / b.norm()).item()
+
+
+def sdpa_peer(kernel, q, k, v, mask, causal, *, expand=False):
+    """SDPA on [B, H, L, D] tensors; GQA through enable_gqa, or (expand) repeated K/V."""
+    if expand:
+        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+        v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+
+    def call():
+        with sdpa_kernel([kernel]) if kernel is not None else _null():
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
+                                                  enable_gqa=not expand)
+    return call
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+_FLEX = {}
+
+
+def flex_peer(q, k, v, offset, causal):
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    if "fn" not in _FLEX:
+        _FLEX["fn"] = torch.compile(flex_attention, dynamic=False)
+    mask = None
+    if causal:
+        mask = create_block_mask(lambda b, h, qi, ki: qi + offset >= ki, None, None,
+                                 q.shape[2], k.shape[2], device="cuda")
+    return lambda: _FLEX["fn"](q, k, v, block_mask=mask, enable_gqa=True)
+
+
+def measure(setup, *, kind, backend, units, peers=True, flex=True):
+    """One row: attnkit (graph and eager) and each peer; ``units(ms)`` -> GB/s or TFLOP/s."""
+    be = backend
+    step = be.prepare(setup.meta, setup.cache)
+    fwd = lambda: be.forward(setup.q, setup.k, setup.v, setup.layer, setup.cache, step)  # noqa: E731
+    out = fwd()
+    k_c, v_c = setup.gather()
+    q = setup.q_bhsd()
+    causal = kind != "decode"
+    mask = causal_lower_right(setup.new, setup.prefix + setup.new) if causal and setup.prefix else None
+    is_causal = causal and not setup.prefix
+    try:
+        ref = sdpa_peer(None, q, k_c, v_c, mask, is_causal)()
+    except Exception:  # noqa: BLE001 - some SDPA paths take no enable_gqa with a bias
+        ref = sdpa_peer(None, q, k_c, v_c, mask, is_causal, expand=True)()
+    err = rel_err(out.view(setup.batch, setup.new, -1), ref.transpose(1, 2).reshape(setup.batch, setup.new, -1))
+    row = {"err_vs_sdpa": err}
+    if not err < 2e-2:
+        row["attnkit"] = f"n/a (wrong: rel err {err:.3g})"
+        return row
+    ms, _ = timed(fwd)
+    row["attnkit"] = units(ms)
+    row["attnkit_ms"] = ms
+    row["attnkit_eager"] = units(timed(fwd, graph=False)[0])
+    if not peers:
+        return row
+    named = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION}
+    for name, kernel in named.items():
+        row[name] = _peer(lambda: sdpa_peer(kernel, q, k_c, v_c, mask, is_causal), units, ref)
+        if isinstance(row[name], str):   # retry with K/V repeated per query head (reads H_q/H_kv x bytes)
+            again = _peer(lambda: sdpa_peer(kernel, q, k_c, v_c, mask, is_causal, expand=True), units, ref)
+            if isinstance(again, float):
+                row[name], row[name + "_note"] = again, "K/V repeated to H_q heads (no GQA path)"
+    gather_sdpa = lambda: (lambda: sdpa_peer(None, q, *setup.gather(), mask, is_causal)())  # noqa: E731
+    row["gather_sdpa"] = _peer(gather_sdpa, units, ref)
+    if flex and time.time() - START < FLEX_BUDGET_S:
+        row["flex"] = _peer(lambda: flex_peer(q, k_c, v_c, setup.prefix, causal), units, ref)
+    else:
+        row["flex"] = "n/a (skipped: compile-time budget)" if flex else "n/a (not run)"
+    return row
+
+
+def guarded(fn):
+    """A row that fails (compile error, out of memory) is reported, not fatal."""
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        return {"attnkit": f"n/a ({type(exc).__name__}: {str(exc).splitlines()[0][:100]})"}
+
+
+def _peer(make, units, ref):
+    try:
+        fn = make()
+        got = fn()
+        if rel_err(got, ref) > 2e-2:
+            return f"n/a (disagrees: rel err {rel_err(got, ref):.3g})"
+        return units(timed(fn)[0])
+    except Exception as exc:  # noqa: BLE001 - a peer that errors is reported, not fatal
+        torch.cuda.synchronize()
+        return f"n/a ({type(exc).__name__}: {str(exc).splitlines()[0][:80]})"
+
+
+def decode_rows(args, ceil, out, tuned):
+    batches, contexts = ((1, 64), (4096, 32768)) if args.quick else ((1, 16, 64, 128), (1024, 4096, 32768))
+    for dim, heads, shapes in ((128, 32, [(b, c) for b in batches for c in contexts]),
+                               (64, 32, [(64, 4096)]), (256, 16, [(64, 4096)])):
+        for b, ctx in shapes:
+            s = Setup(b, ctx - 1, 1, heads=heads, dim=dim)
+            nbytes = 2 * b * ctx * s.spec.num_kv_heads * dim * 2
+            be = TritonBackend(decode_config=tuned.get("decode") if dim == 128 else None)
+            row = guarded(lambda: measure(s, kind="decode", backend=be,
+                                          units=lambda ms: nbytes / ms / 1e6,
+                                          flex=(b, ctx) == (64, 4096) and dim == 128))
+            row.update(kind="decode", batch=b, context=ctx, head_dim=dim, unit="GB/s", bytes=nbytes,
+                       floor_us=nbytes / ceil["copy_gbs"] / 1e3)
+            out.append(row)
+            _print(row)
+            del s
+            torch.cuda.empty_cache()
+
+
+def prefill_rows(args, ceil, out, tuned):
+    shapes = [(8192, 2048, 128, 32), (32768, 2048, 128, 32), (0, 16384, 128, 32),
+              (0, 16384, 64, 32), (0, 16384, 256, 16)]
+    if args.quick:
+        shapes = shapes[1:3]
+    for prefix, new, dim, heads in shapes:
+        s = Setup(1, prefix, new, heads=heads, dim=dim)
+        flops = 4 * dim * heads * (new * prefix + new * (new + 1) / 2)
+        be = TritonBackend(extend_config=tuned.get("extend") if dim == 128 else None)
+        row = guarded(lambda: measure(s, kind="extend", backend=be,
+                                      units=lambda ms: flops / ms / 1e9,
+                                      flex=dim == 128 and prefix in (0, 32768)))
+        row.update(kind="extend" if prefix else "prefill", prefix=prefix, new=new, head_dim=dim,
+                   unit="TFLOP/s", flops=flops, floor_us=flops / ceil["matmul_tflops"] / 1e6)
+        out.append(row)
+        _print(row)
+        del s
+        torch.cuda.empty_cache()
+
+
+def _best(rows, configs):
+    """The config with the highest geometric mean over the shapes it ran on (None if none ran)."""
+    score = {}
+    for r in rows:
+        if isinstance(r.get("attnkit"), float):
+            key = json.dumps(r["config"], sort_keys=True)
+            score.setdefault(key, []).append(r["attnkit"])
+    full = {k: v for k, v in score.items() if len(v) == max(map(len, score.values()))} if score else {}
+    if not full:
+        return None
+    best = max(full, key=lambda k: sum(map(math.log, full[k])))
+    return json.loads(best)
+
+
+def sweep(out):
+    """Launch configs of both kernels on the shapes that set the targets; returns the best."""
+    first = len(out)
+    dec = [dict(BLOCK_N=n, num_warps=w, num_stages=st) for n, w, st in
+           ((64, 4, 3), (64, 4, 4), (128, 8, 3), (32, 4, 4))]
+    for b, ctx in ((64, 4096), (1, 32768)):
+        s = Setup(b, ctx - 1, 1)
+        nbytes = 2 * b * ctx * 8 * 128 * 2
+        for cfg in dec:
+            be = TritonBackend(decode_config=cfg)
+            row = guarded(lambda: measure(s, kind="decode", backend=be,
+                                          units=lambda ms: nbytes / ms / 1e6, peers=False))
+            out.append(dict(row, kind="sweep-decode", batch=b, context=ctx, config=cfg))
+            _print(out[-1])
+    ext = [dict(BLOCK_M=m, BLOCK_N=n, num_warps=w, num_stages=st) for m, n, w, st in
+           ((128, 64, 8, 3), (128, 128, 8, 2), (128, 64, 4, 3), (64, 64, 4, 3))]
+    best_decode = _best(out[first:], dec)
+    for splits in (16, 64):   # the split heuristic's neighbours, for one long request
+        be = TritonBackend(decode_config=best_decode, num_splits=splits)
+        row = guarded(lambda: measure(s, kind="decode", backend=be,
+                                      units=lambda ms: nbytes / ms / 1e6, peers=False))
+        out.append(dict(row, kind="sweep-splits", batch=1, context=32768, num_splits=splits))
+        _print(out[-1])
+    mid = len(out)
+    s = Setup(1, 0, 16384)
+    flops = 4 * 128 * 32 * 16384 * 16385 / 2
+    for cfg in ext:
+        row = guarded(lambda: measure(s, kind="extend", backend=TritonBackend(extend_config=cfg),
+                                      units=lambda ms: flops / ms / 1e9, peers=False))
+        out.append(dict(row, kind="sweep-prefill", config=cfg))
+        _print(out[-1])
+    tuned = {"decode": best_decode, "extend": _best(out[mid:], ext)}
+    print("tuned:", json.dumps(tuned), flush=True)
+    return {k: v for k, v in tuned.items() if v}
+
+
+def _print(row):
+    keep = {k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()}
+    print(json.dumps(keep), flush=True)
+
+
+def _fmt(v):
+    return f"{v:.0f}" if isinstance(v, float) else str(v)
+
+
+def table(rows, ceil):
+    peers = ("sdpa_flash", "sdpa_cudnn", "flex", "gather_sdpa")
+    lines = ["| kind | shape | unit | attnkit (graph) | attnkit (eager) | " + " | ".join(peers)
+             + " | vs best peer | vs ceiling |", "|" + "---|" * (7 + len(peers))]
+    for r in rows:
+        if r["kind"].startswith("sweep"):
+            continue
+        shape = (f"B={r['batch']} ctx={r['context']} d={r['head_dim']}" if r["kind"] == "decode"
+                 else f"prefix={r['prefix']} new={r['new']} d={r['head_dim']}")
+        ours = r.get("attnkit")
+        nums = [r.get(p) for p in peers if isinstance(r.get(p), float)]
+        best = max(nums) if nums else None
+        ceiling = ceil["copy_gbs"] if r["unit"] == "GB/s" else ceil["matmul_tflops"]
+        ratio = f"{ours / best:.2f}x" if isinstance(ours, float) and best else "n/a"
+        frac = f"{100 * ours / ceiling:.0f}%" if isinstance(ours, float) else "n/a"
+        cells = [r["kind"], shape, r["unit"], _fmt(ours), _fmt(r.get("attnkit_eager"))]
+        cells += [_fmt(r.get(p, "n/a")) for p in peers] + [ratio, frac]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(rows, ceil, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    dec = [r for r in rows if r["kind"] == "decode" and r["head_dim"] == 128]
+    batches = sorted({r["batch"] for r in dec})
+    fig, axes = plt.subplots(1, len(batches), figsize=(4 * len(batches), 3.6), sharey=True, squeeze=False)
+    for ax, b in zip(axes[0], batches):
+        sub = sorted((r for r in dec if r["batch"] == b), key=lambda r: r["context"])
+        for name in ("attnkit", "sdpa_flash", "sdpa_cudnn", "flex", "gather_sdpa"):
+            pts = [(r["context"], r[name]) for r in sub if isinstance(r.get(name), float)]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=name)
+        ax.axhline(ceil["copy_gbs"], color="k", ls="--", label="copy ceiling")
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"decode B={b}")
+        ax.set_xlabel("context")
+    axes[0][0].set_ylabel("GB/s of K/V read")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="fewer shapes")
+    ap.add_argument("--sweep", action="store_true", help="also sweep launch configs")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    env = environment()
+    ceil = ceilings()
+    print(env, json.dumps(ceil), flush=True)
+    rows: list[dict] = []
+    tuned = sweep(rows) if args.sweep else {}
+    decode_rows(args, ceil, rows, tuned)
+    prefill_rows(args, ceil, rows, tuned)
+    md = table(rows, ceil)
+    head = (f"{env}\nceilings: copy {ceil['copy_gbs']:.0f} GB/s, bf16 matmul "
+            f"{ceil['matmul_tflops']:.0f} TFLOP/s; wall {time.time() - START:.0f} s; "
+            f"d128 launch configs: {json.dumps(tuned) if tuned else 'defaults'}\n\n")
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "bench_triton.md"), "w") as f:
+        f.write(head + md + "\n")
+    with open(os.path.join(args.out, "bench_triton.json"), "w") as f:
+        json.dump({"environment": env, "ceilings": ceil, "tuned": tuned, "rows": rows}, f, indent=1,
+                  default=str)
+    try:
+        plot(rows, ceil, os.path.join(args.out, "decode_gbs.png"))
+    except Exception as exc:  # noqa: BLE001 - the table matters more than the picture
+        print(f"plot failed: {exc}", flush=True)
+    print(head + md, flush=True)
+
+
+if __name__ == "__main__":
+    main()

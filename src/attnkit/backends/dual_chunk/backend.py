@@ -1,0 +1,90 @@
+"""dual_chunk: dual chunk attention (DCA, Qwen2.5-1M) over the paged KV cache.
+
+Interface (the model's side is attnkit.runner.rotary.DualChunkRotary):
+    q3, k = rotary(q, k, meta.positions, length_scale=step_length_scales(meta, cfg))
+    out = backend.forward(q3, k, v, layer, cache, step)
+- q3: [T, 3, H_q, D] — each new token's query rotated three ways, stacked on dim 1 in the
+  order intra (position p % cl), successor (min(p % cl + cl, cs)), inter (min(2cl - 1, cs)).
+  Stacking keeps one tensor per argument, like every backend, and the token axis first.
+- k: [T, H_kv, D] rotated at chunk-local positions k % cl; v: [T, H_kv, D_v]. Both are
+  written to the cache as given: the cache holds chunk-local keys.
+- returns [T, H_q * D_v] in q's dtype.
+The backend knows chunks and the merge, not positions: query j of request i sits at
+p = prefix_len + j, key k at its index in the request's KV (see parts.py for the split).
+Modes EXTEND (with or without a cached prefix), DECODE and MIXED; page sizes that divide
+cl = chunk_size - local_size (AK470 otherwise).
+
+Length scale: the rotary multiplies keys and queries by s of their own step (s = 1 while
+L <= original_max_position_embeddings). This backend never rescales: a key keeps the s it was
+cached with, so logits of a later query q against it carry s_q * s_k. Hence a prefill in
+pieces equals one in one go if every piece uses the whole prompt length for L (the literal
+rule; step_length_scales(..., lengths=prompt_lens)), and in any case while L <= omax.
+"""
+from __future__ import annotations
+
+import torch
+
+from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState
+from attnkit.backends.dual_chunk.config import require_page_size, require_valid_config
+from attnkit.backends.dual_chunk.declaration import DECLARATION
+from attnkit.backends.dual_chunk.parts import dual_chunk_attend
+from attnkit.backends.metadata import ForwardMode
+from attnkit.backends.paged_torch import read_kv, refuse_unserved, write_step_kv
+from attnkit.errors import fail
+
+F32 = torch.float32
+_CAPS = DECLARATION.capabilities
+_MODES = (ForwardMode.EXTEND, ForwardMode.DECODE, ForwardMode.MIXED, ForwardMode.IDLE)
+
+
+class DualChunkBackend(AttentionBackend):
+    """DCA in float32 torch ops on any device: a loop over requests, each gathering its pages
+    through its block-table row, then the three parts per query chunk merged by LSE."""
+
+    name = "dual_chunk"
+
+    def prepare(self, meta, cache) -> StepState:
+        if meta.mode not in _MODES:
+            fail("AK420", f"the dual_chunk backend serves EXTEND, DECODE and MIXED steps, not "
+                          f"{meta.mode.name}",
+                 field="meta.mode", expected=[m.name for m in _MODES], actual=meta.mode.name)
+        return StepState(meta=meta)
+
+    def forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):
+        """q: [T, 3, H_q, D]; k: [T, H_kv, D]; v: [T, H_kv, D_v] -> [T, H_q * D_v]."""
+        meta, spec = step.meta, layer.spec
+        cl = _check_layer(layer, meta.page_size)
+        _check_queries(q, layer)          # shapes, dtypes, devices: validate_forward (base.py)
+        write_step_kv(k, v, layer, cache, meta)
+        out = q.new_zeros(meta.num_tokens, spec.num_heads, spec.value_dim)
+        start = 0
+        for i, n in enumerate(meta.query_lens_cpu):
+            s = meta.seq_lens_cpu[i]
+            k_i, v_i = read_kv(cache, layer, meta.block_tables[i:i + 1], s, F32)    # [1, S, ...]
+            out[start:start + n] = dual_chunk_attend(
+                q[start:start + n].to(F32), k_i[0], v_i[0], q_start=meta.prefix_lens_cpu[i],
+                chunk_len=cl, scale=spec.softmax_scale)
+            start += n
+        return out.reshape(meta.num_tokens, spec.num_heads * spec.value_dim)
+
+
+def _check_layer(layer: AttentionLayer, page_size: int) -> int:
+    """The layer's chunk length cl, after refusing what this backend cannot serve."""
+    config = layer.spec.dual_chunk
+    if config is None:
+        fail("AK471", f"layer {layer.layer_id} has no dual_chunk config; the dual_chunk backend "
+                      "computes only dual chunk attention",
+             field="layer.dual_chunk", expected="DualChunkConfig", actual=None)
+    refuse_unserved("dual_chunk", layer, kinds=_CAPS.kinds, features=_CAPS.features)
+    cl = require_valid_config(config, where=f"layer {layer.layer_id}: ")
+    require_page_size(cl, page_size)
+    return cl
+
+
+def _check_queries(q, layer: AttentionLayer) -> None:
+    """The one input check specific to DCA: the three query variants are there."""
+    if q is None or q.dim() != 4 or q.shape[1] != 3:
+        fail("AK472", f"dual chunk attention needs q as [T, 3, H_q, D] (intra, successor, inter "
+                      f"variants) for layer {layer.layer_id}, got {None if q is None else list(q.shape)}",
+             field="q", expected=["T", 3, layer.spec.num_heads, layer.spec.head_dim],
+             actual=None if q is None else list(q.shape))

@@ -1,0 +1,60 @@
+"""dual_chunk: dual chunk attention (Qwen2.5-1M) over the paged cache, in torch ops.
+
+Torch-free: the planner reads this module. ``check`` says what the capability data cannot:
+the backend serves only layers with a ``dual_chunk_attention_config``, and its page size must
+divide the chunk length ``cl = chunk_size - local_size`` (a page never straddles two chunks).
+The rules themselves live in config.py (also torch-free), shared with the runtime.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from attnkit.planning.capabilities import BackendDeclaration, Capabilities
+
+DECLARATION = BackendDeclaration(
+    name="dual_chunk",
+    impl="attnkit.backends.dual_chunk.backend:DualChunkBackend",
+    description="Dual chunk attention (intra / successor / inter parts merged by log-sum-exp) "
+                "over paged K/V, float32 torch math on any device. Serves only models whose "
+                "config has dual_chunk_attention_config.",
+    capabilities=Capabilities(
+        # CPU by tests/dual_chunk; CUDA by the same tests marked gpu.
+        platforms=("cpu", "cuda"),
+        kinds=("mha",),
+        head_dims="any",
+        dtypes=("fp32", "fp16", "bf16"),
+        kv_cache_dtypes=("fp32", "fp16", "bf16"),
+        page_sizes="any",            # any divisor of the chunk length: see check()
+        phases=("prefill", "decode"),
+        features=frozenset({"dual_chunk"}),
+        requires=("torch",),
+    ),
+    check="attnkit.backends.dual_chunk.declaration:check",
+)
+
+
+def check(*, model, platform, phase: str, settings: Mapping[str, Any]) -> list[tuple]:
+    """Planner hook (see planning/reasons.py): every reason this model cannot run here."""
+    from attnkit.backends.dual_chunk.config import config_problems, page_size_problem
+    from attnkit.planning.reasons import layer_ranges
+
+    plain = [l.layer_id for l in model.layers if l.dual_chunk is None]
+    if plain:
+        return [("dual_chunk", "dual_chunk_attention_config on every layer", plain,
+                 f"serves only dual chunk attention; {model.name} has no "
+                 f"dual_chunk_attention_config on layers {layer_ranges(plain)}")]
+    out: list[tuple] = []
+    seen = set()
+    for layer in model.layers:
+        config = layer.dual_chunk
+        if config in seen:
+            continue
+        seen.add(config)
+        problems = config_problems(config)
+        out += problems
+        page = settings.get("page_size")
+        if not problems and page is not None:
+            bad = page_size_problem(config.chunk_len, page)
+            if bad:
+                out.append(bad)
+    return out

@@ -1,0 +1,97 @@
+"""Dual chunk attention of one request over contiguous K/V: three parts merged by LSE.
+
+Chunk length cl; query p lies in chunk c = p // cl, which starts at a = c * cl. Its keys
+split by chunk distance into
+  intra      [a, p]            query variant 0, causal,
+  successor  [a - cl, a)       query variant 1, no mask   (c >= 1),
+  inter      [0, a - cl)       query variant 2, no mask   (c >= 2).
+Each part gives (out, lse); the merge weighs part t by exp(lse_t - max) / sum_u exp(lse_u -
+max), an empty part having lse = -inf. All queries of one chunk share the key ranges, so a
+request's queries are handled chunk by chunk, three ``attend_part`` calls per chunk.
+"""
+from __future__ import annotations
+
+import torch
+
+F32 = torch.float32
+NEG_INF = float("-inf")
+# Cap on one block's logits (elements) so a long prefill never materialises [H, n, S] whole.
+_LOGIT_BUDGET = 1 << 26
+
+
+def attend_part(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float,
+                causal_offset: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax attention of q-rows over one key range, with its log-sum-exp.
+
+    q: [n, H_q, D]; k: [m, H_kv, D]; v: [m, H_kv, D_v] (H_q a multiple of H_kv), float32.
+    causal_offset: None for no mask; else key j is visible to row r iff j <= r + offset.
+    -> out [n, H_q, D_v], lse [n, H_q] (natural log, of the scaled logits). A row that sees
+    no key (or m == 0) gets out 0 and lse -inf, so it weighs nothing in a merge.
+    """
+    n, hq, d = q.shape
+    m, hkv, dv = v.shape
+    out = q.new_zeros(n, hq, dv)
+    lse = q.new_full((n, hq), NEG_INF)
+    if n == 0 or m == 0:
+        return out, lse
+    g = hq // hkv
+    kt = k.permute(1, 2, 0)                                      # [H_kv, D, m]
+    vh = v.permute(1, 0, 2)                                      # [H_kv, m, D_v]
+    step = max(1, _LOGIT_BUDGET // (hq * m))
+    for r0 in range(0, n, step):
+        r1 = min(n, r0 + step)
+        qb = q[r0:r1].reshape(r1 - r0, hkv, g, d).permute(1, 2, 0, 3).reshape(hkv, g * (r1 - r0), d)
+        logits = torch.bmm(qb, kt).mul_(scale).view(hkv, g, r1 - r0, m)
+        if causal_offset is not None:
+            rows = torch.arange(r0, r1, device=q.device)[:, None]
+            cols = torch.arange(m, device=q.device)[None, :]
+            logits.masked_fill_(cols > rows + causal_offset, NEG_INF)
+        blse = torch.logsumexp(logits, dim=-1)                   # [H_kv, G, nb]
+        safe = torch.where(torch.isfinite(blse), blse, torch.zeros_like(blse))
+        probs = torch.exp(logits - safe[..., None]).view(hkv, g * (r1 - r0), m)
+        bout = torch.bmm(probs, vh).view(hkv, g, r1 - r0, dv)
+        out[r0:r1] = bout.permute(2, 0, 1, 3).reshape(r1 - r0, hq, dv)
+        lse[r0:r1] = blse.permute(2, 0, 1).reshape(r1 - r0, hq)
+    return out, lse
+
+
+def merge_parts(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Merge (out [n, H, D_v], lse [n, H]) parts of one softmax -> (out, lse)."""
+    if len(parts) == 1:
+        return parts[0]
+    lses = torch.stack([lse for _, lse in parts])                # [P, n, H]
+    peak = lses.amax(dim=0)
+    peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
+    w = torch.exp(lses - peak)                                   # empty part: exp(-inf) = 0
+    total = w.sum(dim=0)
+    out = sum(w_t[..., None] * o for w_t, (o, _) in zip(w, parts))
+    norm = torch.where(total > 0, total, torch.ones_like(total))
+    return out / norm[..., None], peak + torch.log(total)
+
+
+def dual_chunk_attend(q3: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, q_start: int,
+                      chunk_len: int, scale: float) -> torch.Tensor:
+    """DCA of one request's new queries over all of its keys, float32.
+
+    q3: [n, 3, H_q, D] (intra, successor, inter variants) at positions q_start .. q_start+n-1;
+    k: [S, H_kv, D] (chunk-local rotated), v: [S, H_kv, D_v] with S = q_start + n.
+    -> [n, H_q, D_v]
+    """
+    n = q3.shape[0]
+    cl = chunk_len
+    out = q3.new_zeros(n, q3.shape[2], v.shape[-1])
+    r0 = 0
+    while r0 < n:
+        p0 = q_start + r0
+        a = (p0 // cl) * cl                                      # start of this chunk
+        r1 = min(n, a + cl - q_start)                            # rows in this chunk
+        p1 = q_start + r1                                        # one past the last position
+        rows = q3[r0:r1]
+        parts = [attend_part(rows[:, 0], k[a:p1], v[a:p1], scale=scale, causal_offset=p0 - a)]
+        if a >= cl:
+            parts.append(attend_part(rows[:, 1], k[a - cl:a], v[a - cl:a], scale=scale))
+        if a >= 2 * cl:
+            parts.append(attend_part(rows[:, 2], k[:a - cl], v[:a - cl], scale=scale))
+        out[r0:r1] = merge_parts(parts)[0]
+        r0 = r1
+    return out

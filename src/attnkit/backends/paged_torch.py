@@ -1,0 +1,153 @@
+"""Pieces shared by the pure-torch backends (torch_native, sdpa): writing a step's K/V,
+reading a request's K/V back out of its pages, which keys each query may see, MLA
+decompression, and the refusal of layers a backend does not serve (or that lack tensors).
+
+Visibility (one rule for both backends, matching attnkit.reference): query j of a request
+sits at position p = prefix_len + j. Self-attention (decoder, encoder): key k is visible iff
+k < kv_len, k <= p if causal (decoder), and p - k < w with a sliding window w. Cross: every
+encoder key of the request is visible.
+"""
+from __future__ import annotations
+
+import torch
+
+from attnkit.backends.base import AttentionLayer
+from attnkit.backends.metadata import BatchMetadata
+from attnkit.errors import fail
+
+
+def write_step_kv(k, v, layer: AttentionLayer, cache, meta: BatchMetadata) -> None:
+    """Store this step's new K/V. Cross layers get the encoder K/V (if any this step) at
+    ``meta.encoder_slot_mapping``; every other layer its new tokens at ``meta.slot_mapping``.
+
+    k: [N, H_kv, D] (MLA: latent [N, L + R]); v: [N, H_kv, D_v] (MLA: None)
+    """
+    if k is None:
+        return
+    if layer.spec.role == "cross":
+        if meta.encoder_slot_mapping is None:
+            fail("AK442", f"layer {layer.layer_id}: cross-attention K/V of {k.shape[0]} encoder "
+                          "token(s) passed, but meta.encoder_slot_mapping is None",
+                 field="meta.encoder_slot_mapping", expected="[sum(encoder_lens)] int64", actual=None)
+        cache.write(layer.layer_id, meta.encoder_slot_mapping, k, v)
+    else:
+        cache.write(layer.layer_id, meta.slot_mapping, k, v)
+
+
+def kv_source(layer: AttentionLayer, meta: BatchMetadata):
+    """(block tables [B, P] on device, KV length per request as a host list) that ``layer``
+    attends over: the encoder's pages for cross layers, the request's own otherwise."""
+    if layer.spec.role != "cross":
+        return meta.block_tables, meta.seq_lens_cpu
+    if meta.encoder_block_tables is None or meta.encoder_lens_cpu is None:
+        fail("AK442", f"layer {layer.layer_id} is cross-attention but the step's metadata has "
+                      "no encoder pages (encoder_block_tables / encoder_lens_cpu is None)",
+             field="meta.encoder_block_tables", expected="[B, Pe] int32", actual=None)
+    return meta.encoder_block_tables, meta.encoder_lens_cpu
+
+
+def read_pages(buf: torch.Tensor, tables: torch.Tensor, n: int) -> torch.Tensor:
+    """The first ``n`` token rows of each request's pages.
+
+    buf: [num_pages, page_size, *row]; tables: [B, P] (-1 padded) -> [B, n, *row].
+    Padding entries are clamped to page 0 so padded rows hold finite values (callers mask
+    them): a NaN there would survive a zero attention weight.
+    """
+    page_size = buf.shape[1]
+    need = -(-n // page_size)
+    pages = buf[tables[:, :need].clamp_min(0)]          # [B, need, page_size, *row]
+    return pages.flatten(1, 2)[:, :n]
+
+
+def read_kv(cache, layer: AttentionLayer, tables: torch.Tensor, n: int, dtype: torch.dtype):
+    """K and V (MLA: latent, None) of ``n`` tokens per request, dequantised to ``dtype``.
+
+    -> k [B, n, H_kv, D], v [B, n, H_kv, D_v]; MLA: latent [B, n, L + R], None
+    """
+    lid = layer.layer_id
+    if layer.spec.kind == "mla":
+        latent = read_pages(cache.latent[lid], tables, n)
+        return cache.dequant(latent, cache.k_scales[lid], dtype), None
+    k = read_pages(cache.k[lid], tables, n)
+    v = read_pages(cache.v[lid], tables, n)
+    return cache.dequant(k, cache.k_scales[lid], dtype), cache.dequant(v, cache.v_scales[lid], dtype)
+
+
+def visibility(layer: AttentionLayer, q_lens: list[int], kv_lens: list[int],
+               first_pos: list[int], *, device: torch.device, q_max: int | None = None,
+               kv_max: int | None = None):
+    """bool [B, q_max, kv_max]: may query j of request b (at position first_pos[b] + j) see
+    key k? None when no mask is needed (every real pair visible, no padding).
+
+    Padded queries (j >= q_lens[b]) see every key so no row is empty; callers drop them.
+    """
+    q_max = max(q_lens) if q_max is None else q_max
+    kv_max = max(kv_lens) if kv_max is None else kv_max
+    spec = layer.spec
+    window = spec.sliding_window if spec.role != "cross" else None
+    ragged = any(n != kv_max for n in kv_lens)
+    if not spec.causal and window is None and not ragged:
+        return None
+    at_end = all(q == 1 and p == n - 1 for q, p, n in zip(q_lens, first_pos, kv_lens))
+    if spec.causal and window is None and not ragged and at_end:
+        return None                                      # one query at the end sees all
+    qn = torch.tensor(q_lens, device=device)[:, None, None]
+    kvn = torch.tensor(kv_lens, device=device)[:, None, None]
+    j = torch.arange(q_max, device=device)[None, :, None]
+    k = torch.arange(kv_max, device=device)[None, None, :]
+    p = torch.tensor(first_pos, device=device)[:, None, None] + j
+    ok = k < kvn
+    if spec.causal:
+        ok = ok & (k <= p)
+    if window is not None:
+        ok = ok & (p - k < window)
+    return ok | (j >= qn)
+
+
+def required_tensors(layer: AttentionLayer) -> None:
+    """Raise AK443 if the spec needs a per-layer tensor the layer lacks (validation checks
+    the shapes of those that are set; a missing one is the backend's to name)."""
+    spec = layer.spec
+    needed = (["w_kc", "w_vc"] if spec.kind == "mla" else []) + (["sinks"] if spec.sinks else [])
+    missing = [name for name in needed if getattr(layer, name) is None]
+    if missing:
+        fail("AK443", f"layer {spec.layer_id} ({spec.kind.upper()}{', sinks' if spec.sinks else ''}) "
+                      f"needs {', '.join(missing)}, which the AttentionLayer does not carry",
+             field=f"layer.{missing[0]}", expected="a tensor", actual=None,
+             details={"missing": missing})
+
+
+def decompress_latent(latent: torch.Tensor, w_kc: torch.Tensor, w_vc: torch.Tensor, rank: int):
+    """MHA form of MLA: per-head keys and values from the cached latent.
+
+    latent: [..., S, L + R]; w_kc: [H, nope, L]; w_vc: [H, L, D_v]
+    -> k [..., S, H, nope + R] (the rotary part k_pe is shared by all heads), v [..., S, H, D_v]
+    """
+    lat, k_pe = latent[..., :rank], latent[..., rank:]
+    k_nope = torch.einsum("...sl,hdl->...shd", lat, w_kc)
+    v = torch.einsum("...sl,hlv->...shv", lat, w_vc)
+    k_pe = k_pe.unsqueeze(-2).expand(*k_nope.shape[:-1], k_pe.shape[-1])
+    return torch.cat([k_nope, k_pe], dim=-1), v
+
+
+def refuse_unserved(backend: str, layer: AttentionLayer, *, kinds, features) -> None:
+    """Raise AK441/AK440 if ``layer`` needs a kind or feature ``backend`` does not serve
+    (the message names the registered backends that do), AK443 if it lacks a tensor."""
+    from attnkit.planning.registry import declarations
+
+    spec = layer.spec
+    if spec.kind not in kinds:
+        others = sorted(n for n, d in declarations().items() if spec.kind in d.capabilities.kinds)
+        fail("AK441", f"backend {backend!r} does not serve {spec.kind.upper()} layers "
+                      f"(layer {spec.layer_id}); backends that do: {', '.join(others) or 'none'}",
+             field="layer.kind", expected=list(kinds), actual=spec.kind,
+             details={"backends": others})
+    missing = sorted(spec.features() - set(features))
+    if missing:
+        caps = {n: d.capabilities for n, d in declarations().items()}
+        others = sorted(n for n, c in caps.items() if spec.features() <= c.features and spec.kind in c.kinds)
+        fail("AK440", f"backend {backend!r} does not implement {', '.join(missing)} "
+                      f"(layer {spec.layer_id}); backends that do: {', '.join(others) or 'none'}",
+             field="layer.features", expected=sorted(features), actual=missing,
+             details={"backends": others})
+    required_tensors(layer)

@@ -1,0 +1,152 @@
+"""sdpa: gather pages into a padded batch, then one scaled_dot_product_attention call.
+
+Batched with padding and a mask rather than a loop over requests: one SDPA launch per layer
+whatever the batch size, which is what makes decode of many requests tolerable on a GPU.
+Layout per layer:
+  q  [T, H_q, D]     -> [B, H_q, q_max, D]      (token grid built once per step in prepare)
+  K/V pages          -> [B, H_kv, kv_max, D]    (read through the block tables, dequantised)
+  mask               -> [B, 1, q_max, kv_max]   bool, True = visible (see paged_torch.visibility);
+                        omitted when nothing is masked, and replaced by is_causal for a single
+                        square causal prefill so the flash kernel can run.
+Padded query rows see every key (no empty softmax row) and are dropped afterwards.
+GQA/MQA use SDPA's enable_gqa where torch has it (>= 2.5), else K/V heads are repeated.
+MLA is served in decompressed (MHA) form: per-head K/V from the latent, then SDPA.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState
+from attnkit.backends.metadata import BatchMetadata
+from attnkit.backends.paged_torch import (decompress_latent, kv_source, read_kv,
+                                          refuse_unserved, visibility, write_step_kv)
+from attnkit.backends.sdpa.declaration import DECLARATION
+from attnkit.backends.validation import validate_forward
+
+_CAPS = DECLARATION.capabilities
+HAS_ENABLE_GQA = torch.__version__ >= (2, 5)
+
+
+@dataclass(slots=True)
+class TokenGrid:
+    """Where the step's ragged tokens sit in a [B, q_max] grid; built once per step.
+
+    q_index:     [B, q_max] int64  token of cell (b, j); padded cells point at token 0
+    token_index: [T] int64         flat cell b * q_max + j of each real token, in token order
+    masks:       visibility masks already built this step, keyed by what they depend on
+    """
+    q_max: int
+    q_index: torch.Tensor
+    token_index: torch.Tensor
+    masks: dict = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, meta: BatchMetadata, device) -> "TokenGrid":
+        q_max = max(meta.query_lens_cpu, default=0)
+        rows, cells, start = [], [], 0
+        for b, n in enumerate(meta.query_lens_cpu):
+            rows.append([start + j if j < n else 0 for j in range(q_max)])
+            cells += range(b * q_max, b * q_max + n)
+            start += n
+        as_long = dict(dtype=torch.int64, device=device)
+        return cls(q_max, torch.tensor(rows, **as_long).reshape(len(rows), q_max),
+                   torch.tensor(cells, **as_long))
+
+
+class SdpaBackend(AttentionBackend):
+    """torch SDPA over gathered pages; no softcap, no sinks (refused with AK440)."""
+
+    name = "sdpa"
+
+    def prepare(self, meta: BatchMetadata, cache) -> StepState:
+        return StepState(meta=meta, plan=TokenGrid.build(meta, meta.query_start_loc.device))
+
+    def forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):
+        """q: [T, H_q, D]; k/v: [T, H_kv, D|D_v] (MLA: latent [T, L + R], None; cross layers:
+        encoder K/V [Te, ...] or None). Returns [T, H_q * D_v] in q.dtype."""
+        meta, spec = step.meta, layer.spec
+        refuse_unserved(self.name, layer, kinds=_CAPS.kinds, features=_CAPS.features)
+        validate_forward(q, k, v, layer, cache, meta)
+        write_step_kv(k, v, layer, cache, meta)
+        dv = spec.mla.v_head_dim if spec.kind == "mla" else spec.value_dim
+        num_tokens, heads = meta.num_tokens, spec.num_heads
+        if num_tokens == 0:
+            return q.new_zeros(0, heads * dv)
+        tables, kv_lens = kv_source(layer, meta)
+        if max(kv_lens) == 0:
+            return q.new_zeros(num_tokens, heads * dv)
+        if step.plan is None:                       # forward without prepare: build it now
+            step.plan = TokenGrid.build(meta, q.device)
+        grid: TokenGrid = step.plan
+        keys, values = self._gather(layer, cache, tables, max(kv_lens), q.dtype)
+        mask, is_causal = self._mask(grid, layer, meta, kv_lens, q.device)
+        qp = q[grid.q_index].transpose(1, 2)                       # [B, H_q, q_max, D]
+        out = sdpa(qp, keys, values, mask=mask, is_causal=is_causal, scale=spec.softmax_scale)
+        if 0 in kv_lens:                            # no encoder keys: output is zero (as reference)
+            empty = torch.tensor([n == 0 for n in kv_lens], device=q.device)
+            out = out.masked_fill(empty[:, None, None, None], 0)
+        out = out.transpose(1, 2).reshape(-1, heads * dv)          # [B * q_max, H_q * D_v]
+        return out.index_select(0, grid.token_index)
+
+    @staticmethod
+    def _gather(layer: AttentionLayer, cache, tables, kv_max: int, dtype):
+        """-> K [B, H, kv_max, D], V [B, H, kv_max, D_v] with H = H_kv (MLA: H_q)."""
+        keys, values = read_kv(cache, layer, tables, kv_max, dtype)
+        if layer.spec.kind == "mla":
+            w_kc, w_vc = (w.to(device=keys.device, dtype=dtype) for w in (layer.w_kc, layer.w_vc))
+            keys, values = decompress_latent(keys, w_kc, w_vc, layer.spec.mla.kv_lora_rank)
+        return keys.transpose(1, 2), values.transpose(1, 2)
+
+    @staticmethod
+    def _mask(grid: TokenGrid, layer: AttentionLayer, meta: BatchMetadata, kv_lens, device):
+        """(mask [B, 1, q_max, kv_max] | None, is_causal); memoised per step."""
+        spec = layer.spec
+        window = spec.sliding_window if spec.role != "cross" else None
+        key = (spec.role == "cross", spec.causal, window)
+        if key not in grid.masks:
+            q_lens, prefix = meta.query_lens_cpu, meta.prefix_lens_cpu
+            square = (len(q_lens) == 1 and spec.causal and window is None and prefix[0] == 0
+                      and q_lens[0] == kv_lens[0])
+            if square:          # SDPA's is_causal is top-left aligned: right only when square
+                grid.masks[key] = (None, True)
+            else:
+                mask = visibility(layer, q_lens, kv_lens, prefix, device=device, q_max=grid.q_max)
+                grid.masks[key] = (None if mask is None else mask[:, None], False)
+        return grid.masks[key]
+
+
+def sdpa(q, k, v, *, mask, is_causal: bool, scale: float, gqa: str = "auto"):
+    """q: [B, H_q, n, D]; k: [B, H_kv, S, D]; v: [B, H_kv, S, D_v]; mask: [B, 1, n, S] bool
+    | None -> [B, H_q, n, D_v]. Query head h reads KV head h // G (G = H_q / H_kv).
+
+    gqa: how G > 1 query heads share a KV head.
+      "fold"    view the G query heads of a KV head as G * n query rows of one head
+                ([B, H_kv, n * G, D], mask rows repeated G times): no K/V copy, and every
+                SDPA kernel accepts it, masked ones included;
+      "enable"  SDPA's enable_gqa (torch >= 2.5; on CUDA only the flash kernel takes it);
+      "repeat"  copy K/V heads G times;
+      "auto"    enable_gqa for is_causal (folding would break the causal diagonal), else fold.
+    """
+    hq, hkv = q.shape[1], k.shape[1]
+    group = hq // hkv
+    if group == 1:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale)
+    if gqa == "auto":
+        gqa = "enable" if is_causal else "fold"
+    if gqa == "enable" and not HAS_ENABLE_GQA:
+        gqa = "repeat"
+    if gqa == "repeat":
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale)
+    if gqa == "enable":
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
+                                              scale=scale, enable_gqa=True)
+    b, _, n, d = q.shape
+    rows = q.view(b, hkv, group, n, d).transpose(2, 3).reshape(b, hkv, n * group, d)
+    if mask is not None and n > 1:
+        mask = mask.repeat_interleave(group, dim=2)                   # [B, 1, n * G, S]
+    out = F.scaled_dot_product_attention(rows, k, v, attn_mask=mask, scale=scale)
+    return out.view(b, hkv, n, group, -1).transpose(2, 3).reshape(b, hq, n, -1)

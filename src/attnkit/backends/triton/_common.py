@@ -1,0 +1,142 @@
+"""Shared Triton helpers for the extend and decode kernels (private to this package).
+
+Index math, once: KV token ``t`` of a request lives in page ``block_table[t // PAGE]`` at
+offset ``t % PAGE``; its K row for KV head ``h`` starts at
+``page * stride_page + (t % PAGE) * stride_tok + h * stride_head``. Gathering token by token
+works for every page size (1 .. 128); the repeated block-table loads inside one tile hit L1.
+
+Logits are kept in log2 units (``s * log2(e)``) so the softmax uses ``exp2``. Masked logits
+are ``-inf`` while the running max starts at a finite ``NEG_BIG``: a tile with every key
+masked then adds exactly zero instead of ``exp(-inf + inf) = nan``.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+LOG2E = math.log2(math.e)
+NEG_BIG = tl.constexpr(-1.0e30)
+
+_TL_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+
+
+@triton.jit
+def gather_kv_tile(cache, bt_row, offs_n, kv_len, head_off, offs_d, d_ok, stride_page, stride_tok,
+                   PAGE: tl.constexpr, BOUND: tl.constexpr, EVEN_D: tl.constexpr):
+    """Load K or V rows of tokens ``offs_n`` ([BLOCK_N]) through one block-table row.
+
+    Returns [BLOCK_N, BLOCK_D]; with BOUND, rows at or past ``kv_len`` read 0; without
+    EVEN_D, columns past the head dim read 0. Unmasked loads keep 16-byte vector accesses.
+    """
+    if BOUND:
+        valid = offs_n < kv_len
+        page = tl.load(bt_row + offs_n // PAGE, mask=valid, other=0)
+    else:
+        page = tl.load(bt_row + offs_n // PAGE)
+    row = page.to(tl.int64) * stride_page + (offs_n % PAGE).to(tl.int64) * stride_tok + head_off
+    ptrs = cache + row[:, None] + offs_d[None, :]
+    if BOUND:
+        if EVEN_D:
+            tile = tl.load(ptrs, mask=valid[:, None], other=0.0)
+        else:
+            tile = tl.load(ptrs, mask=valid[:, None] & d_ok[None, :], other=0.0)
+    else:
+        if EVEN_D:
+            tile = tl.load(ptrs)
+        else:
+            tile = tl.load(ptrs, mask=d_ok[None, :], other=0.0)
+    return tile
+
+
+@triton.jit
+def tanh(x):
+    """tanh through exp2, stable at both ends (the interpreter has no libdevice)."""
+    return 1.0 - 2.0 / (tl.exp2(x * 2.8853900817779268) + 1.0)   # 2 * log2(e)
+
+
+@triton.jit
+def logits(qk, q_pos, k_pos, kv_len, qk_scale, softcap, window,
+           MASK: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
+           HAS_SOFTCAP: tl.constexpr):
+    """Scaled (and soft-capped) logits in log2 units, masked to -inf where not visible.
+
+    qk: [M, N] raw dot products; q_pos: [M] and k_pos: [N] absolute positions.
+    With HAS_SOFTCAP, ``qk_scale`` is the plain softmax scale; otherwise scale * log2(e).
+    """
+    if HAS_SOFTCAP:
+        s = softcap * tanh(qk * (qk_scale / softcap)) * 1.4426950408889634
+    else:
+        s = qk * qk_scale
+    if MASK:
+        ok = (k_pos < kv_len)[None, :]
+        if CAUSAL:
+            ok = ok & (k_pos[None, :] <= q_pos[:, None])
+        if HAS_WINDOW:
+            ok = ok & ((q_pos[:, None] - k_pos[None, :]) < window)
+        s = tl.where(ok, s, float("-inf"))
+    return s
+
+
+@triton.jit
+def online_softmax_step(m_i, l_i, acc, s, v, DOT_PREC: tl.constexpr):
+    """Fold one tile of logits ``s`` [M, N] and values ``v`` [N, DV] into the running
+    max ``m_i`` [M], denominator ``l_i`` [M] and unnormalised output ``acc`` [M, DV]."""
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PREC)
+    return m_new, l_i, acc
+
+
+@triton.jit
+def attend_range(q, m_i, l_i, acc, K, V, bt_row, n_lo, n_hi, q_pos, kv_len,
+                 k_head, v_head, offs_d, d_ok, offs_dv, dv_ok,
+                 stride_kp, stride_kt, stride_vp, stride_vt, qk_scale, softcap, window,
+                 PAGE: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
+                 CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+                 EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, DOT_PREC: tl.constexpr):
+    """Attend queries ``q`` [M, BLOCK_D] (positions ``q_pos`` [M]) to keys [n_lo, n_hi) of
+    one request. Without MASK every key of every tile must be visible to every row."""
+    for n0 in range(n_lo, n_hi, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        k = gather_kv_tile(K, bt_row, offs_n, kv_len, k_head, offs_d, d_ok, stride_kp, stride_kt,
+                           PAGE, MASK, EVEN_D).to(q.dtype)
+        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)
+        s = logits(qk, q_pos, offs_n, kv_len, qk_scale, softcap, window,
+                   MASK, CAUSAL, HAS_WINDOW, HAS_SOFTCAP)
+        v = gather_kv_tile(V, bt_row, offs_n, kv_len, v_head, offs_dv, dv_ok, stride_vp, stride_vt,
+                           PAGE, MASK, EVEN_DV).to(q.dtype)
+        m_i, l_i, acc = online_softmax_step(m_i, l_i, acc, s, v, DOT_PREC)
+    return m_i, l_i, acc
+
+
+def compute_dtype_name(dtype: torch.dtype) -> str:
+    return _TL_DTYPES[dtype]
+
+
+def kernel_scales(layer, cache, softcap: float | None) -> tuple[float, float, float]:
+    """(qk_scale, k_scale, v_scale) as the kernels take them.
+
+    fp8 pages hold value / scale; the K scale folds into the logit scale and the V scale into
+    the output, so a tile is converted once (fp8 -> compute dtype, exact) and never rescaled.
+    """
+    k_scale = float(cache.k_scales[layer.layer_id]) if cache.is_fp8 else 1.0
+    v_scale = float(cache.v_scales[layer.layer_id]) if cache.is_fp8 else 1.0
+    scale = layer.spec.softmax_scale * k_scale
+    qk_scale = scale if softcap else scale * LOG2E
+    return qk_scale, k_scale, v_scale
+
+
+def padded_dim(d: int) -> int:
+    """Block width for a head dim: the next power of two, at least 16 (tl.dot minimum)."""
+    return max(16, triton.next_power_of_2(d))
+
+
+def interpreting() -> bool:
+    import os
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"

@@ -1,0 +1,164 @@
+"""TritonBackend: paged MHA/GQA/MQA attention with the extend and split-KV decode kernels.
+
+Per step ``prepare`` turns the batch metadata into int32 index tensors once and memoises
+what depends on a layer's shape (query-block tables per block size, split counts and
+partial buffers per KV-head count): the first layer builds them, the others reuse them.
+Per layer ``forward`` writes the new K/V into the cache, then runs extend
+(EXTEND / MIXED / VERIFY) or decode (DECODE); IDLE returns an empty output.
+Inputs are validated by the base class (backends/validation.py) before ``forward`` runs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState
+from attnkit.backends.metadata import BatchMetadata, ForwardMode
+from attnkit.backends.triton._common import interpreting, kernel_scales, padded_dim
+from attnkit.backends.triton.decode import choose_splits, decode_attention, decode_config
+from attnkit.backends.triton.extend import extend_attention, extend_config
+from attnkit.errors import fail
+
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_KV_DTYPES = _DTYPES + (torch.float8_e4m3fn, torch.float8_e5m2)
+MAX_HEAD_DIM = 256
+
+
+@dataclass(slots=True)
+class TritonStepPlan:
+    """Per-step state shared by every layer (tensors int32, on the compute device)."""
+    meta: BatchMetadata
+    query_start_loc: torch.Tensor     # [B+1]
+    seq_lens: torch.Tensor            # [B]
+    block_tables: torch.Tensor        # [B, P]
+    num_sms: int
+    blocks: dict = field(default_factory=dict)     # BLOCK_M -> (block_req [NB], block_m [NB])
+    splits: dict = field(default_factory=dict)     # (H_kv, window, BLOCK_N) -> (splits, chunk)
+    partials: dict = field(default_factory=dict)   # (H_q, BLOCK_DV, splits) -> 3 f32 buffers
+
+    def query_blocks(self, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Request index and first query row of every BLOCK_M-row query block, the blocks
+        with the most keys first so the long programs do not trail at the end of the grid."""
+        if block_m not in self.blocks:
+            meta = self.meta
+            blocks = [(n - q + m, i, m) for i, (q, n) in enumerate(zip(meta.query_lens_cpu, meta.seq_lens_cpu))
+                      for m in range(0, q, block_m)]
+            blocks.sort(reverse=True)
+            dev = self.seq_lens.device
+            self.blocks[block_m] = (torch.tensor([b[1] for b in blocks], dtype=torch.int32, device=dev),
+                                    torch.tensor([b[2] for b in blocks], dtype=torch.int32, device=dev))
+        return self.blocks[block_m]
+
+    def decode_splits(self, num_kv_heads: int, window: int | None, block_n: int) -> tuple[int, int]:
+        key = (num_kv_heads, window, block_n)
+        if key not in self.splits:
+            # Keys a request reads: all of them, or the window rounded out to whole tiles.
+            spans = [n if window is None else n - (max(n - window, 0) // block_n) * block_n
+                     for n in self.meta.seq_lens_cpu]
+            self.splits[key] = choose_splits(max(spans, default=1), len(spans), num_kv_heads,
+                                             block_n=block_n, num_sms=self.num_sms)
+        return self.splits[key]
+
+    def split_buffers(self, num_heads: int, block_dv: int, splits: int):
+        key = (num_heads, block_dv, splits)
+        if key not in self.partials:
+            b, dev = self.meta.num_reqs, self.seq_lens.device
+            self.partials[key] = (
+                torch.empty(b, num_heads, splits, block_dv, dtype=torch.float32, device=dev),
+                torch.empty(b, num_heads, splits, dtype=torch.float32, device=dev),
+                torch.empty(b, num_heads, splits, dtype=torch.float32, device=dev))
+        return self.partials[key]
+
+
+def _sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 4
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+class TritonBackend(AttentionBackend):
+    """Options (keyword-only) override the per-shape launch heuristics, for tests and
+    benchmarks: ``extend_config`` / ``decode_config`` dicts (BLOCK_M, BLOCK_N, num_warps,
+    num_stages) and ``num_splits`` (decode KV splits; the chunk follows from it)."""
+
+    name = "triton"
+
+    def __init__(self, *, extend_config: dict | None = None, decode_config: dict | None = None,
+                 num_splits: int | None = None):
+        self.extend_override = dict(extend_config or {})
+        self.decode_override = dict(decode_config or {})
+        self.num_splits = num_splits
+
+    def prepare(self, meta: BatchMetadata, cache) -> StepState:
+        dev = cache.device
+        i32 = lambda x: torch.as_tensor(x, device=dev).to(torch.int32).contiguous()  # noqa: E731
+        plan = TritonStepPlan(meta=meta, query_start_loc=i32(meta.query_start_loc),
+                              seq_lens=i32(meta.seq_lens), block_tables=i32(meta.block_tables),
+                              num_sms=_sm_count(dev))
+        return StepState(meta=meta, plan=plan)
+
+    def forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):
+        """q: [T, H_q, D]; k: [T, H_kv, D]; v: [T, H_kv, D_v] -> [T, H_q * D_v] in q's dtype."""
+        spec, meta, plan = layer.spec, step.meta, step.plan
+        _check_supported(q, layer, cache)
+        lid = spec.layer_id
+        cache.write(lid, meta.slot_mapping, k, v)
+        out = torch.empty(q.shape[0], spec.num_heads, spec.value_dim, dtype=q.dtype, device=q.device)
+        if meta.mode is ForwardMode.IDLE or q.shape[0] == 0:
+            return out.view(q.shape[0], spec.num_heads * spec.value_dim)
+        softcap = spec.logit_softcap
+        qk_scale, _, v_scale = kernel_scales(layer, cache, softcap)
+        sinks = layer.sinks.to(device=q.device, dtype=torch.float32).contiguous() if spec.sinks else None
+        common = dict(qk_scale=qk_scale, v_scale=v_scale, softcap=softcap,
+                      window=spec.sliding_window, sinks=sinks)
+        k_cache, v_cache = cache.k[lid], cache.v[lid]
+        if meta.mode is ForwardMode.DECODE:
+            cfg = decode_config(spec.head_dim, q.dtype, interpret=interpreting()) | self.decode_override
+            splits, chunk = self._splits(plan, spec, cfg["BLOCK_N"])
+            partials = (plan.split_buffers(spec.num_heads, padded_dim(spec.value_dim), splits)
+                        if splits > 1 else None)
+            decode_attention(q, k_cache, v_cache, out, seq_lens=plan.seq_lens,
+                             block_tables=plan.block_tables, num_splits=splits, chunk=chunk,
+                             partials=partials, config=cfg, **common)
+        else:
+            cfg = extend_config(spec.head_dim, q.dtype, interpret=interpreting()) | self.extend_override
+            block_req, block_m = plan.query_blocks(cfg["BLOCK_M"])
+            extend_attention(q, k_cache, v_cache, out, block_req=block_req, block_m=block_m,
+                             query_start_loc=plan.query_start_loc, seq_lens=plan.seq_lens,
+                             block_tables=plan.block_tables, causal=spec.causal, config=cfg,
+                             **common)
+        return out.view(q.shape[0], spec.num_heads * spec.value_dim)
+
+    def _splits(self, plan: TritonStepPlan, spec, block_n: int) -> tuple[int, int]:
+        if self.num_splits is None:
+            return plan.decode_splits(spec.num_kv_heads, spec.sliding_window, block_n)
+        longest = max(plan.meta.seq_lens_cpu, default=1)
+        per_split = -(-longest // self.num_splits)
+        chunk = -(-per_split // block_n) * block_n
+        return -(-longest // chunk), chunk
+
+
+def _check_supported(q, layer: AttentionLayer, cache) -> None:
+    """What the kernels cannot do at all (the declaration is the tested subset of the rest)."""
+    spec = layer.spec
+    if spec.kind != "mha" or spec.cross_attention or spec.dual_chunk is not None:
+        what = ("an MLA layer" if spec.kind != "mha" else "a cross-attention layer"
+                if spec.cross_attention else "a dual chunk attention layer")
+        fail("AK450", f"layer {spec.layer_id} is {what}; the triton backend serves MHA/GQA/MQA "
+                      "self-attention only", field="layer.spec",
+             expected="kind 'mha', role decoder or encoder, no dual_chunk",
+             actual={"kind": spec.kind, "role": spec.role, "dual_chunk": spec.dual_chunk is not None})
+    if q.dtype not in _DTYPES or cache.dtype not in _KV_DTYPES:
+        fail("AK451", f"q dtype {q.dtype} / KV-cache dtype {cache.dtype} not served by triton",
+             field="q.dtype" if q.dtype not in _DTYPES else "cache.dtype",
+             expected={"q": [str(d) for d in _DTYPES], "cache": [str(d) for d in _KV_DTYPES]},
+             actual={"q": str(q.dtype), "cache": str(cache.dtype)})
+    if q.device.type != "cuda" and not interpreting():
+        fail("AK452", f"the triton kernels run on CUDA devices; q is on {q.device}",
+             field="q.device", expected="cuda", actual=str(q.device))
+    if max(spec.head_dim, spec.value_dim) > MAX_HEAD_DIM:
+        fail("AK453", f"layer {spec.layer_id} has head_dim {spec.head_dim} / v_head_dim "
+                      f"{spec.value_dim}; the triton kernels take at most {MAX_HEAD_DIM}",
+             field="layer.spec.head_dim", expected=f"<= {MAX_HEAD_DIM}",
+             actual=max(spec.head_dim, spec.value_dim))

@@ -1,0 +1,27 @@
+"""triton: paged attention in Triton kernels — an extend kernel over the block table and a
+split-KV (flash-decoding) decode kernel, GQA-grouped.
+
+Every entry below is run on a GPU by tests/conformance and tests/triton (marker gpu); see
+benchmarks/NOTES-triton.md for what was measured where. Torch-free: the planner reads it.
+"""
+from attnkit.planning.capabilities import BackendDeclaration, Capabilities
+
+DECLARATION = BackendDeclaration(
+    name="triton",
+    impl="attnkit.backends.triton.backend:TritonBackend",
+    description="Triton paged attention: extend over [cached prefix + new tokens] through the "
+                "block table, split-KV decode with one program per KV-head group; GQA, sliding "
+                "window, softcap, sinks, fp8 KV.",
+    capabilities=Capabilities(
+        platforms=("cuda",),
+        compute_capability=((8, 0), None),
+        kinds=("mha",),
+        head_dims=(64, 96, 128, 256),
+        dtypes=("fp16", "bf16", "fp32"),
+        kv_cache_dtypes=("fp16", "bf16", "fp32", "fp8_e4m3", "fp8_e5m2"),
+        page_sizes=(1, 8, 16, 32, 64, 128),
+        phases=("prefill", "decode"),
+        features=frozenset({"sliding_window", "logit_softcap", "sinks", "non_causal", "verify"}),
+        requires=("torch", "triton"),
+    ),
+)

@@ -1,0 +1,171 @@
+"""Decode kernel: split-KV (flash-decoding), GQA-grouped, plus the split reduction.
+
+Grid: (requests, KV heads, splits). One program serves every query head of one KV-head
+group — the group's rows padded to G_PAD >= 16 so the products run on tl.dot — so each
+K/V page is read once per group, not once per query head. Split ``s`` covers keys
+``[lo + s * chunk, lo + (s + 1) * chunk)`` of its request, ``lo`` being 0 or the window's
+first visible key rounded down to a tile. With one split the kernel writes the normalised
+output itself; otherwise it writes (max, denominator, unnormalised output) per split and
+``_reduce_kernel`` merges them, adding the sink to the denominator exactly once.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from attnkit.backends.triton._common import NEG_BIG, attend_range, padded_dim
+
+
+@triton.jit
+def _window_lo(kv_len, window, HAS_WINDOW: tl.constexpr, BLOCK_N: tl.constexpr):
+    """First key a split range starts from: 0, or the window's first key rounded to a tile."""
+    if HAS_WINDOW:
+        return (tl.maximum(kv_len - window, 0) // BLOCK_N) * BLOCK_N
+    return kv_len * 0
+
+
+@triton.jit
+def _decode_kernel(
+    Q, K, V, Out, MidO, MidM, MidL, Sinks, SeqLens, BlockTables,
+    qk_scale, v_scale, softcap, window, chunk,
+    stride_qt, stride_qh, stride_ot, stride_oh,
+    stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_bt,
+    stride_mb, stride_mh, stride_ms,
+    GROUP: tl.constexpr, G_PAD: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
+    PAGE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    SPLIT: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+    HAS_SINKS: tl.constexpr, DOT_PREC: tl.constexpr,
+):
+    b = tl.program_id(0)
+    kvh = tl.program_id(1)
+    sp = tl.program_id(2)
+    kv_len = tl.load(SeqLens + b)
+    n_lo = _window_lo(kv_len, window, HAS_WINDOW, BLOCK_N) + sp * chunk
+    n_hi = tl.minimum(n_lo + chunk, kv_len)
+
+    rows = tl.arange(0, G_PAD)
+    row_ok = rows < GROUP
+    heads = kvh * GROUP + rows
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
+    offs_dv = tl.arange(0, BLOCK_DV)
+    dv_ok = offs_dv < DV
+    q = tl.load(Q + b.to(tl.int64) * stride_qt + heads[:, None] * stride_qh + offs_d[None, :],
+                mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+    q_pos = tl.zeros([G_PAD], tl.int32) + (kv_len - 1)
+
+    if HAS_SINKS and not SPLIT:   # one split: the sink starts the softmax (see extend)
+        m_i = tl.load(Sinks + heads, mask=row_ok, other=0.0).to(tl.float32) * 1.4426950408889634
+        l_i = tl.zeros([G_PAD], tl.float32) + 1.0
+    else:
+        m_i = tl.zeros([G_PAD], tl.float32) + NEG_BIG
+        l_i = tl.zeros([G_PAD], tl.float32)
+    acc = tl.zeros([G_PAD, BLOCK_DV], tl.float32)
+    m_i, l_i, acc = attend_range(q, m_i, l_i, acc, K, V, BlockTables + b.to(tl.int64) * stride_bt,
+                                 n_lo, n_hi, q_pos, kv_len, kvh * stride_kh, kvh * stride_vh,
+                                 offs_d, d_ok, offs_dv, dv_ok, stride_kp, stride_kt, stride_vp,
+                                 stride_vt, qk_scale, softcap, window, PAGE, BLOCK_N, True,
+                                 False, HAS_WINDOW, HAS_SOFTCAP, D == BLOCK_D, DV == BLOCK_DV,
+                                 DOT_PREC)
+    if SPLIT:
+        mid = b.to(tl.int64) * stride_mb + heads * stride_mh + sp * stride_ms    # [G_PAD]
+        tl.store(MidM + mid, m_i, mask=row_ok)
+        tl.store(MidL + mid, l_i, mask=row_ok)
+        tl.store(MidO + (mid * BLOCK_DV)[:, None] + offs_dv[None, :], acc, mask=row_ok[:, None])
+    else:
+        l_i = tl.where(l_i == 0.0, 1.0, l_i)
+        out = acc * (v_scale / l_i)[:, None]
+        tl.store(Out + b.to(tl.int64) * stride_ot + heads[:, None] * stride_oh + offs_dv[None, :],
+                 out.to(Out.dtype.element_ty), mask=row_ok[:, None] & dv_ok[None, :])
+
+
+@triton.jit
+def _reduce_kernel(
+    Out, MidO, MidM, MidL, Sinks, v_scale, num_splits,
+    stride_ot, stride_oh, stride_mb, stride_mh, stride_ms,
+    DV: tl.constexpr, BLOCK_DV: tl.constexpr, HAS_SINKS: tl.constexpr,
+):
+    """Merge the splits of one (request, q head): a log-sum-exp over split partials."""
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    if HAS_SINKS:
+        m = tl.load(Sinks + h).to(tl.float32) * 1.4426950408889634
+        l = m * 0.0 + 1.0
+    else:
+        m = NEG_BIG + 0.0 * tl.load(MidM + b.to(tl.int64) * stride_mb + h * stride_mh)
+        l = m * 0.0
+    acc = tl.zeros([BLOCK_DV], tl.float32)
+    base = b.to(tl.int64) * stride_mb + h * stride_mh
+    for s in range(0, num_splits):
+        m_s = tl.load(MidM + base + s * stride_ms)
+        l_s = tl.load(MidL + base + s * stride_ms)
+        a_s = tl.load(MidO + (base + s * stride_ms) * BLOCK_DV + offs_dv)
+        m_new = tl.maximum(m, m_s)
+        alpha = tl.exp2(m - m_new)
+        beta = tl.exp2(m_s - m_new)
+        l = l * alpha + l_s * beta
+        acc = acc * alpha + a_s * beta
+        m = m_new
+    l = tl.where(l == 0.0, 1.0, l)
+    tl.store(Out + b.to(tl.int64) * stride_ot + h * stride_oh + offs_dv,
+             (acc * (v_scale / l)).to(Out.dtype.element_ty), mask=offs_dv < DV)
+
+
+def decode_config(head_dim: int, dtype: torch.dtype, *, interpret: bool) -> dict:
+    """Tile size and launch shape for one head dim and compute dtype."""
+    if interpret:
+        return dict(BLOCK_N=16, num_warps=4, num_stages=1)
+    if padded_dim(head_dim) > 128 or dtype == torch.float32:
+        return dict(BLOCK_N=32, num_warps=4, num_stages=2)
+    return dict(BLOCK_N=64, num_warps=4, num_stages=3)
+
+
+def choose_splits(max_kv: int, num_reqs: int, num_kv_heads: int, *, block_n: int, num_sms: int,
+                  min_chunk: int = 256, max_splits: int = 64) -> tuple[int, int]:
+    """(num_splits, chunk): enough programs to fill about two waves of the SMs, each split
+    a whole number of tiles and at least ``min_chunk`` keys (below that the merge costs
+    more than the parallelism gains)."""
+    base = max(1, num_reqs * num_kv_heads)
+    want = max(1, -(-2 * num_sms // base))
+    most = max(1, -(-max_kv // max(min_chunk, block_n)))
+    splits = min(want, most, max_splits)
+    chunk = -(-max(max_kv, 1) // splits)
+    chunk = -(-chunk // block_n) * block_n
+    return -(-max(max_kv, 1) // chunk), chunk
+
+
+def decode_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables, qk_scale, v_scale,
+                     softcap, window, sinks, num_splits, chunk, partials, config):
+    """q: [B, H_q, D]; k_cache: [P, page, H_kv, D]; v_cache: [P, page, H_kv, DV];
+    out: [B, H_q, DV] (written); seq_lens: [B] int32; block_tables: [B, pages] int32;
+    partials: (mid_o [B, H_q, S, BLOCK_DV] f32, mid_m [B, H_q, S] f32, mid_l [B, H_q, S] f32)
+    when num_splits > 1, else None."""
+    num_reqs, num_heads, head_dim = q.shape
+    num_kv_heads, dv = k_cache.shape[2], v_cache.shape[3]
+    group = num_heads // num_kv_heads
+    cfg = dict(config)
+    split = num_splits > 1
+    mid_o, mid_m, mid_l = partials if split else (out, out, out)
+    strides = (mid_m.stride(0), mid_m.stride(1), mid_m.stride(2)) if split else (0, 0, 0)
+    sinks_arg = sinks if sinks is not None else q
+    _decode_kernel[(num_reqs, num_kv_heads, num_splits)](
+        q, k_cache, v_cache, out, mid_o, mid_m, mid_l, sinks_arg, seq_lens, block_tables,
+        qk_scale, v_scale, float(softcap or 1.0), int(window or 0), chunk,
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), block_tables.stride(0),
+        *strides,
+        GROUP=group, G_PAD=max(16, triton.next_power_of_2(group)), D=head_dim, DV=dv,
+        PAGE=k_cache.shape[1], BLOCK_N=cfg.pop("BLOCK_N"), BLOCK_D=padded_dim(head_dim),
+        BLOCK_DV=padded_dim(dv), SPLIT=split, HAS_WINDOW=window is not None,
+        HAS_SOFTCAP=softcap is not None, HAS_SINKS=sinks is not None, DOT_PREC="ieee", **cfg,
+    )
+    if split:
+        _reduce_kernel[(num_reqs, num_heads)](
+            out, mid_o, mid_m, mid_l, sinks_arg, v_scale, num_splits,
+            out.stride(0), out.stride(1), *strides,
+            DV=dv, BLOCK_DV=padded_dim(dv), HAS_SINKS=sinks is not None, num_warps=1,
+        )
+    return out

@@ -1,0 +1,139 @@
+"""Extend (prefill / verify / mixed) kernel: new queries over all keys through the block table.
+
+The new K/V are written into the cache first, so one gather path serves the cached prefix
+and the new tokens alike. Query ``i`` of a request with ``q_len`` new tokens and ``kv_len``
+keys sits at absolute position ``kv_len - q_len + i``; causality and the sliding window
+are masks on absolute positions.
+
+Grid: (query blocks of all requests, q heads). ``block_req[b]`` / ``block_m[b]`` name the
+request and first query row of block ``b`` (built once per step by the backend's prepare).
+The key range of a block splits into three loops: a masked left edge (window), an
+unmasked middle where every key is visible to every row, and a masked right edge
+(causal diagonal and the last partial tile).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from attnkit.backends.triton._common import NEG_BIG, attend_range, padded_dim
+
+
+@triton.jit
+def _extend_kernel(
+    Q, K, V, Out, Sinks, BlockReq, BlockM, QStart, SeqLens, BlockTables,
+    qk_scale, v_scale, softcap, window,
+    stride_qt, stride_qh, stride_ot, stride_oh,
+    stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_bt,
+    GROUP: tl.constexpr, D: tl.constexpr, DV: tl.constexpr, PAGE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+    HAS_SINKS: tl.constexpr, DOT_PREC: tl.constexpr,
+):
+    blk = tl.program_id(0)
+    h = tl.program_id(1)
+    req = tl.load(BlockReq + blk)
+    m0 = tl.load(BlockM + blk)
+    q_begin = tl.load(QStart + req)
+    q_len = tl.load(QStart + req + 1) - q_begin
+    kv_len = tl.load(SeqLens + req)
+    first_pos = kv_len - q_len          # absolute position of the request's first new token
+
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    m_ok = offs_m < q_len
+    q_pos = first_pos + offs_m
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
+    offs_dv = tl.arange(0, BLOCK_DV)
+    dv_ok = offs_dv < DV
+    q_rows = (q_begin + offs_m).to(tl.int64)
+    q = tl.load(Q + q_rows[:, None] * stride_qt + h * stride_qh + offs_d[None, :],
+                mask=m_ok[:, None] & d_ok[None, :], other=0.0)
+
+    kvh = h // GROUP
+    bt_row = BlockTables + req.to(tl.int64) * stride_bt
+    p0 = first_pos + m0                                  # first and last query position here
+    p1 = first_pos + tl.minimum(m0 + BLOCK_M, q_len) - 1
+    if CAUSAL:
+        hi = tl.minimum(kv_len, p1 + 1)
+        full_hi = (tl.minimum(p0 + 1, kv_len) // BLOCK_N) * BLOCK_N
+    else:
+        hi = kv_len
+        full_hi = (kv_len // BLOCK_N) * BLOCK_N
+    if HAS_WINDOW:
+        lo = (tl.maximum(p0 - window + 1, 0) // BLOCK_N) * BLOCK_N
+        full_lo = tl.cdiv(tl.maximum(p1 - window + 1, 0), BLOCK_N) * BLOCK_N
+    else:
+        lo = hi * 0
+        full_lo = lo
+    mid_lo = tl.minimum(tl.maximum(full_lo, lo), hi)
+    mid_hi = tl.minimum(tl.maximum(full_hi, mid_lo), hi)
+
+    if HAS_SINKS:   # the sink is a logit with no value: start the softmax from it
+        m_i = tl.zeros([BLOCK_M], tl.float32) + tl.load(Sinks + h).to(tl.float32) * 1.4426950408889634
+        l_i = tl.zeros([BLOCK_M], tl.float32) + 1.0
+    else:
+        m_i = tl.zeros([BLOCK_M], tl.float32) + NEG_BIG
+        l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
+    k_head = kvh * stride_kh
+    v_head = kvh * stride_vh
+    m_i, l_i, acc = attend_range(q, m_i, l_i, acc, K, V, bt_row, lo, mid_lo, q_pos, kv_len,
+                                 k_head, v_head, offs_d, d_ok, offs_dv, dv_ok,
+                                 stride_kp, stride_kt, stride_vp, stride_vt, qk_scale, softcap,
+                                 window, PAGE, BLOCK_N, True, CAUSAL, HAS_WINDOW, HAS_SOFTCAP,
+                                 D == BLOCK_D, DV == BLOCK_DV, DOT_PREC)
+    m_i, l_i, acc = attend_range(q, m_i, l_i, acc, K, V, bt_row, mid_lo, mid_hi, q_pos, kv_len,
+                                 k_head, v_head, offs_d, d_ok, offs_dv, dv_ok,
+                                 stride_kp, stride_kt, stride_vp, stride_vt, qk_scale, softcap,
+                                 window, PAGE, BLOCK_N, False, CAUSAL, HAS_WINDOW, HAS_SOFTCAP,
+                                 D == BLOCK_D, DV == BLOCK_DV, DOT_PREC)
+    m_i, l_i, acc = attend_range(q, m_i, l_i, acc, K, V, bt_row, mid_hi, hi, q_pos, kv_len,
+                                 k_head, v_head, offs_d, d_ok, offs_dv, dv_ok,
+                                 stride_kp, stride_kt, stride_vp, stride_vt, qk_scale, softcap,
+                                 window, PAGE, BLOCK_N, True, CAUSAL, HAS_WINDOW, HAS_SOFTCAP,
+                                 D == BLOCK_D, DV == BLOCK_DV, DOT_PREC)
+
+    l_i = tl.where(l_i == 0.0, 1.0, l_i)
+    out = acc * (v_scale / l_i)[:, None]
+    tl.store(Out + q_rows[:, None] * stride_ot + h * stride_oh + offs_dv[None, :],
+             out.to(Out.dtype.element_ty), mask=m_ok[:, None] & dv_ok[None, :])
+
+
+def extend_config(head_dim: int, dtype: torch.dtype, *, interpret: bool) -> dict:
+    """Block sizes and launch shape for one head dim and compute dtype."""
+    if interpret:
+        return dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=1)
+    if dtype == torch.float32:       # "ieee" products on CUDA cores; keep the tiles small
+        return dict(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=2)
+    if padded_dim(head_dim) > 128:
+        return dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2)
+    return dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
+
+
+def extend_attention(q, k_cache, v_cache, out, *, block_req, block_m, query_start_loc, seq_lens,
+                     block_tables, qk_scale, v_scale, softcap, window, sinks, causal, config):
+    """q: [T, H_q, D]; k_cache: [P, page, H_kv, D]; v_cache: [P, page, H_kv, DV];
+    out: [T, H_q, DV] (written); block_req / block_m: [NB] int32 query blocks of BLOCK_M rows;
+    query_start_loc: [B+1] int32; seq_lens: [B] int32; block_tables: [B, pages] int32;
+    sinks: [H_q] float32 or None. ``softcap`` / ``window`` None when unused."""
+    num_heads, head_dim = q.shape[1], q.shape[2]
+    dv = v_cache.shape[3]
+    group = num_heads // k_cache.shape[2]
+    cfg = dict(config)
+    grid = (block_req.shape[0], num_heads)
+    _extend_kernel[grid](
+        q, k_cache, v_cache, out, sinks if sinks is not None else q, block_req, block_m,
+        query_start_loc, seq_lens, block_tables,
+        qk_scale, v_scale, float(softcap or 1.0), int(window or 0),
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), block_tables.stride(0),
+        GROUP=group, D=head_dim, DV=dv, PAGE=k_cache.shape[1],
+        BLOCK_M=cfg.pop("BLOCK_M"), BLOCK_N=cfg.pop("BLOCK_N"),
+        BLOCK_D=padded_dim(head_dim), BLOCK_DV=padded_dim(dv),
+        CAUSAL=causal, HAS_WINDOW=window is not None, HAS_SOFTCAP=softcap is not None,
+        HAS_SINKS=sinks is not None, DOT_PREC="ieee", **cfg,
+    )
+    return out

@@ -1,0 +1,220 @@
+"""TritonMLABackend: MLA attention over the paged latent cache with Triton kernels.
+
+Per step ``prepare`` turns the batch metadata into int32 index tensors once; per layer
+``forward`` writes the new latent rows, then runs one of two forms:
+- absorbed (decode, verify, short extends): q_lat = q_nope @ w_kc[h] (torch bmm), the Triton
+  split-KV kernel attends against the latent cache with one KV head for all query heads,
+  out = out_lat @ w_vc[h] (torch bmm);
+- MHA form (new chunks longer than ``mha_form_min_query``): the latent of every request's
+  KV is gathered and decompressed into per-head K/V by one GEMM each, then a causal Triton
+  flash-attention kernel runs over them.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import torch
+import triton
+
+from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState
+from attnkit.backends.metadata import BatchMetadata
+from attnkit.backends.triton_mla.declaration import DECLARATION
+from attnkit.backends.triton_mla.decode import absorbed_attention
+from attnkit.backends.triton_mla.extend import mha_form_attention
+from attnkit.errors import fail
+
+_CAPS = DECLARATION.capabilities
+_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+_KV_DTYPES = _DTYPES | {torch.float8_e4m3fn: "fp8_e4m3", torch.float8_e5m2: "fp8_e5m2"}
+_UNSERVED = ("sliding_window", "logit_softcap", "sinks", "cross_attention", "non_causal",
+             "dual_chunk")
+# FLOP count per key (DeepSeek-V3, 128 heads): absorbed costs ~n * H * 2 * (2L + R) for n
+# new tokens, MHA form ~n * H * 2 * (nope + rope + v) plus one decompression of
+# 2 * L * H * (nope + v); they cross near n = 170. See benchmarks/NOTES-mla.md.
+MHA_FORM_MIN_QUERY = 128
+
+
+@dataclass(slots=True)
+class _MLAPlan:
+    """Index tensors shared by every layer of one step (int32, on the compute device)."""
+    query_start_loc: torch.Tensor     # [B+1]
+    seq_lens: torch.Tensor            # [B]
+    block_tables: torch.Tensor        # [B, P]
+    tiles: dict = field(default_factory=dict)   # tile size -> (work_req [W], work_tok [W])
+    gather: tuple | None = None       # (kv_start_loc [B+1], slots [S]) for the MHA form
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def _sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 4
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+class TritonMLABackend(AttentionBackend):
+    """Options (keyword-only) override the per-shape heuristics, for tests and benchmarks:
+    ``num_splits`` (KV splits per tile), ``block_h``, ``block_n``, ``num_warps``,
+    ``num_stages``, ``mha_form_min_query`` (new tokens from which extend uses the MHA form;
+    None = always absorbed)."""
+
+    name = "triton_mla"
+
+    def __init__(self, *, num_splits: int | None = None, block_h: int | None = None,
+                 block_n: int | None = None, num_warps: int | None = None,
+                 num_stages: int | None = None, mha_form_min_query: int | None = MHA_FORM_MIN_QUERY):
+        self.num_splits = num_splits
+        self.block_h = block_h
+        self.block_n = block_n
+        self.num_warps = num_warps
+        self.num_stages = num_stages
+        self.mha_form_min_query = mha_form_min_query
+
+    # ---- per step -------------------------------------------------------------------------
+    def prepare(self, meta: BatchMetadata, cache) -> StepState:
+        dev = cache.device
+        i32 = lambda x: torch.as_tensor(x, device=dev).to(torch.int32).contiguous()  # noqa: E731
+        plan = _MLAPlan(query_start_loc=i32(meta.query_start_loc), seq_lens=i32(meta.seq_lens),
+                        block_tables=i32(meta.block_tables))
+        return StepState(meta=meta, plan=plan)
+
+    @staticmethod
+    def _tiles(step: StepState, size: int):
+        """Work items of ``size`` consecutive new tokens of one request: (req [W], tok [W])."""
+        plan = step.plan
+        if size not in plan.tiles:
+            req, tok, start = [], [], 0
+            for b, n in enumerate(step.meta.query_lens_cpu):
+                for t in range(start, start + n, size):
+                    req.append(b)
+                    tok.append(t)
+                start += n
+            dev = plan.seq_lens.device
+            plan.tiles[size] = (torch.tensor(req, dtype=torch.int32, device=dev),
+                                torch.tensor(tok, dtype=torch.int32, device=dev))
+        return plan.tiles[size]
+
+    @staticmethod
+    def _gather(step: StepState):
+        """Dense KV order of the MHA form: kv_start_loc [B+1] and cache slot of each key [S]."""
+        plan, meta = step.plan, step.meta
+        if plan.gather is None:
+            dev = plan.seq_lens.device
+            lens = torch.tensor(meta.seq_lens_cpu, dtype=torch.int64, device=dev)
+            starts = torch.zeros(len(meta.seq_lens_cpu) + 1, dtype=torch.int64, device=dev)
+            starts[1:] = torch.cumsum(lens, 0)
+            req = torch.repeat_interleave(torch.arange(len(lens), device=dev), lens)
+            pos = torch.arange(int(starts[-1]), device=dev) - starts[req]
+            ps = meta.page_size
+            slots = plan.block_tables[req, pos // ps].long() * ps + pos % ps
+            plan.gather = (starts.to(torch.int32), slots)
+        return plan.gather
+
+    # ---- per layer ------------------------------------------------------------------------
+    def forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):
+        """q: [T, H, nope + rope]; k: latent [T, L + R]; v: None. Returns [T, H * v_head_dim]."""
+        spec, meta = layer.spec, step.meta
+        mla = self._check(q, k, v, layer, cache)
+        T, H = q.shape[0], q.shape[1]
+        if T == 0:
+            return q.new_empty(0, H * mla.v_head_dim)
+        cache.write(spec.layer_id, meta.slot_mapping, k, None)
+        nope = mla.qk_nope_head_dim
+        q = q if q.stride(-1) == 1 else q.contiguous()
+        q_nope, q_pe = q[..., :nope], q[..., nope:]
+        kv_scale = float(cache.k_scales[spec.layer_id]) if cache.is_fp8 else 1.0
+        latent = cache.latent[spec.layer_id]
+        use_mha = self.mha_form_min_query is not None and meta.max_query_len >= self.mha_form_min_query
+        if use_mha:
+            out = self._mha_form(q_nope, q_pe, latent, layer, cache, step, kv_scale)
+        else:
+            out = self._absorbed(q_nope, q_pe, latent, layer, step, kv_scale)
+        return out.reshape(T, H * mla.v_head_dim)
+
+    def _absorbed(self, q_nope, q_pe, latent, layer, step, kv_scale):
+        """q_nope: [T, H, nope]; q_pe: [T, H, R]; latent: [pages, page_size, L + R] -> [T, H, Dv]."""
+        H = q_nope.shape[1]
+        L = layer.spec.mla.kv_lora_rank
+        q_lat = torch.bmm(q_nope.transpose(0, 1), layer.w_kc.to(q_nope.dtype))       # [H, T, L]
+        block_h = self.block_h or min(64, max(16, triton.next_power_of_2(H)))
+        block_t = max(1, min(triton.next_power_of_2(step.meta.max_query_len), 64 // block_h))
+        work_req, work_tok = self._tiles(step, block_t)
+        splits = self.num_splits or self._splits(work_req.numel() * triton.cdiv(H, block_h),
+                                                 step.meta.max_seq_len, q_nope.device)
+        big = L >= 256
+        out_lat = absorbed_attention(
+            q_lat, q_pe, latent.view(-1, latent.shape[-1]), step.plan.block_tables, work_req,
+            work_tok, step.plan.query_start_loc, step.plan.seq_lens,
+            page_size=step.meta.page_size, scale=layer.spec.softmax_scale, kv_scale=kv_scale,
+            block_t=block_t, block_h=block_h, block_n=self.block_n or (32 if big else 16),
+            num_splits=splits, num_warps=self.num_warps or (8 if big and block_h * block_t >= 64 else 4),
+            num_stages=self.num_stages or (1 if big else 2))
+        return torch.bmm(out_lat.transpose(0, 1), layer.w_vc.to(q_nope.dtype)).transpose(0, 1)
+
+    def _mha_form(self, q_nope, q_pe, latent, layer, cache, step, kv_scale):
+        """Decompress the gathered latent into per-head K/V, then causal flash attention."""
+        H, dtype = q_nope.shape[1], q_nope.dtype
+        mla = layer.spec.mla
+        L = mla.kv_lora_rank
+        kv_start, slots = self._gather(step)
+        lat = latent.view(-1, latent.shape[-1])[slots]
+        lat = lat.float().mul_(kv_scale).to(dtype) if cache.is_fp8 else lat.to(dtype)
+        c, k_pe = lat[:, :L], lat[:, L:]
+        w_kc = layer.w_kc.to(dtype).reshape(H * mla.qk_nope_head_dim, L)
+        w_vc = layer.w_vc.to(dtype).transpose(0, 1).reshape(L, H * mla.v_head_dim)
+        k_nope = (c @ w_kc.T).view(-1, H, mla.qk_nope_head_dim)                      # [S, H, nope]
+        v = (c @ w_vc).view(-1, H, mla.v_head_dim)                                  # [S, H, Dv]
+        big = q_nope.is_cuda and not _interpreting()
+        block_m = 64 if big else 16
+        work_req, work_tok = self._tiles(step, block_m)
+        return mha_form_attention(
+            q_nope, q_pe, k_nope, k_pe, v, work_req, work_tok, step.plan.query_start_loc,
+            kv_start, scale=layer.spec.softmax_scale, block_m=block_m,
+            block_n=64 if big else 16, num_warps=4, num_stages=self.num_stages or (3 if big else 1))
+
+    @staticmethod
+    def _splits(programs: int, max_seq_len: int, device: torch.device) -> int:
+        """KV splits so that programs * splits fills the SMs twice over, each split keeping at
+        least 256 keys (fewer keys per split and the reduce costs more than the split saves)."""
+        want = triton.cdiv(2 * _sm_count(device), max(programs, 1))
+        return max(1, min(want, triton.cdiv(max_seq_len, 256), 64))
+
+    # ---- checks ---------------------------------------------------------------------------
+    def _check(self, q, k, v, layer: AttentionLayer, cache):
+        """Everything the declaration says, as AttnkitErrors in AK460-AK466."""
+        spec = layer.spec
+        mla = spec.mla
+        if spec.kind != "mla" or mla is None or layer.w_kc is None or layer.w_vc is None:
+            fail("AK460", f"layer {spec.layer_id} is kind {spec.kind!r}; triton_mla needs an MLA "
+                 "layer with w_kc and w_vc", field="layer.kind", expected="mla", actual=spec.kind)
+        dims = (mla.kv_lora_rank, mla.qk_rope_head_dim)
+        if dims not in _CAPS.mla_dims:
+            fail("AK461", f"(kv_lora_rank, qk_rope_head_dim) = {dims} is not served by triton_mla",
+                 field="mla_dims", expected=_CAPS.mla_dims, actual=dims)
+        bad = [f for f in spec.features() if f in _UNSERVED]
+        if bad or not spec.causal:
+            fail("AK464", f"layer {spec.layer_id} needs {sorted(bad) or ['non_causal']}",
+                 field="features", expected=sorted(_CAPS.features), actual=sorted(bad))
+        if not q.is_cuda and not _interpreting():
+            fail("AK465", f"q is on {q.device}; triton_mla runs on CUDA",
+                 field="device", expected="cuda", actual=str(q.device))
+        dt, kv_dt = _DTYPES.get(q.dtype), _KV_DTYPES.get(cache.dtype)
+        if dt not in _CAPS.dtypes or kv_dt not in _CAPS.kv_cache_dtypes or k.dtype != q.dtype:
+            fail("AK462", f"q {q.dtype}, latent {k.dtype}, cache {cache.dtype} not served",
+                 field="dtype", expected={"dtypes": _CAPS.dtypes, "kv_cache_dtypes": _CAPS.kv_cache_dtypes},
+                 actual={"q": str(q.dtype), "k": str(k.dtype), "cache": str(cache.dtype)})
+        if cache.page_size not in _CAPS.page_sizes:
+            fail("AK463", f"page size {cache.page_size} is not served by triton_mla",
+                 field="page_size", expected=_CAPS.page_sizes, actual=cache.page_size)
+        H, L, R = spec.num_heads, mla.kv_lora_rank, mla.qk_rope_head_dim
+        want = {"q": (q.shape[0], H, mla.qk_nope_head_dim + R), "k": (q.shape[0], L + R),
+                "w_kc": (H, mla.qk_nope_head_dim, L), "w_vc": (H, L, mla.v_head_dim)}
+        got = {"q": tuple(q.shape), "k": tuple(k.shape), "w_kc": tuple(layer.w_kc.shape),
+               "w_vc": tuple(layer.w_vc.shape)}
+        if want != got or v is not None:
+            fail("AK466", f"MLA shapes {got} (v={'set' if v is not None else None}) differ from "
+                 f"{want} (v=None)", field="shapes", expected=want, actual=got)
+        return mla

@@ -1,0 +1,180 @@
+"""Absorbed MLA attention over the paged latent cache: split-KV kernel, reduce kernel, launcher.
+
+One program owns a tile of ``BLOCK_T`` query tokens x ``BLOCK_H`` heads of ONE request
+(decode: 1 token x all heads of a rank, so each latent row is read once per split),
+and one of ``num_splits`` contiguous slices of that request's KV. Rows are causal: query
+token i of a request with ``n`` new tokens and KV length ``S`` sees keys ``< S - n + i + 1``,
+which covers DECODE (n = 1), VERIFY (a few draft tokens) and short EXTEND steps.
+
+Per latent tile ``c [BLOCK_N, L]`` (read once, used twice):
+    s   = scale * (q_lat @ c.T + q_pe @ k_pe.T)        [BLOCK_M, BLOCK_N]
+    acc = acc * alpha + softmax_part(s) @ c            [BLOCK_M, L]
+Softmax runs in base 2 (``exp2``): the launcher folds log2(e) into the scale.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _absorbed_split_kernel(
+    QL, QP, Cache, BlockTables, WorkReq, WorkTok, QStart, SeqLens, Out, Lse,
+    stride_qlh, stride_qlt, stride_qpt, stride_qph, stride_cache, stride_bt,
+    stride_ot, stride_oh, stride_os, stride_lt, stride_lh,
+    qk_scale, v_scale, H, num_splits,
+    L: tl.constexpr, R: tl.constexpr, PAGE_SIZE: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+    DIRECT: tl.constexpr, IEEE: tl.constexpr,
+):
+    """QL: q_lat [H, T, L]; QP: q_pe [T, H, R]; Cache: latent [slots, L + R];
+    BlockTables: [B, P] int32; WorkReq/WorkTok: [W] request id and first token of each tile;
+    QStart: [B+1]; SeqLens: [B]; Out: [T, H, S, L] fp32 partials (DIRECT: [T, H, L] final);
+    Lse: [T, H, S] fp32 base-2 log-sum-exp of each split (unused when DIRECT)."""
+    BLOCK_M: tl.constexpr = BLOCK_T * BLOCK_H
+    w = tl.program_id(0)
+    hb = tl.program_id(1)
+    split = tl.program_id(2)
+    req = tl.load(WorkReq + w)
+    tok0 = tl.load(WorkTok + w)
+    q_end = tl.load(QStart + req + 1)
+    seq_len = tl.load(SeqLens + req)
+
+    rows = tl.arange(0, BLOCK_M)
+    tok = tok0 + rows // BLOCK_H
+    head = hb * BLOCK_H + rows % BLOCK_H
+    row_ok = (tok < q_end) & (head < H)
+    # causal: token tok (of the last q_end - tok new ones) sees keys below kv_len
+    kv_len = tl.where(row_ok, seq_len - (q_end - tok) + 1, 0)
+    kv_max = tl.max(kv_len, axis=0)
+
+    offs_l = tl.arange(0, L)
+    offs_r = tl.arange(0, R)
+    q_lat = tl.load(QL + head[:, None] * stride_qlh + tok[:, None] * stride_qlt + offs_l[None, :],
+                    mask=row_ok[:, None], other=0.0)
+    q_pe = tl.load(QP + tok[:, None] * stride_qpt + head[:, None] * stride_qph + offs_r[None, :],
+                   mask=row_ok[:, None], other=0.0)
+
+    # this split's slice of the KV, a whole number of BLOCK_N tiles
+    per_split = tl.cdiv(tl.cdiv(kv_max, num_splits), BLOCK_N) * BLOCK_N
+    start = split * per_split
+    end = tl.minimum(start + per_split, kv_max)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, L], tl.float32)
+    offs_n = tl.arange(0, BLOCK_N)
+    for n0 in range(start, end, BLOCK_N):
+        pos = n0 + offs_n
+        pos_ok = pos < end
+        # token address: page id from the request's block table, then offset in page
+        page = tl.load(BlockTables + req * stride_bt + pos // PAGE_SIZE, mask=pos_ok, other=0)
+        slot = page.to(tl.int64) * PAGE_SIZE + pos % PAGE_SIZE
+        c = tl.load(Cache + slot[:, None] * stride_cache + offs_l[None, :],
+                    mask=pos_ok[:, None], other=0.0).to(q_lat.dtype)
+        pe = tl.load(Cache + slot[:, None] * stride_cache + L + offs_r[None, :],
+                     mask=pos_ok[:, None], other=0.0).to(q_lat.dtype)
+        if IEEE:
+            s = tl.dot(q_lat, tl.trans(c), input_precision="ieee")
+            s = tl.dot(q_pe, tl.trans(pe), s, input_precision="ieee")
+        else:
+            s = tl.dot(q_lat, tl.trans(c))
+            s = tl.dot(q_pe, tl.trans(pe), s)
+        s = s * qk_scale
+        s = tl.where(pos[None, :] < kv_len[:, None], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        # rows with nothing visible yet keep m = -inf; shift by 0 so exp2 gives 0, not NaN
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        if IEEE:
+            acc = tl.dot(p.to(c.dtype), c, acc * alpha[:, None], input_precision="ieee")
+        else:
+            acc = tl.dot(p.to(c.dtype), c, acc * alpha[:, None])
+        m_i = m_new
+
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    out = acc * (v_scale / l_safe)[:, None]
+    if DIRECT:
+        o_ptr = Out + tok[:, None] * stride_ot + head[:, None] * stride_oh + offs_l[None, :]
+        tl.store(o_ptr, out.to(Out.dtype.element_ty), mask=row_ok[:, None])
+    else:
+        o_ptr = (Out + tok[:, None] * stride_ot + head[:, None] * stride_oh + split * stride_os
+                 + offs_l[None, :])
+        tl.store(o_ptr, out, mask=row_ok[:, None])
+        lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(l_safe))
+        tl.store(Lse + tok * stride_lt + head * stride_lh + split, lse, mask=row_ok)
+
+
+@triton.jit
+def _reduce_splits_kernel(
+    Partial, Lse, Out, num_splits,
+    stride_pt, stride_ph, stride_ps, stride_lt, stride_lh, stride_ot, stride_oh,
+    L: tl.constexpr,
+):
+    """Partial: [T, H, S, L] fp32; Lse: [T, H, S] fp32 (base 2); Out: [T, H, L]."""
+    t = tl.program_id(0)
+    h = tl.program_id(1)
+    offs_l = tl.arange(0, L)
+    lse_base = Lse + t * stride_lt + h * stride_lh
+    m = tl.full([], float("-inf"), tl.float32)
+    for s in range(0, num_splits):
+        m = tl.maximum(m, tl.load(lse_base + s))
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    acc = tl.zeros([L], tl.float32)
+    denom = tl.zeros([], tl.float32)
+    for s in range(0, num_splits):
+        wgt = tl.exp2(tl.load(lse_base + s) - m_safe)
+        acc += wgt * tl.load(Partial + t * stride_pt + h * stride_ph + s * stride_ps + offs_l)
+        denom += wgt
+    denom = tl.where(denom == 0.0, 1.0, denom)
+    tl.store(Out + t * stride_ot + h * stride_oh + offs_l, (acc / denom).to(Out.dtype.element_ty))
+
+
+def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok,
+                       query_start_loc, seq_lens, *, page_size: int, scale: float,
+                       kv_scale: float, block_t: int, block_h: int, block_n: int,
+                       num_splits: int, num_warps: int = 4, num_stages: int = 2):
+    """Absorbed attention core; returns out_lat [T, H, L] in q_lat's dtype.
+
+    q_lat: [H, T, L] (last dim contiguous); q_pe: [T, H, R]; cache_flat: [slots, L + R]
+    (compute dtype or fp8; ``kv_scale`` undoes fp8 storage); block_tables: [B, P] int32;
+    work_req / work_tok: [W] int32 tiles of ``block_t`` tokens of one request;
+    query_start_loc: [B+1] int32; seq_lens: [B] int32.
+    """
+    import torch
+
+    H, T, L = q_lat.shape
+    R = q_pe.shape[-1]
+    out = torch.empty(T, H, L, dtype=q_lat.dtype, device=q_lat.device)
+    W = work_req.numel()
+    if T == 0 or W == 0:
+        return out
+    head_blocks = triton.cdiv(H, block_h)
+    direct = num_splits == 1
+    if direct:
+        partial, lse = out, out.new_empty(1, dtype=torch.float32)
+        sp = (out.stride(0), out.stride(1), 0, 0, 0)
+    else:
+        partial = torch.empty(T, H, num_splits, L, dtype=torch.float32, device=q_lat.device)
+        lse = torch.empty(T, H, num_splits, dtype=torch.float32, device=q_lat.device)
+        sp = (partial.stride(0), partial.stride(1), partial.stride(2), lse.stride(0), lse.stride(1))
+    _absorbed_split_kernel[(W, head_blocks, num_splits)](
+        q_lat, q_pe, cache_flat, block_tables, work_req, work_tok, query_start_loc, seq_lens,
+        partial, lse,
+        q_lat.stride(0), q_lat.stride(1), q_pe.stride(0), q_pe.stride(1), cache_flat.stride(0),
+        block_tables.stride(0), *sp,
+        scale * kv_scale * LOG2E, kv_scale, H, num_splits,
+        L=L, R=R, PAGE_SIZE=page_size, BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_N=block_n,
+        DIRECT=direct, IEEE=q_lat.dtype == torch.float32,
+        num_warps=num_warps, num_stages=num_stages,
+    )
+    if not direct:
+        _reduce_splits_kernel[(T, H)](
+            partial, lse, out, num_splits, *sp[:3], lse.stride(0), lse.stride(1),
+            out.stride(0), out.stride(1), L=L, num_warps=4,
+        )
+    return out

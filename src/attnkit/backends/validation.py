@@ -1,0 +1,221 @@
+"""Runtime input checks, run before any kernel sees the inputs.
+
+Two entry points, both called automatically by ``AttentionBackend`` (see base.py):
+  ``validate_batch(meta, cache)``  once per step (in ``prepare``): page size, index dtypes,
+      devices, query_start_loc, block tables and slot mapping against the cache.
+  ``validate_forward(q, k, v, layer, cache, meta)``  per layer (in ``forward``): shapes,
+      dtypes, devices and head counts of q/k/v and the layer's tensors. Metadata only, no
+      device sync.
+Each failure is an AttnkitError (AK406, AK410-AK418) naming the field, expected and actual.
+Host lists from the metadata are used where present so checks do not sync the device.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from attnkit.backends.batch import slots_of
+from attnkit.backends.metadata import BatchMetadata, ForwardMode
+from attnkit.errors import fail
+
+COMPUTE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+INDEX_DTYPES = (torch.int32, torch.int64)
+
+
+def same_device(a: torch.device, b: torch.device) -> bool:
+    """'cuda' and 'cuda:0' are the same device here; an unset index matches any."""
+    a, b = torch.device(a), torch.device(b)
+    return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
+
+
+def _shape(name: str, t: Any, expected: tuple, *, code: str = "AK411") -> None:
+    if not isinstance(t, torch.Tensor):
+        fail("AK411", f"{name} must be a tensor of shape {list(expected)}, got {type(t).__name__}",
+             field=name, expected=list(expected), actual=type(t).__name__)
+    if tuple(t.shape) != tuple(expected):
+        fail(code, f"{name} has shape {list(t.shape)}, expected {list(expected)}",
+             field=name, expected=list(expected), actual=list(t.shape))
+
+
+def _device(name: str, t: torch.Tensor | None, device: torch.device) -> None:
+    if t is not None and not same_device(t.device, device):
+        fail("AK412", f"{name} is on {t.device} but the KV cache is on {device}",
+             field=name, expected=str(device), actual=str(t.device))
+
+
+def _dtype(name: str, t: torch.Tensor, allowed: tuple) -> None:
+    if t.dtype not in allowed:
+        fail("AK410", f"{name} has dtype {t.dtype}, expected one of {[str(d) for d in allowed]}",
+             field=name, expected=[str(d) for d in allowed], actual=str(t.dtype))
+
+
+def _heads_tensor(name: str, t: Any, tokens: int, heads: int, dim: int, lid: int) -> None:
+    """t must be [tokens, heads, dim]; a wrong head count gets its own code (AK413)."""
+    if isinstance(t, torch.Tensor) and t.dim() == 3 and t.shape[1] != heads:
+        fail("AK413", f"{name} has {t.shape[1]} heads but layer {lid} has {heads} "
+                      f"{'query' if name == 'q' else 'KV'} heads (K/V are not repeated for GQA)",
+             field=f"{name}.shape[1]", expected=heads, actual=t.shape[1])
+    _shape(name, t, (tokens, heads, dim))
+
+
+def validate_forward(q, k, v, layer, cache, meta: BatchMetadata) -> None:
+    """q: [T, H_q, D] (dual chunk layers: [T, 3, H_q, D]); k: [N, H_kv, D], v: [N, H_kv, D_v] (MLA: k [N, L + R], v None), with
+    N = T, or for cross layers N = sum(encoder_lens) and k = v = None when already cached."""
+    spec = layer.spec
+    lid = spec.layer_id
+    _check_cache_layer(layer, cache)
+    if spec.num_kv_heads < 1 or spec.num_heads % spec.num_kv_heads:
+        fail("AK413", f"layer {lid}: {spec.num_heads} query heads are not a multiple of "
+                      f"{spec.num_kv_heads} KV heads", field="layer.spec.num_kv_heads",
+             expected=f"a divisor of {spec.num_heads}", actual=spec.num_kv_heads)
+    if spec.dual_chunk is not None and isinstance(q, torch.Tensor) and q.dim() == 4:
+        # dual chunk layers take three rotations of each query: [T, 3, H_q, D]
+        _shape("q", q, (meta.num_tokens, 3, spec.num_heads, spec.head_dim))
+    else:
+        _heads_tensor("q", q, meta.num_tokens, spec.num_heads, spec.head_dim, lid)
+    _dtype("q", q, COMPUTE_DTYPES)
+    _device("q", q, cache.device)
+    n_kv = meta.num_tokens
+    if spec.cross_attention:
+        if k is None and v is None:
+            _check_layer_tensors(layer, q)
+            return
+        n_kv = sum(meta.encoder_lens_cpu or [])
+    if spec.kind == "mla":
+        _shape("k (MLA latent)", k, (n_kv, spec.mla.latent_dim))
+        if v is not None:
+            fail("AK411", "MLA layers take the latent as k and v=None",
+                 field="v", expected=None, actual=list(v.shape))
+        named = (("k", k),)
+    else:
+        _heads_tensor("k", k, n_kv, spec.num_kv_heads, spec.head_dim, lid)
+        _heads_tensor("v", v, n_kv, spec.num_kv_heads, spec.value_dim, lid)
+        named = (("k", k), ("v", v))
+    for name, t in named:
+        if t.dtype != q.dtype:
+            fail("AK410", f"{name} has dtype {t.dtype} but q has {q.dtype}",
+                 field=name, expected=str(q.dtype), actual=str(t.dtype))
+        _device(name, t, cache.device)
+    _check_layer_tensors(layer, q)
+
+
+def _check_cache_layer(layer, cache) -> None:
+    spec = layer.spec
+    lid = spec.layer_id
+    if spec.kind == "mla":
+        buf = cache.latent.get(lid)
+        expected = (cache.num_pages, cache.page_size, spec.mla.latent_dim) if spec.mla else None
+    else:
+        buf = cache.k.get(lid)
+        expected = (cache.num_pages, cache.page_size, spec.num_kv_heads, spec.head_dim)
+    if buf is None:
+        have = sorted(cache.latent if spec.kind == "mla" else cache.k)
+        fail("AK418", f"the KV cache has no {spec.kind.upper()} buffer for layer {lid}",
+             field="layer.layer_id", expected=have, actual=lid)
+    if expected is None or tuple(buf.shape) != expected:
+        fail("AK418", f"the cache buffer of layer {lid} has shape {list(buf.shape)}, but the layer "
+                      f"needs {list(expected) if expected else '(no MLA config)'}",
+             field=f"cache[{lid}]", expected=list(expected) if expected else None, actual=list(buf.shape))
+
+
+def _check_layer_tensors(layer, q: torch.Tensor) -> None:
+    """Shapes and devices of the per-layer tensors that are set; a missing one is left to
+    the backend, which names what it needs (e.g. MLA weights)."""
+    spec = layer.spec
+    wanted = {"sinks": (spec.num_heads,)}
+    if spec.kind == "mla":
+        mla = spec.mla
+        wanted["w_kc"] = (spec.num_heads, mla.qk_nope_head_dim, mla.kv_lora_rank)
+        wanted["w_vc"] = (spec.num_heads, mla.kv_lora_rank, mla.v_head_dim)
+    for name, shape in wanted.items():
+        t = getattr(layer, name)
+        if t is not None:
+            _shape(f"layer.{name}", t, shape)
+            _device(f"layer.{name}", t, q.device)
+
+
+def validate_batch(meta: BatchMetadata, cache) -> None:
+    """Once per step: the metadata is self-consistent and fits the cache."""
+    if meta.page_size != cache.page_size:
+        fail("AK418", f"batch built for page_size {meta.page_size}, cache has {cache.page_size}",
+             field="meta.page_size", expected=cache.page_size, actual=meta.page_size)
+    b, t = meta.num_reqs, meta.num_tokens
+    index = {"query_start_loc": (b + 1,), "seq_lens": (b,), "prefix_lens": (b,),
+             "slot_mapping": (t,), "positions": (t,)}
+    for name, shape in index.items():
+        tensor = getattr(meta, name)
+        _shape(f"meta.{name}", tensor, shape)
+        _dtype(f"meta.{name}", tensor, INDEX_DTYPES)
+        _device(f"meta.{name}", tensor, cache.device)
+    _dtype("meta.block_tables", meta.block_tables, INDEX_DTYPES)
+    _device("meta.block_tables", meta.block_tables, cache.device)
+    _check_lengths(meta)
+    _check_mode(meta)
+    tables = meta.block_tables_cpu if meta.block_tables_cpu is not None else meta.block_tables.tolist()
+    slots = meta.slot_mapping_cpu if meta.slot_mapping_cpu is not None else meta.slot_mapping.tolist()
+    _check_tables("meta.block_tables", tables, meta.seq_lens_cpu, cache)
+    expected = [s for row, p, n in zip(tables, meta.prefix_lens_cpu, meta.seq_lens_cpu)
+                for s in slots_of(row, range(p, n), cache.page_size)]
+    _check_slots("meta.slot_mapping", slots, expected, cache)
+    if meta.encoder_lens is not None:
+        _check_encoder(meta, cache)
+
+
+def _check_lengths(meta: BatchMetadata) -> None:
+    starts = meta.query_start_loc.tolist()
+    qlens = [b - a for a, b in zip(starts, starts[1:])]
+    extend = [s - p for s, p in zip(meta.seq_lens_cpu, meta.prefix_lens_cpu)]
+    if starts[:1] != [0] or qlens != list(meta.query_lens_cpu) or qlens != extend:
+        fail("AK417", f"query_start_loc {starts} does not match the new-token counts "
+                      f"seq_lens - prefix_lens = {extend} (query_lens_cpu {meta.query_lens_cpu})",
+             field="meta.query_start_loc", expected=[0] + [sum(extend[:i + 1]) for i in range(len(extend))],
+             actual=starts)
+
+
+def _check_mode(meta: BatchMetadata) -> None:
+    qlens = meta.query_lens_cpu
+    if meta.mode is ForwardMode.DECODE and any(n != 1 for n in qlens):
+        fail("AK406", f"DECODE step with new-token counts {qlens}; decode takes one per request",
+             field="meta.mode", expected="one new token per request", actual=qlens)
+    if (meta.mode is ForwardMode.IDLE) != (meta.num_reqs == 0):
+        fail("AK406", f"mode {meta.mode.name} with {meta.num_reqs} request(s)",
+             field="meta.mode", expected="IDLE exactly when the batch is empty", actual=meta.mode.name)
+
+
+def _check_tables(name: str, tables: list[list[int]], lens: list[int], cache) -> None:
+    for i, (row, n) in enumerate(zip(tables, lens)):
+        need = row[:-(-n // cache.page_size)]
+        bad = [p for p in need if not 0 <= p < cache.num_pages]
+        if len(need) * cache.page_size < n or bad:
+            fail("AK414", f"{name}[{i}] = {row} must name {-(-n // cache.page_size)} page(s) in "
+                          f"[0, {cache.num_pages}) for {n} tokens; bad entries {bad}",
+                 field=f"{name}[{i}]", expected=f"pages in [0, {cache.num_pages})", actual=row)
+
+
+def _check_slots(name: str, slots: list[int], expected: list[int], cache) -> None:
+    limit = cache.num_pages * cache.page_size
+    for j, (s, e) in enumerate(zip(slots, expected)):
+        if s != e or not 0 <= s < limit:
+            fail("AK415", f"{name}[{j}] = {s}, but the token's block-table page and offset give "
+                          f"slot {e} (cache slots are [0, {limit}))",
+                 field=f"{name}[{j}]", expected=e, actual=s)
+    if len(set(slots)) != len(slots):
+        seen: set[int] = set()
+        dup = next(s for s in slots if s in seen or seen.add(s))
+        fail("AK416", f"{name} writes slot {dup} more than once in one step",
+             field=name, expected="distinct slots", actual=dup)
+
+
+def _check_encoder(meta: BatchMetadata, cache) -> None:
+    lens = meta.encoder_lens_cpu if meta.encoder_lens_cpu is not None else meta.encoder_lens.tolist()
+    _shape("meta.encoder_lens", meta.encoder_lens, (meta.num_reqs,))
+    tables = (meta.encoder_block_tables_cpu if meta.encoder_block_tables_cpu is not None
+              else meta.encoder_block_tables.tolist())
+    _device("meta.encoder_block_tables", meta.encoder_block_tables, cache.device)
+    _check_tables("meta.encoder_block_tables", tables, lens, cache)
+    if meta.encoder_slot_mapping is not None:
+        _device("meta.encoder_slot_mapping", meta.encoder_slot_mapping, cache.device)
+        expected = [s for row, n in zip(tables, lens) for s in slots_of(row, range(n), cache.page_size)]
+        _shape("meta.encoder_slot_mapping", meta.encoder_slot_mapping, (len(expected),))
+        _check_slots("meta.encoder_slot_mapping", meta.encoder_slot_mapping.tolist(), expected, cache)

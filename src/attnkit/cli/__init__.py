@@ -1,0 +1,1 @@
+"""The ``attnkit`` command line (torch-free); entry point ``attnkit.cli.main:main``."""

@@ -1,0 +1,149 @@
+"""The ``attnkit`` command: plan, backends, explain, models, devices. Torch-free.
+
+Exit codes: 0 planned (or listed), 1 internal error (AK900), 2 usage error (bad flag, unknown
+model/device/code, invalid value), 3 no valid plan.
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import sys
+import traceback
+from typing import Any, Sequence
+
+from attnkit.errors import CATALOG, AttnkitError
+
+EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_NO_PLAN = 0, 1, 2, 3
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
+    parser = argparse.ArgumentParser(prog="attnkit", parents=[common],
+                                     description="Plan, explain and run attention backends.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("plan", parents=[common], help="choose prefill/decode backends for a model on a device")
+    p.add_argument("models", nargs="+", metavar="MODEL", help="preset name, config.json or model directory")
+    p.add_argument("--device", action="append", metavar="D", help="platform preset or 'auto' (repeatable)")
+    p.add_argument("--attention-backend", metavar="B")
+    p.add_argument("--prefill-attention-backend", metavar="B")
+    p.add_argument("--decode-attention-backend", metavar="B")
+    p.add_argument("--page-size", type=int, metavar="N")
+    p.add_argument("--kv-cache-dtype", metavar="T")
+    p.add_argument("--dtype", metavar="T")
+    p.add_argument("--tp-size", type=int, metavar="N")
+    p.add_argument("--speculative-tokens", type=int, metavar="N")
+    p.add_argument("--dual-chunk", choices=("auto", "on", "off"))
+    p.add_argument("--deny", action="append", metavar="B", help="never choose B (repeatable, or comma list)")
+    p.add_argument("--cuda-graph", action="store_true", default=None)
+    p.add_argument("--json", action="store_true", help="print Plan.to_dict() (a list for several)")
+
+    b = sub.add_parser("backends", parents=[common], help="list backends: installed, usable here, why not")
+    b.add_argument("--device", default="auto", metavar="D")
+    b.add_argument("--json", action="store_true")
+
+    e = sub.add_parser("explain", parents=[common], help="print an error code's catalog entry")
+    e.add_argument("code")
+    sub.add_parser("models", parents=[common], help="list model presets")
+    sub.add_parser("devices", parents=[common], help="list device presets")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)     # argparse exits 2 on a bad flag
+    try:
+        return COMMANDS[args.command](args)
+    except AttnkitError as err:
+        _error(err)
+        return EXIT_USAGE
+    except Exception as exc:  # noqa: BLE001 - the CLI boundary: no raw traceback without --debug
+        if args.debug:
+            traceback.print_exc()
+        sys.stderr.write(f"error AK900: {CATALOG['AK900'].title}: {type(exc).__name__}: {exc}\n"
+                         + ("" if args.debug else "  re-run with --debug for the traceback and report it\n"))
+        return EXIT_INTERNAL
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from attnkit.cli.render import matrix_text, plan_text
+    from attnkit.hardware import resolve_platform
+    from attnkit.model import load_model
+    from attnkit.planning.request import parse_request
+    from attnkit.planning.solver import plan
+
+    request = parse_request({
+        "attention_backend": args.attention_backend, "prefill_attention_backend": args.prefill_attention_backend,
+        "decode_attention_backend": args.decode_attention_backend, "page_size": args.page_size,
+        "kv_cache_dtype": args.kv_cache_dtype, "dtype": args.dtype, "tp_size": args.tp_size,
+        "speculative_tokens": args.speculative_tokens, "dual_chunk": args.dual_chunk,
+        "cuda_graph": args.cuda_graph, "deny": [n for d in (args.deny or []) for n in d.split(",")]})
+    devices = args.device or ["auto"]
+    # Resolve every name first: a typo is a usage error before any planning output.
+    models = {m: load_model(m) for m in args.models}
+    platforms = {d: resolve_platform(d) for d in devices}
+    plans = [plan(models[m], platforms[d], request, label=m) for m in args.models for d in devices]
+    single = len(plans) == 1
+    if args.json:
+        data: Any = plans[0].to_dict() if single else [p.to_dict() for p in plans]
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    elif single:
+        sys.stdout.write(plan_text(plans[0]))
+    else:
+        sys.stdout.write(matrix_text(plans, list(args.models), devices))
+    return EXIT_OK if all(p.ok for p in plans) else EXIT_NO_PLAN
+
+
+def cmd_backends(args: argparse.Namespace) -> int:
+    from attnkit.cli.render import backends_text
+    from attnkit.hardware import resolve_platform
+    from attnkit.planning.inventory import backends_report
+
+    data = backends_report(resolve_platform(args.device))
+    sys.stdout.write(json.dumps(data, indent=2) + "\n" if args.json else backends_text(data))
+    return EXIT_OK
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from attnkit.errors.docs import page
+
+    code = args.code.strip().upper()
+    code = code if code.startswith("AK") else f"AK{code}"
+    if code not in CATALOG:
+        close = difflib.get_close_matches(code, list(CATALOG), n=3, cutoff=0.5)
+        sys.stderr.write(f"error: unknown error code {args.code!r}"
+                         + (f" (did you mean {' or '.join(close)}?)" if close else "")
+                         + f". Known codes: {', '.join(CATALOG)}\n")
+        return EXIT_USAGE
+    sys.stdout.write(page(CATALOG[code]))
+    return EXIT_OK
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from attnkit.model import preset_names
+    sys.stdout.write("".join(f"{n}\n" for n in preset_names()))
+    return EXIT_OK
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    from attnkit.hardware import get_preset, preset_names
+    for name in preset_names():
+        p = get_preset(name)
+        cc = f"sm{p.capability[0]}{p.capability[1]}" if p.capability else "-"
+        sys.stdout.write(f"{name:<9} {p.kind:<5} {cc:<6} {p.name}\n")
+    return EXIT_OK
+
+
+def _error(err: AttnkitError) -> None:
+    lines = [f"error {err.code}: {err.title}", f"  {err.message}"]
+    lines += [f"  fix: {s}" for s in err.solutions]
+    lines.append(f"  more: attnkit explain {err.code}")
+    sys.stderr.write("\n".join(lines) + "\n")
+
+
+COMMANDS = {"plan": cmd_plan, "backends": cmd_backends, "explain": cmd_explain,
+            "models": cmd_models, "devices": cmd_devices}
+
+if __name__ == "__main__":
+    raise SystemExit(main())

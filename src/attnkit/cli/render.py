@@ -1,0 +1,123 @@
+"""Plain-text views of plans, plan matrices and backend lists (the CLI's non-JSON output)."""
+from __future__ import annotations
+
+import textwrap
+from typing import Any
+
+from attnkit.planning.plan import Plan
+
+SHARED = "all rejected"
+
+
+def plan_text(plan: Plan) -> str:
+    d = plan.to_dict()
+    p = d["platform"]
+    cc = f", sm{p['capability'][0]}{p['capability'][1]}" if p.get("capability") else ""
+    out = [f"{d['model']} on {p['name']} ({p['kind']}{cc}): {'planned' if d['ok'] else 'NO VALID PLAN'}", ""]
+    if d["ok"]:
+        out += ["backends"]
+        same = d["prefill_backend"] == d["decode_backend"] and d["why"]["prefill"] == d["why"]["decode"]
+        for phase in (("prefill+decode",) if same else ("prefill", "decode")):
+            key = phase.split("+")[0]
+            out.append(f"  {phase:<15} {d[f'{key}_backend']}")
+            out += _wrap(d["why"].get(key, ""), indent=4)
+        alts = {k: v for k, v in d["alternatives"].items() if v}
+        if alts:
+            seen = list(alts.values())
+            out.append("  also serve: " + (", ".join(seen[0]) if same and seen.count(seen[0]) == 2 else
+                                           "; ".join(f"{k} {', '.join(v)}" for k, v in alts.items())))
+        out += ["", "settings"] + _wrap("  ".join(f"{k}={_short(v)}" for k, v in d["settings"].items()
+                                                 if v is not None), indent=2) + [""]
+    if d["adjustments"]:
+        out.append("adjustments (filled in, with the rule that chose them)")
+        width = max(len(a["field"]) for a in d["adjustments"])
+        for a in d["adjustments"]:
+            out.append(f"  {a['field']:<{width}}  {_short(a['from'])} -> {_short(a['to'])}  "
+                       f"[{a['rule']}] {a['reason']}")
+        out.append("")
+    if d["rejected"]:
+        out += ["rejected"] + rejected_lines(d) + [""]
+    if d["warnings"]:
+        out += ["warnings"] + [f"  - {w}" for w in d["warnings"]] + [""]
+    if d["error"]:
+        out += error_lines(d["error"])
+    return "\n".join(out).rstrip() + "\n"
+
+
+def rejected_lines(d: dict[str, Any]) -> list[str]:
+    """One line per reason; causes every candidate shares are printed once, first."""
+    out = []
+    names = list(d["rejected"])
+    if d["shared_reasons"] and len(names) > 1:
+        for r in d["shared_reasons"]:
+            out.append(f"  {SHARED + ':':<14} {r['code']} {r['field']}: {r['message']}")
+    for name, reasons in d["rejected"].items():
+        own = [r for r in reasons if not r["shared"]]
+        if not own:
+            continue
+        for i, r in enumerate(own):
+            phases = "" if len(r["phases"]) != 1 else f" ({r['phases'][0]} only)"
+            out.append(f"  {name if i == 0 else '':<14} {r['code']} {r['field']}: {r['message']}{phases}")
+    return out
+
+
+def error_lines(e: dict[str, Any]) -> list[str]:
+    out = [f"error {e['code']}: {e['title']}", f"  {e['message']}"]
+    if e.get("solutions"):
+        out += ["  fix:"] + [f"    - {s}" for s in e["solutions"]]
+    fix = e.get("example_fix")
+    if fix:
+        out += ["  example:", f"    before: {fix['before']}", f"    after:  {fix['after']}"]
+    out.append(f"  more: attnkit explain {e['code']}")
+    return out
+
+
+def matrix_text(plans: list[Plan], models: list[str], devices: list[str]) -> str:
+    """Models down, devices across; a cell is the backend (prefill/decode if they differ) or the error code."""
+    cells = {}
+    for plan, (m, dev) in zip(plans, [(m, dv) for m in models for dv in devices]):
+        if plan.ok:
+            cell = plan.prefill_backend if plan.prefill_backend == plan.decode_backend else \
+                f"{plan.prefill_backend}/{plan.decode_backend}"
+            cell += f" p{plan.settings.get('page_size')}"
+        else:
+            cell = f"{plan.error['code']} (no plan)"
+        cells[m, dev] = cell
+    w0 = max(len("model"), *(len(m) for m in models))
+    widths = {dv: max(len(dv), *(len(cells[m, dv]) for m in models)) for dv in devices}
+    out = ["  ".join([f"{'model':<{w0}}"] + [f"{dv:<{widths[dv]}}" for dv in devices]).rstrip()]
+    out += ["  ".join([f"{m:<{w0}}"] + [f"{cells[m, dv]:<{widths[dv]}}" for dv in devices]).rstrip() for m in models]
+    notes = [(m, dv, p) for p, (m, dv) in zip(plans, [(m, dv) for m in models for dv in devices]) if not p.ok]
+    if notes:
+        out += ["", "errors"] + [f"  {m} @ {dv}: {p.error['code']} {p.error['message']}" for m, dv, p in notes]
+    warned = [(m, dv, w) for p, (m, dv) in zip(plans, [(m, dv) for m in models for dv in devices])
+              for w in p.warnings]
+    if warned:
+        out += ["", "warnings"] + [f"  {m} @ {dv}: {w}" for m, dv, w in warned]
+    out += ["", "pN = KV page size. Details: attnkit plan MODEL --device D (add --json for every field)."]
+    return "\n".join(out) + "\n"
+
+
+def backends_text(data: dict[str, Any]) -> str:
+    p = data["platform"]
+    out = [f"backends on {p['name']} ({p['kind']})", ""]
+    width = max([len(b["name"]) for b in data["backends"]] + [4])
+    out.append(f"  {'name':<{width}}  installed  usable  aliases / why not")
+    for b in data["backends"]:
+        note = "; ".join(r["message"] for r in b["why_not"]) or ", ".join(b["aliases"])
+        out.append(f"  {b['name']:<{width}}  {'yes' if b['installed'] else 'no':<9}  "
+                   f"{'yes' if b['usable'] else 'no':<6}  {note}")
+    out += ["", "installed = required packages present; usable = also runs on this platform kind and "
+                "compute capability. Whether it serves a model: attnkit plan MODEL --device D."]
+    return "\n".join(out) + "\n"
+
+
+def _wrap(text: str, *, indent: int, width: int = 100) -> list[str]:
+    return textwrap.wrap(text, width=width, initial_indent=" " * indent, subsequent_indent=" " * indent,
+                         break_on_hyphens=False)
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(map(str, value)) + "]"
+    return "-" if value is None else str(value)

@@ -1,0 +1,113 @@
+"""AK300-AK399: settings that conflict with each other, with the model, or name nothing."""
+from attnkit.errors.catalog import entry
+
+ENTRIES = [
+    entry(
+        "AK300", "Unknown attention backend name",
+        meaning="The name given to --attention-backend (or --prefill-/--decode-attention-backend, "
+                "--deny, ATTNKIT_ATTENTION_BACKEND) is not an attnkit backend or a known alias.",
+        trigger="A backend name that matches no registered backend or alias.",
+        situations=["A typo (tritn).", "A name from a newer attnkit than the one installed."],
+        solutions=["Use the suggested name (did you mean ...); `attnkit backends` lists every name."],
+        before="attnkit plan llama-3.1-8b --device h100 --attention-backend tritn",
+        after="attnkit plan llama-3.1-8b --device h100 --attention-backend triton",
+        related=("AK301",),
+    ),
+    entry(
+        "AK301", "Backend from another engine",
+        meaning="The name is a backend of another inference engine (FlashInfer, FA3, FlashMLA, "
+                "TRT-LLM, AITER, ...). attnkit has no such backend; the message names attnkit's "
+                "backends that serve this model here.",
+        trigger="A backend name attnkit knows as another engine's.",
+        situations=["Reusing an SGLang or vLLM launch flag (--attention-backend flashinfer)."],
+        solutions=["Use one of the attnkit backends the message lists, or omit the flag."],
+        before="attnkit plan llama-3.1-8b --device h100 --attention-backend flashinfer",
+        after="attnkit plan llama-3.1-8b --device h100 --attention-backend triton",
+        related=("AK300", "AK121"),
+    ),
+    entry(
+        "AK302", "Dual chunk attention conflict",
+        meaning="The model's config turns on dual chunk attention (dual_chunk_attention_config, "
+                "Qwen2.5-1M), which only a backend declaring 'dual_chunk' computes. Another backend "
+                "was named, or none that implements it is available. Plain attention is exact up to "
+                "chunk_size tokens and loses quality beyond it, so attnkit does not switch silently.",
+        trigger="A dual-chunk model with --dual-chunk on/auto and a named backend without "
+                "'dual_chunk', or with no such backend registered or usable.",
+        situations=["A fleet-wide --attention-backend triton applied to Qwen2.5-7B-Instruct-1M."],
+        solutions=["Use --attention-backend dual_chunk.",
+                   "Or keep your backend with --dual-chunk off (quality drops beyond chunk_size)."],
+        before="attnkit plan qwen2.5-7b-instruct-1m --device h100 --attention-backend triton",
+        after="attnkit plan qwen2.5-7b-instruct-1m --device h100 --attention-backend dual_chunk",
+        related=("AK103", "AK470"),
+    ),
+    entry(
+        "AK303", "Page size conflict",
+        meaning="The --page-size you set is not accepted by the chosen backend(s). attnkit never "
+                "changes a page size you set; the message lists the valid sizes.",
+        trigger="An explicit --page-size rejected by a named backend or by every candidate.",
+        situations=["A fleet-wide --page-size 128 with triton_mla (1, 16, 32, 64).",
+                    "A page size that does not divide the dual-chunk length."],
+        solutions=["Use one of the listed page sizes.", "Omit --page-size (default 16 where accepted)."],
+        before="attnkit plan deepseek-v3 --device h100 --page-size 128",
+        after="attnkit plan deepseek-v3 --device h100 --page-size 64",
+        related=("AK107", "AK308"),
+    ),
+    entry(
+        "AK304", "KV-cache dtype conflict",
+        meaning="The --kv-cache-dtype you set (e.g. fp8) is not supported by the chosen or candidate "
+                "backends. The message lists the backends that store it.",
+        trigger="An explicit --kv-cache-dtype that the named backend, or every candidate, rejects.",
+        situations=["--kv-cache-dtype fp8_e4m3 with the dual_chunk backend."],
+        solutions=["Use a backend the message lists.", "Omit --kv-cache-dtype (KV in the compute dtype)."],
+        before="attnkit plan qwen2.5-7b-instruct-1m --device h100 --kv-cache-dtype fp8_e4m3",
+        after="attnkit plan qwen2.5-7b-instruct-1m --device h100",
+        related=("AK106",),
+    ),
+    entry(
+        "AK305", "Tensor-parallel size does not divide the heads",
+        meaning="Tensor parallelism splits query heads evenly over ranks; KV heads are split too, or "
+                "replicated when ranks outnumber them (then the rank count must be a multiple of the "
+                "KV heads). This --tp-size splits unevenly.",
+        trigger="--tp-size N where some layer's query heads % N != 0, or KV heads neither divide "
+                "nor are divided by N.",
+        situations=["--tp-size 3 or 6 for Llama (64 query heads, 8 KV heads)."],
+        solutions=["Use a tensor-parallel size from the message's list (powers of two that divide the heads)."],
+        before="attnkit plan llama-3.1-70b --device h100 --tp-size 3",
+        after="attnkit plan llama-3.1-70b --device h100 --tp-size 4",
+        related=(),
+    ),
+    entry(
+        "AK306", "Invalid setting value",
+        meaning="A planning setting has a value of the wrong type or outside its range (a page size "
+                "< 1, an unknown dtype, --dual-chunk maybe, an unknown request key).",
+        trigger="plan() or `attnkit plan` with a malformed request; checked before planning.",
+        situations=["--kv-cache-dtype fp7", "--page-size 0", "a request dict with a misspelt key"],
+        solutions=["Use a value from the message's list."],
+        before="attnkit plan llama-3.1-8b --kv-cache-dtype fp7",
+        after="attnkit plan llama-3.1-8b --kv-cache-dtype fp8_e4m3",
+        related=(),
+    ),
+    entry(
+        "AK307", "Backend denied",
+        meaning="The backend is on the deny list (--deny or ATTNKIT_DENY_BACKENDS): never chosen "
+                "automatically, and a conflict when also named explicitly.",
+        trigger="A denied backend named with --attention-backend (or considered automatically).",
+        situations=["ATTNKIT_DENY_BACKENDS=triton set on a fleet, and --attention-backend triton on one job."],
+        solutions=["Remove it from the deny list, or name another backend."],
+        before="ATTNKIT_DENY_BACKENDS=triton attnkit plan llama-3.1-8b --device h100 --attention-backend triton",
+        after="attnkit plan llama-3.1-8b --device h100 --attention-backend triton",
+        related=("AK120",),
+    ),
+    entry(
+        "AK308", "No page size shared by the chosen backends",
+        meaning="Prefill and decode backends share one KV cache, so they must accept one page size; "
+                "the candidates that serve each phase have none in common.",
+        trigger="Hybrid plans whose prefill and decode candidates accept disjoint page sizes.",
+        situations=["--prefill-attention-backend A --decode-attention-backend B with A pages "
+                    "multiples of 64 and B pages of at most 32."],
+        solutions=["Use one --attention-backend for both phases, or backends with a common page size."],
+        before="attnkit plan llama-3.1-8b --prefill-attention-backend a --decode-attention-backend b",
+        after="attnkit plan llama-3.1-8b --attention-backend a",
+        related=("AK303",),
+    ),
+]

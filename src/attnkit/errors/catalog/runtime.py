@@ -1,0 +1,188 @@
+"""4xx (AK400-AK439): runtime inputs — pages, batch metadata, tensors handed to a backend."""
+from attnkit.errors.catalog import entry
+
+_FIX_INPUTS = "Build the batch with attnkit.backends.batch.build_batch instead of by hand."
+
+ENTRIES = [
+    entry(
+        "AK400", "Out of KV-cache pages",
+        meaning="The page allocator cannot give a request the pages it needs: fewer pages are free "
+                "than the request asks for.",
+        trigger="PageAllocator.allocate or grow asked for more pages than are free.",
+        situations=["Too many concurrent requests for the cache size.",
+                    "A long prompt on a small cache.", "Finished requests were never freed."],
+        solutions=["Free finished requests (PageAllocator.free).",
+                   "Give the cache more pages (num_pages) or admit fewer requests per step.",
+                   "Use a larger page budget: more GPU memory for the KV cache."],
+        before="PageAllocator(num_pages=4).allocate('r0', num_tokens=100, page_size=16)",
+        after="PageAllocator(num_pages=8).allocate('r0', num_tokens=100, page_size=16)",
+        related=("AK401",),
+    ),
+    entry(
+        "AK401", "Page ownership error",
+        meaning="A request id was used in a way its page ownership does not allow: freed twice, "
+                "grown or freed without being allocated, or allocated twice.",
+        trigger="PageAllocator.allocate/grow/free with a request id in the wrong state.",
+        situations=["A request is freed on both the finish and the abort path.",
+                    "A request id is reused before its pages were freed."],
+        solutions=["Free each request exactly once.", "Use unique request ids, or free before reuse."],
+        before="alloc.free('r0'); alloc.free('r0')",
+        after="alloc.free('r0')",
+        related=("AK400",),
+    ),
+    entry(
+        "AK405", "Invalid batch request",
+        meaning="A per-request input of the batch builder is impossible: a negative prefix, no "
+                "new tokens, a page size below 1, or a block-table row too short for the KV length.",
+        trigger="build_batch was given such a request.",
+        situations=["The block-table row was not grown after new tokens were scheduled.",
+                    "A request with zero new tokens was left in the batch."],
+        solutions=["Grow the request's pages before building the batch (PageAllocator.grow).",
+                   "Drop requests with no new tokens from the step."],
+        before="build_batch([Request(prefix_len=16, num_new=1, block_table=[3])], page_size=16)",
+        after="build_batch([Request(prefix_len=16, num_new=1, block_table=[3, 7])], page_size=16)",
+        related=("AK406", "AK414"),
+    ),
+    entry(
+        "AK406", "Forward mode does not fit the batch",
+        meaning="The requested forward mode contradicts the requests: DECODE needs exactly one new "
+                "token per request, IDLE needs an empty batch, VERIFY needs at least one draft token.",
+        trigger="build_batch(..., mode=...) with requests that do not fit that mode.",
+        situations=["DECODE asked for a batch that still has prompt tokens (it is MIXED).",
+                    "A backend that serves decode only was handed a prefill step."],
+        solutions=["Leave mode unset so the builder infers it.",
+                   "Split prompt and decode requests into separate steps."],
+        before="build_batch(reqs, page_size=16, mode=ForwardMode.DECODE)  # one request has 8 new tokens",
+        after="build_batch(reqs, page_size=16)  # inferred: MIXED",
+        related=("AK405", "AK420"),
+    ),
+    entry(
+        "AK410", "Tensor dtype mismatch",
+        meaning="A tensor handed to attention has a dtype other than the one required: q, k and v "
+                "must share the compute dtype; index tensors must be integers.",
+        trigger="Runtime validation before the kernel found a wrong dtype.",
+        situations=["q in bfloat16 but k in float32 after a projection in another precision.",
+                    "Block tables built as float tensors."],
+        solutions=["Cast q, k, v to the model's compute dtype.", _FIX_INPUTS],
+        before="backend.forward(q.bfloat16(), k.float(), v.float(), layer, cache, step)",
+        after="backend.forward(q.bfloat16(), k.bfloat16(), v.bfloat16(), layer, cache, step)",
+        related=("AK411", "AK412"),
+    ),
+    entry(
+        "AK411", "Tensor shape mismatch",
+        meaning="A tensor handed to attention has the wrong shape: q must be [T, H_q, D], k "
+                "[T, H_kv, D], v [T, H_kv, D_v] (MLA: k is the latent [T, L + R], v is None), with "
+                "T the number of new tokens of the batch.",
+        trigger="Runtime validation before the kernel found a wrong shape.",
+        situations=["q passed flat as [T, H_q * D] instead of [T, H_q, D].",
+                    "The token count of q differs from the batch metadata (a stale step)."],
+        solutions=["Reshape q/k/v to [T, heads, head_dim].",
+                   "Rebuild the batch metadata for this step."],
+        before="backend.forward(q.view(T, -1), k, v, layer, cache, step)",
+        after="backend.forward(q.view(T, H_q, D), k, v, layer, cache, step)",
+        related=("AK410", "AK413"),
+    ),
+    entry(
+        "AK412", "Tensor device mismatch",
+        meaning="Attention inputs live on different devices (or not on the cache's device).",
+        trigger="Runtime validation before the kernel found a tensor on another device.",
+        situations=["The KV cache was allocated on CPU while the model runs on CUDA.",
+                    "Batch metadata built with device='cpu' for a GPU step."],
+        solutions=["Build the cache and the batch metadata on the model's device."],
+        before="build_batch(reqs, page_size=16, device='cpu')  # model on cuda",
+        after="build_batch(reqs, page_size=16, device='cuda')",
+        related=("AK410",),
+    ),
+    entry(
+        "AK413", "Head count mismatch",
+        meaning="The number of query or KV heads of a tensor, the layer and the cache disagree, or "
+                "the query heads are not a multiple of the KV heads.",
+        trigger="Runtime validation before the kernel compared head counts.",
+        situations=["Tensor parallelism split the query heads but the layer still has full counts.",
+                    "A GQA model's KV heads were repeated before the call."],
+        solutions=["Pass per-rank head counts in the layer spec.",
+                   "Hand K/V with H_kv heads; do not repeat them for GQA."],
+        before="LayerAttention(layer_id=0, num_heads=32, num_kv_heads=8, head_dim=128)  # tp=2",
+        after="LayerAttention(layer_id=0, num_heads=16, num_kv_heads=4, head_dim=128)",
+        related=("AK411",),
+    ),
+    entry(
+        "AK414", "Block table entry out of range",
+        meaning="A block table names a page that does not exist in the cache, or a request's row "
+                "has a padding entry (-1) where its KV length needs a page.",
+        trigger="Runtime validation of the batch metadata (once per step).",
+        situations=["Block tables from a larger cache reused with a smaller one.",
+                    "A row was not grown after the request's KV length increased."],
+        solutions=["Take page ids from the allocator of this cache.",
+                   "Grow each request's row to ceil(seq_len / page_size) pages."],
+        before="cache = PagedKVCache(layers, num_pages=8, ...); block_tables = [[3, 12]]",
+        after="cache = PagedKVCache(layers, num_pages=16, ...); block_tables = [[3, 12]]",
+        related=("AK405", "AK415"),
+    ),
+    entry(
+        "AK415", "Slot mapping out of range",
+        meaning="A new token's cache slot is outside the cache or is not the slot its position maps "
+                "to through its request's block table.",
+        trigger="Runtime validation of the batch metadata (once per step).",
+        situations=["Slots computed with another page size than the cache's.",
+                    "Slots computed from stale block tables."],
+        solutions=["Compute slot = page * page_size + offset from the current block table.",
+                   _FIX_INPUTS],
+        before="slot = position  # ignores paging",
+        after="slot = block_table[position // page_size] * page_size + position % page_size",
+        related=("AK414", "AK416"),
+    ),
+    entry(
+        "AK416", "Slot mapping overlap",
+        meaning="Two new tokens of the step write the same cache slot, so one would silently "
+                "overwrite the other (often: two requests share a page).",
+        trigger="Runtime validation of the batch metadata (once per step).",
+        situations=["Two requests were handed the same page.", "A page was freed while still in use."],
+        solutions=["Give every request its own pages (PageAllocator).",
+                   "Free a request's pages only after its last step."],
+        before="block_tables = [[3], [3]]",
+        after="block_tables = [[3], [5]]",
+        related=("AK415", "AK401"),
+    ),
+    entry(
+        "AK417", "query_start_loc inconsistent",
+        meaning="The cumulative query offsets do not agree with the per-request new-token counts "
+                "(seq_lens - prefix_lens) or with the number of query tokens.",
+        trigger="Runtime validation of the batch metadata (once per step).",
+        situations=["query_start_loc built without the leading 0.",
+                    "prefix_lens not updated after the previous step."],
+        solutions=["query_start_loc = [0, cumsum(seq_lens - prefix_lens)...].", _FIX_INPUTS],
+        before="query_start_loc = [3, 4]",
+        after="query_start_loc = [0, 3, 4]",
+        related=("AK411",),
+    ),
+    entry(
+        "AK418", "Cache does not hold this layer",
+        meaning="The KV cache has no buffer for the layer, or its layout (MHA K/V pages vs MLA "
+                "latent pages, head counts, head dims, page size) differs from the layer or batch.",
+        trigger="Runtime validation compared the layer and batch with the cache.",
+        situations=["The cache was built for other layers than the ones run.",
+                    "Batch metadata built with a page size other than the cache's."],
+        solutions=["Build the cache from the same LayerAttention list the model runs.",
+                   "Use the cache's page_size when building the batch."],
+        before="build_batch(reqs, page_size=32)  # cache.page_size == 16",
+        after="build_batch(reqs, page_size=cache.page_size)",
+        related=("AK413",),
+    ),
+    entry(
+        "AK420", "Input outside the backend's declared capabilities",
+        meaning="The backend was handed an input its declaration does not cover: a feature, kind "
+                "(MHA/MLA), dtype, KV-cache dtype, page size, head dim, phase or device it does not "
+                "support. Running anyway would give wrong numbers or crash in a kernel.",
+        trigger="Runtime check of the layer and batch against the backend's declaration.",
+        situations=["A decode-only backend handed a prefill step outside a hybrid.",
+                    "A sliding-window layer sent to a backend without sliding_window.",
+                    "An fp8 KV cache used with a backend that reads only bf16 pages."],
+        solutions=["Let `attnkit plan` choose the backend for this model and device.",
+                   "Run `attnkit backends` to see which backends support the feature.",
+                   "Use a HybridBackend to serve prefill and decode with different backends."],
+        before="attnkit plan my-model --attention-backend sdpa  # model uses sliding windows",
+        after="attnkit plan my-model   # picks a backend that declares sliding_window",
+        related=("AK406",),
+    ),
+]

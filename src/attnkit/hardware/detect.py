@@ -1,0 +1,91 @@
+"""Detect this machine's platform. Torch is used only if installed, and imported only here.
+
+Package versions come from installed distribution metadata, so detection never imports
+triton, transformers or any kernel library.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import platform as _platform
+
+from attnkit.hardware.platform import Platform
+
+# importable name -> distribution names that provide it (first installed one wins).
+KNOWN_PACKAGES: dict[str, tuple[str, ...]] = {
+    "torch": ("torch",),
+    "triton": ("triton", "pytorch-triton", "pytorch-triton-rocm", "pytorch-triton-xpu"),
+    "transformers": ("transformers",),
+    "flash_attn": ("flash-attn", "flash_attn"),
+    "flashinfer": ("flashinfer-python", "flashinfer"),
+    "xformers": ("xformers",),
+}
+
+
+def installed_packages() -> dict[str, str]:
+    """importable name -> version, for the packages attnkit cares about; nothing is imported."""
+    found: dict[str, str] = {}
+    for module, dists in KNOWN_PACKAGES.items():
+        version = _dist_version(dists)
+        if version is None and _findable(module):
+            version = "unknown"   # importable but without metadata (e.g. a source checkout)
+        if version is not None:
+            found[module] = version
+    return found
+
+
+def _dist_version(dists: tuple[str, ...]) -> str | None:
+    for dist in dists:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _findable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def host_arch() -> str:
+    """``x86_64`` or ``arm64`` (aarch64 and AMD64 spelled the usual way), else the raw machine."""
+    machine = _platform.machine().lower()
+    return {"amd64": "x86_64", "x64": "x86_64", "aarch64": "arm64", "arm64": "arm64"}.get(machine, machine or "unknown")
+
+
+def detect() -> Platform:
+    """This machine: the first GPU torch sees (CUDA, ROCm, XPU, MPS), else the CPU."""
+    packages = installed_packages()
+    if "torch" in packages:
+        found = _detect_with_torch(packages)
+        if found is not None:
+            return found
+    arch = host_arch()
+    return Platform(kind="cpu", name=f"{arch} CPU", packages=packages, arch=arch)
+
+
+def _detect_with_torch(packages: dict[str, str]) -> Platform | None:
+    try:
+        import torch
+    except Exception:   # a broken torch install must not break planning
+        return None
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        capability = tuple(torch.cuda.get_device_capability(0))
+        memory = round(props.total_memory / 2**30, 1)
+        if getattr(torch.version, "hip", None):
+            gfx = str(getattr(props, "gcnArchName", "") or "").split(":")[0] or None
+            return Platform(kind="rocm", name=props.name, capability=capability, memory_gb=memory,
+                            packages=packages, arch=gfx)
+        return Platform(kind="cuda", name=props.name, capability=capability, memory_gb=memory,
+                        packages=packages, arch=f"sm_{capability[0]}{capability[1]}")
+    xpu = getattr(torch, "xpu", None)
+    if xpu is not None and xpu.is_available():
+        return Platform(kind="xpu", name=xpu.get_device_name(0), packages=packages, arch=host_arch())
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return Platform(kind="mps", name="Apple silicon GPU (MPS)", packages=packages, arch="arm64")
+    return None

@@ -1,0 +1,106 @@
+"""Page allocator: hands out KV-cache pages to requests and takes them back.
+
+A request owns an ordered list of page ids (its block-table row); token ``p`` of the request
+lives in page ``row[p // page_size]`` at offset ``p % page_size``.
+"""
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Hashable
+
+from attnkit.errors import fail
+
+
+@dataclass(slots=True)
+class _Owned:
+    page_size: int
+    num_tokens: int
+    pages: list[int] = field(default_factory=list)
+
+
+class PageAllocator:
+    """Free-list allocator over ``num_pages`` pages.
+
+    ``shuffle`` (a seed or ``random.Random``) randomises the initial free order so block
+    tables come out non-contiguous — what tests want; engines leave it None.
+    """
+
+    def __init__(self, num_pages: int, *, page_size: int | None = None,
+                 shuffle: int | random.Random | None = None):
+        if num_pages < 0:
+            fail("AK405", f"num_pages must be >= 0, got {num_pages}",
+                 field="num_pages", expected=">= 0", actual=num_pages)
+        self.num_pages = num_pages
+        self.page_size = page_size
+        order = list(range(num_pages))
+        if shuffle is not None:
+            rng = shuffle if isinstance(shuffle, random.Random) else random.Random(shuffle)
+            rng.shuffle(order)
+        self._free: deque[int] = deque(order)
+        self._owned: dict[Hashable, _Owned] = {}
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    def _take(self, req_id: Hashable, count: int) -> list[int]:
+        if count > len(self._free):
+            fail("AK400", f"request {req_id!r} needs {count} more page(s) but only "
+                          f"{len(self._free)} of {self.num_pages} are free",
+                 field="num_pages", expected=f">= {count} free", actual=len(self._free),
+                 details={"requested": count, "free": len(self._free), "total": self.num_pages})
+        return [self._free.popleft() for _ in range(count)]
+
+    def allocate(self, req_id: Hashable, num_tokens: int, page_size: int | None = None) -> list[int]:
+        """Give ``req_id`` room for ``num_tokens`` tokens; returns its block-table row."""
+        size = page_size or self.page_size
+        if size is None or size < 1:
+            fail("AK405", f"page_size must be >= 1, got {size}",
+                 field="page_size", expected=">= 1", actual=size)
+        if req_id in self._owned:
+            fail("AK401", f"request {req_id!r} already holds pages; free it before allocating again",
+                 field="req_id", expected="a request without pages", actual=req_id)
+        if num_tokens < 0:
+            fail("AK405", f"num_tokens must be >= 0, got {num_tokens}",
+                 field="num_tokens", expected=">= 0", actual=num_tokens)
+        pages = self._take(req_id, -(-num_tokens // size))
+        self._owned[req_id] = _Owned(size, num_tokens, pages)
+        return list(pages)
+
+    def grow(self, req_id: Hashable, num_new_tokens: int) -> list[int]:
+        """Make room for ``num_new_tokens`` more tokens; returns the (extended) row."""
+        owned = self._get(req_id, "grow")
+        total = owned.num_tokens + num_new_tokens
+        need = -(-total // owned.page_size) - len(owned.pages)
+        if need > 0:
+            owned.pages.extend(self._take(req_id, need))
+        owned.num_tokens = total
+        return list(owned.pages)
+
+    def free(self, req_id: Hashable) -> None:
+        """Return every page of ``req_id``; freeing twice is an error (AK401)."""
+        owned = self._get(req_id, "free")
+        self._free.extend(owned.pages)
+        del self._owned[req_id]
+
+    def row(self, req_id: Hashable) -> list[int]:
+        return list(self._get(req_id, "read the block table of").pages)
+
+    def num_tokens(self, req_id: Hashable) -> int:
+        return self._get(req_id, "read").num_tokens
+
+    def block_table(self, req_ids: list[Hashable]) -> list[list[int]]:
+        """Rows of ``req_ids`` padded with -1 to the longest."""
+        rows = [self.row(r) for r in req_ids]
+        width = max((len(r) for r in rows), default=0)
+        return [r + [-1] * (width - len(r)) for r in rows]
+
+    def _get(self, req_id: Hashable, action: str) -> _Owned:
+        owned = self._owned.get(req_id)
+        if owned is None:
+            fail("AK401", f"cannot {action} request {req_id!r}: it holds no pages "
+                          "(never allocated, or already freed)",
+                 field="req_id", expected="an allocated request", actual=req_id)
+        return owned

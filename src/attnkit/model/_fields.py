@@ -1,0 +1,126 @@
+"""Typed reads from a parsed config.json: every bad field becomes an AK5xx naming it.
+
+``ConfigReader`` wraps one JSON object (or a nested one such as ``text_config``) and knows
+where it came from, so an error says ``text_config.head_dim in ./model/config.json``.
+``defaults`` are transformers' config-class defaults for fields a real config may omit.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from attnkit.errors import AttnkitError
+
+_MISSING = object()
+
+
+class ConfigReader:
+    def __init__(self, cfg: dict, *, source: str, prefix: str = "", defaults: dict | None = None):
+        self.cfg = cfg
+        self.source = source
+        self.prefix = prefix
+        self.defaults = dict(defaults or {})
+        self.used_defaults: list[str] = []   # fields filled from ``defaults``, for the model notes
+
+    # -- presence -----------------------------------------------------------------------
+    def has(self, key: str) -> bool:
+        """True when ``key`` is set to something other than null."""
+        return self.cfg.get(key) is not None
+
+    def known(self, key: str) -> bool:
+        """True when ``key`` is set or has a family default."""
+        return self.has(key) or key in self.defaults
+
+    def first(self, *keys: str) -> str | None:
+        """The first of ``keys`` that is set (aliases: ``num_attention_heads``, ``n_head`` ...)."""
+        return next((k for k in keys if self.has(k)), None)
+
+    def path(self, key: str) -> str:
+        return f"{self.prefix}{key}"
+
+    def _raw(self, key: str, default: Any) -> Any:
+        if self.has(key):
+            return self.cfg[key]
+        if key in self.defaults:
+            self.used_defaults.append(key)
+            return self.defaults[key]
+        if default is _MISSING:
+            raise self.error("AK503", key, f"required field {self.path(key)!r} is missing",
+                             expected="a value", actual=None)
+        return default
+
+    # -- typed reads ----------------------------------------------------------------------
+    def int(self, key: str, *, default: Any = _MISSING, minimum: int = 1,
+            maximum: int | None = None) -> Any:
+        value = self._raw(key, default)
+        if value is default and default is not _MISSING:
+            return value
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            value = int(value)   # 4096.0 appears in hand-edited configs; it means 4096
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.type_error(key, "an integer", value)
+        if value < minimum:
+            raise self.error("AK505", key, f"{self.path(key)} must be >= {minimum}, got {value}",
+                             expected=f">= {minimum}", actual=value)
+        if maximum is not None and value > maximum:
+            raise self.error("AK505", key, f"{self.path(key)} = {value} is implausibly large "
+                             f"(at most {maximum})", expected=f"<= {maximum}", actual=value)
+        return value
+
+    def float(self, key: str, *, default: Any = _MISSING, positive: bool = True) -> Any:
+        value = self._raw(key, default)
+        if value is default and default is not _MISSING:
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise self.type_error(key, "a finite number", value)
+        if positive and value <= 0:
+            raise self.error("AK505", key, f"{self.path(key)} must be > 0, got {value}",
+                             expected="> 0", actual=value)
+        return float(value)
+
+    def bool(self, key: str, *, default: bool) -> bool:
+        value = self._raw(key, default)
+        if not isinstance(value, bool):
+            raise self.type_error(key, "true or false", value)
+        return value
+
+    def str(self, key: str, *, default: Any = _MISSING) -> Any:
+        value = self._raw(key, default)
+        if value is default and default is not _MISSING:
+            return value
+        if not isinstance(value, str):
+            raise self.type_error(key, "a string", value)
+        return value
+
+    def list(self, key: str, *, default: Any = _MISSING) -> Any:
+        value = self._raw(key, default)
+        if value is default and default is not _MISSING:
+            return value
+        if not isinstance(value, list):
+            raise self.type_error(key, "a list", value)
+        return value
+
+    def sub(self, key: str, *, defaults: dict | None = None) -> "ConfigReader | None":
+        """The nested object at ``key`` as its own reader, or None when absent/null."""
+        if not self.has(key):
+            return None
+        value = self.cfg[key]
+        if not isinstance(value, dict):
+            raise self.type_error(key, "a JSON object", value)
+        return ConfigReader(value, source=self.source, prefix=f"{self.path(key)}.", defaults=defaults)
+
+    # -- errors ---------------------------------------------------------------------------
+    def type_error(self, key: str, expected: str, value: Any) -> AttnkitError:
+        return self.error("AK504", key, f"{self.path(key)} must be {expected}, got "
+                          f"{type(value).__name__} {_short(value)}", expected=expected, actual=value)
+
+    def error(self, code: str, key: str | None, message: str, **kwargs: Any) -> AttnkitError:
+        field = self.path(key) if key is not None else None
+        details = {"source": self.source, **kwargs.pop("details", {})}
+        return AttnkitError(code, f"{message} (in {self.source})", field=field, details=details,
+                            **kwargs)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

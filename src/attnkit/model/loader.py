@@ -1,0 +1,73 @@
+"""``load_model``: any way a user names a model -> ``ModelAttention``."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+from attnkit.errors import AttnkitError
+from attnkit.model.config import parse_config
+from attnkit.model.presets import preset_config, preset_for_repo, preset_names, unknown_preset
+from attnkit.model.spec import ModelAttention
+
+
+def load_model(source: object, *, name: str | None = None) -> ModelAttention:
+    """``source``: a preset name, a config.json path, a model directory, a parsed config dict,
+    or a ModelAttention (returned as is, renamed if ``name`` is given)."""
+    if isinstance(source, ModelAttention):
+        return source if name is None else dataclasses.replace(source, name=name)
+    if isinstance(source, dict):
+        return parse_config(source, name=name, source="<dict>")
+    if isinstance(source, (str, os.PathLike)):
+        return _load_named(os.fspath(source), name=name)
+    raise AttnkitError(
+        "AK511", f"a model must be a preset name, a path, a config dict or a ModelAttention, "
+        f"not {type(source).__name__}", field="model",
+        expected="str | PathLike | dict | ModelAttention", actual=type(source).__name__)
+
+
+def _load_named(text: str, *, name: str | None) -> ModelAttention:
+    looks_like_path = "/" in text or os.sep in text or text.endswith(".json")
+    if not looks_like_path and text.strip().lower() in preset_names():
+        key = text.strip().lower()
+        cfg = preset_config(key)
+        origin = cfg.get("_source", f"preset {key}")
+        return parse_config(cfg, name=name or key, source=f"preset {key} ({origin})")
+    path = Path(text).expanduser()
+    if path.is_dir():
+        config = path / "config.json"
+        if not config.is_file():
+            raise AttnkitError("AK500", f"model directory {str(path)!r} has no config.json",
+                               field="model", expected=str(config), actual=None,
+                               details={"source": str(path)})
+        return parse_config(_read_json(config), name=name or path.resolve().name, source=str(config))
+    if path.is_file():
+        default = path.resolve().parent.name if path.name == "config.json" else path.stem
+        return parse_config(_read_json(path), name=name or default, source=str(path))
+    if not looks_like_path:
+        raise unknown_preset(text)
+    preset = preset_for_repo(text)
+    if preset is not None:   # a Hub repo id we ship the config of: no download needed
+        model = _load_named(preset, name=name or preset)
+        note = f"{text!r} is not a local path; used preset {preset!r}, its stored config.json"
+        return dataclasses.replace(model, notes=(*model.notes, note))
+    hint = (" It looks like a Hugging Face repo id; attnkit does not download, so pass the local "
+            "directory holding its config.json." if text.count("/") == 1 and not text.startswith((".", "/", "~")) else "")
+    raise AttnkitError("AK500", f"model config {text!r} does not exist.{hint}", field="model",
+                       expected="an existing config.json or model directory", actual=text,
+                       details={"source": text})
+
+
+def _read_json(path: Path) -> object:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AttnkitError("AK500", f"cannot read {str(path)!r}: {exc}", field="model",
+                           actual=str(path), details={"source": str(path)}) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise AttnkitError("AK501", f"{str(path)!r} is not valid JSON: {exc.msg} at line "
+                           f"{exc.lineno} column {exc.colno}", field="model", actual=str(path),
+                           details={"source": str(path), "line": exc.lineno}) from None

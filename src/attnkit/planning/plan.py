@@ -1,0 +1,63 @@
+"""``Plan``: what the solver decided, why, and what it rejected; ``to_dict()`` is the stable JSON.
+
+The JSON shape is documented in docs/plan-json.md; ``attnkit plan --json`` prints exactly it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from attnkit.errors import AttnkitError
+from attnkit.planning.reasons import Reason
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Plan:
+    ok: bool
+    model: str
+    model_info: dict[str, Any]
+    platform: dict[str, Any]
+    request: dict[str, Any]
+    prefill_backend: str | None = None
+    decode_backend: str | None = None
+    why: dict[str, str] = field(default_factory=dict)            # phase -> why this backend
+    settings: dict[str, Any] = field(default_factory=dict)
+    adjustments: list[dict[str, Any]] = field(default_factory=list)
+    rejected: dict[str, list[Reason]] = field(default_factory=dict)
+    shared: list[Reason] = field(default_factory=list)           # causes every rejected candidate shares
+    alternatives: dict[str, list[str]] = field(default_factory=dict)  # phase -> also serves, in order
+    warnings: list[str] = field(default_factory=list)
+    error: dict[str, Any] | None = None
+
+    def raise_for_error(self) -> "Plan":
+        """Raise the plan's error as an ``AttnkitError`` when ``ok`` is false; return self otherwise."""
+        if not self.ok and self.error is not None:
+            e = self.error
+            raise AttnkitError(e["code"], e["message"], field=e.get("field"), expected=e.get("expected"),
+                               actual=e.get("actual"), solutions=e.get("solutions"),
+                               details={"example_fix": e.get("example_fix"), "plan": self.to_dict()})
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        shared_keys = {r.key() for r in self.shared}
+        return {
+            "schema": SCHEMA_VERSION,
+            "ok": self.ok,
+            "model": self.model,
+            "model_info": self.model_info,
+            "platform": self.platform,
+            "request": self.request,
+            "prefill_backend": self.prefill_backend,
+            "decode_backend": self.decode_backend,
+            "why": dict(self.why),
+            "settings": dict(self.settings),
+            "adjustments": [dict(a) for a in self.adjustments],
+            "rejected": {name: [{**r.to_dict(), "shared": r.key() in shared_keys} for r in reasons]
+                         for name, reasons in self.rejected.items()},
+            "shared_reasons": [{k: v for k, v in r.to_dict().items() if k != "backend"} for r in self.shared],
+            "alternatives": {k: list(v) for k, v in self.alternatives.items()},
+            "warnings": list(self.warnings),
+            "error": self.error,
+        }

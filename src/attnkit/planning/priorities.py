@@ -1,0 +1,83 @@
+"""Which backends to try first, as data: (platform kind, compute capability, kind, phase) -> order.
+
+The solver walks the first matching entry's ``backends`` in order and takes the first one that
+serves every layer. Names that are not registered are skipped, so a table may name a backend
+before it lands. Each entry says ``why`` it is ordered so; cite benchmark rows there
+(benchmarks/RESULTS.md) when they exist.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from attnkit.planning.capabilities import KINDS, PHASES
+
+Capability = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Priority:
+    platform: str                       # platform kind: cuda, rocm, cpu, mps, xpu
+    kinds: tuple[str, ...]              # "mha", "mla"
+    phases: tuple[str, ...]             # "prefill", "decode"
+    backends: tuple[str, ...]           # tried in this order
+    why: str
+    min_capability: Capability | None = None   # inclusive; None = any
+    max_capability: Capability | None = None   # inclusive; None = no upper bound
+
+    def matches(self, platform_kind: str, capability: Capability | None, kind: str, phase: str) -> bool:
+        if platform_kind != self.platform or kind not in self.kinds or phase not in self.phases:
+            return False
+        if self.min_capability is not None and (capability is None or tuple(capability) < self.min_capability):
+            return False
+        if self.max_capability is not None and capability is not None and tuple(capability) > self.max_capability:
+            return False
+        return True
+
+
+BOTH = PHASES
+# More specific entries first: the first match wins.
+TABLE: tuple[Priority, ...] = (
+    Priority("cuda", ("mha",), BOTH, ("triton", "sdpa", "torch_native"), min_capability=(8, 0),
+             why="Ampere and newer: attnkit's paged Triton kernels read the paged cache in place; "
+                 "SDPA gathers pages into a dense copy first; torch_native is the portable fallback."),
+    Priority("cuda", ("mha",), BOTH, ("sdpa", "triton", "torch_native"),
+             why="Pre-Ampere GPUs (e.g. T4): Triton's bf16 support and tile shapes are weaker there, "
+                 "so the vendor SDPA kernels go first."),
+    Priority("cuda", ("mla",), BOTH, ("triton_mla", "sdpa", "torch_native"),
+             why="MLA: triton_mla attends over the compressed latent cache directly (absorbed form); "
+                 "sdpa decompresses the latent into per-head K/V first; torch_native is the fallback."),
+    Priority("rocm", ("mha",), BOTH, ("sdpa", "triton", "torch_native"),
+             why="ROCm: SDPA dispatches to the AMD flash kernels; attnkit's Triton kernels are tuned "
+                 "for NVIDIA tiles."),
+    Priority("rocm", ("mla",), BOTH, ("triton_mla", "torch_native"),
+             why="ROCm MLA: the latent-cache kernel if it runs there, else the portable fallback."),
+    Priority("cpu", ("mha",), BOTH, ("sdpa", "torch_native"),
+             why="CPU: torch SDPA uses the fused CPU flash kernel; torch_native is the fallback."),
+    Priority("cpu", ("mla",), BOTH, ("sdpa", "torch_native"),
+             why="CPU MLA: sdpa decompresses the latent and makes one fused call per layer; "
+                 "torch_native loops over requests."),
+    Priority("mps", ("mha",), BOTH, ("sdpa", "torch_native"),
+             why="Apple MPS: SDPA has a Metal kernel; torch_native is the fallback."),
+    Priority("mps", ("mla",), BOTH, ("torch_native",),
+             why="Apple MPS MLA: only the portable implementation."),
+    Priority("xpu", ("mha",), BOTH, ("sdpa", "torch_native"),
+             why="Intel XPU: SDPA dispatches to oneDNN kernels; torch_native is the fallback."),
+    Priority("xpu", ("mla",), BOTH, ("torch_native",),
+             why="Intel XPU MLA: only the portable implementation."),
+)
+
+
+def lookup(platform_kind: str, capability: Capability | None, kind: str, phase: str,
+           *, table: tuple[Priority, ...] = TABLE) -> Priority | None:
+    """The first entry that matches, or None when no table covers this platform."""
+    if kind not in KINDS or phase not in PHASES:
+        return None
+    for entry in table:
+        if entry.matches(platform_kind, capability, kind, phase):
+            return entry
+    return None
+
+
+def named_backends(table: tuple[Priority, ...] = TABLE) -> frozenset[str]:
+    """Every backend some entry names (used to prove each registered backend is reachable)."""
+    return frozenset(name for entry in table for name in entry.backends)

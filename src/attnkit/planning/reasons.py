@@ -1,0 +1,181 @@
+"""Why a backend cannot serve: every constraint of a declaration checked against the input.
+
+Nothing here names a backend. Each failed constraint becomes a ``Reason`` generated from the
+declaration's data (``Capabilities``) and the model/platform/settings; a declaration may add a
+``check`` function for what data cannot say. ALL failures of a backend are listed.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Callable, Iterable, Mapping
+
+from attnkit.errors import _jsonable
+from attnkit.model.spec import ModelAttention
+from attnkit.planning.capabilities import BackendDeclaration, MultipleOf
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One failed constraint: ``backend`` needs ``required`` for ``field`` but got ``actual``."""
+    code: str
+    backend: str
+    field: str
+    required: Any
+    actual: Any
+    message: str
+    layers: tuple[int, ...] = ()
+    phases: tuple[str, ...] = ()
+
+    def key(self) -> tuple:
+        """Identity of the cause regardless of backend and phase (used to find shared causes)."""
+        return (self.code, self.field, _hashable(self.actual), self.layers)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "backend": self.backend, "field": self.field,
+                "required": _jsonable(self.required), "actual": _jsonable(self.actual),
+                "message": self.message, "layers": list(self.layers), "phases": list(self.phases)}
+
+
+@dataclass(frozen=True)
+class ModelNeeds:
+    """What the whole model asks of attention, grouped so each check is one dict lookup."""
+    kind: str
+    head_dims: dict[int, tuple[int, ...]]              # head dim -> layer ids
+    features: dict[str, tuple[int, ...]]               # feature -> layer ids
+    mla_dims: dict[tuple[int, int], tuple[int, ...]]   # (kv_lora_rank, rope) -> layer ids
+
+
+def model_needs(model: ModelAttention, *, dual_chunk: bool = True) -> ModelNeeds:
+    """Group the layers' needs; ``dual_chunk=False`` drops that feature (``--dual-chunk off``)."""
+    head_dims: dict[int, list[int]] = {}
+    features: dict[str, list[int]] = {}
+    mla: dict[tuple[int, int], list[int]] = {}
+    for layer in model.layers:
+        head_dims.setdefault(layer.head_dim, []).append(layer.layer_id)
+        for feat in layer.features():
+            if feat != "dual_chunk" or dual_chunk:
+                features.setdefault(feat, []).append(layer.layer_id)
+        if layer.mla is not None:
+            mla.setdefault((layer.mla.kv_lora_rank, layer.mla.qk_rope_head_dim), []).append(layer.layer_id)
+    freeze = lambda d: {k: tuple(v) for k, v in d.items()}  # noqa: E731
+    return ModelNeeds(model.kind, freeze(head_dims), freeze(features), freeze(mla))
+
+
+def check_backend(decl: BackendDeclaration, *, model: ModelAttention, needs: ModelNeeds, platform,
+                  phase: str, settings: Mapping[str, Any]) -> list[Reason]:
+    """Every constraint ``decl`` fails for ``phase``; empty means it serves every layer.
+
+    ``settings``: dtype, kv_cache_dtype, page_size (None = not fixed yet), speculative_tokens,
+    cuda_graph. ``platform`` has kind, name, capability, packages.
+    """
+    caps, name = decl.capabilities, decl.name
+    out = platform_reasons(decl, platform, phase=phase)
+
+    def add(code, field, required, actual, message, layers=()):
+        out.append(Reason(code, name, field, required, actual, message, tuple(layers), (phase,)))
+
+    if needs.kind not in caps.kinds:
+        add("AK101", "kind", list(caps.kinds), needs.kind,
+            f"serves {_words(k.upper() for k in caps.kinds)} attention; {model.name} uses {needs.kind.upper()}")
+    elif needs.kind == "mla" and caps.mla_dims not in ("any", None):
+        for dims, layers in needs.mla_dims.items():
+            if dims not in caps.mla_dims:
+                add("AK101", "mla_dims", [list(d) for d in caps.mla_dims], list(dims),
+                    f"serves MLA latent sizes (kv_lora_rank, rope) {_words(caps.mla_dims)}, not {dims} "
+                    f"(layers {layer_ranges(layers)})", layers)
+    for dim, layers in needs.head_dims.items():
+        if not caps.accepts_head_dim(dim):
+            add("AK102", "head_dim", caps.head_dims, dim,
+                f"supports head dims {_words(caps.head_dims)}, not {dim} (layers {layer_ranges(layers)})", layers)
+    if phase not in caps.phases:
+        add("AK104", "phase", list(caps.phases), phase, f"does not implement the {phase} phase")
+    dtype, kv_dtype, page = settings.get("dtype"), settings.get("kv_cache_dtype"), settings.get("page_size")
+    if dtype is not None and dtype not in caps.dtypes:
+        add("AK105", "dtype", list(caps.dtypes), dtype, f"computes in {_words(caps.dtypes)}, not {dtype}")
+    if kv_dtype is not None and kv_dtype not in caps.kv_cache_dtypes:
+        add("AK106", "kv_cache_dtype", list(caps.kv_cache_dtypes), kv_dtype,
+            f"stores the KV cache as {_words(caps.kv_cache_dtypes)}, not {kv_dtype}")
+    if page is not None and not caps.accepts_page_size(page):
+        add("AK107", "page_size", page_sizes_text(caps.page_sizes), page,
+            f"accepts page sizes {page_sizes_text(caps.page_sizes)}, not {page}")
+    for feat, layers in sorted(needs.features.items()):
+        if feat not in caps.features:
+            add("AK103", "features", feat, feat,
+                f"does not support {feat}, needed by layers {layer_ranges(layers)}", layers)
+    if phase == "decode" and settings.get("speculative_tokens", 0) > 0 and "verify" not in caps.features:
+        add("AK108", "speculative_tokens", "verify", settings["speculative_tokens"],
+            "cannot verify speculative draft tokens (no 'verify' feature)")
+    if phase == "decode" and settings.get("cuda_graph") and "cuda_graph" not in caps.features:
+        add("AK109", "cuda_graph", "cuda_graph", True, "cannot be captured in a CUDA graph")
+    if decl.check:
+        for item in _check_fn(decl.check)(model=model, platform=platform, phase=phase, settings=settings) or ():
+            field, required, actual, message = (("check", None, None, item) if isinstance(item, str) else item)
+            add("AK110", field, required, actual, message)
+    return out
+
+
+def platform_reasons(decl: BackendDeclaration, platform, *, phase: str | None = None) -> list[Reason]:
+    """Installed (required packages) and usable here (platform kind, compute capability)."""
+    caps, name = decl.capabilities, decl.name
+    out: list[Reason] = []
+
+    def add(code, field, required, actual, message):
+        out.append(Reason(code, name, field, required, actual, message, (), (phase,) if phase else ()))
+
+    if platform.kind not in caps.platforms:
+        add("AK210", "platform", list(caps.platforms), platform.kind,
+            f"runs on {_words(caps.platforms)}, not on {platform.kind} ({platform.name})")
+    if caps.compute_capability is not None and platform.capability is not None and platform.kind == "cuda":
+        lo, hi = caps.compute_capability
+        cc = tuple(platform.capability)
+        if cc < tuple(lo) or (hi is not None and cc > tuple(hi)):
+            span = f"sm{lo[0]}{lo[1]}" + (f"-sm{hi[0]}{hi[1]}" if hi else "+")
+            add("AK211", "compute_capability", span, f"sm{cc[0]}{cc[1]}",
+                f"needs compute capability {span}; {platform.name} is sm{cc[0]}{cc[1]}")
+    for pkg in caps.requires:   # one reason per package, so "torch missing" is shared by all
+        if pkg not in (platform.packages or {}):
+            add("AK212", "requires", list(caps.requires), pkg, f"needs package {pkg}, not installed on {platform.name}")
+    return out
+
+
+@lru_cache(maxsize=None)
+def _check_fn(path: str) -> Callable[..., Iterable]:
+    module, _, fn = path.partition(":")
+    return getattr(importlib.import_module(module), fn)
+
+
+def page_sizes_text(pages) -> str:
+    if pages == "any":
+        return "any"
+    if isinstance(pages, MultipleOf):
+        return f"multiples of {pages.n}"
+    return _words(pages)
+
+
+def layer_ranges(ids: Iterable[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> "0-2, 5, 7-8" (long lists keep the first six runs)."""
+    runs: list[list[int]] = []
+    for i in sorted(set(ids)):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    parts = [f"{a}" if a == b else f"{a}-{b}" for a, b in runs]
+    return ", ".join(parts[:6]) + (f" (+{len(parts) - 6} more runs)" if len(parts) > 6 else "")
+
+
+def _words(items) -> str:
+    if items == "any":
+        return "any"
+    return ", ".join(str(tuple(i)) if isinstance(i, (list, tuple)) else str(i) for i in items) or "none"
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    return value
+

@@ -1,0 +1,147 @@
+"""The user's planning request: every setting optional, validated once, junk rejected with AK306.
+
+``None`` means "not set": rules may fill it (and record why). A set value is never changed by
+the planner; it is honoured or rejected with a fix.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Mapping
+
+from attnkit.errors import AttnkitError
+from attnkit.planning.capabilities import DTYPES, KV_CACHE_DTYPES
+
+DUAL_CHUNK_MODES = ("auto", "on", "off")
+BACKEND_FIELDS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend")
+
+# Spellings people type, mapped onto the capability vocabulary.
+_DTYPE_SPELLINGS = {
+    "float32": "fp32", "fp32": "fp32", "float": "fp32",
+    "float16": "fp16", "fp16": "fp16", "half": "fp16",
+    "bfloat16": "bf16", "bf16": "bf16",
+    "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e4m3fn": "fp8_e4m3", "float8_e4m3fn": "fp8_e4m3",
+    "fp8_e5m2": "fp8_e5m2", "float8_e5m2": "fp8_e5m2",
+}
+
+
+@dataclass(frozen=True)
+class Request:
+    attention_backend: str | None = None
+    prefill_attention_backend: str | None = None
+    decode_attention_backend: str | None = None
+    page_size: int | None = None
+    kv_cache_dtype: str | None = None
+    dtype: str | None = None
+    tp_size: int | None = None
+    speculative_tokens: int | None = None
+    dual_chunk: str | None = None
+    cuda_graph: bool | None = None
+    deny: tuple[str, ...] = ()
+    # field -> where a value came from when not the caller ("env")
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    def is_set(self, name: str) -> bool:
+        value = getattr(self, name)
+        return value not in (None, ())
+
+    def with_values(self, source: str, **values: Any) -> "Request":
+        return replace(self, **values, sources={**self.sources, **{k: source for k in values}})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
+                for f in fields(self) if f.name != "sources"}
+
+
+def parse_request(request: Any = None, **overrides: Any) -> Request:
+    """A ``Request`` from None, a dict or a Request (plus keyword overrides); AK306 on junk."""
+    if request is None:
+        raw: dict[str, Any] = {}
+    elif isinstance(request, Request):
+        raw = request.to_dict()
+    elif isinstance(request, Mapping):
+        raw = dict(request)
+    else:
+        raise AttnkitError("AK306", f"a planning request is a dict of settings, not {type(request).__name__}",
+                           field="request", actual=type(request).__name__)
+    raw.update(overrides)
+    if "speculative" in raw and "speculative_tokens" not in raw:
+        raw["speculative_tokens"] = raw.pop("speculative")
+    known = {f.name for f in fields(Request)} - {"sources"}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        import difflib
+        hints = [m for u in unknown for m in difflib.get_close_matches(str(u), known, n=1)]
+        raise AttnkitError("AK306", f"unknown request setting(s) {', '.join(map(str, unknown))}"
+                           + (f"; did you mean {', '.join(hints)}?" if hints else ""),
+                           field="request", actual=unknown, expected=sorted(known))
+    return Request(
+        **{name: _backend_name(name, raw.get(name)) for name in BACKEND_FIELDS},
+        page_size=_int("page_size", raw.get("page_size"), minimum=1),
+        kv_cache_dtype=_dtype("kv_cache_dtype", raw.get("kv_cache_dtype"), KV_CACHE_DTYPES),
+        dtype=_dtype("dtype", raw.get("dtype"), DTYPES),
+        tp_size=_int("tp_size", raw.get("tp_size"), minimum=1),
+        speculative_tokens=_int("speculative_tokens", raw.get("speculative_tokens"), minimum=0),
+        dual_chunk=_dual_chunk(raw.get("dual_chunk")),
+        cuda_graph=_bool("cuda_graph", raw.get("cuda_graph")),
+        deny=_names("deny", raw.get("deny")),
+    )
+
+
+def _bad(name: str, value: Any, expected: Any, why: str) -> AttnkitError:
+    return AttnkitError("AK306", f"{name}={value!r} is not valid: {why}", field=name,
+                        expected=expected, actual=repr(value))
+
+
+def _backend_name(name: str, value: Any) -> str | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "auto")):
+        return None
+    if not isinstance(value, str):
+        raise _bad(name, value, "a backend name", "expected a backend name (a string)")
+    return value.strip()
+
+
+def _int(name: str, value: Any, *, minimum: int) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(name, value, f"an integer >= {minimum}", "expected an integer")
+    if value < minimum or value > 1 << 20:
+        raise _bad(name, value, f"an integer in [{minimum}, {1 << 20}]", "out of range")
+    return value
+
+
+def _dtype(name: str, value: Any, allowed: tuple[str, ...]) -> str | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
+        return None
+    norm = _DTYPE_SPELLINGS.get(value.strip().lower()) if isinstance(value, str) else None
+    if norm not in allowed:
+        raise _bad(name, value, list(allowed), f"choose one of {', '.join(allowed)} (or auto)")
+    return norm
+
+
+def _dual_chunk(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, str) and value.strip().lower() in DUAL_CHUNK_MODES:
+        return None if value.strip().lower() == "auto" else value.strip().lower()   # auto = unset
+    raise _bad("dual_chunk", value, list(DUAL_CHUNK_MODES), "choose auto, on or off")
+
+
+def _bool(name: str, value: Any) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    raise _bad(name, value, [True, False], "expected true or false")
+
+
+def _names(name: str, value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = value.split(",")
+    if not isinstance(value, (list, tuple, set, frozenset)) or not all(isinstance(v, str) for v in value):
+        raise _bad(name, value, "a list of backend names", "expected backend names")
+    return tuple(dict.fromkeys(v.strip() for v in value if v.strip()))

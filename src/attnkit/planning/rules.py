@@ -1,0 +1,208 @@
+"""Rules: ordered functions that fill in what the user left unset, or reject what conflicts.
+
+A rule reads a read-only ``View`` (model, platform, request, settings and backends chosen so
+far) and yields ``Override``s (a field it fills, and why) or warning strings; it raises an
+``AttnkitError`` (3xx) for a conflict, with every fix in ``solutions``. The solver applies
+overrides and records each as ``{field, from, to, rule, reason}``. A rule never changes a
+value the user set: the solver refuses such an override as an internal error.
+
+``BEFORE`` rules run before backends are chosen, ``AFTER`` rules once they are. Whether a
+backend supports the model's kind (MHA/MLA), every layer's features, verify (speculative)
+and CUDA graphs is checked per candidate from its declaration (reasons.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping
+
+from attnkit.errors import AttnkitError
+from attnkit.model.spec import ModelAttention
+from attnkit.planning.capabilities import DTYPES, BackendDeclaration
+from attnkit.planning.request import Request
+
+PHASE_FIELDS = {"prefill": "prefill_attention_backend", "decode": "decode_attention_backend"}
+
+
+@dataclass(frozen=True)
+class View:
+    """What a rule may read. ``settings``/``backends`` are read-only mappings."""
+    model: ModelAttention
+    platform: Any
+    request: Request
+    registry: Mapping[str, BackendDeclaration]
+    settings: Mapping[str, Any]
+    backends: Mapping[str, str | None]          # phase -> chosen backend (None = not yet)
+    explicit: Mapping[str, str | None]          # phase -> backend the user named
+    command: Callable[..., str]                 # command(**changes) -> "attnkit plan ..." line
+
+
+@dataclass(frozen=True)
+class Override:
+    field: str          # a settings key, or "prefill_backend" / "decode_backend"
+    to: Any
+    reason: str
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    fn: Callable[[View], Iterator[Override | str]]
+
+
+def conflict(code: str, message: str, *, field: str, actual: Any, expected: Any,
+             solutions: list[str], before: str, after: str, **details: Any) -> AttnkitError:
+    return AttnkitError(code, message, field=field, actual=actual, expected=expected,
+                        solutions=solutions, details={"example_fix": {"before": before, "after": after}, **details})
+
+
+# ---- before backends are chosen -------------------------------------------------------------
+
+def dtype_rule(v: View) -> Iterator[Override | str]:
+    if v.request.dtype is None:
+        dtype = v.model.dtype if v.model.dtype in DTYPES else "bf16"
+        why = (f"model config dtype is {v.model.dtype}" if dtype == v.model.dtype
+               else f"model config dtype {v.model.dtype!r} is not a compute dtype; bf16 is the default")
+        yield Override("dtype", dtype, why)
+
+
+def kv_cache_dtype_rule(v: View) -> Iterator[Override | str]:
+    if v.request.kv_cache_dtype is None:
+        yield Override("kv_cache_dtype", v.settings["dtype"], "KV cache stored in the compute dtype "
+                       "unless --kv-cache-dtype is set")
+
+
+def tensor_parallel_rule(v: View) -> Iterator[Override | str]:
+    """Split query heads over ranks; replicate KV heads (or the MLA latent) when ranks outnumber them."""
+    tp = v.request.tp_size or 1
+    layers = v.model.layers
+    if not layers:
+        return
+    bad = sorted({l.num_heads for l in layers if l.num_heads % tp})
+    bad_kv = sorted({l.num_kv_heads for l in layers if l.kind == "mha" and tp <= l.num_kv_heads
+                     and l.num_kv_heads % tp} | {l.num_kv_heads for l in layers if l.kind == "mha"
+                                                  and tp > l.num_kv_heads and tp % l.num_kv_heads})
+    if bad or bad_kv:
+        heads = layers[0].num_heads
+        valid = [t for t in (1, 2, 4, 8, 16, 32, 64) if all(
+            l.num_heads % t == 0 and (l.kind == "mla" or (l.num_kv_heads % t == 0 if t <= l.num_kv_heads
+                                                            else t % l.num_kv_heads == 0)) for l in layers)]
+        what = (f"{bad[0]} query heads" if bad else f"{bad_kv[0]} KV heads")
+        raise conflict("AK305", f"--tp-size {tp} does not divide {what} of {v.model.name} evenly; "
+                       f"valid tensor-parallel sizes: {', '.join(map(str, valid))}",
+                       field="tp_size", actual=tp, expected=valid,
+                       solutions=[f"use --tp-size {t}" for t in sorted(valid, key=lambda t: (abs(t - tp), t))[:2]],
+                       before=v.command(), after=v.command(tp_size=max(t for t in valid if t <= tp)))
+    first = layers[0]
+    yield Override("heads_per_rank", first.num_heads // tp,
+                   f"{first.num_heads} query heads / tp {tp}" if tp > 1 else "no tensor parallelism")
+    if first.kind == "mla":
+        yield Override("kv_heads_per_rank", 1, "MLA caches one latent row per token; every rank keeps "
+                       "the whole latent (replicated)" if tp > 1 else "MLA caches one latent row per token")
+    elif tp > first.num_kv_heads:
+        yield Override("kv_heads_per_rank", 1, f"tp {tp} > {first.num_kv_heads} KV heads: each KV head is "
+                       f"replicated on {tp // first.num_kv_heads} ranks")
+    else:
+        yield Override("kv_heads_per_rank", first.num_kv_heads // tp,
+                       f"{first.num_kv_heads} KV heads / tp {tp}" if tp > 1 else "no tensor parallelism")
+
+
+def dual_chunk_rule(v: View) -> Iterator[Override | str]:
+    """Dual chunk attention (Qwen2.5-1M): pick a backend that implements it, or reject with both fixes."""
+    dca = next((l.dual_chunk for l in v.model.layers if l.dual_chunk is not None), None)
+    mode = v.request.dual_chunk or "auto"
+    if dca is None:
+        if mode == "on":
+            yield f"--dual-chunk on: {v.model.name} has no dual_chunk_attention_config; nothing to turn on"
+        return
+    if mode == "off":
+        yield (f"dual chunk attention is off: {v.model.name} was trained with it; contexts beyond "
+               f"chunk_size {dca.chunk_size} tokens lose quality (plain RoPE attention is exact below it)")
+        return
+    yield Override("dual_chunk", "on", f"model config sets dual_chunk_attention_config (chunk_size "
+                   f"{dca.chunk_size}, local_size {dca.local_size}) and --dual-chunk is {mode}")
+    yield Override("dual_chunk_len", dca.chunk_len, "chunk_size - local_size; a KV page must not "
+                   "straddle two chunks, so the page size must divide it")
+    serving = [n for n, d in v.registry.items() if "dual_chunk" in d.capabilities.features
+               and n not in v.request.deny]
+    for phase, name in v.explicit.items():
+        if name is None:
+            continue
+        if "dual_chunk" in v.registry[name].capabilities.features:
+            continue
+        flag = "--attention-backend" if v.request.attention_backend == name else f"--{phase}-attention-backend"
+        fixes = ([f"use {flag} {serving[0]} (implements dual chunk attention)"] if serving else [])
+        fixes.append("use --dual-chunk off (plain attention; quality drops beyond chunk_size "
+                     f"{dca.chunk_size} tokens)")
+        raise conflict("AK302", f"{v.model.name} uses dual chunk attention (chunk_size {dca.chunk_size}, "
+                       f"local_size {dca.local_size}) but {flag} {name} does not implement it"
+                       + ("" if serving else "; no registered backend implements it"),
+                       field=_flag_field(flag), actual=name, expected=serving, solutions=fixes,
+                       before=v.command(),
+                       after=v.command(**{_flag_field(flag): serving[0]}) if serving else v.command(dual_chunk="off"))
+    if not all(v.explicit.values()):
+        if not serving:
+            raise conflict("AK302", f"{v.model.name} uses dual chunk attention but no registered backend "
+                           "implements it" + (" (the ones that do are denied)" if v.request.deny else ""),
+                           field="dual_chunk", actual=mode, expected=["off"],
+                           solutions=["use --dual-chunk off (plain attention; quality drops beyond "
+                                      f"chunk_size {dca.chunk_size} tokens)"],
+                           before=v.command(), after=v.command(dual_chunk="off"))
+        for phase in ("prefill", "decode"):
+            if v.explicit[phase] is None:
+                yield Override(f"{phase}_backend", serving[0], f"model uses dual chunk attention; "
+                               f"{serving[0]} is the backend that implements it")
+
+
+def _flag_field(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+# ---- after backends are chosen --------------------------------------------------------------
+
+def page_size_rule(v: View) -> Iterator[Override | str]:
+    """One page size every chosen backend accepts: 16 if all do, else the smallest common one."""
+    chosen = sorted({n for n in v.backends.values() if n})
+    caps = [v.registry[n].capabilities for n in chosen]
+    chunk = v.settings.get("dual_chunk_len")
+
+    def ok(size: int) -> bool:   # paged DCA needs whole pages per chunk: cl % page_size == 0
+        return all(c.accepts_page_size(size) for c in caps) and (not chunk or chunk % size == 0)
+
+    valid = common_page_sizes(caps, chunk)
+    if v.request.page_size is not None:
+        if not ok(v.request.page_size):
+            valid = sorted(valid, key=lambda s: (abs(s - v.request.page_size), s))
+            raise conflict("AK303", f"--page-size {v.request.page_size} is not accepted by "
+                           f"{' + '.join(chosen)}; valid sizes: {', '.join(map(str, valid[:8])) or 'none'}",
+                           field="page_size", actual=v.request.page_size, expected=valid,
+                           solutions=[f"use --page-size {s}" for s in valid[:3]] + ["omit --page-size"],
+                           before=v.command(), after=v.command(page_size=valid[0] if valid else None))
+        return
+    if not valid:
+        raise conflict("AK308", f"no page size is accepted by every chosen backend ({', '.join(chosen)})",
+                       field="page_size", actual=None, expected=[],
+                       solutions=["use one --attention-backend for both phases"],
+                       before=v.command(), after=v.command())
+    size = 16 if 16 in valid else valid[0]
+    who = " and ".join(chosen)
+    yield Override("page_size", size, f"default 16, accepted by {who}" if size == 16
+                   else f"smallest page size accepted by {who} (16 is not)")
+
+
+def common_page_sizes(caps, chunk: int | None = None, *, limit: int = 4096) -> list[int]:
+    """Page sizes accepted by every capability set, ascending (powers of two and declared sizes)."""
+    sizes = {1 << i for i in range(13)} | {s for c in caps if isinstance(c.page_sizes, tuple)
+                                            for s in c.page_sizes}
+    return [s for s in sorted(sizes) if s <= limit and all(c.accepts_page_size(s) for c in caps)
+            and (not chunk or chunk % s == 0)]
+
+
+BEFORE: tuple[Rule, ...] = (
+    Rule("dtype-default", dtype_rule),
+    Rule("kv-cache-dtype-default", kv_cache_dtype_rule),
+    Rule("tensor-parallel", tensor_parallel_rule),
+    Rule("dual-chunk", dual_chunk_rule),
+)
+AFTER: tuple[Rule, ...] = (
+    Rule("page-size", page_size_rule),
+)

@@ -1,0 +1,264 @@
+"""The whole-model solver: ``plan(model, platform, request) -> Plan``.
+
+Steps: environment overrides, backend names (aliases, typos, other engines' names), rules that
+run before the choice (dtype, KV dtype, tensor parallel, dual chunk), the choice per phase
+(explicit, hybrid or automatic from the priority table: the first candidate serving EVERY
+layer), one page size every chosen backend accepts, then the Plan with every rejected
+candidate's reasons. A valid request that cannot be planned gives ``ok=False`` and an error;
+malformed input (unknown model or device, junk settings) raises ``AttnkitError``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from attnkit.errors import AttnkitError
+from attnkit.model.spec import ModelAttention
+from attnkit.planning import failures, names, priorities
+from attnkit.planning.capabilities import PHASES, BackendDeclaration
+from attnkit.planning.plan import Plan
+from attnkit.planning.reasons import Reason, check_backend, model_needs
+from attnkit.planning.request import BACKEND_FIELDS, Request, parse_request
+from attnkit.planning.rules import AFTER, BEFORE, PHASE_FIELDS, Override, View, common_page_sizes
+from attnkit.planning.validate import validate_model
+
+SETTING_FIELDS = ("dtype", "kv_cache_dtype", "page_size", "tp_size", "speculative_tokens",
+                  "cuda_graph", "dual_chunk")
+
+
+def plan(model: Any, platform: Any = "auto", request: Any = None, *,
+         registry: Mapping[str, BackendDeclaration] | None = None, env: Mapping[str, str] | None = None,
+         table: tuple[priorities.Priority, ...] = priorities.TABLE, strict: bool = False,
+         label: str | None = None) -> Plan:
+    """Plan prefill and decode backends for ``model`` on ``platform``.
+
+    ``registry`` (name -> declaration) defaults to every backend in the tree; ``env`` to
+    ``os.environ``. ``strict=True`` raises the plan's error instead of returning ``ok=False``.
+    ``label`` names the model in example command lines (default: the string given, or its name).
+    """
+    label = label or (model if isinstance(model, str) else None)
+    spec = model if isinstance(model, ModelAttention) else _load_model(model)
+    validate_model(spec)
+    target = _platform(platform)
+    req = parse_request(request)
+    if registry is None:
+        from attnkit.planning.registry import declarations
+        registry = declarations()
+    solve = Solve(spec, label or spec.name, target, req, dict(registry), table)
+    result = solve.run(os.environ if env is None else env)
+    return result.raise_for_error() if strict else result
+
+
+def _load_model(model: Any) -> ModelAttention:
+    from attnkit.model import load_model
+    return load_model(model)
+
+
+def _platform(platform: Any):
+    if all(hasattr(platform, a) for a in ("kind", "name", "capability", "packages")):
+        return platform
+    from attnkit.hardware import resolve_platform
+    return resolve_platform(platform)
+
+
+class Solve:
+    """One planning run's state; ``run`` fills it and returns the Plan."""
+
+    def __init__(self, model: ModelAttention, label: str, platform, request: Request,
+                 registry: dict[str, BackendDeclaration], table):
+        self.model, self.label, self.platform, self.registry, self.table = model, label, platform, registry, table
+        self.request = self.typed = request        # typed: as the user gave it (for "before" commands)
+        self.settings: dict[str, Any] = {}
+        self.backends: dict[str, str | None] = {p: None for p in PHASES}
+        self.explicit: dict[str, str | None] = {p: None for p in PHASES}
+        self.chosen_by: dict[str, str] = {}        # phase -> rule name, for rule-chosen backends
+        self.why: dict[str, str] = {}
+        self.adjustments: list[dict[str, Any]] = []
+        self.warnings: list[str] = []
+        self.alternatives: dict[str, list[str]] = {}
+        self._reasons: dict[tuple[str, str], list[Reason]] = {}
+        self.needs = None
+
+    # ---- the steps -------------------------------------------------------------------------
+    def run(self, env: Mapping[str, str]) -> Plan:
+        error = None
+        try:
+            self._env(env)
+            self._names()
+            self.settings = {f: getattr(self.request, f) for f in SETTING_FIELDS}
+            self.settings["tp_size"] = self.request.tp_size or 1
+            self.settings["speculative_tokens"] = self.request.speculative_tokens or 0
+            self.settings["cuda_graph"] = bool(self.request.cuda_graph)
+            self._apply(BEFORE)
+            self._choose()
+            self._apply(AFTER)
+        except AttnkitError as err:
+            error = err
+        return failures.build_plan(self, error)
+
+    def _env(self, env: Mapping[str, str]) -> None:
+        name = (env.get("ATTNKIT_ATTENTION_BACKEND") or "").strip()
+        if name:
+            if any(self.request.is_set(f) for f in BACKEND_FIELDS):
+                self.warnings.append(f"ATTNKIT_ATTENTION_BACKEND={name} ignored: the command line names a backend")
+            else:
+                self.request = self.request.with_values("env", attention_backend=name)
+                self._record("attention_backend", None, name, "env", f"ATTNKIT_ATTENTION_BACKEND={name}")
+        deny = tuple(n.strip() for n in (env.get("ATTNKIT_DENY_BACKENDS") or "").split(",") if n.strip())
+        if deny:
+            merged = tuple(dict.fromkeys(self.request.deny + deny))
+            self._record("deny", list(self.request.deny), list(merged), "env",
+                         f"ATTNKIT_DENY_BACKENDS={','.join(deny)}")
+            self.request = self.request.with_values("env", deny=merged)
+
+    def _names(self) -> None:
+        canon: dict[str, Any] = {}
+        for f in BACKEND_FIELDS:
+            if self.request.is_set(f):
+                canon[f] = self._resolve(f, getattr(self.request, f))
+        deny = tuple(self._resolve("deny", n) for n in self.request.deny)
+        self.request = dataclasses.replace(self.request, **canon, deny=deny)
+        both = self.request.attention_backend
+        for phase, f in PHASE_FIELDS.items():
+            own = getattr(self.request, f)
+            if both and own and own != both:
+                self.warnings.append(f"--{phase}-attention-backend {own} overrides --attention-backend {both} "
+                                     f"for {phase}")
+            self.explicit[phase] = own or both
+            if self.explicit[phase] in self.request.deny:
+                raise failures.denied_but_named(self, phase)
+
+    def _resolve(self, field: str, name: str) -> str:
+        try:
+            canonical, note = names.resolve(name, self.registry)
+        except AttnkitError as err:
+            raise failures.bad_name(self, field, name, err) from None
+        if note:
+            self.warnings.append(note)
+        return canonical
+
+    def _apply(self, rules) -> None:
+        for rule in rules:
+            view = View(self.model, self.platform, self.request, self.registry,
+                        MappingProxyType(dict(self.settings)), MappingProxyType(dict(self.backends)),
+                        MappingProxyType(dict(self.explicit)), self.command)
+            for item in rule.fn(view):
+                if isinstance(item, str):
+                    self.warnings.append(item)
+                else:
+                    self._override(item, rule.name)
+
+    def _override(self, o: Override, rule: str) -> None:
+        if o.field.endswith("_backend"):
+            phase = o.field.split("_")[0]
+            if self.explicit[phase] is not None:
+                raise AttnkitError("AK900", f"rule {rule} tried to replace the user's {phase} backend")
+            old, self.backends[phase] = self.backends[phase], o.to
+            self.chosen_by[phase], self.why[phase] = rule, o.reason
+        else:
+            if o.field in SETTING_FIELDS and self.request.is_set(o.field) and self.settings.get(o.field) != o.to:
+                raise AttnkitError("AK900", f"rule {rule} tried to change the user's {o.field}")
+            old, self.settings[o.field] = self.settings.get(o.field), o.to
+        if old != o.to:
+            self._record(o.field, old, o.to, rule, o.reason)
+
+    def _record(self, field: str, old: Any, new: Any, rule: str, reason: str) -> None:
+        self.adjustments.append({"field": field, "from": old, "to": new, "rule": rule, "reason": reason})
+
+    def _choose(self) -> None:
+        """Fixed phases (named or rule-chosen) must serve; open phases walk the priority table."""
+        self.needs = model_needs(self.model, dual_chunk=self.settings.get("dual_chunk") == "on")
+        fixed = {p: self.backends[p] or self.explicit[p] for p in PHASES}
+        for name in dict.fromkeys(n for n in fixed.values() if n):
+            phases = [p for p in PHASES if fixed[p] == name]
+            reasons = [r for p in phases for r in self.reasons(p, name)]
+            if reasons:
+                raise failures.fixed_backend_fails(self, name, phases, reasons)
+        options: dict[str, list[str]] = {}
+        for phase in PHASES:
+            if fixed[phase]:
+                options[phase] = [fixed[phase]]
+                continue
+            pool = self.pool(phase)
+            options[phase] = [n for n in pool if not self.reasons(phase, n)]
+            if not options[phase]:
+                raise failures.nothing_serves(self, phase, pool)
+        chunk = self.settings.get("dual_chunk_len")
+        pairs = sorted(((i + j, i), p, d) for i, p in enumerate(options["prefill"])
+                       for j, d in enumerate(options["decode"]))
+        for _, p, d in pairs:
+            if common_page_sizes([self.registry[n].capabilities for n in {p, d}], chunk):
+                break
+        else:
+            raise failures.no_common_layout(self, options)
+        for phase, name in (("prefill", p), ("decode", d)):
+            self.alternatives[phase] = [n for n in options[phase] if n != name]
+            if fixed[phase]:
+                self.backends[phase] = name
+                if phase not in self.why:
+                    source = "env" if self.request.sources.get("attention_backend") == "env" else "user"
+                    self.why[phase] = (f"named by ATTNKIT_ATTENTION_BACKEND" if source == "env"
+                                       else f"named by --{_flag(self.request, phase)}")
+                continue
+            entry = self.entry(phase)
+            self.backends[phase] = name
+            skipped = [n for n in self.pool(phase) if n != name and self.reasons(phase, n)
+                       and self.pool(phase).index(n) < self.pool(phase).index(name)]
+            self.why[phase] = (f"first in the {self.platform.kind} {self.model.kind} priority order "
+                               f"({', '.join(entry.backends)}) that serves every layer"
+                               + (f" ({', '.join(skipped)} cannot)" if skipped else "") + f". {entry.why}")
+            self._record(f"{phase}_backend", None, name, "priority",
+                         f"first that serves every layer in the {self.platform.kind}/{self.model.kind} "
+                         f"priority order ({', '.join(entry.backends)})")
+
+    # ---- helpers the failure builders use too ----------------------------------------------
+    def entry(self, phase: str):
+        return priorities.lookup(self.platform.kind, self.platform.capability, self.model.kind, phase,
+                                 table=self.table)
+
+    def pool(self, phase: str) -> list[str]:
+        """Automatic candidates in priority order: registered, not denied, not explicit-only."""
+        entry = self.entry(phase)
+        return [n for n in (entry.backends if entry else ()) if n in self.registry
+                and not self.registry[n].explicit_only and n not in self.request.deny]
+
+    def reasons(self, phase: str, name: str) -> list[Reason]:
+        key = (phase, name)
+        if key not in self._reasons:
+            if self.needs is None:       # failed before the choice: judge with the defaults
+                self.needs = model_needs(self.model, dual_chunk=self.settings.get("dual_chunk") == "on")
+            settings = {"dtype": self.model.dtype, **{k: v for k, v in self.settings.items() if v is not None}}
+            settings.setdefault("kv_cache_dtype", settings["dtype"])
+            settings["page_size"] = self.request.page_size
+            found = check_backend(self.registry[name], model=self.model, needs=self.needs,
+                                  platform=self.platform, phase=phase, settings=settings)
+            if name in self.request.deny:
+                found.append(Reason("AK307", name, "deny", None, name, "denied by --deny / ATTNKIT_DENY_BACKENDS",
+                                    phases=(phase,)))
+            self._reasons[key] = found
+        return self._reasons[key]
+
+    def command(self, **changes: Any) -> str:
+        """The ``attnkit plan`` line for this request, with ``changes`` applied (None drops a flag)."""
+        values = {k: v for k, v in self.typed.to_dict().items() if self.typed.sources.get(k) != "env"}
+        device = changes.pop("device", None) or getattr(self.platform, "preset", None)
+        values.update(changes)
+        parts = ["attnkit", "plan", self.label] + (["--device", device] if device else [])
+        for key, value in values.items():
+            flag = "--" + key.replace("_", "-")
+            if value in (None, (), [], False) or (key == "tp_size" and value == 1):
+                continue
+            if key == "deny":
+                parts += [x for n in value for x in (flag, n)]
+            elif value is True:
+                parts.append(flag)
+            else:
+                parts += [flag, str(value)]
+        return " ".join(parts)
+
+
+def _flag(request: Request, phase: str) -> str:
+    own = PHASE_FIELDS[phase]
+    return own.replace("_", "-") if getattr(request, own) else "attention-backend"

@@ -1,0 +1,147 @@
+"""The float64 dense reference every backend is checked against.
+
+``attention(q, k, v, layer, cache, meta)`` computes one layer's attention for one step the
+obvious way: write the new K/V into a private copy of the cache (through ``cache.write``, so
+fp8/bf16 rounding of the stored K/V is exactly what a backend sees), read each request's
+keys back through its block table, and run a masked softmax per request in float64.
+The caller's cache is never modified. MLA uses the *unabsorbed* formula (per-head keys and
+values expanded from the latent) so a backend's absorption mistakes show up.
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from attnkit.backends.base import AttentionLayer
+from attnkit.backends.batch import slots_of
+from attnkit.backends.metadata import BatchMetadata
+from attnkit.errors import fail
+from attnkit.kvcache.paged import PagedKVCache
+
+F64 = torch.float64
+
+
+def attention(q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None,
+              layer: AttentionLayer, cache: PagedKVCache, meta: BatchMetadata) -> torch.Tensor:
+    """q: [T, H_q, D]; k: [T, H_kv, D] / v: [T, H_kv, D_v] (MLA: k latent [T, L + R], v None;
+    cross layers: k/v are the encoder K/V [Te, ...] or None when already cached).
+    Returns float64 [T, H_q * D_v]."""
+    spec = layer.spec
+    if spec.dual_chunk is not None:
+        fail("AK420", "the dense reference computes plain attention, not dual chunk attention; "
+                      "use the dual-chunk reference (tests/dual_chunk)",
+             field="layer.dual_chunk", expected=None, actual=spec.dual_chunk)
+    lid = spec.layer_id
+    work = _private_copy(cache, lid)
+    if k is not None:
+        slots = meta.encoder_slot_mapping if spec.cross_attention else meta.slot_mapping
+        if slots is None:
+            fail("AK415", "cross-attention K/V given but the batch has no encoder_slot_mapping; "
+                          "build it with build_batch(..., encoder='write')",
+                 field="meta.encoder_slot_mapping", expected="[sum encoder_lens] slots", actual=None)
+        work.write(lid, slots, k, v)
+
+    heads, dv = spec.num_heads, (spec.mla.v_head_dim if spec.kind == "mla" else spec.value_dim)
+    out = torch.zeros(meta.num_tokens, heads, dv, dtype=F64, device=q.device)
+    keys = _flat_keys(work, layer)
+    starts = meta.query_start_loc.tolist()
+    for i in range(meta.num_reqs):
+        qs, qe = starts[i], starts[i + 1]
+        if spec.cross_attention:
+            n_keys = meta.encoder_lens_cpu[i] if meta.encoder_lens_cpu is not None else 0
+            row = _row(meta.encoder_block_tables_cpu, meta.encoder_block_tables, i)
+            mask = None
+        else:
+            n_keys = meta.seq_lens_cpu[i]
+            row = _row(meta.block_tables_cpu, meta.block_tables, i)
+            mask = _self_mask(meta.prefix_lens_cpu[i], qe - qs, n_keys, spec, q.device)
+        if n_keys == 0 or qe == qs:
+            continue
+        slots = torch.tensor(slots_of(row, range(n_keys), meta.page_size), device=q.device)
+        scores, values = _scores_values(q[qs:qe].to(F64), keys, slots, layer)
+        out[qs:qe] = _softmax_pv(scores, values, mask, layer)
+    return out.reshape(meta.num_tokens, heads * dv)
+
+
+def _private_copy(cache: PagedKVCache, lid: int) -> PagedKVCache:
+    """A shallow copy of the cache whose buffers for layer ``lid`` are cloned."""
+    work = copy.copy(cache)
+    for name in ("k", "v", "latent"):
+        bufs = dict(getattr(cache, name))
+        if lid in bufs:
+            bufs[lid] = bufs[lid].clone()
+        setattr(work, name, bufs)
+    return work
+
+
+def _row(host: list[list[int]] | None, table: torch.Tensor, i: int) -> list[int]:
+    return host[i] if host is not None else table[i].tolist()
+
+
+def _flat_keys(cache: PagedKVCache, layer: AttentionLayer) -> tuple[torch.Tensor, ...]:
+    """The layer's buffers in float64, one row per slot."""
+    lid = layer.layer_id
+    ks, vs = cache.k_scales[lid], cache.v_scales[lid]
+    if layer.spec.kind == "mla":
+        lat = cache.latent[lid]
+        return (cache.dequant(lat, ks, F64).reshape(-1, lat.shape[-1]),)
+    kb, vb = cache.k[lid], cache.v[lid]
+    return (cache.dequant(kb, ks, F64).reshape(-1, *kb.shape[2:]),
+            cache.dequant(vb, vs, F64).reshape(-1, *vb.shape[2:]))
+
+
+def _self_mask(prefix: int, n_q: int, n_keys: int, spec, device) -> torch.Tensor:
+    """[n_q, n_keys] bool, True where key k is visible to the query at position p."""
+    p = torch.arange(prefix, prefix + n_q, device=device)[:, None]
+    kpos = torch.arange(n_keys, device=device)[None, :]
+    visible = torch.ones(n_q, n_keys, dtype=torch.bool, device=device)
+    if spec.causal:
+        visible &= kpos <= p
+    if spec.sliding_window is not None:
+        visible &= (p - kpos) < spec.sliding_window
+    return visible
+
+
+def _scores_values(q: torch.Tensor, keys: tuple[torch.Tensor, ...], slots: torch.Tensor,
+                   layer: AttentionLayer) -> tuple[torch.Tensor, torch.Tensor]:
+    """q: [n, H, D] float64 -> scores [H, n, n_keys] (scaled), values [n_keys, H, D_v]."""
+    spec = layer.spec
+    if spec.kind == "mla":
+        mla = spec.mla
+        lat = keys[0][slots]
+        lat_c, k_pe = lat[:, :mla.kv_lora_rank], lat[:, mla.kv_lora_rank:]
+        k_nope = torch.einsum("kl,hdl->khd", lat_c, layer.w_kc.to(F64))      # [n_keys, H, nope]
+        values = torch.einsum("kl,hlv->khv", lat_c, layer.w_vc.to(F64))      # [n_keys, H, D_v]
+        q_nope, q_pe = q[..., :mla.qk_nope_head_dim], q[..., mla.qk_nope_head_dim:]
+        scores = (torch.einsum("nhd,khd->hnk", q_nope, k_nope)
+                  + torch.einsum("nhr,kr->hnk", q_pe, k_pe))
+    else:
+        group = spec.num_heads // spec.num_kv_heads
+        k_all = keys[0][slots].repeat_interleave(group, dim=1)
+        values = keys[1][slots].repeat_interleave(group, dim=1)
+        scores = torch.einsum("nhd,khd->hnk", q, k_all)
+    return scores * spec.softmax_scale, values
+
+
+def _softmax_pv(scores: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None,
+                layer: AttentionLayer) -> torch.Tensor:
+    """scores [H, n, K], values [K, H, D_v] -> [n, H, D_v]. Softcap, mask, then a softmax
+    whose denominator also holds the per-head sink (which contributes no value)."""
+    cap = layer.spec.logit_softcap
+    if cap is not None:
+        scores = cap * torch.tanh(scores / cap)
+    if mask is not None:
+        scores = scores.masked_fill(~mask[None], float("-inf"))
+    peak = scores.amax(dim=-1, keepdim=True)                                  # [H, n, 1]
+    sinks = None
+    if layer.spec.sinks and layer.sinks is not None:
+        sinks = layer.sinks.to(F64)[:, None, None].expand_as(peak)
+        peak = torch.maximum(peak, sinks)
+    peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
+    weights = torch.exp(scores - peak)
+    denom = weights.sum(dim=-1, keepdim=True)
+    if sinks is not None:
+        denom = denom + torch.exp(sinks - peak)
+    probs = weights / torch.where(denom > 0, denom, torch.ones_like(denom))
+    return torch.einsum("hnk,khv->nhv", probs, values)

@@ -1,0 +1,136 @@
+"""Rotary position embeddings: ordinary RoPE and the dual-chunk (DCA) rotation.
+
+RoPE here is the neox (rotate-half) form over the first ``rotary_dim`` features of each head
+(Llama, Qwen): with half = rotary_dim / 2 and inv_freq[j] = base ** (-2j / rotary_dim),
+feature j and j + half of a vector at position t are rotated by the angle t * inv_freq[j].
+Angles are computed in float64 (positions reach 10^6), the rotation in float32.
+
+DCA (shared/DUAL_CHUNK.md): cs = chunk_size, ls = local_size, cl = cs - ls.
+- keys are rotated at the chunk-local position ``k % cl`` (and cached that way);
+- each query p (i = p % cl) is rotated three ways, stacked on dim 1 in this order:
+  intra ``i``, successor ``min(i + cl, cs)``, inter ``min(2 * cl - 1, cs)``.
+- length scale ``s = max(1, 0.1 * ln(L / omax) + 1)`` (omax = original_max_position_embeddings
+  > 0, else s = 1) multiplies the rotated keys and all three query variants, so logits grow
+  by s². L is chosen by the caller, per request: ``step_length_scales`` uses the KV length
+  after the step (the whole prompt for a prefill in one go, the current length in decode)
+  unless ``lengths`` names the whole prompt length for a prefill split in pieces.
+  Keys keep the s of the step that cached them; nothing is rescaled later.
+The backend (attnkit.backends.dual_chunk) knows nothing of positions: it gets these tensors.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+
+from attnkit.backends.dual_chunk.config import require_valid_config
+from attnkit.errors import fail
+from attnkit.model.spec import DualChunkConfig
+
+VARIANTS = ("intra", "successor", "inter")      # order of dim 1 of the DCA queries
+
+
+def rope_cos_sin(positions: torch.Tensor, *, rotary_dim: int, base: float):
+    """positions: [N] int -> cos, sin: [N, rotary_dim // 2] float32."""
+    inv_freq = base ** (-torch.arange(0, rotary_dim, 2, dtype=torch.float64,
+                                      device=positions.device) / rotary_dim)
+    angles = positions.to(torch.float64)[:, None] * inv_freq[None, :]
+    return angles.cos().float(), angles.sin().float()
+
+
+def apply_rope(x: torch.Tensor, positions: torch.Tensor, *, base: float,
+               rotary_dim: int | None = None, scale: torch.Tensor | float = 1.0) -> torch.Tensor:
+    """Rotate x: [N, H, D] at positions [N] (neox form); features past rotary_dim pass through.
+    ``scale`` (a float or [N]) multiplies the result. Returns x's shape and dtype."""
+    rd = x.shape[-1] if rotary_dim is None else rotary_dim
+    cos, sin = rope_cos_sin(positions, rotary_dim=rd, base=base)
+    cos, sin = cos[:, None, :], sin[:, None, :]                  # [N, 1, rd/2]
+    xf = x.float()
+    x1, x2, rest = xf[..., :rd // 2], xf[..., rd // 2:rd], xf[..., rd:]
+    out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], dim=-1)
+    if isinstance(scale, torch.Tensor):
+        out = out * scale.to(device=out.device, dtype=torch.float32).view(-1, 1, 1)
+    elif scale != 1.0:
+        out = out * scale
+    return out.to(x.dtype)
+
+
+def dca_length_scale(length: int, original_max_position_embeddings: int) -> float:
+    """s = max(1, 0.1 * ln(L / omax) + 1); 1 when omax is 0 (scale off)."""
+    if length < 1:
+        fail("AK474", f"the DCA length scale needs a length >= 1, got {length}",
+             field="length", expected=">= 1", actual=length)
+    omax = original_max_position_embeddings
+    if omax <= 0:
+        return 1.0
+    return max(1.0, 0.1 * math.log(length / omax) + 1.0)
+
+
+def step_length_scales(meta, config: DualChunkConfig, *,
+                       lengths: Sequence[int] | None = None) -> torch.Tensor:
+    """Per-token length scale [T] float32 on meta's device: request i's tokens get
+    s(L_i) with L_i = lengths[i] if given, else meta.seq_lens_cpu[i] (KV length after the
+    step). Pass the whole prompt lengths to make a prefill in pieces scale like one in one go."""
+    lens = list(meta.seq_lens_cpu) if lengths is None else list(lengths)
+    if len(lens) != meta.num_reqs:
+        fail("AK474", f"lengths names {len(lens)} request(s), the batch has {meta.num_reqs}",
+             field="lengths", expected=meta.num_reqs, actual=len(lens))
+    omax = config.original_max_position_embeddings
+    per_req = [dca_length_scale(n, omax) for n in lens]
+    per_tok = [s for s, n in zip(per_req, meta.query_lens_cpu) for _ in range(n)]
+    return torch.tensor(per_tok, dtype=torch.float32, device=meta.seq_lens.device)
+
+
+class DualChunkRotary:
+    """The DCA rotation of one model: ``q3, k = rotary(q, k, positions, length_scale=s)``.
+
+    q: [T, H_q, D], k: [T, H_kv, D] raw projections; positions: [T] absolute positions;
+    length_scale: a float or [T] (see step_length_scales).
+    -> q3 [T, 3, H_q, D] (intra, successor, inter), k [T, H_kv, D] at chunk-local positions;
+    both in the input dtype, both multiplied by the length scale.
+    """
+
+    def __init__(self, config: DualChunkConfig, *, base: float, rotary_dim: int | None = None):
+        self.chunk_len = require_valid_config(config)
+        self.config = config
+        self.base = base
+        self.rotary_dim = rotary_dim
+
+    def positions(self, positions: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The rotation positions [T] of keys ("key") and of each query variant."""
+        cs, cl = self.config.chunk_size, self.chunk_len
+        local = positions % cl
+        return {"key": local, "intra": local,
+                "successor": (local + cl).clamp(max=cs),
+                "inter": torch.full_like(positions, min(2 * cl - 1, cs))}
+
+    def keys(self, k: torch.Tensor, positions: torch.Tensor, *,
+             length_scale: torch.Tensor | float = 1.0) -> torch.Tensor:
+        self._check(k, positions, length_scale)
+        return apply_rope(k, self.positions(positions)["key"], base=self.base,
+                          rotary_dim=self.rotary_dim, scale=length_scale)
+
+    def queries(self, q: torch.Tensor, positions: torch.Tensor, *,
+                length_scale: torch.Tensor | float = 1.0) -> torch.Tensor:
+        self._check(q, positions, length_scale)
+        pos = self.positions(positions)
+        return torch.stack([apply_rope(q, pos[name], base=self.base, rotary_dim=self.rotary_dim,
+                                       scale=length_scale) for name in VARIANTS], dim=1)
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, *,
+                 length_scale: torch.Tensor | float = 1.0):
+        return (self.queries(q, positions, length_scale=length_scale),
+                self.keys(k, positions, length_scale=length_scale))
+
+    @staticmethod
+    def _check(x: torch.Tensor, positions: torch.Tensor, length_scale) -> None:
+        n = x.shape[0]
+        if positions.dim() != 1 or positions.shape[0] != n or positions.is_floating_point():
+            fail("AK474", f"positions must be [T] integers with T = {n} tokens, got "
+                          f"{list(positions.shape)} {positions.dtype}",
+                 field="positions", expected=[n], actual=list(positions.shape))
+        if isinstance(length_scale, torch.Tensor) and length_scale.numel() != n:
+            fail("AK474", f"length_scale must be a float or [T] with T = {n}, got "
+                          f"{list(length_scale.shape)}",
+                 field="length_scale", expected=[n], actual=list(length_scale.shape))

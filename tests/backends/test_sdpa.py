@@ -1,0 +1,146 @@
+"""sdpa against the float64 reference on small shapes, its kernel-choice paths, its refusals.
+
+The shared conformance suite sweeps the declared envelope; this file pins what is specific
+to sdpa: the padded batch (ragged requests, padded query rows), the is_causal fast path,
+the repeat-K/V path for torch without enable_gqa, and the AK440 refusals.
+"""
+import pytest
+import torch
+from factories import assert_close, make_case, make_layer
+
+from attnkit.backends.base import StepState
+from attnkit.backends.metadata import ForwardMode
+from attnkit.backends.paged_torch import refuse_unserved
+from attnkit.backends.sdpa import backend as sdpa_backend
+from attnkit.backends.sdpa.backend import SdpaBackend
+from attnkit.errors import AttnkitError
+
+MIXED = dict(prefix_lens=[0, 21, 5], new_lens=[9, 1, 4])
+
+
+def run(layer, *, dtype="fp32", kv_dtype=None, prepare=True, **kw):
+    backend = SdpaBackend()
+    case = make_case(layer, dtype=dtype, kv_dtype=kv_dtype, page_size=kw.pop("page_size", 4), **kw)
+    step = backend.prepare(case.meta, case.cache) if prepare else StepState(case.meta)
+    out = backend.forward(case.q, case.k, case.v, case.layer, case.cache, step)
+    assert out.dtype == case.q.dtype
+    assert_close(out, case.reference(), dtype=dtype, kv_dtype=kv_dtype, what=str(layer.spec))
+    return step, out
+
+
+@pytest.mark.parametrize("heads,kv_heads", [(4, 4), (4, 2), (4, 1)], ids=["mha", "gqa", "mqa"])
+@pytest.mark.parametrize("lens", [MIXED, dict(prefix_lens=[0], new_lens=[7]),
+                                  dict(prefix_lens=[13, 3, 30], new_lens=[1, 1, 1]),
+                                  dict(prefix_lens=[9, 9], new_lens=[1, 1])],
+                         ids=["mixed", "square-prefill", "decode-ragged", "decode-even"])
+def test_mha_gqa_mqa(heads, kv_heads, lens):
+    run(make_layer(num_heads=heads, num_kv_heads=kv_heads, head_dim=16, v_head_dim=8), **lens)
+
+
+def test_mask_choice_per_step():
+    """No mask for a decode with equal lengths, is_causal for one square prefill, a bool
+    mask otherwise; masks are memoised in the step's plan and shared by layers."""
+    layer = make_layer(num_heads=2, head_dim=8)
+    even, _ = run(layer, prefix_lens=[9, 9], new_lens=[1, 1])
+    square, _ = run(layer, prefix_lens=[0], new_lens=[7])
+    ragged, _ = run(layer, **MIXED)
+    assert list(even.plan.masks.values()) == [(None, False)]
+    assert list(square.plan.masks.values()) == [(None, True)]
+    (mask, causal), = ragged.plan.masks.values()
+    assert not causal and mask.shape == (3, 1, 9, 22) and mask.dtype == torch.bool
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_half_inputs(dtype):
+    run(make_layer(num_heads=4, num_kv_heads=2, head_dim=16, dtype=dtype), dtype=dtype, **MIXED)
+
+
+@pytest.mark.parametrize("features", [dict(sliding_window=3), dict(scale=0.05)], ids=["window", "scale"])
+def test_features(features):
+    run(make_layer(num_heads=4, num_kv_heads=2, head_dim=16, **features), q_scale=4.0, **MIXED)
+
+
+def test_verify_mode():
+    run(make_layer(num_heads=4, num_kv_heads=2, head_dim=16), prefix_lens=[6, 17], new_lens=[3, 3],
+        mode=ForwardMode.VERIFY)
+
+
+@pytest.mark.parametrize("window", [None, 3])
+def test_encoder_self_attention(window):
+    run(make_layer(num_heads=4, num_kv_heads=2, head_dim=16, role="encoder", sliding_window=window),
+        prefix_lens=[0, 0], new_lens=[9, 2])
+
+
+@pytest.mark.parametrize("encoder", ["cached", "write"])
+def test_cross_attention_with_an_empty_encoder(encoder):
+    run(make_layer(num_heads=4, num_kv_heads=2, head_dim=16, role="cross"),
+        prefix_lens=[0, 5], new_lens=[6, 1], encoder_lens=[11, 0], encoder=encoder)
+
+
+@pytest.mark.parametrize("kv_dtype", ["fp8_e4m3", "fp8_e5m2"])
+def test_fp8_kv_cache(kv_dtype):
+    run(make_layer(num_heads=4, num_kv_heads=2, head_dim=16), kv_dtype=kv_dtype, **MIXED)
+
+
+@pytest.mark.parametrize("kv_dtype", [None, "fp8_e4m3"])
+def test_mla_decompressed(kv_dtype):
+    run(make_layer(kind="mla", num_heads=4, sliding_window=6), kv_dtype=kv_dtype, **MIXED)
+
+
+def test_forward_without_prepare_builds_its_plan():
+    step, _ = run(make_layer(num_heads=4, num_kv_heads=2, head_dim=16), prepare=False, **MIXED)
+    assert step.plan is not None
+
+
+def test_gqa_without_enable_gqa(monkeypatch):
+    monkeypatch.setattr(sdpa_backend, "HAS_ENABLE_GQA", False)
+    run(make_layer(num_heads=4, num_kv_heads=1, head_dim=16), **MIXED)
+
+
+def test_idle_returns_empty():
+    layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=16, v_head_dim=8)
+    case = make_case(layer, prefix_lens=[], new_lens=[], mode=ForwardMode.IDLE)
+    backend = SdpaBackend()
+    out = backend.forward(case.q, case.k, case.v, layer, case.cache, backend.prepare(case.meta, case.cache))
+    assert out.shape == (0, 32)
+
+
+@pytest.mark.parametrize("feature", [dict(logit_softcap=30.0), dict(sinks=True)], ids=["softcap", "sinks"])
+def test_unsupported_features_are_refused(feature):
+    layer = make_layer(num_heads=2, head_dim=8, **feature)
+    case = make_case(make_layer(num_heads=2, head_dim=8), prefix_lens=[0], new_lens=[3])
+    with pytest.raises(AttnkitError) as err:
+        SdpaBackend().forward(case.q, case.k, case.v, layer, case.cache, StepState(case.meta))
+    name = next(iter(layer.spec.features()))
+    assert err.value.code == "AK440" and name in err.value.message
+    assert "torch_native" in err.value.details["backends"]
+
+
+def test_unserved_kind_names_the_backends_that_serve_it():
+    with pytest.raises(AttnkitError) as err:
+        refuse_unserved("some_mha_backend", make_layer(kind="mla", num_heads=2), kinds=("mha",),
+                        features=frozenset())
+    assert err.value.code == "AK441"
+    assert {"torch_native", "sdpa"} <= set(err.value.details["backends"])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,kv_dtype", [("fp32", None), ("bf16", None), ("fp16", None),
+                                            ("bf16", "fp8_e4m3"), ("fp16", "fp8_e5m2")])
+@pytest.mark.parametrize("spec", [dict(kind="mha", num_heads=8, num_kv_heads=2, head_dim=128, sliding_window=7),
+                                  dict(kind="mha", num_heads=8, num_kv_heads=8, head_dim=80),
+                                  dict(kind="mla", num_heads=4)], ids=["gqa128", "mha80", "mla"])
+@pytest.mark.parametrize("lens", [dict(prefix_lens=[0, 70, 33], new_lens=[40, 1, 5]),
+                                  dict(prefix_lens=[0], new_lens=[64]),
+                                  dict(prefix_lens=[100, 100], new_lens=[1, 1])],
+                         ids=["mixed", "square", "decode"])
+def test_cuda(spec, dtype, kv_dtype, lens):
+    layer = make_layer(**spec, dtype=dtype, device="cuda")
+    run(layer, dtype=dtype, kv_dtype=kv_dtype, device="cuda", page_size=16, **lens)
+
+
+@pytest.mark.gpu
+def test_cuda_cross_and_encoder():
+    for role, extra in (("cross", dict(encoder_lens=[30, 0], encoder="write")), ("encoder", {})):
+        layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=64, role=role, dtype="bf16", device="cuda")
+        run(layer, dtype="bf16", device="cuda", prefix_lens=[0, 0], new_lens=[6, 9], **extra)

@@ -1,0 +1,18 @@
+"""Suite-wide test setup. Shared input factories live in tests/factories.py and are imported
+as ``from factories import make_case`` (pytest puts tests/ on sys.path for this conftest)."""
+import pytest
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` need CUDA; skip them (with the reason) where there is none."""
+    try:
+        import torch
+        has_cuda = torch.cuda.is_available()
+    except ImportError:
+        has_cuda = False
+    if has_cuda:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (marker gpu)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

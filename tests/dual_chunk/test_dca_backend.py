@@ -1,0 +1,132 @@
+"""dual_chunk backend: parts-and-merge over the paged cache vs the dense float64 DCA reference.
+
+This file and test_dca_reference.py are the dual_chunk backend's conformance (the shared
+suite skips the dual_chunk feature): plain RoPE equality inside one chunk, the worked example,
+sequences over one to five chunks, GQA/MQA, prefill whole / in pieces / then decode, MIXED
+steps, page sizes dividing the chunk length, and the same on CUDA in bf16/fp16.
+"""
+import pytest
+import torch
+from dca_session import BASE, make_seqs, reference, run_steps
+from factories import assert_close, make_layer
+
+from attnkit import reference as plain_reference
+from attnkit.backends.batch import Request, build_batch
+from attnkit.kvcache.paged import PagedKVCache
+from attnkit.model.spec import DualChunkConfig
+from attnkit.runner.rotary import apply_rope
+
+TOY = DualChunkConfig(chunk_size=8, local_size=2)                 # cl = 6
+WIDE = DualChunkConfig(chunk_size=64, local_size=16)              # cl = 48
+ON_DEVICES = [pytest.param("cpu", "fp32", id="cpu-fp32"), pytest.param("cpu", "bf16", id="cpu-bf16"),
+              pytest.param("cuda", "bf16", id="cuda-bf16", marks=pytest.mark.gpu),
+              pytest.param("cuda", "fp16", id="cuda-fp16", marks=pytest.mark.gpu)]
+DT = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def dca_layer(config=TOY, *, heads=4, kv_heads=2, head_dim=16, device="cpu", dtype="fp32"):
+    return make_layer(num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
+                      dual_chunk=config, device=device, dtype=dtype)
+
+
+def check_all(layer, seqs, run, dtype="fp32", what=""):
+    for i, seq in enumerate(seqs):
+        assert_close(run.outputs[i], reference(layer.spec, seq, run.lengths[i]), dtype=dtype,
+                     what=f"{what} request {i}")
+
+
+@pytest.mark.parametrize("config,length", [(TOY, 5), (TOY, 8), (WIDE, 40), (WIDE, 64)])
+def test_within_chunk_size_equals_plain_causal_rope(config, length):
+    """L <= chunk_size: DCA is ordinary causal RoPE attention (attnkit.reference on q/k rotated
+    at their real positions, through a layer without dual_chunk)."""
+    layer = dca_layer(config)
+    seq = make_seqs(layer.spec, [length], seed=1)[0]
+    out = run_steps(layer, [seq], [[length]], page_size=2).outputs[0]
+
+    plain = make_layer(num_heads=4, num_kv_heads=2, head_dim=16)
+    cache = PagedKVCache([plain.spec], num_pages=length, page_size=1, dtype=torch.float32)
+    meta = build_batch([Request(0, length, list(range(length)))], page_size=1)
+    pos = torch.arange(length)
+    want = plain_reference.attention(apply_rope(seq.q, pos, base=BASE), apply_rope(seq.k, pos, base=BASE),
+                                     seq.v, plain, cache, meta)
+    assert_close(out, want.view_as(out), dtype="fp32", what="DCA vs plain RoPE")
+
+
+def test_worked_example_rows_13_and_16():
+    """DUAL_CHUNK.md: cs 8, ls 2, 20 tokens; query 13 uses all three parts, query 16 the
+    clamped successor position."""
+    layer = dca_layer(TOY)
+    seq = make_seqs(layer.spec, [20], seed=2)[0]
+    out = run_steps(layer, [seq], [[20]], page_size=3).outputs[0]
+    assert_close(out[[13, 16]], reference(layer.spec, seq, positions=[13, 16]), dtype="fp32")
+
+
+@pytest.mark.parametrize("device,dtype", ON_DEVICES)
+@pytest.mark.parametrize("config,lengths,page_size", [
+    (TOY, [3, 6, 13, 20, 30], 3),          # 1 .. 5 chunks of 6
+    (WIDE, [47, 100, 240], 16),            # 1 .. 5 chunks of 48
+], ids=["cs8-ls2", "cs64-ls16"])
+@pytest.mark.parametrize("heads,kv_heads", [(4, 2), (4, 1)], ids=["gqa", "mqa"])
+def test_prefill_equals_reference(config, lengths, page_size, heads, kv_heads, device, dtype):
+    layer = dca_layer(config, heads=heads, kv_heads=kv_heads, device=device, dtype=dtype)
+    seqs = make_seqs(layer.spec, lengths, seed=3, dtype=DT[dtype], device=device)
+    run = run_steps(layer, seqs, [lengths], page_size=page_size, device=device)
+    check_all(layer, seqs, run, dtype=dtype)
+
+
+@pytest.mark.parametrize("device,dtype", ON_DEVICES)
+def test_pieces_and_decode_equal_one_prefill(device, dtype):
+    """Prefill in pieces over a cached prefix, then decode, gives the rows of one prefill of
+    the whole sequence (L <= omax: the length scale is 1 throughout)."""
+    layer = dca_layer(TOY, device=device, dtype=dtype)
+    lengths = [29, 17]
+    seqs = make_seqs(layer.spec, lengths, seed=4, dtype=DT[dtype], device=device)
+    whole = run_steps(layer, seqs, [lengths], page_size=2, device=device)
+    pieces = [[5, 4], [7, 6], [1, 0], [10, 4], [1, 1], [1, 1], [1, 1], [1, 0], [1, 0], [1, 0]]
+    assert [sum(col) for col in zip(*pieces)] == lengths
+    stepped = run_steps(layer, seqs, pieces, page_size=2, device=device, seed=9)
+    atol = 1e-5 if dtype == "fp32" else 1e-2
+    for a, b in zip(stepped.outputs, whole.outputs):
+        torch.testing.assert_close(a, b, atol=atol, rtol=atol)
+    check_all(layer, seqs, stepped, dtype=dtype)
+
+
+def test_mixed_step_decode_and_extend_together():
+    layer = dca_layer(TOY)
+    seqs = make_seqs(layer.spec, [19, 25], seed=5)
+    run = run_steps(layer, seqs, [[18, 11], [1, 14]], page_size=6)     # step 2: decode + extend
+    check_all(layer, seqs, run)
+
+
+@pytest.mark.parametrize("page_size", [1, 2, 3, 6])
+def test_page_sizes_dividing_chunk_length(page_size):
+    layer = dca_layer(TOY)
+    seqs = make_seqs(layer.spec, [20, 9], seed=6)
+    check_all(layer, seqs, run_steps(layer, seqs, [[14, 9], [6, 0]], page_size=page_size))
+
+
+def test_length_scale_reaches_the_logits():
+    """omax = 4 < L: keys keep the s of their step, queries get s of theirs; the backend's
+    output matches the reference given those lengths, and differs from unscaled DCA."""
+    cfg = DualChunkConfig(chunk_size=8, local_size=2, original_max_position_embeddings=4)
+    layer = dca_layer(cfg)
+    seq = make_seqs(layer.spec, [23], seed=7)[0]
+    run = run_steps(layer, [seq], [[9], [6], [1], [7]], page_size=3)
+    assert len(set(run.lengths[0])) == 4                # four different scales in play
+    assert_close(run.outputs[0], reference(layer.spec, seq, run.lengths[0]), dtype="fp32")
+    unscaled = reference(layer.spec, seq, None)
+    assert (run.outputs[0] - unscaled).abs().max() > 1e-3
+
+
+def test_pieces_with_whole_prompt_length_equal_one_prefill_when_scaled():
+    """L > omax: with the literal rule (every prefill piece scales by the whole prompt length)
+    pieces equal one prefill; scaling by the running length would not."""
+    cfg = DualChunkConfig(chunk_size=8, local_size=2, original_max_position_embeddings=4)
+    layer = dca_layer(cfg)
+    seq = make_seqs(layer.spec, [21], seed=8)[0]
+    whole = run_steps(layer, [seq], [[21]], page_size=2)
+    literal = run_steps(layer, [seq], [[8], [6], [7]], page_size=2, prompt_lens=[21])
+    running = run_steps(layer, [seq], [[8], [6], [7]], page_size=2)
+    torch.testing.assert_close(literal.outputs[0], whole.outputs[0], atol=1e-5, rtol=1e-5)
+    assert (running.outputs[0] - whole.outputs[0]).abs().max() > 1e-3
+    assert_close(running.outputs[0], reference(layer.spec, seq, running.lengths[0]), dtype="fp32")

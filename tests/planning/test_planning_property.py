@@ -1,0 +1,74 @@
+"""Property: any model x platform x request either plans (ok or not) or raises AttnkitError."""
+import json
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from attnkit.errors import AttnkitError
+from attnkit.hardware import get_preset, preset_names
+from attnkit.model import load_model, preset_names as model_presets
+from attnkit.model.spec import DualChunkConfig, LayerAttention, MLAConfig, ModelAttention
+from attnkit.planning.plan import Plan
+from attnkit.planning.solver import plan
+
+PRESET_MODELS = {n: load_model(n) for n in model_presets()}
+PLATFORMS = {n: get_preset(n) for n in preset_names()}
+NAMES = ["triton", "sdpa", "torch_native", "triton_mla", "dual_chunk", "torch", "tritn", "flashinfer",
+         "", "auto", "FA3", "Triton-MLA", 7, None]
+JUNK = st.sampled_from([None, -1, 0, "x", 3.5, True, [], {}])
+
+
+@st.composite
+def layers(draw):
+    n = draw(st.integers(1, 4))
+    kind = draw(st.sampled_from(["mha", "mla", "bogus"]))
+    out = []
+    for i in range(n):
+        kv = draw(st.sampled_from([1, 2, 4, 0]))
+        heads = kv * draw(st.integers(1, 8)) + draw(st.sampled_from([0, 0, 0, 1]))
+        mla = (MLAConfig(kv_lora_rank=draw(st.sampled_from([512, 64, 256])), qk_rope_head_dim=draw(
+            st.sampled_from([64, 16])), qk_nope_head_dim=128, v_head_dim=128) if kind == "mla" else None)
+        out.append(LayerAttention(
+            layer_id=i, num_heads=heads, num_kv_heads=kv, head_dim=draw(st.sampled_from([64, 80, 128, 192, -1])),
+            kind=kind, mla=mla, role=draw(st.sampled_from(["decoder", "decoder", "encoder", "cross", "nope"])),
+            sliding_window=draw(st.sampled_from([None, None, 128, 0])),
+            logit_softcap=draw(st.sampled_from([None, None, 30.0, -1.0])), sinks=draw(st.booleans()),
+            dual_chunk=draw(st.sampled_from([None, None, DualChunkConfig(8, 2), DualChunkConfig(262144, 8192)]))))
+    return tuple(out)
+
+
+MODELS = st.one_of(st.sampled_from(sorted(PRESET_MODELS)).map(PRESET_MODELS.get),
+                   st.builds(ModelAttention, name=st.just("rand"), architecture=st.just("Rand"), layers=layers(),
+                             dtype=st.sampled_from(["bf16", "fp16", "fp32", "fp8", "weird"])))
+REQUESTS = st.fixed_dictionaries({}, optional={
+    "attention_backend": st.sampled_from(NAMES), "prefill_attention_backend": st.sampled_from(NAMES),
+    "decode_attention_backend": st.sampled_from(NAMES),
+    "page_size": st.one_of(st.sampled_from([1, 16, 32, 64, 100, 128]), JUNK),
+    "kv_cache_dtype": st.one_of(st.sampled_from(["fp8", "fp8_e5m2", "bf16", "fp16", "auto", "fp7"]), JUNK),
+    "dtype": st.one_of(st.sampled_from(["bf16", "fp16", "fp32", "float16"]), JUNK),
+    "tp_size": st.one_of(st.sampled_from([1, 2, 3, 4, 8, 16, 64]), JUNK),
+    "speculative_tokens": st.one_of(st.integers(0, 8), JUNK),
+    "dual_chunk": st.one_of(st.sampled_from(["auto", "on", "off"]), JUNK),
+    "cuda_graph": st.one_of(st.booleans(), JUNK),
+    "deny": st.one_of(st.lists(st.sampled_from(NAMES[:8])), JUNK),
+    "bogus_key": st.just(1)})
+ENVS = st.fixed_dictionaries({}, optional={"ATTNKIT_ATTENTION_BACKEND": st.sampled_from(["sdpa", "tritn", ""]),
+                                           "ATTNKIT_DENY_BACKENDS": st.sampled_from(["triton", "x,sdpa", ","])})
+
+
+@settings(max_examples=2000, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(model=MODELS, platform=st.sampled_from(sorted(PLATFORMS)), request=REQUESTS, env=ENVS)
+def test_plan_or_attnkit_error(model, platform, request, env):
+    try:
+        result = plan(model, PLATFORMS[platform], request, env=env)
+    except AttnkitError as err:
+        assert err.code.startswith("AK") and not err.code.startswith("AK9"), err
+        return
+    assert isinstance(result, Plan)
+    data = json.loads(json.dumps(result.to_dict()))      # the JSON contract holds for every plan
+    assert data["ok"] == (data["error"] is None)
+    if result.ok:
+        assert result.prefill_backend and result.decode_backend and result.settings["page_size"] >= 1
+    else:
+        assert data["error"]["code"][:3] in ("AK1", "AK2", "AK3") and data["error"]["solutions"]

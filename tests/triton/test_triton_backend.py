@@ -1,0 +1,78 @@
+"""TritonBackend: modes, refusals (AK450-AK453) and the declaration."""
+import pytest
+import torch
+from factories import make_case, make_layer
+
+from attnkit.backends.metadata import ForwardMode
+from attnkit.backends.triton.backend import TritonBackend
+from attnkit.errors import CATALOG, AttnkitError
+from attnkit.kvcache.paged import PagedKVCache
+from attnkit.model.spec import LayerAttention
+
+
+def _fp16_case(**layer_kw):
+    layer = make_layer(num_heads=2, num_kv_heads=1, head_dim=16, dtype="fp16", **layer_kw)
+    return make_case(layer, prefix_lens=[3], new_lens=[2], page_size=4, dtype="fp16")
+
+
+def test_idle_step_returns_an_empty_output():
+    case = _fp16_case()
+    backend = TritonBackend()
+    empty = make_case(case.layer, prefix_lens=[], new_lens=[], page_size=4, dtype="fp16")
+    assert empty.meta.mode is ForwardMode.IDLE
+    out = backend.forward(empty.q, empty.k, empty.v, empty.layer, empty.cache,
+                          backend.prepare(empty.meta, empty.cache))
+    assert out.shape == (0, 2 * 16)
+
+
+def test_mla_and_cross_layers_are_refused_with_ak450():
+    case = _fp16_case()
+    backend = TritonBackend()
+    step = backend.prepare(case.meta, case.cache)
+    mla = make_layer(kind="mla", num_heads=2, dtype="fp16")
+    mla_case = make_case(mla, prefix_lens=[3], new_lens=[2], page_size=4, dtype="fp16")
+    with pytest.raises(AttnkitError) as err:
+        backend.forward(*mla_case.args(), backend.prepare(mla_case.meta, mla_case.cache))
+    assert err.value.code == "AK450"
+    assert step.plan is not None
+
+
+def test_cpu_without_the_interpreter_is_refused_with_ak452(monkeypatch):
+    if torch.cuda.is_available():
+        pytest.skip("CPU-only behaviour")
+    case = _fp16_case()
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    backend = TritonBackend()
+    with pytest.raises(AttnkitError) as err:
+        backend.forward(*case.args(), backend.prepare(case.meta, case.cache))
+    assert err.value.code == "AK452"
+
+
+def test_head_dims_above_256_are_refused_with_ak453():
+    spec = LayerAttention(layer_id=0, num_heads=1, num_kv_heads=1, head_dim=512)
+    layer = make_layer(num_heads=1, num_kv_heads=1, head_dim=512, dtype="fp16")
+    case = make_case(layer, prefix_lens=[0], new_lens=[1], page_size=4, dtype="fp16")
+    backend = TritonBackend()
+    with pytest.raises(AttnkitError) as err:
+        backend.forward(*case.args(), backend.prepare(case.meta, case.cache))
+    assert err.value.code == "AK453" and spec.head_dim == 512
+
+
+def test_unserved_cache_dtype_is_refused_with_ak451():
+    case = _fp16_case()
+    spec = case.layer.spec
+    cache = PagedKVCache([spec], num_pages=case.cache.num_pages, page_size=4, dtype=torch.int8)
+    backend = TritonBackend()
+    with pytest.raises(AttnkitError) as err:
+        backend.forward(case.q, case.k, case.v, case.layer, cache, backend.prepare(case.meta, cache))
+    assert err.value.code == "AK451"
+
+
+def test_codes_are_catalogued_and_the_declaration_names_this_backend():
+    from attnkit.backends.triton.declaration import DECLARATION
+    from attnkit.planning.registry import declarations
+
+    assert all(f"AK45{i}" in CATALOG for i in range(4))
+    assert declarations()["triton"] is DECLARATION
+    assert DECLARATION.impl == f"{TritonBackend.__module__}:{TritonBackend.__name__}"
+    assert DECLARATION.capabilities.platforms == ("cuda",)

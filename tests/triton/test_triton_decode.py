@@ -1,0 +1,47 @@
+"""Split-KV decode kernel and its reduction against the float64 reference (interpreter on CPU)."""
+import pytest
+from factories import assert_close, make_case, make_layer
+
+from attnkit.backends.metadata import ForwardMode
+from attnkit.backends.triton.decode import choose_splits
+
+CASES = {
+    "gqa-page16": (dict(num_heads=8, num_kv_heads=2, head_dim=32),
+                   dict(prefix_lens=[40, 7, 63], page_size=16)),
+    "mqa-page1": (dict(num_heads=4, num_kv_heads=1, head_dim=16), dict(prefix_lens=[20, 9], page_size=1)),
+    "window-odd-page": (dict(num_heads=4, num_kv_heads=2, head_dim=32, sliding_window=13),
+                        dict(prefix_lens=[50, 5], page_size=5)),
+    "softcap-sinks": (dict(num_heads=4, num_kv_heads=2, head_dim=32, logit_softcap=4.0, sinks=True),
+                      dict(prefix_lens=[45, 17], page_size=8, q_scale=6.0)),
+    "head-dim-48": (dict(num_heads=2, num_kv_heads=2, head_dim=48), dict(prefix_lens=[33], page_size=16)),
+}
+
+
+@pytest.mark.parametrize("num_splits", [1, 3])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_decode_matches_reference(run_triton, name, num_splits):
+    layer_kw, case_kw = CASES[name]
+    dtype = "fp32" if num_splits == 1 else "fp16"
+    prefix = case_kw["prefix_lens"]
+    case = make_case(make_layer(**layer_kw, dtype=dtype), dtype=dtype, new_lens=[1] * len(prefix),
+                     seed=len(name), **{k: v for k, v in case_kw.items() if k != "prefix_lens"},
+                     prefix_lens=prefix)
+    assert case.meta.mode is ForwardMode.DECODE
+    out = run_triton(case, num_splits=num_splits)
+    assert_close(out, case.reference(), dtype=dtype, what=f"{name} splits={num_splits}")
+
+
+@pytest.mark.parametrize("kv_dtype", ["fp8_e4m3", "fp8_e5m2"])
+def test_decode_fp8_kv_cache(run_triton, kv_dtype):
+    layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=32, sinks=True, dtype="fp16")
+    case = make_case(layer, prefix_lens=[37, 12], new_lens=[1, 1], page_size=4, dtype="fp16",
+                     kv_dtype=kv_dtype)
+    assert_close(run_triton(case, num_splits=2), case.reference(), dtype="fp16", kv_dtype=kv_dtype)
+
+
+def test_splits_fill_the_machine_for_one_long_request_and_stay_one_for_big_batches():
+    splits, chunk = choose_splits(32768, 1, 8, block_n=64, num_sms=132)
+    assert splits * 8 >= 132 and chunk % 64 == 0 and splits * chunk >= 32768
+    assert choose_splits(4096, 64, 8, block_n=64, num_sms=132) == (1, 4096)
+    splits, chunk = choose_splits(100, 1, 8, block_n=64, num_sms=132)   # short: never below a tile
+    assert splits == 1 and chunk >= 100
