@@ -21,6 +21,7 @@ from attnkit import reference
 from attnkit.backends.base import AttentionLayer
 from attnkit.backends.batch import Request, build_batch, slots_of
 from attnkit.backends.metadata import BatchMetadata
+from attnkit.errors import AttnkitError
 from attnkit.kvcache.allocator import PageAllocator
 from attnkit.kvcache.paged import FP8_DTYPES, TORCH_KV_DTYPES, PagedKVCache
 from attnkit.model.spec import LayerAttention, MLAConfig
@@ -79,12 +80,18 @@ class Case:
     allocator: PageAllocator
     dtype: torch.dtype
     kv_dtype: torch.dtype
-    _ref: torch.Tensor | None = field(default=None, repr=False)
+    _ref: torch.Tensor | Exception | None = field(default=None, repr=False)
 
     def reference(self) -> torch.Tensor:
-        """float64 [T, H_q * D_v], from the cache as it was when the case was made."""
+        """float64 [T, H_q * D_v], from the cache as it was when the case was made. A case
+        the reference refuses (invalid on purpose) raises that AttnkitError here."""
         if self._ref is None:
-            self._ref = reference.attention(self.q, self.k, self.v, self.layer, self.cache, self.meta)
+            try:
+                self._ref = reference.attention(self.q, self.k, self.v, self.layer, self.cache, self.meta)
+            except AttnkitError as exc:
+                self._ref = exc
+        if isinstance(self._ref, Exception):
+            raise self._ref
         return self._ref
 
     def args(self) -> tuple[Any, ...]:
@@ -101,7 +108,8 @@ def make_case(layer: AttentionLayer, *, prefix_lens: Sequence[int], new_lens: Se
     encoder_lens (cross layers): encoder tokens per request. encoder="cached" pre-fills the
     encoder K/V and the case's k/v are None; "write" hands them in as k/v [sum enc, H_kv, D].
     q_scale multiplies q (large logits: q_scale=30 or more).
-    The reference is computed (and cached) before the case is returned.
+    The reference is computed (and kept) before the case is returned; an input the
+    reference refuses is kept as the error and raised by ``case.reference()``.
     """
     spec = layer.spec
     dt = torch_dtype(dtype)
@@ -146,7 +154,10 @@ def make_case(layer: AttentionLayer, *, prefix_lens: Sequence[int], new_lens: Se
     else:
         k, v = kv(meta.num_tokens)
     case = Case(layer, cache, meta, q, k, v, reqs, alloc, dt, kv_dt)
-    case.reference()
+    try:
+        case.reference()            # snapshot now, before a backend writes the cache
+    except AttnkitError:
+        pass                        # kept; re-raised by case.reference()
     return case
 
 

@@ -16,6 +16,7 @@ import torch
 from attnkit.backends.base import AttentionLayer
 from attnkit.backends.batch import slots_of
 from attnkit.backends.metadata import BatchMetadata
+from attnkit.backends.validation import validate_batch, validate_forward
 from attnkit.errors import fail
 from attnkit.kvcache.paged import PagedKVCache
 
@@ -28,19 +29,13 @@ def attention(q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None,
     cross layers: k/v are the encoder K/V [Te, ...] or None when already cached).
     Returns float64 [T, H_q * D_v]."""
     spec = layer.spec
+    validate_batch(meta, cache)
+    validate_forward(q, k, v, layer, cache, meta)
     if spec.dual_chunk is not None:
         fail("AK420", "the dense reference computes plain attention, not dual chunk attention; "
                       "use the dual-chunk reference (tests/dual_chunk)",
              field="layer.dual_chunk", expected=None, actual=spec.dual_chunk)
-    lid = spec.layer_id
-    work = _private_copy(cache, lid)
-    if k is not None:
-        slots = meta.encoder_slot_mapping if spec.cross_attention else meta.slot_mapping
-        if slots is None:
-            fail("AK415", "cross-attention K/V given but the batch has no encoder_slot_mapping; "
-                          "build it with build_batch(..., encoder='write')",
-                 field="meta.encoder_slot_mapping", expected="[sum encoder_lens] slots", actual=None)
-        work.write(lid, slots, k, v)
+    work = step_cache(k, v, layer, cache, meta)
 
     heads, dv = spec.num_heads, (spec.mla.v_head_dim if spec.kind == "mla" else spec.value_dim)
     out = torch.zeros(meta.num_tokens, heads, dv, dtype=F64, device=q.device)
@@ -62,6 +57,22 @@ def attention(q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None,
         scores, values = _scores_values(q[qs:qe].to(F64), keys, slots, layer)
         out[qs:qe] = _softmax_pv(scores, values, mask, layer)
     return out.reshape(meta.num_tokens, heads * dv)
+
+
+def step_cache(k: torch.Tensor | None, v: torch.Tensor | None, layer: AttentionLayer,
+               cache: PagedKVCache, meta: BatchMetadata) -> PagedKVCache:
+    """A copy of ``cache`` (this layer's buffers cloned) holding the step's new K/V: what a
+    backend's cache must look like after ``forward``."""
+    spec = layer.spec
+    work = _private_copy(cache, spec.layer_id)
+    if k is not None:
+        slots = meta.encoder_slot_mapping if spec.cross_attention else meta.slot_mapping
+        if slots is None:
+            fail("AK415", "cross-attention K/V given but the batch has no encoder_slot_mapping; "
+                          "build it with build_batch(..., encoder='write')",
+                 field="meta.encoder_slot_mapping", expected="[sum encoder_lens] slots", actual=None)
+        work.write(spec.layer_id, slots, k, v)
+    return work
 
 
 def _private_copy(cache: PagedKVCache, lid: int) -> PagedKVCache:

@@ -1,8 +1,8 @@
 """The attnkit command: output, JSON contract, exit codes, error boundary."""
 import json
+import os
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -91,14 +91,31 @@ def test_unexpected_exception_is_ak900(capsys, monkeypatch):
     monkeypatch.setitem(cli.COMMANDS, "models", boom)
     rc, _, err = run(capsys, "models")
     assert rc == 1 and "AK900" in err and "Traceback" not in err
-    rc, _, err = run(capsys, "models", "--debug")
-    assert rc == 1 and "Traceback" in err
+    for argv in (["models", "--debug"], ["--debug", "models"]):
+        rc, _, err = run(capsys, *argv)
+        assert rc == 1 and "Traceback" in err
 
 
-def test_python_dash_m_answers_fast():
-    start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "attnkit", "plan", "deepseek-v3", "--device", "h100"],
-                          capture_output=True, text=True, timeout=60)
-    elapsed = time.perf_counter() - start
-    assert proc.returncode == 0, proc.stderr
-    assert elapsed < 1.5, elapsed      # well under a second on an idle machine; slack for a busy CI box
+def test_attnkit_plan_answers_well_under_a_second():
+    """Import + plan + print in a fresh interpreter, timed inside it (interpreter start-up excluded).
+
+    CPU time, not wall time: a loaded CI box (other tests on the same cores) must not make it flaky.
+    """
+    script = ("import time, io, contextlib; t = time.process_time()\n"
+              "from attnkit.cli.main import main\n"
+              "with contextlib.redirect_stdout(io.StringIO()): rc = main(['plan', 'deepseek-v3', '--device', 'h100'])\n"
+              "print(rc, time.process_time() - t)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNKIT_")}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env)
+    rc, elapsed = proc.stdout.split()
+    assert rc == "0", proc.stderr
+    assert float(elapsed) < 1.0, elapsed
+
+
+def test_text_collapses_shared_causes_into_one_line(capsys, monkeypatch):
+    monkeypatch.delenv("ATTNKIT_ATTENTION_BACKEND", raising=False)
+    monkeypatch.delenv("ATTNKIT_DENY_BACKENDS", raising=False)
+    rc, out, _ = run(capsys, "plan", "llama-3.1-8b", "--device", "cpu", "--attention-backend", "triton")
+    assert rc == 3 and "all rejected (triton, triton_mla):" in out
+    rejected = out.split("rejected\n", 1)[1].split("\n\n", 1)[0]
+    assert rejected.count("AK210") == 1 and "error AK121" in out and "after:  attnkit plan" in out

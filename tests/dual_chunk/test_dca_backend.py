@@ -12,15 +12,16 @@ from factories import assert_close, make_layer
 
 from attnkit import reference as plain_reference
 from attnkit.backends.batch import Request, build_batch
+from attnkit.backends.dual_chunk.backend import DualChunkBackend
 from attnkit.kvcache.paged import PagedKVCache
 from attnkit.model.spec import DualChunkConfig
 from attnkit.runner.rotary import apply_rope
 
 TOY = DualChunkConfig(chunk_size=8, local_size=2)                 # cl = 6
 WIDE = DualChunkConfig(chunk_size=64, local_size=16)              # cl = 48
-ON_DEVICES = [pytest.param("cpu", "fp32", id="cpu-fp32"), pytest.param("cpu", "bf16", id="cpu-bf16"),
-              pytest.param("cuda", "bf16", id="cuda-bf16", marks=pytest.mark.gpu),
-              pytest.param("cuda", "fp16", id="cuda-fp16", marks=pytest.mark.gpu)]
+CPU_FP32, CPU_BF16, CPU_FP16 = (pytest.param("cpu", d, id=f"cpu-{d}") for d in ("fp32", "bf16", "fp16"))
+CUDA_BF16, CUDA_FP16 = (pytest.param("cuda", d, id=f"cuda-{d}", marks=pytest.mark.gpu) for d in ("bf16", "fp16"))
+ON_DEVICES = [CPU_FP32, CPU_BF16, CUDA_BF16, CUDA_FP16]
 DT = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -35,21 +36,23 @@ def check_all(layer, seqs, run, dtype="fp32", what=""):
                      what=f"{what} request {i}")
 
 
+@pytest.mark.parametrize("device,dtype", [CPU_FP32, CUDA_BF16])
 @pytest.mark.parametrize("config,length", [(TOY, 5), (TOY, 8), (WIDE, 40), (WIDE, 64)])
-def test_within_chunk_size_equals_plain_causal_rope(config, length):
+def test_within_chunk_size_equals_plain_causal_rope(config, length, device, dtype):
     """L <= chunk_size: DCA is ordinary causal RoPE attention (attnkit.reference on q/k rotated
     at their real positions, through a layer without dual_chunk)."""
-    layer = dca_layer(config)
-    seq = make_seqs(layer.spec, [length], seed=1)[0]
-    out = run_steps(layer, [seq], [[length]], page_size=2).outputs[0]
+    layer = dca_layer(config, device=device, dtype=dtype)
+    seq = make_seqs(layer.spec, [length], seed=1, dtype=DT[dtype], device=device)[0]
+    out = run_steps(layer, [seq], [[length]], page_size=2, device=device).outputs[0]
 
     plain = make_layer(num_heads=4, num_kv_heads=2, head_dim=16)
     cache = PagedKVCache([plain.spec], num_pages=length, page_size=1, dtype=torch.float32)
     meta = build_batch([Request(0, length, list(range(length)))], page_size=1)
     pos = torch.arange(length)
-    want = plain_reference.attention(apply_rope(seq.q, pos, base=BASE), apply_rope(seq.k, pos, base=BASE),
-                                     seq.v, plain, cache, meta)
-    assert_close(out, want.view_as(out), dtype="fp32", what="DCA vs plain RoPE")
+    q, k, v = (x.float().cpu() for x in (seq.q, seq.k, seq.v))
+    want = plain_reference.attention(apply_rope(q, pos, base=BASE), apply_rope(k, pos, base=BASE),
+                                     v, plain, cache, meta)
+    assert_close(out, want.view_as(out), dtype=dtype, what="DCA vs plain RoPE")
 
 
 def test_worked_example_rows_13_and_16():
@@ -74,7 +77,7 @@ def test_prefill_equals_reference(config, lengths, page_size, heads, kv_heads, d
     check_all(layer, seqs, run, dtype=dtype)
 
 
-@pytest.mark.parametrize("device,dtype", ON_DEVICES)
+@pytest.mark.parametrize("device,dtype", ON_DEVICES + [CPU_FP16])
 def test_pieces_and_decode_equal_one_prefill(device, dtype):
     """Prefill in pieces over a cached prefix, then decode, gives the rows of one prefill of
     the whole sequence (L <= omax: the length scale is 1 throughout)."""
@@ -91,11 +94,12 @@ def test_pieces_and_decode_equal_one_prefill(device, dtype):
     check_all(layer, seqs, stepped, dtype=dtype)
 
 
-def test_mixed_step_decode_and_extend_together():
-    layer = dca_layer(TOY)
-    seqs = make_seqs(layer.spec, [19, 25], seed=5)
-    run = run_steps(layer, seqs, [[18, 11], [1, 14]], page_size=6)     # step 2: decode + extend
-    check_all(layer, seqs, run)
+@pytest.mark.parametrize("device,dtype", [CPU_FP32, CUDA_FP16])
+def test_mixed_step_decode_and_extend_together(device, dtype):
+    layer = dca_layer(TOY, device=device, dtype=dtype)
+    seqs = make_seqs(layer.spec, [19, 25], seed=5, dtype=DT[dtype], device=device)
+    run = run_steps(layer, seqs, [[18, 11], [1, 14]], page_size=6, device=device)   # decode + extend
+    check_all(layer, seqs, run, dtype=dtype)
 
 
 @pytest.mark.parametrize("page_size", [1, 2, 3, 6])
@@ -130,3 +134,13 @@ def test_pieces_with_whole_prompt_length_equal_one_prefill_when_scaled():
     torch.testing.assert_close(literal.outputs[0], whole.outputs[0], atol=1e-5, rtol=1e-5)
     assert (running.outputs[0] - whole.outputs[0]).abs().max() > 1e-3
     assert_close(running.outputs[0], reference(layer.spec, seq, running.lengths[0]), dtype="fp32")
+
+
+def test_idle_step_returns_no_rows():
+    layer = dca_layer(TOY)
+    cache = PagedKVCache([layer.spec], num_pages=2, page_size=6, dtype=torch.float32)
+    meta = build_batch([], page_size=6)
+    backend = DualChunkBackend()
+    out = backend.forward(torch.zeros(0, 3, 4, 16), torch.zeros(0, 2, 16), torch.zeros(0, 2, 16),
+                          layer, cache, backend.prepare(meta, cache))
+    assert out.shape == (0, 4 * 16)

@@ -45,15 +45,16 @@ def test_worked_example_by_hand(p, groups):
 
 @pytest.mark.parametrize("config,length", [(TOY, 8), (DualChunkConfig(64, 16), 64)])
 def test_within_chunk_size_is_plain_causal_rope(config, length):
+    """attnkit.reference (float64 math, fp32 inputs) on q/k rotated at their real positions."""
     layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=16, dual_chunk=config)
-    seq = make_seqs(layer.spec, [length], seed=12, dtype=torch.float64)[0]
+    seq = make_seqs(layer.spec, [length], seed=12)[0]
     plain = make_layer(num_heads=4, num_kv_heads=2, head_dim=16)
-    cache = PagedKVCache([plain.spec], num_pages=length, page_size=1, dtype=torch.float64)
+    cache = PagedKVCache([plain.spec], num_pages=length, page_size=1, dtype=torch.float32)
     meta = build_batch([Request(0, length, list(range(length)))], page_size=1)
     pos = torch.arange(length)
-    want = plain_reference.attention(_rotate(seq.q, pos, BASE, 16), _rotate(seq.k, pos, BASE, 16),
-                                     seq.v, plain, cache, meta)
-    torch.testing.assert_close(reference(layer.spec, seq), want.view(length, 4, 16), rtol=1e-10, atol=1e-10)
+    rotated = [_rotate(x.double(), pos, BASE, 16).float() for x in (seq.q, seq.k)]
+    want = plain_reference.attention(*rotated, seq.v, plain, cache, meta)
+    torch.testing.assert_close(reference(layer.spec, seq), want.view(length, 4, 16), rtol=1e-6, atol=1e-6)
 
 
 def test_length_scale_multiplies_logits_by_s_squared():

@@ -70,5 +70,10 @@ def test_plan_or_attnkit_error(model, platform, request, env):
     assert data["ok"] == (data["error"] is None)
     if result.ok:
         assert result.prefill_backend and result.decode_backend and result.settings["page_size"] >= 1
+        given = data["request"]
+        for key in ("page_size", "dtype", "kv_cache_dtype", "tp_size"):   # an explicit value is never changed
+            if given[key] is not None:
+                assert data["settings"][key] == given[key]
+                assert all(a["field"] != key for a in data["adjustments"])
     else:
         assert data["error"]["code"][:3] in ("AK1", "AK2", "AK3") and data["error"]["solutions"]

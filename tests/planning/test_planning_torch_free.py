@@ -1,5 +1,6 @@
 """Planning never imports torch, triton or transformers (STYLE 8): proven in a fresh interpreter."""
 import json
+import os
 import subprocess
 import sys
 
@@ -18,7 +19,8 @@ print(json.dumps({"rc": rc, "heavy": sorted(m for m in sys.modules if m.split(".
 
 
 def test_plan_and_cli_do_not_import_torch():
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=60)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNKIT_")}
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result == {"rc": 0, "heavy": []}

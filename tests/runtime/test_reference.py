@@ -157,6 +157,7 @@ def test_idle_and_dual_chunk():
     assert case.reference().shape == (0, 16)
     from attnkit.model.spec import DualChunkConfig
     dca = make_layer(num_heads=2, head_dim=8, dual_chunk=DualChunkConfig(8, 2))
+    case = make_case(dca, prefix_lens=[0], new_lens=[2])
     with pytest.raises(AttnkitError) as err:
-        make_case(dca, prefix_lens=[0], new_lens=[2])
+        case.reference()
     assert err.value.code == "AK420"

@@ -6,14 +6,14 @@ from attnkit.backends.metadata import ForwardMode
 from attnkit.backends.triton.decode import choose_splits
 
 CASES = {
-    "gqa-page16": (dict(num_heads=8, num_kv_heads=2, head_dim=32),
+    "gqa-page16": (dict(num_heads=8, num_kv_heads=2, head_dim=64),
                    dict(prefix_lens=[40, 7, 63], page_size=16)),
-    "mqa-page1": (dict(num_heads=4, num_kv_heads=1, head_dim=16), dict(prefix_lens=[20, 9], page_size=1)),
-    "window-odd-page": (dict(num_heads=4, num_kv_heads=2, head_dim=32, sliding_window=13),
+    "mqa-page1": (dict(num_heads=4, num_kv_heads=1, head_dim=64), dict(prefix_lens=[20, 9], page_size=1)),
+    "window-odd-page": (dict(num_heads=4, num_kv_heads=2, head_dim=64, sliding_window=13),
                         dict(prefix_lens=[50, 5], page_size=5)),
-    "softcap-sinks": (dict(num_heads=4, num_kv_heads=2, head_dim=32, logit_softcap=4.0, sinks=True),
+    "softcap-sinks": (dict(num_heads=4, num_kv_heads=2, head_dim=64, logit_softcap=4.0, sinks=True),
                       dict(prefix_lens=[45, 17], page_size=8, q_scale=6.0)),
-    "head-dim-48": (dict(num_heads=2, num_kv_heads=2, head_dim=48), dict(prefix_lens=[33], page_size=16)),
+    "head-dim-80": (dict(num_heads=2, num_kv_heads=2, head_dim=80), dict(prefix_lens=[33], page_size=16)),
 }
 
 
@@ -33,7 +33,7 @@ def test_decode_matches_reference(run_triton, name, num_splits):
 
 @pytest.mark.parametrize("kv_dtype", ["fp8_e4m3", "fp8_e5m2"])
 def test_decode_fp8_kv_cache(run_triton, kv_dtype):
-    layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=32, sinks=True, dtype="fp16")
+    layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=64, sinks=True, dtype="fp16")
     case = make_case(layer, prefix_lens=[37, 12], new_lens=[1, 1], page_size=4, dtype="fp16",
                      kv_dtype=kv_dtype)
     assert_close(run_triton(case, num_splits=2), case.reference(), dtype="fp16", kv_dtype=kv_dtype)

@@ -10,19 +10,19 @@ from attnkit.backends.metadata import ForwardMode
 
 CASES = {
     # name: (layer options, case options)
-    "gqa-page16-prefix": (dict(num_heads=4, num_kv_heads=2, head_dim=32),
+    "gqa-page16-prefix": (dict(num_heads=4, num_kv_heads=2, head_dim=64),
                           dict(prefix_lens=[0, 21], new_lens=[19, 6], page_size=16)),
-    "mha-page1": (dict(num_heads=2, num_kv_heads=2, head_dim=16),
+    "mha-page1": (dict(num_heads=2, num_kv_heads=2, head_dim=64),
                   dict(prefix_lens=[5, 0], new_lens=[7, 3], page_size=1)),
-    "mqa-odd-page-window": (dict(num_heads=4, num_kv_heads=1, head_dim=32, sliding_window=6),
+    "mqa-odd-page-window": (dict(num_heads=4, num_kv_heads=1, head_dim=64, sliding_window=6),
                             dict(prefix_lens=[11, 2], new_lens=[17, 5], page_size=5)),
-    "softcap-sinks": (dict(num_heads=4, num_kv_heads=2, head_dim=32, logit_softcap=4.0, sinks=True),
+    "softcap-sinks": (dict(num_heads=4, num_kv_heads=2, head_dim=64, logit_softcap=4.0, sinks=True),
                       dict(prefix_lens=[9, 30], new_lens=[12, 4], page_size=4, q_scale=6.0)),
-    "encoder-non-causal": (dict(num_heads=2, num_kv_heads=1, head_dim=32, role="encoder"),
+    "encoder-non-causal": (dict(num_heads=2, num_kv_heads=1, head_dim=64, role="encoder"),
                            dict(prefix_lens=[0, 0], new_lens=[20, 7], page_size=8)),
-    "head-dim-24-dv-16": (dict(num_heads=2, num_kv_heads=1, head_dim=24, v_head_dim=16),
+    "head-dim-96-dv-64": (dict(num_heads=2, num_kv_heads=1, head_dim=96, v_head_dim=64),
                           dict(prefix_lens=[3], new_lens=[18], page_size=16)),
-    "window-sinks-softcap-all": (dict(num_heads=4, num_kv_heads=2, head_dim=16, sliding_window=9,
+    "window-sinks-softcap-all": (dict(num_heads=4, num_kv_heads=2, head_dim=64, sliding_window=9,
                                       logit_softcap=3.0, sinks=True),
                                  dict(prefix_lens=[25], new_lens=[20], page_size=7)),
 }
@@ -37,14 +37,14 @@ def test_extend_matches_reference(run_triton, name, dtype):
 
 
 def test_mixed_batch_of_decode_and_prefill(run_triton):
-    layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=32, dtype="fp16")
+    layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=64, dtype="fp16")
     case = make_case(layer, prefix_lens=[30, 0, 17], new_lens=[1, 13, 1], page_size=16, dtype="fp16")
     assert case.meta.mode is ForwardMode.MIXED
     assert_close(run_triton(case), case.reference(), dtype="fp16", what="mixed")
 
 
 def test_verify_draft_tokens_are_causal_among_themselves(run_triton):
-    layer = make_layer(num_heads=4, num_kv_heads=1, head_dim=32, sliding_window=12, dtype="fp16")
+    layer = make_layer(num_heads=4, num_kv_heads=1, head_dim=64, sliding_window=12, dtype="fp16")
     case = make_case(layer, prefix_lens=[19, 40], new_lens=[4, 4], page_size=16, dtype="fp16",
                      mode=ForwardMode.VERIFY)
     assert_close(run_triton(case), case.reference(), dtype="fp16", what="verify")
@@ -52,7 +52,7 @@ def test_verify_draft_tokens_are_causal_among_themselves(run_triton):
 
 @pytest.mark.parametrize("kv_dtype", ["fp8_e4m3", "fp8_e5m2"])
 def test_fp8_kv_cache_applies_its_scales(run_triton, kv_dtype):
-    layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=32, dtype="fp16")
+    layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=64, dtype="fp16")
     case = make_case(layer, prefix_lens=[14, 3], new_lens=[9, 6], page_size=4, dtype="fp16",
                      kv_dtype=kv_dtype)
     assert_close(run_triton(case), case.reference(), dtype="fp16", kv_dtype=kv_dtype, what=kv_dtype)
@@ -60,7 +60,7 @@ def test_fp8_kv_cache_applies_its_scales(run_triton, kv_dtype):
 
 def test_block_sizes_do_not_change_the_result(run_triton):
     """Query blocks smaller than a request and key tiles that straddle pages and the diagonal."""
-    layer = make_layer(num_heads=2, num_kv_heads=1, head_dim=16, sliding_window=11, dtype="fp32")
+    layer = make_layer(num_heads=2, num_kv_heads=1, head_dim=64, sliding_window=11, dtype="fp32")
     case = make_case(layer, prefix_lens=[13], new_lens=[37], page_size=3, dtype="fp32")
     for cfg in (dict(BLOCK_M=16, BLOCK_N=32), dict(BLOCK_M=32, BLOCK_N=16)):
         assert_close(run_triton(case, extend_config=cfg), case.reference(), dtype="fp32", what=str(cfg))

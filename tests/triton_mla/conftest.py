@@ -1,12 +1,21 @@
 """Run the triton_mla kernels on CPU through the Triton interpreter when there is no CUDA.
 
-TRITON_INTERPRET is read when a kernel is decorated, so it is set here, before any test
-module imports attnkit.backends.triton_mla. It only changes how @triton.jit functions run
-in this (xdist worker) process; code that never calls a Triton kernel is unaffected.
+TRITON_INTERPRET is read when a kernel is decorated (@triton.jit at import), so it is set
+here, before the test modules import attnkit.backends.triton_mla. Without CUDA nothing else
+in this (xdist worker) process can run a Triton kernel anyway, so the setting changes no
+other test (tests/triton/conftest.py does the same). Should another module of the suite
+have imported the kernels first (the conformance suite loads every backend), they are
+re-imported, kernels before the backend that binds them, so they run on the interpreter.
 """
+import importlib
 import os
+import sys
 
 import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+    for name in ("decode", "extend", "backend"):
+        module = sys.modules.get(f"attnkit.backends.triton_mla.{name}")
+        if module is not None:
+            importlib.reload(module)

@@ -25,6 +25,8 @@ INDEX_DTYPES = (torch.int32, torch.int64)
 
 def same_device(a: torch.device, b: torch.device) -> bool:
     """'cuda' and 'cuda:0' are the same device here; an unset index matches any."""
+    if a == b:
+        return True
     a, b = torch.device(a), torch.device(b)
     return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
 
@@ -113,10 +115,15 @@ def _check_cache_layer(layer, cache) -> None:
         have = sorted(cache.latent if spec.kind == "mla" else cache.k)
         fail("AK418", f"the KV cache has no {spec.kind.upper()} buffer for layer {lid}",
              field="layer.layer_id", expected=have, actual=lid)
-    if expected is None or tuple(buf.shape) != expected:
-        fail("AK418", f"the cache buffer of layer {lid} has shape {list(buf.shape)}, but the layer "
-                      f"needs {list(expected) if expected else '(no MLA config)'}",
-             field=f"cache[{lid}]", expected=list(expected) if expected else None, actual=list(buf.shape))
+    checks = [(buf, expected)]
+    if spec.kind != "mla":
+        checks.append((cache.v[lid], (*expected[:3], spec.value_dim)))
+    for have_buf, want in checks:
+        if want is None or tuple(have_buf.shape) != want:
+            fail("AK418", f"the cache buffer of layer {lid} has shape {list(have_buf.shape)}, but "
+                          f"the layer needs {list(want) if want else '(no MLA config)'}",
+                 field=f"cache[{lid}]", expected=list(want) if want else None,
+                 actual=list(have_buf.shape))
 
 
 def _check_layer_tensors(layer, q: torch.Tensor) -> None:

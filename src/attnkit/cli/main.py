@@ -18,10 +18,11 @@ EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_NO_PLAN = 0, 1, 2, 3
 
 
 def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="attnkit", description="Plan, explain and run attention backends.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
+    # --debug is accepted after the subcommand too; SUPPRESS keeps it from resetting the top-level value
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
-    parser = argparse.ArgumentParser(prog="attnkit", parents=[common],
-                                     description="Plan, explain and run attention backends.")
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("plan", parents=[common], help="choose prefill/decode backends for a model on a device")

@@ -31,9 +31,10 @@ def plan_text(plan: Plan) -> str:
     if d["adjustments"]:
         out.append("adjustments (filled in, with the rule that chose them)")
         width = max(len(a["field"]) for a in d["adjustments"])
-        for a in d["adjustments"]:
-            out.append(f"  {a['field']:<{width}}  {_short(a['from'])} -> {_short(a['to'])}  "
-                       f"[{a['rule']}] {a['reason']}")
+        change = [f"{_short(a['from'])} -> {_short(a['to'])}" for a in d["adjustments"]]
+        cw = max(map(len, change))
+        for a, c in zip(d["adjustments"], change):
+            out.append(f"  {a['field']:<{width}}  {c:<{cw}}  [{a['rule']}] {a['reason']}")
         out.append("")
     if d["rejected"]:
         out += ["rejected"] + rejected_lines(d) + [""]
@@ -49,8 +50,9 @@ def rejected_lines(d: dict[str, Any]) -> list[str]:
     out = []
     names = list(d["rejected"])
     if d["shared_reasons"] and len(names) > 1:
+        out.append(f"  {SHARED} ({', '.join(names)}):")
         for r in d["shared_reasons"]:
-            out.append(f"  {SHARED + ':':<14} {r['code']} {r['field']}: {r['message']}")
+            out.append(f"  {'':<14} {r['code']} {r['field']}: {r['message']}")
     for name, reasons in d["rejected"].items():
         own = [r for r in reasons if not r["shared"]]
         if not own:

@@ -53,7 +53,8 @@ def _findable(module: str) -> bool:
 def host_arch() -> str:
     """``x86_64`` or ``arm64`` (aarch64 and AMD64 spelled the usual way), else the raw machine."""
     machine = _platform.machine().lower()
-    return {"amd64": "x86_64", "x64": "x86_64", "aarch64": "arm64", "arm64": "arm64"}.get(machine, machine or "unknown")
+    aliases = {"amd64": "x86_64", "x64": "x86_64", "aarch64": "arm64"}
+    return aliases.get(machine, machine or "unknown")
 
 
 def detect() -> Platform:

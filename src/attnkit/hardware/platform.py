@@ -43,6 +43,14 @@ class Platform:
             "arch": self.arch,
         }
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Platform":
+        """The inverse of ``to_dict`` (JSON lists back to a capability tuple)."""
+        cap = d.get("capability")
+        return cls(kind=d["kind"], name=d["name"], capability=tuple(cap) if cap is not None else None,
+                   memory_gb=d.get("memory_gb"), packages=dict(d.get("packages") or {}),
+                   preset=d.get("preset"), arch=d.get("arch"))
+
     def __hash__(self) -> int:  # packages is a dict; hash the rest plus its items
         return hash((self.kind, self.name, self.capability, self.memory_gb,
                      tuple(sorted(self.packages.items())), self.preset, self.arch))

@@ -38,22 +38,23 @@ class ConfigReader:
     def path(self, key: str) -> str:
         return f"{self.prefix}{key}"
 
-    def _raw(self, key: str, default: Any) -> Any:
+    def _raw(self, key: str, default: Any) -> tuple[Any, bool]:
+        """(value, found): found is False when ``default`` (the caller's) was returned."""
         if self.has(key):
-            return self.cfg[key]
+            return self.cfg[key], True
         if key in self.defaults:
             self.used_defaults.append(key)
-            return self.defaults[key]
+            return self.defaults[key], True
         if default is _MISSING:
             raise self.error("AK503", key, f"required field {self.path(key)!r} is missing",
                              expected="a value", actual=None)
-        return default
+        return default, False
 
     # -- typed reads ----------------------------------------------------------------------
     def int(self, key: str, *, default: Any = _MISSING, minimum: int = 1,
             maximum: int | None = None) -> Any:
-        value = self._raw(key, default)
-        if value is default and default is not _MISSING:
+        value, found = self._raw(key, default)
+        if not found:
             return value
         if isinstance(value, float) and math.isfinite(value) and value.is_integer():
             value = int(value)   # 4096.0 appears in hand-edited configs; it means 4096
@@ -68,8 +69,8 @@ class ConfigReader:
         return value
 
     def float(self, key: str, *, default: Any = _MISSING, positive: bool = True) -> Any:
-        value = self._raw(key, default)
-        if value is default and default is not _MISSING:
+        value, found = self._raw(key, default)
+        if not found:
             return value
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise self.type_error(key, "a finite number", value)
@@ -79,22 +80,22 @@ class ConfigReader:
         return float(value)
 
     def bool(self, key: str, *, default: bool) -> bool:
-        value = self._raw(key, default)
+        value, _ = self._raw(key, default)
         if not isinstance(value, bool):
             raise self.type_error(key, "true or false", value)
         return value
 
     def str(self, key: str, *, default: Any = _MISSING) -> Any:
-        value = self._raw(key, default)
-        if value is default and default is not _MISSING:
+        value, found = self._raw(key, default)
+        if not found:
             return value
         if not isinstance(value, str):
             raise self.type_error(key, "a string", value)
         return value
 
     def list(self, key: str, *, default: Any = _MISSING) -> Any:
-        value = self._raw(key, default)
-        if value is default and default is not _MISSING:
+        value, found = self._raw(key, default)
+        if not found:
             return value
         if not isinstance(value, list):
             raise self.type_error(key, "a list", value)

@@ -204,7 +204,9 @@ def _windows(r: ConfigReader, model_type: str, n_layers: int) -> list[int | None
     elif model_type in ("gemma2", "gpt_oss"):
         sliding = [i % 2 == 0 for i in range(n_layers)]   # local, global, local, ...
     elif model_type in QWEN_WINDOW:
-        first = r.int("max_window_layers", minimum=0) if r.bool("use_sliding_window", default=False) else n_layers
+        # Qwen: layers from max_window_layers on use the window, and only with use_sliding_window.
+        on = r.bool("use_sliding_window", default=False)
+        first = r.int("max_window_layers", minimum=0) if on else n_layers
         sliding = [i >= first for i in range(n_layers)]
     elif r.has("sliding_window") and (model_type in ALL_LAYER_WINDOW
                                       or r.bool("use_sliding_window", default=False)):

@@ -52,8 +52,10 @@ def _load_named(text: str, *, name: str | None) -> ModelAttention:
         model = _load_named(preset, name=name or preset)
         note = f"{text!r} is not a local path; used preset {preset!r}, its stored config.json"
         return dataclasses.replace(model, notes=(*model.notes, note))
-    hint = (" It looks like a Hugging Face repo id; attnkit does not download, so pass the local "
-            "directory holding its config.json." if text.count("/") == 1 and not text.startswith((".", "/", "~")) else "")
+    hint = ""
+    if text.count("/") == 1 and not text.startswith((".", "/", "~")):
+        hint = (" It looks like a Hugging Face repo id; attnkit does not download, so pass the "
+                "local directory holding its config.json.")
     raise AttnkitError("AK500", f"model config {text!r} does not exist.{hint}", field="model",
                        expected="an existing config.json or model directory", actual=text,
                        details={"source": text})

@@ -91,4 +91,7 @@ class BackendDeclaration:
     description: str = ""
     aliases: dict[str, str] = field(default_factory=dict)   # old name -> deprecation note
     explicit_only: bool = False      # never chosen automatically; only when named
-    check: str | None = None         # optional "module:function" for what data cannot say
+    # Optional "module:function" for what data cannot say, called by the planner as
+    # check(*, model, platform, phase, settings) -> iterable of messages (str) or
+    # (field, required, actual, message) tuples; each becomes an AK110 reason.
+    check: str | None = None

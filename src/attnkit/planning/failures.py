@@ -31,11 +31,14 @@ def denied_but_named(s: "Solve", phase: str) -> AttnkitError:
 def bad_name(s: "Solve", field: str, name: str, err: AttnkitError) -> AttnkitError:
     """AK300/AK301 from names.resolve, plus the backends that serve this model here and a fix."""
     if field == "deny":
+        close = err.details.get("did_you_mean") or []
+        fixed = [n for n in s.typed.deny if n != name] + close[:1]
         return conflict(err.code, f"--deny: {err.message}", field="deny", actual=name, expected=err.expected,
-                        solutions=err.solutions, before=s.command(),
-                        after=s.command(deny=[n for n in s.typed.deny if n != name]), **err.details)
+                        solutions=[f"use --deny {close[0]}" if close else f"remove {name} from --deny"],
+                        before=s.command(), after=s.command(deny=fixed), **err.details)
     alts = serving(s, list(PHASES))
-    suggested = (err.details.get("did_you_mean") or []) + alts
+    close = err.details.get("did_you_mean") or []
+    suggested = [c for c in close if c in alts] + close + alts    # a close name that also serves, first
     message = err.message + (f". Backends that serve {s.model.name} on {s.platform.name}: {', '.join(alts)}"
                              if alts else "")
     flag = field.replace("_", "-")
@@ -49,7 +52,7 @@ def fixed_backend_fails(s: "Solve", name: str, phases: list[str], reasons: list[
     """A backend the user (or a rule) fixed cannot serve: the most specific error, all reasons."""
     reasons = merge(reasons)
     fields = {r.field for r in reasons}
-    flag = _flag(s, phases[0])
+    flag = s.request.backend_field(phases[0]).replace("_", "-")
     if fields == {"page_size"} and s.request.page_size is not None:
         valid = common_page_sizes([s.registry[name].capabilities], s.settings.get("dual_chunk_len"))
         near = nearest(valid, s.request.page_size)
@@ -126,7 +129,7 @@ def other_device(s: "Solve") -> str | None:
     from attnkit.planning.reasons import check_backend
 
     here = getattr(s.platform, "preset", None)
-    settings = {"dtype": s.model.dtype, **{k: v for k, v in s.settings.items() if v is not None}}
+    settings = {k: v for k, v in s.settings.items() if v is not None}
     for preset in sorted(preset_names(), key=lambda n: (n not in ("h100", "cpu"), n)):
         if preset == here:
             continue
@@ -247,7 +250,3 @@ def _text(reasons: list[Reason], *, named: bool = False) -> str:
 def _dicts(reasons: list[Reason]) -> list[dict[str, Any]]:
     return [r.to_dict() for r in reasons]
 
-
-def _flag(s: "Solve", phase: str) -> str:
-    own = f"{phase}_attention_backend"
-    return own.replace("_", "-") if getattr(s.request, own) else "attention-backend"

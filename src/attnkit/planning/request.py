@@ -44,6 +44,11 @@ class Request:
         value = getattr(self, name)
         return value not in (None, ())
 
+    def backend_field(self, phase: str) -> str:
+        """The request field that names ``phase``'s backend: the phase's own flag if set, else the shared one."""
+        own = f"{phase}_attention_backend"
+        return own if getattr(self, own) else "attention_backend"
+
     def with_values(self, source: str, **values: Any) -> "Request":
         return replace(self, **values, sources={**self.sources, **{k: source for k in values}})
 

@@ -129,16 +129,17 @@ def dual_chunk_rule(v: View) -> Iterator[Override | str]:
             continue
         if "dual_chunk" in v.registry[name].capabilities.features:
             continue
-        flag = "--attention-backend" if v.request.attention_backend == name else f"--{phase}-attention-backend"
+        field = v.request.backend_field(phase)
+        flag = "--" + field.replace("_", "-")
         fixes = ([f"use {flag} {serving[0]} (implements dual chunk attention)"] if serving else [])
         fixes.append("use --dual-chunk off (plain attention; quality drops beyond chunk_size "
                      f"{dca.chunk_size} tokens)")
         raise conflict("AK302", f"{v.model.name} uses dual chunk attention (chunk_size {dca.chunk_size}, "
                        f"local_size {dca.local_size}) but {flag} {name} does not implement it"
                        + ("" if serving else "; no registered backend implements it"),
-                       field=_flag_field(flag), actual=name, expected=serving, solutions=fixes,
+                       field=field, actual=name, expected=serving, solutions=fixes,
                        before=v.command(),
-                       after=v.command(**{_flag_field(flag): serving[0]}) if serving else v.command(dual_chunk="off"))
+                       after=v.command(**{field: serving[0]}) if serving else v.command(dual_chunk="off"))
     if not all(v.explicit.values()):
         if not serving:
             raise conflict("AK302", f"{v.model.name} uses dual chunk attention but no registered backend "
@@ -151,10 +152,6 @@ def dual_chunk_rule(v: View) -> Iterator[Override | str]:
             if v.explicit[phase] is None:
                 yield Override(f"{phase}_backend", serving[0], f"model uses dual chunk attention; "
                                f"{serving[0]} is the backend that implements it")
-
-
-def _flag_field(flag: str) -> str:
-    return flag.lstrip("-").replace("-", "_")
 
 
 # ---- after backends are chosen --------------------------------------------------------------

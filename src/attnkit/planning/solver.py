@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from attnkit.errors import AttnkitError
 from attnkit.model.spec import ModelAttention
 from attnkit.planning import failures, names, priorities
-from attnkit.planning.capabilities import PHASES, BackendDeclaration
+from attnkit.planning.capabilities import DTYPES, PHASES, BackendDeclaration
 from attnkit.planning.plan import Plan
 from attnkit.planning.reasons import Reason, check_backend, model_needs
 from attnkit.planning.request import BACKEND_FIELDS, Request, parse_request
@@ -141,7 +141,7 @@ class Solve:
 
     def _apply(self, rules) -> None:
         for rule in rules:
-            view = View(self.model, self.platform, self.request, self.registry,
+            view = View(self.model, self.platform, self.request, MappingProxyType(self.registry),
                         MappingProxyType(dict(self.settings)), MappingProxyType(dict(self.backends)),
                         MappingProxyType(dict(self.explicit)), self.command)
             for item in rule.fn(view):
@@ -169,7 +169,7 @@ class Solve:
 
     def _choose(self) -> None:
         """Fixed phases (named or rule-chosen) must serve; open phases walk the priority table."""
-        self.needs = model_needs(self.model, dual_chunk=self.settings.get("dual_chunk") == "on")
+        self.needs = self._needs()
         fixed = {p: self.backends[p] or self.explicit[p] for p in PHASES}
         for name in dict.fromkeys(n for n in fixed.values() if n):
             phases = [p for p in PHASES if fixed[p] == name]
@@ -198,14 +198,13 @@ class Solve:
             if fixed[phase]:
                 self.backends[phase] = name
                 if phase not in self.why:
-                    source = "env" if self.request.sources.get("attention_backend") == "env" else "user"
-                    self.why[phase] = (f"named by ATTNKIT_ATTENTION_BACKEND" if source == "env"
-                                       else f"named by --{_flag(self.request, phase)}")
+                    field = self.request.backend_field(phase)
+                    self.why[phase] = ("named by ATTNKIT_ATTENTION_BACKEND" if self.request.sources.get(field) == "env"
+                                       else f"named by --{field.replace('_', '-')}")
                 continue
-            entry = self.entry(phase)
+            entry, pool = self.entry(phase), self.pool(phase)
             self.backends[phase] = name
-            skipped = [n for n in self.pool(phase) if n != name and self.reasons(phase, n)
-                       and self.pool(phase).index(n) < self.pool(phase).index(name)]
+            skipped = [n for n in pool[:pool.index(name)] if self.reasons(phase, n)]
             self.why[phase] = (f"first in the {self.platform.kind} {self.model.kind} priority order "
                                f"({', '.join(entry.backends)}) that serves every layer"
                                + (f" ({', '.join(skipped)} cannot)" if skipped else "") + f". {entry.why}")
@@ -228,8 +227,9 @@ class Solve:
         key = (phase, name)
         if key not in self._reasons:
             if self.needs is None:       # failed before the choice: judge with the defaults
-                self.needs = model_needs(self.model, dual_chunk=self.settings.get("dual_chunk") == "on")
-            settings = {"dtype": self.model.dtype, **{k: v for k, v in self.settings.items() if v is not None}}
+                self.needs = self._needs()
+            default = self.model.dtype if self.model.dtype in DTYPES else "bf16"
+            settings = {"dtype": default, **{k: v for k, v in self.settings.items() if v is not None}}
             settings.setdefault("kv_cache_dtype", settings["dtype"])
             settings["page_size"] = self.request.page_size
             found = check_backend(self.registry[name], model=self.model, needs=self.needs,
@@ -239,6 +239,10 @@ class Solve:
                                     phases=(phase,)))
             self._reasons[key] = found
         return self._reasons[key]
+
+    def _needs(self):
+        # Only --dual-chunk off removes the feature; for models without it the flag changes nothing.
+        return model_needs(self.model, dual_chunk=self.request.dual_chunk != "off")
 
     def command(self, **changes: Any) -> str:
         """The ``attnkit plan`` line for this request, with ``changes`` applied (None drops a flag)."""
@@ -258,7 +262,3 @@ class Solve:
                 parts += [flag, str(value)]
         return " ".join(parts)
 
-
-def _flag(request: Request, phase: str) -> str:
-    own = PHASE_FIELDS[phase]
-    return own.replace("_", "-") if getattr(request, own) else "attention-backend"

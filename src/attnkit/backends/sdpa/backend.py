@@ -118,35 +118,19 @@ class SdpaBackend(AttentionBackend):
         return grid.masks[key]
 
 
-def sdpa(q, k, v, *, mask, is_causal: bool, scale: float, gqa: str = "auto"):
+def sdpa(q, k, v, *, mask, is_causal: bool, scale: float):
     """q: [B, H_q, n, D]; k: [B, H_kv, S, D]; v: [B, H_kv, S, D_v]; mask: [B, 1, n, S] bool
-    | None -> [B, H_q, n, D_v]. Query head h reads KV head h // G (G = H_q / H_kv).
+    | None -> [B, H_q, n, D_v]. Query head h reads KV head h // (H_q / H_kv).
 
-    gqa: how G > 1 query heads share a KV head.
-      "fold"    view the G query heads of a KV head as G * n query rows of one head
-                ([B, H_kv, n * G, D], mask rows repeated G times): no K/V copy, and every
-                SDPA kernel accepts it, masked ones included;
-      "enable"  SDPA's enable_gqa (torch >= 2.5; on CUDA only the flash kernel takes it);
-      "repeat"  copy K/V heads G times;
-      "auto"    enable_gqa for is_causal (folding would break the causal diagonal), else fold.
+    enable_gqa rather than folding query heads into rows: on an H200 with torch 2.11 it was
+    as fast as folding for unmasked decode and faster with a mask (ragged decode, extend),
+    and 17x faster than repeating K/V heads for decode of 64 x 4k.
     """
-    hq, hkv = q.shape[1], k.shape[1]
-    group = hq // hkv
-    if group == 1:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale)
-    if gqa == "auto":
-        gqa = "enable" if is_causal else "fold"
-    if gqa == "enable" and not HAS_ENABLE_GQA:
-        gqa = "repeat"
-    if gqa == "repeat":
+    group = q.shape[1] // k.shape[1]
+    extra = {}
+    if group > 1 and HAS_ENABLE_GQA:
+        extra["enable_gqa"] = True
+    elif group > 1:
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale)
-    if gqa == "enable":
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
-                                              scale=scale, enable_gqa=True)
-    b, _, n, d = q.shape
-    rows = q.view(b, hkv, group, n, d).transpose(2, 3).reshape(b, hkv, n * group, d)
-    if mask is not None and n > 1:
-        mask = mask.repeat_interleave(group, dim=2)                   # [B, 1, n * G, S]
-    out = F.scaled_dot_product_attention(rows, k, v, attn_mask=mask, scale=scale)
-    return out.view(b, hkv, n, group, -1).transpose(2, 3).reshape(b, hq, n, -1)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
+                                          scale=scale, **extra)

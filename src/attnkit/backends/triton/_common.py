@@ -115,6 +115,38 @@ def attend_range(q, m_i, l_i, acc, K, V, bt_row, n_lo, n_hi, q_pos, kv_len,
     return m_i, l_i, acc
 
 
+@triton.jit
+def _store_kv_kernel(K, V, KC, VC, Slots, stride_kt, stride_vt,
+                     ROW_K: tl.constexpr, ROW_V: tl.constexpr,
+                     BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr):
+    """Copy token t's K row [H_kv * D] and V row [H_kv * D_v] into cache slot Slots[t]."""
+    t = tl.program_id(0)
+    slot = tl.load(Slots + t).to(tl.int64)
+    offs_k = tl.arange(0, BLOCK_K)
+    k = tl.load(K + t.to(tl.int64) * stride_kt + offs_k, mask=offs_k < ROW_K)
+    tl.store(KC + slot * ROW_K + offs_k, k.to(KC.dtype.element_ty), mask=offs_k < ROW_K)
+    offs_v = tl.arange(0, BLOCK_V)
+    v = tl.load(V + t.to(tl.int64) * stride_vt + offs_v, mask=offs_v < ROW_V)
+    tl.store(VC + slot * ROW_V + offs_v, v.to(VC.dtype.element_ty), mask=offs_v < ROW_V)
+
+
+def write_kv(cache, layer_id: int, slot_mapping, k, v) -> None:
+    """Write new K/V through the slot mapping: one launch for both when the rows are dense
+    and the cache is not fp8 (fp8 keeps PagedKVCache.write's scale-and-saturate rounding).
+
+    k: [T, H_kv, D]; v: [T, H_kv, D_v]; slot_mapping: [T] int64."""
+    kc, vc = cache.k[layer_id], cache.v[layer_id]
+    dense = (k.stride(2) == 1 and k.stride(1) == k.shape[2] and v.stride(2) == 1
+             and v.stride(1) == v.shape[2] and kc.is_contiguous() and vc.is_contiguous())
+    if cache.is_fp8 or not dense or k.shape[0] == 0:
+        cache.write(layer_id, slot_mapping, k, v)
+        return
+    row_k, row_v = k.shape[1] * k.shape[2], v.shape[1] * v.shape[2]
+    _store_kv_kernel[(k.shape[0],)](
+        k, v, kc, vc, slot_mapping, k.stride(0), v.stride(0), ROW_K=row_k, ROW_V=row_v,
+        BLOCK_K=triton.next_power_of_2(row_k), BLOCK_V=triton.next_power_of_2(row_v), num_warps=4)
+
+
 def compute_dtype_name(dtype: torch.dtype) -> str:
     return _TL_DTYPES[dtype]
 

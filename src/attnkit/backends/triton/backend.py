@@ -15,14 +15,16 @@ import torch
 
 from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
-from attnkit.backends.triton._common import interpreting, kernel_scales, padded_dim
+from attnkit.backends.triton._common import interpreting, kernel_scales, padded_dim, write_kv
+from attnkit.backends.triton.declaration import DECLARATION
 from attnkit.backends.triton.decode import choose_splits, decode_attention, decode_config
 from attnkit.backends.triton.extend import extend_attention, extend_config
 from attnkit.errors import fail
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _KV_DTYPES = _DTYPES + (torch.float8_e4m3fn, torch.float8_e5m2)
-MAX_HEAD_DIM = 256
+MAX_HEAD_DIM = 256     # a head row lives in one padded tile
+_CAPS = DECLARATION.capabilities
 
 
 @dataclass(slots=True)
@@ -103,10 +105,11 @@ class TritonBackend(AttentionBackend):
         spec, meta, plan = layer.spec, step.meta, step.plan
         _check_supported(q, layer, cache)
         lid = spec.layer_id
-        cache.write(lid, meta.slot_mapping, k, v)
-        out = torch.empty(q.shape[0], spec.num_heads, spec.value_dim, dtype=q.dtype, device=q.device)
         if meta.mode is ForwardMode.IDLE or q.shape[0] == 0:
-            return out.view(q.shape[0], spec.num_heads * spec.value_dim)
+            return q.new_empty(0, spec.num_heads * spec.value_dim)
+        _check_device(q)
+        write_kv(cache, lid, meta.slot_mapping, k, v)
+        out = torch.empty(q.shape[0], spec.num_heads, spec.value_dim, dtype=q.dtype, device=q.device)
         softcap = spec.logit_softcap
         qk_scale, _, v_scale = kernel_scales(layer, cache, softcap)
         sinks = layer.sinks.to(device=q.device, dtype=torch.float32).contiguous() if spec.sinks else None
@@ -154,11 +157,15 @@ def _check_supported(q, layer: AttentionLayer, cache) -> None:
              field="q.dtype" if q.dtype not in _DTYPES else "cache.dtype",
              expected={"q": [str(d) for d in _DTYPES], "cache": [str(d) for d in _KV_DTYPES]},
              actual={"q": str(q.dtype), "cache": str(cache.dtype)})
+    if not _CAPS.accepts_head_dim(spec.head_dim) or spec.value_dim > MAX_HEAD_DIM:
+        fail("AK453", f"layer {spec.layer_id} has head_dim {spec.head_dim} / v_head_dim "
+                      f"{spec.value_dim}; the triton kernels are built and tested for head dims "
+                      f"{list(_CAPS.head_dims)} and value dims up to {MAX_HEAD_DIM}",
+             field="layer.spec.head_dim", expected=list(_CAPS.head_dims),
+             actual=[spec.head_dim, spec.value_dim])
+
+
+def _check_device(q) -> None:
     if q.device.type != "cuda" and not interpreting():
         fail("AK452", f"the triton kernels run on CUDA devices; q is on {q.device}",
              field="q.device", expected="cuda", actual=str(q.device))
-    if max(spec.head_dim, spec.value_dim) > MAX_HEAD_DIM:
-        fail("AK453", f"layer {spec.layer_id} has head_dim {spec.head_dim} / v_head_dim "
-                      f"{spec.value_dim}; the triton kernels take at most {MAX_HEAD_DIM}",
-             field="layer.spec.head_dim", expected=f"<= {MAX_HEAD_DIM}",
-             actual=max(spec.head_dim, spec.value_dim))

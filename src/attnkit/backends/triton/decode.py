@@ -84,42 +84,41 @@ def _decode_kernel(
 def _reduce_kernel(
     Out, MidO, MidM, MidL, Sinks, v_scale, num_splits,
     stride_ot, stride_oh, stride_mb, stride_mh, stride_ms,
-    DV: tl.constexpr, BLOCK_DV: tl.constexpr, HAS_SINKS: tl.constexpr,
+    DV: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_S: tl.constexpr, HAS_SINKS: tl.constexpr,
 ):
-    """Merge the splits of one (request, q head): a log-sum-exp over split partials."""
+    """Merge the splits of one (request, q head): a log-sum-exp over all split partials at
+    once (one round of loads, no serial chain over splits)."""
     b = tl.program_id(0)
     h = tl.program_id(1)
+    offs_s = tl.arange(0, BLOCK_S)
+    s_ok = offs_s < num_splits
     offs_dv = tl.arange(0, BLOCK_DV)
+    mid = b.to(tl.int64) * stride_mb + h * stride_mh + offs_s * stride_ms          # [BLOCK_S]
+    m_s = tl.load(MidM + mid, mask=s_ok, other=NEG_BIG)
+    l_s = tl.load(MidL + mid, mask=s_ok, other=0.0)
+    a_s = tl.load(MidO + (mid * BLOCK_DV)[:, None] + offs_dv[None, :], mask=s_ok[:, None], other=0.0)
+    m = tl.max(m_s, 0)
     if HAS_SINKS:
-        m = tl.load(Sinks + h).to(tl.float32) * 1.4426950408889634
-        l = m * 0.0 + 1.0
-    else:
-        m = NEG_BIG + 0.0 * tl.load(MidM + b.to(tl.int64) * stride_mb + h * stride_mh)
-        l = m * 0.0
-    acc = tl.zeros([BLOCK_DV], tl.float32)
-    base = b.to(tl.int64) * stride_mb + h * stride_mh
-    for s in range(0, num_splits):
-        m_s = tl.load(MidM + base + s * stride_ms)
-        l_s = tl.load(MidL + base + s * stride_ms)
-        a_s = tl.load(MidO + (base + s * stride_ms) * BLOCK_DV + offs_dv)
-        m_new = tl.maximum(m, m_s)
-        alpha = tl.exp2(m - m_new)
-        beta = tl.exp2(m_s - m_new)
-        l = l * alpha + l_s * beta
-        acc = acc * alpha + a_s * beta
-        m = m_new
+        sink = tl.load(Sinks + h).to(tl.float32) * 1.4426950408889634
+        m = tl.maximum(m, sink)
+    w = tl.exp2(m_s - m)
+    l = tl.sum(l_s * w, 0)
+    if HAS_SINKS:
+        l += tl.exp2(sink - m)
+    acc = tl.sum(a_s * w[:, None], 0)
     l = tl.where(l == 0.0, 1.0, l)
     tl.store(Out + b.to(tl.int64) * stride_ot + h * stride_oh + offs_dv,
              (acc * (v_scale / l)).to(Out.dtype.element_ty), mask=offs_dv < DV)
 
 
 def decode_config(head_dim: int, dtype: torch.dtype, *, interpret: bool) -> dict:
-    """Tile size and launch shape for one head dim and compute dtype."""
+    """Tile size and launch shape for one head dim and compute dtype: ~16 KB of K per tile,
+    four stages deep (best of the sweep at d 128 on an H200, NOTES-triton.md)."""
     if interpret:
         return dict(BLOCK_N=16, num_warps=4, num_stages=1)
-    if padded_dim(head_dim) > 128 or dtype == torch.float32:
+    if dtype == torch.float32:
         return dict(BLOCK_N=32, num_warps=4, num_stages=2)
-    return dict(BLOCK_N=64, num_warps=4, num_stages=3)
+    return dict(BLOCK_N=max(16, 8192 // padded_dim(head_dim)), num_warps=4, num_stages=4)
 
 
 def choose_splits(max_kv: int, num_reqs: int, num_kv_heads: int, *, block_n: int, num_sms: int,
@@ -166,6 +165,7 @@ def decode_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables, qk_sca
         _reduce_kernel[(num_reqs, num_heads)](
             out, mid_o, mid_m, mid_l, sinks_arg, v_scale, num_splits,
             out.stride(0), out.stride(1), *strides,
-            DV=dv, BLOCK_DV=padded_dim(dv), HAS_SINKS=sinks is not None, num_warps=1,
+            DV=dv, BLOCK_DV=padded_dim(dv), BLOCK_S=max(2, triton.next_power_of_2(num_splits)),
+            HAS_SINKS=sinks is not None, num_warps=4,
         )
     return out

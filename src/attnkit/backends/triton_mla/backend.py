@@ -20,7 +20,7 @@ import triton
 from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState
 from attnkit.backends.metadata import BatchMetadata
 from attnkit.backends.triton_mla.declaration import DECLARATION
-from attnkit.backends.triton_mla.decode import absorbed_attention
+from attnkit.backends.triton_mla.decode import absorbed_attention, absorbed_config, choose_splits
 from attnkit.backends.triton_mla.extend import mha_form_attention
 from attnkit.errors import fail
 
@@ -59,19 +59,22 @@ class TritonMLABackend(AttentionBackend):
     """Options (keyword-only) override the per-shape heuristics, for tests and benchmarks:
     ``num_splits`` (KV splits per tile), ``block_h``, ``block_n``, ``num_warps``,
     ``num_stages``, ``mha_form_min_query`` (new tokens from which extend uses the MHA form;
-    None = always absorbed)."""
+    None = always absorbed), ``extend_tiles`` (block_m, block_n, num_warps, num_stages of
+    the MHA-form kernel)."""
 
     name = "triton_mla"
 
     def __init__(self, *, num_splits: int | None = None, block_h: int | None = None,
                  block_n: int | None = None, num_warps: int | None = None,
-                 num_stages: int | None = None, mha_form_min_query: int | None = MHA_FORM_MIN_QUERY):
+                 num_stages: int | None = None, mha_form_min_query: int | None = MHA_FORM_MIN_QUERY,
+                 extend_tiles: tuple[int, int, int, int] | None = None):
         self.num_splits = num_splits
         self.block_h = block_h
         self.block_n = block_n
         self.num_warps = num_warps
         self.num_stages = num_stages
         self.mha_form_min_query = mha_form_min_query
+        self.extend_tiles = extend_tiles
 
     # ---- per step -------------------------------------------------------------------------
     def prepare(self, meta: BatchMetadata, cache) -> StepState:
@@ -136,23 +139,33 @@ class TritonMLABackend(AttentionBackend):
 
     def _absorbed(self, q_nope, q_pe, latent, layer, step, kv_scale):
         """q_nope: [T, H, nope]; q_pe: [T, H, R]; latent: [pages, page_size, L + R] -> [T, H, Dv]."""
-        H = q_nope.shape[1]
-        L = layer.spec.mla.kv_lora_rank
         q_lat = torch.bmm(q_nope.transpose(0, 1), layer.w_kc.to(q_nope.dtype))       # [H, T, L]
-        block_h = self.block_h or min(64, max(16, triton.next_power_of_2(H)))
-        block_t = max(1, min(triton.next_power_of_2(step.meta.max_query_len), 64 // block_h))
+        out_lat = self.attend_latent(q_lat, q_pe, latent, layer, step, kv_scale=kv_scale)
+        return torch.bmm(out_lat.transpose(0, 1), layer.w_vc.to(q_nope.dtype)).transpose(0, 1)
+
+    def attend_latent(self, q_lat, q_pe, latent, layer: AttentionLayer, step: StepState, *,
+                      kv_scale: float = 1.0):
+        """The absorbed attention core alone (benchmarks time it apart from the projections).
+
+        q_lat: [H, T, L]; q_pe: [T, H, R]; latent: [pages, page_size, L + R] -> out_lat [T, H, L]."""
+        H = q_lat.shape[0]
+        fp32 = q_lat.dtype == torch.float32
+        rows = 16 if fp32 else 64         # fp32 tiles are twice the bytes: keep them small
+        block_h = self.block_h or min(rows, max(16, triton.next_power_of_2(H)))
+        block_t = max(1, min(triton.next_power_of_2(step.meta.max_query_len), rows // block_h))
+        cfg = absorbed_config(block_h * block_t, layer.spec.mla.kv_lora_rank, fp32=fp32)
+        cfg.update({k: v for k, v in (("block_n", self.block_n), ("num_warps", self.num_warps),
+                                      ("num_stages", self.num_stages)) if v})
+        per_sm = cfg.pop("programs_per_sm")
         work_req, work_tok = self._tiles(step, block_t)
-        splits = self.num_splits or self._splits(work_req.numel() * triton.cdiv(H, block_h),
-                                                 step.meta.max_seq_len, q_nope.device)
-        big = L >= 256
-        out_lat = absorbed_attention(
+        splits = self.num_splits or choose_splits(
+            work_req.numel() * triton.cdiv(H, block_h), step.meta.max_seq_len,
+            slots=_sm_count(q_lat.device) * per_sm)
+        return absorbed_attention(
             q_lat, q_pe, latent.view(-1, latent.shape[-1]), step.plan.block_tables, work_req,
             work_tok, step.plan.query_start_loc, step.plan.seq_lens,
             page_size=step.meta.page_size, scale=layer.spec.softmax_scale, kv_scale=kv_scale,
-            block_t=block_t, block_h=block_h, block_n=self.block_n or (32 if big else 16),
-            num_splits=splits, num_warps=self.num_warps or (8 if big and block_h * block_t >= 64 else 4),
-            num_stages=self.num_stages or (1 if big else 2))
-        return torch.bmm(out_lat.transpose(0, 1), layer.w_vc.to(q_nope.dtype)).transpose(0, 1)
+            block_t=block_t, block_h=block_h, num_splits=splits, **cfg)
 
     def _mha_form(self, q_nope, q_pe, latent, layer, cache, step, kv_scale):
         """Decompress the gathered latent into per-head K/V, then causal flash attention."""
@@ -167,20 +180,15 @@ class TritonMLABackend(AttentionBackend):
         w_vc = layer.w_vc.to(dtype).transpose(0, 1).reshape(L, H * mla.v_head_dim)
         k_nope = (c @ w_kc.T).view(-1, H, mla.qk_nope_head_dim)                      # [S, H, nope]
         v = (c @ w_vc).view(-1, H, mla.v_head_dim)                                  # [S, H, Dv]
-        big = q_nope.is_cuda and not _interpreting()
-        block_m = 64 if big else 16
+        on_gpu = q_nope.is_cuda and not _interpreting()
+        # (block_m, block_n, warps, stages): no spills and pipelined loads with ptxas for sm_90
+        tiles = (32, 32, 4, 2) if dtype == torch.float32 else (64, 64, 4, 3)
+        block_m, block_n, warps, stages = self.extend_tiles or (tiles if on_gpu else (16, 16, 4, 1))
         work_req, work_tok = self._tiles(step, block_m)
         return mha_form_attention(
             q_nope, q_pe, k_nope, k_pe, v, work_req, work_tok, step.plan.query_start_loc,
-            kv_start, scale=layer.spec.softmax_scale, block_m=block_m,
-            block_n=64 if big else 16, num_warps=4, num_stages=self.num_stages or (3 if big else 1))
-
-    @staticmethod
-    def _splits(programs: int, max_seq_len: int, device: torch.device) -> int:
-        """KV splits so that programs * splits fills the SMs twice over, each split keeping at
-        least 256 keys (fewer keys per split and the reduce costs more than the split saves)."""
-        want = triton.cdiv(2 * _sm_count(device), max(programs, 1))
-        return max(1, min(want, triton.cdiv(max_seq_len, 256), 64))
+            kv_start, scale=layer.spec.softmax_scale, block_m=block_m, block_n=block_n,
+            num_warps=warps, num_stages=stages)
 
     # ---- checks ---------------------------------------------------------------------------
     def _check(self, q, k, v, layer: AttentionLayer, cache):

@@ -31,11 +31,13 @@ def _absorbed_split_kernel(
 ):
     """QL: q_lat [H, T, L]; QP: q_pe [T, H, R]; Cache: latent [slots, L + R];
     BlockTables: [B, P] int32; WorkReq/WorkTok: [W] request id and first token of each tile;
-    QStart: [B+1]; SeqLens: [B]; Out: [T, H, S, L] fp32 partials (DIRECT: [T, H, L] final);
+    QStart: [B+1]; SeqLens: [B]; Out: [T, H, S, L] fp32 partials (DIRECT: [T, H, L] fp32 final);
     Lse: [T, H, S] fp32 base-2 log-sum-exp of each split (unused when DIRECT)."""
     BLOCK_M: tl.constexpr = BLOCK_T * BLOCK_H
-    w = tl.program_id(0)
-    hb = tl.program_id(1)
+    # head blocks vary fastest, so the programs that share a request's latent rows run
+    # together and all but the first read them from L2
+    hb = tl.program_id(0)
+    w = tl.program_id(1)
     split = tl.program_id(2)
     req = tl.load(WorkReq + w)
     tok0 = tl.load(WorkTok + w)
@@ -100,7 +102,7 @@ def _absorbed_split_kernel(
     out = acc * (v_scale / l_safe)[:, None]
     if DIRECT:
         o_ptr = Out + tok[:, None] * stride_ot + head[:, None] * stride_oh + offs_l[None, :]
-        tl.store(o_ptr, out.to(Out.dtype.element_ty), mask=row_ok[:, None])
+        tl.store(o_ptr, out, mask=row_ok[:, None])
     else:
         o_ptr = (Out + tok[:, None] * stride_ot + head[:, None] * stride_oh + split * stride_os
                  + offs_l[None, :])
@@ -134,6 +136,33 @@ def _reduce_splits_kernel(
     tl.store(Out + t * stride_ot + h * stride_oh + offs_l, (acc / denom).to(Out.dtype.element_ty))
 
 
+def absorbed_config(block_m: int, latent_width: int, *, fp32: bool = False) -> dict:
+    """Tile shape for a ``block_m``-row program (checked for register spills with ptxas for
+    sm_90; see benchmarks/NOTES-mla.md). ``programs_per_sm``: how many fit in shared memory.
+    fp32 (correctness, not speed: IEEE dots) keeps 16-row programs and 16-key tiles."""
+    if latent_width < 256 or fp32:              # toy sizes (interpreter tests) or fp32
+        return dict(block_n=16, num_warps=4, num_stages=2, programs_per_sm=2)
+    if block_m >= 64:                           # [64, 512] fp32 accumulator: two warpgroups
+        return dict(block_n=16, num_warps=8, num_stages=2, programs_per_sm=1)
+    if block_m >= 32:
+        return dict(block_n=64, num_warps=8, num_stages=2, programs_per_sm=1)
+    return dict(block_n=64, num_warps=4, num_stages=3, programs_per_sm=2)
+
+
+def choose_splits(programs: int, max_kv: int, *, slots: int, min_keys: int = 128) -> int:
+    """KV splits per tile: the count whose programs fill the ``slots`` (SMs x programs per
+    SM) best in whole waves, fewest splits on ties, each split keeping >= ``min_keys`` keys
+    (below that the partial writes and the reduce cost more than the split saves)."""
+    cap = max(1, min(256, max_kv // min_keys))
+    best, best_eff = 1, -1.0
+    for s in range(1, cap + 1):
+        total = programs * s
+        eff = total / (triton.cdiv(total, slots) * slots)
+        if eff > best_eff + 0.02:
+            best, best_eff = s, eff
+    return best
+
+
 def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok,
                        query_start_loc, seq_lens, *, page_size: int, scale: float,
                        kv_scale: float, block_t: int, block_h: int, block_n: int,
@@ -149,20 +178,21 @@ def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok
 
     H, T, L = q_lat.shape
     R = q_pe.shape[-1]
-    out = torch.empty(T, H, L, dtype=q_lat.dtype, device=q_lat.device)
     W = work_req.numel()
     if T == 0 or W == 0:
-        return out
+        return torch.empty(T, H, L, dtype=q_lat.dtype, device=q_lat.device)
     head_blocks = triton.cdiv(H, block_h)
     direct = num_splits == 1
     if direct:
-        partial, lse = out, out.new_empty(1, dtype=torch.float32)
-        sp = (out.stride(0), out.stride(1), 0, 0, 0)
+        # fp32 even here: a bf16 epilogue made ptxas spill the [64, 512] accumulator (sm_90)
+        partial = torch.empty(T, H, L, dtype=torch.float32, device=q_lat.device)
+        lse = partial.new_empty(1)
+        sp = (partial.stride(0), partial.stride(1), 0, 0, 0)
     else:
         partial = torch.empty(T, H, num_splits, L, dtype=torch.float32, device=q_lat.device)
         lse = torch.empty(T, H, num_splits, dtype=torch.float32, device=q_lat.device)
         sp = (partial.stride(0), partial.stride(1), partial.stride(2), lse.stride(0), lse.stride(1))
-    _absorbed_split_kernel[(W, head_blocks, num_splits)](
+    _absorbed_split_kernel[(head_blocks, W, num_splits)](
         q_lat, q_pe, cache_flat, block_tables, work_req, work_tok, query_start_loc, seq_lens,
         partial, lse,
         q_lat.stride(0), q_lat.stride(1), q_pe.stride(0), q_pe.stride(1), cache_flat.stride(0),
@@ -172,9 +202,11 @@ def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok
         DIRECT=direct, IEEE=q_lat.dtype == torch.float32,
         num_warps=num_warps, num_stages=num_stages,
     )
-    if not direct:
-        _reduce_splits_kernel[(T, H)](
-            partial, lse, out, num_splits, *sp[:3], lse.stride(0), lse.stride(1),
-            out.stride(0), out.stride(1), L=L, num_warps=4,
-        )
+    if direct:
+        return partial.to(q_lat.dtype)
+    out = torch.empty(T, H, L, dtype=q_lat.dtype, device=q_lat.device)
+    _reduce_splits_kernel[(T, H)](
+        partial, lse, out, num_splits, *sp[:3], lse.stride(0), lse.stride(1),
+        out.stride(0), out.stride(1), L=L, num_warps=4,
+    )
     return out

@@ -1,7 +1,9 @@
-"""AK440-AK449: runtime refusals by the torch backends (torch_native, sdpa).
+"""AK440-AK449: runtime refusals raised from backends/paged_torch.py, shared by the torch
+backends (torch_native, sdpa, dual_chunk).
 
-These fire inside ``forward`` when a layer asks for something the chosen backend cannot do.
-A plan from ``attnkit plan`` never produces them; they mean the backend was picked by hand.
+These fire inside ``forward`` when a layer asks for something the chosen backend cannot do
+or lacks what it needs. A plan from ``attnkit plan`` never pairs a layer with a backend that
+refuses it, so AK440/AK441 mean the backend was picked by hand.
 """
 from attnkit.errors.catalog import entry
 
@@ -19,9 +21,10 @@ ENTRIES = [
                     "A gpt-oss style layer (learned sinks) run on the sdpa backend.",
                     "A backend instantiated by hand, bypassing the planner."],
         solutions=["Run the layer on a backend that serves the feature; the error lists them.",
-                   "Let `attnkit plan MODEL` choose: it never pairs a layer with such a backend."],
-        before="attnkit run google/gemma-2-2b --attention-backend sdpa",
-        after="attnkit run google/gemma-2-2b --attention-backend torch_native",
+                   "Let `attnkit plan MODEL` choose: it never pairs a layer with such a backend.",
+                   "A hybrid (prefill, decode) pair: give the layer's phase a backend that serves it."],
+        before='load_backend("sdpa").forward(q, k, v, gemma2_layer, cache, step)  # softcap',
+        after='load_backend("torch_native").forward(q, k, v, gemma2_layer, cache, step)',
         related=("AK441",),
     ),
     entry(
@@ -32,8 +35,8 @@ ENTRIES = [
                 "declared kinds.",
         situations=["A DeepSeek-V3 layer handed to an MHA-only backend by hand."],
         solutions=["Run the layer on a backend that declares its kind; the error lists them."],
-        before="attnkit run deepseek-ai/DeepSeek-V3 --attention-backend <mha-only backend>",
-        after="attnkit run deepseek-ai/DeepSeek-V3 --attention-backend torch_native",
+        before='load_backend("<mha-only backend>").forward(q, latent, None, mla_layer, cache, step)',
+        after='load_backend("torch_native").forward(q, latent, None, mla_layer, cache, step)',
         related=("AK440",),
     ),
     entry(
@@ -48,8 +51,8 @@ ENTRIES = [
                     "encoder-decoder model (Whisper, T5, BART)."],
         solutions=["Build the step's metadata with encoder lengths and encoder pages for every "
                    "request that runs cross-attention layers."],
-        before="build_batch(requests)",
-        after="build_batch(requests, encoder_lens=[...])",
+        before="build_batch([Request(0, 5, [3])], page_size=16)",
+        after="build_batch([Request(0, 5, [3], encoder_len=30, encoder_block_table=[7, 8])], page_size=16)",
         related=(),
     ),
     entry(

@@ -50,9 +50,13 @@ ENTRIES = [
     entry(
         "AK453", "Head dim not served by the triton backend",
         meaning="The kernels hold a whole head row of q, K and V in one tile padded to a power of "
-                "two; head dims above 256 do not fit the on-chip memory of one program.",
-        trigger="TritonBackend.forward with head_dim or v_head_dim above 256.",
-        situations=["A model with 512-wide heads.", "An MLA layer expanded to MHA form by hand."],
+                "two. Head dims above 256 do not fit one program's on-chip memory; of the rest, "
+                "only the declared head dims (64, 80, 96, 128, 192, 256) are built and tested on "
+                "GPUs, and others are refused rather than run unverified.",
+        trigger="TritonBackend.forward with a head_dim outside the declaration or a v_head_dim "
+                "above 256.",
+        situations=["A model with 512-wide heads.", "A small research model with 48-wide heads.",
+                    "An MLA layer expanded to MHA form by hand."],
         solutions=["Serve the layer with sdpa or torch_native, which take any head dim.", _PLAN],
         before="attnkit plan ./wide-heads --attention-backend triton",
         after="attnkit plan ./wide-heads --attention-backend sdpa",

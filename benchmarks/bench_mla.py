@@ -1,0 +1,293 @@
+"""Benchmark triton_mla (MLA over a paged latent cache) against the peers a user has here,
+in one run on one GPU, next to the machine's measured ceilings.
+
+    PYTHONPATH=src python3 benchmarks/bench_mla.py [--quick] [--sweep] [--skip-decode] [--out DIR]
+
+DeepSeek-V3 sizes: kv_lora_rank 512, rope 64, nope 128, v 128, page 64, bf16.
+Decode: heads {16, 128} x batch {1, 32, 128} x context {1k, 4k, 32k}; reports TFLOP/s of the
+absorbed FLOPs (2 * H * ctx * (576 + 512) per request) and GB/s of latent cache read
+(ctx * 576 * 2 bytes per request), for the attention core (the Triton kernels alone) and the
+whole forward (cache write + q_nope @ w_kc + core + @ w_vc, replayed as a CUDA graph).
+Peers: attnkit torch_native (float32 loop over requests); "torch bmm": the latent gathered
+densely, then absorbed attention as two batched matmuls; SDPA over K/V decompressed per head
+(skipped when K/V would pass 24 GB). Extend: q 2048 over a 32k prefix, MHA form vs absorbed.
+Every triton_mla row is checked against the torch-bmm result first. Decode timings flush L2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import ceilings, environment, time_ms  # noqa: E402
+
+from attnkit.backends.base import AttentionLayer  # noqa: E402
+from attnkit.backends.batch import Request, build_batch  # noqa: E402
+from attnkit.backends.torch_native.backend import TorchNativeBackend  # noqa: E402
+from attnkit.backends.triton_mla.backend import TritonMLABackend  # noqa: E402
+from attnkit.kvcache.paged import PagedKVCache  # noqa: E402
+from attnkit.model.spec import LayerAttention, MLAConfig  # noqa: E402
+
+DT = torch.bfloat16      # compute and cache dtype (fp16 under --smoke: the interpreter's bf16 dot is wrong)
+DEV = "cuda"
+L, R, NOPE, DV = 512, 64, 128, 128
+DSV3 = MLAConfig(kv_lora_rank=L, qk_rope_head_dim=R, qk_nope_head_dim=NOPE, v_head_dim=DV)
+SDPA_MAX_BYTES = 24e9
+SWEEP_SHAPE = (128, 4096)      # batch, context of the tile sweep
+
+
+class Setup:
+    """One paged MLA step: latent cache (random rows, shuffled pages), metadata, q, latent k."""
+
+    def __init__(self, batch, prefix, new, *, heads, page=64, kv_dtype=None):
+        self.spec = LayerAttention(layer_id=0, num_heads=heads, num_kv_heads=1, head_dim=NOPE + R,
+                                   v_head_dim=DV, kind="mla", mla=DSV3)
+        g = lambda *s: torch.randn(*s, device=DEV, dtype=DT) / L ** 0.5  # noqa: E731
+        self.layer = AttentionLayer(spec=self.spec, w_kc=g(heads, NOPE, L), w_vc=g(heads, L, DV))
+        per = -(-(prefix + new) // page)
+        self.cache = PagedKVCache([self.spec], num_pages=batch * per, page_size=page,
+                                  dtype=kv_dtype or DT, device=DEV)
+        self.cache.latent[0].copy_(torch.randn_like(self.cache.latent[0], dtype=DT))
+        perm = torch.randperm(batch * per).view(batch, per)
+        self.meta = build_batch([Request(prefix, new, row) for row in perm.tolist()],
+                                page_size=page, device=DEV)
+        t = batch * new
+        self.q = torch.randn(t, heads, NOPE + R, device=DEV, dtype=DT)
+        self.k = torch.randn(t, L + R, device=DEV, dtype=DT)
+        self.table = perm.to(DEV)
+        self.batch, self.prefix, self.new, self.heads, self.page = batch, prefix, new, heads, page
+
+    def dense_latent(self):
+        """[B, S, L + R] every request's latent rows in order (the cache after the write)."""
+        S = self.prefix + self.new
+        pos = torch.arange(S, device=DEV)
+        slots = self.table[:, pos // self.page] * self.page + pos % self.page
+        return self.cache.latent[0].view(-1, L + R)[slots].to(DT)
+
+
+def graph_ms(fn, **kw):
+    """Time ``fn`` replayed as a CUDA graph (launch gaps out); eager if capture fails."""
+    if DEV != "cuda":
+        return time_ms(fn, **kw), "eager"
+    fn()
+    torch.cuda.synchronize()
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        return time_ms(graph.replay, **kw), "graph"
+    except Exception:        # noqa: BLE001 - capture is an optimisation, eager still measures
+        torch.cuda.synchronize()
+        return time_ms(fn, **kw), "eager"
+
+
+def torch_bmm_decode(s: Setup):
+    """Peer: gather the latent densely, absorbed attention as batched matmuls. -> [B, H*Dv]."""
+    lat = s.dense_latent()                                              # [B, S, L+R]
+    q = s.q.view(s.batch, s.heads, NOPE + R)
+    q_lat = torch.einsum("bhd,hdl->bhl", q[..., :NOPE], s.layer.w_kc)
+    qf = torch.cat([q_lat, q[..., NOPE:]], dim=-1)                      # [B, H, L+R]
+    p = torch.softmax((qf @ lat.transpose(1, 2)).float() * s.spec.softmax_scale, -1).to(DT)
+    out_lat = p @ lat[..., :L]                                          # [B, H, L]
+    return torch.einsum("bhl,hlv->bhv", out_lat, s.layer.w_vc).reshape(s.batch, -1)
+
+
+def sdpa_decompressed(s: Setup, q_len: int):
+    """Peer: decompress per-head K/V from the gathered latent, then SDPA (bottom-right causal)."""
+    lat = s.dense_latent()
+    S, H = lat.shape[1], s.heads
+    k_nope = torch.einsum("bsl,hdl->bhsd", lat[..., :L], s.layer.w_kc)
+    k = torch.cat([k_nope, lat[:, None, :, L:].expand(-1, H, -1, -1)], dim=-1)
+    v = torch.einsum("bsl,hlv->bhsv", lat[..., :L], s.layer.w_vc)
+    q = s.q.view(s.batch, q_len, H, NOPE + R).transpose(1, 2)
+    if q_len == 1:
+        o = F.scaled_dot_product_attention(q, k, v, scale=s.spec.softmax_scale)
+    else:
+        from torch.nn.attention.bias import causal_lower_right
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(q_len, S),
+                                           scale=s.spec.softmax_scale)
+    return o.transpose(1, 2).reshape(s.batch * q_len, H * DV)
+
+
+def check(out, ref, what):
+    err = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+    if not err < 2e-2:
+        raise SystemExit(f"{what}: relative error {err:.3g} against the torch peer")
+    return err
+
+
+def decode_row(heads, batch, ctx, args, backend):
+    s = Setup(batch, ctx - 1, 1, heads=heads)
+    step = backend.prepare(s.meta, s.cache)
+    fwd = lambda: backend.forward(s.q, s.k, None, s.layer, s.cache, step)  # noqa: E731
+    out = fwd()
+    err = check(out, torch_bmm_decode(s), f"decode H={heads} B={batch} ctx={ctx}")
+    q_lat = torch.bmm(s.q[..., :NOPE].transpose(0, 1), s.layer.w_kc)
+    q_pe = s.q[..., NOPE:]
+    core = lambda: backend.attend_latent(q_lat, q_pe, s.cache.latent[0], s.layer, step)  # noqa: E731
+    reps = dict(warmup=3, reps=args.reps, cold_l2=True)
+    t_core, _ = graph_ms(core, **reps)
+    t_fwd, how = graph_ms(fwd, **reps)
+    flops = 2 * heads * ctx * (L + R + L) * batch
+    nbytes = batch * ctx * (L + R) * 2
+    row = dict(kind="decode", heads=heads, batch=batch, ctx=ctx, core_ms=t_core, fwd_ms=t_fwd,
+               timing=how, core_tflops=flops / t_core / 1e9, core_gbs=nbytes / t_core / 1e6,
+               fwd_tflops=flops / t_fwd / 1e9, rel_err=err)
+    row["bmm_ms"] = time_ms(lambda: torch_bmm_decode(s), warmup=2, reps=5, cold_l2=True)
+    sd_bytes = batch * ctx * heads * (NOPE + R + DV) * 2 * 2
+    row["sdpa_ms"] = (time_ms(lambda: sdpa_decompressed(s, 1), warmup=1, reps=3)
+                      if sd_bytes < SDPA_MAX_BYTES else None)
+    native_work = batch * ctx * heads
+    if native_work <= 128 * 4096 * 128 and not args.quick:
+        tn = TorchNativeBackend()
+        tstep = tn.prepare(s.meta, s.cache)
+        row["native_ms"] = time_ms(lambda: tn.forward(s.q, s.k, None, s.layer, s.cache, tstep),
+                                   warmup=1, reps=3)
+    else:
+        row["native_ms"] = None
+    del s
+    torch.cuda.empty_cache()
+    return row
+
+
+def extend_rows(heads, q_len, prefix, args):
+    s = Setup(1, prefix, q_len, heads=heads)
+    rows = []
+    mha_flops = 2 * heads * (q_len * prefix + q_len * (q_len + 1) / 2) * (NOPE + R + DV)
+    forms = {"mha": TritonMLABackend(mha_form_min_query=1),
+             "absorbed": TritonMLABackend(mha_form_min_query=None)}
+    s.cache.write(0, s.meta.slot_mapping, s.k, None)     # the peer reads the new rows too
+    try:
+        ref, sdpa_err = sdpa_decompressed(s, q_len), None
+    except Exception as exc:  # noqa: BLE001 - a peer that cannot run this shape is a result
+        ref, sdpa_err = None, f"{type(exc).__name__}: {str(exc)[:120]}"
+    for name, be in forms.items():
+        step = be.prepare(s.meta, s.cache)
+        fn = lambda: be.forward(s.q, s.k, None, s.layer, s.cache, step)  # noqa: E731
+        out = fn()
+        ref = out if ref is None else ref      # without SDPA the two forms check each other
+        err = check(out, ref, f"extend {name} H={heads}")
+        t = time_ms(fn, warmup=1, reps=3)
+        rows.append(dict(kind="extend", form=name, heads=heads, q=q_len, prefix=prefix, ms=t,
+                         mha_tflops=mha_flops / t / 1e9, rel_err=err))
+    if sdpa_err is None:
+        t = time_ms(lambda: sdpa_decompressed(s, q_len), warmup=1, reps=3)
+        rows.append(dict(kind="extend", form="sdpa-decompressed", heads=heads, q=q_len,
+                         prefix=prefix, ms=t, mha_tflops=mha_flops / t / 1e9, rel_err=0.0))
+    else:
+        rows.append(dict(kind="extend", form="sdpa-decompressed", heads=heads, q=q_len,
+                         prefix=prefix, ms=float("nan"), mha_tflops=float("nan"), error=sdpa_err))
+    del s
+    torch.cuda.empty_cache()
+    return rows
+
+
+def sweep(args):
+    """Kernel-core time of a few tile shapes at the two target shapes (B=128, ctx 4k)."""
+    rows = []
+    shapes = {128: [(64, 16, 8, 2), (64, 16, 8, 3), (64, 32, 8, 2), (64, 32, 8, 3), (32, 64, 8, 2)],
+              16: [(16, 64, 4, 3), (16, 32, 4, 3), (16, 64, 8, 3), (16, 128, 8, 2), (16, 32, 8, 4)]}
+    batch, ctx = SWEEP_SHAPE
+    for heads, cfgs in shapes.items():
+        s = Setup(batch, ctx - 1, 1, heads=heads)
+        q_lat = torch.bmm(s.q[..., :NOPE].transpose(0, 1), s.layer.w_kc)
+        for bh, bn, w, st in cfgs:
+            be = TritonMLABackend(block_h=bh, block_n=bn, num_warps=w, num_stages=st)
+            step = be.prepare(s.meta, s.cache)
+            fn = lambda: be.attend_latent(q_lat, s.q[..., NOPE:], s.cache.latent[0], s.layer, step)  # noqa: E731
+            try:
+                t, _ = graph_ms(fn, warmup=3, reps=20, cold_l2=True)
+            except Exception as exc:  # noqa: BLE001 - a tile that fails to compile is a result
+                rows.append(dict(kind="sweep", heads=heads, cfg=[bh, bn, w, st], error=str(exc)[:200]))
+                continue
+            flops = 2 * heads * ctx * (2 * L + R) * batch
+            rows.append(dict(kind="sweep", heads=heads, cfg=[bh, bn, w, st], core_ms=t,
+                             tflops=flops / t / 1e9, gbs=batch * ctx * (L + R) * 2 / t / 1e6))
+            print(rows[-1], flush=True)
+        del s
+        torch.cuda.empty_cache()
+    return rows
+
+
+def table(rows, ceil):
+    out = ["| H | B | ctx | core µs | core TFLOP/s | core GB/s (% copy) | fwd µs | fwd TFLOP/s | "
+           "torch bmm µs | SDPA decompr. µs | torch_native µs | bmm/core |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    us = lambda v: "skipped" if v is None else f"{v * 1e3:.0f}"  # noqa: E731
+    for r in rows:
+        if r["kind"] != "decode":
+            continue
+        out.append(f"| {r['heads']} | {r['batch']} | {r['ctx']} | {us(r['core_ms'])} | "
+                   f"{r['core_tflops']:.0f} | {r['core_gbs']:.0f} ({100 * r['core_gbs'] / ceil['copy_gbs']:.0f}%) | "
+                   f"{us(r['fwd_ms'])} | {r['fwd_tflops']:.0f} | {us(r['bmm_ms'])} | "
+                   f"{us(r['sdpa_ms'])} | {us(r['native_ms'])} | {r['bmm_ms'] / r['core_ms']:.1f}x |")
+    ext = [r for r in rows if r["kind"] == "extend"]
+    if ext:
+        out += ["", "| extend H | q | prefix | form | ms | TFLOP/s (MHA-form FLOPs) |", "|---|---|---|---|---|---|"]
+        out += [f"| {r['heads']} | {r['q']} | {r['prefix']} | {r['form']} | {r['ms']:.2f} | "
+                f"{r['mha_tflops']:.0f} |" for r in ext]
+    return "\n".join(out)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="B=128 ctx 4k only, no torch_native")
+    ap.add_argument("--sweep", action="store_true", help="also time a few tile shapes")
+    ap.add_argument("--skip-decode", action="store_true")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--smoke", action="store_true",
+                    help="CPU + Triton interpreter, tiny shapes: checks the script runs, times nothing real")
+    args = ap.parse_args()
+    if args.smoke:
+        _smoke()
+    t0 = time.time()
+    env = environment()
+    ceil = ceilings()
+    print(env, "|", {k: round(v, 1) for k, v in ceil.items()}, flush=True)
+    rows = sweep(args) if args.sweep else []
+    shapes = [(h, b, c) for h in (16, 128) for b in (1, 32, 128) for c in (1024, 4096, 32768)]
+    ext = (2048, 32768)
+    if args.quick:
+        shapes = [(h, 128, 4096) for h in (16, 128)]
+    if args.smoke:
+        shapes, ext = [(16, 2, 40), (128, 1, 70)], (5, 40)
+    backend = TritonMLABackend()
+    for h, b, c in ([] if args.skip_decode else shapes):
+        rows.append(decode_row(h, b, c, args, backend))
+        print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in rows[-1].items()}, flush=True)
+    for h in (128, 16):
+        rows += extend_rows(h, *ext, args)
+        print(rows[-3:], flush=True)
+    md = table(rows, ceil)
+    with open(os.path.join(args.out, "bench_mla.json"), "w") as f:
+        json.dump(dict(env=env, ceilings=ceil, rows=rows, seconds=time.time() - t0), f, indent=1)
+    with open(os.path.join(args.out, "bench_mla.md"), "w") as f:
+        f.write(f"{env}\nceilings: {ceil}\n\n{md}\n")
+    print(f"\n{env}\nceilings: copy {ceil['copy_gbs']:.0f} GB/s, bf16 matmul "
+          f"{ceil['matmul_tflops']:.0f} TFLOP/s; {time.time() - t0:.0f} s\n\n{md}")
+
+
+def _smoke():
+    """Swap in CPU stand-ins for the CUDA-only helpers (tiny shapes, wall-clock timing)."""
+    global DEV, DT, ceilings, time_ms, SWEEP_SHAPE
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        raise SystemExit("--smoke needs TRITON_INTERPRET=1 set before python starts")
+    DEV, DT = "cpu", torch.float16
+    ceilings = lambda: {"copy_gbs": 1.0, "matmul_tflops": 1.0}  # noqa: E731
+
+    def time_ms(fn, **_):
+        t = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t) * 1e3
+    SWEEP_SHAPE = (2, 40)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,197 @@
+"""The conformance cases, generated from the backend declarations (never a hand list).
+
+For every registered backend, every platform it declares that tests can reach (cpu; cuda
+marked ``gpu``) and every kind it declares, the axes
+
+    dtype x kv_cache_dtype x page size x (H_q, H_kv) x head dim (MLA: latent dims)
+    x feature x mode
+
+are taken from its declaration and *covered*, not multiplied: case i takes value
+``(i + offset) % len`` of each axis, and a value that still went unused gets a case of its
+own. Then named edge cases (IDLE, one-token prompts, KV ending on a page boundary, a window
+at least the sequence, long fp16 decode with large logits), and probes: one input outside
+the declaration per undeclared feature / kind / dtype / phase / page size / head dim, each
+of which must raise AttnkitError.
+"""
+from __future__ import annotations
+
+import importlib.util
+import zlib
+from dataclasses import dataclass, replace
+
+from attnkit.planning.capabilities import DTYPES, FEATURES, KINDS, KV_CACHE_DTYPES, MultipleOf
+from attnkit.planning.registry import declarations
+
+# Features a layer carries (modes and engine features are separate axes or out of scope).
+LAYER_FEATURES = ("sliding_window", "logit_softcap", "sinks", "cross_attention", "non_causal")
+HEADS = ((4, 4), (8, 2), (4, 1))             # MHA, GQA 4, MQA
+ANY_HEAD_DIMS = (64, 128, 96, 256)
+ANY_MLA_DIMS = ((64, 16),)
+DUAL_CHUNK_SKIP = "dual chunk layers take three query rotations; covered by tests/dual_chunk"
+# Worst relative error per backend with an fp8 KV cache, on top of the compute dtype's bound.
+# The reference reads the same fp8-rounded K/V, so only the compute side differs.
+FP8_KV_TOLERANCE: dict[str, float] = {}
+DEFAULT_FP8_TOLERANCE = 2e-2
+
+
+@dataclass(frozen=True)
+class Conf:
+    backend: str
+    device: str
+    kind: str
+    dtype: str
+    kv_dtype: str
+    page_size: int
+    heads: tuple[int, int]
+    head_dim: int
+    mla_dims: tuple[int, int] | None
+    feature: str | None
+    mode: str                       # prefill | prefix | mixed | decode | verify | idle
+    edge: str | None = None         # named edge case
+    probe: str | None = None        # what lies outside the declaration (must raise)
+    skip: str | None = None
+
+    @property
+    def id(self) -> str:
+        parts = [self.backend, self.device, self.kind, self.edge or self.probe or self.mode,
+                 self.dtype, f"kv-{self.kv_dtype}", f"p{self.page_size}"]
+        if self.kind == "mha":
+            parts += [f"h{self.heads[0]}-{self.heads[1]}", f"d{self.head_dim}"]
+        else:
+            parts += [f"mla{self.mla_dims[0]}-{self.mla_dims[1]}"]
+        if self.feature:
+            parts.append(self.feature)
+        if self.mode != (self.edge or self.probe or self.mode):
+            parts.append(self.mode)
+        return "-".join(parts)
+
+    @property
+    def seed(self) -> int:
+        return zlib.crc32(self.id.encode())
+
+
+def page_sizes(caps) -> tuple[int, ...]:
+    if caps.page_sizes == "any":
+        return (1, 16, 64, 7)
+    if isinstance(caps.page_sizes, MultipleOf):
+        return (caps.page_sizes.n, 2 * caps.page_sizes.n)
+    return tuple(caps.page_sizes)
+
+
+def modes(caps) -> tuple[str, ...]:
+    out = ("prefill", "prefix", "mixed") if "prefill" in caps.phases else ()
+    out += ("decode",) if "decode" in caps.phases else ()
+    return out + (("verify",) if "verify" in caps.features and "prefill" in caps.phases else ())
+
+
+def _devices(decl) -> list[str]:
+    return [d for d in ("cpu", "cuda") if d in decl.capabilities.platforms]
+
+
+def _missing_requirement(decl) -> str | None:
+    for pkg in decl.capabilities.requires:
+        if importlib.util.find_spec(pkg) is None:
+            return f"{decl.name} needs {pkg}, not installed"
+    return None
+
+
+def _axes(decl, kind: str) -> dict[str, tuple]:
+    caps = decl.capabilities
+    mla = None if caps.mla_dims is None else (ANY_MLA_DIMS if caps.mla_dims == "any" else tuple(caps.mla_dims))
+    return {
+        "dtype": caps.dtypes,
+        "kv_dtype": caps.kv_cache_dtypes,
+        "page_size": page_sizes(caps),
+        "heads": HEADS if kind == "mha" else ((4, 1),),
+        "head_dim": (ANY_HEAD_DIMS if caps.head_dims == "any" else caps.head_dims) if kind == "mha" else (0,),
+        "mla_dims": (None,) if kind == "mha" else mla,
+        "feature": (None,) + tuple(f for f in LAYER_FEATURES if f in caps.features),
+        "mode": modes(caps),
+    }
+
+
+def _fit(conf: Conf) -> Conf:
+    """Make a combination meaningful: encoder self-attention is a prompt-only, no-prefix step."""
+    if conf.feature == "non_causal":
+        return replace(conf, mode="prefill")
+    return conf
+
+
+def covering(decl, device: str, kind: str) -> list[Conf]:
+    axes = _axes(decl, kind)
+    n = max(len(v) for v in axes.values())
+    offsets = {name: zlib.crc32(name.encode()) % 7 for name in axes}
+    base = dict(backend=decl.name, device=device, kind=kind)
+    confs = [_fit(Conf(**base, **{a: vals[(i + offsets[a]) % len(vals)] for a, vals in axes.items()}))
+             for i in range(n)]
+    first = {a: vals[0] for a, vals in axes.items()}
+    for axis, vals in axes.items():
+        for value in vals:
+            if not any(getattr(c, axis) == value for c in confs):
+                confs.append(_fit(Conf(**base, **(first | {axis: value}))))
+    return confs
+
+
+def edges(decl, device: str, kind: str) -> list[Conf]:
+    caps = decl.capabilities
+    axes = _axes(decl, kind)
+    dtype = "fp32" if "fp32" in caps.dtypes else caps.dtypes[0]
+    pages = axes["page_size"]
+    base = Conf(decl.name, device, kind, dtype, dtype if dtype in caps.kv_cache_dtypes else caps.kv_cache_dtypes[0],
+                16 if 16 in pages else pages[0], axes["heads"][-1], axes["head_dim"][0],
+                axes["mla_dims"][0], None, "prefill")
+    has = modes(caps)
+    out = [replace(base, mode="idle", edge="idle")]
+    if "prefill" in has:
+        out += [replace(base, edge="one_token_prompts"), replace(base, mode="prefix", edge="page_boundary")]
+    if "decode" in has:
+        out.append(replace(base, mode="decode", edge="page_boundary"))
+        low = next((d for d in ("fp16", "bf16") if d in caps.dtypes), dtype)
+        out.append(replace(base, mode="decode", dtype=low, edge="large_logits",
+                           kv_dtype=low if low in caps.kv_cache_dtypes else base.kv_dtype))
+    if "sliding_window" in caps.features:
+        out.append(replace(base, mode="prefix" if "prefill" in has else "decode",
+                           feature="sliding_window", edge="window_ge_seq"))
+    return out
+
+
+def probes(decl, device: str) -> list[Conf]:
+    """Inputs outside the declaration, one per undeclared value, on a declared base."""
+    caps = decl.capabilities
+    kind = caps.kinds[0]
+    base = edges(decl, device, kind)[0]
+    base = replace(base, mode=modes(caps)[0], edge=None)
+    out = [replace(base, feature=f, mode="prefill", probe=f"no_{f}")
+           for f in LAYER_FEATURES if f not in caps.features]
+    out += [replace(base, kind=k, mla_dims=ANY_MLA_DIMS[0] if k == "mla" else None, heads=(4, 1) if k == "mla" else HEADS[0],
+                    head_dim=64, probe=f"no_{k}") for k in KINDS if k not in caps.kinds]
+    if "verify" not in caps.features and "prefill" in caps.phases:
+        out.append(replace(base, mode="verify", probe="no_verify"))
+    for phase, mode in (("prefill", "prefill"), ("decode", "decode")):
+        if phase not in caps.phases:
+            out.append(replace(base, mode=mode, probe=f"no_{phase}"))
+    out += [replace(base, dtype=d, kv_dtype=d, probe=f"no_dtype_{d}") for d in DTYPES if d not in caps.dtypes]
+    out += [replace(base, kv_dtype=d, probe=f"no_kv_{d}") for d in KV_CACHE_DTYPES if d not in caps.kv_cache_dtypes]
+    bad_page = next((s for s in (3, 5, 7, 12, 24) if not caps.accepts_page_size(s)), None)
+    if bad_page is not None:
+        out.append(replace(base, page_size=bad_page, probe="no_page_size"))
+    if kind == "mha" and caps.head_dims != "any":
+        out.append(replace(base, head_dim=next(d for d in (48, 80, 40) if d not in caps.head_dims), probe="no_head_dim"))
+    if kind == "mla" and caps.mla_dims not in (None, "any"):
+        out.append(replace(base, mla_dims=next(d for d in ((32, 16), (128, 32)) if d not in caps.mla_dims),
+                           probe="no_mla_dims"))
+    return out
+
+
+def all_cases() -> tuple[list[Conf], list[Conf]]:
+    """(accuracy cases, probes) over every registered backend."""
+    accuracy, refusals = [], []
+    for decl in declarations().values():
+        skip = _missing_requirement(decl)
+        if "dual_chunk" in decl.capabilities.features:
+            skip = DUAL_CHUNK_SKIP
+        for device in _devices(decl):
+            for kind in decl.capabilities.kinds:
+                accuracy += [replace(c, skip=skip) for c in covering(decl, device, kind) + edges(decl, device, kind)]
+            refusals += [replace(c, skip=skip) for c in probes(decl, device)]
+    return accuracy, refusals
