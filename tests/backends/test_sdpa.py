@@ -18,8 +18,8 @@ from attnkit.errors import AttnkitError
 MIXED = dict(prefix_lens=[0, 21, 5], new_lens=[9, 1, 4])
 
 
-def run(layer, *, dtype="fp32", kv_dtype=None, prepare=True, **kw):
-    backend = SdpaBackend()
+def run(layer, *, dtype="fp32", kv_dtype=None, prepare=True, mla_form="auto", **kw):
+    backend = SdpaBackend(mla_form=mla_form)
     case = make_case(layer, dtype=dtype, kv_dtype=kv_dtype, page_size=kw.pop("page_size", 4), **kw)
     step = backend.prepare(case.meta, case.cache) if prepare else StepState(case.meta)
     out = backend.forward(case.q, case.k, case.v, case.layer, case.cache, step)
@@ -82,9 +82,16 @@ def test_fp8_kv_cache(kv_dtype):
     run(make_layer(num_heads=4, num_kv_heads=2, head_dim=16), kv_dtype=kv_dtype, **MIXED)
 
 
+@pytest.mark.parametrize("form", ["absorbed", "mha", "auto"])
 @pytest.mark.parametrize("kv_dtype", [None, "fp8_e4m3"])
-def test_mla_decompressed(kv_dtype):
-    run(make_layer(kind="mla", num_heads=4, sliding_window=6), kv_dtype=kv_dtype, **MIXED)
+def test_mla_forms(form, kv_dtype):
+    run(make_layer(kind="mla", num_heads=4, sliding_window=6), kv_dtype=kv_dtype, mla_form=form, **MIXED)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_mla_absorbed_decode_half(dtype):
+    run(make_layer(kind="mla", num_heads=4, dtype=dtype), dtype=dtype, mla_form="auto",
+        prefix_lens=[30, 7], new_lens=[1, 1])
 
 
 def test_forward_without_prepare_builds_its_plan():
@@ -124,19 +131,23 @@ def test_unserved_kind_names_the_backends_that_serve_it():
     assert {"torch_native", "sdpa"} <= set(err.value.details["backends"])
 
 
+GPU_SPECS = {"gqa128": dict(kind="mha", num_heads=8, num_kv_heads=2, head_dim=128, sliding_window=7),
+             "mha80": dict(kind="mha", num_heads=8, num_kv_heads=8, head_dim=80),
+             "mla-absorbed": dict(kind="mla", num_heads=4), "mla-mha": dict(kind="mla", num_heads=4)}
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype,kv_dtype", [("fp32", None), ("bf16", None), ("fp16", None),
                                             ("bf16", "fp8_e4m3"), ("fp16", "fp8_e5m2")])
-@pytest.mark.parametrize("spec", [dict(kind="mha", num_heads=8, num_kv_heads=2, head_dim=128, sliding_window=7),
-                                  dict(kind="mha", num_heads=8, num_kv_heads=8, head_dim=80),
-                                  dict(kind="mla", num_heads=4)], ids=["gqa128", "mha80", "mla"])
+@pytest.mark.parametrize("name", list(GPU_SPECS))
 @pytest.mark.parametrize("lens", [dict(prefix_lens=[0, 70, 33], new_lens=[40, 1, 5]),
                                   dict(prefix_lens=[0], new_lens=[64]),
                                   dict(prefix_lens=[100, 100], new_lens=[1, 1])],
                          ids=["mixed", "square", "decode"])
-def test_cuda(spec, dtype, kv_dtype, lens):
-    layer = make_layer(**spec, dtype=dtype, device="cuda")
-    run(layer, dtype=dtype, kv_dtype=kv_dtype, device="cuda", page_size=16, **lens)
+def test_cuda(name, dtype, kv_dtype, lens):
+    layer = make_layer(**GPU_SPECS[name], dtype=dtype, device="cuda")
+    run(layer, dtype=dtype, kv_dtype=kv_dtype, device="cuda", page_size=16,
+        mla_form="mha" if name == "mla-mha" else "absorbed", **lens)
 
 
 @pytest.mark.gpu

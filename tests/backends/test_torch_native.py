@@ -10,7 +10,7 @@ from factories import assert_close, make_case, make_layer
 from attnkit.backends.base import StepState
 from attnkit.backends.metadata import ForwardMode
 from attnkit.backends.torch_native.backend import TorchNativeBackend
-from attnkit.backends.torch_native.mla import absorbed_is_cheaper
+from attnkit.backends.paged_torch import absorbed_is_cheaper
 from attnkit.errors import AttnkitError
 from attnkit.model.spec import MLAConfig
 

@@ -5,10 +5,12 @@ suite skips the dual_chunk feature): plain RoPE equality inside one chunk, the w
 sequences over one to five chunks, GQA/MQA, prefill whole / in pieces / then decode, MIXED
 steps, page sizes dividing the chunk length, and the same on CUDA in bf16/fp16.
 """
+import random
+
 import pytest
 import torch
 from dca_session import BASE, make_seqs, reference, run_steps
-from factories import assert_close, make_layer
+from factories import assert_close, make_layer, torch_dtype
 
 from attnkit import reference as plain_reference
 from attnkit.backends.batch import Request, build_batch
@@ -22,7 +24,6 @@ WIDE = DualChunkConfig(chunk_size=64, local_size=16)              # cl = 48
 CPU_FP32, CPU_BF16, CPU_FP16 = (pytest.param("cpu", d, id=f"cpu-{d}") for d in ("fp32", "bf16", "fp16"))
 CUDA_BF16, CUDA_FP16 = (pytest.param("cuda", d, id=f"cuda-{d}", marks=pytest.mark.gpu) for d in ("bf16", "fp16"))
 ON_DEVICES = [CPU_FP32, CPU_BF16, CUDA_BF16, CUDA_FP16]
-DT = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def dca_layer(config=TOY, *, heads=4, kv_heads=2, head_dim=16, device="cpu", dtype="fp32"):
@@ -42,7 +43,7 @@ def test_within_chunk_size_equals_plain_causal_rope(config, length, device, dtyp
     """L <= chunk_size: DCA is ordinary causal RoPE attention (attnkit.reference on q/k rotated
     at their real positions, through a layer without dual_chunk)."""
     layer = dca_layer(config, device=device, dtype=dtype)
-    seq = make_seqs(layer.spec, [length], seed=1, dtype=DT[dtype], device=device)[0]
+    seq = make_seqs(layer.spec, [length], seed=1, dtype=torch_dtype(dtype), device=device)[0]
     out = run_steps(layer, [seq], [[length]], page_size=2, device=device).outputs[0]
 
     plain = make_layer(num_heads=4, num_kv_heads=2, head_dim=16)
@@ -72,7 +73,7 @@ def test_worked_example_rows_13_and_16():
 @pytest.mark.parametrize("heads,kv_heads", [(4, 2), (4, 1)], ids=["gqa", "mqa"])
 def test_prefill_equals_reference(config, lengths, page_size, heads, kv_heads, device, dtype):
     layer = dca_layer(config, heads=heads, kv_heads=kv_heads, device=device, dtype=dtype)
-    seqs = make_seqs(layer.spec, lengths, seed=3, dtype=DT[dtype], device=device)
+    seqs = make_seqs(layer.spec, lengths, seed=3, dtype=torch_dtype(dtype), device=device)
     run = run_steps(layer, seqs, [lengths], page_size=page_size, device=device)
     check_all(layer, seqs, run, dtype=dtype)
 
@@ -83,7 +84,7 @@ def test_pieces_and_decode_equal_one_prefill(device, dtype):
     the whole sequence (L <= omax: the length scale is 1 throughout)."""
     layer = dca_layer(TOY, device=device, dtype=dtype)
     lengths = [29, 17]
-    seqs = make_seqs(layer.spec, lengths, seed=4, dtype=DT[dtype], device=device)
+    seqs = make_seqs(layer.spec, lengths, seed=4, dtype=torch_dtype(dtype), device=device)
     whole = run_steps(layer, seqs, [lengths], page_size=2, device=device)
     pieces = [[5, 4], [7, 6], [1, 0], [10, 4], [1, 1], [1, 1], [1, 1], [1, 0], [1, 0], [1, 0]]
     assert [sum(col) for col in zip(*pieces)] == lengths
@@ -97,7 +98,7 @@ def test_pieces_and_decode_equal_one_prefill(device, dtype):
 @pytest.mark.parametrize("device,dtype", [CPU_FP32, CUDA_FP16])
 def test_mixed_step_decode_and_extend_together(device, dtype):
     layer = dca_layer(TOY, device=device, dtype=dtype)
-    seqs = make_seqs(layer.spec, [19, 25], seed=5, dtype=DT[dtype], device=device)
+    seqs = make_seqs(layer.spec, [19, 25], seed=5, dtype=torch_dtype(dtype), device=device)
     run = run_steps(layer, seqs, [[18, 11], [1, 14]], page_size=6, device=device)   # decode + extend
     check_all(layer, seqs, run, dtype=dtype)
 
@@ -144,3 +145,24 @@ def test_idle_step_returns_no_rows():
     out = backend.forward(torch.zeros(0, 3, 4, 16), torch.zeros(0, 2, 16), torch.zeros(0, 2, 16),
                           layer, cache, backend.prepare(meta, cache))
     assert out.shape == (0, 4 * 16)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_layouts_equal_reference(seed):
+    """Random chunk settings (local_size 0 .. chunk_size-1, so cl from 1 to chunk_size), head
+    counts, page sizes dividing cl, and random prefill pieces followed by decode steps."""
+    rng = random.Random(seed)
+    cs = rng.choice([4, 6, 9, 12])
+    cfg = DualChunkConfig(cs, rng.randrange(cs), rng.choice([0, 0, 7]))
+    cl = cfg.chunk_len
+    kv_heads = rng.choice([1, 2])
+    layer = dca_layer(cfg, heads=kv_heads * rng.choice([1, 3]), kv_heads=kv_heads, head_dim=8)
+    lengths = [rng.randint(1, 5 * cl + 3) for _ in range(rng.randint(1, 3))]
+    steps, done = [], [0] * len(lengths)
+    while done != lengths:
+        step = [min(n - d, rng.choice([1, 1, rng.randint(1, 2 * cl + 1)])) for n, d in zip(lengths, done)]
+        steps.append(step)
+        done = [d + s for d, s in zip(done, step)]
+    seqs = make_seqs(layer.spec, lengths, seed=seed)
+    page = rng.choice([p for p in range(1, cl + 1) if cl % p == 0])
+    check_all(layer, seqs, run_steps(layer, seqs, steps, page_size=page, seed=seed), what=str(cfg))

@@ -117,6 +117,18 @@ def required_tensors(layer: AttentionLayer) -> None:
              details={"missing": missing})
 
 
+def absorbed_is_cheaper(n: int, s: int, mla) -> bool:
+    """Is MLA's absorbed form cheaper than decompressing the latent (the MHA form), for n
+    queries over s latent rows? FLOPs per head, x2 dropped:
+      absorbed      n*nope*L (absorb q) + n*s*(2L + R) (scores, P @ latent) + n*L*D_v (lift)
+      decompressed  s*L*(nope + D_v) (per-head K, V) + n*s*(nope + R + D_v) (attention)
+    Decode (n = 1) is always absorbed; a long prefill (n near s) decompressed."""
+    rank, rope, nope, dv = mla.kv_lora_rank, mla.qk_rope_head_dim, mla.qk_nope_head_dim, mla.v_head_dim
+    absorbed = n * nope * rank + n * s * (2 * rank + rope) + n * rank * dv
+    decompressed = s * rank * (nope + dv) + n * s * (nope + rope + dv)
+    return absorbed <= decompressed
+
+
 def decompress_latent(latent: torch.Tensor, w_kc: torch.Tensor, w_vc: torch.Tensor, rank: int):
     """MHA form of MLA: per-head keys and values from the cached latent.
 

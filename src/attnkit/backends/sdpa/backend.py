@@ -10,7 +10,9 @@ Layout per layer:
                         square causal prefill so the flash kernel can run.
 Padded query rows see every key (no empty softmax row) and are dropped afterwards.
 GQA/MQA use SDPA's enable_gqa where torch has it (>= 2.5), else K/V heads are repeated.
-MLA is served in decompressed (MHA) form: per-head K/V from the latent, then SDPA.
+MLA: decode-like steps in absorbed form (the latent as one shared KV head, q absorbed
+through w_kc, the output lifted through w_vc), long prefills decompressed into per-head
+K/V; the cheaper by FLOP count (paged_torch.absorbed_is_cheaper).
 """
 from __future__ import annotations
 
@@ -21,8 +23,8 @@ import torch.nn.functional as F
 
 from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState
 from attnkit.backends.metadata import BatchMetadata
-from attnkit.backends.paged_torch import (decompress_latent, kv_source, read_kv,
-                                          refuse_unserved, visibility, write_step_kv)
+from attnkit.backends.paged_torch import (absorbed_is_cheaper, decompress_latent, kv_source,
+                                          read_kv, refuse_unserved, visibility, write_step_kv)
 from attnkit.backends.sdpa.declaration import DECLARATION
 from attnkit.backends.validation import validate_forward
 
@@ -57,9 +59,19 @@ class TokenGrid:
 
 
 class SdpaBackend(AttentionBackend):
-    """torch SDPA over gathered pages; no softcap, no sinks (refused with AK440)."""
+    """torch SDPA over gathered pages; no softcap, no sinks (refused with AK440).
+
+    mla_form: "auto" takes, per step, the cheaper MLA form by FLOP count (paged_torch.
+    absorbed_is_cheaper with the step's longest query): absorbed for decode-like steps,
+    decompressed for long prefills; "absorbed" / "mha" force one (tests use both).
+    """
 
     name = "sdpa"
+
+    def __init__(self, *, mla_form: str = "auto"):
+        if mla_form not in ("auto", "absorbed", "mha"):
+            raise ValueError(f"mla_form must be 'auto', 'absorbed' or 'mha', got {mla_form!r}")
+        self.mla_form = mla_form
 
     def prepare(self, meta: BatchMetadata, cache) -> StepState:
         return StepState(meta=meta, plan=TokenGrid.build(meta, meta.query_start_loc.device))
@@ -81,24 +93,41 @@ class SdpaBackend(AttentionBackend):
         if step.plan is None:                       # forward without prepare: build it now
             step.plan = TokenGrid.build(meta, q.device)
         grid: TokenGrid = step.plan
-        keys, values = self._gather(layer, cache, tables, max(kv_lens), q.dtype)
+        keys, values = read_kv(cache, layer, tables, max(kv_lens), q.dtype)   # [B, S, ...]
+        lift = None
+        if spec.kind == "mla":
+            q, keys, values, lift = self._mla_operands(q, keys, layer, q_max=grid.q_max)
         mask, is_causal = self._mask(grid, layer, meta, kv_lens, q.device)
         qp = q[grid.q_index].transpose(1, 2)                       # [B, H_q, q_max, D]
-        out = sdpa(qp, keys, values, mask=mask, is_causal=is_causal, scale=spec.softmax_scale)
+        out = sdpa(qp, keys.transpose(1, 2), values.transpose(1, 2), mask=mask,
+                   is_causal=is_causal, scale=spec.softmax_scale)  # [B, H_q, q_max, D_out]
         if 0 in kv_lens:                            # no encoder keys: output is zero (as reference)
             empty = torch.tensor([n == 0 for n in kv_lens], device=q.device)
             out = out.masked_fill(empty[:, None, None, None], 0)
-        out = out.transpose(1, 2).reshape(-1, heads * dv)          # [B * q_max, H_q * D_v]
-        return out.index_select(0, grid.token_index)
+        out = out.transpose(1, 2).flatten(0, 1).index_select(0, grid.token_index)  # [T, H_q, D_out]
+        if lift is not None:                        # absorbed MLA: latent context -> per-head value
+            out = torch.einsum("thl,hlv->thv", out, lift)
+        return out.reshape(num_tokens, heads * dv)
 
-    @staticmethod
-    def _gather(layer: AttentionLayer, cache, tables, kv_max: int, dtype):
-        """-> K [B, H, kv_max, D], V [B, H, kv_max, D_v] with H = H_kv (MLA: H_q)."""
-        keys, values = read_kv(cache, layer, tables, kv_max, dtype)
-        if layer.spec.kind == "mla":
-            w_kc, w_vc = (w.to(device=keys.device, dtype=dtype) for w in (layer.w_kc, layer.w_vc))
-            keys, values = decompress_latent(keys, w_kc, w_vc, layer.spec.mla.kv_lora_rank)
-        return keys.transpose(1, 2), values.transpose(1, 2)
+    def _mla_operands(self, q, latent, layer: AttentionLayer, *, q_max: int):
+        """SDPA operands for MLA over latent [B, S, L + R]; -> (q, keys [B, S, H, *], values
+        [B, S, H, *], lift), lift = w_vc [H, L, D_v] in absorbed form, else None.
+
+        absorbed: one shared KV head (MQA): q = [q_nope @ w_kc, q_pe] [T, H, L + R], keys the
+        latent rows, values their first L columns; the output is lifted with w_vc after.
+        mha: per-head keys and values decompressed from the latent.
+        """
+        mla = layer.spec.mla
+        w_kc, w_vc = (w.to(device=q.device, dtype=q.dtype) for w in (layer.w_kc, layer.w_vc))
+        absorbed = self.mla_form == "absorbed" or (
+            self.mla_form == "auto" and absorbed_is_cheaper(q_max, latent.shape[1], mla))
+        if not absorbed:
+            keys, values = decompress_latent(latent, w_kc, w_vc, mla.kv_lora_rank)
+            return q, keys, values, None
+        q_nope, q_pe = q[..., :mla.qk_nope_head_dim], q[..., mla.qk_nope_head_dim:]
+        q_lat = torch.einsum("thd,hdl->thl", q_nope, w_kc)
+        keys = latent.unsqueeze(2)                                     # [B, S, 1, L + R]
+        return torch.cat([q_lat, q_pe], dim=-1), keys, keys[..., :mla.kv_lora_rank], w_vc
 
     @staticmethod
     def _mask(grid: TokenGrid, layer: AttentionLayer, meta: BatchMetadata, kv_lens, device):

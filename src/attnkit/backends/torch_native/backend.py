@@ -2,22 +2,21 @@
 
 Per request: gather its K/V pages through its block-table row (host lists in the metadata
 keep the loop free of device syncs), dequantise to float32, compute scores, softmax and the
-weighted sum in float32, and cast the result to q's dtype. MHA/GQA/MQA live here; MLA in
-mla.py. Both share ``softmax_probs`` (softcap, mask, sinks).
+weighted sum in float32 (mha.py for MHA/GQA/MQA, mla.py for MLA), and cast the result to
+q's dtype.
 """
 from __future__ import annotations
 
 import functools
 
-import torch
-
 from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState
 from attnkit.backends.paged_torch import (kv_source, read_kv, refuse_unserved, visibility,
                                           write_step_kv)
 from attnkit.backends.torch_native.declaration import DECLARATION
+from attnkit.backends.torch_native.mha import F32, attend_mha
+from attnkit.backends.torch_native.mla import attend_mla
 from attnkit.backends.validation import validate_forward
 
-F32 = torch.float32
 _CAPS = DECLARATION.capabilities
 
 
@@ -64,36 +63,4 @@ class TorchNativeBackend(AttentionBackend):
     def _attend_fn(self, layer: AttentionLayer):
         if layer.spec.kind != "mla":
             return attend_mha
-        from attnkit.backends.torch_native.mla import attend_mla
-
         return functools.partial(attend_mla, form=self.mla_form)
-
-
-def attend_mha(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask, layer: AttentionLayer):
-    """One request, float32. q: [n, H_q, D]; k: [S, H_kv, D]; v: [S, H_kv, D_v];
-    mask: [n, S] bool | None -> [n, H_q, D_v]. GQA/MQA by viewing q heads as [H_kv, G]."""
-    n, hq, d = q.shape
-    s, hkv, dv = v.shape
-    g = hq // hkv
-    scores = torch.einsum("nkgd,skd->kgns", q.view(n, hkv, g, d), k)      # [H_kv, G, n, S]
-    probs = softmax_probs(scores.reshape(hq, n, s) * layer.spec.softmax_scale, mask, layer)
-    out = torch.einsum("kgns,skv->nkgv", probs.view(hkv, g, n, s), v)
-    return out.reshape(n, hq, dv)
-
-
-def softmax_probs(scores: torch.Tensor, mask, layer: AttentionLayer) -> torch.Tensor:
-    """scores: [H, n, S] scaled float32 -> probabilities [H, n, S].
-
-    Softcap (cap * tanh(s / cap)) first, then the mask, then a softmax whose denominator
-    also holds the head's sink logit; the sink column is dropped after, so it adds no value.
-    """
-    cap = layer.spec.logit_softcap
-    if cap is not None:
-        scores = cap * torch.tanh(scores / cap)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    if not (layer.spec.sinks and layer.sinks is not None):
-        return torch.softmax(scores, dim=-1)
-    h, n, _ = scores.shape
-    sink = layer.sinks.to(device=scores.device, dtype=F32).view(h, 1, 1).expand(h, n, 1)
-    return torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]

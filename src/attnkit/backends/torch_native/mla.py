@@ -16,16 +16,8 @@ from __future__ import annotations
 import torch
 
 from attnkit.backends.base import AttentionLayer
-from attnkit.backends.paged_torch import decompress_latent
-from attnkit.backends.torch_native.backend import F32, attend_mha, softmax_probs
-
-
-def absorbed_is_cheaper(n: int, s: int, mla) -> bool:
-    """FLOPs per head (x2 dropped) of each form for n queries over s latent rows."""
-    rank, rope, nope, dv = mla.kv_lora_rank, mla.qk_rope_head_dim, mla.qk_nope_head_dim, mla.v_head_dim
-    absorbed = n * nope * rank + n * s * (2 * rank + rope) + n * rank * dv
-    decompressed = s * rank * (nope + dv) + n * s * (nope + rope + dv)
-    return absorbed <= decompressed
+from attnkit.backends.paged_torch import absorbed_is_cheaper, decompress_latent
+from attnkit.backends.torch_native.mha import F32, attend_mha, softmax_probs
 
 
 def attend_mla(q: torch.Tensor, latent: torch.Tensor, _v, mask, layer: AttentionLayer, *,
