@@ -201,7 +201,7 @@ def decode_rows(args, ceil, out, tuned):
         for b, ctx in shapes:
             s = Setup(b, ctx - 1, 1, heads=heads, dim=dim)
             nbytes = 2 * b * ctx * s.spec.num_kv_heads * dim * 2
-            be = TritonBackend(decode_config=tuned.get("decode") if dim == 128 else None)
+            be = TritonBackend(decode_config=tuned.get(f"decode-d{dim}"))
             row = guarded(lambda: measure(s, kind="decode", backend=be,
                                           units=lambda ms: nbytes / ms / 1e6,
                                           flex=(b, ctx) == (64, 4096) and dim == 128))
@@ -221,7 +221,7 @@ def prefill_rows(args, ceil, out, tuned):
     for prefix, new, dim, heads in shapes:
         s = Setup(1, prefix, new, heads=heads, dim=dim)
         flops = 4 * dim * heads * (new * prefix + new * (new + 1) / 2)
-        be = TritonBackend(extend_config=tuned.get("extend") if dim == 128 else None)
+        be = TritonBackend(extend_config=tuned.get(f"extend-d{dim}"))
         row = guarded(lambda: measure(s, kind="extend", backend=be,
                                       units=lambda ms: flops / ms / 1e9,
                                       flex=dim == 128 and prefix in (0, 32768)))
@@ -233,54 +233,89 @@ def prefill_rows(args, ceil, out, tuned):
         torch.cuda.empty_cache()
 
 
-def _best(rows, configs):
-    """The config with the highest geometric mean over the shapes it ran on (None if none ran)."""
-    score = {}
-    for r in rows:
-        if isinstance(r.get("attnkit"), float):
-            key = json.dumps(r["config"], sort_keys=True)
-            score.setdefault(key, []).append(r["attnkit"])
-    full = {k: v for k, v in score.items() if len(v) == max(map(len, score.values()))} if score else {}
-    if not full:
-        return None
-    best = max(full, key=lambda k: sum(map(math.log, full[k])))
-    return json.loads(best)
+# Candidate launch configs per (kernel, head dim), the current default first: decode
+# (BLOCK_N, warps, stages), extend (BLOCK_M, BLOCK_N, warps, stages).
+SWEEP = {
+    ("decode", 64): [(64, 4, 3), (64, 4, 4), (128, 4, 3), (128, 8, 3)],
+    ("decode", 128): [(64, 4, 4), (64, 4, 3), (128, 8, 3)],
+    ("decode", 256): [(32, 4, 4), (64, 4, 2), (64, 8, 3), (32, 8, 4)],
+    ("extend", 64): [(128, 64, 4, 3), (128, 128, 4, 3), (128, 64, 8, 3)],
+    ("extend", 128): [(128, 64, 4, 3), (128, 128, 4, 2), (128, 64, 4, 4)],
+    ("extend", 256): [(64, 32, 4, 2), (64, 64, 4, 2), (128, 32, 8, 2), (64, 64, 8, 2)],
+}
+HEADS = {64: 32, 128: 32, 256: 16}     # q heads per head dim (8 KV heads throughout)
+
+
+def _config(kind, t):
+    keys = ("BLOCK_N", "num_warps", "num_stages") if kind == "decode" else (
+        "BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
+    return dict(zip(keys, t))
 
 
 def sweep(out):
-    """Launch configs of both kernels on the shapes that set the targets; returns the best."""
-    first = len(out)
-    dec = [dict(BLOCK_N=n, num_warps=w, num_stages=st) for n, w, st in
-           ((64, 4, 3), (64, 4, 4), (128, 8, 3), (32, 4, 4))]
-    for b, ctx in ((64, 4096), (1, 32768)):
-        s = Setup(b, ctx - 1, 1)
-        nbytes = 2 * b * ctx * 8 * 128 * 2
-        for cfg in dec:
-            be = TritonBackend(decode_config=cfg)
-            row = guarded(lambda: measure(s, kind="decode", backend=be,
-                                          units=lambda ms: nbytes / ms / 1e6, peers=False))
-            out.append(dict(row, kind="sweep-decode", batch=b, context=ctx, config=cfg))
-            _print(out[-1])
-    ext = [dict(BLOCK_M=m, BLOCK_N=n, num_warps=w, num_stages=st) for m, n, w, st in
-           ((128, 64, 8, 3), (128, 128, 8, 2), (128, 64, 4, 3), (64, 64, 4, 3))]
-    best_decode = _best(out[first:], dec)
-    for splits in (16, 64):   # the split heuristic's neighbours, for one long request
-        be = TritonBackend(decode_config=best_decode, num_splits=splits)
-        row = guarded(lambda: measure(s, kind="decode", backend=be,
-                                      units=lambda ms: nbytes / ms / 1e6, peers=False))
-        out.append(dict(row, kind="sweep-splits", batch=1, context=32768, num_splits=splits))
-        _print(out[-1])
-    mid = len(out)
-    s = Setup(1, 0, 16384)
-    flops = 4 * 128 * 32 * 16384 * 16385 / 2
-    for cfg in ext:
-        row = guarded(lambda: measure(s, kind="extend", backend=TritonBackend(extend_config=cfg),
-                                      units=lambda ms: flops / ms / 1e9, peers=False))
-        out.append(dict(row, kind="sweep-prefill", config=cfg))
-        _print(out[-1])
-    tuned = {"decode": best_decode, "extend": _best(out[mid:], ext)}
+    """Time each candidate config on the target shapes; a candidate replaces the default only
+    when its geometric mean over the shapes beats it by more than 3 % (run-to-run noise)."""
+    tuned = {}
+    for (kind, dim), cands in SWEEP.items():
+        shapes = ([(64, 4096)] + ([(1, 32768)] if dim == 128 else [])) if kind == "decode" else [(1, 16384)]
+        score = {c: 0.0 for c in cands}
+        for b, n in shapes:
+            s = Setup(b, n - 1, 1, heads=HEADS[dim], dim=dim) if kind == "decode" else Setup(
+                1, 0, n, heads=HEADS[dim], dim=dim)
+            work = (2 * b * n * 8 * dim * 2 if kind == "decode"
+                    else 4 * dim * HEADS[dim] * n * (n + 1) / 2)
+            units = (lambda ms: work / ms / 1e6) if kind == "decode" else (lambda ms: work / ms / 1e9)
+            for c in cands:
+                opt = {f"{kind}_config": _config(kind, c)}
+                row = guarded(lambda: measure(s, kind=kind, backend=TritonBackend(**opt), units=units,
+                                              peers=False))
+                ok = isinstance(row.get("attnkit"), float)
+                score[c] += math.log(row["attnkit"]) if ok else -1e9
+                out.append(dict(row, kind="sweep", op=kind, head_dim=dim, batch=b, tokens=n,
+                                config=_config(kind, c)))
+                _print(out[-1])
+            del s
+            torch.cuda.empty_cache()
+        best = max(cands, key=lambda c: score[c])
+        if score[best] > score[cands[0]] + len(shapes) * math.log(1.03):
+            tuned[f"{kind}-d{dim}"] = _config(kind, best)
     print("tuned:", json.dumps(tuned), flush=True)
-    return {k: v for k, v in tuned.items() if v}
+    return tuned
+
+
+def breakdown(out, tuned):
+    """Where the time of one long decode (B=1, 32k) goes: whole step with and without the
+    L2 flush (134 MB of K/V is over twice the 60 MB L2, so unflushed reps still stream from
+    HBM, while the flush's dirty lines are written back inside the timed region), the K/V
+    write alone, the kernels alone, and other split counts."""
+    import attnkit.backends.triton.backend as tb
+    s = Setup(1, 32767, 1)
+    nbytes = 2 * 32768 * 8 * 128 * 2
+    cfg = tuned.get("decode-d128")
+    be = TritonBackend(decode_config=cfg)
+    step = be.prepare(s.meta, s.cache)
+    fwd = lambda: be.forward(s.q, s.k, s.v, s.layer, s.cache, step)  # noqa: E731
+    write = lambda: tb.write_kv(s.cache, 0, s.meta.slot_mapping, s.k, s.v)  # noqa: E731
+    parts = {"step, L2 flushed": (fwd, True), "step": (fwd, False), "K/V write only": (write, False)}
+    for name, (fn, cold) in parts.items():
+        run, _ = graphed(fn)
+        out.append(dict(kind="breakdown", part=name, us=1e3 * time_ms(run, warmup=3, reps=30, cold_l2=cold)))
+    real, tb.write_kv = tb.write_kv, lambda *a: None
+    try:
+        run, _ = graphed(fwd)
+        out.append(dict(kind="breakdown", part="kernels only", us=1e3 * time_ms(run, warmup=3, reps=30)))
+        for splits in (16, 48):
+            alt = TritonBackend(decode_config=cfg, num_splits=splits)
+            st = alt.prepare(s.meta, s.cache)
+            run, _ = graphed(lambda: alt.forward(s.q, s.k, s.v, s.layer, s.cache, st))
+            out.append(dict(kind="breakdown", part=f"kernels only, {splits} splits",
+                            us=1e3 * time_ms(run, warmup=3, reps=30)))
+    finally:
+        tb.write_kv = real
+    for r in out:
+        if r["kind"] == "breakdown" and "gbs" not in r:
+            r["gbs"] = nbytes / r["us"] / 1e3
+            _print(r)
 
 
 def _print(row):
@@ -297,7 +332,7 @@ def table(rows, ceil):
     lines = ["| kind | shape | unit | attnkit (graph) | attnkit (eager) | " + " | ".join(peers)
              + " | vs best peer | vs ceiling |", "|" + "---|" * (7 + len(peers))]
     for r in rows:
-        if r["kind"].startswith("sweep"):
+        if r["kind"] in ("sweep", "breakdown"):
             continue
         shape = (f"B={r['batch']} ctx={r['context']} d={r['head_dim']}" if r["kind"] == "decode"
                  else f"prefix={r['prefix']} new={r['new']} d={r['head_dim']}")
@@ -348,12 +383,17 @@ def main():
     print(env, json.dumps(ceil), flush=True)
     rows: list[dict] = []
     tuned = sweep(rows) if args.sweep else {}
+    guarded(lambda: breakdown(rows, tuned))
     decode_rows(args, ceil, rows, tuned)
     prefill_rows(args, ceil, rows, tuned)
     md = table(rows, ceil)
+    parts = [f"| {r['part']} | {r['us']:.1f} | {r['gbs']:.0f} |" for r in rows if r["kind"] == "breakdown"]
+    if parts:
+        md += "\n\nDecode B=1, ctx 32k, d 128 (CUDA-graph replays):\n\n| part | µs | GB/s of K/V |\n|---|---|---|\n"
+        md += "\n".join(parts)
     head = (f"{env}\nceilings: copy {ceil['copy_gbs']:.0f} GB/s, bf16 matmul "
             f"{ceil['matmul_tflops']:.0f} TFLOP/s; wall {time.time() - START:.0f} s; "
-            f"d128 launch configs: {json.dumps(tuned) if tuned else 'defaults'}\n\n")
+            f"launch configs: defaults, except {json.dumps(tuned) if tuned else 'none'}\n\n")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "bench_triton.md"), "w") as f:
         f.write(head + md + "\n")

@@ -116,8 +116,8 @@ def make_case(layer: AttentionLayer, *, prefix_lens: Sequence[int], new_lens: Se
     kv_dt = torch_dtype(kv_dtype) if kv_dtype is not None else dt
     gen = torch.Generator().manual_seed(seed)
     enc = list(encoder_lens) if encoder_lens is not None else [None] * len(new_lens)
-    pages = lambda n: -(-n // page_size)
-    need = sum(pages(p + n) + pages(e or 0) for p, n, e in zip(prefix_lens, new_lens, enc))
+    need = sum(-(-(p + n) // page_size) - (-(e or 0) // page_size)
+               for p, n, e in zip(prefix_lens, new_lens, enc))
     alloc = PageAllocator(need + spare_pages, page_size=page_size, shuffle=seed)
     reqs = []
     for i, (p, n, e) in enumerate(zip(prefix_lens, new_lens, enc)):

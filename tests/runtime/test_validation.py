@@ -66,6 +66,8 @@ def test_good_inputs_pass(case):
     (lambda c: dict(layer=make_layer(num_heads=4, num_kv_heads=2, head_dim=8, layer_id=5)), "AK418", "layer.layer_id"),
     (lambda c: dict(layer=make_layer(num_heads=4, num_kv_heads=4, head_dim=8)), "AK418", "cache[0]"),
     (lambda c: dict(k=None, v=None), "AK411", "k"),
+    (lambda c: dict(layer=make_layer(num_heads=4, num_kv_heads=2, head_dim=8, v_head_dim=4)),
+     "AK418", "cache[0]"),
 ])
 def test_forward_inputs(case, over, code, field):
     _expect(code, lambda: _forward(case, **over(case)), field)

@@ -8,16 +8,17 @@ ENTRIES = [
         meaning="Dual chunk attention cuts the sequence into chunks of cl = chunk_size - "
                 "local_size tokens and treats keys by chunk. The dual_chunk backend needs every "
                 "KV-cache page to lie inside one chunk, so the page size must divide cl.",
-        trigger="dual_chunk backend forward (or the planner's check) with cl % page_size != 0.",
+        trigger="dual_chunk backend forward with cl % page_size != 0. Before launch, `attnkit plan` "
+                "reports the same cause (AK110 for the candidate, AK303 for an explicit --page-size).",
         situations=["A fleet-wide --page-size (e.g. 100) used for a Qwen2.5-1M model "
                     "(cl = 262144 - 8192 = 253952 = 2^13 * 31).",
                     "Toy test settings (chunk_size 8, local_size 2: cl = 6) with page size 4."],
         solutions=["Use a page size that divides chunk_size - local_size; the message lists the "
                    "nearest ones (any power of two up to 8192 divides Qwen2.5-1M's 253952).",
                    "Leave --page-size unset so the planner picks one."],
-        before="attnkit plan Qwen/Qwen2.5-7B-Instruct-1M --page-size 100",
-        after="attnkit plan Qwen/Qwen2.5-7B-Instruct-1M --page-size 64",
-        related=("AK473", "AK110"),
+        before="PagedKVCache(layers, num_pages=n, page_size=100)  # Qwen2.5-1M: cl = 253952",
+        after="PagedKVCache(layers, num_pages=n, page_size=64)",
+        related=("AK473", "AK110", "AK303"),
     ),
     entry(
         "AK471", "Layer without dual chunk attention handed to the dual_chunk backend",
@@ -32,8 +33,8 @@ ENTRIES = [
                    "(let `attnkit plan` choose).",
                    "Build the layer spec with dual_chunk=DualChunkConfig(chunk_size, local_size, "
                    "original_max_position_embeddings)."],
-        before="attnkit plan meta-llama/Llama-3.1-8B --attention-backend dual_chunk",
-        after="attnkit plan meta-llama/Llama-3.1-8B",
+        before="DualChunkBackend().forward(q, k, v, AttentionLayer(llama_spec), cache, step)",
+        after="TorchNativeBackend().forward(q, k, v, AttentionLayer(llama_spec), cache, step)",
         related=("AK472",),
     ),
     entry(
