@@ -1,7 +1,7 @@
 """Benchmark triton_mla (MLA over a paged latent cache) against the peers a user has here,
 in one run on one GPU, next to the machine's measured ceilings.
 
-    PYTHONPATH=src python3 benchmarks/bench_mla.py [--quick] [--sweep] [--skip-decode] [--out DIR]
+    PYTHONPATH=src python3 benchmarks/bench_mla.py [--quick] [--sweep] [--fp8] [--skip-decode] [--out DIR]
 
 DeepSeek-V3 sizes: kv_lora_rank 512, rope 64, nope 128, v 128, page 64, bf16.
 Decode: heads {16, 128} x batch {1, 32, 128} x context {1k, 4k, 32k}; reports TFLOP/s of the
@@ -68,7 +68,7 @@ class Setup:
         S = self.prefix + self.new
         pos = torch.arange(S, device=DEV)
         slots = self.table[:, pos // self.page] * self.page + pos % self.page
-        return self.cache.latent[0].view(-1, L + R)[slots].to(DT)
+        return self.cache.dequant(self.cache.latent[0].view(-1, L + R)[slots], self.cache.k_scales[0], DT)
 
 
 def graph_ms(fn, **kw):
@@ -122,21 +122,24 @@ def check(out, ref, what):
     return err
 
 
-def decode_row(heads, batch, ctx, args, backend):
-    s = Setup(batch, ctx - 1, 1, heads=heads)
+def decode_row(heads, batch, ctx, args, backend, kv_dtype=None):
+    s = Setup(batch, ctx - 1, 1, heads=heads, kv_dtype=kv_dtype)
     step = backend.prepare(s.meta, s.cache)
     fwd = lambda: backend.forward(s.q, s.k, None, s.layer, s.cache, step)  # noqa: E731
     out = fwd()
     err = check(out, torch_bmm_decode(s), f"decode H={heads} B={batch} ctx={ctx}")
     q_lat = torch.bmm(s.q[..., :NOPE].transpose(0, 1), s.layer.w_kc)
     q_pe = s.q[..., NOPE:]
-    core = lambda: backend.attend_latent(q_lat, q_pe, s.cache.latent[0], s.layer, step)  # noqa: E731
+    kv_scale = s.cache.k_scales[0] if s.cache.is_fp8 else 1.0
+    core = lambda: backend.attend_latent(q_lat, q_pe, s.cache.latent[0], s.layer, step,  # noqa: E731
+                                         kv_scale=kv_scale)
     reps = dict(warmup=3, reps=args.reps, cold_l2=True)
     t_core, _ = graph_ms(core, **reps)
     t_fwd, how = graph_ms(fwd, **reps)
     flops = 2 * heads * ctx * (L + R + L) * batch
-    nbytes = batch * ctx * (L + R) * 2
+    nbytes = batch * ctx * (L + R) * s.cache.latent[0].element_size()
     row = dict(kind="decode", heads=heads, batch=batch, ctx=ctx, core_ms=t_core, fwd_ms=t_fwd,
+               kv=str(s.cache.dtype).replace("torch.", ""),
                timing=how, core_tflops=flops / t_core / 1e9, core_gbs=nbytes / t_core / 1e6,
                fwd_tflops=flops / t_fwd / 1e9, rel_err=err)
     row["bmm_ms"] = time_ms(lambda: torch_bmm_decode(s), warmup=2, reps=5, cold_l2=True)
@@ -191,7 +194,8 @@ def extend_rows(heads, q_len, prefix, args):
 def sweep(args):
     """Kernel-core time of a few tile shapes at the two target shapes (B=128, ctx 4k)."""
     rows = []
-    shapes = {128: [(64, 16, 8, 2), (64, 16, 8, 3), (64, 32, 8, 2), (64, 32, 8, 3), (32, 64, 8, 2)],
+    shapes = {128: [(64, 16, 8, 2), (64, 32, 8, 2), (64, 32, 8, 3), (64, 64, 8, 2), (64, 64, 8, 3),
+                    (32, 64, 8, 2)],
               16: [(16, 64, 4, 3), (16, 32, 4, 3), (16, 64, 8, 3), (16, 128, 8, 2), (16, 32, 8, 4)]}
     batch, ctx = SWEEP_SHAPE
     for heads, cfgs in shapes.items():
@@ -216,14 +220,14 @@ def sweep(args):
 
 
 def table(rows, ceil):
-    out = ["| H | B | ctx | core µs | core TFLOP/s | core GB/s (% copy) | fwd µs | fwd TFLOP/s | "
+    out = ["| H | B | ctx | kv | core µs | core TFLOP/s | core GB/s (% copy) | fwd µs | fwd TFLOP/s | "
            "torch bmm µs | SDPA decompr. µs | torch_native µs | bmm/core |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     us = lambda v: "skipped" if v is None else f"{v * 1e3:.0f}"  # noqa: E731
     for r in rows:
         if r["kind"] != "decode":
             continue
-        out.append(f"| {r['heads']} | {r['batch']} | {r['ctx']} | {us(r['core_ms'])} | "
+        out.append(f"| {r['heads']} | {r['batch']} | {r['ctx']} | {r.get('kv', 'bfloat16')} | {us(r['core_ms'])} | "
                    f"{r['core_tflops']:.0f} | {r['core_gbs']:.0f} ({100 * r['core_gbs'] / ceil['copy_gbs']:.0f}%) | "
                    f"{us(r['fwd_ms'])} | {r['fwd_tflops']:.0f} | {us(r['bmm_ms'])} | "
                    f"{us(r['sdpa_ms'])} | {us(r['native_ms'])} | {r['bmm_ms'] / r['core_ms']:.1f}x |")
@@ -240,6 +244,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="B=128 ctx 4k only, no torch_native")
     ap.add_argument("--sweep", action="store_true", help="also time a few tile shapes")
     ap.add_argument("--skip-decode", action="store_true")
+    ap.add_argument("--fp8", action="store_true", help="also decode over an fp8 e4m3 latent cache")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--smoke", action="store_true",
@@ -262,6 +267,11 @@ def main():
     for h, b, c in ([] if args.skip_decode else shapes):
         rows.append(decode_row(h, b, c, args, backend))
         print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in rows[-1].items()}, flush=True)
+    if args.fp8:
+        for h in (16, 128):
+            rows.append(decode_row(h, 2 if args.smoke else 128, 40 if args.smoke else 4096, args,
+                                   backend, kv_dtype=torch.float8_e4m3fn))
+            print(rows[-1], flush=True)
     for h in (128, 16):
         rows += extend_rows(h, *ext, args)
         print(rows[-3:], flush=True)

@@ -357,16 +357,18 @@ def plot(rows, ceil, path):
     fig, axes = plt.subplots(1, len(batches), figsize=(4 * len(batches), 3.6), sharey=True, squeeze=False)
     for ax, b in zip(axes[0], batches):
         sub = sorted((r for r in dec if r["batch"] == b), key=lambda r: r["context"])
-        for name in ("attnkit", "sdpa_flash", "sdpa_cudnn", "flex", "gather_sdpa"):
+        for name, color in (("attnkit", "C0"), ("sdpa_flash", "C1"), ("sdpa_cudnn", "C2"),
+                            ("flex", "C3"), ("gather_sdpa", "C4")):
             pts = [(r["context"], r[name]) for r in sub if isinstance(r.get(name), float)]
             if pts:
-                ax.plot(*zip(*pts), marker="o", label=name)
+                ax.plot(*zip(*pts), marker="o", color=color, label=name)
         ax.axhline(ceil["copy_gbs"], color="k", ls="--", label="copy ceiling")
         ax.set_xscale("log", base=2)
         ax.set_title(f"decode B={b}")
         ax.set_xlabel("context")
     axes[0][0].set_ylabel("GB/s of K/V read")
-    axes[0][-1].legend(fontsize=7)
+    handles = {h.get_label(): h for ax in axes[0] for h in ax.get_lines()}
+    axes[0][-1].legend(handles.values(), handles.keys(), fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -387,7 +389,8 @@ def main():
     decode_rows(args, ceil, rows, tuned)
     prefill_rows(args, ceil, rows, tuned)
     md = table(rows, ceil)
-    parts = [f"| {r['part']} | {r['us']:.1f} | {r['gbs']:.0f} |" for r in rows if r["kind"] == "breakdown"]
+    parts = [f"| {r['part']} | {r['us']:.1f} | {r.get('gbs', 0):.0f} |" for r in rows
+             if r["kind"] == "breakdown"]
     if parts:
         md += "\n\nDecode B=1, ctx 32k, d 128 (CUDA-graph replays):\n\n| part | µs | GB/s of K/V |\n|---|---|---|\n"
         md += "\n".join(parts)

@@ -155,3 +155,16 @@ def test_cuda_cross_and_encoder():
     for role, extra in (("cross", dict(encoder_lens=[30, 0], encoder="write")), ("encoder", {})):
         layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=64, role=role, dtype="bf16", device="cuda")
         run(layer, dtype="bf16", device="cuda", prefix_lens=[0, 0], new_lens=[6, 9], **extra)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mla_form", ["absorbed", "mha"])
+def test_cuda_deepseek_sized_latent(mla_form):
+    """L + R = 576 is past the fused kernels' head-dim limits in absorbed form: SDPA must
+    still dispatch (to whichever kernel takes it) and match."""
+    from attnkit.model.spec import MLAConfig
+
+    v3 = MLAConfig(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128)
+    layer = make_layer(kind="mla", num_heads=16, mla=v3, dtype="bf16", device="cuda")
+    run(layer, dtype="bf16", device="cuda", page_size=64, mla_form=mla_form,
+        prefix_lens=[300, 41], new_lens=[1, 1])

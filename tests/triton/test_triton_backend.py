@@ -1,7 +1,7 @@
 """TritonBackend: modes, refusals (AK450-AK453) and the declaration."""
 import pytest
 import torch
-from factories import make_case, make_layer
+from factories import assert_close, make_case, make_layer
 
 from attnkit.backends.metadata import ForwardMode
 from attnkit.backends.triton.backend import TritonBackend
@@ -75,3 +75,20 @@ def test_codes_are_catalogued_and_the_declaration_names_this_backend():
     assert declarations()["triton"] is DECLARATION
     assert DECLARATION.impl == f"{TritonBackend.__module__}:{TritonBackend.__name__}"
     assert DECLARATION.capabilities.platforms == ("cuda",)
+
+
+def test_views_of_a_fused_qkv_projection_and_a_strided_q(run_triton):
+    """q/k/v sliced out of one [T, (H_q + 2 H_kv) * D] tensor (the usual fused projection),
+    and a q whose head dim is not the innermost stride, give the same result."""
+    case = make_case(make_layer(num_heads=4, num_kv_heads=2, head_dim=64, dtype="fp16"),
+                     prefix_lens=[5, 0], new_lens=[3, 6], page_size=4, dtype="fp16")
+    t, d = case.q.shape[0], 64
+    fused = torch.cat([case.q.reshape(t, -1), case.k.reshape(t, -1), case.v.reshape(t, -1)], dim=1)
+    case.q = fused[:, :4 * d].view(t, 4, d)
+    case.k = fused[:, 4 * d:6 * d].view(t, 2, d)
+    case.v = fused[:, 6 * d:].view(t, 2, d)
+    assert not case.q.is_contiguous() and case.k.stride(0) == 8 * d
+    assert_close(run_triton(case), case.reference(), dtype="fp16", what="fused qkv views")
+    case.q = case.q.transpose(1, 2).contiguous().transpose(1, 2)      # stride(-1) == 4
+    assert case.q.stride(-1) != 1
+    assert_close(run_triton(case), case.reference(), dtype="fp16", what="strided q")

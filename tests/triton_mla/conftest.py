@@ -5,7 +5,8 @@ here, before the test modules import attnkit.backends.triton_mla. Without CUDA n
 in this (xdist worker) process can run a Triton kernel anyway, so the setting changes no
 other test (tests/triton/conftest.py does the same). Should another module of the suite
 have imported the kernels first (the conformance suite loads every backend), they are
-re-imported, kernels before the backend that binds them, so they run on the interpreter.
+re-imported, the shared helpers (backends/triton/_common.py) first, then the kernels, then
+the backend that binds them, so they run on the interpreter.
 """
 import importlib
 import os
@@ -15,7 +16,7 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
-    for name in ("decode", "extend", "backend"):
-        module = sys.modules.get(f"attnkit.backends.triton_mla.{name}")
+    for name in ("triton._common", "triton_mla.decode", "triton_mla.extend", "triton_mla.backend"):
+        module = sys.modules.get(f"attnkit.backends.{name}")
         if module is not None:
             importlib.reload(module)

@@ -23,11 +23,11 @@ def test_decode(page_size, heads):
     assert_close(run(TritonMLABackend(), case), case.reference(), dtype="fp16", what="decode")
 
 
-@pytest.mark.parametrize("splits", [2, 5])
+@pytest.mark.parametrize("splits", [2, 5, 40])
 def test_decode_split_kv(splits):
     """Several KV splits plus the reduce kernel, including splits left empty by short requests."""
     layer = make_layer(kind="mla", num_heads=8, dtype="fp32", device=DEV)
-    case = make_case(layer, prefix_lens=[70, 3], new_lens=[1, 1], page_size=16, dtype="fp32",
+    case = make_case(layer, prefix_lens=[300, 3], new_lens=[1, 1], page_size=16, dtype="fp32",
                      device=DEV, seed=splits)
     out = run(TritonMLABackend(num_splits=splits), case)
     assert_close(out, case.reference(), dtype="fp32", what=f"{splits} splits")
@@ -77,3 +77,27 @@ def test_large_logits_and_page_32():
                      device=DEV, seed=7, q_scale=30.0)
     assert_close(run(TritonMLABackend(num_splits=2), case), case.reference(), dtype="fp32",
                  what="large logits")
+
+
+@pytest.mark.parametrize("threshold", [8, None])
+def test_mixed_step_splits_forms(threshold):
+    """MIXED step: long chunks take the MHA form, decodes and short chunks the absorbed form,
+    each request's rows land in the right place of the output."""
+    layer = make_layer(kind="mla", num_heads=4, dtype="fp32", device=DEV)
+    case = make_case(layer, prefix_lens=[9, 30, 0, 50], new_lens=[1, 19, 7, 3], page_size=16,
+                     dtype="fp32", device=DEV, seed=8)
+    backend = TritonMLABackend(mha_form_min_query=threshold)
+    step = backend.prepare(case.meta, case.cache)
+    assert sorted(step.plan) == (["absorbed", "mha"] if threshold else ["absorbed"])
+    out = backend.forward(case.q, case.k, case.v, case.layer, case.cache, step)
+    assert_close(out, case.reference(), dtype="fp32", what=f"mixed threshold={threshold}")
+
+
+def test_wider_key_tiles():
+    """The GPU's tile shapes (more keys per tile, deeper pipelining) on the interpreter."""
+    layer = make_layer(kind="mla", num_heads=16, dtype="fp16", device=DEV)
+    case = make_case(layer, prefix_lens=[100, 40], new_lens=[1, 1], page_size=16, dtype="fp16",
+                     device=DEV, seed=9)
+    for block_n, stages in ((32, 3), (64, 2)):
+        out = run(TritonMLABackend(block_n=block_n, num_stages=stages, num_splits=2), case)
+        assert_close(out, case.reference(), dtype="fp16", what=f"block_n={block_n}")

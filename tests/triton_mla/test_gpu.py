@@ -75,3 +75,23 @@ def test_every_output_written():
     out = _run(TritonMLABackend(), case)
     assert torch.isfinite(out).all()
     assert_close(out, case.reference(), dtype="bf16", what="nan spare pages")
+
+
+@pytest.mark.parametrize("heads", [16, 128])
+def test_mixed_step_default_forms(heads):
+    """Chunked prefill (MHA form, >= 32 new tokens) beside decodes and a verify-sized chunk
+    (absorbed), with KV splits and the reduce kernel in the absorbed part."""
+    case = make_case(_layer(heads, "bf16"), prefix_lens=[3000, 100, 0, 40], new_lens=[1, 64, 40, 3],
+                     page_size=64, dtype="bf16", device="cuda", seed=6)
+    backend = TritonMLABackend()
+    step = backend.prepare(case.meta, case.cache)
+    assert sorted(step.plan) == ["absorbed", "mha"]
+    out = backend.forward(case.q, case.k, case.v, case.layer, case.cache, step)
+    assert_close(out, case.reference(), dtype="bf16", what=f"mixed H={heads}")
+
+
+def test_long_context_many_splits():
+    """B=1 at 32k: hundreds of KV splits merged by the reduce kernel."""
+    case = make_case(_layer(16, "bf16"), prefix_lens=[32767], new_lens=[1], page_size=64,
+                     dtype="bf16", device="cuda", seed=7)
+    assert_close(_run(TritonMLABackend(), case), case.reference(), dtype="bf16", what="32k")

@@ -11,7 +11,8 @@ DECLARATION = BackendDeclaration(
     name="sdpa",
     impl="attnkit.backends.sdpa.backend:SdpaBackend",
     description="Gather pages into a padded batch, one torch scaled_dot_product_attention call; "
-                "MHA/GQA/MQA and MLA (decompressed); no softcap, no sinks.",
+                "MHA/GQA/MQA and MLA (absorbed for decode, decompressed for long prefill); "
+                "no softcap, no sinks.",
     capabilities=Capabilities(
         platforms=("cpu", "cuda"),      # tested here (cpu) and by tests marked gpu (cuda)
         kinds=("mha", "mla"),
@@ -25,6 +26,6 @@ DECLARATION = BackendDeclaration(
         mla_dims="any",
     ),
     aliases={
-        "torch_sdpa": "name used before 0.1 (and vLLM's TORCH_SDPA)",
+        "torch_sdpa": "name used before 0.1, and vLLM's TORCH_SDPA",
     },
 )

@@ -3,7 +3,7 @@
 Index math, once: KV token ``t`` of a request lives in page ``block_table[t // PAGE]`` at
 offset ``t % PAGE``; its K row for KV head ``h`` starts at
 ``page * stride_page + (t % PAGE) * stride_tok + h * stride_head``. Gathering token by token
-works for every page size (1 .. 128); the repeated block-table loads inside one tile hit L1.
+works for every page size; the repeated block-table loads inside one tile hit L1.
 
 Logits are kept in log2 units (``s * log2(e)``) so the softmax uses ``exp2``. Masked logits
 are ``-inf`` while the running max starts at a finite ``NEG_BIG``: a tile with every key
@@ -12,15 +12,15 @@ masked then adds exactly zero instead of ``exp(-inf + inf) = nan``.
 from __future__ import annotations
 
 import math
+import os
 
-import torch
 import triton
 import triton.language as tl
 
+from attnkit.errors import fail
+
 LOG2E = math.log2(math.e)
 NEG_BIG = tl.constexpr(-1.0e30)
-
-_TL_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 
 
 @triton.jit
@@ -147,8 +147,17 @@ def write_kv(cache, layer_id: int, slot_mapping, k, v) -> None:
         BLOCK_K=triton.next_power_of_2(row_k), BLOCK_V=triton.next_power_of_2(row_v), num_warps=4)
 
 
-def compute_dtype_name(dtype: torch.dtype) -> str:
-    return _TL_DTYPES[dtype]
+def unit_stride_rows(q, k_cache, v_cache):
+    """The kernels address a head row as base + arange(D): q may be any view whose last dim is
+    dense (else it is copied); the cache pages must be, since the kernels cannot copy them."""
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    for name, buf in (("k", k_cache), ("v", v_cache)):
+        if buf.stride(-1) != 1:
+            fail("AK418", f"the {name} cache pages are not dense in the head dim "
+                          f"(strides {list(buf.stride())}); the triton kernels need stride 1 there",
+                 field=f"cache.{name}", expected="stride(-1) == 1", actual=list(buf.stride()))
+    return q
 
 
 def kernel_scales(layer, cache, softcap: float | None) -> tuple[float, float, float]:
@@ -160,7 +169,7 @@ def kernel_scales(layer, cache, softcap: float | None) -> tuple[float, float, fl
     k_scale = float(cache.k_scales[layer.layer_id]) if cache.is_fp8 else 1.0
     v_scale = float(cache.v_scales[layer.layer_id]) if cache.is_fp8 else 1.0
     scale = layer.spec.softmax_scale * k_scale
-    qk_scale = scale if softcap else scale * LOG2E
+    qk_scale = scale if softcap is not None else scale * LOG2E
     return qk_scale, k_scale, v_scale
 
 
@@ -170,5 +179,5 @@ def padded_dim(d: int) -> int:
 
 
 def interpreting() -> bool:
-    import os
+    """Whether kernels run through the Triton interpreter (CPU tests)."""
     return os.environ.get("TRITON_INTERPRET", "0") == "1"

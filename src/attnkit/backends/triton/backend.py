@@ -43,13 +43,12 @@ class TritonStepPlan:
         """Request index and first query row of every BLOCK_M-row query block, the blocks
         with the most keys first so the long programs do not trail at the end of the grid."""
         if block_m not in self.blocks:
-            meta = self.meta
-            blocks = [(n - q + m, i, m) for i, (q, n) in enumerate(zip(meta.query_lens_cpu, meta.seq_lens_cpu))
-                      for m in range(0, q, block_m)]
-            blocks.sort(reverse=True)
-            dev = self.seq_lens.device
-            self.blocks[block_m] = (torch.tensor([b[1] for b in blocks], dtype=torch.int32, device=dev),
-                                    torch.tensor([b[2] for b in blocks], dtype=torch.int32, device=dev))
+            lens = zip(self.meta.query_lens_cpu, self.meta.seq_lens_cpu)
+            # (last key of the block's first row, request, first row): most keys first
+            blocks = sorted(((n - q + m, i, m) for i, (q, n) in enumerate(lens)
+                             for m in range(0, q, block_m)), reverse=True)
+            as_i32 = lambda xs: torch.tensor(xs, dtype=torch.int32, device=self.seq_lens.device)  # noqa: E731
+            self.blocks[block_m] = (as_i32([b[1] for b in blocks]), as_i32([b[2] for b in blocks]))
         return self.blocks[block_m]
 
     def decode_splits(self, num_kv_heads: int, window: int | None, block_n: int) -> tuple[int, int]:

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from attnkit.backends.triton._common import NEG_BIG, attend_range, padded_dim
+from attnkit.backends.triton._common import NEG_BIG, attend_range, padded_dim, unit_stride_rows
 
 
 @triton.jit
@@ -112,13 +112,18 @@ def _reduce_kernel(
 
 
 def decode_config(head_dim: int, dtype: torch.dtype, *, interpret: bool) -> dict:
-    """Tile size and launch shape for one head dim and compute dtype: ~16 KB of K per tile,
-    four stages deep (best of the sweep at d 128 on an H200, NOTES-triton.md)."""
+    """Tile size and launch shape for one head dim and compute dtype (the best of the sweeps
+    on an H200, benchmarks/NOTES-triton.md)."""
     if interpret:
         return dict(BLOCK_N=16, num_warps=4, num_stages=1)
     if dtype == torch.float32:
         return dict(BLOCK_N=32, num_warps=4, num_stages=2)
-    return dict(BLOCK_N=max(16, 8192 // padded_dim(head_dim)), num_warps=4, num_stages=4)
+    width = padded_dim(head_dim)
+    if width <= 64:
+        return dict(BLOCK_N=64, num_warps=4, num_stages=3)
+    if width <= 128:
+        return dict(BLOCK_N=64, num_warps=4, num_stages=4)
+    return dict(BLOCK_N=32, num_warps=4, num_stages=4)
 
 
 def choose_splits(max_kv: int, num_reqs: int, num_kv_heads: int, *, block_n: int, num_sms: int,
@@ -141,6 +146,7 @@ def decode_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables, qk_sca
     out: [B, H_q, DV] (written); seq_lens: [B] int32; block_tables: [B, pages] int32;
     partials: (mid_o [B, H_q, S, BLOCK_DV] f32, mid_m [B, H_q, S] f32, mid_l [B, H_q, S] f32)
     when num_splits > 1, else None."""
+    q = unit_stride_rows(q, k_cache, v_cache)
     num_reqs, num_heads, head_dim = q.shape
     num_kv_heads, dv = k_cache.shape[2], v_cache.shape[3]
     group = num_heads // num_kv_heads

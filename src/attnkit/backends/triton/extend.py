@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from attnkit.backends.triton._common import NEG_BIG, attend_range, padded_dim
+from attnkit.backends.triton._common import NEG_BIG, attend_range, padded_dim, unit_stride_rows
 
 
 @triton.jit
@@ -118,6 +118,7 @@ def extend_attention(q, k_cache, v_cache, out, *, block_req, block_m, query_star
     out: [T, H_q, DV] (written); block_req / block_m: [NB] int32 query blocks of BLOCK_M rows;
     query_start_loc: [B+1] int32; seq_lens: [B] int32; block_tables: [B, pages] int32;
     sinks: [H_q] float32 or None. ``softcap`` / ``window`` None when unused."""
+    q = unit_stride_rows(q, k_cache, v_cache)
     num_heads, head_dim = q.shape[1], q.shape[2]
     dv = v_cache.shape[3]
     group = num_heads // k_cache.shape[2]

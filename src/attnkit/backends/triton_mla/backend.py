@@ -5,20 +5,20 @@ Per step ``prepare`` turns the batch metadata into int32 index tensors once; per
 - absorbed (decode, verify, short extends): q_lat = q_nope @ w_kc[h] (torch bmm), the Triton
   split-KV kernel attends against the latent cache with one KV head for all query heads,
   out = out_lat @ w_vc[h] (torch bmm);
-- MHA form (new chunks longer than ``mha_form_min_query``): the latent of every request's
+- MHA form (requests with at least ``mha_form_min_query`` new tokens): the latent of their
   KV is gathered and decompressed into per-head K/V by one GEMM each, then a causal Triton
   flash-attention kernel runs over them.
+A MIXED step runs each request in its own form (see _plan.py).
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-
 import torch
 import triton
 
 from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState
 from attnkit.backends.metadata import BatchMetadata
+from attnkit.backends.triton_mla._plan import Part, build_parts
 from attnkit.backends.triton_mla.declaration import DECLARATION
 from attnkit.backends.triton_mla.decode import absorbed_attention, absorbed_config, choose_splits
 from attnkit.backends.triton_mla.extend import mha_form_attention
@@ -29,20 +29,11 @@ _DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 _KV_DTYPES = _DTYPES | {torch.float8_e4m3fn: "fp8_e4m3", torch.float8_e5m2: "fp8_e5m2"}
 _UNSERVED = ("sliding_window", "logit_softcap", "sinks", "cross_attention", "non_causal",
              "dual_chunk")
-# FLOP count per key (DeepSeek-V3, 128 heads): absorbed costs ~n * H * 2 * (2L + R) for n
-# new tokens, MHA form ~n * H * 2 * (nope + rope + v) plus one decompression of
-# 2 * L * H * (nope + v); they cross near n = 170. See benchmarks/NOTES-mla.md.
-MHA_FORM_MIN_QUERY = 128
-
-
-@dataclass(slots=True)
-class _MLAPlan:
-    """Index tensors shared by every layer of one step (int32, on the compute device)."""
-    query_start_loc: torch.Tensor     # [B+1]
-    seq_lens: torch.Tensor            # [B]
-    block_tables: torch.Tensor        # [B, P]
-    tiles: dict = field(default_factory=dict)   # tile size -> (work_req [W], work_tok [W])
-    gather: tuple | None = None       # (kv_start_loc [B+1], slots [S]) for the MHA form
+# Per key and head, absorbed costs n * 2 * (2L + R) FLOPs for n new tokens; the MHA form
+# costs 2 * L * (nope + v) once (decompression) plus n * 2 * (nope + rope + v). At the rates
+# measured on an H200 (benchmarks/NOTES-mla.md: absorbed ~110 TFLOP/s, MHA-form attention
+# ~270, decompression GEMM assumed ~600) the two cross near n = 25 new tokens.
+MHA_FORM_MIN_QUERY = 32
 
 
 def _interpreting() -> bool:
@@ -78,43 +69,7 @@ class TritonMLABackend(AttentionBackend):
 
     # ---- per step -------------------------------------------------------------------------
     def prepare(self, meta: BatchMetadata, cache) -> StepState:
-        dev = cache.device
-        i32 = lambda x: torch.as_tensor(x, device=dev).to(torch.int32).contiguous()  # noqa: E731
-        plan = _MLAPlan(query_start_loc=i32(meta.query_start_loc), seq_lens=i32(meta.seq_lens),
-                        block_tables=i32(meta.block_tables))
-        return StepState(meta=meta, plan=plan)
-
-    @staticmethod
-    def _tiles(step: StepState, size: int):
-        """Work items of ``size`` consecutive new tokens of one request: (req [W], tok [W])."""
-        plan = step.plan
-        if size not in plan.tiles:
-            req, tok, start = [], [], 0
-            for b, n in enumerate(step.meta.query_lens_cpu):
-                for t in range(start, start + n, size):
-                    req.append(b)
-                    tok.append(t)
-                start += n
-            dev = plan.seq_lens.device
-            plan.tiles[size] = (torch.tensor(req, dtype=torch.int32, device=dev),
-                                torch.tensor(tok, dtype=torch.int32, device=dev))
-        return plan.tiles[size]
-
-    @staticmethod
-    def _gather(step: StepState):
-        """Dense KV order of the MHA form: kv_start_loc [B+1] and cache slot of each key [S]."""
-        plan, meta = step.plan, step.meta
-        if plan.gather is None:
-            dev = plan.seq_lens.device
-            lens = torch.tensor(meta.seq_lens_cpu, dtype=torch.int64, device=dev)
-            starts = torch.zeros(len(meta.seq_lens_cpu) + 1, dtype=torch.int64, device=dev)
-            starts[1:] = torch.cumsum(lens, 0)
-            req = torch.repeat_interleave(torch.arange(len(lens), device=dev), lens)
-            pos = torch.arange(int(starts[-1]), device=dev) - starts[req]
-            ps = meta.page_size
-            slots = plan.block_tables[req, pos // ps].long() * ps + pos % ps
-            plan.gather = (starts.to(torch.int32), slots)
-        return plan.gather
+        return StepState(meta=meta, plan=build_parts(meta, cache.device, self.mha_form_min_query))
 
     # ---- per layer ------------------------------------------------------------------------
     def forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):
@@ -130,49 +85,60 @@ class TritonMLABackend(AttentionBackend):
         q_nope, q_pe = q[..., :nope], q[..., nope:]
         kv_scale = float(cache.k_scales[spec.layer_id]) if cache.is_fp8 else 1.0
         latent = cache.latent[spec.layer_id]
-        use_mha = self.mha_form_min_query is not None and meta.max_query_len >= self.mha_form_min_query
-        if use_mha:
-            out = self._mha_form(q_nope, q_pe, latent, layer, cache, step, kv_scale)
-        else:
-            out = self._absorbed(q_nope, q_pe, latent, layer, step, kv_scale)
+        out = None
+        for form, part in step.plan.items():
+            qn, qp = (q_nope, q_pe) if part.tokens is None else (q_nope[part.tokens], q_pe[part.tokens])
+            if form == "mha":
+                res = self._mha_form(qn, qp, latent, layer, cache, part, kv_scale)
+            else:
+                res = self._absorbed(qn, qp, latent, layer, part, kv_scale)
+            if part.tokens is None:
+                out = res
+            else:
+                out = q.new_empty(T, H, mla.v_head_dim) if out is None else out
+                out[part.tokens] = res
         return out.reshape(T, H * mla.v_head_dim)
 
-    def _absorbed(self, q_nope, q_pe, latent, layer, step, kv_scale):
+    def _absorbed(self, q_nope, q_pe, latent, layer, part: Part, kv_scale):
         """q_nope: [T, H, nope]; q_pe: [T, H, R]; latent: [pages, page_size, L + R] -> [T, H, Dv]."""
         q_lat = torch.bmm(q_nope.transpose(0, 1), layer.w_kc.to(q_nope.dtype))       # [H, T, L]
-        out_lat = self.attend_latent(q_lat, q_pe, latent, layer, step, kv_scale=kv_scale)
+        out_lat = self._attend_latent(q_lat, q_pe, latent, layer, part, kv_scale)
         return torch.bmm(out_lat.transpose(0, 1), layer.w_vc.to(q_nope.dtype)).transpose(0, 1)
 
     def attend_latent(self, q_lat, q_pe, latent, layer: AttentionLayer, step: StepState, *,
                       kv_scale: float = 1.0):
-        """The absorbed attention core alone (benchmarks time it apart from the projections).
+        """The absorbed attention core alone, for a step whose requests all take the absorbed
+        form (benchmarks time it apart from the projections).
 
         q_lat: [H, T, L]; q_pe: [T, H, R]; latent: [pages, page_size, L + R] -> out_lat [T, H, L]."""
+        return self._attend_latent(q_lat, q_pe, latent, layer, step.plan["absorbed"], kv_scale)
+
+    def _attend_latent(self, q_lat, q_pe, latent, layer, part: Part, kv_scale: float):
         H = q_lat.shape[0]
         fp32 = q_lat.dtype == torch.float32
         rows = 16 if fp32 else 64         # fp32 tiles are twice the bytes: keep them small
         block_h = self.block_h or min(rows, max(16, triton.next_power_of_2(H)))
-        block_t = max(1, min(triton.next_power_of_2(step.meta.max_query_len), rows // block_h))
+        block_t = max(1, min(triton.next_power_of_2(part.max_query_len), rows // block_h))
         cfg = absorbed_config(block_h * block_t, layer.spec.mla.kv_lora_rank, fp32=fp32)
         cfg.update({k: v for k, v in (("block_n", self.block_n), ("num_warps", self.num_warps),
                                       ("num_stages", self.num_stages)) if v})
         per_sm = cfg.pop("programs_per_sm")
-        work_req, work_tok = self._tiles(step, block_t)
+        work_req, work_tok = part.tiles(block_t)
         splits = self.num_splits or choose_splits(
-            work_req.numel() * triton.cdiv(H, block_h), step.meta.max_seq_len,
+            work_req.numel() * triton.cdiv(H, block_h), part.max_kv_len,
             slots=_sm_count(q_lat.device) * per_sm)
         return absorbed_attention(
-            q_lat, q_pe, latent.view(-1, latent.shape[-1]), step.plan.block_tables, work_req,
-            work_tok, step.plan.query_start_loc, step.plan.seq_lens,
-            page_size=step.meta.page_size, scale=layer.spec.softmax_scale, kv_scale=kv_scale,
+            q_lat, q_pe, latent.view(-1, latent.shape[-1]), part.block_tables, work_req,
+            work_tok, part.query_start_loc, part.seq_lens,
+            page_size=part.page_size, scale=layer.spec.softmax_scale, kv_scale=kv_scale,
             block_t=block_t, block_h=block_h, num_splits=splits, **cfg)
 
-    def _mha_form(self, q_nope, q_pe, latent, layer, cache, step, kv_scale):
+    def _mha_form(self, q_nope, q_pe, latent, layer, cache, part: Part, kv_scale):
         """Decompress the gathered latent into per-head K/V, then causal flash attention."""
         H, dtype = q_nope.shape[1], q_nope.dtype
         mla = layer.spec.mla
         L = mla.kv_lora_rank
-        kv_start, slots = self._gather(step)
+        kv_start, slots = part.gather()
         lat = latent.view(-1, latent.shape[-1])[slots]
         lat = lat.float().mul_(kv_scale).to(dtype) if cache.is_fp8 else lat.to(dtype)
         c, k_pe = lat[:, :L], lat[:, L:]
@@ -184,9 +150,9 @@ class TritonMLABackend(AttentionBackend):
         # (block_m, block_n, warps, stages): no spills and pipelined loads with ptxas for sm_90
         tiles = (32, 32, 4, 2) if dtype == torch.float32 else (64, 64, 4, 3)
         block_m, block_n, warps, stages = self.extend_tiles or (tiles if on_gpu else (16, 16, 4, 1))
-        work_req, work_tok = self._tiles(step, block_m)
+        work_req, work_tok = part.tiles(block_m)
         return mha_form_attention(
-            q_nope, q_pe, k_nope, k_pe, v, work_req, work_tok, step.plan.query_start_loc,
+            q_nope, q_pe, k_nope, k_pe, v, work_req, work_tok, part.query_start_loc,
             kv_start, scale=layer.spec.softmax_scale, block_m=block_m, block_n=block_n,
             num_warps=warps, num_stages=stages)
 

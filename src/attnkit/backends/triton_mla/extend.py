@@ -14,7 +14,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-LOG2E = 1.4426950408889634
+from attnkit.backends.triton._common import LOG2E, NEG_BIG, online_softmax_step, padded_dim
 
 
 @triton.jit
@@ -34,7 +34,7 @@ def _mha_form_kernel(
     stride_vt, stride_vh, stride_ot, stride_oh,
     qk_scale, DN: tl.constexpr, R: tl.constexpr, DV: tl.constexpr,
     DN_P: tl.constexpr, R_P: tl.constexpr, DV_P: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
 ):
     """QN: [T, H, DN]; QP: [T, H, R]; KN: [S, H, DN]; KP: [S, R]; V: [S, H, DV];
     Out: [T, H, DV]; WorkReq/WorkTok: [W] request and first query of each tile;
@@ -62,7 +62,7 @@ def _mha_form_kernel(
                  mask=_within(row_ok, d_n, DN, DN_P), other=0.0)
     qp = tl.load(QP + tok[:, None] * stride_qpt + h * stride_qph + d_r[None, :],
                  mask=_within(row_ok, d_r, R, R_P), other=0.0)
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    m_i = tl.zeros([BLOCK_M], tl.float32) + NEG_BIG     # finite: fully masked tiles add 0
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, DV_P], tl.float32)
     for n0 in range(0, kv_end, BLOCK_N):
@@ -75,23 +75,10 @@ def _mha_form_kernel(
                      mask=_within(key_ok, d_r, R, R_P), other=0.0)
         v = tl.load(V + row[:, None] * stride_vt + h * stride_vh + d_v[None, :],
                     mask=_within(key_ok, d_v, DV, DV_P), other=0.0)
-        if IEEE:
-            s = tl.dot(qn, tl.trans(kn), input_precision="ieee")
-            s = tl.dot(qp, tl.trans(kp), s, input_precision="ieee")
-        else:
-            s = tl.dot(qn, tl.trans(kn))
-            s = tl.dot(qp, tl.trans(kp), s)
+        s = tl.dot(qn, tl.trans(kn), input_precision=DOT_PREC)
+        s = tl.dot(qp, tl.trans(kp), s, input_precision=DOT_PREC)
         s = tl.where(key[None, :] < limit[:, None], s * qk_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m_i - m_safe)
-        p = tl.exp2(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        if IEEE:
-            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
-        else:
-            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
-        m_i = m_new
+        m_i, l_i, acc = online_softmax_step(m_i, l_i, acc, s, v, DOT_PREC)
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
     tl.store(Out + tok[:, None] * stride_ot + h * stride_oh + d_v[None, :],
              out.to(Out.dtype.element_ty), mask=_within(row_ok, d_v, DV, DV_P))
@@ -113,14 +100,13 @@ def mha_form_attention(q_nope, q_pe, k_nope, k_pe, v, work_req, work_tok, query_
     out = torch.empty(T, H, DV, dtype=q_nope.dtype, device=q_nope.device)
     if T == 0 or work_req.numel() == 0:
         return out
-    p2 = lambda n: max(16, triton.next_power_of_2(n))  # noqa: E731  (tl.dot needs >= 16)
     _mha_form_kernel[(work_req.numel(), H)](
         q_nope, q_pe, k_nope, k_pe, v, out, work_req, work_tok, query_start_loc, kv_start_loc,
         q_nope.stride(0), q_nope.stride(1), q_pe.stride(0), q_pe.stride(1),
         k_nope.stride(0), k_nope.stride(1), k_pe.stride(0), v.stride(0), v.stride(1),
         out.stride(0), out.stride(1),
         scale * LOG2E, DN=DN, R=R, DV=DV,
-        DN_P=p2(DN), R_P=p2(R), DV_P=p2(DV), BLOCK_M=block_m, BLOCK_N=block_n,
-        IEEE=q_nope.dtype == torch.float32, num_warps=num_warps, num_stages=num_stages,
+        DN_P=padded_dim(DN), R_P=padded_dim(R), DV_P=padded_dim(DV), BLOCK_M=block_m,
+        BLOCK_N=block_n, DOT_PREC="ieee" if q_nope.dtype == torch.float32 else "tf32", num_warps=num_warps, num_stages=num_stages,
     )
     return out

@@ -1,0 +1,105 @@
+"""Per-step plan of the triton_mla backend: which requests take which MLA form, and the
+index tensors each form's kernels read. Built once per step, shared by every layer.
+
+A step whose requests all take one form has one part covering the whole batch (no token
+gathering). A MIXED step (say chunked prefill beside decodes) is split: requests with at
+least ``mha_form_min_query`` new tokens form the "mha" part, the others the "absorbed"
+part, so decode requests never pay for decompressing their whole context.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from attnkit.backends.metadata import BatchMetadata
+
+
+@dataclass(slots=True)
+class Part:
+    """A subset of the step's requests, renumbered 0..B_p-1.
+
+    tokens:          [T_p] int64 rows of q / output that belong here (None: all, in order)
+    query_start_loc: [B_p+1] int32;  seq_lens: [B_p] int32;  block_tables: [B_p, P] int32
+    query_lens / kv_lens: host lists of new tokens and KV length per request.
+    """
+    tokens: torch.Tensor | None
+    query_start_loc: torch.Tensor
+    seq_lens: torch.Tensor
+    block_tables: torch.Tensor
+    query_lens: list[int]
+    kv_lens: list[int]
+    page_size: int
+    _tiles: dict = field(default_factory=dict)
+    _gather: tuple | None = None
+
+    @property
+    def max_query_len(self) -> int:
+        return max(self.query_lens, default=0)
+
+    @property
+    def max_kv_len(self) -> int:
+        return max(self.kv_lens, default=0)
+
+    def tiles(self, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Work items of up to ``size`` consecutive new tokens of one request:
+        (request [W] int32, first token row [W] int32), rows counted within this part."""
+        if size not in self._tiles:
+            req, tok, start = [], [], 0
+            for b, n in enumerate(self.query_lens):
+                for t in range(start, start + n, size):
+                    req.append(b)
+                    tok.append(t)
+                start += n
+            dev = self.seq_lens.device
+            self._tiles[size] = (torch.tensor(req, dtype=torch.int32, device=dev),
+                                 torch.tensor(tok, dtype=torch.int32, device=dev))
+        return self._tiles[size]
+
+    def gather(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Dense KV order of the MHA form: kv_start_loc [B_p+1] int32 and the cache slot of
+        every key [S] int64 (each request's keys 0..kv_len-1, requests one after another)."""
+        if self._gather is None:
+            dev = self.seq_lens.device
+            lens = torch.tensor(self.kv_lens, dtype=torch.int64, device=dev)
+            starts = torch.zeros(len(self.kv_lens) + 1, dtype=torch.int64, device=dev)
+            starts[1:] = torch.cumsum(lens, 0)
+            req = torch.repeat_interleave(torch.arange(len(lens), device=dev), lens)
+            pos = torch.arange(sum(self.kv_lens), device=dev) - starts[req]
+            ps = self.page_size
+            slots = self.block_tables[req, pos // ps].long() * ps + pos % ps
+            self._gather = (starts.to(torch.int32), slots)
+        return self._gather
+
+
+def _i32(x, dev) -> torch.Tensor:
+    return torch.as_tensor(x, device=dev).to(torch.int32).contiguous()
+
+
+def build_parts(meta: BatchMetadata, device: torch.device,
+                mha_form_min_query: int | None) -> dict[str, Part]:
+    """{"absorbed": Part, "mha": Part}, either one covering the whole batch or both."""
+    qlens, kvlens = list(meta.query_lens_cpu), list(meta.seq_lens_cpu)
+    long = [mha_form_min_query is not None and n >= mha_form_min_query for n in qlens]
+    if all(long) or not any(long):
+        whole = Part(None, _i32(meta.query_start_loc, device), _i32(meta.seq_lens, device),
+                     _i32(meta.block_tables, device), qlens, kvlens, meta.page_size)
+        return {"mha" if long and all(long) else "absorbed": whole}
+    starts = [0]
+    for n in qlens:
+        starts.append(starts[-1] + n)
+    tables = _i32(meta.block_tables, device)
+    parts = {}
+    for form, pick in (("absorbed", False), ("mha", True)):
+        idx = [b for b, is_long in enumerate(long) if is_long == pick]
+        rows = [t for b in idx for t in range(starts[b], starts[b + 1])]
+        sub_q = [qlens[b] for b in idx]
+        qsl = [0]
+        for n in sub_q:
+            qsl.append(qsl[-1] + n)
+        parts[form] = Part(
+            torch.tensor(rows, dtype=torch.int64, device=device), _i32(qsl, device),
+            _i32([kvlens[b] for b in idx], device),
+            tables.index_select(0, torch.tensor(idx, dtype=torch.int64, device=device)),
+            sub_q, [kvlens[b] for b in idx], meta.page_size)
+    return parts

@@ -1,0 +1,61 @@
+"""AK480-AK489: the minimal engine (attnkit.runner) — loading a model and feeding it requests."""
+from attnkit.errors.catalog import entry
+
+ENTRIES = [
+    entry(
+        "AK480", "Model not runnable by the attnkit runner",
+        meaning="The runner holds block recipes (norms, MLP, rotary, LM head) for a few "
+                "decoder-only families: llama, mistral, qwen2, qwen3 and gemma2, with ordinary "
+                "('default') RoPE. A config outside them parses for planning, but the runner "
+                "cannot compute it.",
+        trigger="Engine.from_pretrained on a config whose model_type, activation, rope type or "
+                "attention layout (MLA, encoder-decoder, sinks) the runner lacks, or whose "
+                "hidden_size / intermediate_size / vocab_size is not a positive integer.",
+        situations=["A DeepSeek (MLA) or Whisper (encoder-decoder) checkpoint given to the runner.",
+                    "A Llama-3.1 config with rope_type 'llama3' or a YaRN-scaled Qwen config."],
+        solutions=["Plan such models with `attnkit plan` and serve them in a full engine; the "
+                   "runner is a correctness harness for the families it lists.",
+                   "For tests, build the tiny model from a supported family "
+                   "(LlamaConfig, Qwen2Config, MistralConfig, Qwen3Config, Gemma2Config)."],
+        before="Engine.from_pretrained('./deepseek-v3-tiny')",
+        after="Engine.from_pretrained('./llama-tiny')",
+        related=("AK481", "AK512"),
+    ),
+    entry(
+        "AK481", "Model weights missing or mismatched",
+        meaning="The runner loads weights from a local directory (config.json plus *.safetensors) "
+                "or from an in-memory transformers model, and checks every tensor it needs "
+                "against the shape the config implies. It never downloads.",
+        trigger="Engine.from_pretrained with a path that is not a local model directory, a "
+                "directory without safetensors, a checkpoint lacking a tensor the config needs, "
+                "or a tensor whose shape disagrees with the config.",
+        situations=["A Hub repo id passed as the source (no download happens).",
+                    "A checkpoint saved as pytorch_model.bin only.",
+                    "config.json edited (heads, head_dim) without re-saving the weights."],
+        solutions=["Pass a local directory written by save_pretrained (safetensors), or the "
+                   "transformers model object itself.",
+                   "Re-save old checkpoints with save_pretrained(dir, safe_serialization=True).",
+                   "Keep config.json and the weights from the same save."],
+        before="Engine.from_pretrained('meta-llama/Llama-3.1-8B')",
+        after="Engine.from_pretrained('/models/Llama-3.1-8B')",
+        related=("AK480", "AK500"),
+    ),
+    entry(
+        "AK483", "Invalid engine request",
+        meaning="An argument to the runner's Engine names nothing or cannot be served: an "
+                "unknown sequence id, an empty token list, a token id outside the vocabulary, "
+                "counts that disagree (tokens vs ids), a negative max_new_tokens, or an unknown "
+                "dtype or option.",
+        trigger="Engine.from_pretrained / prefill / decode / step / generate / release with such "
+                "an argument.",
+        situations=["decode called after release, or with a token per finished sequence too many.",
+                    "A tokenizer from another model producing ids >= vocab_size.",
+                    "dtype='float8' or kv_cache_dtype='int8'."],
+        solutions=["Use engine.ids for the live sequences; decode one token per id.",
+                   "Check the tokenizer matches the model (ids < vocab_size).",
+                   "Use fp32, fp16 or bf16 compute; fp32/fp16/bf16/fp8_e4m3/fp8_e5m2 KV cache."],
+        before="engine.decode([7, 9])            # one live sequence",
+        after="engine.decode([7], ids=engine.ids)",
+        related=("AK400", "AK405"),
+    ),
+]

@@ -1,0 +1,89 @@
+"""Choices the engine makes once, before any step: dtypes, the plan, layer specs, backends.
+
+The backend is chosen (or the user's choice checked) by attnkit's planner, so the runner
+refuses exactly what ``attnkit plan`` refuses, with the same codes and every reason.
+"""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any, Mapping
+
+import torch
+
+from attnkit.backends.base import AttentionBackend
+from attnkit.errors import fail
+from attnkit.kvcache.paged import TORCH_KV_DTYPES
+from attnkit.model.spec import LayerAttention
+from attnkit.runner.arch import Architecture
+
+COMPUTE_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+_ALIASES = {"float32": "fp32", "float": "fp32", "float16": "fp16", "half": "fp16",
+            "bfloat16": "bf16"}
+
+
+def dtype_name(dtype: torch.dtype | str, *, field: str, table: Mapping[str, torch.dtype]) -> str:
+    """The attnkit name (fp32, bf16, fp8_e4m3 ...) of a torch dtype or a dtype string."""
+    if isinstance(dtype, torch.dtype):
+        names = [n for n, d in table.items() if d == dtype]
+    else:
+        key = str(dtype).lower().removeprefix("torch.")
+        names = [n for n in (_ALIASES.get(key, key),) if n in table]
+    if not names:
+        fail("AK483", f"{field} {dtype!r} is not one the runner uses ({', '.join(table)})",
+             field=field, expected=list(table), actual=str(dtype))
+    return names[0]
+
+
+def plan_for(arch: Architecture, *, backend: str | None, device: torch.device,
+             page_size: int | None,
+             dtype: str, kv_cache_dtype: str, dual_chunk: bool | None):
+    """attnkit's Plan for running ``arch`` here (raises the plan's AttnkitError if none)."""
+    from attnkit.planning.solver import plan
+
+    if backend is not None and not isinstance(backend, str):
+        fail("AK483", f"backend must be a backend name, 'auto', or an AttentionBackend, not "
+                      f"{type(backend).__name__}", field="backend", expected="str | AttentionBackend",
+             actual=type(backend).__name__)
+    request = {"page_size": page_size, "dtype": dtype, "kv_cache_dtype": kv_cache_dtype,
+               "attention_backend": backend,
+               "dual_chunk": None if dual_chunk is None else ("on" if dual_chunk else "off")}
+    result = plan(arch.attention, platform_of(device), {k: v for k, v in request.items() if v is not None},
+                  strict=True)
+    for note in result.warnings:
+        warnings.warn(note, UserWarning, stacklevel=4)
+    return result
+
+
+def platform_of(device: torch.device):
+    """The Platform the planner should see for ``device``: this CPU (with the packages really
+    installed), or the GPU torch sees first."""
+    from attnkit.hardware.detect import detect, host_arch, installed_packages
+    from attnkit.hardware.platform import Platform
+
+    if device.type == "cpu":
+        arch = host_arch()
+        return Platform(kind="cpu", name=f"{arch} CPU", packages=installed_packages(), arch=arch)
+    return detect()
+
+
+def backend_of(result, options: Mapping[str, Any] | None) -> AttentionBackend:
+    """The planned backend object: one backend, or a hybrid when prefill and decode differ."""
+    from attnkit.planning.registry import load_backend
+
+    opts = dict(options or {})
+    prefill = load_backend(result.prefill_backend, **opts)
+    if result.decode_backend == result.prefill_backend:
+        return prefill
+    from attnkit.backends.hybrid import HybridBackend
+
+    return HybridBackend(prefill=prefill, decode=load_backend(result.decode_backend, **opts))
+
+
+def model_layers(arch: Architecture, *, dual_chunk: bool | None) -> tuple[LayerAttention, ...]:
+    """The layer specs the engine runs: without dual_chunk_attention_config when dual_chunk
+    is False (plain RoPE, as transformers runs it)."""
+    if dual_chunk is False:
+        return tuple(dataclasses.replace(l, dual_chunk=None) for l in arch.attention.layers)
+    return arch.attention.layers
+

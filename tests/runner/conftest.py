@@ -1,0 +1,59 @@
+"""Tiny random-weight models built with transformers, saved to a temp dir once per session.
+
+``tiny_model(family)`` -> (model directory, the transformers model in eval mode, fp32, eager
+attention). transformers is imported lazily so collecting the suite stays cheap.
+"""
+import pytest
+
+COMMON = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+              # wide init: logits far from uniform, so greedy argmax has clear winners
+              initializer_range=0.2)
+
+FAMILIES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),                 # q/k/v biases
+    "mistral": ("MistralConfig", "MistralForCausalLM", {"sliding_window": 5}),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"head_dim": 16}),  # per-head q/k norms
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM",
+               {"head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 6,
+                "attn_logit_softcapping": 5.0, "final_logit_softcapping": 3.0}),
+    # cs = 16, ls = 4: chunk length 12 (page sizes dividing 12: 1, 2, 3, 4, 6, 12)
+    "qwen2_dca": ("Qwen2Config", "Qwen2ForCausalLM",
+                  {"dual_chunk_attention_config": {"chunk_size": 16, "local_size": 4,
+                                                   "original_max_position_embeddings": 0}}),
+}
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    built = {}
+
+    def get(family: str):
+        if family not in built:
+            import torch
+            import transformers
+
+            config_cls, model_cls, extra = FAMILIES[family]
+            config = getattr(transformers, config_cls)(**COMMON, **extra)
+            torch.manual_seed(sum(map(ord, family)))
+            model = getattr(transformers, model_cls)(config).eval()
+            model.set_attn_implementation("eager")
+            path = tmp_path_factory.mktemp(family)
+            model.save_pretrained(path)
+            built[family] = (path, model)
+        return built[family]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def hf_logits():
+    """hf_logits(model, tokens) -> [len(tokens), vocab] float32 from transformers' forward."""
+    def run(model, tokens):
+        import torch
+
+        with torch.no_grad():
+            return model(torch.tensor([tokens])).logits[0].float()
+
+    return run
