@@ -1,6 +1,17 @@
 """Suite-wide test setup. Shared input factories live in tests/factories.py and are imported
 as ``from factories import make_case`` (pytest puts tests/ on sys.path for this conftest)."""
+import os
+
 import pytest
+
+
+def pytest_configure(config):
+    """Under pytest-xdist each worker gets one torch thread: two workers on two cores that
+    each spin up a thread pool fight each other and tiny ops slow down 100-fold."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -63,3 +63,26 @@ def test_other_backends_refuse_dca_unless_turned_off(dca, hf_logits):
     with pytest.warns(UserWarning, match="dual chunk attention is off"):
         plain = Engine.from_pretrained(path, backend="sdpa", dual_chunk=False)
     close(plain.prefill(LONG[:1])[0], hf_logits(hf, LONG[0]))
+
+
+def test_length_scale_of_the_whole_prompt_in_pieces(dca, tmp_path):
+    """With original_max_position_embeddings 8 the length scale grows past 8 tokens; pieces
+    given the whole prompt length scale like one go, pieces without it do not."""
+    import json
+    import shutil
+
+    path, _ = dca
+    cfg = json.loads((path / "config.json").read_text())
+    cfg["dual_chunk_attention_config"]["original_max_position_embeddings"] = 8
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    shutil.copy(path / "model.safetensors", tmp_path / "model.safetensors")
+    prompt = LONG[0]
+    whole = Engine.from_pretrained(tmp_path, page_size=4).prefill([prompt])[0]
+
+    def in_pieces(**kwargs):
+        engine = Engine.from_pretrained(tmp_path, page_size=4)
+        return torch.cat([engine.prefill([prompt[a:b]], ids=["p"], **kwargs)[0]
+                          for a, b in ((0, 10), (10, 25), (25, len(prompt)))])
+
+    torch.testing.assert_close(in_pieces(prompt_lens=[len(prompt)]), whole, rtol=1e-5, atol=1e-5)
+    assert (in_pieces() - whole).abs().max() > 1e-3

@@ -12,12 +12,13 @@ from attnkit.model.spec import LayerAttention
 
 SPEC = LayerAttention(layer_id=0, num_heads=2, num_kv_heads=1, head_dim=4)
 requests = st.lists(st.tuples(st.integers(0, 40), st.integers(1, 12)), max_size=6)
+POOL = 6 * 52 + 10          # enough pages for the largest batch at page size 1
 
 
 def _batch(reqs, page_size, seed):
-    alloc = PageAllocator(200, page_size=page_size, shuffle=seed)
+    alloc = PageAllocator(POOL, page_size=page_size, shuffle=seed)
     built = [Request(p, n, alloc.allocate(i, p + n)) for i, (p, n) in enumerate(reqs)]
-    cache = PagedKVCache([SPEC], num_pages=200, page_size=page_size, dtype="fp32")
+    cache = PagedKVCache([SPEC], num_pages=POOL, page_size=page_size, dtype="fp32")
     return build_batch(built, page_size=page_size), cache
 
 
@@ -37,7 +38,7 @@ def test_one_corrupted_slot_is_caught(reqs, page_size, seed, data):
     meta, cache = _batch(reqs, page_size, seed)
     slots = list(meta.slot_mapping_cpu)
     j = data.draw(st.integers(0, len(slots) - 1))
-    slots[j] = data.draw(st.integers(-5, 200 * page_size + 5).filter(lambda s: s != slots[j]))
+    slots[j] = data.draw(st.integers(-5, POOL * page_size + 5).filter(lambda s: s != slots[j]))
     try:
         validate_batch(dataclasses.replace(meta, slot_mapping_cpu=slots), cache)
     except AttnkitError as err:

@@ -117,16 +117,20 @@ class Engine:
         return out
 
     # -- steps --------------------------------------------------------------------------
-    def prefill(self, prompts: Sequence[Sequence[int]], *,
-                ids: Sequence[Hashable] | None = None) -> list[torch.Tensor]:
+    def prefill(self, prompts: Sequence[Sequence[int]], *, ids: Sequence[Hashable] | None = None,
+                prompt_lens: Sequence[int] | None = None) -> list[torch.Tensor]:
         """Run ``prompts[i]`` as new tokens of sequence ``ids[i]`` (default: new sequences).
         A known id continues its sequence: prefill in pieces equals prefill in one go.
+        prompt_lens: dual chunk models only, each sequence's whole prompt length when the
+        prompt comes in pieces, so every piece uses the length scale of the whole prompt
+        (only matters past original_max_position_embeddings; see runner/rotary.py).
         Returns logits [len(prompts[i]), vocab] float32 per prompt."""
         ids = self.new_ids(len(prompts)) if ids is None else list(ids)
         if len(ids) != len(prompts):
             fail("AK483", f"{len(prompts)} prompt(s) but {len(ids)} id(s)", field="ids",
                  expected=len(prompts), actual=len(ids))
-        out = self.step(dict(zip(ids, prompts)), _order=ids)
+        lens = None if prompt_lens is None else dict(zip(ids, prompt_lens))
+        out = self.step(dict(zip(ids, prompts)), prompt_lens=lens, _order=ids)
         return [out[i] for i in ids]
 
     def decode(self, tokens: Sequence[int], *, ids: Sequence[Hashable] | None = None) -> torch.Tensor:
@@ -142,9 +146,12 @@ class Engine:
         return torch.cat([out[i] for i in ids]) if ids else torch.empty(0, self.model.arch.vocab_size)
 
     def step(self, batch: Mapping[Hashable, Sequence[int]], *, logits: str = "all",
+             prompt_lens: Mapping[Hashable, int] | None = None,
              _order: Sequence[Hashable] | None = None) -> dict[Hashable, torch.Tensor]:
         """One forward step over ``{id: new tokens}`` (a MIXED batch is fine).
-        logits: "all" -> [n_i, vocab] per id; "last" -> [1, vocab] per id (float32)."""
+        logits: "all" -> [n_i, vocab] per id; "last" -> [1, vocab] per id (float32).
+        prompt_lens: {id: whole prompt length} for the dual chunk length scale (see prefill);
+        ids left out use their KV length after the step."""
         if logits not in ("all", "last"):
             fail("AK483", f"logits must be 'all' or 'last', got {logits!r}", field="logits",
                  expected=["all", "last"], actual=logits)
@@ -155,16 +162,17 @@ class Engine:
         if not order:
             return {}
         new = {i: self._check_tokens(i, batch[i]) for i in order}
+        lengths = self._dca_lengths(order, new, prompt_lens or {})
         started = [i for i in order if i not in self._tokens]
         self._reserve(new)
         try:
-            return self._run(order, new, logits)
+            return self._run(order, new, logits, lengths)
         except BaseException:
             self.release(started)       # a failed step leaves no half-started sequence
             raise
 
-    def _run(self, order: list[Hashable], new: dict[Hashable, list[int]],
-             logits: str) -> dict[Hashable, torch.Tensor]:
+    def _run(self, order: list[Hashable], new: dict[Hashable, list[int]], logits: str,
+             dca_lengths: list[int] | None) -> dict[Hashable, torch.Tensor]:
         reqs = []
         for i in order:
             prefix = len(self._tokens[i])
@@ -175,7 +183,7 @@ class Engine:
         flat = torch.tensor([t for i in order for t in new[i]], dtype=torch.int64, device=self.device)
         ends = meta.query_start_loc[1:].to(torch.int64) - 1
         out = self.model.forward(flat, self.backend, self.cache, step,
-                                 rows=ends if logits == "last" else None)
+                                 rows=ends if logits == "last" else None, dca_lengths=dca_lengths)
         for i in order:
             self._tokens[i].extend(new[i])
         if logits == "last":
@@ -230,6 +238,21 @@ class Engine:
             fail("AK483", f"sequence {seq_id!r}: token ids {bad[:5]} are outside the vocabulary "
                           f"[0, {vocab})", field="tokens", expected=f"0 <= id < {vocab}", actual=bad[:5])
         return toks
+
+    def _dca_lengths(self, order: list[Hashable], new: dict[Hashable, list[int]],
+                     prompt_lens: Mapping[Hashable, int]) -> list[int] | None:
+        if not prompt_lens:
+            return None
+        out = []
+        for i in order:
+            after = len(self._tokens.get(i, ())) + len(new[i])
+            length = prompt_lens.get(i, after)
+            if not isinstance(length, int) or length < after:
+                fail("AK483", f"sequence {i!r}: prompt length {length!r} is shorter than the "
+                              f"{after} tokens it holds after this step", field="prompt_lens",
+                     expected=f">= {after}", actual=length)
+            out.append(length)
+        return out
 
     def _reserve(self, new: dict[Hashable, list[int]]) -> None:
         """Give every sequence room for its new tokens, all or nothing."""

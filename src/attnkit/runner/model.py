@@ -119,14 +119,17 @@ class DecoderModel:
 
     @torch.no_grad()
     def forward(self, tokens: torch.Tensor, backend: AttentionBackend, cache, step: StepState, *,
-                rows: torch.Tensor | None = None) -> torch.Tensor:
+                rows: torch.Tensor | None = None,
+                dca_lengths: list[int] | None = None) -> torch.Tensor:
         """tokens: [T] int64 (the step's new tokens, packed); rows: [R] int64 | None, which
-        token rows get logits (None: all). Returns logits [R or T, vocab] in float32."""
+        token rows get logits (None: all); dca_lengths: per request, the length L of the dual
+        chunk length scale (None: KV length after the step). Returns [R or T, vocab] float32."""
         h = self.embed[tokens]                                        # [T, hidden]
         if self.arch.embed_scale is not None:
             h = h * torch.tensor(self.arch.embed_scale, dtype=h.dtype)  # rounded like transformers
         for block in self.blocks:
-            a = self._attention(block, self.norm(h, block.input_norm), backend, cache, step)
+            a = self._attention(block, self.norm(h, block.input_norm), backend, cache, step,
+                                dca_lengths)
             if block.pre_mlp_norm is not None:
                 h = h + self.norm(a, block.post_attn_norm)
                 m = self._mlp(block, self.norm(h, block.pre_mlp_norm))
@@ -141,7 +144,7 @@ class DecoderModel:
         return logits if cap is None else cap * torch.tanh(logits / cap)
 
     def _attention(self, block: Block, x: torch.Tensor, backend: AttentionBackend, cache,
-                   step: StepState) -> torch.Tensor:
+                   step: StepState, dca_lengths: list[int] | None) -> torch.Tensor:
         """x: [T, hidden] -> [T, hidden]."""
         spec, n = block.attn.spec, x.shape[0]
         q = block.q(x).view(n, spec.num_heads, spec.head_dim)
@@ -152,7 +155,7 @@ class DecoderModel:
         positions = step.meta.positions
         rotary = self.dca.get(spec.layer_id)
         if rotary is not None:
-            scale = step_length_scales(step.meta, spec.dual_chunk)
+            scale = step_length_scales(step.meta, spec.dual_chunk, lengths=dca_lengths)
             q, k = rotary(q, k, positions, length_scale=scale)    # q: [T, 3, H_q, D]
         else:
             theta, rd = self.arch.rope_theta, self.arch.rotary_dim
