@@ -12,6 +12,7 @@ prefill over a cached prefix, or decode). Each step builds its metadata once
 """
 from __future__ import annotations
 
+import numbers
 from typing import Any, Hashable, Mapping, Sequence
 
 import torch
@@ -197,7 +198,8 @@ class Engine:
         """Greedy decoding of every prompt together; returns the new tokens only (a list for
         one prompt given as a list of ints, else one list per prompt). A sequence stops at
         ``eos_token_id`` (kept in its output) or after ``max_new_tokens``."""
-        single = len(prompts) > 0 and isinstance(prompts[0], int)
+        single = len(prompts) > 0 and (isinstance(prompts[0], numbers.Integral) or (
+            torch.is_tensor(prompts[0]) and prompts[0].dim() == 0))
         batch = [list(prompts)] if single else [list(p) for p in prompts]
         if max_new_tokens < 0:
             fail("AK483", f"max_new_tokens must be >= 0, got {max_new_tokens}",

@@ -51,7 +51,7 @@ def plan_for(arch: Architecture, *, backend: str | None, device: torch.device,
     result = plan(arch.attention, platform_of(device), {k: v for k, v in request.items() if v is not None},
                   strict=True)
     for note in result.warnings:
-        warnings.warn(note, UserWarning, stacklevel=4)
+        warnings.warn(note, UserWarning, stacklevel=3)
     return result
 
 
