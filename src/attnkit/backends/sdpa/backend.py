@@ -26,7 +26,6 @@ from attnkit.backends.metadata import BatchMetadata
 from attnkit.backends.paged_torch import (absorbed_is_cheaper, decompress_latent, kv_source,
                                           read_kv, refuse_unserved, visibility, write_step_kv)
 from attnkit.backends.sdpa.declaration import DECLARATION
-from attnkit.backends.validation import validate_forward
 
 _CAPS = DECLARATION.capabilities
 HAS_ENABLE_GQA = torch.__version__ >= (2, 5)
@@ -81,7 +80,6 @@ class SdpaBackend(AttentionBackend):
         encoder K/V [Te, ...] or None). Returns [T, H_q * D_v] in q.dtype."""
         meta, spec = step.meta, layer.spec
         refuse_unserved(self.name, layer, kinds=_CAPS.kinds, features=_CAPS.features)
-        validate_forward(q, k, v, layer, cache, meta)
         write_step_kv(k, v, layer, cache, meta)
         dv = spec.mla.v_head_dim if spec.kind == "mla" else spec.value_dim
         num_tokens, heads = meta.num_tokens, spec.num_heads

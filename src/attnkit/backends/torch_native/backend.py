@@ -15,7 +15,6 @@ from attnkit.backends.paged_torch import (kv_source, read_kv, refuse_unserved, v
 from attnkit.backends.torch_native.declaration import DECLARATION
 from attnkit.backends.torch_native.mha import F32, attend_mha
 from attnkit.backends.torch_native.mla import attend_mla
-from attnkit.backends.validation import validate_forward
 
 _CAPS = DECLARATION.capabilities
 
@@ -39,7 +38,6 @@ class TorchNativeBackend(AttentionBackend):
         encoder K/V [Te, ...] or None). Returns [T, H_q * D_v] in q.dtype."""
         meta, spec = step.meta, layer.spec
         refuse_unserved(self.name, layer, kinds=_CAPS.kinds, features=_CAPS.features)
-        validate_forward(q, k, v, layer, cache, meta)
         write_step_kv(k, v, layer, cache, meta)
         dv = spec.mla.v_head_dim if spec.kind == "mla" else spec.value_dim
         num_tokens = meta.num_tokens
