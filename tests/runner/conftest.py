@@ -14,10 +14,18 @@ FAMILIES = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),                 # q/k/v biases
     "mistral": ("MistralConfig", "MistralForCausalLM", {"sliding_window": 5}),
+    # Qwen's window: only layers from max_window_layers on slide
+    "qwen2_swa": ("Qwen2Config", "Qwen2ForCausalLM",
+                  {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 1}),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"head_dim": 16}),  # per-head q/k norms
     "gemma2": ("Gemma2Config", "Gemma2ForCausalLM",
                {"head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 6,
                 "attn_logit_softcapping": 5.0, "final_logit_softcapping": 3.0}),
+    # sinks, biases everywhere, experts; alternating sliding/full layers; plain RoPE (not YaRN)
+    "gpt_oss": ("GptOssConfig", "GptOssForCausalLM",
+                {"head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2,
+                 "sliding_window": 5, "rope_parameters": {"rope_type": "default",
+                                                          "rope_theta": 10000.0}}),
     # cs = 16, ls = 4: chunk length 12 (page sizes dividing 12: 1, 2, 3, 4, 6, 12)
     "qwen2_dca": ("Qwen2Config", "Qwen2ForCausalLM",
                   {"dual_chunk_attention_config": {"chunk_size": 16, "local_size": 4,

@@ -41,6 +41,8 @@ def test_backends_are_checked_by_the_planner(llama, tiny_model):
     gemma = tiny_model("gemma2")[0]
     assert code_of(lambda: Engine.from_pretrained(gemma, backend="sdpa")) == "AK121"   # softcap
     assert Engine.from_pretrained(gemma).backend.name == "torch_native"                # chosen
+    gpt_oss = tiny_model("gpt_oss")[0]
+    assert code_of(lambda: Engine.from_pretrained(gpt_oss, backend="sdpa")) == "AK121"  # sinks
     with pytest.warns(UserWarning, match="deprecated"):
         engine = Engine.from_pretrained(llama, backend="torch")
     assert engine.backend.name == "torch_native" and engine.plan.ok

@@ -21,7 +21,8 @@ def hf_greedy(model, prompt, n):
 
 
 @pytest.mark.parametrize("family,backend", [("llama", "torch_native"), ("qwen2", "sdpa"),
-                                            ("mistral", "sdpa"), ("gemma2", "torch_native")])
+                                            ("mistral", "sdpa"), ("gemma2", "torch_native"),
+                                            ("gpt_oss", "torch_native")])
 def test_greedy_generation_matches_transformers(tiny_model, family, backend):
     path, hf = tiny_model(family)
     engine = Engine.from_pretrained(path, backend=backend, page_size=4)

@@ -12,25 +12,41 @@ PROMPTS = [[1, 5, 9, 3, 7, 8, 20, 21, 22, 23, 24, 100, 64], [4, 6], [3, 3, 3, 3,
 RTOL = {"torch_native": 1e-4, "sdpa": 1e-4, "triton": 5e-3}
 
 
-@pytest.fixture(scope="module")
-def wide_llama(tmp_path_factory):
-    """head_dim 64: a size the triton backend declares."""
+WIDE = dict(vocab_size=128, hidden_size=256, intermediate_size=256, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, initializer_range=0.2)
+
+
+def build(tmp_path_factory, config_cls: str, model_cls: str, **extra):
     import transformers
 
-    config = transformers.LlamaConfig(vocab_size=128, hidden_size=256, intermediate_size=256,
-                                      num_hidden_layers=2, num_attention_heads=4,
-                                      num_key_value_heads=2, initializer_range=0.2)
+    config = getattr(transformers, config_cls)(**WIDE, **extra)
     torch.manual_seed(1)
-    model = transformers.LlamaForCausalLM(config).eval()
+    model = getattr(transformers, model_cls)(config).eval()
     model.set_attn_implementation("eager")
-    path = tmp_path_factory.mktemp("wide_llama")
+    path = tmp_path_factory.mktemp(model_cls)
     model.save_pretrained(path)
     return path, model
 
 
-@pytest.mark.parametrize("backend", ["torch_native", "sdpa", "triton"])
-def test_cuda_logits_and_generation(wide_llama, hf_logits, backend):
-    path, hf = wide_llama
+@pytest.fixture(scope="module")
+def wide_llama(tmp_path_factory):
+    """head_dim 64: a size the triton backend declares."""
+    return build(tmp_path_factory, "LlamaConfig", "LlamaForCausalLM")
+
+
+@pytest.fixture(scope="module")
+def wide_gpt_oss(tmp_path_factory):
+    """Sinks, sliding window 5 on even layers, experts; head_dim 64."""
+    return build(tmp_path_factory, "GptOssConfig", "GptOssForCausalLM", head_dim=64,
+                 num_local_experts=4, num_experts_per_tok=2, sliding_window=5,
+                 rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+
+
+@pytest.mark.parametrize("family,backend", [("llama", "torch_native"), ("llama", "sdpa"),
+                                            ("llama", "triton"), ("gpt_oss", "torch_native"),
+                                            ("gpt_oss", "triton")])
+def test_cuda_logits_and_generation(request, hf_logits, family, backend):
+    path, hf = request.getfixturevalue(f"wide_{family}")
     engine = Engine.from_pretrained(path, backend=backend, page_size=16, device="cuda")
     for prompt, logits in zip(PROMPTS, engine.prefill(PROMPTS)):
         close(logits.cpu(), hf_logits(hf, prompt), rtol=RTOL[backend])

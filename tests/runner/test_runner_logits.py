@@ -7,12 +7,12 @@ from attnkit.runner import Engine
 from runner_helpers import close
 
 BACKENDS = ["torch_native", "sdpa"]
-# Gemma-2 has attention softcap, which sdpa does not implement (refused, see test_runner_errors).
+# sdpa has no attention softcap (Gemma-2) and no sinks (gpt-oss): the planner refuses it there.
 CASES = [(f, b) for f in ("llama", "qwen2", "mistral", "qwen3") for b in BACKENDS] + [
-    ("gemma2", "torch_native")]
+    ("gemma2", "torch_native"), ("gpt_oss", "torch_native"), ("qwen2_swa", "sdpa")]
 # Decode re-runs transformers per prefix; one backend per family keeps it quick.
 DECODE_CASES = [("llama", "torch_native"), ("qwen2", "sdpa"), ("mistral", "torch_native"),
-                ("qwen3", "sdpa"), ("gemma2", "torch_native")]
+                ("qwen3", "sdpa"), ("gemma2", "torch_native"), ("gpt_oss", "torch_native")]
 PROMPTS = [[1, 5, 9, 3, 7, 8, 20, 21, 22, 23, 24, 100, 64], [4, 6], [3, 3, 3, 3, 3, 9, 17]]
 
 
@@ -40,7 +40,7 @@ def test_decode_after_prefill_matches_full_forward(tiny_model, hf_logits, family
             close(row, hf_logits(hf, seqs[i][:cut[i] + step + 1])[-1])
 
 
-@pytest.mark.parametrize("family", ["llama", "mistral", "gemma2"])
+@pytest.mark.parametrize("family", ["llama", "mistral", "gemma2", "gpt_oss"])
 def test_chunked_prefill_equals_whole_prefill(tiny_model, family):
     path, _ = tiny_model(family)
     whole = Engine.from_pretrained(path, page_size=4).prefill(PROMPTS)
@@ -67,3 +67,26 @@ def test_mixed_step_extend_and_decode(tiny_model, hf_logits):
     assert engine.tokens("a") == a and engine.ids == ["a", "b"]
     engine.release()
     assert engine.ids == [] and engine.allocator.num_free == engine.allocator.num_pages
+
+
+def test_prefill_and_decode_on_different_backends(tiny_model, hf_logits):
+    """prefill_backend / decode_backend: the planner checks the pair, a hybrid runs it."""
+    path, hf = tiny_model("mistral")
+    engine = Engine.from_pretrained(path, prefill_backend="sdpa", decode_backend="torch_native",
+                                    page_size=4)
+    assert (engine.plan.prefill_backend, engine.plan.decode_backend) == ("sdpa", "torch_native")
+    assert engine.backend.name == "hybrid"
+    first = engine.prefill([p[:-1] for p in PROMPTS])
+    close(first[0], hf_logits(hf, PROMPTS[0][:-1]))
+    for row, prompt in zip(engine.decode([p[-1] for p in PROMPTS]), PROMPTS):
+        close(row, hf_logits(hf, prompt)[-1])
+
+
+@pytest.mark.parametrize("options,rtol", [({"dtype": "bf16"}, 3e-2), ({"dtype": torch.float16}, 1e-2),
+                                          ({"kv_cache_dtype": "fp8_e4m3"}, 1e-1)])
+def test_low_precision_tracks_fp32(tiny_model, options, rtol):
+    path, _ = tiny_model("llama")
+    fp32 = Engine.from_pretrained(path, page_size=4).prefill(PROMPTS)
+    low = Engine.from_pretrained(path, page_size=4, **options).prefill(PROMPTS)
+    for a, b in zip(low, fp32):
+        close(a, b, rtol=rtol)

@@ -8,6 +8,8 @@ norms, activation, rotary base — and the per-family differences:
   (q/k/v biases and Qwen3's per-head q/k norms are read from which tensors exist.)
 - gemma2: RMSNorm ``(1 + w) * x̂``, embeddings times sqrt(hidden), norms after attention and
   after the MLP too ("sandwich"), GeGLU (tanh gelu), final logit softcap.
+- gpt_oss: Llama-like blocks with attention sinks (one learned logit per head), biases on
+  every projection, and a mixture of experts instead of the dense MLP (runner/mlp.py).
 """
 from __future__ import annotations
 
@@ -15,10 +17,12 @@ from dataclasses import dataclass
 
 from attnkit.errors import fail
 from attnkit.model import ModelAttention, parse_config
+from attnkit.runner.mlp import MoEConfig
 
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3")
 GEMMA_LIKE = ("gemma2",)
-SUPPORTED = LLAMA_LIKE + GEMMA_LIKE
+MOE = ("gpt_oss",)
+SUPPORTED = LLAMA_LIKE + GEMMA_LIKE + MOE
 ACTIVATIONS = ("silu", "gelu_pytorch_tanh", "gelu_tanh", "gelu")
 ROPE_TYPES = ("default",)
 
@@ -38,9 +42,11 @@ class Architecture:
     rotary_dim: int                  # features per head that rotate (partial rotary)
     tie_word_embeddings: bool
     norm_offset: float = 0.0         # RMSNorm multiplies by (norm_offset + w)
+    norm_weight_fp32: bool = False   # RMSNorm applies w before casting back (Gemma, gpt-oss)
     embed_scale: float | None = None  # multiply embeddings by this (Gemma: sqrt(hidden))
     sandwich_norms: bool = False     # post-attention and post-MLP norms (Gemma-2)
     final_logit_softcap: float | None = None
+    moe: MoEConfig | None = None     # gpt-oss experts instead of the dense MLP
 
     @property
     def head_dim(self) -> int:
@@ -56,9 +62,9 @@ def architecture_of(cfg: dict, *, name: str | None = None) -> Architecture:
              field="model_type", expected=list(SUPPORTED), actual=model_type or None)
     attention = parse_config(cfg, name=name)
     first = attention.layers[0]
-    if any(l.kind != "mha" or l.role != "decoder" or l.sinks for l in attention.layers):
-        fail("AK480", f"model_type {model_type!r}: the runner runs decoder-only MHA/GQA layers "
-                      "without attention sinks", field="model_type", actual=model_type)
+    if any(l.kind != "mha" or l.role != "decoder" for l in attention.layers):
+        fail("AK480", f"model_type {model_type!r}: the runner runs decoder-only MHA/GQA layers",
+             field="model_type", actual=model_type)
     hidden = _int(cfg, "hidden_size")
     rope = _rope(cfg, first.head_dim)
     gemma = model_type in GEMMA_LIKE
@@ -74,9 +80,11 @@ def architecture_of(cfg: dict, *, name: str | None = None) -> Architecture:
         rope_theta=rope[0], rotary_dim=rope[1],
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", gemma)),
         norm_offset=1.0 if gemma else 0.0,
+        norm_weight_fp32=gemma or model_type in MOE,
         embed_scale=hidden ** 0.5 if gemma else None,
         sandwich_norms=gemma,
         final_logit_softcap=cfg.get("final_logit_softcapping") if gemma else None,
+        moe=_moe(cfg) if model_type in MOE else None,
     )
 
 
@@ -86,6 +94,12 @@ def _int(cfg: dict, key: str) -> int:
         fail("AK480", f"config field {key!r} must be a positive integer for the runner, got "
                       f"{value!r}", field=key, expected="integer >= 1", actual=value)
     return value
+
+
+def _moe(cfg: dict) -> MoEConfig:
+    return MoEConfig(num_experts=_int(cfg, "num_local_experts"), top_k=_int(cfg, "num_experts_per_tok"),
+                     swiglu_alpha=float(cfg.get("swiglu_alpha", 1.702)),
+                     swiglu_limit=float(cfg.get("swiglu_limit", 7.0)))
 
 
 def _rope(cfg: dict, head_dim: int) -> tuple[float, int]:

@@ -49,6 +49,7 @@ class Engine:
                         device: torch.device | str = "cpu", max_tokens: int = 4096,
                         kv_cache_dtype: torch.dtype | str | None = None,
                         dual_chunk: bool | None = None,
+                        prefill_backend: str | None = None, decode_backend: str | None = None,
                         backend_options: Mapping[str, Any] | None = None) -> "Engine":
         """source: a local model directory (config.json + *.safetensors) or an in-memory
         transformers model.
@@ -56,6 +57,8 @@ class Engine:
         device, dtypes and page size (every reason, the planner's codes); "auto" or None lets
         the planner choose (a hybrid if prefill and decode differ); an AttentionBackend object
         is used as is, unchecked.
+        prefill_backend / decode_backend: a name for one phase only (the planner checks that
+        both phases share one cache layout and page size; a hybrid runs them).
         page_size: None lets the planner choose one every chosen backend accepts.
         max_tokens: KV-cache room, in tokens, over all live sequences.
         dual_chunk: None follows the config's dual_chunk_attention_config; False runs plain
@@ -78,7 +81,8 @@ class Engine:
         else:
             plan = plan_for(arch, backend=None if backend == "auto" else backend, device=dev,
                             page_size=page_size, dtype=compute, kv_cache_dtype=kv,
-                            dual_chunk=dual_chunk)
+                            dual_chunk=dual_chunk, prefill_backend=prefill_backend,
+                            decode_backend=decode_backend)
             attn = backend_of(plan, backend_options)
             dual_chunk = plan.settings.get("dual_chunk") != "off"
             page_size = plan.settings["page_size"]

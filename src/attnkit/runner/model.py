@@ -7,12 +7,15 @@ here is [T, ...] with no batch or padding axis. Per layer:
     h = h + o_proj(backend.forward(q, k, v, layer, cache, step))      (Gemma-2: normed first)
     h = h + mlp(norm(h))                                              (Gemma-2: normed first)
 
-then the final norm and the LM head. Dual chunk layers are rotated by ``DualChunkRotary``
-(queries three ways, keys at chunk-local positions) and need the ``dual_chunk`` backend.
+then the final norm and the LM head. The MLP is dense (gated) or gpt-oss's experts; gpt-oss
+layers hand their per-head sink logits to the backend in ``AttentionLayer.sinks``. Dual chunk
+layers are rotated by ``DualChunkRotary`` (queries three ways, keys at chunk-local
+positions) and need the ``dual_chunk`` backend.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -20,18 +23,9 @@ import torch.nn.functional as F
 from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState
 from attnkit.model.spec import LayerAttention
 from attnkit.runner.arch import Architecture
+from attnkit.runner.mlp import GatedMLP, GptOssMoE, Linear
 from attnkit.runner.rotary import DualChunkRotary, apply_rope, step_length_scales
 from attnkit.runner.weights import Weights
-
-
-@dataclass(slots=True)
-class Linear:
-    """weight: [out, in]; bias: [out] | None."""
-    weight: torch.Tensor
-    bias: torch.Tensor | None = None
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
 
 
 @dataclass(slots=True)
@@ -42,9 +36,7 @@ class Block:
     k: Linear
     v: Linear
     o: Linear
-    gate: Linear
-    up: Linear
-    down: Linear
+    mlp: Callable[[torch.Tensor], torch.Tensor]   # GatedMLP or GptOssMoE: [T, hidden] -> same
     input_norm: torch.Tensor
     post_attn_norm: torch.Tensor
     pre_mlp_norm: torch.Tensor | None = None      # Gemma-2 sandwich norms
@@ -53,22 +45,16 @@ class Block:
     k_norm: torch.Tensor | None = None
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, *, eps: float, offset: float) -> torch.Tensor:
-    """x: [..., N]; weight: [N]. Normalised in float32 like transformers; Llama casts back
-    before the weight, Gemma after it (offset 1), and each is matched."""
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, *, eps: float, offset: float,
+             weight_in_fp32: bool) -> torch.Tensor:
+    """x: [..., N]; weight: [N] -> (offset + weight) * x / rms(x), normalised in float32 like
+    transformers. Llama casts back to x's dtype before the weight; Gemma and gpt-oss after it
+    (``weight_in_fp32``). Only low-precision results differ."""
     xf = x.float()
     xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    if offset:
+    if weight_in_fp32:
         return (xf * (offset + weight.float())).to(x.dtype)
-    return weight * xf.to(x.dtype)
-
-
-def _activation(name: str):
-    if name == "silu":
-        return F.silu
-    if name in ("gelu_pytorch_tanh", "gelu_tanh"):
-        return lambda x: F.gelu(x, approximate="tanh")
-    return F.gelu
+    return (offset + weight) * xf.to(x.dtype)
 
 
 class DecoderModel:
@@ -77,13 +63,11 @@ class DecoderModel:
     def __init__(self, arch: Architecture, weights: Weights, *,
                  layers: tuple[LayerAttention, ...]):
         self.arch = arch
-        self.dtype = weights.dtype
         hidden, vocab = arch.hidden_size, arch.vocab_size
         self.embed = weights.get("model.embed_tokens.weight", shape=(vocab, hidden))
         self.final_norm = weights.get("model.norm.weight", shape=(hidden,))
         head = weights.maybe("lm_head.weight", shape=(vocab, hidden))
         self.lm_head = self.embed if arch.tie_word_embeddings or head is None else head
-        self.act = _activation(arch.activation)
         self.blocks = [self._block(weights, spec) for spec in layers]
         self.dca = {spec.layer_id: DualChunkRotary(spec.dual_chunk, base=arch.rope_theta,
                                                    rotary_dim=arch.rotary_dim)
@@ -95,17 +79,21 @@ class DecoderModel:
         kv_out, v_out = spec.num_kv_heads * spec.head_dim, spec.num_kv_heads * spec.value_dim
 
         def linear(name: str, out: int, inp: int) -> Linear:
-            return Linear(w.get(f"{p}{name}.weight", shape=(out, inp)), w.maybe(f"{p}{name}.bias", shape=(out,)))
+            return Linear.load(w, f"{p}{name}", out, inp)
 
+        if self.arch.moe is not None:
+            mlp = GptOssMoE(w, f"{p}mlp.", hidden=hidden, inter=inter, moe=self.arch.moe)
+        else:
+            mlp = GatedMLP(w, f"{p}mlp.", hidden=hidden, inter=inter, act=self.arch.activation)
+        sinks = w.get(f"{p}self_attn.sinks", shape=(spec.num_heads,)).float() if spec.sinks else None
         norm = (hidden,)
         sandwich = self.arch.sandwich_norms
         return Block(
-            attn=AttentionLayer(spec=spec),
+            attn=AttentionLayer(spec=spec, sinks=sinks),
             q=linear("self_attn.q_proj", q_out, hidden), k=linear("self_attn.k_proj", kv_out, hidden),
             v=linear("self_attn.v_proj", v_out, hidden),
             o=linear("self_attn.o_proj", hidden, spec.num_heads * spec.value_dim),
-            gate=linear("mlp.gate_proj", inter, hidden), up=linear("mlp.up_proj", inter, hidden),
-            down=linear("mlp.down_proj", hidden, inter),
+            mlp=mlp,
             input_norm=w.get(f"{p}input_layernorm.weight", shape=norm),
             post_attn_norm=w.get(f"{p}post_attention_layernorm.weight", shape=norm),
             pre_mlp_norm=w.get(f"{p}pre_feedforward_layernorm.weight", shape=norm) if sandwich else None,
@@ -115,7 +103,8 @@ class DecoderModel:
         )
 
     def norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        return rms_norm(x, weight, eps=self.arch.rms_norm_eps, offset=self.arch.norm_offset)
+        return rms_norm(x, weight, eps=self.arch.rms_norm_eps, offset=self.arch.norm_offset,
+                        weight_in_fp32=self.arch.norm_weight_fp32)
 
     @torch.no_grad()
     def forward(self, tokens: torch.Tensor, backend: AttentionBackend, cache, step: StepState, *,
@@ -132,11 +121,11 @@ class DecoderModel:
                                 dca_lengths)
             if block.pre_mlp_norm is not None:
                 h = h + self.norm(a, block.post_attn_norm)
-                m = self._mlp(block, self.norm(h, block.pre_mlp_norm))
+                m = block.mlp(self.norm(h, block.pre_mlp_norm))
                 h = h + self.norm(m, block.post_mlp_norm)
             else:
                 h = h + a
-                h = h + self._mlp(block, self.norm(h, block.post_attn_norm))
+                h = h + block.mlp(self.norm(h, block.post_attn_norm))
         if rows is not None:
             h = h[rows]
         logits = F.linear(self.norm(h, self.final_norm), self.lm_head).float()
@@ -163,6 +152,3 @@ class DecoderModel:
             k = apply_rope(k, positions, base=theta, rotary_dim=rd)
         out = backend.forward(q, k, v, block.attn, cache, step)     # [T, H_q * D_v]
         return block.o(out)
-
-    def _mlp(self, block: Block, x: torch.Tensor) -> torch.Tensor:
-        return block.down(self.act(block.gate(x)) * block.up(x))

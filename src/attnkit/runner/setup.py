@@ -37,7 +37,8 @@ def dtype_name(dtype: torch.dtype | str, *, field: str, table: Mapping[str, torc
 
 def plan_for(arch: Architecture, *, backend: str | None, device: torch.device,
              page_size: int | None,
-             dtype: str, kv_cache_dtype: str, dual_chunk: bool | None):
+             dtype: str, kv_cache_dtype: str, dual_chunk: bool | None,
+             prefill_backend: str | None = None, decode_backend: str | None = None):
     """attnkit's Plan for running ``arch`` here (raises the plan's AttnkitError if none)."""
     from attnkit.planning.solver import plan
 
@@ -46,7 +47,8 @@ def plan_for(arch: Architecture, *, backend: str | None, device: torch.device,
                       f"{type(backend).__name__}", field="backend", expected="str | AttentionBackend",
              actual=type(backend).__name__)
     request = {"page_size": page_size, "dtype": dtype, "kv_cache_dtype": kv_cache_dtype,
-               "attention_backend": backend,
+               "attention_backend": backend, "prefill_attention_backend": prefill_backend,
+               "decode_attention_backend": decode_backend,
                "dual_chunk": None if dual_chunk is None else ("on" if dual_chunk else "off")}
     result = plan(arch.attention, platform_of(device), {k: v for k, v in request.items() if v is not None},
                   strict=True)

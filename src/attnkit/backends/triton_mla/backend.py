@@ -12,12 +12,12 @@ A MIXED step runs each request in its own form (see _plan.py).
 """
 from __future__ import annotations
 
-import os
 import torch
 import triton
 
 from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState
 from attnkit.backends.metadata import BatchMetadata
+from attnkit.backends.triton._common import interpreting
 from attnkit.backends.triton_mla._plan import Part, build_parts
 from attnkit.backends.triton_mla.declaration import DECLARATION
 from attnkit.backends.triton_mla.decode import absorbed_attention, absorbed_config, choose_splits
@@ -36,14 +36,21 @@ _UNSERVED = ("sliding_window", "logit_softcap", "sinks", "cross_attention", "non
 MHA_FORM_MIN_QUERY = 32
 
 
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
-
-
 def _sm_count(device: torch.device) -> int:
     if device.type != "cuda":
         return 4
     return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+# Shared memory a block may opt into, KB, by compute capability (CUDA programming guide);
+# tile shapes that fit sm_80 / sm_90 do not fit the ~99 KB of sm_86 / sm_89 / sm_120.
+_SMEM_KB = {(8, 0): 163, (8, 7): 163, (9, 0): 227, (10, 0): 227, (10, 3): 227}
+
+
+def _smem_kb(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 227
+    return _SMEM_KB.get(torch.cuda.get_device_capability(device), 99)
 
 
 class TritonMLABackend(AttentionBackend):
@@ -119,7 +126,8 @@ class TritonMLABackend(AttentionBackend):
         rows = 16 if fp32 else 64         # fp32 tiles are twice the bytes: keep them small
         block_h = self.block_h or min(rows, max(16, triton.next_power_of_2(H)))
         block_t = max(1, min(triton.next_power_of_2(part.max_query_len), rows // block_h))
-        cfg = absorbed_config(block_h * block_t, layer.spec.mla.kv_lora_rank, fp32=fp32)
+        cfg = absorbed_config(block_h * block_t, layer.spec.mla.kv_lora_rank, fp32=fp32,
+                              smem_kb=_smem_kb(q_lat.device))
         cfg.update({k: v for k, v in (("block_n", self.block_n), ("num_warps", self.num_warps),
                                       ("num_stages", self.num_stages)) if v})
         per_sm = cfg.pop("programs_per_sm")
@@ -146,9 +154,11 @@ class TritonMLABackend(AttentionBackend):
         w_vc = layer.w_vc.to(dtype).transpose(0, 1).reshape(L, H * mla.v_head_dim)
         k_nope = (c @ w_kc.T).view(-1, H, mla.qk_nope_head_dim)                      # [S, H, nope]
         v = (c @ w_vc).view(-1, H, mla.v_head_dim)                                  # [S, H, Dv]
-        on_gpu = q_nope.is_cuda and not _interpreting()
-        # (block_m, block_n, warps, stages): no spills and pipelined loads with ptxas for sm_90
-        tiles = (32, 32, 4, 2) if dtype == torch.float32 else (64, 64, 4, 3)
+        on_gpu = q_nope.is_cuda and not interpreting()
+        # (block_m, block_n, warps, stages): no spills and pipelined loads with ptxas for
+        # sm_90 (144 KB of shared memory); 32-key tiles (68 KB) where blocks get ~99 KB
+        wide = (64, 64, 4, 3) if _smem_kb(q_nope.device) >= 160 else (64, 32, 4, 3)
+        tiles = (32, 32, 4, 2) if dtype == torch.float32 else wide
         block_m, block_n, warps, stages = self.extend_tiles or (tiles if on_gpu else (16, 16, 4, 1))
         work_req, work_tok = part.tiles(block_m)
         return mha_form_attention(
@@ -172,7 +182,7 @@ class TritonMLABackend(AttentionBackend):
         if bad or not spec.causal:
             fail("AK464", f"layer {spec.layer_id} needs {sorted(bad) or ['non_causal']}",
                  field="features", expected=sorted(_CAPS.features), actual=sorted(bad))
-        if not q.is_cuda and not _interpreting():
+        if not q.is_cuda and not interpreting():
             fail("AK465", f"q is on {q.device}; triton_mla runs on CUDA",
                  field="device", expected="cuda", actual=str(q.device))
         dt, kv_dt = _DTYPES.get(q.dtype), _KV_DTYPES.get(cache.dtype)

@@ -131,32 +131,38 @@ def _reduce_splits_kernel(
     tl.store(Out + t * stride_ot + h * stride_oh + offs_l, (acc / total).to(Out.dtype.element_ty))
 
 
-def absorbed_config(block_m: int, latent_width: int, *, fp32: bool = False) -> dict:
-    """Tile shape for a ``block_m``-row program (checked for register spills with ptxas for
-    sm_90; see benchmarks/NOTES-mla.md). ``programs_per_sm``: how many fit in shared memory.
+def absorbed_config(block_m: int, latent_width: int, *, fp32: bool = False,
+                    smem_kb: int = 227) -> dict:
+    """Tile shape for a ``block_m``-row program, for a GPU with ``smem_kb`` KB of shared memory
+    per block (checked with ptxas for sm_90, sm_80 and sm_89 for spills and shared memory; see
+    benchmarks/NOTES-mla.md). ``programs_per_sm``: how many fit in shared memory together.
     fp32 (correctness, not speed: IEEE dots) keeps 16-row programs and 16-key tiles."""
     if latent_width < 256 or fp32:              # toy sizes (interpreter tests) or fp32
         return dict(block_n=16, num_warps=4, num_stages=2, programs_per_sm=2)
+    if smem_kb < 160:                           # sm_86 / sm_89 / sm_120: ~99 KB per block
+        if block_m >= 64:
+            return dict(block_n=16, num_warps=8, num_stages=2, programs_per_sm=1)
+        if block_m >= 32:
+            return dict(block_n=32, num_warps=4, num_stages=2, programs_per_sm=1)
+        return dict(block_n=64, num_warps=4, num_stages=3, programs_per_sm=1)
     if block_m >= 64:                           # [64, 512] fp32 accumulator: two warpgroups
         # H200 sweep (H=128, B=128, ctx 4k): 32 keys x 3 stages 1.25 ms, 16 x 2 1.78 ms
         return dict(block_n=32, num_warps=8, num_stages=3, programs_per_sm=1)
     if block_m >= 32:
         return dict(block_n=64, num_warps=8, num_stages=2, programs_per_sm=1)
-    return dict(block_n=64, num_warps=4, num_stages=3, programs_per_sm=2)
+    # ~93 KB a program: two share an SM on sm_90 (227 KB), one on sm_80 (163 KB)
+    return dict(block_n=64, num_warps=4, num_stages=3, programs_per_sm=2 if smem_kb >= 200 else 1)
 
 
 def choose_splits(programs: int, max_kv: int, *, slots: int, min_keys: int = 128) -> int:
-    """KV splits per tile: the count whose programs fill the ``slots`` (SMs x programs per
-    SM) best in whole waves, fewest splits on ties, each split keeping >= ``min_keys`` keys
-    (below that the partial writes and the reduce cost more than the split saves)."""
+    """KV splits per tile: the fewest whose programs fill the ``slots`` (SMs x programs per
+    SM) in whole waves within 90 % as well as the best count does, each split keeping
+    >= ``min_keys`` keys. Fewest, because every extra split writes and merges another fp32
+    partial of [heads, L] per token (at B=128, H=128, 17 splits moved 570 MB of partials)."""
     cap = max(1, min(256, max_kv // min_keys))
-    best, best_eff = 1, -1.0
-    for s in range(1, cap + 1):
-        total = programs * s
-        eff = total / (triton.cdiv(total, slots) * slots)
-        if eff > best_eff + 0.02:
-            best, best_eff = s, eff
-    return best
+    fill = [programs * s / (triton.cdiv(programs * s, slots) * slots) for s in range(1, cap + 1)]
+    best = max(fill)
+    return next(s for s, f in enumerate(fill, start=1) if f >= 0.9 * best)
 
 
 def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok,

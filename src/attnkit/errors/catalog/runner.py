@@ -5,18 +5,19 @@ ENTRIES = [
     entry(
         "AK480", "Model not runnable by the attnkit runner",
         meaning="The runner holds block recipes (norms, MLP, rotary, LM head) for a few "
-                "decoder-only families: llama, mistral, qwen2, qwen3 and gemma2, with ordinary "
-                "('default') RoPE. A config outside them parses for planning, but the runner "
-                "cannot compute it.",
+                "decoder-only families: llama, mistral, qwen2, qwen3, gemma2 and gpt_oss, with "
+                "ordinary ('default') RoPE. A config outside them parses for planning, but the "
+                "runner cannot compute it.",
         trigger="Engine.from_pretrained on a config whose model_type, activation, rope type or "
-                "attention layout (MLA, encoder-decoder, sinks) the runner lacks, or whose "
+                "attention layout (MLA, encoder-decoder) the runner lacks, or whose "
                 "hidden_size / intermediate_size / vocab_size is not a positive integer.",
         situations=["A DeepSeek (MLA) or Whisper (encoder-decoder) checkpoint given to the runner.",
-                    "A Llama-3.1 config with rope_type 'llama3' or a YaRN-scaled Qwen config."],
+                    "A Llama-3.1 config with rope_type 'llama3', or gpt-oss with its YaRN rope."],
         solutions=["Plan such models with `attnkit plan` and serve them in a full engine; the "
                    "runner is a correctness harness for the families it lists.",
                    "For tests, build the tiny model from a supported family "
-                   "(LlamaConfig, Qwen2Config, MistralConfig, Qwen3Config, Gemma2Config)."],
+                   "(LlamaConfig, Qwen2Config, MistralConfig, Qwen3Config, Gemma2Config, "
+                   "GptOssConfig with rope_parameters={'rope_type': 'default', ...})."],
         before="Engine.from_pretrained('./deepseek-v3-tiny')",
         after="Engine.from_pretrained('./llama-tiny')",
         related=("AK481", "AK512"),

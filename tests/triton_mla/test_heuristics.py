@@ -1,0 +1,24 @@
+"""Host-side choices of triton_mla: KV split counts and tile shapes (no kernels run)."""
+import pytest
+
+from attnkit.backends.triton_mla.decode import absorbed_config, choose_splits
+
+
+@pytest.mark.parametrize("programs, max_kv, slots, expected", [
+    (128, 4096, 264, 2),      # B=128, H=16: 256 programs fill 132 SMs x 2 in one wave
+    (256, 4096, 132, 1),      # B=128, H=128 (two head blocks): already a full wave
+    (1, 32768, 264, 231),     # B=1 long context: near one program per slot
+    (2, 4096, 132, 29),       # B=1, H=128: capped by 128 keys per split, 90 % of that fill
+    (1, 100, 264, 1),         # too short to split
+])
+def test_split_counts(programs, max_kv, slots, expected):
+    assert choose_splits(programs, max_kv, slots=slots) == expected
+
+
+def test_tiles_fit_shared_memory():
+    """sm_90 gets the swept tiles; ~99 KB parts (sm_89) get tiles that ptxas fits there."""
+    assert absorbed_config(64, 512, smem_kb=227)["block_n"] == 32
+    assert absorbed_config(64, 512, smem_kb=99) == dict(block_n=16, num_warps=8, num_stages=2,
+                                                        programs_per_sm=1)
+    assert absorbed_config(16, 512, smem_kb=163)["programs_per_sm"] == 1
+    assert absorbed_config(16, 512, smem_kb=227)["programs_per_sm"] == 2
