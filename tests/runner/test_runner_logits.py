@@ -83,10 +83,18 @@ def test_prefill_and_decode_on_different_backends(tiny_model, hf_logits):
 
 
 @pytest.mark.parametrize("options,rtol", [({"dtype": "bf16"}, 3e-2), ({"dtype": torch.float16}, 1e-2),
-                                          ({"kv_cache_dtype": "fp8_e4m3"}, 1e-1)])
+                                          ({"kv_cache_dtype": "fp8_e4m3"}, 2.5e-1)])  # 3-bit mantissa
 def test_low_precision_tracks_fp32(tiny_model, options, rtol):
     path, _ = tiny_model("llama")
     fp32 = Engine.from_pretrained(path, page_size=4).prefill(PROMPTS)
     low = Engine.from_pretrained(path, page_size=4, **options).prefill(PROMPTS)
     for a, b in zip(low, fp32):
         close(a, b, rtol=rtol)
+
+
+def test_sharded_checkpoint_loads(tiny_model, hf_logits, tmp_path):
+    _, hf = tiny_model("qwen2")
+    hf.save_pretrained(tmp_path, max_shard_size="40KB")
+    assert len(list(tmp_path.glob("*.safetensors"))) > 1
+    engine = Engine.from_pretrained(tmp_path, page_size=4)
+    close(engine.prefill(PROMPTS[:1])[0], hf_logits(hf, PROMPTS[0]))

@@ -36,8 +36,7 @@ def dtype_name(dtype: torch.dtype | str, *, field: str, table: Mapping[str, torc
 
 
 def plan_for(arch: Architecture, *, backend: str | None, device: torch.device,
-             page_size: int | None,
-             dtype: str, kv_cache_dtype: str, dual_chunk: bool | None,
+             page_size: int | None, dtype: str, kv_cache_dtype: str, dual_chunk: bool | None,
              prefill_backend: str | None = None, decode_backend: str | None = None):
     """attnkit's Plan for running ``arch`` here (raises the plan's AttnkitError if none)."""
     from attnkit.planning.solver import plan
@@ -50,8 +49,8 @@ def plan_for(arch: Architecture, *, backend: str | None, device: torch.device,
                "attention_backend": backend, "prefill_attention_backend": prefill_backend,
                "decode_attention_backend": decode_backend,
                "dual_chunk": None if dual_chunk is None else ("on" if dual_chunk else "off")}
-    result = plan(arch.attention, platform_of(device), {k: v for k, v in request.items() if v is not None},
-                  strict=True)
+    request = {k: v for k, v in request.items() if v is not None}
+    result = plan(arch.attention, platform_of(device), request, strict=True)
     for note in result.warnings:
         warnings.warn(note, UserWarning, stacklevel=3)
     return result
@@ -73,13 +72,20 @@ def backend_of(result, options: Mapping[str, Any] | None) -> AttentionBackend:
     """The planned backend object: one backend, or a hybrid when prefill and decode differ."""
     from attnkit.planning.registry import load_backend
 
-    opts = dict(options or {})
-    prefill = load_backend(result.prefill_backend, **opts)
+    def load(name: str) -> AttentionBackend:
+        try:
+            return load_backend(name, **dict(options or {}))
+        except TypeError as exc:           # an option the backend's constructor lacks
+            fail("AK483", f"backend {name!r} does not take backend_options "
+                          f"{sorted(options or {})}: {exc}", field="backend_options",
+                 expected="the backend's keyword options", actual=sorted(options or {}))
+
+    prefill = load(result.prefill_backend)
     if result.decode_backend == result.prefill_backend:
         return prefill
     from attnkit.backends.hybrid import HybridBackend
 
-    return HybridBackend(prefill=prefill, decode=load_backend(result.decode_backend, **opts))
+    return HybridBackend(prefill=prefill, decode=load(result.decode_backend))
 
 
 def model_layers(arch: Architecture, *, dual_chunk: bool | None) -> tuple[LayerAttention, ...]:

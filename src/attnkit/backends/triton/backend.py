@@ -18,7 +18,9 @@ from attnkit.backends.metadata import BatchMetadata, ForwardMode
 from attnkit.backends.triton._common import interpreting, kernel_scales, padded_dim, write_kv
 from attnkit.backends.triton.declaration import DECLARATION
 from attnkit.backends.triton.decode import choose_splits, decode_attention, decode_config
-from attnkit.backends.triton.extend import extend_attention, extend_config
+from attnkit.backends.triton.extend import (EXTEND_VARIANTS, extend_attention, extend_config,
+                                             pick_extend_variant)
+from attnkit.backends.triton.extend_v2 import extend_attention_v2
 from attnkit.errors import fail
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -81,12 +83,16 @@ def _sm_count(device: torch.device) -> int:
 class TritonBackend(AttentionBackend):
     """Options (keyword-only) override the per-shape launch heuristics, for tests and
     benchmarks: ``extend_config`` / ``decode_config`` dicts (BLOCK_M, BLOCK_N, num_warps,
-    num_stages) and ``num_splits`` (decode KV splits; the chunk follows from it)."""
+    num_stages), ``num_splits`` (decode KV splits; the chunk follows from it) and
+    ``extend_variant`` ("v1" / "v2"; default extend.EXTEND_VARIANT)."""
 
     name = "triton"
 
     def __init__(self, *, extend_config: dict | None = None, decode_config: dict | None = None,
-                 num_splits: int | None = None):
+                 num_splits: int | None = None, extend_variant: str | None = None):
+        if extend_variant not in (None, *EXTEND_VARIANTS):
+            raise ValueError(f"extend_variant must be one of {EXTEND_VARIANTS}, not {extend_variant!r}")
+        self.extend_variant = extend_variant
         self.extend_override = dict(extend_config or {})
         self.decode_override = dict(decode_config or {})
         self.num_splits = num_splits
@@ -126,10 +132,13 @@ class TritonBackend(AttentionBackend):
         else:
             cfg = extend_config(spec.head_dim, q.dtype, interpret=interpreting()) | self.extend_override
             block_req, block_m = plan.query_blocks(cfg["BLOCK_M"])
-            extend_attention(q, k_cache, v_cache, out, block_req=block_req, block_m=block_m,
-                             query_start_loc=plan.query_start_loc, seq_lens=plan.seq_lens,
-                             block_tables=plan.block_tables, causal=spec.causal, config=cfg,
-                             **common)
+            common.update(block_req=block_req, block_m=block_m, query_start_loc=plan.query_start_loc,
+                          seq_lens=plan.seq_lens, block_tables=plan.block_tables,
+                          causal=spec.causal, config=cfg)
+            if pick_extend_variant(self.extend_variant, k, v, cache, lid) == "v2":
+                extend_attention_v2(q, k, v, k_cache, v_cache, out, **common)
+            else:
+                extend_attention(q, k_cache, v_cache, out, **common)
         return out.view(q.shape[0], spec.num_heads * spec.value_dim)
 
     def _splits(self, plan: TritonStepPlan, spec, block_n: int) -> tuple[int, int]:

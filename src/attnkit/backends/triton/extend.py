@@ -19,6 +19,12 @@ import triton.language as tl
 
 from attnkit.backends.triton._common import NEG_BIG, attend_range, padded_dim, unit_stride_rows
 
+# >>> Which extend kernel the backend runs by default. "v2" (extend_v2.py) reads the new
+# tokens' K/V from the step's k / v inputs and only the cached prefix through the block
+# table; "v1" (this file) reads every key through the block table. Revert: set "v1".
+EXTEND_VARIANT = "v2"
+EXTEND_VARIANTS = ("v1", "v2")
+
 
 @triton.jit
 def _extend_kernel(
@@ -99,6 +105,18 @@ def _extend_kernel(
     out = acc * (v_scale / l_i)[:, None]
     tl.store(Out + q_rows[:, None] * stride_ot + h * stride_oh + offs_dv[None, :],
              out.to(Out.dtype.element_ty), mask=m_ok[:, None] & dv_ok[None, :])
+
+
+def pick_extend_variant(requested: str | None, k, v, cache, layer_id: int) -> str:
+    """The variant to run: v2 only where it reads exactly what the cache holds (same dtype,
+    not fp8) and its int32 row offsets into k / v cannot overflow; else v1."""
+    want = requested or EXTEND_VARIANT
+    if want != "v2":
+        return "v1"
+    kc = cache.k[layer_id]
+    exact = not cache.is_fp8 and k.dtype == kc.dtype and v.dtype == cache.v[layer_id].dtype
+    small = max(k.shape[0] * k.stride(0), v.shape[0] * v.stride(0)) < 2**31
+    return "v2" if exact and small else "v1"
 
 
 def extend_config(head_dim: int, dtype: torch.dtype, *, interpret: bool) -> dict:

@@ -17,6 +17,15 @@ import triton
 import triton.language as tl
 
 from attnkit.backends.triton._common import LOG2E, NEG_BIG, online_softmax_step
+from attnkit.backends.triton_mla.decode_v2 import _absorbed_v2_kernel
+
+# ---------------------------------------------------------------------------------------
+# DEFAULT DECODE VARIANT of the absorbed split-KV kernel: "v1" (_absorbed_split_kernel, the
+# version measured on the H200) or "v2" (decode_v2.py: output columns split across programs,
+# page-local key tiles; compiled for sm_90 but NOT yet measured). To revert, set "v1".
+DEFAULT_DECODE_VARIANT = "v2"
+# ---------------------------------------------------------------------------------------
+VARIANTS = ("v1", "v2")
 
 
 @triton.jit
@@ -168,13 +177,15 @@ def choose_splits(programs: int, max_kv: int, *, slots: int, min_keys: int = 128
 def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok,
                        query_start_loc, seq_lens, *, page_size: int, scale: float,
                        kv_scale: float, block_t: int, block_h: int, block_n: int,
-                       num_splits: int, num_warps: int = 4, num_stages: int = 2):
+                       num_splits: int, num_warps: int = 4, num_stages: int = 2,
+                       variant: str = "v1", v_split: int = 1):
     """Absorbed attention core; returns out_lat [T, H, L] in q_lat's dtype.
 
     q_lat: [H, T, L] (last dim contiguous); q_pe: [T, H, R]; cache_flat: [slots, L + R]
     (compute dtype or fp8; ``kv_scale`` undoes fp8 storage); block_tables: [B, P] int32;
     work_req / work_tok: [W] int32 tiles of ``block_t`` tokens of one request;
-    query_start_loc: [B+1] int32; seq_lens: [B] int32.
+    query_start_loc: [B+1] int32; seq_lens: [B] int32. ``variant`` picks the split kernel
+    ("v1" or "v2"); ``v_split`` (v2 only, 1 or 2) column blocks of L per head block.
     """
     import torch
 
@@ -194,16 +205,28 @@ def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok
         partial = torch.empty(T, H, num_splits, L, dtype=torch.float32, device=q_lat.device)
         lse = torch.empty(T, H, num_splits, dtype=torch.float32, device=q_lat.device)
         sp = (partial.stride(0), partial.stride(1), partial.stride(2), lse.stride(0), lse.stride(1))
-    _absorbed_split_kernel[(head_blocks, W, num_splits)](
-        q_lat, q_pe, cache_flat, block_tables, work_req, work_tok, query_start_loc, seq_lens,
-        partial, lse,
-        q_lat.stride(0), q_lat.stride(1), q_pe.stride(0), q_pe.stride(1), cache_flat.stride(0),
-        block_tables.stride(0), *sp,
-        scale * kv_scale * LOG2E, kv_scale, H, num_splits,
-        L=L, R=R, PAGE_SIZE=page_size, BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_N=block_n,
-        DIRECT=direct, DOT_PREC="ieee" if q_lat.dtype == torch.float32 else "tf32",
-        num_warps=num_warps, num_stages=num_stages,
-    )
+    dot_prec = "ieee" if q_lat.dtype == torch.float32 else "tf32"
+    if variant == "v2":
+        _absorbed_v2_kernel[(head_blocks * v_split, W, num_splits)](
+            q_lat, q_pe, cache_flat, block_tables, work_req, work_tok, query_start_loc, seq_lens,
+            partial, lse,
+            q_lat.stride(0), q_lat.stride(1), q_pe.stride(0), q_pe.stride(1),
+            block_tables.stride(0), *sp,
+            scale * kv_scale * LOG2E, kv_scale, H, num_splits,
+            L=L, R=R, ROW=cache_flat.stride(0), PAGE_SIZE=page_size, BLOCK_T=block_t,
+            BLOCK_H=block_h, BLOCK_N=block_n, V_SPLIT=v_split, DIRECT=direct, DOT_PREC=dot_prec,
+            num_warps=num_warps, num_stages=num_stages,
+        )
+    else:
+        _absorbed_split_kernel[(head_blocks, W, num_splits)](
+            q_lat, q_pe, cache_flat, block_tables, work_req, work_tok, query_start_loc, seq_lens,
+            partial, lse,
+            q_lat.stride(0), q_lat.stride(1), q_pe.stride(0), q_pe.stride(1), cache_flat.stride(0),
+            block_tables.stride(0), *sp,
+            scale * kv_scale * LOG2E, kv_scale, H, num_splits,
+            L=L, R=R, PAGE_SIZE=page_size, BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_N=block_n,
+            DIRECT=direct, DOT_PREC=dot_prec, num_warps=num_warps, num_stages=num_stages,
+        )
     if direct:
         return partial.to(q_lat.dtype)
     out = torch.empty(T, H, L, dtype=q_lat.dtype, device=q_lat.device)

@@ -45,8 +45,8 @@ ENTRIES = [
         "AK483", "Invalid engine request",
         meaning="An argument to the runner's Engine names nothing or cannot be served: an "
                 "unknown sequence id, an empty token list, a token id outside the vocabulary, "
-                "counts that disagree (tokens vs ids), a negative max_new_tokens, or an unknown "
-                "dtype or option.",
+                "counts that disagree (tokens vs ids), a negative max_new_tokens, an unknown "
+                "dtype, or a backend option the backend does not take.",
         trigger="Engine.from_pretrained / prefill / decode / step / generate / release with such "
                 "an argument.",
         situations=["decode called after release, or with a token per finished sequence too many.",
@@ -54,7 +54,9 @@ ENTRIES = [
                     "dtype='float8' or kv_cache_dtype='int8'."],
         solutions=["Use engine.ids for the live sequences; decode one token per id.",
                    "Check the tokenizer matches the model (ids < vocab_size).",
-                   "Use fp32, fp16 or bf16 compute; fp32/fp16/bf16/fp8_e4m3/fp8_e5m2 KV cache."],
+                   "Use fp32, fp16 or bf16 compute; fp32/fp16/bf16/fp8_e4m3/fp8_e5m2 KV cache.",
+                   "Pass backend_options only with a backend that takes them (e.g. "
+                   "torch_native's mla_form)."],
         before="engine.decode([7, 9])            # one live sequence",
         after="engine.decode([7], ids=engine.ids)",
         related=("AK400", "AK405"),

@@ -1,0 +1,120 @@
+"""Absorbed MLA split-KV kernel, version 2: output columns split across programs, page-local
+key tiles. Same inputs, outputs and partial layout as decode.py's version 1 kernel, so the
+launcher and the reduce kernel are shared (see decode.absorbed_attention, ``variant``).
+
+Why (benchmarks/NOTES-mla.md, version 3): in version 1 a 64-head program holds the whole
+[64, 512] fp32 accumulator, which needs two warpgroups (8 warps); Triton then splits the
+Q.K product along the keys between them, so each warpgroup issues 36 narrow (N = 16)
+wgmma per 32-key tile, and registers sit at 255 with spills. Here:
+- ``V_SPLIT`` programs share a (head block, request, KV split); program ``v`` owns output
+  columns [v * L / V_SPLIT, (v + 1) * L / V_SPLIT). Each recomputes the full scores (Q.K is
+  576 of the 1088 FLOPs a key, so V_SPLIT = 2 costs 1.53x the FLOPs) but holds only a
+  [BLOCK_M, L / V_SPLIT] accumulator: one warpgroup (4 warps) runs Q.K as
+  [64 x BLOCK_N] wgmma, 4x wider than version 1's.
+- The latent tile is loaded as two column blocks: the program's own columns (used by Q.K
+  AND P.V, one shared-memory copy) and the rest (Q.K only), plus the rope columns.
+- When BLOCK_N divides the page size, a key tile lies in one page: one block-table load
+  per tile, rows at a constant stride from one base, instead of a page id and a 64-bit
+  address per row (the gather addresses were a large part of version 1's registers).
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from attnkit.backends.triton._common import NEG_BIG, online_softmax_step
+
+
+@triton.jit
+def _absorbed_v2_kernel(
+    QL, QP, Cache, BlockTables, WorkReq, WorkTok, QStart, SeqLens, Out, Lse,
+    stride_qlh, stride_qlt, stride_qpt, stride_qph, stride_bt,
+    stride_ot, stride_oh, stride_os, stride_lt, stride_lh,
+    qk_scale, v_scale, H, num_splits,
+    L: tl.constexpr, R: tl.constexpr, ROW: tl.constexpr, PAGE_SIZE: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+    V_SPLIT: tl.constexpr, DIRECT: tl.constexpr, DOT_PREC: tl.constexpr,
+):
+    """As decode._absorbed_split_kernel, with Cache: latent [slots, ROW] (ROW = L + R, a
+    constexpr so row offsets fold into immediates) and grid axis 0 = head block * V_SPLIT +
+    column block. Out / Lse as there; every column block writes its columns, block 0 the LSE."""
+    BLOCK_M: tl.constexpr = BLOCK_T * BLOCK_H
+    BLOCK_V: tl.constexpr = L // V_SPLIT
+    # column blocks of one head block, then head blocks, vary fastest: the programs that read
+    # the same latent rows run together and all but the first read them from L2
+    hb = tl.program_id(0) // V_SPLIT
+    vb = tl.program_id(0) % V_SPLIT
+    w = tl.program_id(1)
+    split = tl.program_id(2)
+    req = tl.load(WorkReq + w)
+    tok0 = tl.load(WorkTok + w)
+    q_end = tl.load(QStart + req + 1)
+    seq_len = tl.load(SeqLens + req)
+
+    rows = tl.arange(0, BLOCK_M)
+    tok = tok0 + rows // BLOCK_H
+    head = hb * BLOCK_H + rows % BLOCK_H
+    row_ok = (tok < q_end) & (head < H)
+    kv_len = tl.where(row_ok, seq_len - (q_end - tok) + 1, 0)
+    kv_max = tl.max(kv_len, axis=0)
+
+    offs_v = vb * BLOCK_V + tl.arange(0, BLOCK_V)            # this program's columns
+    offs_r = tl.arange(0, R)
+    q_base = QL + head[:, None] * stride_qlh + tok[:, None] * stride_qlt
+    q_own = tl.load(q_base + offs_v[None, :], mask=row_ok[:, None], other=0.0)
+    if V_SPLIT == 2:
+        offs_o = (1 - vb) * BLOCK_V + tl.arange(0, BLOCK_V)  # the other half (Q.K only)
+        q_oth = tl.load(q_base + offs_o[None, :], mask=row_ok[:, None], other=0.0)
+    q_pe = tl.load(QP + tok[:, None] * stride_qpt + head[:, None] * stride_qph + offs_r[None, :],
+                   mask=row_ok[:, None], other=0.0)
+
+    per_split = tl.cdiv(tl.cdiv(kv_max, num_splits), BLOCK_N) * BLOCK_N
+    start = split * per_split
+    end = tl.minimum(start + per_split, kv_max)
+
+    m_i = tl.zeros([BLOCK_M], tl.float32) + NEG_BIG
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_V], tl.float32)
+    offs_n = tl.arange(0, BLOCK_N)
+    for n0 in range(start, end, BLOCK_N):
+        pos = n0 + offs_n
+        pos_ok = pos < end
+        if PAGE_SIZE % BLOCK_N == 0:
+            # n0 is a multiple of BLOCK_N, so the whole tile lies in one page
+            page = tl.load(BlockTables + req * stride_bt + n0 // PAGE_SIZE)
+            slot = page.to(tl.int64) * PAGE_SIZE + (n0 % PAGE_SIZE) + offs_n
+        else:
+            page = tl.load(BlockTables + req * stride_bt + pos // PAGE_SIZE, mask=pos_ok, other=0)
+            slot = page.to(tl.int64) * PAGE_SIZE + pos % PAGE_SIZE
+        base = Cache + slot[:, None] * ROW
+        c_own = tl.load(base + offs_v[None, :], mask=pos_ok[:, None], other=0.0).to(q_own.dtype)
+        s = tl.dot(q_own, tl.trans(c_own), input_precision=DOT_PREC)
+        if V_SPLIT == 2:
+            c_oth = tl.load(base + offs_o[None, :], mask=pos_ok[:, None], other=0.0).to(q_own.dtype)
+            s = tl.dot(q_oth, tl.trans(c_oth), s, input_precision=DOT_PREC)
+        pe = tl.load(base + L + offs_r[None, :], mask=pos_ok[:, None], other=0.0).to(q_own.dtype)
+        s = tl.dot(q_pe, tl.trans(pe), s, input_precision=DOT_PREC)
+        s = tl.where(pos[None, :] < kv_len[:, None], s * qk_scale, float("-inf"))
+        m_i, l_i, acc = online_softmax_step(m_i, l_i, acc, s, c_own, DOT_PREC)
+
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    out = acc * (v_scale / l_safe)[:, None]
+    o_ptr = Out + tok[:, None] * stride_ot + head[:, None] * stride_oh + offs_v[None, :]
+    if DIRECT:
+        tl.store(o_ptr, out, mask=row_ok[:, None])
+    else:
+        tl.store(o_ptr + split * stride_os, out, mask=row_ok[:, None])
+        # the column blocks' LSEs agree up to the summation order of the score dots
+        lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(l_safe))
+        tl.store(Lse + tok * stride_lt + head * stride_lh + split, lse, mask=row_ok & (vb == 0))
+
+
+def absorbed_config_v2(block_m: int, latent_width: int, *, fp32: bool = False,
+                       smem_kb: int = 227) -> dict | None:
+    """Version 2 tile for a ``block_m``-row program, or None where version 1's tile (with
+    ``v_split`` = 1) is used. Checked with ptxas for sm_90 (benchmarks/NOTES-mla.md)."""
+    if latent_width < 256 or fp32 or smem_kb < 200:
+        return None
+    if block_m >= 64:
+        return dict(block_n=64, num_warps=4, num_stages=2, programs_per_sm=1, v_split=2)
+    return None
