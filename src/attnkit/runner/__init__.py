@@ -1,11 +1,11 @@
-"""Minimal engine pieces that sit above the attention backends.
+"""The minimal engine: real model architectures on attnkit attention and the paged KV cache.
 
-``runner.rotary``: ordinary rotary embeddings and the dual-chunk (DCA) rotation that feeds
-the ``dual_chunk`` backend. Whole-model execution is not here yet.
-Importing this package imports nothing heavy; submodules import torch.
+``Engine`` (engine.py) loads a local checkpoint, plans its backends through ``attnkit.plan``
+and runs prefill / decode / mixed steps; ``rotary`` holds ordinary rotary embeddings and the
+dual-chunk (DCA) rotation that feeds the ``dual_chunk`` backend. See docs/runner.md.
+Importing this package imports nothing heavy; ``Engine`` is loaded (with torch) on first use.
 """
 
-# Exports (runner engineer). Lazy, so importing attnkit.runner stays torch-free.
 __all__ = ["Engine"]
 
 

@@ -20,7 +20,9 @@ from attnkit.backends.metadata import BatchMetadata
 from attnkit.backends.triton._common import interpreting
 from attnkit.backends.triton_mla._plan import Part, build_parts
 from attnkit.backends.triton_mla.declaration import DECLARATION
-from attnkit.backends.triton_mla.decode import absorbed_attention, absorbed_config, choose_splits
+from attnkit.backends.triton_mla.decode import (DEFAULT_DECODE_VARIANT, VARIANTS, absorbed_attention,
+                                                absorbed_config, choose_splits)
+from attnkit.backends.triton_mla.decode_v2 import absorbed_config_v2
 from attnkit.backends.triton_mla.extend import mha_form_attention
 from attnkit.errors import fail
 
@@ -58,14 +60,17 @@ class TritonMLABackend(AttentionBackend):
     ``num_splits`` (KV splits per tile), ``block_h``, ``block_n``, ``num_warps``,
     ``num_stages``, ``mha_form_min_query`` (new tokens from which extend uses the MHA form;
     None = always absorbed), ``extend_tiles`` (block_m, block_n, num_warps, num_stages of
-    the MHA-form kernel)."""
+    the MHA-form kernel), ``variant`` of the absorbed split kernel ("v1" / "v2"; default
+    decode.DEFAULT_DECODE_VARIANT), ``v_split`` (v2: column blocks of the latent per head
+    block, 1 or 2)."""
 
     name = "triton_mla"
 
     def __init__(self, *, num_splits: int | None = None, block_h: int | None = None,
                  block_n: int | None = None, num_warps: int | None = None,
                  num_stages: int | None = None, mha_form_min_query: int | None = MHA_FORM_MIN_QUERY,
-                 extend_tiles: tuple[int, int, int, int] | None = None):
+                 extend_tiles: tuple[int, int, int, int] | None = None,
+                 variant: str | None = None, v_split: int | None = None):
         self.num_splits = num_splits
         self.block_h = block_h
         self.block_n = block_n
@@ -73,6 +78,11 @@ class TritonMLABackend(AttentionBackend):
         self.num_stages = num_stages
         self.mha_form_min_query = mha_form_min_query
         self.extend_tiles = extend_tiles
+        self.variant = variant or DEFAULT_DECODE_VARIANT
+        if self.variant not in VARIANTS:
+            # a developer option (tests, benchmarks); no catalog code of its own
+            raise ValueError(f"triton_mla decode variant {self.variant!r}: expected one of {VARIANTS}")
+        self.v_split = v_split
 
     # ---- per step -------------------------------------------------------------------------
     def prepare(self, meta: BatchMetadata, cache) -> StepState:
@@ -126,10 +136,13 @@ class TritonMLABackend(AttentionBackend):
         rows = 16 if fp32 else 64         # fp32 tiles are twice the bytes: keep them small
         block_h = self.block_h or min(rows, max(16, triton.next_power_of_2(H)))
         block_t = max(1, min(triton.next_power_of_2(part.max_query_len), rows // block_h))
-        cfg = absorbed_config(block_h * block_t, layer.spec.mla.kv_lora_rank, fp32=fp32,
-                              smem_kb=_smem_kb(q_lat.device))
+        args = (block_h * block_t, layer.spec.mla.kv_lora_rank)
+        kw = dict(fp32=fp32, smem_kb=_smem_kb(q_lat.device))
+        cfg = (absorbed_config_v2(*args, **kw) if self.variant == "v2" else None) \
+            or dict(absorbed_config(*args, **kw), v_split=1)
         cfg.update({k: v for k, v in (("block_n", self.block_n), ("num_warps", self.num_warps),
-                                      ("num_stages", self.num_stages)) if v})
+                                      ("num_stages", self.num_stages), ("v_split", self.v_split))
+                    if v})
         per_sm = cfg.pop("programs_per_sm")
         work_req, work_tok = part.tiles(block_t)
         splits = self.num_splits or choose_splits(
@@ -139,7 +152,7 @@ class TritonMLABackend(AttentionBackend):
             q_lat, q_pe, latent.view(-1, latent.shape[-1]), part.block_tables, work_req,
             work_tok, part.query_start_loc, part.seq_lens,
             page_size=part.page_size, scale=layer.spec.softmax_scale, kv_scale=kv_scale,
-            block_t=block_t, block_h=block_h, num_splits=splits, **cfg)
+            block_t=block_t, block_h=block_h, num_splits=splits, variant=self.variant, **cfg)
 
     def _mha_form(self, q_nope, q_pe, latent, layer, cache, part: Part, kv_scale):
         """Decompress the gathered latent into per-head K/V, then causal flash attention."""
