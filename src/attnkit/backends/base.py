@@ -98,3 +98,12 @@ def _checked_forward(forward):
 
 AttentionBackend.prepare = _checked_prepare(AttentionBackend.prepare)
 
+
+def check_option(backend: str, option: str, value, choices) -> None:
+    """Refuse a backend constructor option outside ``choices`` (AK407)."""
+    if value not in choices:
+        from attnkit.errors import fail
+
+        fail("AK407", f"{backend}: {option}={value!r} is not one of {', '.join(map(repr, choices))}",
+             field=option, expected=list(choices), actual=value)
+

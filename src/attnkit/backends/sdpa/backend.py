@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState
+from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState, check_option
 from attnkit.backends.metadata import BatchMetadata
 from attnkit.backends.paged_torch import (absorbed_is_cheaper, decompress_latent, kv_source,
                                           read_kv, refuse_unserved, visibility, write_step_kv)
@@ -68,8 +68,7 @@ class SdpaBackend(AttentionBackend):
     name = "sdpa"
 
     def __init__(self, *, mla_form: str = "auto"):
-        if mla_form not in ("auto", "absorbed", "mha"):
-            raise ValueError(f"mla_form must be 'auto', 'absorbed' or 'mha', got {mla_form!r}")
+        check_option(self.name, "mla_form", mla_form, ("auto", "absorbed", "mha"))
         self.mla_form = mla_form
 
     def prepare(self, meta: BatchMetadata, cache) -> StepState:

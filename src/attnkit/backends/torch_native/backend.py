@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 
-from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState
+from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState, check_option
 from attnkit.backends.paged_torch import (kv_source, read_kv, refuse_unserved, visibility,
                                           write_step_kv)
 from attnkit.backends.torch_native.declaration import DECLARATION
@@ -29,8 +29,7 @@ class TorchNativeBackend(AttentionBackend):
     name = "torch_native"
 
     def __init__(self, *, mla_form: str = "auto"):
-        if mla_form not in ("auto", "absorbed", "mha"):
-            raise ValueError(f"mla_form must be 'auto', 'absorbed' or 'mha', got {mla_form!r}")
+        check_option(self.name, "mla_form", mla_form, ("auto", "absorbed", "mha"))
         self.mla_form = mla_form
 
     def forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):

@@ -106,7 +106,7 @@ def _absorbed_v2_kernel(
         tl.store(o_ptr + split * stride_os, out, mask=row_ok[:, None])
         # the column blocks' LSEs agree up to the summation order of the score dots
         lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(l_safe))
-        tl.store(Lse + tok * stride_lt + head * stride_lh + split, lse, mask=row_ok & (vb == 0))
+        tl.store(Lse + tok * stride_lt + head * stride_lh + split, lse, mask=row_ok & (rows * 0 + vb == 0))
 
 
 def absorbed_config_v2(block_m: int, latent_width: int, *, fp32: bool = False,

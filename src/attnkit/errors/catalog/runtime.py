@@ -57,6 +57,19 @@ ENTRIES = [
         related=("AK405", "AK420"),
     ),
     entry(
+        "AK407", "Invalid backend option",
+        meaning="A backend was constructed with an option value it does not know (for example "
+                "torch_native's mla_form or a Triton kernel variant).",
+        trigger="load_backend(name, option=value) or the backend class called with such a value.",
+        situations=["A typo in an option value.",
+                    "An option value from a newer attnkit version."],
+        solutions=["Use one of the values the message lists.",
+                   "Leave the option out to get the backend's default."],
+        before='load_backend("torch_native", mla_form="absorb")',
+        after='load_backend("torch_native", mla_form="absorbed")',
+        related=("AK420",),
+    ),
+    entry(
         "AK410", "Tensor dtype mismatch",
         meaning="A tensor handed to attention has a dtype other than the one required: q, k and v "
                 "must share the compute dtype; index tensors must be integers.",
