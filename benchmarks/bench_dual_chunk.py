@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("bench_dual_chunk needs a CUDA GPU", file=sys.stderr)
         return 2
-    from common import environment, time_ms
+    from common import emit, environment, time_ms
 
     setup = Setup(context=args.context, new=args.new)
     results = run(setup, device="cuda", timer=lambda fn: time_ms(fn, warmup=2, reps=args.reps))
@@ -251,10 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         f"bf16, page {setup.page_size}; DCA chunk_size {setup.chunk_size}, local_size "
         f"{setup.local_size}, original_max {setup.original_max}.", "",
         format_table(results, setup), ""])
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    emit(text, args.out)
     return 0
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import ceilings, environment, time_ms  # noqa: E402
+from common import ceilings, emit, environment, time_ms  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -212,10 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         f"bf16, page {shape.page_size}. Ceilings: copy {ceil['copy_gbs']:.0f} GB/s, "
         f"bf16 matmul {ceil['matmul_tflops']:.0f} TFLOP/s.", "",
         format_table(results, shape, ceil), ""])
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    emit(text, args.out)
     return 0
 
 

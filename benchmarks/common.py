@@ -61,3 +61,11 @@ def environment() -> str:
 
 def ceilings() -> dict[str, float]:
     return {"copy_gbs": copy_bandwidth_gbs(), "matmul_tflops": matmul_tflops()}
+
+
+def emit(text: str, out: str | None) -> None:
+    """Print a report and, with ``--out FILE``, also write it there."""
+    print(text)
+    if out:
+        with open(out, "w") as f:
+            f.write(text)
