@@ -27,7 +27,7 @@ from dataclasses import dataclass
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
-from bench_runtime import _reason  # noqa: E402 -- one way to turn a failure into a cell
+from common import failure_reason  # noqa: E402
 
 CONTIGUOUS = "torch sdpa (contiguous)"
 PAGED_PEERS = ("sdpa", "torch_native")
@@ -140,7 +140,7 @@ def run_phase(case: Case, phase: str, *, timer) -> dict[str, tuple[float, float 
         err = max_error(case, result, phase)
         out["dual_chunk"] = (timer(lambda: dca.forward(q3, k_rot, v, case.layer, case.cache, step)), err)
     except Exception as exc:                      # noqa: BLE001 -- report, keep the run going
-        out["dual_chunk"] = _reason(exc)
+        out["dual_chunk"] = failure_reason(exc)
     q_plain = q3[:, 0].contiguous()               # plain peers: one query per token
     for name in PAGED_PEERS:
         try:
@@ -148,7 +148,7 @@ def run_phase(case: Case, phase: str, *, timer) -> dict[str, tuple[float, float 
             step = backend.prepare(meta, case.cache)
             out[name] = (timer(lambda: backend.forward(q_plain, k_rot, v, case.plain_layer, case.cache, step)), None)
         except Exception as exc:                  # noqa: BLE001
-            out[name] = _reason(exc)
+            out[name] = failure_reason(exc)
         _free()
     try:
         n, total = q3.shape[0], meta.seq_lens_cpu[0]
@@ -165,7 +165,7 @@ def run_phase(case: Case, phase: str, *, timer) -> dict[str, tuple[float, float 
             fn = lambda: F.scaled_dot_product_attention(cq, rk, rv, attn_mask=mask)  # noqa: E731
         out[CONTIGUOUS] = (timer(fn), None)
     except Exception as exc:                      # noqa: BLE001
-        out[CONTIGUOUS] = _reason(exc)
+        out[CONTIGUOUS] = failure_reason(exc)
     _free()
     return out
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import ceilings, emit, environment, time_ms  # noqa: E402
+from common import ceilings, emit, environment, failure_reason, time_ms  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -140,11 +140,6 @@ def _contiguous(row: Row, shape: Shape):
     return q, k, v, mask
 
 
-def _reason(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text[:80]}".rstrip(": ")
-
-
 def time_row(row: Row, shape: Shape, *, reps: int) -> dict[str, float | str]:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import torch.nn.functional as F
@@ -157,20 +152,20 @@ def time_row(row: Row, shape: Shape, *, reps: int) -> dict[str, float | str]:
     try:
         layer, cache, meta, q, k, v = make_case(row, shape, gen)
     except Exception as exc:            # noqa: BLE001 -- report, keep the run going
-        return {"setup": _reason(exc)}
+        return {"setup": failure_reason(exc)}
     for name in ("torch_native", "sdpa"):
         try:
             backend = load_backend(name)
             step = backend.prepare(meta, cache)
             out[name] = time_ms(lambda: backend.forward(q, k, v, layer, cache, step), reps=reps, cold_l2=cold)
         except Exception as exc:        # noqa: BLE001
-            out[name] = _reason(exc)
+            out[name] = failure_reason(exc)
         torch.cuda.empty_cache()
     del cache
     try:
         cq, ck, cv, mask = _contiguous(row, shape)
     except Exception as exc:            # noqa: BLE001
-        return out | {CONTIGUOUS: _reason(exc)}
+        return out | {CONTIGUOUS: failure_reason(exc)}
     group = shape.num_heads // shape.num_kv_heads
     for kernel in SDPA_KERNELS:
         label = f"{CONTIGUOUS}[{kernel.split('_')[0].lower()}]"
@@ -186,7 +181,7 @@ def time_row(row: Row, shape: Shape, *, reps: int) -> dict[str, float | str]:
                     label += " (kv repeated)"
                 out[label] = time_ms(fn, reps=reps, cold_l2=cold)
         except Exception as exc:        # noqa: BLE001
-            out[label] = _reason(exc)
+            out[label] = failure_reason(exc)
         torch.cuda.empty_cache()
     return out
 

@@ -69,3 +69,9 @@ def emit(text: str, out: str | None) -> None:
     if out:
         with open(out, "w") as f:
             f.write(text)
+
+
+def failure_reason(exc: BaseException) -> str:
+    """One short table cell for a peer that failed: the exception type and first line."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text[:80]}".rstrip(": ")
