@@ -3,6 +3,10 @@ in one run on one GPU, next to the machine's measured ceilings.
 
     PYTHONPATH=src python3 benchmarks/bench_mla.py [--quick] [--sweep] [--fp8] [--skip-decode] [--out DIR]
 
+Besides the default backend's rows, every run times the absorbed split-kernel VARIANTS
+(decode.VARIANTS: v1 = measured version, v2 = column-split / page-local, see NOTES-mla.md)
+on the target rows and prints one "VARIANTS" comparison line per row.
+
 DeepSeek-V3 sizes: kv_lora_rank 512, rope 64, nope 128, v 128, page 64, bf16.
 Decode: heads {16, 128} x batch {1, 32, 128} x context {1k, 4k, 32k}; reports TFLOP/s of the
 absorbed FLOPs (2 * H * ctx * (576 + 512) per request) and GB/s of latent cache read
@@ -219,6 +223,61 @@ def sweep(args):
     return rows
 
 
+# (heads, batch, ctx) of the variant comparison, and extra v2 tiles tried at B 128, ctx 4k:
+# (block_h, block_n, num_warps, num_stages, v_split). v2's default there is 128 heads, 32
+# keys, 8 warps, 3 stages, v_split 2; the extras: 64 heads in one warpgroup; 64 heads,
+# 64 keys, two warpgroups; version 1's tile with only the page-local addressing of v2.
+# At H 16 (v2 default: v1's 16, 64, 4, 3 tile, page-local): 4 stages; 32 keys x 4 stages
+VARIANT_SHAPES = [(128, 128, 4096), (16, 128, 4096), (128, 1, 32768), (16, 1, 32768)]
+V2_TILES = {(128, 128, 4096): [(64, 32, 4, 3, 2), (64, 64, 8, 3, 2), (64, 32, 8, 3, 1)],
+            (16, 128, 4096): [(16, 64, 4, 4, 1), (16, 32, 4, 4, 1)]}
+
+
+def variant_rows(args):
+    """Kernel-core time of each variant's default tile (and a few v2 tiles at H=128, B=128)."""
+    rows = []
+    shapes = [(16, 2, 40), (128, 1, 70)] if args.smoke else VARIANT_SHAPES
+    for heads, batch, ctx in shapes:
+        s = Setup(batch, ctx - 1, 1, heads=heads)
+        s.cache.write(0, s.meta.slot_mapping, s.k, None)
+        q_lat = torch.bmm(s.q[..., :NOPE].transpose(0, 1), s.layer.w_kc)
+        ref = None
+        kinds = [("v1", {}), ("v2", {})]
+        kinds += [(f"v2 {t}", dict(block_h=t[0], block_n=t[1], num_warps=t[2], num_stages=t[3],
+                                   v_split=t[4])) for t in V2_TILES.get((heads, batch, ctx), [])]
+        line = []
+        for name, opts in kinds:
+            be = TritonMLABackend(variant=name.split()[0], **opts)
+            step = be.prepare(s.meta, s.cache)
+            fn = lambda: be.attend_latent(q_lat, s.q[..., NOPE:], s.cache.latent[0], s.layer, step)  # noqa: E731
+            try:
+                out = fn()
+                ref = out if ref is None else ref          # v1 (measured, tested) is the yardstick
+                err = check(out, ref, f"variant {name} H={heads} B={batch} ctx={ctx}")
+                t, _ = graph_ms(fn, warmup=3, reps=args.reps, cold_l2=True)
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - a failing variant is a result
+                rows.append(dict(kind="variant", variant=name, heads=heads, batch=batch, ctx=ctx,
+                                 error=str(exc)[:200]))
+                line.append(f"{name} FAILED {str(exc)[:80]}")
+                continue
+            flops = 2 * heads * ctx * (2 * L + R) * batch
+            rows.append(dict(kind="variant", variant=name, heads=heads, batch=batch, ctx=ctx,
+                             core_ms=t, tflops=flops / t / 1e9,
+                             gbs=batch * ctx * (L + R) * 2 / t / 1e6, rel_err_vs_v1=err))
+            line.append(f"{name} {t * 1e3:.0f} us {flops / t / 1e9:.0f} TFLOP/s "
+                        f"{rows[-1]['gbs']:.0f} GB/s")
+        base = next((r["core_ms"] for r in rows if r.get("variant") == "v1" and "core_ms" in r
+                     and (r["heads"], r["batch"], r["ctx"]) == (heads, batch, ctx)), None)
+        v2 = next((r["core_ms"] for r in rows if r.get("variant") == "v2" and "core_ms" in r
+                   and (r["heads"], r["batch"], r["ctx"]) == (heads, batch, ctx)), None)
+        ratio = f"v2 speed-up over v1 {base / v2:.2f}x" if base and v2 else "no ratio"
+        print(f"VARIANTS H={heads} B={batch} ctx={ctx}: " + " | ".join(line) + f" -> {ratio}",
+              flush=True)
+        del s
+        torch.cuda.empty_cache() if DEV == "cuda" else None
+    return rows
+
+
 def table(rows, ceil):
     out = ["| H | B | ctx | kv | core µs | core TFLOP/s | core GB/s (% copy) | fwd µs | fwd TFLOP/s | "
            "torch bmm µs | SDPA decompr. µs | torch_native µs | bmm/core |",
@@ -231,6 +290,13 @@ def table(rows, ceil):
                    f"{r['core_tflops']:.0f} | {r['core_gbs']:.0f} ({100 * r['core_gbs'] / ceil['copy_gbs']:.0f}%) | "
                    f"{us(r['fwd_ms'])} | {r['fwd_tflops']:.0f} | {us(r['bmm_ms'])} | "
                    f"{us(r['sdpa_ms'])} | {us(r['native_ms'])} | {r['bmm_ms'] / r['core_ms']:.1f}x |")
+    var = [r for r in rows if r["kind"] == "variant"]
+    if var:
+        out += ["", "| variant (core, L2 flushed) | H | B | ctx | µs | TFLOP/s | GB/s |",
+                "|---|---|---|---|---|---|---|"]
+        out += [f"| {r['variant']} | {r['heads']} | {r['batch']} | {r['ctx']} | "
+                + (f"{r['core_ms'] * 1e3:.0f} | {r['tflops']:.0f} | {r['gbs']:.0f} |" if "core_ms" in r
+                   else f"failed: {r['error'][:60]} | | |") for r in var]
     ext = [r for r in rows if r["kind"] == "extend"]
     if ext:
         out += ["", "| extend H | q | prefix | form | ms | TFLOP/s (MHA-form FLOPs) |", "|---|---|---|---|---|---|"]
@@ -257,6 +323,7 @@ def main():
     ceil = ceilings()
     print(env, "|", {k: round(v, 1) for k, v in ceil.items()}, flush=True)
     rows = sweep(args) if args.sweep else []
+    rows += variant_rows(args)      # first: the comparison the next decision needs
     shapes = [(h, b, c) for h in (16, 128) for b in (1, 32, 128) for c in (1024, 4096, 32768)]
     ext = (2048, 32768)
     if args.quick:

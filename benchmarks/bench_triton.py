@@ -29,6 +29,7 @@ from common import ceilings, environment, time_ms  # noqa: E402
 from attnkit.backends.base import AttentionLayer  # noqa: E402
 from attnkit.backends.batch import Request, build_batch  # noqa: E402
 from attnkit.backends.triton.backend import TritonBackend  # noqa: E402
+from attnkit.backends.triton.extend import EXTEND_VARIANT as EXTEND_DEFAULT  # noqa: E402
 from attnkit.kvcache.paged import PagedKVCache  # noqa: E402
 from attnkit.model.spec import LayerAttention  # noqa: E402
 
@@ -229,8 +230,30 @@ def prefill_rows(args, ceil, out, tuned):
                    unit="TFLOP/s", flops=flops, floor_us=flops / ceil["matmul_tflops"] / 1e6)
         out.append(row)
         _print(row)
+        if dim == 128 and new >= 2048 and prefix in (0, 32768):
+            variant_rows(s, out, row, units=lambda ms: flops / ms / 1e9, tuned=tuned)
         del s
         torch.cuda.empty_cache()
+
+
+# The default row above runs extend.EXTEND_VARIANT (v2) at its default config; these time
+# the other variant (and v2 at v1's config, to separate the kernel change from the config).
+VARIANT_RUNS = [("v1", None), ("v2", dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3))]
+
+
+def variant_rows(s, out, default_row, *, units, tuned):
+    for variant, cfg in VARIANT_RUNS:
+        be = TritonBackend(extend_variant=variant, extend_config=cfg or tuned.get("extend-d128"))
+        row = guarded(lambda: measure(s, kind="extend", backend=be, units=units, peers=False))
+        row.update(kind="variant", variant=variant, config=cfg or "default", prefix=s.prefix,
+                   new=s.new, head_dim=128)
+        out.append(row)
+        _print(row)
+        ours, other = default_row.get("attnkit"), row.get("attnkit")
+        if isinstance(ours, float) and isinstance(other, float):
+            print(f"COMPARE extend prefix={s.prefix} new={s.new} d128: default ({EXTEND_DEFAULT}) "
+                  f"{ours:.0f} vs {variant} {cfg or 'default cfg'} {other:.0f} TFLOP/s "
+                  f"= {ours / other:.2f}x", flush=True)
 
 
 # Candidate launch configs per (kernel, head dim), the current default first: decode
@@ -240,7 +263,7 @@ SWEEP = {
     ("decode", 128): [(64, 4, 4), (64, 4, 3), (128, 8, 3)],
     ("decode", 256): [(32, 4, 4), (64, 4, 2), (64, 8, 3), (32, 8, 4)],
     ("extend", 64): [(128, 64, 4, 3), (128, 128, 4, 3), (128, 64, 8, 3)],
-    ("extend", 128): [(128, 64, 4, 3), (128, 128, 4, 2), (128, 64, 4, 4)],
+    ("extend", 128): [(128, 64, 8, 3), (128, 64, 4, 3), (128, 128, 8, 2), (128, 64, 8, 2)],
     ("extend", 256): [(64, 32, 4, 2), (64, 64, 4, 2), (128, 32, 8, 2), (64, 64, 8, 2)],
 }
 HEADS = {64: 32, 128: 32, 256: 16}     # q heads per head dim (8 KV heads throughout)
@@ -332,7 +355,7 @@ def table(rows, ceil):
     lines = ["| kind | shape | unit | attnkit (graph) | attnkit (eager) | " + " | ".join(peers)
              + " | vs best peer | vs ceiling |", "|" + "---|" * (7 + len(peers))]
     for r in rows:
-        if r["kind"] in ("sweep", "breakdown"):
+        if r["kind"] in ("sweep", "breakdown", "variant"):
             continue
         shape = (f"B={r['batch']} ctx={r['context']} d={r['head_dim']}" if r["kind"] == "decode"
                  else f"prefix={r['prefix']} new={r['new']} d={r['head_dim']}")
@@ -391,12 +414,20 @@ def main():
     md = table(rows, ceil)
     parts = [f"| {r['part']} | {r['us']:.1f} | {r.get('gbs', 0):.0f} |" for r in rows
              if r["kind"] == "breakdown"]
+    var = [f"| prefix={r['prefix']} new={r['new']} d=128 | {r['variant']} | {r['config']} | "
+           f"{_fmt(r.get('attnkit'))} | {_fmt(r.get('attnkit_eager'))} |"
+           for r in rows if r["kind"] == "variant"]
+    if var:
+        md += (f"\n\nExtend kernel variants (the table above runs the default, {EXTEND_DEFAULT}, "
+               "at its default config), TFLOP/s:\n\n| shape | variant | config | graph | eager |\n"
+               "|---|---|---|---|---|\n" + "\n".join(var))
     if parts:
         md += "\n\nDecode B=1, ctx 32k, d 128 (CUDA-graph replays):\n\n| part | µs | GB/s of K/V |\n|---|---|---|\n"
         md += "\n".join(parts)
     head = (f"{env}\nceilings: copy {ceil['copy_gbs']:.0f} GB/s, bf16 matmul "
             f"{ceil['matmul_tflops']:.0f} TFLOP/s; wall {time.time() - START:.0f} s; "
-            f"launch configs: defaults, except {json.dumps(tuned) if tuned else 'none'}\n\n")
+            f"launch configs: defaults, except {json.dumps(tuned) if tuned else 'none'}; "
+            f"extend kernel {EXTEND_DEFAULT}\n\n")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "bench_triton.md"), "w") as f:
         f.write(head + md + "\n")

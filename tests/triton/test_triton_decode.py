@@ -3,7 +3,7 @@ import pytest
 from factories import assert_close, make_case, make_layer
 
 from attnkit.backends.metadata import ForwardMode
-from attnkit.backends.triton.decode import choose_splits
+from attnkit.backends.triton.decode import DECODE_VARIANTS, choose_splits, pick_decode_variant
 
 CASES = {
     "gqa-page16": (dict(num_heads=8, num_kv_heads=2, head_dim=64),
@@ -17,9 +17,10 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("variant", DECODE_VARIANTS)
 @pytest.mark.parametrize("num_splits", [1, 3])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_decode_matches_reference(run_triton, name, num_splits):
+def test_decode_matches_reference(run_triton, name, num_splits, variant):
     layer_kw, case_kw = CASES[name]
     dtype = "fp32" if num_splits == 1 else "fp16"
     prefix = case_kw["prefix_lens"]
@@ -27,8 +28,30 @@ def test_decode_matches_reference(run_triton, name, num_splits):
                      seed=len(name), **{k: v for k, v in case_kw.items() if k != "prefix_lens"},
                      prefix_lens=prefix)
     assert case.meta.mode is ForwardMode.DECODE
-    out = run_triton(case, num_splits=num_splits)
-    assert_close(out, case.reference(), dtype=dtype, what=f"{name} splits={num_splits}")
+    out = run_triton(case, num_splits=num_splits, decode_variant=variant)
+    assert_close(out, case.reference(), dtype=dtype, what=f"{name} splits={num_splits} {variant}")
+    # the new token's K/V reached the cache (v2 writes it from inside the kernel)
+    k_cache = case.cache.k[case.layer.spec.layer_id].view(-1, *case.k.shape[1:])
+    assert k_cache[case.meta.slot_mapping].equal(case.k.to(k_cache.dtype))
+
+
+@pytest.mark.parametrize("variant", DECODE_VARIANTS)
+def test_decode_first_token_and_splits_longer_than_the_request(run_triton, variant):
+    """kv_len 1 (only the new key), and a split count whose last splits hold no keys."""
+    layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=64, sinks=True, dtype="fp16")
+    case = make_case(layer, prefix_lens=[0, 70, 3], new_lens=[1, 1, 1], page_size=8, dtype="fp16")
+    for splits in (1, 4):
+        assert_close(run_triton(case, num_splits=splits, decode_variant=variant), case.reference(),
+                     dtype="fp16", what=f"splits {splits} {variant}")
+
+
+def test_decode_v2_only_where_its_store_equals_the_cache_write():
+    layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=64, dtype="fp16")
+    same = make_case(layer, prefix_lens=[3], new_lens=[1], page_size=4, dtype="fp16")
+    fp8 = make_case(layer, prefix_lens=[3], new_lens=[1], page_size=4, dtype="fp16", kv_dtype="fp8_e4m3")
+    assert pick_decode_variant("v2", same.k, same.v, same.cache, 0) == "v2"
+    assert pick_decode_variant("v2", fp8.k, fp8.v, fp8.cache, 0) == "v1"
+    assert pick_decode_variant("v1", same.k, same.v, same.cache, 0) == "v1"
 
 
 @pytest.mark.parametrize("kv_dtype", ["fp8_e4m3", "fp8_e5m2"])

@@ -7,6 +7,10 @@ import pytest
 from factories import assert_close, make_case, make_layer
 
 from attnkit.backends.metadata import ForwardMode
+from attnkit.backends.triton.extend import EXTEND_VARIANTS, pick_extend_variant
+
+# v1 reads every key through the block table; v2 reads the new tokens from k / v.
+VARIANTS = pytest.mark.parametrize("variant", EXTEND_VARIANTS)
 
 CASES = {
     # name: (layer options, case options)
@@ -25,29 +29,55 @@ CASES = {
     "window-sinks-softcap-all": (dict(num_heads=4, num_kv_heads=2, head_dim=64, sliding_window=9,
                                       logit_softcap=3.0, sinks=True),
                                  dict(prefix_lens=[25], new_lens=[20], page_size=7)),
+    "window-non-causal-page3": (dict(num_heads=2, num_kv_heads=1, head_dim=64,
+                                               sliding_window=5, role="encoder"),
+                                          dict(prefix_lens=[0, 0], new_lens=[23, 3], page_size=3)),
 }
 
 
+@VARIANTS
 @pytest.mark.parametrize("dtype", ["fp16", "fp32"])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_extend_matches_reference(run_triton, name, dtype):
+def test_extend_matches_reference(run_triton, name, dtype, variant):
     layer_kw, case_kw = CASES[name]
     case = make_case(make_layer(**layer_kw, dtype=dtype), dtype=dtype, seed=hash(name) % 97, **case_kw)
-    assert_close(run_triton(case), case.reference(), dtype=dtype, what=name)
+    assert_close(run_triton(case, extend_variant=variant), case.reference(), dtype=dtype,
+                 what=f"{name} {variant}")
 
 
-def test_mixed_batch_of_decode_and_prefill(run_triton):
+@VARIANTS
+def test_mixed_batch_of_decode_and_prefill(run_triton, variant):
     layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=64, dtype="fp16")
     case = make_case(layer, prefix_lens=[30, 0, 17], new_lens=[1, 13, 1], page_size=16, dtype="fp16")
     assert case.meta.mode is ForwardMode.MIXED
-    assert_close(run_triton(case), case.reference(), dtype="fp16", what="mixed")
+    assert_close(run_triton(case, extend_variant=variant), case.reference(), dtype="fp16", what="mixed")
 
 
-def test_verify_draft_tokens_are_causal_among_themselves(run_triton):
+@VARIANTS
+def test_verify_draft_tokens_are_causal_among_themselves(run_triton, variant):
     layer = make_layer(num_heads=4, num_kv_heads=1, head_dim=64, sliding_window=12, dtype="fp16")
     case = make_case(layer, prefix_lens=[19, 40], new_lens=[4, 4], page_size=16, dtype="fp16",
                      mode=ForwardMode.VERIFY)
-    assert_close(run_triton(case), case.reference(), dtype="fp16", what="verify")
+    assert_close(run_triton(case, extend_variant=variant), case.reference(), dtype="fp16",
+                 what="verify")
+
+
+def test_unknown_variant_is_ak407():
+    from attnkit.backends.triton.backend import TritonBackend
+    from attnkit.errors import AttnkitError
+    with pytest.raises(AttnkitError) as info:
+        TritonBackend(extend_variant="v3")
+    assert info.value.code == "AK407" and info.value.field == "extend_variant"
+
+
+def test_v2_runs_only_where_k_v_equal_what_the_cache_holds():
+    """fp8 pages round the new K/V; a cache of another dtype converts them: both keep v1."""
+    layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=64, dtype="fp16")
+    same = make_case(layer, prefix_lens=[3], new_lens=[5], page_size=4, dtype="fp16")
+    fp8 = make_case(layer, prefix_lens=[3], new_lens=[5], page_size=4, dtype="fp16", kv_dtype="fp8_e4m3")
+    assert pick_extend_variant("v2", same.k, same.v, same.cache, 0) == "v2"
+    assert pick_extend_variant("v2", fp8.k, fp8.v, fp8.cache, 0) == "v1"
+    assert pick_extend_variant("v1", same.k, same.v, same.cache, 0) == "v1"
 
 
 @pytest.mark.parametrize("kv_dtype", ["fp8_e4m3", "fp8_e5m2"])
@@ -58,9 +88,11 @@ def test_fp8_kv_cache_applies_its_scales(run_triton, kv_dtype):
     assert_close(run_triton(case), case.reference(), dtype="fp16", kv_dtype=kv_dtype, what=kv_dtype)
 
 
-def test_block_sizes_do_not_change_the_result(run_triton):
+@VARIANTS
+def test_block_sizes_do_not_change_the_result(run_triton, variant):
     """Query blocks smaller than a request and key tiles that straddle pages and the diagonal."""
     layer = make_layer(num_heads=2, num_kv_heads=1, head_dim=64, sliding_window=11, dtype="fp32")
     case = make_case(layer, prefix_lens=[13], new_lens=[37], page_size=3, dtype="fp32")
     for cfg in (dict(BLOCK_M=16, BLOCK_N=32), dict(BLOCK_M=32, BLOCK_N=16)):
-        assert_close(run_triton(case, extend_config=cfg), case.reference(), dtype="fp32", what=str(cfg))
+        assert_close(run_triton(case, extend_config=cfg, extend_variant=variant), case.reference(),
+                     dtype="fp32", what=f"{cfg} {variant}")

@@ -7,6 +7,7 @@ from factories import assert_close, make_case, make_layer
 
 from attnkit.backends.metadata import ForwardMode
 from attnkit.backends.triton_mla.backend import TritonMLABackend
+from attnkit.errors import AttnkitError
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 KINDS = [("v1", None), ("v2", 1), ("v2", 2)]
@@ -48,6 +49,16 @@ def test_fp8_latent(variant, v_split):
                  what=f"fp8 {variant}/{v_split}")
 
 
-def test_unknown_variant():
-    with pytest.raises(ValueError, match="v9"):
+def test_unknown_variant_is_ak407():
+    with pytest.raises(AttnkitError) as info:
         TritonMLABackend(variant="v9")
+    assert info.value.code == "AK407" and info.value.field == "variant"
+
+
+def test_v2_all_heads_in_one_program():
+    """v2's 128-head tile (one program for every head of a rank, both column blocks)."""
+    layer = make_layer(kind="mla", num_heads=128, dtype="fp16", device=DEV)
+    case = make_case(layer, prefix_lens=[40, 7], new_lens=[1, 2], page_size=16, dtype="fp16",
+                     device=DEV, seed=11)
+    be = TritonMLABackend(variant="v2", v_split=2, block_h=128, num_splits=2)
+    assert_close(run(be, case), case.reference(), dtype="fp16", what="v2 128 heads")

@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState
+from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState, check_option
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
 from attnkit.backends.triton._common import interpreting, kernel_scales, padded_dim, write_kv
 from attnkit.backends.triton.declaration import DECLARATION
-from attnkit.backends.triton.decode import choose_splits, decode_attention, decode_config
+from attnkit.backends.triton.decode import (DECODE_VARIANTS, choose_splits, decode_attention,
+                                             decode_config, pick_decode_variant)
 from attnkit.backends.triton.extend import (EXTEND_VARIANTS, extend_attention, extend_config,
                                              pick_extend_variant)
 from attnkit.backends.triton.extend_v2 import extend_attention_v2
@@ -84,15 +85,18 @@ class TritonBackend(AttentionBackend):
     """Options (keyword-only) override the per-shape launch heuristics, for tests and
     benchmarks: ``extend_config`` / ``decode_config`` dicts (BLOCK_M, BLOCK_N, num_warps,
     num_stages), ``num_splits`` (decode KV splits; the chunk follows from it) and
-    ``extend_variant`` ("v1" / "v2"; default extend.EXTEND_VARIANT)."""
+    ``extend_variant`` / ``decode_variant`` ("v1" / "v2"; defaults extend.EXTEND_VARIANT and
+    decode.DECODE_VARIANT)."""
 
     name = "triton"
 
     def __init__(self, *, extend_config: dict | None = None, decode_config: dict | None = None,
-                 num_splits: int | None = None, extend_variant: str | None = None):
-        if extend_variant not in (None, *EXTEND_VARIANTS):
-            raise ValueError(f"extend_variant must be one of {EXTEND_VARIANTS}, not {extend_variant!r}")
+                 num_splits: int | None = None, extend_variant: str | None = None,
+                 decode_variant: str | None = None):
+        check_option("triton", "extend_variant", extend_variant, (None, *EXTEND_VARIANTS))
+        check_option("triton", "decode_variant", decode_variant, (None, *DECODE_VARIANTS))
         self.extend_variant = extend_variant
+        self.decode_variant = decode_variant
         self.extend_override = dict(extend_config or {})
         self.decode_override = dict(decode_config or {})
         self.num_splits = num_splits
@@ -113,7 +117,10 @@ class TritonBackend(AttentionBackend):
         if meta.mode is ForwardMode.IDLE or q.shape[0] == 0:
             return q.new_empty(0, spec.num_heads * spec.value_dim)
         _check_device(q)
-        write_kv(cache, lid, meta.slot_mapping, k, v)
+        decode = meta.mode is ForwardMode.DECODE
+        fused_write = decode and pick_decode_variant(self.decode_variant, k, v, cache, lid) == "v2"
+        if not fused_write:     # decode v2 writes the new K/V inside its kernel
+            write_kv(cache, lid, meta.slot_mapping, k, v)
         out = torch.empty(q.shape[0], spec.num_heads, spec.value_dim, dtype=q.dtype, device=q.device)
         softcap = spec.logit_softcap
         qk_scale, _, v_scale = kernel_scales(layer, cache, softcap)
@@ -121,21 +128,24 @@ class TritonBackend(AttentionBackend):
         common = dict(qk_scale=qk_scale, v_scale=v_scale, softcap=softcap,
                       window=spec.sliding_window, sinks=sinks)
         k_cache, v_cache = cache.k[lid], cache.v[lid]
-        if meta.mode is ForwardMode.DECODE:
+        if decode:
             cfg = decode_config(spec.head_dim, q.dtype, interpret=interpreting()) | self.decode_override
             splits, chunk = self._splits(plan, spec, cfg["BLOCK_N"])
             partials = (plan.split_buffers(spec.num_heads, padded_dim(spec.value_dim), splits)
                         if splits > 1 else None)
             decode_attention(q, k_cache, v_cache, out, seq_lens=plan.seq_lens,
                              block_tables=plan.block_tables, num_splits=splits, chunk=chunk,
-                             partials=partials, config=cfg, **common)
+                             partials=partials, config=cfg, **common,
+                             new_kv=(k, v, meta.slot_mapping) if fused_write else None)
         else:
-            cfg = extend_config(spec.head_dim, q.dtype, interpret=interpreting()) | self.extend_override
+            variant = pick_extend_variant(self.extend_variant, k, v, cache, lid)
+            cfg = (extend_config(spec.head_dim, q.dtype, interpret=interpreting(), variant=variant)
+                   | self.extend_override)
             block_req, block_m = plan.query_blocks(cfg["BLOCK_M"])
             common.update(block_req=block_req, block_m=block_m, query_start_loc=plan.query_start_loc,
                           seq_lens=plan.seq_lens, block_tables=plan.block_tables,
                           causal=spec.causal, config=cfg)
-            if pick_extend_variant(self.extend_variant, k, v, cache, lid) == "v2":
+            if variant == "v2":
                 extend_attention_v2(q, k, v, k_cache, v_cache, out, **common)
             else:
                 extend_attention(q, k_cache, v_cache, out, **common)

@@ -7,6 +7,11 @@ K/V page is read once per group, not once per query head. Split ``s`` covers key
 first visible key rounded down to a tile. With one split the kernel writes the normalised
 output itself; otherwise it writes (max, denominator, unnormalised output) per split and
 ``_reduce_kernel`` merges them, adding the sink to the denominator exactly once.
+
+Variant v2 (FUSED_WRITE) also stores the step's new K/V: the program of the split that holds
+a request's last key writes that token's row for its KV head into the cache and attends to
+it straight from the k / v inputs, so the step needs no separate K/V-write launch and no
+program reads a row another program writes.
 """
 from __future__ import annotations
 
@@ -14,7 +19,14 @@ import torch
 import triton
 import triton.language as tl
 
-from attnkit.backends.triton._common import NEG_BIG, attend_range, padded_dim, unit_stride_rows
+from attnkit.backends.triton._common import (NEG_BIG, attend_range, logits, padded_dim,
+                                             unit_stride_rows)
+
+# >>> Which decode path the backend runs by default. "v2": the decode kernel writes the new
+# K/V itself (one launch fewer per step); "v1": a separate write launch, then the kernel
+# reads every key from the cache. Revert: set "v1".
+DECODE_VARIANT = "v2"
+DECODE_VARIANTS = ("v1", "v2")
 
 
 @triton.jit
@@ -27,22 +39,28 @@ def _window_lo(kv_len, window, HAS_WINDOW: tl.constexpr, BLOCK_N: tl.constexpr):
 
 @triton.jit
 def _decode_kernel(
-    Q, K, V, Out, MidO, MidM, MidL, Sinks, SeqLens, BlockTables,
+    Q, K, V, Out, MidO, MidM, MidL, Sinks, SeqLens, BlockTables, KN, VN, Slots,
     qk_scale, v_scale, softcap, window, chunk,
     stride_qt, stride_qh, stride_ot, stride_oh,
     stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_bt,
-    stride_mb, stride_mh, stride_ms,
+    stride_mb, stride_mh, stride_ms, stride_knt, stride_knh, stride_vnt, stride_vnh,
     GROUP: tl.constexpr, G_PAD: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     SPLIT: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-    HAS_SINKS: tl.constexpr, DOT_PREC: tl.constexpr,
+    HAS_SINKS: tl.constexpr, FUSED_WRITE: tl.constexpr, DOT_PREC: tl.constexpr,
 ):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     sp = tl.program_id(2)
     kv_len = tl.load(SeqLens + b)
-    n_lo = _window_lo(kv_len, window, HAS_WINDOW, BLOCK_N) + sp * chunk
+    lo = _window_lo(kv_len, window, HAS_WINDOW, BLOCK_N)
+    n_lo = lo + sp * chunk
     n_hi = tl.minimum(n_lo + chunk, kv_len)
+    if FUSED_WRITE:    # the cache part stops before the new key; this split owns it or not
+        cached = kv_len - 1
+        owner = sp == (kv_len - 1 - lo) // chunk
+    else:
+        cached = kv_len
 
     rows = tl.arange(0, G_PAD)
     row_ok = rows < GROUP
@@ -63,11 +81,18 @@ def _decode_kernel(
         l_i = tl.zeros([G_PAD], tl.float32)
     acc = tl.zeros([G_PAD, BLOCK_DV], tl.float32)
     m_i, l_i, acc = attend_range(q, m_i, l_i, acc, K, V, BlockTables + b.to(tl.int64) * stride_bt,
-                                 n_lo, n_hi, q_pos, kv_len, kvh * stride_kh, kvh * stride_vh,
-                                 offs_d, d_ok, offs_dv, dv_ok, stride_kp, stride_kt, stride_vp,
-                                 stride_vt, qk_scale, softcap, window, PAGE, BLOCK_N, True,
-                                 False, HAS_WINDOW, HAS_SOFTCAP, D == BLOCK_D, DV == BLOCK_DV,
-                                 DOT_PREC)
+                                 n_lo, tl.minimum(n_hi, cached), q_pos, cached, kvh * stride_kh,
+                                 kvh * stride_vh, offs_d, d_ok, offs_dv, dv_ok, stride_kp,
+                                 stride_kt, stride_vp, stride_vt, qk_scale, softcap, window, PAGE,
+                                 BLOCK_N, True, False, HAS_WINDOW, HAS_SOFTCAP, D == BLOCK_D,
+                                 DV == BLOCK_DV, DOT_PREC)
+    if FUSED_WRITE:
+        if owner:
+            m_i, l_i, acc = _write_and_attend_new(
+                q, m_i, l_i, acc, K, V, KN, VN, Slots, b, kvh, q_pos, qk_scale, softcap, window,
+                offs_d, d_ok, offs_dv, dv_ok, stride_kp, stride_kt, stride_kh, stride_vp,
+                stride_vt, stride_vh, stride_knt, stride_knh, stride_vnt, stride_vnh,
+                PAGE, HAS_WINDOW, HAS_SOFTCAP)
     if SPLIT:
         mid = b.to(tl.int64) * stride_mb + heads * stride_mh + sp * stride_ms    # [G_PAD]
         tl.store(MidM + mid, m_i, mask=row_ok)
@@ -78,6 +103,33 @@ def _decode_kernel(
         out = acc * (v_scale / l_i)[:, None]
         tl.store(Out + b.to(tl.int64) * stride_ot + heads[:, None] * stride_oh + offs_dv[None, :],
                  out.to(Out.dtype.element_ty), mask=row_ok[:, None] & dv_ok[None, :])
+
+
+@triton.jit
+def _write_and_attend_new(q, m_i, l_i, acc, K, V, KN, VN, Slots, b, kvh, q_pos, qk_scale, softcap,
+                          window, offs_d, d_ok, offs_dv, dv_ok, stride_kp, stride_kt, stride_kh,
+                          stride_vp, stride_vt, stride_vh, stride_knt, stride_knh, stride_vnt,
+                          stride_vnh, PAGE: tl.constexpr, HAS_WINDOW: tl.constexpr,
+                          HAS_SOFTCAP: tl.constexpr):
+    """Store request b's new K/V row of KV head kvh into its cache slot and fold that key
+    (always visible: it is the query's own position) into the softmax of rows q [G_PAD, D]."""
+    k = tl.load(KN + b.to(tl.int64) * stride_knt + kvh * stride_knh + offs_d, mask=d_ok, other=0.0)
+    v = tl.load(VN + b.to(tl.int64) * stride_vnt + kvh * stride_vnh + offs_dv, mask=dv_ok, other=0.0)
+    slot = tl.load(Slots + b)
+    page, off = slot // PAGE, slot % PAGE
+    tl.store(K + page * stride_kp + off * stride_kt + kvh * stride_kh + offs_d,
+             k.to(K.dtype.element_ty), mask=d_ok)
+    tl.store(V + page * stride_vp + off * stride_vt + kvh * stride_vh + offs_dv,
+             v.to(V.dtype.element_ty), mask=dv_ok)
+    qk = tl.sum(q.to(tl.float32) * k.to(q.dtype).to(tl.float32)[None, :], 1)        # [G_PAD]
+    s = logits(qk[:, None], q_pos, q_pos, q_pos, qk_scale, softcap, window,   # no masks
+               False, False, HAS_WINDOW, HAS_SOFTCAP)                         # [G_PAD, 1]
+    s = tl.sum(s, 1)
+    m_new = tl.maximum(m_i, s)
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new)
+    acc = acc * alpha[:, None] + p[:, None] * v.to(q.dtype).to(tl.float32)[None, :]
+    return m_new, l_i * alpha + p, acc
 
 
 @triton.jit
@@ -111,6 +163,16 @@ def _reduce_kernel(
              (acc * (v_scale / l)).to(Out.dtype.element_ty), mask=offs_dv < DV)
 
 
+def pick_decode_variant(requested: str | None, k, v, cache, layer_id: int) -> str:
+    """v2 only where the kernel's store equals the cache's own write (same dtype, not fp8)
+    and the rows are dense in the head dim; else v1."""
+    if (requested or DECODE_VARIANT) != "v2":
+        return "v1"
+    exact = (not cache.is_fp8 and k.dtype == cache.k[layer_id].dtype
+             and v.dtype == cache.v[layer_id].dtype)
+    return "v2" if exact and k.stride(-1) == 1 and v.stride(-1) == 1 else "v1"
+
+
 def decode_config(head_dim: int, dtype: torch.dtype, *, interpret: bool) -> dict:
     """Tile size and launch shape for one head dim and compute dtype (the best of the sweeps
     on an H200, benchmarks/NOTES-triton.md)."""
@@ -141,11 +203,12 @@ def choose_splits(max_kv: int, num_reqs: int, num_kv_heads: int, *, block_n: int
 
 
 def decode_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables, qk_scale, v_scale,
-                     softcap, window, sinks, num_splits, chunk, partials, config):
+                     softcap, window, sinks, num_splits, chunk, partials, config, new_kv=None):
     """q: [B, H_q, D]; k_cache: [P, page, H_kv, D]; v_cache: [P, page, H_kv, DV];
     out: [B, H_q, DV] (written); seq_lens: [B] int32; block_tables: [B, pages] int32;
     partials: (mid_o [B, H_q, S, BLOCK_DV] f32, mid_m [B, H_q, S] f32, mid_l [B, H_q, S] f32)
-    when num_splits > 1, else None."""
+    when num_splits > 1, else None. new_kv (variant v2): (k [B, H_kv, D], v [B, H_kv, DV],
+    slot_mapping [B] int64), this step's K/V, not yet in the cache: the kernel writes them."""
     q = unit_stride_rows(q, k_cache, v_cache)
     num_reqs, num_heads, head_dim = q.shape
     num_kv_heads, dv = k_cache.shape[2], v_cache.shape[3]
@@ -155,17 +218,24 @@ def decode_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables, qk_sca
     mid_o, mid_m, mid_l = partials if split else (out, out, out)
     strides = (mid_m.stride(0), mid_m.stride(1), mid_m.stride(2)) if split else (0, 0, 0)
     sinks_arg = sinks if sinks is not None else q
+    if new_kv is not None:
+        k_new, v_new, slots = new_kv
+        new_strides = (k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1))
+    else:
+        k_new, v_new, slots, new_strides = q, q, seq_lens, (0, 0, 0, 0)
     _decode_kernel[(num_reqs, num_kv_heads, num_splits)](
         q, k_cache, v_cache, out, mid_o, mid_m, mid_l, sinks_arg, seq_lens, block_tables,
+        k_new, v_new, slots,
         qk_scale, v_scale, float(softcap or 1.0), int(window or 0), chunk,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), block_tables.stride(0),
-        *strides,
+        *strides, *new_strides,
         GROUP=group, G_PAD=max(16, triton.next_power_of_2(group)), D=head_dim, DV=dv,
         PAGE=k_cache.shape[1], BLOCK_N=cfg.pop("BLOCK_N"), BLOCK_D=padded_dim(head_dim),
         BLOCK_DV=padded_dim(dv), SPLIT=split, HAS_WINDOW=window is not None,
-        HAS_SOFTCAP=softcap is not None, HAS_SINKS=sinks is not None, DOT_PREC="ieee", **cfg,
+        HAS_SOFTCAP=softcap is not None, HAS_SINKS=sinks is not None,
+        FUSED_WRITE=new_kv is not None, DOT_PREC="ieee", **cfg,
     )
     if split:
         _reduce_kernel[(num_reqs, num_heads)](

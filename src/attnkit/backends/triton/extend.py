@@ -119,14 +119,18 @@ def pick_extend_variant(requested: str | None, k, v, cache, layer_id: int) -> st
     return "v2" if exact and small else "v1"
 
 
-def extend_config(head_dim: int, dtype: torch.dtype, *, interpret: bool) -> dict:
-    """Block sizes and launch shape for one head dim and compute dtype."""
+def extend_config(head_dim: int, dtype: torch.dtype, *, interpret: bool, variant: str = "v1") -> dict:
+    """Block sizes and launch shape for one head dim, compute dtype and kernel variant."""
     if interpret:
         return dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=1)
     if dtype == torch.float32:       # "ieee" products on CUDA cores; keep the tiles small
         return dict(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=2)
     if padded_dim(head_dim) > 128:
         return dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2)
+    if variant == "v2" and padded_dim(head_dim) == 128:
+        # With 4 warps the 128 x 128 fp32 accumulator leaves no registers: for sm_90 ptxas
+        # spills 896 B (v1: 372 B). 8 warps: 234 registers, no spills (NOTES-triton.md).
+        return dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
     return dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3)   # sweep winner, H200
 
 

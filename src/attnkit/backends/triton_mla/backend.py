@@ -15,14 +15,14 @@ from __future__ import annotations
 import torch
 import triton
 
-from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState
+from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState, check_option
 from attnkit.backends.metadata import BatchMetadata
 from attnkit.backends.triton._common import interpreting
 from attnkit.backends.triton_mla._plan import Part, build_parts
 from attnkit.backends.triton_mla.declaration import DECLARATION
 from attnkit.backends.triton_mla.decode import (DEFAULT_DECODE_VARIANT, VARIANTS, absorbed_attention,
                                                 absorbed_config, choose_splits)
-from attnkit.backends.triton_mla.decode_v2 import absorbed_config_v2
+from attnkit.backends.triton_mla.decode_v2 import absorbed_config_v2, v2_block_h
 from attnkit.backends.triton_mla.extend import mha_form_attention
 from attnkit.errors import fail
 
@@ -79,9 +79,8 @@ class TritonMLABackend(AttentionBackend):
         self.mha_form_min_query = mha_form_min_query
         self.extend_tiles = extend_tiles
         self.variant = variant or DEFAULT_DECODE_VARIANT
-        if self.variant not in VARIANTS:
-            # a developer option (tests, benchmarks); no catalog code of its own
-            raise ValueError(f"triton_mla decode variant {self.variant!r}: expected one of {VARIANTS}")
+        check_option(self.name, "variant", self.variant, VARIANTS)
+        check_option(self.name, "v_split", v_split, (None, 1, 2))
         self.v_split = v_split
 
     # ---- per step -------------------------------------------------------------------------
@@ -134,19 +133,21 @@ class TritonMLABackend(AttentionBackend):
         H = q_lat.shape[0]
         fp32 = q_lat.dtype == torch.float32
         rows = 16 if fp32 else 64         # fp32 tiles are twice the bytes: keep them small
-        block_h = self.block_h or min(rows, max(16, triton.next_power_of_2(H)))
+        kw = dict(fp32=fp32, smem_kb=_smem_kb(q_lat.device))
+        wide = v2_block_h(H, layer.spec.mla.kv_lora_rank, **kw) if self.variant == "v2" else None
+        block_h = self.block_h or wide or min(rows, max(16, triton.next_power_of_2(H)))
         block_t = max(1, min(triton.next_power_of_2(part.max_query_len), rows // block_h))
         args = (block_h * block_t, layer.spec.mla.kv_lora_rank)
-        kw = dict(fp32=fp32, smem_kb=_smem_kb(q_lat.device))
         cfg = (absorbed_config_v2(*args, **kw) if self.variant == "v2" else None) \
             or dict(absorbed_config(*args, **kw), v_split=1)
         cfg.update({k: v for k, v in (("block_n", self.block_n), ("num_warps", self.num_warps),
-                                      ("num_stages", self.num_stages), ("v_split", self.v_split))
+                                      ("num_stages", self.num_stages),
+                                      ("v_split", self.v_split if self.variant == "v2" else None))
                     if v})
         per_sm = cfg.pop("programs_per_sm")
         work_req, work_tok = part.tiles(block_t)
         splits = self.num_splits or choose_splits(
-            work_req.numel() * triton.cdiv(H, block_h), part.max_kv_len,
+            work_req.numel() * triton.cdiv(H, block_h) * cfg["v_split"], part.max_kv_len,
             slots=_sm_count(q_lat.device) * per_sm)
         return absorbed_attention(
             q_lat, q_pe, latent.view(-1, latent.shape[-1]), part.block_tables, work_req,

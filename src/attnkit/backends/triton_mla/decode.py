@@ -13,8 +13,11 @@ Softmax runs in base 2 (``exp2``): the launcher folds log2(e) into the scale.
 """
 from __future__ import annotations
 
+import warnings
+
 import triton
 import triton.language as tl
+from triton.runtime.errors import OutOfResources
 
 from attnkit.backends.triton._common import LOG2E, NEG_BIG, online_softmax_step
 from attnkit.backends.triton_mla.decode_v2 import _absorbed_v2_kernel
@@ -207,16 +210,28 @@ def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok
         sp = (partial.stride(0), partial.stride(1), partial.stride(2), lse.stride(0), lse.stride(1))
     dot_prec = "ieee" if q_lat.dtype == torch.float32 else "tf32"
     if variant == "v2":
-        _absorbed_v2_kernel[(head_blocks * v_split, W, num_splits)](
-            q_lat, q_pe, cache_flat, block_tables, work_req, work_tok, query_start_loc, seq_lens,
-            partial, lse,
-            q_lat.stride(0), q_lat.stride(1), q_pe.stride(0), q_pe.stride(1),
-            block_tables.stride(0), *sp,
-            scale * kv_scale * LOG2E, kv_scale, H, num_splits,
-            L=L, R=R, ROW=cache_flat.stride(0), PAGE_SIZE=page_size, BLOCK_T=block_t,
-            BLOCK_H=block_h, BLOCK_N=block_n, V_SPLIT=v_split, DIRECT=direct, DOT_PREC=dot_prec,
-            num_warps=num_warps, num_stages=num_stages,
-        )
+        def launch(stages):
+            _absorbed_v2_kernel[(head_blocks * v_split, W, num_splits)](
+                q_lat, q_pe, cache_flat, block_tables, work_req, work_tok, query_start_loc,
+                seq_lens, partial, lse,
+                q_lat.stride(0), q_lat.stride(1), q_pe.stride(0), q_pe.stride(1),
+                block_tables.stride(0), *sp,
+                scale * kv_scale * LOG2E, kv_scale, H, num_splits,
+                L=L, R=R, ROW=cache_flat.stride(0), PAGE_SIZE=page_size, BLOCK_T=block_t,
+                BLOCK_H=block_h, BLOCK_N=block_n, V_SPLIT=v_split, DIRECT=direct,
+                DOT_PREC=dot_prec, num_warps=num_warps, num_stages=stages,
+            )
+        try:
+            launch(num_stages)
+        except OutOfResources as exc:
+            # v2's 128-head tile uses 221 KB of shared memory with Triton 3.9's pipeliner (two
+            # latent buffers at 3 stages); a Triton that allocates one buffer per stage would
+            # not fit it, and 2 stages never hold more than two buffers
+            if num_stages <= 2:
+                raise
+            warnings.warn(f"triton_mla v2 tile ({block_h} heads, {block_n} keys, {num_stages} "
+                          f"stages) does not fit ({exc}); using 2 stages", stacklevel=2)
+            launch(2)
     else:
         _absorbed_split_kernel[(head_blocks, W, num_splits)](
             q_lat, q_pe, cache_flat, block_tables, work_req, work_tok, query_start_loc, seq_lens,

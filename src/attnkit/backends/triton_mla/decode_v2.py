@@ -1,16 +1,20 @@
-"""Absorbed MLA split-KV kernel, version 2: output columns split across programs, page-local
-key tiles. Same inputs, outputs and partial layout as decode.py's version 1 kernel, so the
-launcher and the reduce kernel are shared (see decode.absorbed_attention, ``variant``).
+"""Absorbed MLA split-KV kernel, version 2: output columns split across programs, 128 heads
+a program, page-local key tiles. Same inputs, outputs and partial layout as decode.py's
+version 1 kernel, so the launcher and the reduce kernel are shared (decode.absorbed_attention,
+``variant``; choose it with decode.DEFAULT_DECODE_VARIANT).
 
-Why (benchmarks/NOTES-mla.md, version 3): in version 1 a 64-head program holds the whole
-[64, 512] fp32 accumulator, which needs two warpgroups (8 warps); Triton then splits the
-Q.K product along the keys between them, so each warpgroup issues 36 narrow (N = 16)
-wgmma per 32-key tile, and registers sit at 255 with spills. Here:
+Why (benchmarks/NOTES-mla.md, version 3): a version 1 program of 64 heads holds the whole
+[64, 512] fp32 accumulator, which needs two warpgroups; Triton then splits the Q.K product
+along the keys between them (36 narrow 64x16 wgmma per 32-key tile each, the row max
+crossing warpgroups through shared memory every tile), and registers sit at 255 with spills.
+Here:
 - ``V_SPLIT`` programs share a (head block, request, KV split); program ``v`` owns output
   columns [v * L / V_SPLIT, (v + 1) * L / V_SPLIT). Each recomputes the full scores (Q.K is
   576 of the 1088 FLOPs a key, so V_SPLIT = 2 costs 1.53x the FLOPs) but holds only a
-  [BLOCK_M, L / V_SPLIT] accumulator: one warpgroup (4 warps) runs Q.K as
-  [64 x BLOCK_N] wgmma, 4x wider than version 1's.
+  [BLOCK_M, L / V_SPLIT] accumulator.
+- With 128 rows and 8 warps Triton gives each warpgroup 64 ROWS (heads): its Q.K runs as
+  64 x BLOCK_N wgmma and its softmax never leaves the warpgroup; one latent tile in shared
+  memory serves all 128 heads.
 - The latent tile is loaded as two column blocks: the program's own columns (used by Q.K
   AND P.V, one shared-memory copy) and the rest (Q.K only), plus the rope columns.
 - When BLOCK_N divides the page size, a key tile lies in one page: one block-table load
@@ -106,7 +110,18 @@ def _absorbed_v2_kernel(
         tl.store(o_ptr + split * stride_os, out, mask=row_ok[:, None])
         # the column blocks' LSEs agree up to the summation order of the score dots
         lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(l_safe))
-        tl.store(Lse + tok * stride_lt + head * stride_lh + split, lse, mask=row_ok & (rows * 0 + vb == 0))
+        lse_ok = row_ok & (rows * 0 + vb == 0)
+        tl.store(Lse + tok * stride_lt + head * stride_lh + split, lse, mask=lse_ok)
+
+
+def v2_block_h(heads: int, latent_width: int, *, fp32: bool = False,
+               smem_kb: int = 227) -> int | None:
+    """Heads per program for v2 where it differs from version 1: a 128-head rank takes all its
+    heads in one program (two warpgroups of 64 rows, so every latent tile is read into shared
+    memory once for all 128 heads); None elsewhere."""
+    if heads >= 128 and latent_width >= 256 and not fp32 and smem_kb >= 200:
+        return 128
+    return None
 
 
 def absorbed_config_v2(block_m: int, latent_width: int, *, fp32: bool = False,
@@ -115,6 +130,11 @@ def absorbed_config_v2(block_m: int, latent_width: int, *, fp32: bool = False,
     ``v_split`` = 1) is used. Checked with ptxas for sm_90 (benchmarks/NOTES-mla.md)."""
     if latent_width < 256 or fp32 or smem_kb < 200:
         return None
+    if block_m >= 128:
+        # Triton splits the 128 rows between two warpgroups (warpsPerCTA [8, 1]): each runs
+        # Q.K as 64 x 32 wgmma and owns a [64, 256] accumulator; 211 registers, 0 spills,
+        # 221 KB shared memory (ptxas sm_90)
+        return dict(block_n=32, num_warps=8, num_stages=3, programs_per_sm=1, v_split=2)
     if block_m >= 64:
         # one warpgroup, [64, 256] accumulator: 0 spills, 147 KB shared memory (ptxas sm_90);
         # 64-key tiles spilled 25-32 registers at 4 warps

@@ -1,0 +1,112 @@
+"""The triton backend on a CUDA GPU: bf16, the declared head dims and page sizes, larger shapes.
+
+Each test runs one step through prepare + forward and compares with the float64 reference
+(computed on the GPU). These are the runs behind the declaration in declaration.py.
+"""
+import pytest
+from factories import assert_close, make_case, make_layer
+
+from attnkit.backends.metadata import ForwardMode
+from attnkit.backends.triton.decode import DECODE_VARIANTS
+from attnkit.backends.triton.extend import EXTEND_VARIANTS
+
+pytestmark = []
+# Each shape runs through both variants of its kernel: extend (v1: all keys via the block
+# table; v2: new tokens from k / v) for "mixed", decode (v1: separate K/V write; v2: the
+# kernel writes the new K/V) for "decode".
+SHAPES = [("mixed", v) for v in EXTEND_VARIANTS] + [("decode", v) for v in DECODE_VARIANTS]
+
+
+def _variant(shape, variant):
+    """The backend option that selects ``variant`` for a shape's kernel."""
+    return dict(extend_variant=variant) if shape == "mixed" else dict(decode_variant=variant)
+
+MIXED = dict(prefix_lens=[300, 0, 1000, 77], new_lens=[200, 37, 1, 129])
+DECODE = dict(prefix_lens=[300, 1, 2500, 77], new_lens=[1, 1, 1, 1])
+
+
+def _check(run_triton, layer_kw, case_kw, *, dtype="bf16", kv_dtype=None, what="", **options):
+    layer = make_layer(**layer_kw, dtype=dtype, device="cpu")
+    case = make_case(layer, dtype=dtype, kv_dtype=kv_dtype, device="cpu", **case_kw)
+    assert_close(run_triton(case, **options), case.reference(), dtype=dtype, kv_dtype=kv_dtype,
+                 what=what)
+
+
+HEAD_DIMS = [64, 80, 96, 128, 192, 256]
+DTYPE_SHAPES = ([(d, "bf16", shape, var) for d in HEAD_DIMS for shape, var in SHAPES]
+                + [(d, dt, "mixed", var) for d in HEAD_DIMS for dt in ("fp16", "fp32")
+                   for var in EXTEND_VARIANTS]
+                + [(128, dt, "decode", var) for dt in ("fp16", "fp32") for var in DECODE_VARIANTS])
+
+
+@pytest.mark.parametrize("head_dim,dtype,shape,variant", DTYPE_SHAPES)
+def test_head_dims_and_dtypes(run_triton, head_dim, dtype, shape, variant):
+    case_kw = dict(MIXED if shape == "mixed" else DECODE, page_size=16)
+    _check(run_triton, dict(num_heads=8, num_kv_heads=2, head_dim=head_dim), case_kw, dtype=dtype,
+           what=f"d{head_dim} {dtype} {shape} {variant}", **_variant(shape, variant))
+
+
+@pytest.mark.parametrize("shape,variant", SHAPES)
+@pytest.mark.parametrize("page_size", [1, 8, 32, 64, 128])
+def test_page_sizes(run_triton, page_size, shape, variant):
+    case_kw = dict(MIXED if shape == "mixed" else DECODE, page_size=page_size)
+    _check(run_triton, dict(num_heads=8, num_kv_heads=1, head_dim=128), case_kw,
+           what=f"page {page_size} {variant}", **_variant(shape, variant))
+
+
+FEATURES = {
+    "window": dict(sliding_window=64),
+    "softcap": dict(logit_softcap=30.0),
+    "sinks": dict(sinks=True),
+    "encoder": dict(role="encoder"),
+    "all": dict(sliding_window=100, logit_softcap=20.0, sinks=True),
+}
+
+
+@pytest.mark.parametrize("shape,variant", SHAPES)
+@pytest.mark.parametrize("feature", sorted(FEATURES))
+def test_features(run_triton, feature, shape, variant):
+    if feature == "encoder" and shape == "decode":
+        pytest.skip("encoder layers have no decode step")
+    case_kw = dict(MIXED if shape == "mixed" else DECODE, page_size=16, q_scale=4.0)
+    if feature == "encoder":
+        case_kw.update(prefix_lens=[0, 0, 0], new_lens=[300, 37, 129])
+    _check(run_triton, dict(num_heads=32, num_kv_heads=8, head_dim=128, **FEATURES[feature]),
+           case_kw, what=f"{feature} {variant}", **_variant(shape, variant))
+
+
+@pytest.mark.parametrize("kv_dtype", ["fp8_e4m3", "fp8_e5m2"])
+@pytest.mark.parametrize("shape", ["mixed", "decode"])
+def test_fp8_kv(run_triton, kv_dtype, shape):
+    case_kw = dict(MIXED if shape == "mixed" else DECODE, page_size=16)
+    _check(run_triton, dict(num_heads=8, num_kv_heads=2, head_dim=128), case_kw, kv_dtype=kv_dtype,
+           what=kv_dtype)
+
+
+@pytest.mark.parametrize("variant", EXTEND_VARIANTS)
+def test_verify(run_triton, variant):
+    case_kw = dict(prefix_lens=[500, 33, 2000], new_lens=[5, 5, 5], page_size=16,
+                   mode=ForwardMode.VERIFY)
+    _check(run_triton, dict(num_heads=32, num_kv_heads=8, head_dim=128, sliding_window=256),
+           case_kw, what=f"verify {variant}", extend_variant=variant)
+
+
+@pytest.mark.parametrize("variant", EXTEND_VARIANTS)
+@pytest.mark.parametrize("config", [None, dict(BLOCK_M=64, BLOCK_N=128, num_warps=8, num_stages=2)])
+def test_long_prefill_with_prefix_and_window(run_triton, variant, config):
+    """Long enough for every loop of both kernels (window edge, unmasked middle, diagonal),
+    a prefix that ends mid-tile, and a tile config other than the default."""
+    case_kw = dict(prefix_lens=[0, 1037], new_lens=[1500, 700], page_size=16)
+    for window in (None, 300):
+        _check(run_triton, dict(num_heads=16, num_kv_heads=4, head_dim=128, sliding_window=window),
+               case_kw, what=f"long {variant} window {window}", extend_variant=variant,
+               extend_config=config)
+
+
+@pytest.mark.parametrize("variant", DECODE_VARIANTS)
+@pytest.mark.parametrize("splits", [None, 7])
+def test_long_decode_splits_with_sinks_and_window(run_triton, splits, variant):
+    case_kw = dict(prefix_lens=[9000, 40], new_lens=[1, 1], page_size=16)
+    _check(run_triton, dict(num_heads=32, num_kv_heads=8, head_dim=128, sinks=True,
+                            sliding_window=4000), case_kw, what=f"splits {splits} {variant}",
+           num_splits=splits, decode_variant=variant)
