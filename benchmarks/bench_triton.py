@@ -29,6 +29,7 @@ from common import ceilings, environment, time_ms  # noqa: E402
 from attnkit.backends.base import AttentionLayer  # noqa: E402
 from attnkit.backends.batch import Request, build_batch  # noqa: E402
 from attnkit.backends.triton.backend import TritonBackend  # noqa: E402
+from attnkit.backends.triton.decode import DECODE_VARIANT as DECODE_DEFAULT  # noqa: E402
 from attnkit.backends.triton.extend import EXTEND_VARIANT as EXTEND_DEFAULT  # noqa: E402
 from attnkit.kvcache.paged import PagedKVCache  # noqa: E402
 from attnkit.model.spec import LayerAttention  # noqa: E402
@@ -210,6 +211,16 @@ def decode_rows(args, ceil, out, tuned):
                        floor_us=nbytes / ceil["copy_gbs"] / 1e3)
             out.append(row)
             _print(row)
+            if dim == 128 and (b, ctx) in ((1, 32768), (64, 4096)):
+                other = "v1" if DECODE_DEFAULT == "v2" else "v2"
+                alt = TritonBackend(decode_config=tuned.get("decode-d128"), decode_variant=other)
+                vrow = guarded(lambda: measure(s, kind="decode", backend=alt, peers=False,
+                                               units=lambda ms: nbytes / ms / 1e6))
+                vrow.update(kind="variant", op="decode", variant=other, config="default",
+                            shape=f"B={b} ctx={ctx} d=128")
+                out.append(vrow)
+                _print(vrow)
+                _compare(f"decode B={b} ctx={ctx} d128", DECODE_DEFAULT, row, vrow, other, "GB/s")
             del s
             torch.cuda.empty_cache()
 
@@ -245,15 +256,21 @@ def variant_rows(s, out, default_row, *, units, tuned):
     for variant, cfg in VARIANT_RUNS:
         be = TritonBackend(extend_variant=variant, extend_config=cfg or tuned.get("extend-d128"))
         row = guarded(lambda: measure(s, kind="extend", backend=be, units=units, peers=False))
-        row.update(kind="variant", variant=variant, config=cfg or "default", prefix=s.prefix,
-                   new=s.new, head_dim=128)
+        row.update(kind="variant", op="extend", variant=variant, config=cfg or "default",
+                   shape=f"prefix={s.prefix} new={s.new} d=128")
         out.append(row)
         _print(row)
-        ours, other = default_row.get("attnkit"), row.get("attnkit")
-        if isinstance(ours, float) and isinstance(other, float):
-            print(f"COMPARE extend prefix={s.prefix} new={s.new} d128: default ({EXTEND_DEFAULT}) "
-                  f"{ours:.0f} vs {variant} {cfg or 'default cfg'} {other:.0f} TFLOP/s "
-                  f"= {ours / other:.2f}x", flush=True)
+        _compare(f"extend prefix={s.prefix} new={s.new} d128", EXTEND_DEFAULT, default_row, row,
+                 f"{variant} {cfg or 'default cfg'}", "TFLOP/s")
+
+
+def _compare(what, default, default_row, row, other, unit):
+    ours, theirs = default_row.get("attnkit"), row.get("attnkit")
+    if isinstance(ours, float) and isinstance(theirs, float):
+        print(f"COMPARE {what}: default ({default}) {ours:.0f} vs {other} {theirs:.0f} {unit} "
+              f"= {ours / theirs:.2f}x", flush=True)
+    else:
+        print(f"COMPARE {what}: default ({default}) {ours} vs {other} {theirs}", flush=True)
 
 
 # Candidate launch configs per (kernel, head dim), the current default first: decode
@@ -315,20 +332,24 @@ def breakdown(out, tuned):
     s = Setup(1, 32767, 1)
     nbytes = 2 * 32768 * 8 * 128 * 2
     cfg = tuned.get("decode-d128")
-    be = TritonBackend(decode_config=cfg)
+    be = TritonBackend(decode_config=cfg, decode_variant="v1")    # the write is its own launch
     step = be.prepare(s.meta, s.cache)
     fwd = lambda: be.forward(s.q, s.k, s.v, s.layer, s.cache, step)  # noqa: E731
+    fused = TritonBackend(decode_config=cfg, decode_variant="v2")
+    fused_step = fused.prepare(s.meta, s.cache)
+    fwd2 = lambda: fused.forward(s.q, s.k, s.v, s.layer, s.cache, fused_step)  # noqa: E731
     write = lambda: tb.write_kv(s.cache, 0, s.meta.slot_mapping, s.k, s.v)  # noqa: E731
-    parts = {"step, L2 flushed": (fwd, True), "step": (fwd, False), "K/V write only": (write, False)}
+    parts = {"step (v1), L2 flushed": (fwd, True), "step (v1)": (fwd, False),
+             "step (v2: write in the kernel)": (fwd2, False), "K/V write only": (write, False)}
     for name, (fn, cold) in parts.items():
         run, _ = graphed(fn)
         out.append(dict(kind="breakdown", part=name, us=1e3 * time_ms(run, warmup=3, reps=30, cold_l2=cold)))
     real, tb.write_kv = tb.write_kv, lambda *a: None
     try:
         run, _ = graphed(fwd)
-        out.append(dict(kind="breakdown", part="kernels only", us=1e3 * time_ms(run, warmup=3, reps=30)))
+        out.append(dict(kind="breakdown", part="kernels only (v1)", us=1e3 * time_ms(run, warmup=3, reps=30)))
         for splits in (16, 48):
-            alt = TritonBackend(decode_config=cfg, num_splits=splits)
+            alt = TritonBackend(decode_config=cfg, num_splits=splits, decode_variant="v1")
             st = alt.prepare(s.meta, s.cache)
             run, _ = graphed(lambda: alt.forward(s.q, s.k, s.v, s.layer, s.cache, st))
             out.append(dict(kind="breakdown", part=f"kernels only, {splits} splits",
@@ -414,20 +435,21 @@ def main():
     md = table(rows, ceil)
     parts = [f"| {r['part']} | {r['us']:.1f} | {r.get('gbs', 0):.0f} |" for r in rows
              if r["kind"] == "breakdown"]
-    var = [f"| prefix={r['prefix']} new={r['new']} d=128 | {r['variant']} | {r['config']} | "
+    var = [f"| {r['op']} | {r['shape']} | {r['variant']} | {r['config']} | "
            f"{_fmt(r.get('attnkit'))} | {_fmt(r.get('attnkit_eager'))} |"
            for r in rows if r["kind"] == "variant"]
     if var:
-        md += (f"\n\nExtend kernel variants (the table above runs the default, {EXTEND_DEFAULT}, "
-               "at its default config), TFLOP/s:\n\n| shape | variant | config | graph | eager |\n"
-               "|---|---|---|---|---|\n" + "\n".join(var))
+        md += (f"\n\nKernel variants not in the table above (it runs extend {EXTEND_DEFAULT} and "
+               f"decode {DECODE_DEFAULT}, default configs); GB/s for decode, TFLOP/s for extend:\n\n"
+               "| kernel | shape | variant | config | graph | eager |\n|---|---|---|---|---|---|\n"
+               + "\n".join(var))
     if parts:
         md += "\n\nDecode B=1, ctx 32k, d 128 (CUDA-graph replays):\n\n| part | µs | GB/s of K/V |\n|---|---|---|\n"
         md += "\n".join(parts)
     head = (f"{env}\nceilings: copy {ceil['copy_gbs']:.0f} GB/s, bf16 matmul "
             f"{ceil['matmul_tflops']:.0f} TFLOP/s; wall {time.time() - START:.0f} s; "
             f"launch configs: defaults, except {json.dumps(tuned) if tuned else 'none'}; "
-            f"extend kernel {EXTEND_DEFAULT}\n\n")
+            f"extend kernel {EXTEND_DEFAULT}, decode kernel {DECODE_DEFAULT}\n\n")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "bench_triton.md"), "w") as f:
         f.write(head + md + "\n")

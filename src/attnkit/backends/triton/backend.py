@@ -4,7 +4,10 @@ Per step ``prepare`` turns the batch metadata into int32 index tensors once and 
 what depends on a layer's shape (query-block tables per block size, split counts and
 partial buffers per KV-head count): the first layer builds them, the others reuse them.
 Per layer ``forward`` writes the new K/V into the cache, then runs extend
-(EXTEND / MIXED / VERIFY) or decode (DECODE); IDLE returns an empty output.
+(EXTEND / MIXED / VERIFY) or decode (DECODE); IDLE returns an empty output. Each kernel has
+two variants (``EXTEND_VARIANT`` in extend.py, ``DECODE_VARIANT`` in decode.py): extend v2
+reads the new tokens' K/V from k / v instead of the cache, decode v2 does the K/V write
+inside its kernel (no separate launch).
 Inputs are validated by the base class (backends/validation.py) before ``forward`` runs.
 """
 from __future__ import annotations
