@@ -88,3 +88,19 @@ def test_package_versions_come_without_importing():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
     assert set(installed_packages()) <= set(detect_module.KNOWN_PACKAGES)
+
+
+@pytest.mark.gpu
+def test_detect_on_a_cuda_machine_plans_for_it():
+    """On a CUDA machine detect() names the GPU torch sees, and planning for it works."""
+    import torch
+
+    import attnkit
+
+    found = detect()
+    assert found.kind == "cuda"
+    assert found.capability == tuple(torch.cuda.get_device_capability(0))
+    assert found.name == torch.cuda.get_device_name(0)
+    assert "torch" in found.packages and "triton" in found.packages
+    plan = attnkit.plan("llama-3.1-8b", "auto")
+    assert plan.ok and plan.decode_backend == "triton"
