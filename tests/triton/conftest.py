@@ -1,26 +1,6 @@
-"""Run the triton backend's kernels on CPU through the Triton interpreter when there is no CUDA.
-
-TRITON_INTERPRET is read when a kernel is decorated (@triton.jit at import), so it is set
-here, before the test modules import attnkit.backends.triton. Without CUDA nothing else in
-this (xdist worker) process can run a Triton kernel anyway, so the setting changes no other
-test. Should a module of the suite have imported the kernels before this conftest ran, they
-are re-imported so their kernels are decorated for the interpreter.
-"""
-import importlib
-import os
-import sys
-
-import torch
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-    for name in ("_common", "extend", "decode", "backend"):
-        module = sys.modules.get(f"attnkit.backends.triton.{name}")
-        if module is not None:
-            importlib.reload(module)
-
-
-import pytest  # noqa: E402
+"""Fixtures for the triton backend tests. Without CUDA its kernels run on the Triton
+interpreter: tests/conftest.py sets TRITON_INTERPRET before any kernel is imported."""
+import pytest
 
 
 @pytest.fixture
