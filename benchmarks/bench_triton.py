@@ -30,6 +30,7 @@ from attnkit.backends.base import AttentionLayer  # noqa: E402
 from attnkit.backends.batch import Request, build_batch  # noqa: E402
 from attnkit.backends.triton.backend import TritonBackend  # noqa: E402
 from attnkit.backends.triton.decode import DECODE_VARIANT as DECODE_DEFAULT  # noqa: E402
+from attnkit.backends.triton.decode import DECODE_VARIANTS  # noqa: E402
 from attnkit.backends.triton.extend import EXTEND_VARIANT as EXTEND_DEFAULT  # noqa: E402
 from attnkit.kvcache.paged import PagedKVCache  # noqa: E402
 from attnkit.model.spec import LayerAttention  # noqa: E402
@@ -212,15 +213,15 @@ def decode_rows(args, ceil, out, tuned):
             out.append(row)
             _print(row)
             if dim == 128 and (b, ctx) in ((1, 32768), (64, 4096)):
-                other = "v1" if DECODE_DEFAULT == "v2" else "v2"
-                alt = TritonBackend(decode_config=tuned.get("decode-d128"), decode_variant=other)
-                vrow = guarded(lambda: measure(s, kind="decode", backend=alt, peers=False,
-                                               units=lambda ms: nbytes / ms / 1e6))
-                vrow.update(kind="variant", op="decode", variant=other, config="default",
-                            shape=f"B={b} ctx={ctx} d=128")
-                out.append(vrow)
-                _print(vrow)
-                _compare(f"decode B={b} ctx={ctx} d128", DECODE_DEFAULT, row, vrow, other, "GB/s")
+                for other in DECODE_VARIANTS:     # each variant explicitly, next to the default
+                    alt = TritonBackend(decode_config=tuned.get("decode-d128"), decode_variant=other)
+                    vrow = guarded(lambda: measure(s, kind="decode", backend=alt, peers=False,
+                                                   units=lambda ms: nbytes / ms / 1e6))
+                    vrow.update(kind="variant", op="decode", variant=other, config="default",
+                                shape=f"B={b} ctx={ctx} d=128")
+                    out.append(vrow)
+                    _print(vrow)
+                    _compare(f"decode B={b} ctx={ctx} d128", DECODE_DEFAULT, row, vrow, other, "GB/s")
             del s
             torch.cuda.empty_cache()
 
@@ -247,9 +248,10 @@ def prefill_rows(args, ceil, out, tuned):
         torch.cuda.empty_cache()
 
 
-# The default row above runs extend.EXTEND_VARIANT (v2) at its default config; these time
-# the other variant (and v2 at v1's config, to separate the kernel change from the config).
-VARIANT_RUNS = [("v1", None), ("v2", dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3))]
+# The default row above runs extend.EXTEND_VARIANT ("auto") at its default config; these
+# time each variant explicitly (and v2 at v1's config, to separate kernel from config).
+VARIANT_RUNS = [("v1", None), ("v2", None),
+                ("v2", dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3))]
 
 
 def variant_rows(s, out, default_row, *, units, tuned):

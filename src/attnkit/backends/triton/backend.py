@@ -7,7 +7,7 @@ Per layer ``forward`` writes the new K/V into the cache, then runs extend
 (EXTEND / MIXED / VERIFY) or decode (DECODE); IDLE returns an empty output. Each kernel has
 two variants (``EXTEND_VARIANT`` in extend.py, ``DECODE_VARIANT`` in decode.py): extend v2
 reads the new tokens' K/V from k / v instead of the cache, decode v2 does the K/V write
-inside its kernel (no separate launch).
+inside its kernel (no separate launch); "auto" picks per step what measured faster.
 Inputs are validated by the base class (backends/validation.py) before ``forward`` runs.
 """
 from __future__ import annotations
@@ -88,16 +88,17 @@ class TritonBackend(AttentionBackend):
     """Options (keyword-only) override the per-shape launch heuristics, for tests and
     benchmarks: ``extend_config`` / ``decode_config`` dicts (BLOCK_M, BLOCK_N, num_warps,
     num_stages), ``num_splits`` (decode KV splits; the chunk follows from it) and
-    ``extend_variant`` / ``decode_variant`` ("v1" / "v2"; defaults extend.EXTEND_VARIANT and
-    decode.DECODE_VARIANT)."""
+    ``extend_variant`` / ``decode_variant`` ("v1" / "v2" / "auto"; defaults
+    extend.EXTEND_VARIANT and decode.DECODE_VARIANT, both "auto": chosen per step from
+    measurements)."""
 
     name = "triton"
 
     def __init__(self, *, extend_config: dict | None = None, decode_config: dict | None = None,
                  num_splits: int | None = None, extend_variant: str | None = None,
                  decode_variant: str | None = None):
-        check_option("triton", "extend_variant", extend_variant, (None, *EXTEND_VARIANTS))
-        check_option("triton", "decode_variant", decode_variant, (None, *DECODE_VARIANTS))
+        check_option("triton", "extend_variant", extend_variant, (None, "auto", *EXTEND_VARIANTS))
+        check_option("triton", "decode_variant", decode_variant, (None, "auto", *DECODE_VARIANTS))
         self.extend_variant = extend_variant
         self.decode_variant = decode_variant
         self.extend_override = dict(extend_config or {})
@@ -121,7 +122,8 @@ class TritonBackend(AttentionBackend):
             return q.new_empty(0, spec.num_heads * spec.value_dim)
         _check_device(q)
         decode = meta.mode is ForwardMode.DECODE
-        fused_write = decode and pick_decode_variant(self.decode_variant, k, v, cache, lid) == "v2"
+        fused_write = decode and pick_decode_variant(self.decode_variant, k, v, cache, lid,
+                                                     num_reqs=meta.num_reqs) == "v2"
         if not fused_write:     # decode v2 writes the new K/V inside its kernel
             write_kv(cache, lid, meta.slot_mapping, k, v)
         out = torch.empty(q.shape[0], spec.num_heads, spec.value_dim, dtype=q.dtype, device=q.device)
@@ -141,7 +143,8 @@ class TritonBackend(AttentionBackend):
                              partials=partials, config=cfg, **common,
                              new_kv=(k, v, meta.slot_mapping) if fused_write else None)
         else:
-            variant = pick_extend_variant(self.extend_variant, k, v, cache, lid)
+            variant = pick_extend_variant(self.extend_variant, k, v, cache, lid,
+                                          prefix_lens=meta.prefix_lens_cpu)
             cfg = (extend_config(spec.head_dim, q.dtype, interpret=interpreting(), variant=variant)
                    | self.extend_override)
             block_req, block_m = plan.query_blocks(cfg["BLOCK_M"])

@@ -24,9 +24,12 @@ from attnkit.backends.triton._common import (NEG_BIG, attend_range, logits, padd
 
 # >>> Which decode path the backend runs by default. "v2": the decode kernel writes the new
 # K/V itself (one launch fewer per step); "v1": a separate write launch, then the kernel
-# reads every key from the cache. Revert: set "v1".
-DECODE_VARIANT = "v2"
+# reads every key from the cache. "auto" picks per step: v2 for at most
+# V2_MAX_BATCH requests, else v1. Measured on an H200 in one run (benchmarks/RESULTS.md,
+# triton, 2026-11-29): B=1 ctx 32k v2 2547 vs v1 2393 GB/s; B=64 ctx 4k v2 2995 vs v1 4084.
+DECODE_VARIANT = "auto"
 DECODE_VARIANTS = ("v1", "v2")
+V2_MAX_BATCH = 16
 
 
 @triton.jit
@@ -163,10 +166,15 @@ def _reduce_kernel(
              (acc * (v_scale / l)).to(Out.dtype.element_ty), mask=offs_dv < DV)
 
 
-def pick_decode_variant(requested: str | None, k, v, cache, layer_id: int) -> str:
-    """v2 only where the kernel's store equals the cache's own write (same dtype, not fp8)
-    and the rows are dense in the head dim; else v1."""
-    if (requested or DECODE_VARIANT) != "v2":
+def pick_decode_variant(requested: str | None, k, v, cache, layer_id: int, *,
+                        num_reqs: int = 1) -> str:
+    """"auto" means v2 for at most V2_MAX_BATCH requests (see DECODE_VARIANT); v2 only
+    where the kernel's store equals the cache's own write (same dtype, not fp8) and the rows
+    are dense in the head dim; else v1."""
+    want = requested or DECODE_VARIANT
+    if want == "auto":
+        want = "v2" if num_reqs <= V2_MAX_BATCH else "v1"
+    if want != "v2":
         return "v1"
     exact = (not cache.is_fp8 and k.dtype == cache.k[layer_id].dtype
              and v.dtype == cache.v[layer_id].dtype)

@@ -21,8 +21,11 @@ from attnkit.backends.triton._common import NEG_BIG, attend_range, padded_dim, u
 
 # >>> Which extend kernel the backend runs by default. "v2" (extend_v2.py) reads the new
 # tokens' K/V from the step's k / v inputs and only the cached prefix through the block
-# table; "v1" (this file) reads every key through the block table. Revert: set "v1".
-EXTEND_VARIANT = "v2"
+# table; "v1" (this file) reads every key through the block table. "auto" picks per step:
+# v2 when no request has a cached prefix, else v1. Measured on an H200 in one run
+# (benchmarks/RESULTS.md, triton, 2026-11-29): prefill 16k d128 without prefix v2 467 vs
+# v1 346 TFLOP/s; 2048 new over a 32k prefix v2 287 vs v1 365.
+EXTEND_VARIANT = "auto"
 EXTEND_VARIANTS = ("v1", "v2")
 
 
@@ -107,10 +110,14 @@ def _extend_kernel(
              out.to(Out.dtype.element_ty), mask=m_ok[:, None] & dv_ok[None, :])
 
 
-def pick_extend_variant(requested: str | None, k, v, cache, layer_id: int) -> str:
-    """The variant to run: v2 only where it reads exactly what the cache holds (same dtype,
-    not fp8) and its int32 row offsets into k / v cannot overflow; else v1."""
+def pick_extend_variant(requested: str | None, k, v, cache, layer_id: int, *,
+                        prefix_lens: list[int] = ()) -> str:
+    """The variant to run: "auto" means v2 when no request has a cached prefix (see
+    EXTEND_VARIANT); v2 only where it reads exactly what the cache holds (same dtype, not
+    fp8) and its int32 row offsets into k / v cannot overflow; else v1."""
     want = requested or EXTEND_VARIANT
+    if want == "auto":
+        want = "v1" if any(prefix_lens) else "v2"
     if want != "v2":
         return "v1"
     kc = cache.k[layer_id]
