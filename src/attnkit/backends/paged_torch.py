@@ -163,3 +163,13 @@ def refuse_unserved(backend: str, layer: AttentionLayer, *, kinds, features) -> 
              field="layer.features", expected=sorted(features), actual=missing,
              details={"backends": others})
     required_tensors(layer)
+
+
+def begin_forward(backend: str, caps, k, v, layer: AttentionLayer, cache, meta: BatchMetadata) -> int:
+    """What every pure-torch forward does first: refuse an unserved layer, store the step's
+    K/V, and return the value width per head (MLA: v_head_dim)."""
+    refuse_unserved(backend, layer, kinds=caps.kinds, features=caps.features)
+    write_step_kv(k, v, layer, cache, meta)
+    spec = layer.spec
+    return spec.mla.v_head_dim if spec.kind == "mla" else spec.value_dim
+

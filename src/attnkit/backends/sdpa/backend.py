@@ -23,8 +23,8 @@ import torch.nn.functional as F
 
 from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState, check_option
 from attnkit.backends.metadata import BatchMetadata
-from attnkit.backends.paged_torch import (absorbed_is_cheaper, decompress_latent, kv_source,
-                                          read_kv, refuse_unserved, visibility, write_step_kv)
+from attnkit.backends.paged_torch import (absorbed_is_cheaper, begin_forward, decompress_latent,
+                                          kv_source, read_kv, visibility)
 from attnkit.backends.sdpa.declaration import DECLARATION
 
 _CAPS = DECLARATION.capabilities
@@ -78,9 +78,7 @@ class SdpaBackend(AttentionBackend):
         """q: [T, H_q, D]; k/v: [T, H_kv, D|D_v] (MLA: latent [T, L + R], None; cross layers:
         encoder K/V [Te, ...] or None). Returns [T, H_q * D_v] in q.dtype."""
         meta, spec = step.meta, layer.spec
-        refuse_unserved(self.name, layer, kinds=_CAPS.kinds, features=_CAPS.features)
-        write_step_kv(k, v, layer, cache, meta)
-        dv = spec.mla.v_head_dim if spec.kind == "mla" else spec.value_dim
+        dv = begin_forward(self.name, _CAPS, k, v, layer, cache, meta)
         num_tokens, heads = meta.num_tokens, spec.num_heads
         if num_tokens == 0:
             return q.new_zeros(0, heads * dv)

@@ -10,8 +10,7 @@ from __future__ import annotations
 import functools
 
 from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState, check_option
-from attnkit.backends.paged_torch import (kv_source, read_kv, refuse_unserved, visibility,
-                                          write_step_kv)
+from attnkit.backends.paged_torch import begin_forward, kv_source, read_kv, visibility
 from attnkit.backends.torch_native.declaration import DECLARATION
 from attnkit.backends.torch_native.mha import F32, attend_mha
 from attnkit.backends.torch_native.mla import attend_mla
@@ -36,9 +35,7 @@ class TorchNativeBackend(AttentionBackend):
         """q: [T, H_q, D]; k/v: [T, H_kv, D|D_v] (MLA: latent [T, L + R], None; cross layers:
         encoder K/V [Te, ...] or None). Returns [T, H_q * D_v] in q.dtype."""
         meta, spec = step.meta, layer.spec
-        refuse_unserved(self.name, layer, kinds=_CAPS.kinds, features=_CAPS.features)
-        write_step_kv(k, v, layer, cache, meta)
-        dv = spec.mla.v_head_dim if spec.kind == "mla" else spec.value_dim
+        dv = begin_forward(self.name, _CAPS, k, v, layer, cache, meta)
         num_tokens = meta.num_tokens
         out = q.new_zeros(num_tokens, spec.num_heads, dv)
         if num_tokens == 0:
