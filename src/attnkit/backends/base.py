@@ -46,6 +46,7 @@ class StepState:
     """What ``prepare`` returns: the shared batch metadata plus a backend's own plan."""
     meta: BatchMetadata
     plan: Any = None
+    checked: bool = False      # validate_batch has run for this step (set by prepare)
 
 
 class AttentionBackend:
@@ -80,7 +81,10 @@ def _checked_prepare(prepare):
             from attnkit.backends.validation import validate_batch
 
             validate_batch(meta, cache)
-        return prepare(self, meta, cache, *args, **kwargs)
+        step = prepare(self, meta, cache, *args, **kwargs)
+        if self.validate_inputs and isinstance(step, StepState):
+            step.checked = True
+        return step
     return wrapper
 
 
@@ -89,8 +93,11 @@ def _checked_forward(forward):
     @functools.wraps(forward)
     def wrapper(self, q, k, v, layer: AttentionLayer, cache, step: StepState, *args, **kwargs):
         if self.validate_inputs:
-            from attnkit.backends.validation import validate_forward
+            from attnkit.backends.validation import validate_batch, validate_forward
 
+            if not step.checked:        # a StepState made by hand, without prepare
+                validate_batch(step.meta, cache)
+                step.checked = True
             validate_forward(q, k, v, layer, cache, step.meta)
         return forward(self, q, k, v, layer, cache, step, *args, **kwargs)
     return wrapper

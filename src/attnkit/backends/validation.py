@@ -18,6 +18,7 @@ import torch
 from attnkit.backends.batch import slots_of
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
 from attnkit.errors import fail
+from attnkit.model.spec import KINDS, ROLES
 
 COMPUTE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 INDEX_DTYPES = (torch.int32, torch.int64)
@@ -66,6 +67,7 @@ def validate_forward(q, k, v, layer, cache, meta: BatchMetadata) -> None:
     N = T, or for cross layers N = sum(encoder_lens) and k = v = None when already cached."""
     spec = layer.spec
     lid = spec.layer_id
+    _check_spec(spec)
     _check_cache_layer(layer, cache)
     if spec.num_kv_heads < 1 or spec.num_heads % spec.num_kv_heads:
         fail("AK413", f"layer {lid}: {spec.num_heads} query heads are not a multiple of "
@@ -100,6 +102,27 @@ def validate_forward(q, k, v, layer, cache, meta: BatchMetadata) -> None:
                  field=name, expected=str(q.dtype), actual=str(t.dtype))
         _device(name, t, cache.device)
     _check_layer_tensors(layer, q)
+
+
+def _check_spec(spec) -> None:
+    """Values a LayerAttention can hold but no backend can serve the same way (AK419)."""
+    problems = []
+    if spec.kind not in KINDS:
+        problems.append(("layer.spec.kind", list(KINDS), spec.kind))
+    if spec.role not in ROLES:
+        problems.append(("layer.spec.role", list(ROLES), spec.role))
+    if spec.sliding_window is not None and spec.sliding_window < 1:
+        problems.append(("layer.spec.sliding_window", "None or >= 1 (it counts the query itself)",
+                         spec.sliding_window))
+    if spec.logit_softcap is not None and not spec.logit_softcap > 0:
+        problems.append(("layer.spec.logit_softcap", "None or > 0", spec.logit_softcap))
+    if spec.kind == "mla" and spec.mla is None:
+        problems.append(("layer.spec.mla", "an MLAConfig for an MLA layer", None))
+    if problems:
+        field, expected, actual = problems[0]
+        fail("AK419", f"layer {spec.layer_id}: {field} = {actual!r}, expected {expected}",
+             field=field, expected=expected, actual=actual,
+             details={"all": [{"field": f, "expected": e, "actual": a} for f, e, a in problems]})
 
 
 def _check_cache_layer(layer, cache) -> None:
@@ -155,6 +178,7 @@ def validate_batch(meta: BatchMetadata, cache) -> None:
         _shape(f"meta.{name}", tensor, shape)
         _dtype(f"meta.{name}", tensor, INDEX_DTYPES)
         _device(f"meta.{name}", tensor, cache.device)
+    _table_shape("meta.block_tables", meta.block_tables, b)
     _dtype("meta.block_tables", meta.block_tables, INDEX_DTYPES)
     _device("meta.block_tables", meta.block_tables, cache.device)
     _check_lengths(meta)
@@ -167,6 +191,14 @@ def validate_batch(meta: BatchMetadata, cache) -> None:
     _check_slots("meta.slot_mapping", slots, expected, cache)
     if meta.encoder_lens is not None:
         _check_encoder(meta, cache)
+
+
+def _table_shape(name: str, t: Any, rows: int) -> None:
+    """A block table is [rows, pages per row]; any page count, but one row per request."""
+    if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.shape[0] != rows:
+        actual = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+        fail("AK411", f"{name} must be [{rows}, pages] (one row per request), got {actual}",
+             field=name, expected=[rows, "pages"], actual=actual)
 
 
 def _check_lengths(meta: BatchMetadata) -> None:
@@ -219,6 +251,7 @@ def _check_encoder(meta: BatchMetadata, cache) -> None:
     _shape("meta.encoder_lens", meta.encoder_lens, (meta.num_reqs,))
     tables = (meta.encoder_block_tables_cpu if meta.encoder_block_tables_cpu is not None
               else meta.encoder_block_tables.tolist())
+    _table_shape("meta.encoder_block_tables", meta.encoder_block_tables, meta.num_reqs)
     _device("meta.encoder_block_tables", meta.encoder_block_tables, cache.device)
     _check_tables("meta.encoder_block_tables", tables, lens, cache)
     if meta.encoder_slot_mapping is not None:

@@ -31,6 +31,7 @@ from attnkit.backends.dual_chunk.parts import dual_chunk_attend
 from attnkit.backends.metadata import ForwardMode
 from attnkit.backends.paged_torch import read_kv, refuse_unserved, write_step_kv
 from attnkit.errors import fail
+from attnkit.kvcache.paged import TORCH_KV_DTYPES
 
 F32 = torch.float32
 _CAPS = DECLARATION.capabilities
@@ -53,6 +54,7 @@ class DualChunkBackend(AttentionBackend):
     def forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):
         """q: [T, 3, H_q, D]; k: [T, H_kv, D]; v: [T, H_kv, D_v] -> [T, H_q * D_v]."""
         meta, spec = step.meta, layer.spec
+        _check_cache_dtype(cache)
         cl = _check_layer(layer, meta.page_size)
         _check_queries(q, layer)          # shapes, dtypes, devices: validate_forward (base.py)
         write_step_kv(k, v, layer, cache, meta)
@@ -88,3 +90,12 @@ def _check_queries(q, layer: AttentionLayer) -> None:
                       f"variants) for layer {layer.layer_id}, got {None if q is None else list(q.shape)}",
              field="q", expected=["T", 3, layer.spec.num_heads, layer.spec.head_dim],
              actual=None if q is None else list(q.shape))
+
+
+def _check_cache_dtype(cache) -> None:
+    """Only the declared KV-cache dtypes (no fp8: its rounding is not covered by the tests)."""
+    kv_dtype = next((k for k, d in TORCH_KV_DTYPES.items() if d == cache.dtype), str(cache.dtype))
+    if kv_dtype not in _CAPS.kv_cache_dtypes:
+        fail("AK420", f"the dual_chunk backend does not serve a {kv_dtype} KV cache",
+             field="cache.dtype", expected=list(_CAPS.kv_cache_dtypes), actual=kv_dtype)
+
