@@ -32,25 +32,36 @@ ENTRIES = [
     ),
     entry(
         "AK405", "Invalid batch request",
-        meaning="A per-request input of the batch builder is impossible: a negative prefix, no "
-                "new tokens, a page size below 1, or a block-table row too short for the KV length.",
-        trigger="build_batch was given such a request.",
+        meaning="A per-request input of the batch builder or the page allocator is impossible: "
+                "a negative prefix, encoder length or token count, no new tokens, a page size "
+                "below 1, a count or page id that is not an int, a page id beyond the int32 "
+                "range of block tables, a request that is not a Request / dict / tuple of its "
+                "fields, or a block-table row too short for the KV length.",
+        trigger="build_batch, PageAllocator.allocate or PageAllocator.grow was given such an input.",
         situations=["The block-table row was not grown after new tokens were scheduled.",
-                    "A request with zero new tokens was left in the batch."],
+                    "A request with zero new tokens was left in the batch.",
+                    "A request tuple missing a field, or a dict with a misspelt field name.",
+                    "Counts computed as floats (e.g. a division) instead of ints."],
         solutions=["Grow the request's pages before building the batch (PageAllocator.grow).",
-                   "Drop requests with no new tokens from the step."],
+                   "Drop requests with no new tokens from the step.",
+                   "Build requests as Request(prefix_len=..., num_new=..., block_table=[...]) "
+                   "with int counts and page ids taken from the allocator."],
         before="build_batch([Request(prefix_len=16, num_new=1, block_table=[3])], page_size=16)",
         after="build_batch([Request(prefix_len=16, num_new=1, block_table=[3, 7])], page_size=16)",
         related=("AK406", "AK414"),
     ),
     entry(
         "AK406", "Forward mode does not fit the batch",
-        meaning="The requested forward mode contradicts the requests: DECODE needs exactly one new "
-                "token per request, IDLE needs an empty batch, VERIFY needs at least one draft token.",
-        trigger="build_batch(..., mode=...) with requests that do not fit that mode.",
+        meaning="The requested forward mode is unknown or contradicts the requests: modes are "
+                "extend, decode, mixed, verify and idle; DECODE needs exactly one new token per "
+                "request, IDLE needs an empty batch, VERIFY needs at least one draft token.",
+        trigger="build_batch(..., mode=...) with an unknown mode or requests that do not fit it.",
         situations=["DECODE asked for a batch that still has prompt tokens (it is MIXED).",
-                    "A backend that serves decode only was handed a prefill step."],
+                    "A backend that serves decode only was handed a prefill step.",
+                    "mode='prefill' (the mode is called 'extend')."],
         solutions=["Leave mode unset so the builder infers it.",
+                   "Pass a ForwardMode member or one of its values: extend, decode, mixed, "
+                   "verify, idle.",
                    "Split prompt and decode requests into separate steps."],
         before="build_batch(reqs, page_size=16, mode=ForwardMode.DECODE)  # one request has 8 new tokens",
         after="build_batch(reqs, page_size=16)  # inferred: MIXED",
@@ -181,6 +192,22 @@ ENTRIES = [
         before="build_batch(reqs, page_size=32)  # cache.page_size == 16",
         after="build_batch(reqs, page_size=cache.page_size)",
         related=("AK413",),
+    ),
+    entry(
+        "AK419", "Invalid layer spec",
+        meaning="A LayerAttention handed to a backend holds a value no backend can serve "
+                "consistently: an unknown kind or role, a sliding window below 1 (the window "
+                "counts the query itself, so 1 means the token sees only itself), a soft-cap that "
+                "is not positive, or an MLA layer without its MLA sizes.",
+        trigger="Runtime validation before the kernel, per layer.",
+        situations=["A window of 0 meant as 'no window' (use None).",
+                    "A spec built by hand with kind 'gqa' (GQA is mha with fewer KV heads)."],
+        solutions=["Use None for no sliding window or no soft-cap.",
+                   "Use kind 'mha' or 'mla' and role 'decoder', 'encoder' or 'cross'.",
+                   "Build specs from the model config (attnkit.model.load_model)."],
+        before="LayerAttention(layer_id=0, num_heads=8, num_kv_heads=2, head_dim=64, sliding_window=0)",
+        after="LayerAttention(layer_id=0, num_heads=8, num_kv_heads=2, head_dim=64, sliding_window=None)",
+        related=("AK413", "AK420"),
     ),
     entry(
         "AK420", "Input outside the backend's declared capabilities",
