@@ -9,7 +9,8 @@ positions ``prefix_len .. prefix_len + num_new - 1`` of its sequence.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import operator
+from dataclasses import dataclass, fields
 from typing import Any, Sequence
 
 import torch
@@ -36,13 +37,18 @@ class Request:
         return self.prefix_len + self.num_new
 
     @classmethod
-    def of(cls, value: Any) -> "Request":
-        """Accept a Request, a dict of its fields, or a tuple in field order."""
+    def of(cls, value: Any, index: int = 0) -> "Request":
+        """Accept a Request, a dict of its fields, or a tuple in field order (AK405 otherwise;
+        ``index`` is the request's place in the batch, for the message)."""
         if isinstance(value, Request):
             return value
-        if isinstance(value, dict):
-            return cls(**value)
-        return cls(*value)
+        try:
+            return cls(**value) if isinstance(value, dict) else cls(*value)
+        except TypeError as exc:
+            names = [f.name for f in fields(cls)]
+            fail("AK405", f"request {index}: expected a Request, a dict or a tuple of the fields "
+                          f"{', '.join(names)} (the first three required), got {value!r} ({exc})",
+                 field=f"requests[{index}]", expected=names, actual=repr(value))
 
 
 def slots_of(row: Sequence[int], positions: range | Sequence[int], page_size: int) -> list[int]:
@@ -61,7 +67,54 @@ def infer_mode(requests: Sequence[Request]) -> ForwardMode:
     return ForwardMode.MIXED if any(decode_like) else ForwardMode.EXTEND
 
 
+_INT32_MAX = 2**31 - 1
+
+
+def _is_int(value: Any) -> bool:
+    """True for ints and int-like values (numpy/torch integers), False for bool and floats."""
+    if isinstance(value, bool):
+        return False
+    try:
+        operator.index(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _check_types(i: int, r: Request) -> None:
+    """Every count an int, every block-table entry an int that fits the int32 table."""
+    counts = [("prefix_len", r.prefix_len), ("num_new", r.num_new)]
+    if r.encoder_len is not None:
+        counts.append(("encoder_len", r.encoder_len))
+    for name, value in counts:
+        if not _is_int(value):
+            fail("AK405", f"request {i}: {name} must be an int, got {value!r}",
+                 field=f"requests[{i}].{name}", expected="int", actual=repr(value))
+    if r.encoder_len is not None and r.encoder_len < 0:
+        fail("AK405", f"request {i}: encoder_len must be >= 0 (or None without an encoder), "
+                      f"got {r.encoder_len}",
+             field=f"requests[{i}].encoder_len", expected=">= 0 or None", actual=r.encoder_len)
+    for name, row in (("block_table", r.block_table),
+                      ("encoder_block_table", () if r.encoder_block_table is None else r.encoder_block_table)):
+        try:
+            entries = list(row)
+        except TypeError:
+            fail("AK405", f"request {i}: {name} must be a sequence of page ids, got {row!r}",
+                 field=f"requests[{i}].{name}", expected="a sequence of int page ids", actual=repr(row))
+        bad = next((p for p in entries if not _is_int(p)), None)
+        if bad is not None:
+            fail("AK405", f"request {i}: {name} holds {bad!r}, page ids must be ints",
+                 field=f"requests[{i}].{name}", expected="int page ids", actual=repr(entries))
+        # Block tables are int32 tensors: a larger id would overflow rather than index a page.
+        huge = next((p for p in entries if not -_INT32_MAX - 1 <= p <= _INT32_MAX), None)
+        if huge is not None:
+            fail("AK405", f"request {i}: {name} holds page id {huge}, beyond the int32 range of "
+                          f"block tables (page ids must be < 2**31 = {_INT32_MAX + 1})",
+                 field=f"requests[{i}].{name}", expected=f"0 <= page id <= {_INT32_MAX}", actual=huge)
+
+
 def _check_request(i: int, r: Request, page_size: int) -> None:
+    _check_types(i, r)
     if r.prefix_len < 0 or r.num_new < 1:
         fail("AK405", f"request {i}: prefix_len must be >= 0 and num_new >= 1, "
                       f"got prefix_len={r.prefix_len}, num_new={r.num_new}",
@@ -74,6 +127,15 @@ def _check_request(i: int, r: Request, page_size: int) -> None:
             fail("AK405", f"request {i}: {name} must hold {need} page(s) for {length} tokens "
                           f"at page_size {page_size}, got {list(row)}",
                  field=f"requests[{i}].{name}", expected=f">= {need} valid pages", actual=list(row))
+
+
+def _parse_mode(mode: ForwardMode | str) -> ForwardMode:
+    try:
+        return ForwardMode(mode)
+    except ValueError:
+        valid = [m.value for m in ForwardMode]
+        fail("AK406", f"mode must be a ForwardMode or one of {', '.join(valid)}, got {mode!r}",
+             field="mode", expected=valid, actual=repr(mode))
 
 
 def _check_mode(mode: ForwardMode, requests: Sequence[Request]) -> None:
@@ -103,13 +165,13 @@ def build_batch(requests: Sequence[Any], *, page_size: int, device: torch.device
     encoder; "cached" — same, required; "write" — this step also hands the encoder K/V
     of every request to cross layers, so ``encoder_slot_mapping`` [sum encoder_lens] is built.
     """
-    reqs = [Request.of(r) for r in requests]
-    if page_size < 1:
-        fail("AK405", f"page_size must be >= 1, got {page_size}",
-             field="page_size", expected=">= 1", actual=page_size)
+    reqs = [Request.of(r, i) for i, r in enumerate(requests)]
+    if not _is_int(page_size) or page_size < 1:
+        fail("AK405", f"page_size must be an int >= 1, got {page_size!r}",
+             field="page_size", expected="int >= 1", actual=repr(page_size))
     for i, r in enumerate(reqs):
         _check_request(i, r, page_size)
-    mode = ForwardMode(mode) if mode is not None else infer_mode(reqs)
+    mode = _parse_mode(mode) if mode is not None else infer_mode(reqs)
     _check_mode(mode, reqs)
     if encoder not in (None, "cached", "write"):
         fail("AK405", f"encoder must be None, 'cached' or 'write', got {encoder!r}",

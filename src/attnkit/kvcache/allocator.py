@@ -5,12 +5,24 @@ lives in page ``row[p // page_size]`` at offset ``p % page_size``.
 """
 from __future__ import annotations
 
+import operator
 import random
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Hashable
 
 from attnkit.errors import fail
+
+
+def _check_count(name: str, value: object, *, minimum: int) -> None:
+    """AK405 unless ``value`` is an int or int-like (numpy/torch integer; not a bool) >= ``minimum``."""
+    try:
+        ok = not isinstance(value, bool) and operator.index(value) >= minimum
+    except TypeError:
+        ok = False
+    if not ok:
+        fail("AK405", f"{name} must be an int >= {minimum}, got {value!r}",
+             field=name, expected=f"int >= {minimum}", actual=repr(value))
 
 
 @dataclass(slots=True)
@@ -29,9 +41,9 @@ class PageAllocator:
 
     def __init__(self, num_pages: int, *, page_size: int | None = None,
                  shuffle: int | random.Random | None = None):
-        if num_pages < 0:
-            fail("AK405", f"num_pages must be >= 0, got {num_pages}",
-                 field="num_pages", expected=">= 0", actual=num_pages)
+        _check_count("num_pages", num_pages, minimum=0)
+        if page_size is not None:
+            _check_count("page_size", page_size, minimum=1)
         self.num_pages = num_pages
         self.page_size = page_size
         order = list(range(num_pages))
@@ -55,16 +67,16 @@ class PageAllocator:
 
     def allocate(self, req_id: Hashable, num_tokens: int, page_size: int | None = None) -> list[int]:
         """Give ``req_id`` room for ``num_tokens`` tokens; returns its block-table row."""
-        size = page_size or self.page_size
-        if size is None or size < 1:
-            fail("AK405", f"page_size must be >= 1, got {size}",
-                 field="page_size", expected=">= 1", actual=size)
+        # `is None`, not `or`: an explicit page_size=0 is an error, not a request for the default.
+        size = self.page_size if page_size is None else page_size
+        if size is None:
+            fail("AK405", "page_size must be given: this allocator has no default page size",
+                 field="page_size", expected="int >= 1", actual=None)
+        _check_count("page_size", size, minimum=1)
         if req_id in self._owned:
             fail("AK401", f"request {req_id!r} already holds pages; free it before allocating again",
                  field="req_id", expected="a request without pages", actual=req_id)
-        if num_tokens < 0:
-            fail("AK405", f"num_tokens must be >= 0, got {num_tokens}",
-                 field="num_tokens", expected=">= 0", actual=num_tokens)
+        _check_count("num_tokens", num_tokens, minimum=0)
         pages = self._take(req_id, -(-num_tokens // size))
         self._owned[req_id] = _Owned(size, num_tokens, pages)
         return list(pages)
@@ -72,6 +84,7 @@ class PageAllocator:
     def grow(self, req_id: Hashable, num_new_tokens: int) -> list[int]:
         """Make room for ``num_new_tokens`` more tokens; returns the (extended) row."""
         owned = self._get(req_id, "grow")
+        _check_count("num_new_tokens", num_new_tokens, minimum=0)
         total = owned.num_tokens + num_new_tokens
         need = -(-total // owned.page_size) - len(owned.pages)
         if need > 0:

@@ -8,8 +8,13 @@ and tensor). Head counts are per rank.
 """
 from __future__ import annotations
 
+import math
+import operator
+from typing import Any
+
 import torch
 
+from attnkit.errors import fail
 from attnkit.model.spec import LayerAttention
 
 TORCH_KV_DTYPES = {
@@ -19,6 +24,45 @@ TORCH_KV_DTYPES = {
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
+def _kv_dtype(dtype: Any) -> torch.dtype:
+    """A TORCH_KV_DTYPES name, or any torch dtype, else AK430. Other torch dtypes (int8 ...)
+    pass so that backends report them against their declarations (AK420 / AK451 / AK462)."""
+    if isinstance(dtype, str) and dtype in TORCH_KV_DTYPES:
+        return TORCH_KV_DTYPES[dtype]
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    fail("AK430", f"dtype must be one of {', '.join(TORCH_KV_DTYPES)} or a torch dtype, "
+                  f"got {dtype!r}",
+         field="dtype", expected=list(TORCH_KV_DTYPES), actual=repr(dtype))
+
+
+def _check_size(name: str, value: Any) -> None:
+    try:
+        ok = not isinstance(value, bool) and operator.index(value) >= 1
+    except TypeError:
+        ok = False
+    if not ok:
+        fail("AK430", f"{name} must be an int >= 1, got {value!r}",
+             field=name, expected="int >= 1", actual=repr(value))
+
+
+def _check_scales(name: str, scales: dict[int, Any], layer_ids: set[int]) -> None:
+    """Every scale a finite number > 0 (stored = value / scale), for a layer the cache holds."""
+    extra = sorted(set(scales) - layer_ids, key=repr)
+    if extra:
+        fail("AK430", f"{name} names layer(s) {extra} that the cache does not hold "
+                      f"(layers: {sorted(layer_ids)})",
+             field=name, expected=sorted(layer_ids), actual=extra)
+    for lid, scale in scales.items():
+        try:
+            ok = not isinstance(scale, (bool, str)) and math.isfinite(float(scale)) and float(scale) > 0
+        except (TypeError, ValueError, RuntimeError):
+            ok = False
+        if not ok:
+            fail("AK430", f"{name}[{lid}] must be a finite number > 0, got {scale!r}",
+                 field=f"{name}[{lid}]", expected="finite float > 0", actual=repr(scale))
+
+
 class PagedKVCache:
     """All layers' pages. ``layers`` gives each layer's spec (per-rank head counts)."""
 
@@ -26,7 +70,17 @@ class PagedKVCache:
                  num_pages: int, page_size: int, dtype: torch.dtype | str = torch.bfloat16,
                  device: torch.device | str = "cpu", k_scales: dict[int, float] | None = None,
                  v_scales: dict[int, float] | None = None):
-        self.dtype = TORCH_KV_DTYPES[dtype] if isinstance(dtype, str) else dtype
+        self.dtype = _kv_dtype(dtype)
+        _check_size("num_pages", num_pages)
+        _check_size("page_size", page_size)
+        for l in layers:
+            if l.kind == "mla" and l.mla is None:
+                fail("AK419", f"layer {l.layer_id} has kind 'mla' but no mla sizes (mla=None), "
+                              "so its latent cache width is unknown",
+                     field=f"layers[{l.layer_id}].mla", expected="MLAConfig", actual=None)
+        ids = {l.layer_id for l in layers}
+        for name, scales in (("k_scales", k_scales), ("v_scales", v_scales)):
+            _check_scales(name, scales or {}, ids)
         self.num_pages = num_pages
         self.page_size = page_size
         self.device = torch.device(device)

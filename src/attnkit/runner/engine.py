@@ -24,7 +24,8 @@ from attnkit.kvcache.allocator import PageAllocator
 from attnkit.kvcache.paged import TORCH_KV_DTYPES, PagedKVCache
 from attnkit.runner.arch import architecture_of
 from attnkit.runner.model import DecoderModel
-from attnkit.runner.setup import COMPUTE_DTYPES, backend_of, dtype_name, model_layers, plan_for
+from attnkit.runner.setup import (COMPUTE_DTYPES, backend_of, check_count, device_of, dtype_name,
+                                  model_layers, plan_for)
 from attnkit.runner.weights import Weights, read_checkpoint
 
 
@@ -63,15 +64,14 @@ class Engine:
         max_tokens: KV-cache room, in tokens, over all live sequences.
         dual_chunk: None follows the config's dual_chunk_attention_config; False runs plain
         RoPE attention as transformers does (exact while a sequence fits one chunk_size)."""
+        check_count("max_tokens", max_tokens, minimum=1)
+        check_count("page_size", page_size, minimum=1, allow_none=True)
+        dev = device_of(device)
         cfg, tensors = read_checkpoint(source)
         arch = architecture_of(cfg)
-        dev = torch.device(device)
         compute = dtype_name(dtype, field="dtype", table=COMPUTE_DTYPES)
         kv = compute if kv_cache_dtype is None else dtype_name(
             kv_cache_dtype, field="kv_cache_dtype", table=TORCH_KV_DTYPES)
-        if max_tokens < 1 or (page_size is not None and page_size < 1):
-            fail("AK483", f"page_size and max_tokens must be >= 1, got {page_size} and {max_tokens}",
-                 field="page_size", expected=">= 1", actual=(page_size, max_tokens))
         plan = None
         if isinstance(backend, AttentionBackend):
             attn = backend
@@ -134,6 +134,10 @@ class Engine:
         if len(ids) != len(prompts):
             fail("AK483", f"{len(prompts)} prompt(s) but {len(ids)} id(s)", field="ids",
                  expected=len(prompts), actual=len(ids))
+        if prompt_lens is not None and len(prompt_lens) != len(prompts):
+            # zip would silently drop the prompts without a length
+            fail("AK483", f"{len(prompts)} prompt(s) but {len(prompt_lens)} prompt length(s)",
+                 field="prompt_lens", expected=len(prompts), actual=len(prompt_lens))
         lens = None if prompt_lens is None else dict(zip(ids, prompt_lens))
         out = self.step(dict(zip(ids, prompts)), prompt_lens=lens, _order=ids)
         return [out[i] for i in ids]
@@ -205,9 +209,7 @@ class Engine:
         single = len(prompts) > 0 and (isinstance(prompts[0], numbers.Integral) or (
             torch.is_tensor(prompts[0]) and prompts[0].dim() == 0))
         batch = [list(prompts)] if single else [list(p) for p in prompts]
-        if max_new_tokens < 0:
-            fail("AK483", f"max_new_tokens must be >= 0, got {max_new_tokens}",
-                 field="max_new_tokens", expected=">= 0", actual=max_new_tokens)
+        check_count("max_new_tokens", max_new_tokens, minimum=0)
         stop = set([eos_token_id] if isinstance(eos_token_id, int) else eos_token_id or ())
         ids = self.new_ids(len(batch))
         outputs: list[list[int]] = [[] for _ in batch]

@@ -6,6 +6,7 @@ refuses exactly what ``attnkit plan`` refuses, with the same codes and every rea
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import warnings
 from typing import Any, Mapping
 
@@ -33,6 +34,35 @@ def dtype_name(dtype: torch.dtype | str, *, field: str, table: Mapping[str, torc
         fail("AK483", f"{field} {dtype!r} is not one the runner uses ({', '.join(table)})",
              field=field, expected=list(table), actual=str(dtype))
     return names[0]
+
+
+def device_of(device: Any) -> torch.device:
+    """``device`` as a torch.device this process can allocate on, else AK483."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        fail("AK483", f"device {device!r} is not a device torch knows ({exc})", field="device",
+             expected="'cpu', 'cuda' or 'cuda:N'", actual=repr(device))
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            fail("AK483", f"device {str(dev)!r} asked for, but CUDA is not available to this "
+                          "torch (a CPU-only build or no visible GPU); use device='cpu'",
+                 field="device", expected="'cpu'", actual=str(dev))
+        count = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= count:
+            fail("AK483", f"device {str(dev)!r} asked for, but torch sees {count} CUDA device(s) "
+                          f"(cuda:0 .. cuda:{count - 1})",
+                 field="device", expected=f"cuda:N with N < {count}", actual=str(dev))
+    return dev
+
+
+def check_count(name: str, value: Any, *, minimum: int, allow_none: bool = False) -> None:
+    """AK483 unless ``value`` is an int (not a bool) >= ``minimum`` (or None if allowed)."""
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        fail("AK483", f"{name} must be an int >= {minimum}, got {value!r}", field=name,
+             expected=f"int >= {minimum}", actual=repr(value))
 
 
 def plan_for(arch: Architecture, *, backend: str | None, device: torch.device,

@@ -1,0 +1,69 @@
+"""Engine arguments of the wrong type or size are AK483, never a raw TypeError or a silent drop."""
+import pytest
+import torch
+
+from attnkit.errors import AttnkitError
+from attnkit.runner import Engine
+
+
+def _error(call) -> AttnkitError:
+    with pytest.raises(AttnkitError) as info:
+        call()
+    return info.value
+
+
+@pytest.fixture(scope="module")
+def llama(tiny_model):
+    return tiny_model("llama")[0]
+
+
+@pytest.fixture
+def engine(llama):
+    return Engine.from_pretrained(llama, backend="torch_native", page_size=4, max_tokens=64)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only message")
+@pytest.mark.parametrize("device", ["cuda:7", "cuda"])
+def test_cuda_device_without_cuda(llama, device):
+    err = _error(lambda: Engine.from_pretrained(llama, backend="torch_native", device=device))
+    assert err.code == "AK483" and err.field == "device"
+    assert device in err.message and "CUDA is not available" in err.message
+
+
+@pytest.mark.gpu
+def test_cuda_device_index_out_of_range(llama):
+    bad = f"cuda:{torch.cuda.device_count()}"
+    err = _error(lambda: Engine.from_pretrained(llama, backend="torch_native", device=bad))
+    assert err.code == "AK483" and bad in err.message
+
+
+def test_unparsable_device(llama):
+    err = _error(lambda: Engine.from_pretrained(llama, backend="torch_native", device="gpu0"))
+    assert err.code == "AK483" and err.field == "device" and "gpu0" in err.message
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(max_tokens=33.5), "max_tokens"),
+    (dict(max_tokens=None), "max_tokens"),
+    (dict(max_tokens=0), "max_tokens"),
+    (dict(page_size="16"), "page_size"),
+    (dict(page_size=4.0), "page_size"),
+])
+def test_sizes_must_be_ints(llama, kwargs, field):
+    err = _error(lambda: Engine.from_pretrained(llama, backend="torch_native", **kwargs))
+    assert err.code == "AK483" and err.field == field
+    assert str(kwargs[field]) in err.message
+
+
+def test_prompt_lens_count_must_match_prompts(engine):
+    err = _error(lambda: engine.prefill([[1, 2, 3], [4]], prompt_lens=[5]))
+    assert err.code == "AK483" and err.field == "prompt_lens"
+    assert "2 prompt" in err.message and "1 prompt length" in err.message
+    assert engine.ids == [] and engine.allocator.num_free == engine.allocator.num_pages
+
+
+@pytest.mark.parametrize("max_new", [None, 2.5, "3", True])
+def test_max_new_tokens_must_be_int(engine, max_new):
+    err = _error(lambda: engine.generate([[1, 2]], max_new))
+    assert err.code == "AK483" and err.field == "max_new_tokens" and str(max_new) in err.message
+    assert engine.ids == [] and engine.allocator.num_free == engine.allocator.num_pages
