@@ -45,8 +45,10 @@ ENTRIES = [
         "AK483", "Invalid engine request",
         meaning="An argument to the runner's Engine names nothing or cannot be served: an "
                 "unknown sequence id, an empty token list, a token id outside the vocabulary, "
-                "counts that disagree (tokens vs ids), a negative max_new_tokens, an unknown "
-                "dtype, or a backend option the backend does not take.",
+                "counts that disagree (tokens vs ids, prompts vs prompt_lens), a max_new_tokens, "
+                "max_tokens or page_size that is not a whole number, an unknown dtype, a device "
+                "that is not there (cuda without CUDA, a GPU index past the count), or a backend "
+                "option the backend does not take.",
         trigger="Engine.from_pretrained / prefill / decode / step / generate / release with such "
                 "an argument.",
         situations=["decode called after release, or with a token per finished sequence too many.",
@@ -55,6 +57,8 @@ ENTRIES = [
         solutions=["Use engine.ids for the live sequences; decode one token per id.",
                    "Check the tokenizer matches the model (ids < vocab_size).",
                    "Use fp32, fp16 or bf16 compute; fp32/fp16/bf16/fp8_e4m3/fp8_e5m2 KV cache.",
+                   "Pick a device this machine has (device='cpu', or 'cuda:N' below "
+                   "torch.cuda.device_count()).",
                    "Pass backend_options only with a backend that takes them (e.g. "
                    "torch_native's mla_form)."],
         before="engine.decode([7, 9])            # one live sequence",
