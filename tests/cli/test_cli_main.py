@@ -119,3 +119,12 @@ def test_text_collapses_shared_causes_into_one_line(capsys, monkeypatch):
     assert rc == 3 and "all rejected (triton, triton_mla):" in out
     rejected = out.split("rejected\n", 1)[1].split("\n\n", 1)[0]
     assert rejected.count("AK210") == 1 and "error AK121" in out and "after:  attnkit plan" in out
+
+
+@pytest.mark.parametrize("flag", [["--attention-backend", "tritn"], ["--attention-backend", "flashinfer"],
+                                  ["--deny", "tritn"]])
+def test_bad_backend_names_are_usage_errors(capsys, monkeypatch, flag):
+    monkeypatch.delenv("ATTNKIT_ATTENTION_BACKEND", raising=False)
+    monkeypatch.delenv("ATTNKIT_DENY_BACKENDS", raising=False)
+    rc, _, _ = run(capsys, "plan", "llama-3.1-8b", "--device", "h100", *flag)
+    assert rc == 2

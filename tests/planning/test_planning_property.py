@@ -9,10 +9,13 @@ from attnkit.hardware import get_preset, preset_names
 from attnkit.model import load_model, preset_names as model_presets
 from attnkit.model.spec import DualChunkConfig, LayerAttention, MLAConfig, ModelAttention
 from attnkit.planning.plan import Plan
+from attnkit.planning.reasons import check_backend, model_needs
+from attnkit.planning.registry import declarations
 from attnkit.planning.solver import plan
 
 PRESET_MODELS = {n: load_model(n) for n in model_presets()}
 PLATFORMS = {n: get_preset(n) for n in preset_names()}
+REGISTRY = declarations()
 NAMES = ["triton", "sdpa", "torch_native", "triton_mla", "dual_chunk", "torch", "tritn", "flashinfer",
          "", "auto", "FA3", "Triton-MLA", 7, None]
 JUNK = st.sampled_from([None, -1, 0, "x", 3.5, True, [], {}])
@@ -52,8 +55,12 @@ REQUESTS = st.fixed_dictionaries({}, optional={
     "cuda_graph": st.one_of(st.booleans(), JUNK),
     "deny": st.one_of(st.lists(st.sampled_from(NAMES[:8])), JUNK),
     "bogus_key": st.just(1)})
-ENVS = st.fixed_dictionaries({}, optional={"ATTNKIT_ATTENTION_BACKEND": st.sampled_from(["sdpa", "tritn", ""]),
+ENVS = st.fixed_dictionaries({}, optional={"ATTNKIT_ATTENTION_BACKEND": st.sampled_from(["sdpa", "tritn", "", "auto"]),
                                            "ATTNKIT_DENY_BACKENDS": st.sampled_from(["triton", "x,sdpa", ","])})
+
+
+def result_model(model):
+    return model if isinstance(model, ModelAttention) else load_model(model)
 
 
 @settings(max_examples=2000, deadline=None, derandomize=True,
@@ -75,5 +82,19 @@ def test_plan_or_attnkit_error(model, platform, request, env):
             if given[key] is not None:
                 assert data["settings"][key] == given[key]
                 assert all(a["field"] != key for a in data["adjustments"])
+        # each chosen backend serves the model per its own declaration (the solver's generic check)
+        needs = model_needs(result_model(model), dual_chunk=given["dual_chunk"] != "off")
+        for phase, name in (("prefill", result.prefill_backend), ("decode", result.decode_backend)):
+            reasons = check_backend(REGISTRY[name], model=result_model(model), needs=needs,
+                                    platform=PLATFORMS[platform], phase=phase, settings=result.settings)
+            assert not reasons, (phase, name, reasons)
     else:
         assert data["error"]["code"][:3] in ("AK1", "AK2", "AK3") and data["error"]["solutions"]
+
+
+def test_explicit_phase_with_rule_chosen_backend_plans_without_a_crash():
+    """Review finding: the dual-chunk rule fills decode while prefill is named; this raised KeyError."""
+    request = {"prefill_attention_backend": "dual_chunk", "speculative_tokens": 3}
+    result = plan("qwen2.5-7b-instruct-1m", "h100", request, env={})
+    assert not result.ok and result.error["code"] == "AK120"
+    assert any("drop --speculative-tokens" in s for s in result.error["solutions"])

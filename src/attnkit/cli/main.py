@@ -1,7 +1,7 @@
 """The ``attnkit`` command: plan, backends, explain, models, devices. Torch-free.
 
 Exit codes: 0 planned (or listed), 1 internal error (AK900), 2 usage error (bad flag, unknown
-model/device/code, invalid value), 3 no valid plan.
+model/device/code or backend name (AK300/AK301), invalid value (AK306)), 3 no valid plan.
 """
 from __future__ import annotations
 
@@ -15,6 +15,9 @@ from typing import Any, Sequence
 from attnkit.errors import CATALOG, AttnkitError
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_NO_PLAN = 0, 1, 2, 3
+# Plan errors that mean the command itself is wrong (a name attnkit lacks, an invalid value), not
+# that no backend fits: unknown backend name, another engine's backend name, invalid setting value.
+USAGE_CODES = ("AK300", "AK301", "AK306")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,15 +74,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from attnkit.cli.render import matrix_text, plan_text
     from attnkit.hardware import resolve_platform
     from attnkit.model import load_model
-    from attnkit.planning.request import parse_request
     from attnkit.planning.solver import plan
 
-    request = parse_request({
-        "attention_backend": args.attention_backend, "prefill_attention_backend": args.prefill_attention_backend,
-        "decode_attention_backend": args.decode_attention_backend, "page_size": args.page_size,
-        "kv_cache_dtype": args.kv_cache_dtype, "dtype": args.dtype, "tp_size": args.tp_size,
-        "speculative_tokens": args.speculative_tokens, "dual_chunk": args.dual_chunk,
-        "cuda_graph": args.cuda_graph, "deny": [n for d in (args.deny or []) for n in d.split(",")]})
+    request = request_from_args(args)
     devices = args.device or ["auto"]
     # Resolve every name first: a typo is a usage error before any planning output.
     models = {m: load_model(m) for m in args.models}
@@ -93,7 +90,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
         sys.stdout.write(plan_text(plans[0]))
     else:
         sys.stdout.write(matrix_text(plans, list(args.models), devices))
+    if any(p.error and p.error["code"] in USAGE_CODES for p in plans):
+        return EXIT_USAGE
     return EXIT_OK if all(p.ok for p in plans) else EXIT_NO_PLAN
+
+
+def request_from_args(args: argparse.Namespace):
+    """The planning ``Request`` that ``attnkit plan``'s flags describe (AK306 on junk values)."""
+    from attnkit.planning.request import parse_request
+
+    return parse_request({
+        "attention_backend": args.attention_backend, "prefill_attention_backend": args.prefill_attention_backend,
+        "decode_attention_backend": args.decode_attention_backend, "page_size": args.page_size,
+        "kv_cache_dtype": args.kv_cache_dtype, "dtype": args.dtype, "tp_size": args.tp_size,
+        "speculative_tokens": args.speculative_tokens, "dual_chunk": args.dual_chunk,
+        "cuda_graph": args.cuda_graph, "deny": [n for d in (args.deny or []) for n in d.split(",")]})
 
 
 def cmd_backends(args: argparse.Namespace) -> int:

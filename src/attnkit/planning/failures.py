@@ -13,6 +13,7 @@ from attnkit.planning.capabilities import PHASES
 from attnkit.planning.plan import Plan
 from attnkit.planning.reasons import Reason
 from attnkit.planning.rules import common_page_sizes, conflict
+from attnkit.planning.suggest import device_for, nearest, other_device, serving
 
 if TYPE_CHECKING:
     from attnkit.planning.solver import Solve
@@ -48,36 +49,106 @@ def bad_name(s: "Solve", field: str, name: str, err: AttnkitError) -> AttnkitErr
                     alternatives=alts, **err.details)
 
 
-def fixed_backend_fails(s: "Solve", name: str, phases: list[str], reasons: list[Reason]) -> AttnkitError:
-    """A backend the user (or a rule) fixed cannot serve: the most specific error, all reasons."""
+# Settings the user chose that a rule-chosen backend may refuse; dropping them is then the fix.
+USER_SETTINGS = ("cuda_graph", "speculative_tokens", "kv_cache_dtype", "page_size")
+PLATFORM_CODES = ("AK210", "AK211", "AK212")       # wrong device kind, compute capability, package
+
+
+def fixed_backends_fail(s: "Solve", failing: dict[str, list[str]], reasons: list[Reason]) -> AttnkitError:
+    """Backends the user (or a rule) fixed cannot serve: the most specific error, all reasons.
+
+    ``failing``: backend -> the phases it was fixed for. One error covers every failing backend,
+    so its example fix replaces each of them at once.
+    """
     reasons = merge(reasons)
+    names = list(failing)
+    phases = [p for p in PHASES if any(p in ps for ps in failing.values())]
     fields = {r.field for r in reasons}
-    flag = s.request.backend_field(phases[0]).replace("_", "-")
+    who = ", ".join(names)
     if fields == {"page_size"} and s.request.page_size is not None:
-        valid = common_page_sizes([s.registry[name].capabilities], s.settings.get("dual_chunk_len"))
+        valid = common_page_sizes([s.registry[n].capabilities for n in names], s.settings.get("dual_chunk_len"))
         near = nearest(valid, s.request.page_size)
-        return conflict("AK303", f"--page-size {s.request.page_size} is not accepted by {name}: "
+        return conflict("AK303", f"--page-size {s.request.page_size} is not accepted by {who}: "
                         f"{_text(reasons)}; valid sizes: {', '.join(map(str, valid[:8])) or 'none'}",
                         field="page_size", actual=s.request.page_size, expected=valid,
                         solutions=[f"use --page-size {v}" for v in near] + ["omit --page-size"],
                         before=s.command(), after=s.command(page_size=near[0] if near else None))
     if fields == {"kv_cache_dtype"} and s.request.kv_cache_dtype is not None:
-        return kv_dtype_conflict(s, phases, [name])
-    alts = serving(s, phases, exclude=name)
+        return kv_dtype_conflict(s, phases, names)
     where = f"{s.model.name} ({s.model.kind.upper()}) on {s.platform.name}"
-    by_rule = [s.chosen_by[p] for p in phases if p in s.chosen_by]
-    if by_rule:
-        return conflict("AK302", f"{name} (chosen by rule {by_rule[0]}: {s.why[phases[0]]}) cannot serve "
-                        f"{where}: {_text(reasons)}", field="dual_chunk", actual="on", expected=["off"],
-                        solutions=["use --dual-chunk off (plain attention; quality drops beyond chunk_size)"],
-                        before=s.command(), after=s.command(dual_chunk="off"), reasons=_dicts(reasons))
-    fixes = [f"use --{flag} {a}" for a in alts] + [f"omit --{flag} and let attnkit choose"]
-    return conflict("AK121", f"--{flag} {name} cannot serve {where}: {_text(reasons)}. "
-                    + (f"Backends that serve it here: {', '.join(alts)}" if alts
-                       else "No attnkit backend serves it here."),
-                    field=flag.replace("-", "_"), actual=name, expected=alts, solutions=fixes,
-                    before=s.command(), after=s.command(**{flag.replace("-", "_"): alts[0] if alts else None}),
-                    reasons=_dicts(reasons), alternatives=alts)
+    ruled = [p for p in phases if p in s.chosen_by]
+    if ruled:
+        rule, why = s.chosen_by[ruled[0]], s.why[ruled[0]]
+        chosen = f"{who} (chosen by rule {rule}: {why})"
+        if fields <= set(USER_SETTINGS) and all(s.typed.is_set(f) for f in fields):
+            # only the user's own settings stand in the way: turning dual chunk off would not help
+            flags = [_flag(s, f) for f in USER_SETTINGS if f in fields]
+            return conflict("AK120", f"{chosen} is the backend that serves {where}, and it refuses "
+                            f"{' and '.join(flags)}: {_text(reasons)}", field=sorted(fields)[0],
+                            actual=s.settings.get(sorted(fields)[0]), expected=names,
+                            solutions=[f"drop {f} ({who} refuses it)" for f in flags],
+                            before=s.command(), after=s.command(**{f: None for f in fields}),
+                            reasons=_dicts(reasons))
+        fixes = ["use --dual-chunk off (plain attention; quality drops beyond chunk_size)"]
+        after = s.command(dual_chunk="off")
+        if any(r.code in PLATFORM_CODES for r in reasons):    # it does not run here: another device
+            device, keep = device_for(s, failing)
+            drop = [] if device else [f for f in USER_SETTINGS if f in fields and s.typed.is_set(f)]
+            if drop:
+                device, keep = device_for(s, failing, without=drop)
+            if device:
+                fixes.insert(0, f"plan for --device {device}, where "
+                              + (f"{who} serves this model" if keep else "a backend serves this model")
+                              + (f" without {' and '.join(_flag(s, f) for f in drop)}" if drop else ""))
+                after = s.command(device=device, **{f: None for f in drop})
+        return conflict("AK302", f"{chosen} cannot serve {where}: {_text(reasons)}", field="dual_chunk",
+                        actual="on", expected=["off"], solutions=fixes,
+                        before=s.command(), after=after, reasons=_dicts(reasons))
+    # field -> (backend, phases): every request field that names a failing backend
+    named: dict[str, tuple[str, list[str]]] = {}
+    for name, ps in failing.items():
+        for p in ps:
+            f = s.request.backend_field(p)
+            named[f] = (name, named.get(f, (name, []))[1] + [p])
+    alts = {f: serving(s, ps, exclude=name) for f, (name, ps) in named.items()}
+    first = next(iter(named))
+    flag = first.replace("_", "-")
+    shown = alts[first]
+    if all(alts.values()):
+        change = {f: a[0] for f, a in alts.items()}
+        if len(named) == 1:
+            fixes = [f"use --{flag} {a}" for a in shown]
+        else:
+            fixes = [f"use {_flags(change)}"]
+        fixes.append(f"omit {' and '.join('--' + f.replace('_', '-') for f in named)} and let attnkit choose")
+        after = s.command(**change)
+        tail = f"Backends that serve it here: {', '.join(shown)}"
+    else:
+        # another device with these settings; else here (or elsewhere) without the settings refused
+        device, keep = device_for(s, failing)
+        drop = [f for f in USER_SETTINGS if f in fields and s.typed.is_set(f)] if not device else []
+        if drop and not fields <= set(drop):
+            device, keep = device_for(s, failing, without=drop)
+        fixes = ([f"plan for --device {device}, where " + (f"{who} serves this model" if keep else
+                  "a backend serves this model with these settings")
+                  + (f" without {' and '.join(_flag(s, f) for f in drop)}" if drop else "")] if device else [])
+        fixes += [f"drop {_flag(s, f)} ({who} refuses it)" for f in drop if not device] + _hints(reasons, s)
+        unnamed = {} if keep or (drop and not device) else {f: None for f in named}
+        after = s.command(device=device, **unnamed, **{f: None for f in drop})
+        tail = "No attnkit backend serves it here."
+    text = " ".join(f"--{f.replace('_', '-')} {n}" for f, (n, _) in named.items())
+    return conflict("AK121", f"{text} cannot serve {where}: {_text(reasons, named=len(names) > 1)}. " + tail,
+                    field=first, actual=named[first][0], expected=shown, solutions=fixes,
+                    before=s.command(), after=after, reasons=_dicts(reasons), alternatives=shown)
+
+
+def _flags(change: dict[str, str]) -> str:
+    return " ".join(f"--{f.replace('_', '-')} {n}" for f, n in change.items())
+
+
+def _flag(s: "Solve", field: str) -> str:
+    value = s.settings.get(field) if field != "page_size" else s.request.page_size
+    return f"--{field.replace('_', '-')}" + ("" if value is True else f" {value}")
 
 
 def nothing_serves(s: "Solve", phase: str, pool: list[str]) -> AttnkitError:
@@ -115,44 +186,44 @@ def nothing_serves(s: "Solve", phase: str, pool: list[str]) -> AttnkitError:
                         f"{flag}: {why}",
                         field=blocking[0], actual=s.settings.get(blocking[0]), expected=pool, solutions=hints,
                         before=s.command(), after=s.command(**{blocking[0]: None}), candidates=pool)
-    if device:
+    drop: list[str] = []
+    if device is None and any(r.code in ("AK210", "AK211", "AK212") for rs in by_name.values() for r in rs):
+        # no device serves with these settings: one that does without the settings they also refuse
+        drop = [f for f in USER_SETTINGS if s.typed.is_set(f)
+                and any(r.field == f for n in pool for p in PHASES for r in s.reasons(p, n))]
+        device = other_device(s, without=drop) if drop else None
+        if device:
+            hints.insert(0, f"plan for --device {device} without {' and '.join(_flag(s, f) for f in drop)}")
+    elif device:
         hints.insert(0, f"plan for --device {device}, where a backend serves this model with these settings")
+    if not pool and s.request.deny and s.entry(phase) is not None:
+        # every candidate is denied: the user's command without the deny list (and the variable unset)
+        after = s.command(deny=None)
+        if "ATTNKIT_DENY_BACKENDS" in s.env_used:
+            after = f"unset ATTNKIT_DENY_BACKENDS; {after}"
+    else:
+        after = s.command(device=device, **{f: None for f in drop}) if device else s.command()
     return conflict("AK120", f"no attnkit backend serves {s.model.name} ({s.model.kind.upper()}) {phase} on "
                     f"{s.platform.name} ({s.platform.kind}): {why}", field=f"{phase}_backend", actual=None,
-                    expected=pool, solutions=hints, before=s.command(),
-                    after=s.command(device=device) if device else s.command(), candidates=pool)
-
-
-def other_device(s: "Solve") -> str | None:
-    """The first device preset where some automatic candidate serves both phases (for the example fix)."""
-    from attnkit.hardware import get_preset, preset_names
-    from attnkit.planning.reasons import check_backend
-
-    here = getattr(s.platform, "preset", None)
-    settings = {k: v for k, v in s.settings.items() if v is not None}
-    for preset in sorted(preset_names(), key=lambda n: (n not in ("h100", "cpu"), n)):
-        if preset == here:
-            continue
-        platform = get_preset(preset)
-        names = [n for n in s.registry if not s.registry[n].explicit_only and n not in s.request.deny]
-        if any(all(not check_backend(s.registry[n], model=s.model, needs=s.needs, platform=platform,
-                                     phase=p, settings=settings) for p in PHASES) for n in names):
-            return preset
-    return None
+                    expected=pool, solutions=hints, before=s.command(), after=after, candidates=pool)
 
 
 def kv_dtype_conflict(s: "Solve", phases: list[str], refusing: list[str]) -> AttnkitError:
     kv = s.request.kv_cache_dtype
     declared = [n for n, d in s.registry.items() if kv in d.capabilities.kv_cache_dtypes]
     here = [n for n in declared if n not in refusing and all(not s.reasons(p, n) for p in phases)]
-    fixes = [f"use --attention-backend {n} (stores {kv} KV and serves this model here)" for n in here]
+    # the request fields that choose these phases' backends: a phase flag beats --attention-backend
+    fields = list(dict.fromkeys(s.request.backend_field(p) if s.explicit[p] else "attention_backend"
+                                for p in phases))
+    flags = lambda n: " ".join(f"--{f.replace('_', '-')} {n}" for f in fields)  # noqa: E731
+    fixes = [f"use {flags(n)} (stores {kv} KV and serves this model here)" for n in here]
     fixes.append(f"omit --kv-cache-dtype (the KV cache then uses the compute dtype {s.settings.get('dtype')})")
     return conflict("AK304", f"--kv-cache-dtype {kv} is not supported by {', '.join(refusing)}; backends "
                     f"that declare {kv} KV: {', '.join(declared) or 'none'}"
                     + (f" (serving {s.model.name} here: {', '.join(here)})" if here else ""),
                     field="kv_cache_dtype", actual=kv, expected=declared, solutions=fixes,
                     before=s.command(),
-                    after=s.command(attention_backend=here[0]) if here else s.command(kv_cache_dtype=None))
+                    after=s.command(**{f: here[0] for f in fields}) if here else s.command(kv_cache_dtype=None))
 
 
 def no_common_layout(s: "Solve", options: dict[str, list[str]]) -> AttnkitError:
@@ -160,18 +231,6 @@ def no_common_layout(s: "Solve", options: dict[str, list[str]]) -> AttnkitError:
                     f"and a decode backend ({', '.join(options['decode'])})", field="page_size", actual=None,
                     expected=[], solutions=["use one --attention-backend for both phases"],
                     before=s.command(), after=s.command(prefill_attention_backend=None, decode_attention_backend=None))
-
-
-def nearest(sizes: list[int], target: int, n: int = 3) -> list[int]:
-    """The ``n`` sizes closest to ``target`` (ties to the smaller)."""
-    return sorted(sizes, key=lambda v: (abs(v - target), v))[:n]
-
-
-def serving(s: "Solve", phases: list[str], *, exclude: str | None = None) -> list[str]:
-    """Backends that serve every layer in ``phases`` here, priority order first."""
-    order = [n for p in phases for n in s.pool(p)] + list(s.registry)
-    return [n for n in dict.fromkeys(order) if n != exclude and not s.registry[n].explicit_only
-            and n not in s.request.deny and all(not s.reasons(p, n) for p in phases)]
 
 
 def merge(reasons: list[Reason]) -> list[Reason]:
@@ -212,15 +271,20 @@ def build_plan(s: "Solve", error: AttnkitError | None) -> Plan:
         prefill_backend=s.backends["prefill"] if ok else None, decode_backend=s.backends["decode"] if ok else None,
         why=dict(s.why) if ok else {}, settings=settings, adjustments=s.adjustments, rejected=rejected,
         shared=shared, alternatives=s.alternatives if ok else {}, warnings=s.warnings,
-        error=None if ok else error_dict(error))
+        error=None if ok else error_dict(error, s))
 
 
-def error_dict(err: AttnkitError) -> dict[str, Any]:
+def error_dict(err: AttnkitError, s: "Solve") -> dict[str, Any]:
+    """The error as JSON; its example fix is always the user's own command (never a catalog example)."""
     d = err.to_dict()
     fix = d["details"].pop("example_fix", None)
-    if (fix is None or fix["before"] == fix["after"]) and err.code in CATALOG:
-        fix = {"before": CATALOG[err.code].example_before, "after": CATALOG[err.code].example_after}
-    d["example_fix"] = fix
+    if fix is not None and s.env_used:
+        # the environment took part: show it in "before"; if only it differs, unsetting is the fix
+        if fix["before"] == fix["after"]:
+            fix["after"] = f"unset {' '.join(s.env_used)}; {fix['after']}"
+        env = " ".join(f"{k}={v}" for k, v in s.env_used.items())
+        fix["before"] = f"{env} {fix['before']}"
+    d["example_fix"] = fix if fix is None or fix["before"] != fix["after"] else None
     return d
 
 

@@ -124,22 +124,27 @@ def dual_chunk_rule(v: View) -> Iterator[Override | str]:
                    "straddle two chunks, so the page size must divide it")
     serving = [n for n, d in v.registry.items() if "dual_chunk" in d.capabilities.features
                and n not in v.request.deny]
-    for phase, name in v.explicit.items():
-        if name is None:
-            continue
-        if "dual_chunk" in v.registry[name].capabilities.features:
-            continue
-        field = v.request.backend_field(phase)
-        flag = "--" + field.replace("_", "-")
-        fixes = ([f"use {flag} {serving[0]} (implements dual chunk attention)"] if serving else [])
+    # every named backend that lacks dual chunk, by the request field that names it: one fix for all
+    lacking = {v.request.backend_field(p): n for p, n in v.explicit.items()
+               if n is not None and "dual_chunk" not in v.registry[n].capabilities.features}
+    if lacking:
+        named = " and ".join(f"--{f.replace('_', '-')} {n}" for f, n in lacking.items())
+        flags = " ".join(f"--{f.replace('_', '-')} {serving[0]}" for f in lacking) if serving else ""
+        drop = _refused_settings(v, serving[0]) if serving else []
+        fixes = ([f"use {flags} (implements dual chunk attention)"
+                  + (f" and drop {' and '.join('--' + f.replace('_', '-') for f in drop)}, which "
+                     f"{serving[0]} refuses" if drop else "")] if serving else [])
         fixes.append("use --dual-chunk off (plain attention; quality drops beyond chunk_size "
                      f"{dca.chunk_size} tokens)")
+        field = next(iter(lacking))
         raise conflict("AK302", f"{v.model.name} uses dual chunk attention (chunk_size {dca.chunk_size}, "
-                       f"local_size {dca.local_size}) but {flag} {name} does not implement it"
+                       f"local_size {dca.local_size}) but {named} "
+                       + ("does" if len(lacking) == 1 else "do") + " not implement it"
                        + ("" if serving else "; no registered backend implements it"),
-                       field=field, actual=name, expected=serving, solutions=fixes,
+                       field=field, actual=lacking[field], expected=serving, solutions=fixes,
                        before=v.command(),
-                       after=v.command(**{field: serving[0]}) if serving else v.command(dual_chunk="off"))
+                       after=(v.command(**{f: serving[0] for f in lacking}, **{f: None for f in drop}) if serving
+                              else v.command(dual_chunk="off")))
     if not all(v.explicit.values()):
         if not serving:
             raise conflict("AK302", f"{v.model.name} uses dual chunk attention but no registered backend "
@@ -152,6 +157,19 @@ def dual_chunk_rule(v: View) -> Iterator[Override | str]:
             if v.explicit[phase] is None:
                 yield Override(f"{phase}_backend", serving[0], f"model uses dual chunk attention; "
                                f"{serving[0]} is the backend that implements it")
+
+
+def _refused_settings(v: View, name: str) -> list[str]:
+    """The user's own settings (CUDA graph, speculative tokens, KV dtype, page size) ``name`` refuses."""
+    from attnkit.planning.reasons import check_backend, model_needs
+
+    settings = {k: val for k, val in v.settings.items() if val is not None}
+    settings["page_size"] = v.request.page_size
+    found = {r.field for phase in ("prefill", "decode")
+             for r in check_backend(v.registry[name], model=v.model, needs=model_needs(v.model), platform=v.platform,
+                                    phase=phase, settings=settings)}
+    return [f for f in ("cuda_graph", "speculative_tokens", "kv_cache_dtype", "page_size")
+            if f in found and v.request.is_set(f)]
 
 
 # ---- after backends are chosen --------------------------------------------------------------

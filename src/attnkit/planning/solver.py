@@ -80,6 +80,7 @@ class Solve:
         self.alternatives: dict[str, list[str]] = {}
         self._reasons: dict[tuple[str, str], list[Reason]] = {}
         self.needs = None
+        self.env_used: dict[str, str] = {}       # ATTNKIT_* variables that changed the request
 
     # ---- the steps -------------------------------------------------------------------------
     def run(self, env: Mapping[str, str]) -> Plan:
@@ -100,11 +101,14 @@ class Solve:
 
     def _env(self, env: Mapping[str, str]) -> None:
         name = (env.get("ATTNKIT_ATTENTION_BACKEND") or "").strip()
+        if name.lower() == "auto":        # as on the command line: auto means "let attnkit choose"
+            name = ""
         if name:
             if any(self.request.is_set(f) for f in BACKEND_FIELDS):
                 self.warnings.append(f"ATTNKIT_ATTENTION_BACKEND={name} ignored: the command line names a backend")
             else:
                 self.request = self.request.with_values("env", attention_backend=name)
+                self.env_used["ATTNKIT_ATTENTION_BACKEND"] = name
                 self._record("attention_backend", None, name, "env", f"ATTNKIT_ATTENTION_BACKEND={name}")
         deny = tuple(n.strip() for n in (env.get("ATTNKIT_DENY_BACKENDS") or "").split(",") if n.strip())
         if deny:
@@ -112,6 +116,7 @@ class Solve:
             self._record("deny", list(self.request.deny), list(merged), "env",
                          f"ATTNKIT_DENY_BACKENDS={','.join(deny)}")
             self.request = self.request.with_values("env", deny=merged)
+            self.env_used["ATTNKIT_DENY_BACKENDS"] = ",".join(deny)
 
     def _names(self) -> None:
         canon: dict[str, Any] = {}
@@ -171,11 +176,16 @@ class Solve:
         """Fixed phases (named or rule-chosen) must serve; open phases walk the priority table."""
         self.needs = self._needs()
         fixed = {p: self.backends[p] or self.explicit[p] for p in PHASES}
-        for name in dict.fromkeys(n for n in fixed.values() if n):
+        failing: dict[str, list[str]] = {}
+        reasons: list[Reason] = []
+        for name in dict.fromkeys(n for n in fixed.values() if n):   # check them all: one fix for all
             phases = [p for p in PHASES if fixed[p] == name]
-            reasons = [r for p in phases for r in self.reasons(p, name)]
-            if reasons:
-                raise failures.fixed_backend_fails(self, name, phases, reasons)
+            found = [r for p in phases for r in self.reasons(p, name)]
+            if found:
+                failing[name] = phases
+                reasons += found
+        if failing:
+            raise failures.fixed_backends_fail(self, failing, reasons)
         options: dict[str, list[str]] = {}
         for phase in PHASES:
             if fixed[phase]:
