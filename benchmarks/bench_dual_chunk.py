@@ -9,9 +9,10 @@ five chunks and the length scale is above 1:
   decode   one new token after ``context`` cached tokens;
   prefill  the last ``new`` tokens of a ``context``-token prompt over the cached rest (the
            last piece of a chunked prefill).
-Peers, plain causal attention over the same number of keys (no DCA), in the same run:
-attnkit's sdpa and torch_native backends on the same paged cache, and torch SDPA on
-contiguous K/V. "vs SDPA" is the contiguous SDPA time over the row's time. The dual_chunk
+The dual_chunk backend runs twice: its Triton path (the parts on attnkit's Triton kernels)
+and its torch path. Peers, plain causal attention over the same number of keys (no DCA), in
+the same run: attnkit's triton, sdpa and torch_native backends on the same paged cache, and
+torch SDPA on contiguous K/V. "vs SDPA" is the contiguous SDPA time over the row's time. The dual_chunk
 rows also give the max |error| of a few output rows against the float64 dense DCA
 reference. A peer that fails prints "n/a (reason)" and the run goes on.
 """
@@ -31,6 +32,8 @@ from common import failure_reason  # noqa: E402
 
 CONTIGUOUS = "torch sdpa (contiguous)"
 PAGED_PEERS = ("sdpa", "torch_native")
+CUDA_PEERS = ("triton",)
+DCA_IMPLS = ("triton", "torch")           # dual_chunk's two implementations (CUDA runs both)
 
 
 @dataclass(frozen=True)
@@ -133,16 +136,20 @@ def run_phase(case: Case, phase: str, *, timer) -> dict[str, tuple[float, float 
 
     out: dict[str, tuple[float, float | None] | str] = {}
     meta, q3, k_rot, v, _ = step_inputs(case, phase)
-    try:
-        dca = load_backend("dual_chunk")
-        step = dca.prepare(meta, case.cache)
-        result = dca.forward(q3, k_rot, v, case.layer, case.cache, step)
-        err = max_error(case, result, phase)
-        out["dual_chunk"] = (timer(lambda: dca.forward(q3, k_rot, v, case.layer, case.cache, step)), err)
-    except Exception as exc:                      # noqa: BLE001 -- report, keep the run going
-        out["dual_chunk"] = failure_reason(exc)
+    on_cuda = q3.device.type == "cuda"
+    for impl in DCA_IMPLS if on_cuda else ("torch",):
+        name = f"dual_chunk ({impl})"
+        try:
+            dca = load_backend("dual_chunk", impl=impl)
+            step = dca.prepare(meta, case.cache)
+            result = dca.forward(q3, k_rot, v, case.layer, case.cache, step)
+            err = max_error(case, result, phase)
+            out[name] = (timer(lambda: dca.forward(q3, k_rot, v, case.layer, case.cache, step)), err)
+        except Exception as exc:                  # noqa: BLE001 -- report, keep the run going
+            out[name] = failure_reason(exc)
+        _free()
     q_plain = q3[:, 0].contiguous()               # plain peers: one query per token
-    for name in PAGED_PEERS:
+    for name in PAGED_PEERS + (CUDA_PEERS if on_cuda else ()):
         try:
             backend = load_backend(name)
             step = backend.prepare(meta, case.cache)

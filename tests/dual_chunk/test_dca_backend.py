@@ -147,8 +147,9 @@ def test_idle_step_returns_no_rows():
     assert out.shape == (0, 4 * 16)
 
 
+@pytest.mark.parametrize("impl", ["torch", "triton"])
 @pytest.mark.parametrize("seed", range(6))
-def test_random_layouts_equal_reference(seed):
+def test_random_layouts_equal_reference(seed, impl):
     """Random chunk settings (local_size 0 .. chunk_size-1, so cl from 1 to chunk_size), head
     counts, page sizes dividing cl, and random prefill pieces followed by decode steps."""
     rng = random.Random(seed)
@@ -165,4 +166,5 @@ def test_random_layouts_equal_reference(seed):
         done = [d + s for d, s in zip(done, step)]
     seqs = make_seqs(layer.spec, lengths, seed=seed)
     page = rng.choice([p for p in range(1, cl + 1) if cl % p == 0])
-    check_all(layer, seqs, run_steps(layer, seqs, steps, page_size=page, seed=seed), what=str(cfg))
+    run = run_steps(layer, seqs, steps, page_size=page, seed=seed, backend=DualChunkBackend(impl=impl))
+    check_all(layer, seqs, run, what=f"{impl} {cfg}")

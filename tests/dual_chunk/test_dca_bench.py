@@ -29,7 +29,7 @@ def test_run_checks_dca_against_the_reference_and_tabulates(bench):
     results = bench.run(tiny(bench), device="cpu", timer=lambda fn: bench.cpu_time_ms(fn, reps=1))
     assert len(results) == 2
     for peers in results.values():
-        ms, err = peers["dual_chunk"]
+        ms, err = peers["dual_chunk (torch)"]
         assert ms > 0 and err < 1e-4
         assert isinstance(peers[bench.CONTIGUOUS], tuple)        # torch SDPA runs on CPU too
     table = bench.format_table(results, tiny(bench))

@@ -22,9 +22,12 @@ rule; step_length_scales(..., lengths=prompt_lens)), and in any case while L <= 
 """
 from __future__ import annotations
 
+import importlib.util
+import os
+
 import torch
 
-from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState
+from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState, check_option
 from attnkit.backends.dual_chunk.config import require_page_size, require_valid_config
 from attnkit.backends.dual_chunk.declaration import DECLARATION
 from attnkit.backends.dual_chunk.parts import dual_chunk_attend
@@ -36,20 +39,47 @@ from attnkit.kvcache.paged import TORCH_KV_DTYPES
 F32 = torch.float32
 _CAPS = DECLARATION.capabilities
 _MODES = (ForwardMode.EXTEND, ForwardMode.DECODE, ForwardMode.MIXED, ForwardMode.IDLE)
+IMPLS = ("auto", "torch", "triton")
 
 
 class DualChunkBackend(AttentionBackend):
-    """DCA in float32 torch ops on any device: a loop over requests, each gathering its pages
-    through its block-table row, then the three parts per query chunk merged by LSE."""
+    """Two implementations of the same parts and merge:
+    - "torch": float32 torch ops on any device, a loop over requests, each gathering its
+      pages through its block-table row, then the three parts per query chunk (parts.py);
+    - "triton": attnkit's Triton extend and decode kernels run each part in place over the
+      paged cache (triton_parts.py); CUDA only (the interpreter in CPU tests).
+    ``impl="auto"`` (default) runs "triton" on CUDA when Triton is installed and the layer's
+    head dims fit (<= 256), else "torch"."""
 
     name = "dual_chunk"
+
+    def __init__(self, *, impl: str = "auto"):
+        check_option("dual_chunk", "impl", impl, IMPLS)
+        self.impl = impl
 
     def prepare(self, meta, cache) -> StepState:
         if meta.mode not in _MODES:
             fail("AK420", f"the dual_chunk backend serves EXTEND, DECODE and MIXED steps, not "
                           f"{meta.mode.name}",
                  field="meta.mode", expected=[m.name for m in _MODES], actual=meta.mode.name)
-        return StepState(meta=meta)
+        if not self._use_triton(cache.device):
+            return StepState(meta=meta)
+        from attnkit.backends.dual_chunk.triton_parts import DcaTritonPlan
+        return StepState(meta=meta, plan=DcaTritonPlan.build(meta, cache.device))
+
+    def _use_triton(self, device: torch.device) -> bool:
+        if self.impl == "torch":
+            return False
+        installed = importlib.util.find_spec("triton") is not None
+        if self.impl == "auto":
+            return device.type == "cuda" and installed
+        if not installed:
+            fail("AK420", "dual_chunk impl='triton' needs the triton package",
+                 field="impl", expected="triton installed", actual="not installed")
+        if device.type != "cuda" and os.environ.get("TRITON_INTERPRET", "0") != "1":
+            fail("AK452", f"dual_chunk impl='triton' runs on CUDA devices; the cache is on "
+                          f"{device}", field="cache.device", expected="cuda", actual=str(device))
+        return True
 
     def forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):
         """q: [T, 3, H_q, D]; k: [T, H_kv, D]; v: [T, H_kv, D_v] -> [T, H_q * D_v]."""
@@ -57,6 +87,11 @@ class DualChunkBackend(AttentionBackend):
         _check_cache_dtype(cache)
         cl = _check_layer(layer, meta.page_size)
         _check_queries(q, layer)          # shapes, dtypes, devices: validate_forward (base.py)
+        if step.plan is not None and meta.num_tokens:
+            from attnkit.backends.dual_chunk.triton_parts import serves, triton_dual_chunk
+            if serves(q, layer):
+                out = triton_dual_chunk(q, k, v, layer, cache, step.plan, cl)
+                return out.reshape(meta.num_tokens, spec.num_heads * spec.value_dim)
         write_step_kv(k, v, layer, cache, meta)
         out = q.new_zeros(meta.num_tokens, spec.num_heads, spec.value_dim)
         start = 0

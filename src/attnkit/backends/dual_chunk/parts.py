@@ -69,6 +69,25 @@ def merge_parts(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.T
     return out / norm[..., None], peak + torch.log(total)
 
 
+def chunk_groups(q_start: int, n: int, chunk_len: int):
+    """Split new rows 0..n-1 (positions q_start ..) by chunk: yields (r0, r1, a) for rows
+    [r0, r1) lying in the chunk that starts at position a."""
+    r0 = 0
+    while r0 < n:
+        a = ((q_start + r0) // chunk_len) * chunk_len
+        r1 = min(n, a + chunk_len - q_start)
+        yield r0, r1, a
+        r0 = r1
+
+
+def part_ranges(a: int, end: int, chunk_len: int) -> tuple[tuple[int, int], ...]:
+    """Key ranges [lo, hi) of the intra, successor and inter parts for queries of the chunk
+    starting at ``a`` whose last position is ``end - 1`` (an empty range: lo == hi)."""
+    cl = chunk_len
+    succ = max(a - cl, 0)
+    return (a, end), (succ, a), (0, succ)
+
+
 def dual_chunk_attend(q3: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, q_start: int,
                       chunk_len: int, scale: float) -> torch.Tensor:
     """DCA of one request's new queries over all of its keys, float32.
@@ -78,20 +97,14 @@ def dual_chunk_attend(q3: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, q_s
     -> [n, H_q, D_v]
     """
     n = q3.shape[0]
-    cl = chunk_len
     out = q3.new_zeros(n, q3.shape[2], v.shape[-1])
-    r0 = 0
-    while r0 < n:
-        p0 = q_start + r0
-        a = (p0 // cl) * cl                                      # start of this chunk
-        r1 = min(n, a + cl - q_start)                            # rows in this chunk
-        p1 = q_start + r1                                        # one past the last position
+    for r0, r1, a in chunk_groups(q_start, n, chunk_len):
         rows = q3[r0:r1]
-        parts = [attend_part(rows[:, 0], k[a:p1], v[a:p1], scale=scale, causal_offset=p0 - a)]
-        if a >= cl:
-            parts.append(attend_part(rows[:, 1], k[a - cl:a], v[a - cl:a], scale=scale))
-        if a >= 2 * cl:
-            parts.append(attend_part(rows[:, 2], k[:a - cl], v[:a - cl], scale=scale))
+        parts = []
+        for part, (lo, hi) in enumerate(part_ranges(a, q_start + r1, chunk_len)):
+            if hi > lo:    # intra is causal: its row r sees keys up to position q_start + r
+                offset = q_start + r0 - a if part == 0 else None
+                parts.append(attend_part(rows[:, part], k[lo:hi], v[lo:hi], scale=scale,
+                                         causal_offset=offset))
         out[r0:r1] = merge_parts(parts)[0]
-        r0 = r1
     return out

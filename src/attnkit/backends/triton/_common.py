@@ -94,6 +94,15 @@ def online_softmax_step(m_i, l_i, acc, s, v, DOT_PREC: tl.constexpr):
 
 
 @triton.jit
+def store_lse(ptrs, m_i, l_i, ok):
+    """Store the natural-log log-sum-exp of rows whose softmax state is (m_i, l_i) in log2
+    units; a row that saw no key (l_i == 0) gets -inf, so it weighs nothing in a merge."""
+    lse = tl.where(l_i > 0.0, (m_i + tl.log2(tl.maximum(l_i, 1e-30))) * 0.6931471805599453,
+                   float("-inf"))
+    tl.store(ptrs, lse, mask=ok)
+
+
+@triton.jit
 def attend_range(q, m_i, l_i, acc, K, V, bt_row, n_lo, n_hi, q_pos, kv_len,
                  k_head, v_head, offs_d, d_ok, offs_dv, dv_ok,
                  stride_kp, stride_kt, stride_vp, stride_vt, qk_scale, softcap, window,

@@ -49,12 +49,8 @@ class TritonStepPlan:
         """Request index and first query row of every BLOCK_M-row query block, the blocks
         with the most keys first so the long programs do not trail at the end of the grid."""
         if block_m not in self.blocks:
-            lens = zip(self.meta.query_lens_cpu, self.meta.seq_lens_cpu)
-            # (last key of the block's first row, request, first row): most keys first
-            blocks = sorted(((n - q + m, i, m) for i, (q, n) in enumerate(lens)
-                             for m in range(0, q, block_m)), reverse=True)
-            as_i32 = lambda xs: torch.tensor(xs, dtype=torch.int32, device=self.seq_lens.device)  # noqa: E731
-            self.blocks[block_m] = (as_i32([b[1] for b in blocks]), as_i32([b[2] for b in blocks]))
+            self.blocks[block_m] = query_blocks(self.meta.query_lens_cpu, self.meta.seq_lens_cpu,
+                                                block_m, device=self.seq_lens.device)
         return self.blocks[block_m]
 
     def decode_splits(self, num_kv_heads: int, window: int | None, block_n: int) -> tuple[int, int]:
@@ -78,7 +74,20 @@ class TritonStepPlan:
         return self.partials[key]
 
 
-def _sm_count(device: torch.device) -> int:
+def query_blocks(q_lens, kv_lens, block_m: int, *, device,
+                 requests=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(block_req [NB], block_m [NB]) int32: request index and first query row of every
+    BLOCK_M-row query block of ``requests`` (default all), most keys first.
+    q_lens / kv_lens: per request new tokens and keys (host ints)."""
+    reqs = range(len(q_lens)) if requests is None else requests
+    # (last key of the block's first row, request, first row): most keys first
+    blocks = sorted(((kv_lens[i] - q_lens[i] + m, i, m) for i in reqs
+                     for m in range(0, q_lens[i], block_m)), reverse=True)
+    as_i32 = lambda xs: torch.tensor(xs, dtype=torch.int32, device=device)  # noqa: E731
+    return as_i32([b[1] for b in blocks]), as_i32([b[2] for b in blocks])
+
+
+def sm_count(device: torch.device) -> int:
     if device.type != "cuda":
         return 4
     return torch.cuda.get_device_properties(device).multi_processor_count
@@ -110,7 +119,7 @@ class TritonBackend(AttentionBackend):
         i32 = lambda x: torch.as_tensor(x, device=dev).to(torch.int32).contiguous()  # noqa: E731
         plan = TritonStepPlan(meta=meta, query_start_loc=i32(meta.query_start_loc),
                               seq_lens=i32(meta.seq_lens), block_tables=i32(meta.block_tables),
-                              num_sms=_sm_count(dev))
+                              num_sms=sm_count(dev))
         return StepState(meta=meta, plan=plan)
 
     def forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):

@@ -43,10 +43,10 @@ def _window_lo(kv_len, window, HAS_WINDOW: tl.constexpr, BLOCK_N: tl.constexpr):
 @triton.jit
 def _decode_kernel(
     Q, K, V, Out, MidO, MidM, MidL, Sinks, SeqLens, BlockTables, KN, VN, Slots,
-    qk_scale, v_scale, softcap, window, chunk,
-    stride_qt, stride_qh, stride_ot, stride_oh,
-    stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_bt,
-    stride_mb, stride_mh, stride_ms, stride_knt, stride_knh, stride_vnt, stride_vnh,
+    qk_scale, v_scale, softcap, window, chunk, splits_per_part,
+    stride_qt, stride_qp, stride_qh, stride_ot, stride_oh,
+    stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_sp, stride_bp,
+    stride_bt, stride_mb, stride_mh, stride_ms, stride_knt, stride_knh, stride_vnt, stride_vnh,
     GROUP: tl.constexpr, G_PAD: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     SPLIT: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
@@ -54,8 +54,10 @@ def _decode_kernel(
 ):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
-    sp = tl.program_id(2)
-    kv_len = tl.load(SeqLens + b)
+    sp_all = tl.program_id(2)          # part * splits_per_part + split (one part: the split)
+    part = sp_all // splits_per_part
+    sp = sp_all % splits_per_part
+    kv_len = tl.load(SeqLens + part * stride_sp + b)
     lo = _window_lo(kv_len, window, HAS_WINDOW, BLOCK_N)
     n_lo = lo + sp * chunk
     n_hi = tl.minimum(n_lo + chunk, kv_len)
@@ -72,7 +74,8 @@ def _decode_kernel(
     d_ok = offs_d < D
     offs_dv = tl.arange(0, BLOCK_DV)
     dv_ok = offs_dv < DV
-    q = tl.load(Q + b.to(tl.int64) * stride_qt + heads[:, None] * stride_qh + offs_d[None, :],
+    q = tl.load(Q + b.to(tl.int64) * stride_qt + part * stride_qp + heads[:, None] * stride_qh
+                + offs_d[None, :],
                 mask=row_ok[:, None] & d_ok[None, :], other=0.0)
     q_pos = tl.zeros([G_PAD], tl.int32) + (kv_len - 1)
 
@@ -83,7 +86,8 @@ def _decode_kernel(
         m_i = tl.zeros([G_PAD], tl.float32) + NEG_BIG
         l_i = tl.zeros([G_PAD], tl.float32)
     acc = tl.zeros([G_PAD, BLOCK_DV], tl.float32)
-    m_i, l_i, acc = attend_range(q, m_i, l_i, acc, K, V, BlockTables + b.to(tl.int64) * stride_bt,
+    bt_row = BlockTables + part.to(tl.int64) * stride_bp + b.to(tl.int64) * stride_bt
+    m_i, l_i, acc = attend_range(q, m_i, l_i, acc, K, V, bt_row,
                                  n_lo, tl.minimum(n_hi, cached), q_pos, cached, kvh * stride_kh,
                                  kvh * stride_vh, offs_d, d_ok, offs_dv, dv_ok, stride_kp,
                                  stride_kt, stride_vp, stride_vt, qk_scale, softcap, window, PAGE,
@@ -97,7 +101,7 @@ def _decode_kernel(
                 stride_vt, stride_vh, stride_knt, stride_knh, stride_vnt, stride_vnh,
                 PAGE, HAS_WINDOW, HAS_SOFTCAP)
     if SPLIT:
-        mid = b.to(tl.int64) * stride_mb + heads * stride_mh + sp * stride_ms    # [G_PAD]
+        mid = b.to(tl.int64) * stride_mb + heads * stride_mh + sp_all * stride_ms    # [G_PAD]
         tl.store(MidM + mid, m_i, mask=row_ok)
         tl.store(MidL + mid, l_i, mask=row_ok)
         tl.store(MidO + (mid * BLOCK_DV)[:, None] + offs_dv[None, :], acc, mask=row_ok[:, None])
@@ -214,15 +218,27 @@ def decode_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables, qk_sca
                      softcap, window, sinks, num_splits, chunk, partials, config, new_kv=None):
     """q: [B, H_q, D]; k_cache: [P, page, H_kv, D]; v_cache: [P, page, H_kv, DV];
     out: [B, H_q, DV] (written); seq_lens: [B] int32; block_tables: [B, pages] int32;
-    partials: (mid_o [B, H_q, S, BLOCK_DV] f32, mid_m [B, H_q, S] f32, mid_l [B, H_q, S] f32)
-    when num_splits > 1, else None. new_kv (variant v2): (k [B, H_kv, D], v [B, H_kv, DV],
-    slot_mapping [B] int64), this step's K/V, not yet in the cache: the kernel writes them."""
+    partials: (mid_o [B, H_q, S', BLOCK_DV] f32, mid_m [B, H_q, S'] f32, mid_l [B, H_q, S'] f32)
+    with S' = parts * num_splits, when S' > 1, else None. new_kv (variant v2): (k [B, H_kv, D],
+    v [B, H_kv, DV], slot_mapping [B] int64), this step's K/V, not yet in the cache: the
+    kernel writes them.
+
+    Parts (one softmax over several key ranges with a different query each, e.g. dual chunk
+    attention): q [B, parts, H_q, D], seq_lens [parts, B], block_tables [parts, B, pages];
+    each part's keys are split as usual and the reduction merges every split of every part,
+    so a request's output is the softmax over the union of its parts' keys."""
     q = unit_stride_rows(q, k_cache, v_cache)
-    num_reqs, num_heads, head_dim = q.shape
+    parted = q.dim() == 4
+    if not parted:
+        q, seq_lens, block_tables = q[:, None], seq_lens[None], block_tables[None]
+    num_reqs, num_parts, num_heads, head_dim = q.shape
+    if parted and new_kv is not None:
+        raise ValueError("decode parts read every key from the cache (no fused K/V write)")
     num_kv_heads, dv = k_cache.shape[2], v_cache.shape[3]
     group = num_heads // num_kv_heads
     cfg = dict(config)
-    split = num_splits > 1
+    total_splits = num_parts * num_splits
+    split = total_splits > 1
     mid_o, mid_m, mid_l = partials if split else (out, out, out)
     strides = (mid_m.stride(0), mid_m.stride(1), mid_m.stride(2)) if split else (0, 0, 0)
     sinks_arg = sinks if sinks is not None else q
@@ -231,13 +247,14 @@ def decode_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables, qk_sca
         new_strides = (k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1))
     else:
         k_new, v_new, slots, new_strides = q, q, seq_lens, (0, 0, 0, 0)
-    _decode_kernel[(num_reqs, num_kv_heads, num_splits)](
+    _decode_kernel[(num_reqs, num_kv_heads, total_splits)](
         q, k_cache, v_cache, out, mid_o, mid_m, mid_l, sinks_arg, seq_lens, block_tables,
         k_new, v_new, slots,
-        qk_scale, v_scale, float(softcap or 1.0), int(window or 0), chunk,
-        q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+        qk_scale, v_scale, float(softcap or 1.0), int(window or 0), chunk, num_splits,
+        q.stride(0), q.stride(1), q.stride(2), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), block_tables.stride(0),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), seq_lens.stride(0),
+        block_tables.stride(0), block_tables.stride(1),
         *strides, *new_strides,
         GROUP=group, G_PAD=max(16, triton.next_power_of_2(group)), D=head_dim, DV=dv,
         PAGE=k_cache.shape[1], BLOCK_N=cfg.pop("BLOCK_N"), BLOCK_D=padded_dim(head_dim),
@@ -247,9 +264,9 @@ def decode_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables, qk_sca
     )
     if split:
         _reduce_kernel[(num_reqs, num_heads)](
-            out, mid_o, mid_m, mid_l, sinks_arg, v_scale, num_splits,
+            out, mid_o, mid_m, mid_l, sinks_arg, v_scale, total_splits,
             out.stride(0), out.stride(1), *strides,
-            DV=dv, BLOCK_DV=padded_dim(dv), BLOCK_S=max(2, triton.next_power_of_2(num_splits)),
+            DV=dv, BLOCK_DV=padded_dim(dv), BLOCK_S=max(2, triton.next_power_of_2(total_splits)),
             HAS_SINKS=sinks is not None, num_warps=4,
         )
     return out

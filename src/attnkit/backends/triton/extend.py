@@ -17,7 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
-from attnkit.backends.triton._common import NEG_BIG, attend_range, padded_dim, unit_stride_rows
+from attnkit.backends.triton._common import (NEG_BIG, attend_range, padded_dim, store_lse,
+                                             unit_stride_rows)
 
 # >>> Which extend kernel the backend runs by default. "v2" (extend_v2.py) reads the new
 # tokens' K/V from the step's k / v inputs and only the cached prefix through the block
@@ -31,14 +32,14 @@ EXTEND_VARIANTS = ("v1", "v2")
 
 @triton.jit
 def _extend_kernel(
-    Q, K, V, Out, Sinks, BlockReq, BlockM, QStart, SeqLens, BlockTables,
+    Q, K, V, Out, Lse, Sinks, BlockReq, BlockM, QStart, SeqLens, BlockTables,
     qk_scale, v_scale, softcap, window,
-    stride_qt, stride_qh, stride_ot, stride_oh,
+    stride_qt, stride_qh, stride_ot, stride_oh, stride_lt,
     stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_bt,
     GROUP: tl.constexpr, D: tl.constexpr, DV: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-    HAS_SINKS: tl.constexpr, DOT_PREC: tl.constexpr,
+    HAS_SINKS: tl.constexpr, STORE_LSE: tl.constexpr, DOT_PREC: tl.constexpr,
 ):
     blk = tl.program_id(0)
     h = tl.program_id(1)
@@ -104,6 +105,8 @@ def _extend_kernel(
                                  window, PAGE, BLOCK_N, True, CAUSAL, HAS_WINDOW, HAS_SOFTCAP,
                                  D == BLOCK_D, DV == BLOCK_DV, DOT_PREC)
 
+    if STORE_LSE:
+        store_lse(Lse + q_rows * stride_lt + h, m_i, l_i, m_ok)
     l_i = tl.where(l_i == 0.0, 1.0, l_i)
     out = acc * (v_scale / l_i)[:, None]
     tl.store(Out + q_rows[:, None] * stride_ot + h * stride_oh + offs_dv[None, :],
@@ -143,11 +146,15 @@ def extend_config(head_dim: int, dtype: torch.dtype, *, interpret: bool, variant
 
 
 def extend_attention(q, k_cache, v_cache, out, *, block_req, block_m, query_start_loc, seq_lens,
-                     block_tables, qk_scale, v_scale, softcap, window, sinks, causal, config):
+                     block_tables, qk_scale, v_scale, softcap, window, sinks, causal, config,
+                     lse=None):
     """q: [T, H_q, D]; k_cache: [P, page, H_kv, D]; v_cache: [P, page, H_kv, DV];
     out: [T, H_q, DV] (written); block_req / block_m: [NB] int32 query blocks of BLOCK_M rows;
     query_start_loc: [B+1] int32; seq_lens: [B] int32; block_tables: [B, pages] int32;
-    sinks: [H_q] float32 or None. ``softcap`` / ``window`` None when unused."""
+    sinks: [H_q] float32 or None. ``softcap`` / ``window`` None when unused.
+    lse: None, or [T, H_q] float32 (dense in H) to receive each row's log-sum-exp of its
+    scaled logits (natural log; -inf for a row that saw no key). Rows of requests with no
+    block in ``block_req`` are left untouched in ``out`` and ``lse``."""
     q = unit_stride_rows(q, k_cache, v_cache)
     num_heads, head_dim = q.shape[1], q.shape[2]
     dv = v_cache.shape[3]
@@ -155,16 +162,16 @@ def extend_attention(q, k_cache, v_cache, out, *, block_req, block_m, query_star
     cfg = dict(config)
     grid = (block_req.shape[0], num_heads)
     _extend_kernel[grid](
-        q, k_cache, v_cache, out, sinks if sinks is not None else q, block_req, block_m,
-        query_start_loc, seq_lens, block_tables,
+        q, k_cache, v_cache, out, out if lse is None else lse, sinks if sinks is not None else q,
+        block_req, block_m, query_start_loc, seq_lens, block_tables,
         qk_scale, v_scale, float(softcap or 1.0), int(window or 0),
-        q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1), 0 if lse is None else lse.stride(0),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), block_tables.stride(0),
         GROUP=group, D=head_dim, DV=dv, PAGE=k_cache.shape[1],
         BLOCK_M=cfg.pop("BLOCK_M"), BLOCK_N=cfg.pop("BLOCK_N"),
         BLOCK_D=padded_dim(head_dim), BLOCK_DV=padded_dim(dv),
         CAUSAL=causal, HAS_WINDOW=window is not None, HAS_SOFTCAP=softcap is not None,
-        HAS_SINKS=sinks is not None, DOT_PREC="ieee", **cfg,
+        HAS_SINKS=sinks is not None, STORE_LSE=lse is not None, DOT_PREC="ieee", **cfg,
     )
     return out

@@ -1,0 +1,165 @@
+"""Dual chunk attention on attnkit's Triton kernels (CUDA; the interpreter in CPU tests).
+
+The page size divides the chunk length cl, so every part's key range (parts.part_ranges)
+starts on a page boundary. A part of one chunk group (the new rows of one request that lie
+in one chunk) is then ordinary paged attention over a *pseudo-request*: its block-table row
+is the request's row shifted by the range's first page, its key count the range's length.
+- EXTEND / MIXED: one extend-kernel launch per part (intra causal, successor and inter
+  unmasked) over all groups that have that part, each writing float32 (out, lse); the three
+  are merged by log-sum-exp (parts.merge_parts).
+- DECODE: one group per request; the three parts go to the decode kernel's part axis, and its
+  split reduction merges every split of every part, so a decode step is two launches, as
+  for plain attention.
+Per step, the groups and pseudo block tables are built once per chunk length (every layer of
+a model shares one) and reused by every layer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from attnkit.backends.dual_chunk.parts import chunk_groups, merge_parts, part_ranges
+from attnkit.backends.metadata import BatchMetadata, ForwardMode
+from attnkit.backends.triton._common import interpreting, kernel_scales, padded_dim, write_kv
+from attnkit.backends.triton.backend import query_blocks, sm_count
+from attnkit.backends.triton.decode import choose_splits, decode_attention, decode_config
+from attnkit.backends.triton.extend import extend_attention, extend_config
+
+I32 = torch.int32
+NUM_PARTS = 3           # intra, successor, inter: the order of q's variant axis
+MAX_HEAD_DIM = 256      # a head row lives in one padded tile
+
+
+@dataclass(slots=True)
+class PartTable:
+    """One part over every chunk group: keys per group and the shifted block tables."""
+    kv_lens: list[int]                 # [G] host
+    seq_lens: torch.Tensor             # [G] int32
+    block_tables: torch.Tensor         # [G, W] int32
+
+
+@dataclass(slots=True)
+class ChunkGroups:
+    """The step's rows split into chunk groups, for one chunk length."""
+    q_lens: list[int]                  # [G] rows per group (host)
+    query_start_loc: torch.Tensor      # [G+1] int32: the groups tile the step's tokens in order
+    parts: list[PartTable]             # NUM_PARTS
+    blocks: dict = field(default_factory=dict)     # (part, BLOCK_M) -> (block_req, block_m)
+
+    def query_blocks(self, part: int, block_m: int):
+        key = (part, block_m)
+        if key not in self.blocks:
+            kv = self.parts[part].kv_lens
+            nonempty = [g for g, n in enumerate(kv) if n]
+            self.blocks[key] = query_blocks(self.q_lens, kv, block_m, requests=nonempty,
+                                            device=self.query_start_loc.device)
+        return self.blocks[key]
+
+
+@dataclass(slots=True)
+class DcaTritonPlan:
+    meta: BatchMetadata
+    block_tables: torch.Tensor          # [B, P] int32
+    num_sms: int
+    groups: dict = field(default_factory=dict)     # chunk length -> ChunkGroups
+    partials: dict = field(default_factory=dict)   # (H_q, BLOCK_DV, splits) -> 3 f32 buffers
+
+    @classmethod
+    def build(cls, meta: BatchMetadata, device) -> "DcaTritonPlan":
+        tables = torch.as_tensor(meta.block_tables, device=device).to(I32)
+        return cls(meta=meta, block_tables=tables, num_sms=sm_count(torch.device(device)))
+
+    def chunk_groups(self, cl: int, page_size: int) -> ChunkGroups:
+        if cl not in self.groups:
+            self.groups[cl] = self._split(cl, page_size)
+        return self.groups[cl]
+
+    def _split(self, cl: int, page_size: int) -> ChunkGroups:
+        meta = self.meta
+        reqs, q_lens, ranges = [], [], []
+        for i, n in enumerate(meta.query_lens_cpu):
+            start = meta.prefix_lens_cpu[i]
+            for r0, r1, a in chunk_groups(start, n, cl):
+                reqs.append(i)
+                q_lens.append(r1 - r0)
+                ranges.append(part_ranges(a, start + r1, cl))
+        dev = self.block_tables.device
+        qsl = torch.tensor([0] + q_lens, dtype=torch.int64).cumsum(0).to(device=dev, dtype=I32)
+        req_idx = torch.tensor(reqs, dtype=torch.int64, device=dev)
+        parts = []
+        for p in range(NUM_PARTS):
+            lo = [r[p][0] for r in ranges]
+            kv = [r[p][1] - r[p][0] for r in ranges]
+            width = max(1, -(-max(kv, default=1) // page_size))
+            first = torch.tensor(lo, dtype=torch.int64, device=dev) // page_size
+            cols = (first[:, None] + torch.arange(width, device=dev)[None, :])
+            cols = cols.clamp_(max=self.block_tables.shape[1] - 1)     # past the range: unread
+            table = self.block_tables[req_idx[:, None], cols].contiguous()
+            parts.append(PartTable(kv, torch.tensor(kv, dtype=I32, device=dev), table))
+        return ChunkGroups(q_lens, qsl, parts)
+
+    def split_buffers(self, num_heads: int, block_dv: int, splits: int):
+        key = (num_heads, block_dv, splits)
+        if key not in self.partials:
+            b, dev = self.meta.num_reqs, self.block_tables.device
+            self.partials[key] = (
+                torch.empty(b, num_heads, splits, block_dv, dtype=torch.float32, device=dev),
+                torch.empty(b, num_heads, splits, dtype=torch.float32, device=dev),
+                torch.empty(b, num_heads, splits, dtype=torch.float32, device=dev))
+        return self.partials[key]
+
+
+def serves(q: torch.Tensor, layer) -> bool:
+    """Whether the Triton path can run this layer (else the torch parts serve it)."""
+    spec = layer.spec
+    return max(spec.head_dim, spec.value_dim) <= MAX_HEAD_DIM and q.dtype in (
+        torch.float32, torch.float16, torch.bfloat16)
+
+
+def triton_dual_chunk(q3, k, v, layer, cache, plan: DcaTritonPlan, cl: int) -> torch.Tensor:
+    """q3: [T, 3, H_q, D]; k: [T, H_kv, D]; v: [T, H_kv, D_v] -> [T, H_q, D_v] in q3's dtype.
+    Writes the step's K/V into the cache first; every part then reads keys from the cache."""
+    spec, meta = layer.spec, plan.meta
+    lid = spec.layer_id
+    write_kv(cache, lid, meta.slot_mapping, k, v)
+    groups = plan.chunk_groups(cl, meta.page_size)
+    qk_scale, _, v_scale = kernel_scales(layer, cache, None)
+    common = dict(qk_scale=qk_scale, v_scale=v_scale, softcap=None, window=None, sinks=None)
+    k_cache, v_cache = cache.k[lid], cache.v[lid]
+    num_q = q3.shape[0]
+    if meta.mode is ForwardMode.DECODE:
+        out = q3.new_empty(num_q, spec.num_heads, spec.value_dim)
+        cfg = decode_config(spec.head_dim, q3.dtype, interpret=interpreting())
+        block_n = cfg["BLOCK_N"]
+        parts = groups.parts
+        # Split the request's keys (all parts together) over about two waves of programs; a
+        # part holds as many splits of that size as its longest range needs.
+        total = max(sum(p.kv_lens[g] for p in parts) for g in range(num_q))
+        _, chunk = choose_splits(total, num_q, spec.num_kv_heads, block_n=block_n,
+                                 num_sms=plan.num_sms)
+        splits = max(-(-max(p.kv_lens) // chunk) for p in parts)
+        width = max(p.block_tables.shape[1] for p in parts)
+        tables = torch.stack([torch.nn.functional.pad(p.block_tables, (0, width - p.block_tables.shape[1]))
+                              for p in parts])
+        seq_lens = torch.stack([p.seq_lens for p in parts])
+        partials = plan.split_buffers(spec.num_heads, padded_dim(spec.value_dim), NUM_PARTS * splits)
+        decode_attention(q3, k_cache, v_cache, out, seq_lens=seq_lens, block_tables=tables,
+                         num_splits=splits, chunk=chunk, partials=partials, config=cfg, **common)
+        return out
+    cfg = extend_config(spec.head_dim, q3.dtype, interpret=interpreting(), variant="v1")
+    results = []
+    for p, table in enumerate(groups.parts):
+        block_req, block_m = groups.query_blocks(p, cfg["BLOCK_M"])
+        if block_req.numel() == 0:
+            continue
+        # rows of groups without this part keep out 0 and lse -inf: they weigh nothing
+        f32 = dict(dtype=torch.float32, device=q3.device)
+        o = q3.new_zeros(num_q, spec.num_heads, spec.value_dim, dtype=torch.float32)
+        lse = torch.full((num_q, spec.num_heads), float("-inf"), **f32)
+        extend_attention(q3[:, p], k_cache, v_cache, o, block_req=block_req, block_m=block_m,
+                         query_start_loc=groups.query_start_loc, seq_lens=table.seq_lens,
+                         block_tables=table.block_tables, causal=p == 0, config=cfg, lse=lse,
+                         **common)
+        results.append((o, lse))
+    return merge_parts(results)[0].to(q3.dtype)

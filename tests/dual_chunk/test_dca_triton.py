@@ -1,0 +1,70 @@
+"""dual_chunk's Triton path (triton_parts.py): the three parts on the Triton extend and decode
+kernels, against the dense float64 DCA reference and against the torch path.
+
+On CPU the kernels run in the Triton interpreter (small shapes); on CUDA (marker gpu) "auto"
+picks this path, and these tests also force it at head dim 128 with a long multi-chunk
+prefix, in bf16."""
+import pytest
+import torch
+from dca_session import make_seqs, reference, run_steps
+from factories import assert_close, make_layer, torch_dtype
+
+from attnkit.backends.dual_chunk.backend import DualChunkBackend
+from attnkit.errors import AttnkitError
+from attnkit.model.spec import DualChunkConfig
+
+TOY = DualChunkConfig(chunk_size=8, local_size=2)                 # cl = 6
+CUDA_BF16 = pytest.param("cuda", "bf16", id="cuda-bf16", marks=pytest.mark.gpu)
+CUDA_FP32 = pytest.param("cuda", "fp32", id="cuda-fp32", marks=pytest.mark.gpu)
+
+
+def run_both(layer, seqs, steps, *, page_size, device="cpu"):
+    return [run_steps(layer, seqs, steps, page_size=page_size, device=device,
+                      backend=DualChunkBackend(impl=impl)) for impl in ("triton", "torch")]
+
+
+@pytest.mark.parametrize("device,dtype", [pytest.param("cpu", "fp32", id="cpu-fp32"), CUDA_FP32, CUDA_BF16])
+def test_prefill_pieces_decode_and_mixed_steps(device, dtype):
+    """One to five chunks per request; prefill pieces over a cached prefix, MIXED steps
+    (decode + extend) and DECODE steps, against the reference and the torch path."""
+    layer = make_layer(num_heads=6, num_kv_heads=2, head_dim=16, dual_chunk=TOY, device=device, dtype=dtype)
+    lengths = [31, 8, 19]
+    seqs = make_seqs(layer.spec, lengths, seed=11, dtype=torch_dtype(dtype), device=device)
+    steps = [[13, 8, 2], [1, 0, 11], [9, 0, 1], [1, 0, 1], [1, 0, 4], [6, 0, 0]]
+    assert [sum(c) for c in zip(*steps)] == lengths
+    tri, ref_impl = run_both(layer, seqs, steps, page_size=3, device=device)
+    for i, seq in enumerate(seqs):
+        assert_close(tri.outputs[i], reference(layer.spec, seq, tri.lengths[i]), dtype=dtype,
+                     what=f"triton request {i}")
+        assert_close(tri.outputs[i], ref_impl.outputs[i], dtype=dtype, what=f"triton vs torch {i}")
+
+
+def test_decode_batch_where_requests_sit_in_different_chunks():
+    """One DECODE step over requests in chunk 0, 1 and 4: empty parts weigh nothing."""
+    layer = make_layer(num_heads=4, num_kv_heads=4, head_dim=16, dual_chunk=TOY)
+    lengths = [4, 10, 28]
+    seqs = make_seqs(layer.spec, lengths, seed=12)
+    steps = [[3, 9, 27], [1, 1, 1]]
+    run = run_steps(layer, seqs, steps, page_size=2, backend=DualChunkBackend(impl="triton"))
+    for i, seq in enumerate(seqs):
+        assert_close(run.outputs[i], reference(layer.spec, seq, run.lengths[i]), dtype="fp32")
+
+
+@pytest.mark.gpu
+def test_long_prefix_head_dim_128_on_cuda():
+    """Real-sized heads: 1500 new tokens over a 2600-token prefix crossing several chunks of
+    cl = 448, then two decode steps; triton vs the torch path, in bf16."""
+    cfg = DualChunkConfig(chunk_size=512, local_size=64)
+    layer = make_layer(num_heads=8, num_kv_heads=2, head_dim=128, dual_chunk=cfg, device="cuda", dtype="bf16")
+    seqs = make_seqs(layer.spec, [4102], seed=13, dtype=torch.bfloat16, device="cuda")
+    tri, ref_impl = run_both(layer, seqs, [[2600], [1500], [1], [1]], page_size=64, device="cuda")
+    assert_close(tri.outputs[0], ref_impl.outputs[0], dtype="bf16", what="triton vs torch")
+    rows = [0, 447, 448, 2599, 2600, 4100, 4101]
+    assert_close(tri.outputs[0][rows], reference(layer.spec, seqs[0], tri.lengths[0], positions=rows),
+                 dtype="bf16", what="triton vs reference")
+
+
+def test_impl_option_is_checked():
+    with pytest.raises(AttnkitError) as err:
+        DualChunkBackend(impl="cuda")
+    assert err.value.code == "AK407"
