@@ -12,7 +12,9 @@ five chunks and the length scale is above 1:
 The dual_chunk backend runs twice: its Triton path (the parts on attnkit's Triton kernels)
 and its torch path. Peers, plain causal attention over the same number of keys (no DCA), in
 the same run: attnkit's triton, sdpa and torch_native backends on the same paged cache, and
-torch SDPA on contiguous K/V. "vs SDPA" is the contiguous SDPA time over the row's time. The dual_chunk
+torch SDPA on contiguous K/V. Each row is timed eagerly and as a CUDA-graph replay (host launch overhead
+out; "n/a" where the call cannot be captured); "graph vs SDPA graph" is the contiguous SDPA
+graph time over the row's graph time. The dual_chunk
 rows also give the max |error| of a few output rows against the float64 dense DCA
 reference. A peer that fails prints "n/a (reason)" and the run goes on.
 """
@@ -127,14 +129,15 @@ def max_error(case: Case, out: torch.Tensor, phase: str, rows: int = 4) -> float
     return (got - ref).abs().max().item()
 
 
-def run_phase(case: Case, phase: str, *, timer) -> dict[str, tuple[float, float | None] | str]:
-    """name -> (ms, max error or None), or the reason it did not run."""
+def run_phase(case: Case, phase: str, *, timer) -> dict[str, tuple | str]:
+    """name -> (ms, CUDA-graph ms or None, max error or None), or why it did not run.
+    timer(fn) -> (eager ms, graph ms or None)."""
     import torch.nn.functional as F
     from torch.nn.attention.bias import causal_lower_right
 
     from attnkit.planning.registry import load_backend
 
-    out: dict[str, tuple[float, float | None] | str] = {}
+    out: dict[str, tuple | str] = {}
     meta, q3, k_rot, v, _ = step_inputs(case, phase)
     on_cuda = q3.device.type == "cuda"
     for impl in DCA_IMPLS if on_cuda else ("torch",):
@@ -144,7 +147,7 @@ def run_phase(case: Case, phase: str, *, timer) -> dict[str, tuple[float, float 
             step = dca.prepare(meta, case.cache)
             result = dca.forward(q3, k_rot, v, case.layer, case.cache, step)
             err = max_error(case, result, phase)
-            out[name] = (timer(lambda: dca.forward(q3, k_rot, v, case.layer, case.cache, step)), err)
+            out[name] = (*timer(lambda: dca.forward(q3, k_rot, v, case.layer, case.cache, step)), err)
         except Exception as exc:                  # noqa: BLE001 -- report, keep the run going
             out[name] = failure_reason(exc)
         _free()
@@ -153,7 +156,7 @@ def run_phase(case: Case, phase: str, *, timer) -> dict[str, tuple[float, float 
         try:
             backend = load_backend(name)
             step = backend.prepare(meta, case.cache)
-            out[name] = (timer(lambda: backend.forward(q_plain, k_rot, v, case.plain_layer, case.cache, step)), None)
+            out[name] = (*timer(lambda: backend.forward(q_plain, k_rot, v, case.plain_layer, case.cache, step)), None)
         except Exception as exc:                  # noqa: BLE001
             out[name] = failure_reason(exc)
         _free()
@@ -170,7 +173,7 @@ def run_phase(case: Case, phase: str, *, timer) -> dict[str, tuple[float, float 
             group = case.setup.num_heads // case.setup.num_kv_heads
             rk, rv = ck.repeat_interleave(group, 1), cv.repeat_interleave(group, 1)
             fn = lambda: F.scaled_dot_product_attention(cq, rk, rv, attn_mask=mask)  # noqa: E731
-        out[CONTIGUOUS] = (timer(fn), None)
+        out[CONTIGUOUS] = (*timer(fn), None)
     except Exception as exc:                      # noqa: BLE001
         out[CONTIGUOUS] = failure_reason(exc)
     _free()
@@ -190,32 +193,33 @@ def rate(setup: Setup, phase: str, ms: float) -> str:
 
 def format_table(results: dict[str, dict], setup: Setup) -> str:
     """Markdown, one line per (phase, peer); a str result is why that peer did not run."""
-    lines = ["| case | peer | ms | rate | vs SDPA | max abs err vs f64 DCA |",
-             "|---|---|---:|---:|---:|---:|"]
+    lines = ["| case | peer | ms | ms (CUDA graph) | rate (graph) | graph vs SDPA graph "
+             "| max abs err vs f64 DCA |", "|---|---|---:|---:|---:|---:|---:|"]
     for phase, peers in results.items():
         case = f"{phase}: {_label(setup, phase)}"
         base = peers.get(CONTIGUOUS)
-        base_ms = base[0] if isinstance(base, tuple) else None
+        base_ms = (base[1] or base[0]) if isinstance(base, tuple) else None
         for name, res in peers.items():
             if isinstance(res, str):
-                lines.append(f"| {case} | {name} | n/a ({res}) | | | |")
+                lines.append(f"| {case} | {name} | n/a ({res}) | | | | |")
                 continue
-            ms, err = res
-            vs = f"{base_ms / ms:.2f}" if base_ms else "n/a"
-            lines.append(f"| {case} | {name} | {ms:.3f} | {rate(setup, phase, ms)} | {vs} "
-                         f"| {'' if err is None else f'{err:.2e}'} |")
+            ms, graph, err = res
+            best = graph or ms
+            vs = f"{base_ms / best:.2f}" if base_ms else "n/a"
+            lines.append(f"| {case} | {name} | {ms:.3f} | {'n/a' if graph is None else f'{graph:.3f}'} "
+                         f"| {rate(setup, phase, best)} | {vs} | {'' if err is None else f'{err:.2e}'} |")
     return "\n".join(lines)
 
 
-def cpu_time_ms(fn, *, reps: int = 3) -> float:
-    """Median wall-clock milliseconds (for CPU smoke runs; GPU runs use common.time_ms)."""
+def cpu_time_ms(fn, *, reps: int = 3) -> tuple[float, None]:
+    """(median wall-clock ms, None): the timer for CPU smoke runs (GPU runs use common)."""
     fn()
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t0) * 1e3)
-    return sorted(times)[len(times) // 2]
+    return sorted(times)[len(times) // 2], None
 
 
 def _free() -> None:
@@ -246,10 +250,15 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("bench_dual_chunk needs a CUDA GPU", file=sys.stderr)
         return 2
-    from common import emit, environment, time_ms
+    from common import emit, environment, graphed, time_ms
 
     setup = Setup(context=args.context, new=args.new)
-    results = run(setup, device="cuda", timer=lambda fn: time_ms(fn, warmup=2, reps=args.reps))
+    def timer(fn):
+        run_graph, note = graphed(fn)
+        graph = None if note else time_ms(run_graph, warmup=2, reps=args.reps)
+        return time_ms(fn, warmup=2, reps=args.reps), graph
+
+    results = run(setup, device="cuda", timer=timer)
     text = "\n".join([
         f"## bench_dual_chunk ({environment()})", "",
         f"Command: `python benchmarks/bench_dual_chunk.py --context {args.context} --new {args.new} "

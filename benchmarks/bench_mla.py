@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import ceilings, environment, time_ms  # noqa: E402
+from common import ceilings, environment, graphed, time_ms  # noqa: E402
 
 from attnkit.backends.base import AttentionLayer  # noqa: E402
 from attnkit.backends.batch import Request, build_batch  # noqa: E402
@@ -79,16 +79,8 @@ def graph_ms(fn, **kw):
     """Time ``fn`` replayed as a CUDA graph (launch gaps out); eager if capture fails."""
     if DEV != "cuda":
         return time_ms(fn, **kw), "eager"
-    fn()
-    torch.cuda.synchronize()
-    try:
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
-        return time_ms(graph.replay, **kw), "graph"
-    except Exception:        # noqa: BLE001 - capture is an optimisation, eager still measures
-        torch.cuda.synchronize()
-        return time_ms(fn, **kw), "eager"
+    run, note = graphed(fn)
+    return time_ms(run, **kw), "graph" if note is None else "eager"
 
 
 def torch_bmm_decode(s: Setup):

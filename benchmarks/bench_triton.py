@@ -24,7 +24,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import ceilings, environment, time_ms  # noqa: E402
+from common import ceilings, environment, graphed, time_ms  # noqa: E402
 
 from attnkit.backends.base import AttentionLayer  # noqa: E402
 from attnkit.backends.batch import Request, build_batch  # noqa: E402
@@ -72,20 +72,6 @@ class Setup:
 
     def q_bhsd(self):
         return self.q.view(self.batch, self.new, *self.q.shape[1:]).transpose(1, 2)
-
-
-def graphed(fn):
-    """fn as one CUDA-graph replay when it captures, else fn itself (and why not)."""
-    try:
-        fn()
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            fn()
-        return g.replay, None
-    except Exception as exc:  # noqa: BLE001 - a peer that cannot capture runs eagerly
-        torch.cuda.synchronize()
-        return fn, f"eager ({type(exc).__name__})"
 
 
 def timed(fn, *, graph=True):

@@ -31,6 +31,21 @@ def time_ms(fn, *, warmup: int = 5, reps: int = 30, cold_l2: bool = False) -> fl
     return times[len(times) // 2]
 
 
+def graphed(fn):
+    """(run, note): ``fn`` as one CUDA-graph replay when it captures (host launch overhead
+    out of the timing), else ``fn`` itself and why not."""
+    try:
+        fn()
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        return g.replay, None
+    except Exception as exc:  # noqa: BLE001 - a peer that cannot capture runs eagerly
+        torch.cuda.synchronize()
+        return fn, f"eager ({type(exc).__name__})"
+
+
 def copy_bandwidth_gbs(nbytes: int = 4 << 30) -> float:
     """Device-to-device copy rate, counting bytes read plus bytes written."""
     src = torch.randn(nbytes // 4, device="cuda")

@@ -45,7 +45,29 @@ class ChunkGroups:
     q_lens: list[int]                  # [G] rows per group (host)
     query_start_loc: torch.Tensor      # [G+1] int32: the groups tile the step's tokens in order
     parts: list[PartTable]             # NUM_PARTS
-    blocks: dict = field(default_factory=dict)     # (part, BLOCK_M) -> (block_req, block_m)
+    blocks: dict = field(default_factory=dict)     # per-step memo, shared by every layer
+
+    def decode_tables(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(seq_lens [3, G], block_tables [3, G, W]): every part stacked for the decode
+        kernel's part axis (built once per step)."""
+        if "decode" not in self.blocks:
+            width = max(p.block_tables.shape[1] for p in self.parts)
+            tables = torch.stack([torch.nn.functional.pad(p.block_tables, (0, width - p.block_tables.shape[1]))
+                                  for p in self.parts])
+            self.blocks["decode"] = (torch.stack([p.seq_lens for p in self.parts]), tables)
+        return self.blocks["decode"]
+
+    def decode_splits(self, num_kv_heads: int, block_n: int, num_sms: int) -> tuple[int, int]:
+        """(splits per part, keys per split): a request's keys (all parts together) spread
+        over about two waves of programs; a part holds as many splits of that size as its
+        longest range needs (the splits past a shorter range's end are empty programs)."""
+        key = ("splits", num_kv_heads, block_n)
+        if key not in self.blocks:
+            total = max(sum(p.kv_lens[g] for p in self.parts) for g in range(len(self.q_lens)))
+            _, chunk = choose_splits(total, len(self.q_lens), num_kv_heads, block_n=block_n,
+                                     num_sms=num_sms)
+            self.blocks[key] = (max(-(-max(p.kv_lens) // chunk) for p in self.parts), chunk)
+        return self.blocks[key]
 
     def query_blocks(self, part: int, block_m: int):
         key = (part, block_m)
@@ -132,17 +154,8 @@ def triton_dual_chunk(q3, k, v, layer, cache, plan: DcaTritonPlan, cl: int) -> t
         out = q3.new_empty(num_q, spec.num_heads, spec.value_dim)
         cfg = decode_config(spec.head_dim, q3.dtype, interpret=interpreting())
         block_n = cfg["BLOCK_N"]
-        parts = groups.parts
-        # Split the request's keys (all parts together) over about two waves of programs; a
-        # part holds as many splits of that size as its longest range needs.
-        total = max(sum(p.kv_lens[g] for p in parts) for g in range(num_q))
-        _, chunk = choose_splits(total, num_q, spec.num_kv_heads, block_n=block_n,
-                                 num_sms=plan.num_sms)
-        splits = max(-(-max(p.kv_lens) // chunk) for p in parts)
-        width = max(p.block_tables.shape[1] for p in parts)
-        tables = torch.stack([torch.nn.functional.pad(p.block_tables, (0, width - p.block_tables.shape[1]))
-                              for p in parts])
-        seq_lens = torch.stack([p.seq_lens for p in parts])
+        splits, chunk = groups.decode_splits(spec.num_kv_heads, block_n, plan.num_sms)
+        seq_lens, tables = groups.decode_tables()
         partials = plan.split_buffers(spec.num_heads, padded_dim(spec.value_dim), NUM_PARTS * splits)
         decode_attention(q3, k_cache, v_cache, out, seq_lens=seq_lens, block_tables=tables,
                          num_splits=splits, chunk=chunk, partials=partials, config=cfg, **common)
