@@ -1,4 +1,4 @@
-"""dual_chunk: dual chunk attention (Qwen2.5-1M) over the paged cache, in torch ops.
+"""dual_chunk: dual chunk attention (Qwen2.5-1M) over the paged cache.
 
 Torch-free: the planner reads this module. ``check`` says what the capability data cannot:
 the backend serves only layers with a ``dual_chunk_attention_config``, and its page size must
@@ -15,8 +15,8 @@ DECLARATION = BackendDeclaration(
     name="dual_chunk",
     impl="attnkit.backends.dual_chunk.backend:DualChunkBackend",
     description="Dual chunk attention (intra / successor / inter parts merged by log-sum-exp) "
-                "over paged K/V, float32 torch math on any device. Serves only models whose "
-                "config has dual_chunk_attention_config.",
+                "over paged K/V: attnkit's Triton kernels on CUDA, float32 torch math "
+                "elsewhere. Serves only models whose config has dual_chunk_attention_config.",
     capabilities=Capabilities(
         # CPU by tests/dual_chunk; CUDA by the same tests marked gpu.
         platforms=("cpu", "cuda"),
