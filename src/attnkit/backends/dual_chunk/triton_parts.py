@@ -22,7 +22,7 @@ import torch
 from attnkit.backends.dual_chunk.parts import chunk_groups, merge_parts, part_ranges
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
 from attnkit.backends.triton._common import interpreting, kernel_scales, padded_dim, write_kv
-from attnkit.backends.triton.backend import query_blocks, sm_count
+from attnkit.backends.triton.backend import query_blocks, sm_count, split_buffers
 from attnkit.backends.triton.decode import choose_splits, decode_attention, decode_config
 from attnkit.backends.triton.extend import extend_attention, extend_config
 
@@ -122,14 +122,8 @@ class DcaTritonPlan:
         return ChunkGroups(q_lens, qsl, parts)
 
     def split_buffers(self, num_heads: int, block_dv: int, splits: int):
-        key = (num_heads, block_dv, splits)
-        if key not in self.partials:
-            b, dev = self.meta.num_reqs, self.block_tables.device
-            self.partials[key] = (
-                torch.empty(b, num_heads, splits, block_dv, dtype=torch.float32, device=dev),
-                torch.empty(b, num_heads, splits, dtype=torch.float32, device=dev),
-                torch.empty(b, num_heads, splits, dtype=torch.float32, device=dev))
-        return self.partials[key]
+        return split_buffers(self.partials, self.meta.num_reqs, num_heads, block_dv, splits,
+                             device=self.block_tables.device)
 
 
 def serves(q: torch.Tensor, layer) -> bool:

@@ -64,14 +64,21 @@ class TritonStepPlan:
         return self.splits[key]
 
     def split_buffers(self, num_heads: int, block_dv: int, splits: int):
-        key = (num_heads, block_dv, splits)
-        if key not in self.partials:
-            b, dev = self.meta.num_reqs, self.seq_lens.device
-            self.partials[key] = (
-                torch.empty(b, num_heads, splits, block_dv, dtype=torch.float32, device=dev),
-                torch.empty(b, num_heads, splits, dtype=torch.float32, device=dev),
-                torch.empty(b, num_heads, splits, dtype=torch.float32, device=dev))
-        return self.partials[key]
+        return split_buffers(self.partials, self.meta.num_reqs, num_heads, block_dv, splits,
+                             device=self.seq_lens.device)
+
+
+def split_buffers(memo: dict, num_reqs: int, num_heads: int, block_dv: int, splits: int, *,
+                  device):
+    """The decode kernel's float32 partials (out [B, H, S, BLOCK_DV], max and denominator
+    [B, H, S]), allocated once per step and shape in ``memo`` and reused by every layer."""
+    key = (num_heads, block_dv, splits)
+    if key not in memo:
+        f32 = dict(dtype=torch.float32, device=device)
+        memo[key] = (torch.empty(num_reqs, num_heads, splits, block_dv, **f32),
+                     torch.empty(num_reqs, num_heads, splits, **f32),
+                     torch.empty(num_reqs, num_heads, splits, **f32))
+    return memo[key]
 
 
 def query_blocks(q_lens, kv_lens, block_m: int, *, device,
