@@ -10,6 +10,11 @@ COMMON = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_l
               # wide init: logits far from uniform, so greedy argmax has clear winners
               initializer_range=0.2)
 
+DEEPSEEK = dict(num_hidden_layers=3, num_key_value_heads=None, kv_lora_rank=16, q_lora_rank=24,
+                qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=12, n_routed_experts=4,
+                num_experts_per_tok=2, n_shared_experts=1, moe_intermediate_size=32,
+                first_k_dense_replace=1)
+
 FAMILIES = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),                 # q/k/v biases
@@ -30,6 +35,44 @@ FAMILIES = {
     "qwen2_dca": ("Qwen2Config", "Qwen2ForCausalLM",
                   {"dual_chunk_attention_config": {"chunk_size": 16, "local_size": 4,
                                                    "original_max_position_embeddings": 0}}),
+    # Scaled RoPE (test_runner_rope_scaling.py). original_max_position_embeddings 64 puts
+    # the short test prompts' frequencies in every regime (kept, blended, scaled).
+    "llama_llama3": ("LlamaConfig", "LlamaForCausalLM",
+                     {"rope_parameters": {"rope_type": "llama3", "factor": 8.0,
+                                          "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                          "rope_theta": 10000.0,
+                                          "original_max_position_embeddings": 64}}),
+    "llama_yarn": ("LlamaConfig", "LlamaForCausalLM",
+                   {"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0,
+                                        "original_max_position_embeddings": 64}}),
+    # gpt-oss's own YaRN recipe (no truncation), at a small original length
+    "gpt_oss_yarn": ("GptOssConfig", "GptOssForCausalLM",
+                     {"head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2,
+                      "sliding_window": 5,
+                      "rope_parameters": {"rope_type": "yarn", "factor": 8.0, "beta_fast": 32.0,
+                                          "beta_slow": 1.0, "truncate": False,
+                                          "rope_theta": 150000.0,
+                                          "original_max_position_embeddings": 32}}),
+    "qwen2_linear": ("Qwen2Config", "Qwen2ForCausalLM",
+                     {"rope_parameters": {"rope_type": "linear", "factor": 2.0,
+                                          "rope_theta": 10000.0}}),
+    # MLA (test_runner_deepseek.py): layer 0 dense, layers 1-2 experts. kv heads = heads.
+    "deepseek_v2": ("DeepseekV2Config", "DeepseekV2ForCausalLM", DEEPSEEK),
+    # plain q_proj, group-limited routing, YaRN with DeepSeek's mscale pair
+    "deepseek_v2_yarn": ("DeepseekV2Config", "DeepseekV2ForCausalLM",
+                         {**DEEPSEEK, "q_lora_rank": None, "n_routed_experts": 8,
+                          "num_experts_per_tok": 3, "n_shared_experts": 2,
+                          "topk_method": "group_limited_greedy", "n_group": 4, "topk_group": 2,
+                          "routed_scaling_factor": 1.5,
+                          "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "mscale": 0.707,
+                                              "mscale_all_dim": 1.0, "rope_theta": 10000.0,
+                                              "beta_fast": 32, "beta_slow": 1,
+                                              "original_max_position_embeddings": 64}}),
+    "deepseek_v2_dense": ("DeepseekV2Config", "DeepseekV2ForCausalLM",
+                          {**DEEPSEEK, "first_k_dense_replace": 3}),     # no expert layer
+    # kv_lora_rank 64 and rope 16: a size triton_mla declares (run by the interpreter on CPU)
+    "deepseek_v2_triton": ("DeepseekV2Config", "DeepseekV2ForCausalLM",
+                           {**DEEPSEEK, "kv_lora_rank": 64, "qk_rope_head_dim": 16}),
 }
 
 
@@ -55,7 +98,7 @@ def tiny_model(tmp_path_factory):
             import transformers
 
             config_cls, model_cls, extra = FAMILIES[family]
-            config = getattr(transformers, config_cls)(**COMMON, **extra)
+            config = getattr(transformers, config_cls)(**{**COMMON, **extra})
             torch.manual_seed(sum(map(ord, family)))
             model = getattr(transformers, model_cls)(config).eval()
             model.set_attn_implementation("eager")
@@ -70,10 +113,6 @@ def tiny_model(tmp_path_factory):
 @pytest.fixture(scope="session")
 def hf_logits():
     """hf_logits(model, tokens) -> [len(tokens), vocab] float32 from transformers' forward."""
-    def run(model, tokens):
-        import torch
-
-        with torch.no_grad():
-            return model(torch.tensor([tokens])).logits[0].float()
+    from runner_helpers import hf_logits as run
 
     return run

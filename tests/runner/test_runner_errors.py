@@ -67,7 +67,7 @@ def test_sources_and_weights(llama, tmp_path):
 
 
 @pytest.mark.parametrize("config", [{"model_type": "gpt2"},
-                                    {"rope_parameters": {"rope_type": "llama3", "factor": 8.0,
+                                    {"rope_parameters": {"rope_type": "dynamic", "factor": 8.0,
                                                          "rope_theta": 5e5}},
                                     {"hidden_act": "relu"}])
 def test_configs_the_runner_cannot_run(llama, tmp_path, config):

@@ -1,23 +1,11 @@
 """Greedy generation equals transformers' ``generate(do_sample=False)``."""
 import pytest
-import torch
 
 from attnkit.runner import Engine
+from runner_helpers import hf_greedy
 
 PROMPTS = [[1, 5, 9, 3, 7, 8, 20, 21, 22], [4, 6], [3, 3, 3, 3, 3, 9, 17]]
 NEW = 12
-
-
-def hf_greedy(model, prompt, n):
-    from transformers import GenerationConfig
-
-    # No eos: both sides must produce exactly n tokens.
-    config = GenerationConfig(max_new_tokens=n, min_new_tokens=0, do_sample=False,
-                              eos_token_id=None, pad_token_id=0, bos_token_id=None)
-    with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), generation_config=config,
-                             attention_mask=torch.ones(1, len(prompt), dtype=torch.long))
-    return out[0, len(prompt):].tolist()
 
 
 @pytest.mark.parametrize("family,backend", [("llama", "torch_native"), ("qwen2", "sdpa"),

@@ -1,6 +1,9 @@
-"""The feed-forward halves of a block: a dense gated MLP and gpt-oss's mixture of experts.
+"""The feed-forward halves of a block: a dense gated MLP and two mixtures of experts.
 
-Both map x: [T, hidden] -> [T, hidden]. Weights use Hugging Face's names and layouts.
+All map x: [T, hidden] -> [T, hidden]. Weights use Hugging Face's names and layouts.
+``feed_forward`` picks a layer's MLP: gpt-oss's experts on every layer; DeepSeek-V2's
+routed + shared experts from ``first_k_dense_replace`` on, dense gated MLPs before it.
+Experts run as a plain loop over the experts some token picked.
 """
 from __future__ import annotations
 
@@ -10,22 +13,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from attnkit.runner.layers import Linear
 from attnkit.runner.weights import Weights
-
-
-@dataclass(slots=True)
-class Linear:
-    """weight: [out, in]; bias: [out] | None."""
-    weight: torch.Tensor
-    bias: torch.Tensor | None = None
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
-
-    @classmethod
-    def load(cls, w: Weights, name: str, out: int, inp: int) -> "Linear":
-        """``name``.weight [out, in] and, if the checkpoint has it, ``name``.bias [out]."""
-        return cls(w.get(f"{name}.weight", shape=(out, inp)), w.maybe(f"{name}.bias", shape=(out,)))
 
 
 def activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -36,21 +25,27 @@ def activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
     return F.gelu
 
 
+@dataclass(slots=True)
 class GatedMLP:
-    """down(act(gate(x)) * up(x)): SwiGLU (Llama, Qwen, Mistral) or GeGLU (Gemma)."""
+    """down(act(gate(x)) * up(x)): SwiGLU (Llama, Qwen, Mistral, DeepSeek) or GeGLU (Gemma)."""
+    gate: Linear
+    up: Linear
+    down: Linear
+    act: Callable[[torch.Tensor], torch.Tensor]
 
-    def __init__(self, w: Weights, prefix: str, *, hidden: int, inter: int, act: str):
-        self.gate = Linear.load(w, f"{prefix}gate_proj", inter, hidden)
-        self.up = Linear.load(w, f"{prefix}up_proj", inter, hidden)
-        self.down = Linear.load(w, f"{prefix}down_proj", hidden, inter)
-        self.act = activation(act)
+    @classmethod
+    def load(cls, w: Weights, prefix: str, *, hidden: int, inter: int, act: str) -> "GatedMLP":
+        """``prefix``{gate,up,down}_proj.weight (+ .bias if present)."""
+        return cls(Linear.load(w, f"{prefix}gate_proj", inter, hidden),
+                   Linear.load(w, f"{prefix}up_proj", inter, hidden),
+                   Linear.load(w, f"{prefix}down_proj", hidden, inter), activation(act))
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(self.act(self.gate(x)) * self.up(x))
 
 
 @dataclass(frozen=True, slots=True)
-class MoEConfig:
+class GptOssMoEConfig:
     num_experts: int
     top_k: int
     swiglu_alpha: float
@@ -66,7 +61,7 @@ class GptOssMoE:
     down_proj: [E, I, hidden] (+ [E, hidden]).
     """
 
-    def __init__(self, w: Weights, prefix: str, *, hidden: int, inter: int, moe: MoEConfig):
+    def __init__(self, w: Weights, prefix: str, *, hidden: int, inter: int, moe: GptOssMoEConfig):
         e = moe.num_experts
         self.moe = moe
         self.router = Linear.load(w, f"{prefix}router", e, hidden)
@@ -89,3 +84,78 @@ class GptOssMoE:
             y = h @ self.down[expert] + self.down_bias[expert]
             out.index_add_(0, token, y * weights[token, slot, None])
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class DeepseekMoEConfig:
+    num_experts: int              # n_routed_experts
+    top_k: int                    # num_experts_per_tok
+    inter: int                    # moe_intermediate_size (per expert)
+    num_shared: int               # n_shared_experts: one dense MLP of num_shared * inter
+    scaling: float                # routed_scaling_factor
+    first_dense: int              # first_k_dense_replace: layers before it are dense
+    topk_method: str = "greedy"   # or "group_limited_greedy"
+    num_groups: int | None = None     # n_group
+    topk_groups: int | None = None    # topk_group
+
+
+class DeepseekMoE:
+    """DeepSeek-V2 experts. Router: softmax over all experts (float32) of gate(x); the top_k
+    probabilities, times routed_scaling_factor and not renormalised, weight the chosen SwiGLU
+    experts. "group_limited_greedy" first keeps the topk_group expert groups with the highest
+    best score (the rest score 0). The shared experts' MLP is added for every token.
+
+    gate.weight: [E, hidden] (kept float32, as transformers keeps it); experts either per
+    expert (experts.{e}.{gate,up,down}_proj.weight, as saved) or fused (experts.gate_up_proj
+    [E, 2I, hidden] gate rows first, experts.down_proj [E, hidden, I], as in memory).
+    """
+
+    def __init__(self, w: Weights, prefix: str, *, hidden: int, moe: DeepseekMoEConfig, act: str):
+        self.moe = moe
+        e, inter = moe.num_experts, moe.inter
+        self.router = w.get(f"{prefix}gate.weight", shape=(e, hidden), dtype=torch.float32)
+        p = f"{prefix}experts."
+        if w.has(f"{p}gate_up_proj"):
+            gate_up = w.get(f"{p}gate_up_proj", shape=(e, 2 * inter, hidden))
+            down = w.get(f"{p}down_proj", shape=(e, hidden, inter))
+            self.experts = [GatedMLP(Linear(gate_up[i, :inter]), Linear(gate_up[i, inter:]),
+                                     Linear(down[i]), activation(act)) for i in range(e)]
+        else:
+            self.experts = [GatedMLP.load(w, f"{p}{i}.", hidden=hidden, inter=inter, act=act)
+                            for i in range(e)]
+        self.shared = None
+        if moe.num_shared:
+            self.shared = GatedMLP.load(w, f"{prefix}shared_experts.", hidden=hidden,
+                                        inter=inter * moe.num_shared, act=act)
+
+    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x: [T, hidden] -> (weights [T, k] float32, experts [T, k] int64)."""
+        scores = torch.softmax(F.linear(x.float(), self.router), dim=-1)      # [T, E]
+        moe = self.moe
+        if moe.topk_method == "group_limited_greedy":
+            grouped = scores.view(scores.shape[0], moe.num_groups, -1)          # [T, G, E/G]
+            best = grouped.amax(dim=-1).topk(moe.topk_groups, dim=-1).indices   # [T, topk_groups]
+            keep = torch.zeros_like(grouped[..., 0], dtype=torch.bool).scatter_(1, best, True)
+            scores = grouped.masked_fill(~keep[..., None], 0.0).flatten(1)
+        weights, chosen = torch.topk(scores, moe.top_k, dim=-1)
+        return weights * moe.scaling, chosen
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        weights, chosen = self.route(x)
+        out = torch.zeros_like(x)
+        for expert in chosen.unique().tolist():          # only experts some token picked
+            token, slot = torch.where(chosen == expert)
+            y = self.experts[expert](x[token]) * weights[token, slot, None]
+            out.index_add_(0, token, y.to(x.dtype))
+        return out if self.shared is None else out + self.shared(x)
+
+
+def feed_forward(moe, w: Weights, prefix: str, *, layer_id: int, hidden: int, inter: int,
+                 act: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The MLP of layer ``layer_id`` (``prefix`` = "model.layers.{i}.mlp."); ``moe`` is the
+    architecture's experts config or None; ``inter`` the dense MLP width."""
+    if isinstance(moe, GptOssMoEConfig):
+        return GptOssMoE(w, prefix, hidden=hidden, inter=inter, moe=moe)
+    if isinstance(moe, DeepseekMoEConfig) and layer_id >= moe.first_dense:
+        return DeepseekMoE(w, prefix, hidden=hidden, moe=moe, act=act)
+    return GatedMLP.load(w, prefix, hidden=hidden, inter=inter, act=act)

@@ -1,8 +1,12 @@
-"""Rotary position embeddings: ordinary RoPE and the dual-chunk (DCA) rotation.
+"""Rotary position embeddings: RoPE (every family, every rope type) and the dual-chunk
+(DCA) rotation.
 
-RoPE here is the neox (rotate-half) form over the first ``rotary_dim`` features of each head
-(Llama, Qwen): with half = rotary_dim / 2 and inv_freq[j] = base ** (-2j / rotary_dim),
-feature j and j + half of a vector at position t are rotated by the angle t * inv_freq[j].
+RoPE rotates the first ``rotary_dim`` features of each head. Feature pair j turns by the angle
+t * f_j at position t, with f_j from runner/rope.py (default, linear, llama3, yarn), and cos
+and sin are multiplied by the rope type's attention factor. Two layouts of the pairs:
+- neox (rotate-half; Llama, Qwen, Gemma, gpt-oss): pair j is features (j, j + rotary_dim / 2);
+- interleaved (DeepSeek-V2 as transformers runs it): pair j is features (2j, 2j + 1).
+``Rotary`` is one model's RoPE; ``apply_rope`` is plain RoPE from a base (used by DCA).
 Angles are computed in float64 (positions reach 10^6), the rotation in float32.
 
 DCA (shared/DUAL_CHUNK.md): cs = chunk_size, ls = local_size, cl = cs - ls.
@@ -27,33 +31,71 @@ import torch
 from attnkit.backends.dual_chunk.config import require_valid_config
 from attnkit.errors import fail
 from attnkit.model.spec import DualChunkConfig
+from attnkit.runner.rope import RopeConfig, inv_freq
 
 VARIANTS = ("intra", "successor", "inter")      # order of dim 1 of the DCA queries
 
 
-def rope_cos_sin(positions: torch.Tensor, *, rotary_dim: int, base: float):
-    """positions: [N] int -> cos, sin: [N, rotary_dim // 2] float32."""
-    inv_freq = base ** (-torch.arange(0, rotary_dim, 2, dtype=torch.float64,
-                                      device=positions.device) / rotary_dim)
-    angles = positions.to(torch.float64)[:, None] * inv_freq[None, :]
-    return angles.cos().float(), angles.sin().float()
+def rope_cos_sin(positions: torch.Tensor, *, rotary_dim: int, base: float,
+                 freqs: torch.Tensor | None = None, factor: float = 1.0):
+    """positions: [N] int -> cos, sin: [N, rotary_dim // 2] float32, times ``factor``.
+    freqs: [rotary_dim // 2] float64 (default: base ** (-2j / rotary_dim))."""
+    if freqs is None:
+        freqs = base ** (-torch.arange(0, rotary_dim, 2, dtype=torch.float64,
+                                       device=positions.device) / rotary_dim)
+    angles = positions.to(torch.float64)[:, None] * freqs.to(positions.device)[None, :]
+    return (angles.cos() * factor).float(), (angles.sin() * factor).float()
 
 
-def apply_rope(x: torch.Tensor, positions: torch.Tensor, *, base: float,
-               rotary_dim: int | None = None, scale: torch.Tensor | float = 1.0) -> torch.Tensor:
-    """Rotate x: [N, H, D] at positions [N] (neox form); features past rotary_dim pass through.
-    ``scale`` (a float or [N]) multiplies the result. Returns x's shape and dtype."""
-    rd = x.shape[-1] if rotary_dim is None else rotary_dim
-    cos, sin = rope_cos_sin(positions, rotary_dim=rd, base=base)
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: bool = False,
+           scale: torch.Tensor | float = 1.0) -> torch.Tensor:
+    """x: [N, H, D]; cos, sin: [N, rd / 2] float32. Rotates the first rd features (neox or
+    interleaved pairs); the rest pass through. ``scale`` (a float or [N]) multiplies the
+    whole result. Returns x's shape and dtype."""
+    rd = 2 * cos.shape[-1]
     cos, sin = cos[:, None, :], sin[:, None, :]                  # [N, 1, rd/2]
     xf = x.float()
-    x1, x2, rest = xf[..., :rd // 2], xf[..., rd // 2:rd], xf[..., rd:]
-    out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], dim=-1)
+    rest = xf[..., rd:]
+    if interleaved:
+        x1, x2 = xf[..., 0:rd:2], xf[..., 1:rd:2]
+        turned = torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
+    else:
+        x1, x2 = xf[..., :rd // 2], xf[..., rd // 2:rd]
+        turned = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    out = torch.cat([turned, rest], dim=-1)
     if isinstance(scale, torch.Tensor):
         out = out * scale.to(device=out.device, dtype=torch.float32).view(-1, 1, 1)
     elif scale != 1.0:
         out = out * scale
     return out.to(x.dtype)
+
+
+def apply_rope(x: torch.Tensor, positions: torch.Tensor, *, base: float,
+               rotary_dim: int | None = None, scale: torch.Tensor | float = 1.0) -> torch.Tensor:
+    """Rotate x: [N, H, D] at positions [N] (plain RoPE, neox form); features past rotary_dim
+    pass through. ``scale`` (a float or [N]) multiplies the result. Returns x's shape and dtype."""
+    rd = x.shape[-1] if rotary_dim is None else rotary_dim
+    cos, sin = rope_cos_sin(positions, rotary_dim=rd, base=base)
+    return rotate(x, cos, sin, scale=scale)
+
+
+class Rotary:
+    """One model's RoPE: ``cs = rotary.cos_sin(positions)`` once per step, then
+    ``rotary(x, cs)`` for q [T, H_q, D] and k [T, H_kv, D] of every layer."""
+
+    def __init__(self, rope: RopeConfig, *, interleaved: bool = False,
+                 device: torch.device | str | None = None):
+        self.rope = rope
+        self.interleaved = interleaved
+        self.freqs = inv_freq(rope, device=device)               # [rotary_dim // 2] float64
+
+    def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions: [T] int -> cos, sin [T, rotary_dim // 2] float32 (attention factor in)."""
+        return rope_cos_sin(positions, rotary_dim=self.rope.rotary_dim, base=self.rope.theta,
+                            freqs=self.freqs, factor=self.rope.attention_factor)
+
+    def __call__(self, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return rotate(x, *cos_sin, interleaved=self.interleaved)
 
 
 def dca_length_scale(length: int, original_max_position_embeddings: int) -> float:

@@ -14,7 +14,6 @@ import torch
 
 from attnkit.backends.base import AttentionBackend
 from attnkit.errors import fail
-from attnkit.kvcache.paged import TORCH_KV_DTYPES
 from attnkit.model.spec import LayerAttention
 from attnkit.runner.arch import Architecture
 

@@ -62,7 +62,10 @@ class Weights:
     def has(self, name: str) -> bool:
         return name in self.tensors
 
-    def get(self, name: str, *, shape: tuple[int, ...] | None = None) -> torch.Tensor:
+    def get(self, name: str, *, shape: tuple[int, ...] | None = None,
+            dtype: torch.dtype | None = None) -> torch.Tensor:
+        """The tensor ``name`` in the compute dtype (or ``dtype``), on the device; AK481 if it
+        is missing or its shape is not ``shape``."""
         if name not in self.tensors:
             near = sorted(n for n in self.tensors if n.rsplit(".", 2)[0] == name.rsplit(".", 2)[0])
             fail("AK481", f"weight {name!r} is missing from the checkpoint"
@@ -72,7 +75,7 @@ class Weights:
         if shape is not None and tuple(t.shape) != tuple(shape):
             fail("AK481", f"weight {name!r} has shape {list(t.shape)}, the config implies "
                           f"{list(shape)}", field=name, expected=list(shape), actual=list(t.shape))
-        return t.detach().to(device=self.device, dtype=self.dtype)
+        return t.detach().to(device=self.device, dtype=dtype or self.dtype)
 
     def maybe(self, name: str, *, shape: tuple[int, ...] | None = None) -> torch.Tensor | None:
         return self.get(name, shape=shape) if self.has(name) else None

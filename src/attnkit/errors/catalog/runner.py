@@ -5,21 +5,24 @@ ENTRIES = [
     entry(
         "AK480", "Model not runnable by the attnkit runner",
         meaning="The runner holds block recipes (norms, MLP, rotary, LM head) for a few "
-                "decoder-only families: llama, mistral, qwen2, qwen3, gemma2 and gpt_oss, with "
-                "ordinary ('default') RoPE. A config outside them parses for planning, but the "
-                "runner cannot compute it.",
-        trigger="Engine.from_pretrained on a config whose model_type, activation, rope type or "
-                "attention layout (MLA, encoder-decoder) the runner lacks, or whose "
-                "hidden_size / intermediate_size / vocab_size is not a positive integer.",
-        situations=["A DeepSeek (MLA) or Whisper (encoder-decoder) checkpoint given to the runner.",
-                    "A Llama-3.1 config with rope_type 'llama3', or gpt-oss with its YaRN rope."],
+                "decoder-only families: llama, mistral, qwen2, qwen3, gemma2, gpt_oss and "
+                "deepseek_v2 (MLA), with RoPE of type default, linear, llama3 or yarn. A config "
+                "outside them parses for planning, but the runner cannot compute it.",
+        trigger="Engine.from_pretrained on a config whose model_type, activation, rope type, "
+                "expert routing (DeepSeek topk_method) or attention layout (encoder-decoder) "
+                "the runner lacks, whose rope type needs a field it does not set (llama3 "
+                "without low_freq_factor), that combines dual chunk attention with scaled RoPE, "
+                "or whose hidden_size / intermediate_size / vocab_size is not a positive integer.",
+        situations=["A DeepSeek-V3 / Kimi-K2 (sigmoid router) or Whisper (encoder-decoder) "
+                    "checkpoint given to the runner.",
+                    "A config with rope_type 'dynamic' or 'longrope'."],
         solutions=["Plan such models with `attnkit plan` and serve them in a full engine; the "
                    "runner is a correctness harness for the families it lists.",
                    "For tests, build the tiny model from a supported family "
                    "(LlamaConfig, Qwen2Config, MistralConfig, Qwen3Config, Gemma2Config, "
-                   "GptOssConfig with rope_parameters={'rope_type': 'default', ...})."],
+                   "GptOssConfig, DeepseekV2Config)."],
         before="Engine.from_pretrained('./deepseek-v3-tiny')",
-        after="Engine.from_pretrained('./llama-tiny')",
+        after="Engine.from_pretrained('./deepseek-v2-tiny')",
         related=("AK481", "AK512"),
     ),
     entry(

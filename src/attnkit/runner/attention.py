@@ -1,0 +1,70 @@
+"""The attention half of an MHA/GQA/MQA block (MLA: runner/mla.py): projections, rotary, and
+the attnkit backend in the middle.
+
+    q, k, v = q_proj(x), k_proj(x), v_proj(x)        (biases if the checkpoint has them)
+    q, k = q_norm(q), k_norm(k)                       (Qwen3: per-head RMSNorm)
+    q, k = rotary(q), rotary(k)                       (DCA: queries three ways, see rotary.py)
+    out = o_proj(backend.forward(q, k, v, layer, cache, step))
+
+Both attention kinds take ``(x, backend, cache, step, ctx)`` with x: [T, hidden] and return
+[T, hidden]; ``ctx`` is the per-step ``AttentionContext`` the model builds once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState
+from attnkit.model.spec import LayerAttention
+from attnkit.runner.layers import Linear, NormStyle, rms_norm
+from attnkit.runner.rotary import DualChunkRotary, Rotary, step_length_scales
+from attnkit.runner.weights import Weights
+
+
+@dataclass(slots=True)
+class AttentionContext:
+    """What every layer needs from this step besides the backend's StepState.
+
+    cos_sin: [T, rotary_dim / 2] float32 twice, at the step's positions (attention factor in)
+    dca_lengths: per request, the L of the dual chunk length scale (None: KV length after
+    the step)
+    """
+    cos_sin: tuple[torch.Tensor, torch.Tensor]
+    dca_lengths: list[int] | None = None
+
+
+class MHAAttention:
+    """One MHA/GQA/MQA layer. gpt-oss sinks go to the backend in ``AttentionLayer.sinks``;
+    a dual chunk layer is rotated by ``DualChunkRotary`` and needs the ``dual_chunk`` backend."""
+
+    def __init__(self, w: Weights, prefix: str, spec: LayerAttention, *, hidden: int,
+                 norm: NormStyle, rotary: Rotary, dca: DualChunkRotary | None = None):
+        """prefix: "model.layers.{i}.self_attn."."""
+        heads, kv_heads, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+        self.spec, self.norm, self.rotary, self.dca = spec, norm, rotary, dca
+        self.q = Linear.load(w, f"{prefix}q_proj", heads * d, hidden)
+        self.k = Linear.load(w, f"{prefix}k_proj", kv_heads * d, hidden)
+        self.v = Linear.load(w, f"{prefix}v_proj", kv_heads * spec.value_dim, hidden)
+        self.o = Linear.load(w, f"{prefix}o_proj", hidden, heads * spec.value_dim)
+        self.q_norm = w.maybe(f"{prefix}q_norm.weight", shape=(d,))
+        self.k_norm = w.maybe(f"{prefix}k_norm.weight", shape=(d,))
+        sinks = w.get(f"{prefix}sinks", shape=(heads,)).float() if spec.sinks else None
+        self.layer = AttentionLayer(spec=spec, sinks=sinks)
+
+    def __call__(self, x: torch.Tensor, backend: AttentionBackend, cache, step: StepState,
+                 ctx: AttentionContext) -> torch.Tensor:
+        """x: [T, hidden] -> [T, hidden]."""
+        spec, n = self.spec, x.shape[0]
+        q = self.q(x).view(n, spec.num_heads, spec.head_dim)
+        k = self.k(x).view(n, spec.num_kv_heads, spec.head_dim)
+        v = self.v(x).view(n, spec.num_kv_heads, spec.value_dim)
+        if self.q_norm is not None:
+            q, k = rms_norm(q, self.q_norm, self.norm), rms_norm(k, self.k_norm, self.norm)
+        if self.dca is not None:
+            scale = step_length_scales(step.meta, spec.dual_chunk, lengths=ctx.dca_lengths)
+            q, k = self.dca(q, k, step.meta.positions, length_scale=scale)   # q: [T, 3, H_q, D]
+        else:
+            q, k = self.rotary(q, ctx.cos_sin), self.rotary(k, ctx.cos_sin)
+        out = backend.forward(q, k, v, self.layer, cache, step)           # [T, H_q * D_v]
+        return self.o(out)
