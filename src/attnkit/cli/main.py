@@ -1,4 +1,5 @@
-"""The ``attnkit`` command: plan, backends, explain, models, devices. Torch-free.
+"""The ``attnkit`` command: plan, backends, explain, models, devices, generate. Torch-free
+(``generate`` imports torch when it runs, not when the parser is built).
 
 Exit codes: 0 planned (or listed), 1 internal error (AK900), 2 usage error (bad flag, unknown
 model/device/code or backend name (AK300/AK301), invalid value (AK306)), 3 no valid plan.
@@ -31,6 +32,25 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", parents=[common], help="choose prefill/decode backends for a model on a device")
     p.add_argument("models", nargs="+", metavar="MODEL", help="preset name, config.json or model directory")
     p.add_argument("--device", action="append", metavar="D", help="platform preset or 'auto' (repeatable)")
+    add_plan_flags(p)
+    p.add_argument("--json", action="store_true", help="print Plan.to_dict() (a list for several)")
+
+    b = sub.add_parser("backends", parents=[common], help="list backends: installed, usable here, why not")
+    b.add_argument("--device", default="auto", metavar="D")
+    b.add_argument("--json", action="store_true")
+
+    from attnkit.cli.generate import add_parser as add_generate   # torch-free; needs add_plan_flags
+    add_generate(sub, common)
+
+    e = sub.add_parser("explain", parents=[common], help="print an error code's catalog entry")
+    e.add_argument("code")
+    sub.add_parser("models", parents=[common], help="list model presets")
+    sub.add_parser("devices", parents=[common], help="list device presets")
+    return parser
+
+
+def add_plan_flags(p: argparse.ArgumentParser) -> None:
+    """The planning settings, shared by ``plan`` and ``generate`` (see request_from_args)."""
     p.add_argument("--attention-backend", metavar="B")
     p.add_argument("--prefill-attention-backend", metavar="B")
     p.add_argument("--decode-attention-backend", metavar="B")
@@ -42,17 +62,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dual-chunk", choices=("auto", "on", "off"))
     p.add_argument("--deny", action="append", metavar="B", help="never choose B (repeatable, or comma list)")
     p.add_argument("--cuda-graph", action="store_true", default=None)
-    p.add_argument("--json", action="store_true", help="print Plan.to_dict() (a list for several)")
-
-    b = sub.add_parser("backends", parents=[common], help="list backends: installed, usable here, why not")
-    b.add_argument("--device", default="auto", metavar="D")
-    b.add_argument("--json", action="store_true")
-
-    e = sub.add_parser("explain", parents=[common], help="print an error code's catalog entry")
-    e.add_argument("code")
-    sub.add_parser("models", parents=[common], help="list model presets")
-    sub.add_parser("devices", parents=[common], help="list device presets")
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -154,8 +163,14 @@ def _error(err: AttnkitError) -> None:
     sys.stderr.write("\n".join(lines) + "\n")
 
 
+def cmd_generate(args: argparse.Namespace) -> int:
+    from attnkit.cli.generate import cmd_generate as run
+
+    return run(args)
+
+
 COMMANDS = {"plan": cmd_plan, "backends": cmd_backends, "explain": cmd_explain,
-            "models": cmd_models, "devices": cmd_devices}
+            "models": cmd_models, "devices": cmd_devices, "generate": cmd_generate}
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -9,7 +9,9 @@ from attnkit.planning.plan import Plan
 SHARED = "all rejected"
 
 
-def plan_text(plan: Plan) -> str:
+def plan_text(plan: Plan, *, short: bool = False) -> str:
+    """The plan as ``attnkit plan`` prints it; ``short``: backends, settings and warnings only
+    (no reasons, alternatives, adjustments or rejections)."""
     d = plan.to_dict()
     p = d["platform"]
     cc = f", sm{p['capability'][0]}{p['capability'][1]}" if p.get("capability") else ""
@@ -20,14 +22,17 @@ def plan_text(plan: Plan) -> str:
         for phase in (("prefill+decode",) if same else ("prefill", "decode")):
             key = phase.split("+")[0]
             out.append(f"  {phase:<15} {d[f'{key}_backend']}")
-            out += _wrap(d["why"].get(key, ""), indent=4)
+            out += [] if short else _wrap(d["why"].get(key, ""), indent=4)
         alts = {k: v for k, v in d["alternatives"].items() if v}
-        if alts:
+        if alts and not short:
             seen = list(alts.values())
             out.append("  also serve: " + (", ".join(seen[0]) if same and seen.count(seen[0]) == 2 else
                                            "; ".join(f"{k} {', '.join(v)}" for k, v in alts.items())))
         out += ["", "settings"] + _wrap("  ".join(f"{k}={_short(v)}" for k, v in d["settings"].items()
                                                  if v is not None), indent=2) + [""]
+    if short:
+        out += ["warnings"] + [f"  - {w}" for w in d["warnings"]] if d["warnings"] else []
+        return "\n".join(out).rstrip() + "\n"
     if d["adjustments"]:
         out.append("adjustments (filled in, with the rule that chose them)")
         width = max(len(a["field"]) for a in d["adjustments"])

@@ -203,29 +203,24 @@ class Engine:
     @torch.no_grad()
     def generate(self, prompts: Sequence[int] | Sequence[Sequence[int]], max_new_tokens: int, *,
                  eos_token_id: int | Sequence[int] | None = None) -> list[int] | list[list[int]]:
-        """Greedy decoding of every prompt together; returns the new tokens only (a list for
-        one prompt given as a list of ints, else one list per prompt). A sequence stops at
-        ``eos_token_id`` (kept in its output) or after ``max_new_tokens``."""
+        """Greedy decoding of every prompt (through the ``Scheduler``, no token budget);
+        returns the new tokens only (a list for one prompt given as a list of ints, else one
+        list per prompt). A sequence stops at ``eos_token_id`` (kept in its output) or after
+        ``max_new_tokens``. Sampling, budgets and stats: ``attnkit.runner.LLM``."""
+        from attnkit.runner.sampling import SamplingParams
+        from attnkit.runner.scheduler import Scheduler
+
         single = len(prompts) > 0 and (isinstance(prompts[0], numbers.Integral) or (
             torch.is_tensor(prompts[0]) and prompts[0].dim() == 0))
         batch = [list(prompts)] if single else [list(p) for p in prompts]
         check_count("max_new_tokens", max_new_tokens, minimum=0)
-        stop = set([eos_token_id] if isinstance(eos_token_id, int) else eos_token_id or ())
-        ids = self.new_ids(len(batch))
-        outputs: list[list[int]] = [[] for _ in batch]
-        try:
-            live = list(range(len(batch))) if max_new_tokens else []
-            last = self.step(dict(zip(ids, batch)), logits="last", _order=ids) if live else {}
-            nxt = {j: int(last[ids[j]].argmax(-1)) for j in live}
-            while live:
-                for j in live:
-                    outputs[j].append(nxt[j])
-                live = [j for j in live if nxt[j] not in stop and len(outputs[j]) < max_new_tokens]
-                if live:
-                    logits = self.decode([nxt[j] for j in live], ids=[ids[j] for j in live])
-                    nxt = {j: int(row.argmax(-1)) for j, row in zip(live, logits)}
-        finally:
-            self.release([i for i in ids if i in self._tokens])
+        stop = tuple([eos_token_id] if isinstance(eos_token_id, int) else eos_token_id or ())
+        params = SamplingParams(max_new_tokens=max_new_tokens, stop_token_ids=stop)
+        sched = Scheduler(self, max_num_batched_tokens=None, max_num_seqs=max(len(batch), 1))
+        reqs = [sched.add(p, params) for p in batch]      # checked before anything runs
+        for _ in sched.run():
+            pass
+        outputs = [r.output for r in reqs]
         return outputs[0] if single else outputs
 
     # -- checks -------------------------------------------------------------------------

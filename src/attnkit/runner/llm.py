@@ -1,0 +1,188 @@
+"""``LLM``: load a checkpoint once, generate for many prompts (continuous batching).
+
+    llm = LLM("/models/tiny-llama", device="cuda", attention_backend="triton", max_tokens=65536)
+    outs = llm.generate([[1, 5, 9], [1, 7]], max_new_tokens=32, temperature=0.8, top_p=0.95,
+                        seed=0)
+    outs[0].token_ids, outs[0].finish_reason, outs[0].stats.ttft_s, llm.last_stats.decode_tok_s
+
+Planning keywords are ``attnkit plan``'s settings (attention_backend, page_size,
+kv_cache_dtype, ...), checked by the planner exactly as for ``attnkit plan``; ``llm.plan`` is
+the Plan the engine runs.
+"""
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Hashable, Sequence, TextIO
+
+import torch
+
+from attnkit.backends.base import AttentionBackend
+from attnkit.errors import fail
+from attnkit.runner.engine import Engine
+from attnkit.runner.progress import ProgressBar
+from attnkit.runner.sampling import SamplingParams
+from attnkit.runner.scheduler import Scheduler
+from attnkit.runner.setup import device_of
+from attnkit.runner.stats import RequestStats, RunStats
+
+PLAN_FLAGS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend",
+              "page_size", "kv_cache_dtype", "dual_chunk", "tp_size", "speculative_tokens",
+              "cuda_graph", "deny")
+
+
+@dataclass(slots=True)
+class Output:
+    """One prompt's result: the new tokens only; finish_reason "stop" or "length"."""
+    request_id: Hashable
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    finish_reason: str
+    stats: RequestStats
+
+    def to_dict(self) -> dict:
+        return {"request_id": self.request_id, "prompt_token_ids": self.prompt_token_ids,
+                "token_ids": self.token_ids, "finish_reason": self.finish_reason,
+                "stats": self.stats.to_dict()}
+
+
+class LLM:
+    """model: a local model directory or an in-memory transformers model.
+    device / dtype: "auto" is CUDA in bf16 when torch sees a GPU, else CPU in fp32.
+    max_tokens: KV-cache room over all running requests (a request that cannot fit alone is
+    refused, AK485; others wait or are preempted).
+    max_num_batched_tokens / max_num_seqs: the scheduler's per-step limits (defaults for
+    ``generate``). plan_flags: ``attnkit plan``'s settings, plus ``backend_options``;
+    ``attention_backend`` may also be an AttentionBackend object (used unchecked)."""
+
+    def __init__(self, model: Any, *, device: str | torch.device = "auto",
+                 dtype: str | torch.dtype = "auto", max_tokens: int = 4096,
+                 max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, **plan_flags: Any):
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        dev = device_of(device)
+        if dtype == "auto":
+            dtype = "bf16" if dev.type == "cuda" else "fp32"
+        self.engine = Engine.from_pretrained(model, device=dev, dtype=dtype, max_tokens=max_tokens,
+                                             **engine_options(plan_flags))
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_num_seqs = max_num_seqs
+        self.eos_token_ids = default_eos(model)
+        self.last_stats: RunStats | None = None
+
+    @property
+    def plan(self):
+        """The Plan that chose the engine's backends (None with a backend object)."""
+        return self.engine.plan
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int = 16,
+                 temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
+                 seed: int | Sequence[int] | None = None,
+                 eos_token_id: int | Sequence[int] | None = None, ignore_eos: bool = False,
+                 max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None,
+                 progress: bool | TextIO = False) -> list[Output]:
+        """One Output per prompt, in order. temperature 0 is greedy; otherwise request i
+        samples with seed ``seed + i`` (or ``seed[i]``; None: a fresh seed, in its stats), so
+        its tokens do not depend on the other prompts. eos_token_id: None uses the
+        checkpoint's (generation_config.json, else config.json); ignore_eos runs every
+        request to max_new_tokens. progress: True (stderr) or a stream for a progress bar.
+        Run totals (prefill / decode tokens per second) land in ``self.last_stats``."""
+        if isinstance(prompts, (str, bytes)) or any(not isinstance(p, Sequence) and not
+                                                    torch.is_tensor(p) for p in prompts):
+            fail("AK486", "prompts must be a list of token-id lists (wrap one prompt: [prompt])",
+                 field="prompts", expected="list[list[int]]", actual=type(prompts).__name__)
+        seeds = _seeds(seed, len(prompts))
+        stop = () if ignore_eos else _ids(self.eos_token_ids if eos_token_id is None else eos_token_id)
+        sched = Scheduler(self.engine,
+                          max_num_batched_tokens=max_num_batched_tokens or self.max_num_batched_tokens,
+                          max_num_seqs=max_num_seqs or self.max_num_seqs)
+        reqs = [sched.add(p, SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k,
+                                            seed=s, max_new_tokens=max_new_tokens,
+                                            stop_token_ids=stop))
+                for p, s in zip(prompts, seeds)]
+        bar = None if progress is False else ProgressBar(
+            len(reqs), stream=None if progress is True else progress)
+        finished = sum(r.finish_reason is not None for r in reqs)
+
+        def on_step(done: list) -> None:
+            nonlocal finished
+            finished += len(done)
+            if bar is not None:
+                bar.update(finished, sum(len(r.output) for r in reqs))
+
+        try:
+            for _ in sched.run(on_step):
+                pass
+        finally:
+            if bar is not None:
+                bar.close()
+        self.last_stats = sched.stats
+        return [Output(r.request_id, list(r.prompt), list(r.output), r.finish_reason, r.stats)
+                for r in reqs]
+
+
+def engine_options(flags: dict[str, Any]) -> dict[str, Any]:
+    """``Engine.from_pretrained`` keywords for ``attnkit plan``-style settings (AK306 on junk
+    values, AK487 on settings the runner cannot honour or names it does not know)."""
+    from attnkit.planning.request import parse_request
+
+    unknown = sorted(set(flags) - set(PLAN_FLAGS) - {"backend_options"})
+    if unknown:
+        hints = [m for u in unknown for m in difflib.get_close_matches(u, PLAN_FLAGS, n=1)]
+        fail("AK487", f"unknown keyword(s) {', '.join(unknown)}"
+                      + (f"; did you mean {', '.join(hints)}?" if hints else ""),
+             field="plan_flags", expected=list(PLAN_FLAGS) + ["backend_options"], actual=unknown)
+    obj = flags.get("attention_backend")
+    obj = obj if isinstance(obj, AttentionBackend) else None
+    req = parse_request({k: v for k, v in flags.items()
+                         if k != "backend_options" and not (obj is not None and k == "attention_backend")})
+    for name, off in (("tp_size", 1), ("speculative_tokens", 0), ("cuda_graph", False), ("deny", ())):
+        value = getattr(req, name)
+        if value not in (None, off):
+            fail("AK487", f"the runner does not support {name}={value!r} (one device, no CUDA "
+                          "graphs, no speculative decoding, no deny list)", field=name,
+                 expected=off, actual=value)
+    return {"backend": obj or req.attention_backend or "auto",
+            "prefill_backend": req.prefill_attention_backend,
+            "decode_backend": req.decode_attention_backend, "page_size": req.page_size,
+            "kv_cache_dtype": req.kv_cache_dtype,
+            "dual_chunk": {"on": True, "off": False}.get(req.dual_chunk),
+            "backend_options": flags.get("backend_options")}
+
+
+def default_eos(source: Any) -> tuple[int, ...]:
+    """The checkpoint's end-of-sequence ids: generation_config's, else config's (or none)."""
+    if isinstance(source, (str, Path)):
+        found = None
+        for name in ("generation_config.json", "config.json"):
+            f = Path(source).expanduser() / name
+            if found is None and f.is_file():
+                found = json.loads(f.read_text(encoding="utf-8")).get("eos_token_id")
+        return _ids(found)
+    gen = getattr(source, "generation_config", None)
+    found = getattr(gen, "eos_token_id", None)
+    return _ids(found if found is not None else getattr(getattr(source, "config", None),
+                                                       "eos_token_id", None))
+
+
+def _ids(value: Any) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, int) else tuple(value)
+
+
+def _seeds(seed: int | Sequence[int] | None, n: int) -> list[int | None]:
+    if seed is None:
+        return [None] * n
+    if isinstance(seed, Sequence):
+        if len(seed) != n:
+            fail("AK486", f"{len(seed)} seed(s) for {n} prompt(s)", field="seed",
+                 expected=f"one seed or {n} seeds", actual=len(seed))
+        return list(seed)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        fail("AK486", f"seed={seed!r} is not valid: expected an int >= 0", field="seed",
+             expected="an int >= 0", actual=repr(seed))
+    return [seed + i for i in range(n)]

@@ -1,0 +1,121 @@
+"""Choosing the next token: greedy, or temperature / top-k / top-p sampling with a seed.
+
+    params = SamplingParams(temperature=0.8, top_p=0.9, seed=7, max_new_tokens=32)
+    tokens = sample(logits, [params, greedy], [params.generator(), None])   # logits: [2, V]
+
+Each sampled request owns a CPU ``torch.Generator`` seeded once; a step draws exactly one
+uniform number from it per sampled token and picks the token by inverse CDF over the
+request's filtered distribution. So a request's tokens depend on its seed and its own logits
+only: not on which other requests share the batch, nor on the device the logits live on.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import random
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from attnkit.errors import fail
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """How one request chooses tokens and when it stops.
+
+    temperature: 0 is greedy (argmax); > 0 divides the logits before softmax.
+    top_p: keep the smallest set of most likely tokens whose mass reaches top_p (1: all).
+    top_k: keep the k most likely tokens (0: all).
+    seed: the request's generator seed (None: a fresh random one, recorded in its stats).
+    max_new_tokens: stop after this many new tokens ("length").
+    stop_token_ids: stop after producing one of these (kept in the output; "stop")."""
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    max_new_tokens: int = 16
+    stop_token_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        t = self.temperature
+        if isinstance(t, bool) or not isinstance(t, numbers.Real) or not math.isfinite(t) or t < 0:
+            _bad("temperature", t, "a finite number >= 0 (0 = greedy)")
+        p = self.top_p
+        if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0 < p <= 1:
+            _bad("top_p", p, "a number in (0, 1]")
+        _check_int("top_k", self.top_k, minimum=0)
+        _check_int("max_new_tokens", self.max_new_tokens, minimum=0)
+        if self.seed is not None:
+            _check_int("seed", self.seed, minimum=0)
+        for t in self.stop_token_ids:
+            _check_int("stop_token_ids", t, minimum=0)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def generator(self, seed: int | None = None) -> torch.Generator | None:
+        """A CPU generator seeded with ``seed`` (default: ``self.seed``); None when greedy."""
+        if self.greedy:
+            return None
+        g = torch.Generator()
+        g.manual_seed(self.seed if seed is None else seed)
+        return g
+
+
+def fresh_seed() -> int:
+    """A random seed for a request that named none (OS entropy; reported so it can be replayed)."""
+    return random.SystemRandom().getrandbits(63)
+
+
+@torch.no_grad()
+def sample(logits: torch.Tensor, params: Sequence[SamplingParams],
+           generators: Sequence[torch.Generator | None]) -> list[int]:
+    """logits: [R, V] (any float dtype, any device), row i for a request with ``params[i]``
+    and ``generators[i]`` (None for greedy rows). Returns R token ids."""
+    out = [0] * len(params)
+    greedy = [i for i, p in enumerate(params) if p.greedy]
+    drawn = [i for i, p in enumerate(params) if not p.greedy]
+    if greedy:
+        rows = logits if len(greedy) == len(params) else logits[greedy]
+        for i, t in zip(greedy, rows.argmax(-1).tolist()):
+            out[i] = t
+    if drawn:
+        chosen = _draw(logits[drawn].float(), [params[i] for i in drawn],
+                       [generators[i] for i in drawn])
+        for i, t in zip(drawn, chosen):
+            out[i] = t
+    return out
+
+
+def _draw(logits: torch.Tensor, params: list[SamplingParams],
+          generators: list[torch.Generator | None]) -> list[int]:
+    """logits: [R, V] float32. Filter each row by top-k and top-p, then inverse-CDF sample."""
+    dev, vocab = logits.device, logits.shape[-1]
+    temp = torch.tensor([p.temperature for p in params], device=dev)
+    top_p = torch.tensor([p.top_p for p in params], device=dev)
+    top_k = torch.tensor([p.top_k or vocab for p in params], device=dev)
+    u = torch.tensor([float(torch.rand((), generator=g)) for g in generators], device=dev)
+    probs = torch.softmax(logits / temp[:, None], dim=-1)
+    sorted_p, order = probs.sort(dim=-1, descending=True, stable=True)   # [R, V]
+    rank = torch.arange(vocab, device=dev)
+    # A token is kept while the mass strictly before it is < top_p: the smallest prefix whose
+    # mass reaches top_p (the most likely token is always kept).
+    keep = ((sorted_p.cumsum(-1) - sorted_p) < top_p[:, None]) & (rank < top_k[:, None])
+    cdf = (sorted_p * keep).cumsum(-1)
+    target = (u * cdf[:, -1])[:, None]
+    pos = torch.searchsorted(cdf, target, right=True)                    # first cdf > target
+    pos = torch.minimum(pos, keep.sum(-1, keepdim=True) - 1)             # u*total rounding up
+    return order.gather(-1, pos)[:, 0].tolist()
+
+
+def _check_int(name: str, value: object, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        _bad(name, value, f"an int >= {minimum}")
+
+
+def _bad(name: str, value: object, expected: str) -> None:
+    fail("AK486", f"{name}={value!r} is not valid: expected {expected}", field=name,
+         expected=expected, actual=repr(value))

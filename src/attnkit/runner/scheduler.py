@@ -1,0 +1,270 @@
+"""Continuous batching over an ``Engine``: which tokens of which requests run in each step.
+
+    sched = Scheduler(engine, max_num_batched_tokens=512, max_num_seqs=64)
+    rid = sched.add([1, 5, 9], SamplingParams(max_new_tokens=8))
+    for done in sched.run():          # or: while sched.has_unfinished(): sched.step()
+        print(done.request_id, done.output, done.finish_reason)
+
+Every step spends at most ``max_num_batched_tokens`` tokens, in this order:
+1. running requests that are decoding, oldest first, one token each;
+2. running requests part-way through their prompt, the next chunk of it;
+3. waiting requests, oldest first, while fewer than ``max_num_seqs`` run: their first chunk.
+One ``Engine.step`` runs the lot (EXTEND, DECODE or MIXED). A request whose whole known
+sequence is cached after the step samples its next token from the step's last logits.
+
+Pages are checked here, before the step, so the engine never runs out (AK400). A decode
+that cannot get a page preempts the youngest running request (its pages are freed; it waits
+again and later recomputes prompt + generated tokens as a prefill); a prompt chunk shrinks
+to the room left. Requests run in arrival order, so the oldest always progresses and every
+request that fits the cache alone (checked on ``add``, AK485) finishes. After memory
+pressure (a preemption or a shrunk chunk) no new request is admitted in that step.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Hashable, Iterator, Sequence
+
+import torch
+
+from attnkit.errors import fail
+from attnkit.runner.sampling import SamplingParams, fresh_seed, sample
+from attnkit.runner.stats import RequestStats, RunStats
+
+
+@dataclass(eq=False, slots=True)
+class GenRequest:
+    """One request's state. ``computed`` tokens of ``prompt + output`` have KV in the cache."""
+    request_id: Hashable
+    seq_id: Hashable                  # the engine's sequence id
+    prompt: list[int]
+    params: SamplingParams
+    order: int                        # arrival rank: smaller is older
+    stats: RequestStats
+    generator: torch.Generator | None = None
+    output: list[int] = field(default_factory=list)
+    computed: int = 0
+    finish_reason: str | None = None  # "stop" (a stop token) | "length" (max_new_tokens)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt) + len(self.output)
+
+    @property
+    def decoding(self) -> bool:
+        """Past its prompt with exactly one token (the last sampled) still to run."""
+        return self.computed >= len(self.prompt) and self.computed == self.num_tokens - 1
+
+    def pending(self, n: int) -> list[int]:
+        """The next ``n`` tokens to run."""
+        c, p = self.computed, len(self.prompt)
+        head = self.prompt[c:c + n] if c < p else []
+        return head + self.output[max(0, c - p):max(0, c + n - p)]
+
+
+class Scheduler:
+    """Builds each step's batch over ``engine`` and samples the results. Not thread-safe.
+
+    max_num_batched_tokens: tokens per step (None: no limit); prompts longer than the room
+    left are prefilled in chunks over several steps. max_num_seqs: requests running at once."""
+
+    def __init__(self, engine, *, max_num_batched_tokens: int | None = 8192,
+                 max_num_seqs: int = 256):
+        _check_limit("max_num_batched_tokens", max_num_batched_tokens, allow_none=True)
+        _check_limit("max_num_seqs", max_num_seqs)
+        self.engine = engine
+        self.budget = max_num_batched_tokens or math.inf
+        self.max_num_seqs = max_num_seqs
+        self.page_size = engine.page_size
+        self.waiting: list[GenRequest] = []      # both lists sorted by arrival (order)
+        self.running: list[GenRequest] = []
+        self.stats = RunStats()
+        self._ids: dict[Hashable, GenRequest] = {}
+        self._arrivals = 0
+        self._reserved = 0                       # pages promised to this step's plan
+        self._dual_chunk = any(s.dual_chunk is not None for s in engine.cache.specs.values())
+
+    # -- requests -----------------------------------------------------------------------
+    def add(self, prompt: Sequence[int], params: SamplingParams | None = None, *,
+            request_id: Hashable | None = None) -> GenRequest:
+        """Queue a request (checked now: tokens, and that it fits the cache alone)."""
+        params = params or SamplingParams()
+        rid = self._arrivals if request_id is None else request_id
+        if rid in self._ids:
+            fail("AK486", f"request id {rid!r} is already queued or running", field="request_id",
+                 expected="an id not in use", actual=repr(rid))
+        tokens = self.engine._check_tokens(rid, prompt)
+        kv = len(tokens) + max(params.max_new_tokens - 1, 0)   # the last token's KV is never needed
+        room = self.engine.allocator.num_pages * self.page_size
+        if kv > room:
+            fail("AK485", f"request {rid!r} needs room for {kv} tokens of KV ({len(tokens)} prompt "
+                          f"+ {params.max_new_tokens} new - 1) but the whole cache holds {room}",
+                 field="max_tokens", expected=f">= {kv}", actual=room)
+        seed = None if params.greedy else (fresh_seed() if params.seed is None else params.seed)
+        req = GenRequest(rid, self.engine.new_ids(1)[0], tokens, params, self._arrivals,
+                         RequestStats(seed=seed, num_prompt_tokens=len(tokens),
+                                      arrival_s=time.perf_counter()),
+                         generator=params.generator(seed))
+        self._arrivals += 1
+        self._ids[rid] = req
+        if params.max_new_tokens == 0:
+            self._finish(req, "length")
+        else:
+            self.waiting.append(req)
+        return req
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def run(self, on_step: Callable[[list[GenRequest]], None] | None = None) -> Iterator[GenRequest]:
+        """Step until every request finishes; yields each as it finishes. On an error every
+        sequence of this scheduler is released before the error propagates."""
+        try:
+            while self.has_unfinished():
+                done = self.step()
+                if on_step is not None:
+                    on_step(done)
+                yield from done
+        except BaseException:
+            self.abort()
+            raise
+
+    def abort(self) -> None:
+        """Drop every unfinished request and free its pages."""
+        live = set(self.engine.ids)
+        self.engine.release([r.seq_id for r in self.running if r.seq_id in live])
+        for r in self.running + self.waiting:
+            self._ids.pop(r.request_id, None)
+        self.running, self.waiting = [], []
+
+    # -- one step -----------------------------------------------------------------------
+    def step(self) -> list[GenRequest]:
+        """Schedule, run one engine step, sample. Returns the requests that finished."""
+        plan = self.schedule()
+        if not plan:
+            if self.has_unfinished():
+                fail("AK400", f"no request can run: {self.engine.allocator.num_free} of "
+                              f"{self.engine.allocator.num_pages} KV pages are free and sequences "
+                              "outside this scheduler hold the rest", field="max_tokens",
+                     expected="pages for the oldest request", actual=self.engine.allocator.num_free)
+            return []
+        start = time.perf_counter()
+        batch = {r.seq_id: r.pending(n) for r, n in plan.items()}
+        lens = None
+        if self._dual_chunk:            # chunks of a prompt use the whole prompt's length scale
+            lens = {r.seq_id: len(r.prompt) for r, n in plan.items() if r.computed + n <= len(r.prompt)}
+        logits = self.engine.step(batch, logits="last", prompt_lens=lens)
+        prefill = decode = 0
+        for r, n in plan.items():
+            decode, prefill = (decode + 1, prefill) if r.decoding else (decode, prefill + n)
+            r.computed += n
+            r.stats.num_computed_tokens += n
+        ready = [r for r in plan if r.computed == r.num_tokens]
+        if ready:                       # sampling ends in a host sync: the step time is real
+            tokens = sample(torch.cat([logits[r.seq_id] for r in ready]),
+                            [r.params for r in ready], [r.generator for r in ready])
+        else:
+            tokens = []
+            if self.engine.device.type == "cuda":
+                torch.cuda.synchronize(self.engine.device)
+        now = time.perf_counter()
+        self.stats.add_step(prefill=prefill, decode=decode, seconds=now - start)
+        done = []
+        for r, t in zip(ready, tokens):
+            r.output.append(t)
+            r.stats.num_output_tokens += 1
+            if r.stats.first_token_s is None:
+                r.stats.first_token_s = now
+            if t in r.params.stop_token_ids:
+                done.append(self._finish(r, "stop"))
+            elif len(r.output) >= r.params.max_new_tokens:
+                done.append(self._finish(r, "length"))
+        return done
+
+    def schedule(self) -> dict[GenRequest, int]:
+        """This step's plan {request: number of its pending tokens to run}, in batch order.
+        May preempt running requests (their pages are freed at once)."""
+        plan: dict[GenRequest, int] = {}
+        budget, shrunk, self._reserved = self.budget, False, 0
+        preempted = self.stats.preemptions
+        for r in [r for r in self.running if r.decoding]:          # 1. decodes
+            if budget < 1:
+                break
+            if r not in self.running:                               # preempted just now
+                continue
+            if self._fit(r, 1, plan) == 0:
+                self._preempt(r)                                    # r is the youngest left
+                continue
+            plan[r], budget = 1, budget - 1
+        for r in list(self.running):                                # 2. prompt chunks
+            if budget < 1 or r in plan or r not in self.running:
+                continue
+            want = min(r.num_tokens - r.computed, budget)
+            n = self._fit(r, want, plan)
+            shrunk |= n < want
+            if n:
+                plan[r], budget = n, budget - n
+        pressure = shrunk or self.stats.preemptions > preempted    # then admit nothing
+        while self.waiting and not pressure and budget >= 1 and len(self.running) < self.max_num_seqs:
+            r = self.waiting[0]                                     # 3. admissions
+            n = min(r.num_tokens, budget, self._free_pages() * self.page_size)
+            if n == 0:
+                break
+            self.waiting.pop(0)
+            bisect.insort(self.running, r, key=lambda x: x.order)
+            self._reserved += -(-n // self.page_size)
+            plan[r], budget = n, budget - n
+        self.stats.max_running = max(self.stats.max_running, len(self.running))
+        return plan
+
+    # -- pages --------------------------------------------------------------------------
+    def _held(self, r: GenRequest) -> int:
+        return len(self.engine.allocator.row(r.seq_id)) if r.computed else 0
+
+    def _free_pages(self) -> int:
+        return self.engine.allocator.num_free - self._reserved
+
+    def _fit(self, r: GenRequest, want: int, plan: dict[GenRequest, int]) -> int:
+        """How many of ``want`` tokens of running ``r`` fit this step (reserving their pages);
+        with no room at all, first preempt running requests younger than ``r`` that this
+        step has not scheduled, youngest first."""
+        held = self._held(r)
+        room = lambda: held * self.page_size - r.computed + self._free_pages() * self.page_size
+        while room() < 1:
+            victims = [v for v in self.running if v.order > r.order and v not in plan]
+            if not victims:
+                return 0
+            self._preempt(victims[-1])
+        n = min(want, room())
+        self._reserved += max(0, -(-(r.computed + n) // self.page_size) - held)
+        return n
+
+    def _preempt(self, r: GenRequest) -> None:
+        """Free ``r``'s pages and queue it again; it recomputes its tokens when readmitted."""
+        if r.computed:
+            self.engine.release([r.seq_id])
+        r.computed = 0
+        r.stats.num_preemptions += 1
+        self.stats.preemptions += 1
+        self.running.remove(r)
+        bisect.insort(self.waiting, r, key=lambda x: x.order)
+
+    def _finish(self, r: GenRequest, reason: str) -> GenRequest:
+        if r in self.running:
+            self.running.remove(r)
+        if r.computed:
+            self.engine.release([r.seq_id])
+        r.finish_reason = reason
+        r.stats.finish_s = time.perf_counter()
+        del self._ids[r.request_id]
+        return r
+
+
+def _check_limit(name: str, value: object, *, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        fail("AK486", f"{name} must be an int >= 1, got {value!r}", field=name,
+             expected="int >= 1" + (" or None" if allow_none else ""), actual=repr(value))

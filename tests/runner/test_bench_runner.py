@@ -1,0 +1,25 @@
+"""benchmarks/bench_runner.py --tiny on CPU: the same code path as the GPU run, toy sizes."""
+import importlib.util
+import sys
+from pathlib import Path
+
+PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_runner.py"
+
+
+def test_tiny_run_reports_every_row(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("bench_runner", PATH)
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench               # dataclasses look their module up there
+    try:
+        spec.loader.exec_module(bench)
+        assert bench.main(["--tiny", "--reps", "1", "--out", str(tmp_path / "r.md")]) == 0
+    finally:
+        sys.modules.pop(spec.name, None)
+    text = (tmp_path / "r.md").read_text()
+    rows = [l for l in text.splitlines() if l.startswith("| ") and "---" not in l][1:]
+    assert len(rows) == 6 and all("n/a (" not in r for r in rows)
+    assert "Command: `python benchmarks/bench_runner.py --tiny --reps 1`" in text
+    for row in rows:              # numbers (decode is a difference of two CPU timings: noisy)
+        ms, rate = row.split("|")[3:5]
+        float(ms), float(rate.replace(",", ""))
+    assert all(float(r.split("|")[3]) > 0 for r in rows if r.startswith("| prefill"))
