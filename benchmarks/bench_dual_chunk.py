@@ -24,7 +24,6 @@ import argparse
 import math
 import os
 import sys
-import time
 from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -213,13 +212,9 @@ def format_table(results: dict[str, dict], setup: Setup) -> str:
 
 def cpu_time_ms(fn, *, reps: int = 3) -> tuple[float, None]:
     """(median wall-clock ms, None): the timer for CPU smoke runs (GPU runs use common)."""
-    fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return sorted(times)[len(times) // 2], None
+    from common import wall_ms
+
+    return wall_ms(fn, reps=reps), None
 
 
 def _free() -> None:

@@ -21,15 +21,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 import warnings
 from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import ceilings, emit, environment, failure_reason, time_ms  # noqa: E402
+from common import ceilings, emit, environment, failure_reason, time_ms, wall_ms  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -72,18 +70,6 @@ def build_model(config_kw: dict, device: str, dtype: torch.dtype):
     if hasattr(model, "set_attn_implementation"):
         model.set_attn_implementation("sdpa")
     return model
-
-
-def wall_ms(fn, *, warmup: int = 1, reps: int = 3, cold_l2: bool = False) -> float:
-    """time_ms's CPU stand-in: median wall-clock milliseconds."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
 
 
 def prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:

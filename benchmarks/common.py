@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import platform as _platform
+import time
 
 import torch
 
@@ -27,6 +28,19 @@ def time_ms(fn, *, warmup: int = 5, reps: int = 30, cold_l2: bool = False) -> fl
         end.record()
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def wall_ms(fn, *, warmup: int = 1, reps: int = 3, cold_l2: bool = False) -> float:
+    """time_ms's CPU stand-in (smoke runs without a GPU): median wall-clock milliseconds."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
     times.sort()
     return times[len(times) // 2]
 
