@@ -1,0 +1,52 @@
+"""attn_implementation="attnkit" on CUDA: the plan made at load is for the GPU (triton for
+head_dim 64), and logits / greedy generation match "eager" on the same GPU."""
+import pytest
+import torch
+
+from attnkit.integrations.transformers import attnkit_plan
+from hf_tiny import build_config, close, dtype_kw
+
+pytestmark = pytest.mark.gpu
+WIDE = dict(hidden_size=256, intermediate_size=256)          # head_dim 64: triton serves it
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory):
+    import transformers
+
+    def make(family):
+        extra = {"head_dim": 64} if family == "gpt_oss" else {}
+        torch.manual_seed(1)
+        model = transformers.AutoModelForCausalLM.from_config(build_config(family, **WIDE, **extra))
+        path = tmp_path_factory.mktemp(family)
+        model.save_pretrained(path)
+        return path
+
+    return make
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt_oss"])
+@pytest.mark.parametrize("dtype,rtol", [(torch.float32, 5e-3), (torch.bfloat16, 5e-2)])
+def test_cuda_matches_eager(wide, attnkit_tf, family, dtype, rtol):
+    import transformers
+
+    path = wide(family)
+    attnkit_tf()
+    auto = transformers.AutoModelForCausalLM
+    model = auto.from_pretrained(path, attn_implementation="attnkit", **dtype_kw(dtype))
+    assert attnkit_plan(model).platform["kind"] == "cuda"       # planned at load, for the GPU
+    model = model.cuda().eval()
+    eager = auto.from_pretrained(path, attn_implementation="eager", **dtype_kw(dtype)).cuda().eval()
+    ids = torch.randint(1, 128, (3, 24), device="cuda")
+    mask = torch.ones_like(ids)
+    mask[1, :9] = mask[2, :20] = 0
+    with torch.no_grad():
+        got = model(input_ids=ids, attention_mask=mask).logits.float()
+        want = eager(input_ids=ids, attention_mask=mask).logits.float()
+    close(got[mask.bool()], want[mask.bool()], rtol=rtol)
+    assert attnkit_plan(model).prefill_backend == "triton"
+    if dtype == torch.float32:
+        kw = dict(input_ids=ids, attention_mask=mask, max_new_tokens=12, do_sample=False,
+                  pad_token_id=0)
+        with torch.no_grad():
+            assert torch.equal(model.generate(**kw), eager.generate(**kw))
