@@ -68,3 +68,32 @@ def test_impl_option_is_checked():
     with pytest.raises(AttnkitError) as err:
         DualChunkBackend(impl="cuda")
     assert err.value.code == "AK407"
+
+
+def test_decode_splits_every_part_several_times(monkeypatch):
+    """Keys past min_chunk per part: the decode kernel's part axis holds several splits per
+    part (part_starts), with the K/V write inside the kernel; prefill runs on the torch path.
+    The SM count of an H200 makes the split chooser spread the keys as on the GPU."""
+    from attnkit.backends.dual_chunk import triton_parts
+    from attnkit.backends.dual_chunk.triton_parts import DcaTritonPlan
+    from attnkit.backends.hybrid import HybridBackend
+
+    monkeypatch.setattr(triton_parts, "sm_count", lambda device: 132)
+    cfg = DualChunkConfig(chunk_size=320, local_size=20)          # cl = 300
+    layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=16, dual_chunk=cfg)
+    lengths = [900, 650, 40]         # the first request's last query: 300 keys in each part
+    seqs = make_seqs(layer.spec, lengths, seed=14)
+    hybrid = HybridBackend(DualChunkBackend(impl="torch"), DualChunkBackend(impl="triton"))
+    run = run_steps(layer, seqs, [[n - 1 for n in lengths], [1, 1, 1]], page_size=4, backend=hybrid)
+    for i, seq in enumerate(seqs):
+        last = [lengths[i] - 1]
+        assert_close(run.outputs[i][last], reference(layer.spec, seq, run.lengths[i], positions=last),
+                     dtype="fp32", what=f"decode row of request {i}")
+    # the layout those numbers came from: 3 parts, each split more than once
+    from attnkit.backends.batch import Request, build_batch
+    meta = build_batch([Request(n - 1, 1, list(range(-(-n // 4)))) for n in lengths], page_size=4)
+    groups = DcaTritonPlan.build(meta, "cpu").chunk_groups(300, 4)
+    slots, chunk, starts = groups.decode_splits(2, 16, num_sms=132)
+    assert [b - a for a, b in zip(starts.tolist(), starts.tolist()[1:])] == [
+        -(-max(p.kv_lens) // chunk) for p in groups.parts]
+    assert min(b - a for a, b in zip(starts.tolist(), starts.tolist()[1:])) >= 2

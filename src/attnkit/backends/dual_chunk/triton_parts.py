@@ -7,9 +7,10 @@ is the request's row shifted by the range's first page, its key count the range'
 - EXTEND / MIXED: one extend-kernel launch per part (intra causal, successor and inter
   unmasked) over all groups that have that part, each writing float32 (out, lse); the three
   are merged by log-sum-exp (parts.merge_parts).
-- DECODE: one group per request; the three parts go to the decode kernel's part axis, and its
-  split reduction merges every split of every part, so a decode step is two launches, as
-  for plain attention.
+- DECODE: one group per request; the three parts go to the decode kernel's part axis (each
+  part as many splits as its longest range needs), its split reduction merges every split of
+  every part, and the kernel writes the new K/V itself where the triton backend's decode
+  would: a decode step is two launches, as for plain attention.
 Per step, the groups and pseudo block tables are built once per chunk length (every layer of
 a model shares one) and reused by every layer.
 """
@@ -23,7 +24,8 @@ from attnkit.backends.dual_chunk.parts import chunk_groups, merge_parts, part_ra
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
 from attnkit.backends.triton._common import interpreting, kernel_scales, padded_dim, write_kv
 from attnkit.backends.triton.backend import query_blocks, sm_count, split_buffers
-from attnkit.backends.triton.decode import choose_splits, decode_attention, decode_config
+from attnkit.backends.triton.decode import (choose_splits, decode_attention, decode_config,
+                                             pick_decode_variant)
 from attnkit.backends.triton.extend import extend_attention, extend_config
 
 I32 = torch.int32
@@ -57,16 +59,21 @@ class ChunkGroups:
             self.blocks["decode"] = (torch.stack([p.seq_lens for p in self.parts]), tables)
         return self.blocks["decode"]
 
-    def decode_splits(self, num_kv_heads: int, block_n: int, num_sms: int) -> tuple[int, int]:
-        """(splits per part, keys per split): a request's keys (all parts together) spread
-        over about two waves of programs; a part holds as many splits of that size as its
-        longest range needs (the splits past a shorter range's end are empty programs)."""
+    def decode_splits(self, num_kv_heads: int, block_n: int,
+                      num_sms: int) -> tuple[int, int, torch.Tensor]:
+        """(split slots, keys per split, part_starts [4] int32): a request's keys (all parts
+        together) spread over about two waves of programs; part p gets as many splits of
+        that size as its longest range needs, slots [part_starts[p], part_starts[p + 1])."""
         key = ("splits", num_kv_heads, block_n)
         if key not in self.blocks:
             total = max(sum(p.kv_lens[g] for p in self.parts) for g in range(len(self.q_lens)))
             _, chunk = choose_splits(total, len(self.q_lens), num_kv_heads, block_n=block_n,
                                      num_sms=num_sms)
-            self.blocks[key] = (max(-(-max(p.kv_lens) // chunk) for p in self.parts), chunk)
+            starts = [0]
+            for p in self.parts:
+                starts.append(starts[-1] + -(-max(p.kv_lens) // chunk))
+            self.blocks[key] = (starts[-1], chunk, torch.tensor(
+                starts, dtype=I32, device=self.query_start_loc.device))
         return self.blocks[key]
 
     def query_blocks(self, part: int, block_m: int):
@@ -135,10 +142,10 @@ def serves(q: torch.Tensor, layer) -> bool:
 
 def triton_dual_chunk(q3, k, v, layer, cache, plan: DcaTritonPlan, cl: int) -> torch.Tensor:
     """q3: [T, 3, H_q, D]; k: [T, H_kv, D]; v: [T, H_kv, D_v] -> [T, H_q, D_v] in q3's dtype.
-    Writes the step's K/V into the cache first; every part then reads keys from the cache."""
+    Writes the step's K/V into the cache (decode: inside the kernel, as the triton backend's
+    decode v2 where that is its choice); the parts read every other key from the cache."""
     spec, meta = layer.spec, plan.meta
     lid = spec.layer_id
-    write_kv(cache, lid, meta.slot_mapping, k, v)
     groups = plan.chunk_groups(cl, meta.page_size)
     qk_scale, _, v_scale = kernel_scales(layer, cache, None)
     common = dict(qk_scale=qk_scale, v_scale=v_scale, softcap=None, window=None, sinks=None)
@@ -148,12 +155,18 @@ def triton_dual_chunk(q3, k, v, layer, cache, plan: DcaTritonPlan, cl: int) -> t
         out = q3.new_empty(num_q, spec.num_heads, spec.value_dim)
         cfg = decode_config(spec.head_dim, q3.dtype, interpret=interpreting())
         block_n = cfg["BLOCK_N"]
-        splits, chunk = groups.decode_splits(spec.num_kv_heads, block_n, plan.num_sms)
+        splits, chunk, starts = groups.decode_splits(spec.num_kv_heads, block_n, plan.num_sms)
         seq_lens, tables = groups.decode_tables()
-        partials = plan.split_buffers(spec.num_heads, padded_dim(spec.value_dim), NUM_PARTS * splits)
+        partials = plan.split_buffers(spec.num_heads, padded_dim(spec.value_dim), splits)
+        fused = pick_decode_variant(None, k, v, cache, lid, num_reqs=num_q) == "v2"
+        if not fused:
+            write_kv(cache, lid, meta.slot_mapping, k, v)
         decode_attention(q3, k_cache, v_cache, out, seq_lens=seq_lens, block_tables=tables,
-                         num_splits=splits, chunk=chunk, partials=partials, config=cfg, **common)
+                         num_splits=splits, chunk=chunk, partials=partials, config=cfg,
+                         part_starts=starts, new_kv=(k, v, meta.slot_mapping) if fused else None,
+                         **common)
         return out
+    write_kv(cache, lid, meta.slot_mapping, k, v)
     cfg = extend_config(spec.head_dim, q3.dtype, interpret=interpreting(), variant="v1")
     results = []
     for p, table in enumerate(groups.parts):

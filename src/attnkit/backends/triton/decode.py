@@ -43,27 +43,33 @@ def _window_lo(kv_len, window, HAS_WINDOW: tl.constexpr, BLOCK_N: tl.constexpr):
 @triton.jit
 def _decode_kernel(
     Q, K, V, Out, MidO, MidM, MidL, Sinks, SeqLens, BlockTables, KN, VN, Slots,
-    qk_scale, v_scale, softcap, window, chunk, splits_per_part,
+    PartStart, qk_scale, v_scale, softcap, window, chunk,
     stride_qt, stride_qp, stride_qh, stride_ot, stride_oh,
     stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_sp, stride_bp,
     stride_bt, stride_mb, stride_mh, stride_ms, stride_knt, stride_knh, stride_vnt, stride_vnh,
     GROUP: tl.constexpr, G_PAD: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     SPLIT: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-    HAS_SINKS: tl.constexpr, FUSED_WRITE: tl.constexpr, DOT_PREC: tl.constexpr,
+    HAS_SINKS: tl.constexpr, FUSED_WRITE: tl.constexpr, NUM_PARTS: tl.constexpr,
+    DOT_PREC: tl.constexpr,
 ):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
-    sp_all = tl.program_id(2)          # part * splits_per_part + split (one part: the split)
-    part = sp_all // splits_per_part
-    sp = sp_all % splits_per_part
+    sp_all = tl.program_id(2)          # the split's slot among every part's splits
+    part = sp_all * 0                  # part p owns slots [PartStart[p], PartStart[p + 1])
+    for i in tl.static_range(1, NUM_PARTS):
+        part += (sp_all >= tl.load(PartStart + i)).to(tl.int32)
+    if NUM_PARTS > 1:
+        sp = sp_all - tl.load(PartStart + part)
+    else:
+        sp = sp_all
     kv_len = tl.load(SeqLens + part * stride_sp + b)
     lo = _window_lo(kv_len, window, HAS_WINDOW, BLOCK_N)
     n_lo = lo + sp * chunk
     n_hi = tl.minimum(n_lo + chunk, kv_len)
-    if FUSED_WRITE:    # the cache part stops before the new key; this split owns it or not
-        cached = kv_len - 1
-        owner = sp == (kv_len - 1 - lo) // chunk
+    if FUSED_WRITE:    # the new key is the last of part 0; the split holding it owns it
+        cached = kv_len - (part == 0).to(tl.int32)
+        owner = (part == 0) & (sp == (kv_len - 1 - lo) // chunk)
     else:
         cached = kv_len
 
@@ -215,29 +221,30 @@ def choose_splits(max_kv: int, num_reqs: int, num_kv_heads: int, *, block_n: int
 
 
 def decode_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables, qk_scale, v_scale,
-                     softcap, window, sinks, num_splits, chunk, partials, config, new_kv=None):
+                     softcap, window, sinks, num_splits, chunk, partials, config, new_kv=None,
+                     part_starts=None):
     """q: [B, H_q, D]; k_cache: [P, page, H_kv, D]; v_cache: [P, page, H_kv, DV];
     out: [B, H_q, DV] (written); seq_lens: [B] int32; block_tables: [B, pages] int32;
-    partials: (mid_o [B, H_q, S', BLOCK_DV] f32, mid_m [B, H_q, S'] f32, mid_l [B, H_q, S'] f32)
-    with S' = parts * num_splits, when S' > 1, else None. new_kv (variant v2): (k [B, H_kv, D],
+    partials: (mid_o [B, H_q, S, BLOCK_DV] f32, mid_m [B, H_q, S] f32, mid_l [B, H_q, S] f32)
+    with S = num_splits, when S > 1, else None. new_kv (variant v2): (k [B, H_kv, D],
     v [B, H_kv, DV], slot_mapping [B] int64), this step's K/V, not yet in the cache: the
     kernel writes them.
 
     Parts (one softmax over several key ranges with a different query each, e.g. dual chunk
-    attention): q [B, parts, H_q, D], seq_lens [parts, B], block_tables [parts, B, pages];
-    each part's keys are split as usual and the reduction merges every split of every part,
-    so a request's output is the softmax over the union of its parts' keys."""
+    attention): q [B, parts, H_q, D], seq_lens [parts, B], block_tables [parts, B, pages],
+    part_starts [parts + 1] int32: part p's splits are slots [part_starts[p],
+    part_starts[p + 1]) of the num_splits. The reduction merges every split of every part,
+    so a request's output is the softmax over the union of its parts' keys. With new_kv the
+    new key is the last key of part 0."""
     q = unit_stride_rows(q, k_cache, v_cache)
     parted = q.dim() == 4
     if not parted:
         q, seq_lens, block_tables = q[:, None], seq_lens[None], block_tables[None]
     num_reqs, num_parts, num_heads, head_dim = q.shape
-    if parted and new_kv is not None:
-        raise ValueError("decode parts read every key from the cache (no fused K/V write)")
     num_kv_heads, dv = k_cache.shape[2], v_cache.shape[3]
     group = num_heads // num_kv_heads
     cfg = dict(config)
-    total_splits = num_parts * num_splits
+    total_splits = num_splits
     split = total_splits > 1
     mid_o, mid_m, mid_l = partials if split else (out, out, out)
     strides = (mid_m.stride(0), mid_m.stride(1), mid_m.stride(2)) if split else (0, 0, 0)
@@ -249,8 +256,8 @@ def decode_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables, qk_sca
         k_new, v_new, slots, new_strides = q, q, seq_lens, (0, 0, 0, 0)
     _decode_kernel[(num_reqs, num_kv_heads, total_splits)](
         q, k_cache, v_cache, out, mid_o, mid_m, mid_l, sinks_arg, seq_lens, block_tables,
-        k_new, v_new, slots,
-        qk_scale, v_scale, float(softcap or 1.0), int(window or 0), chunk, num_splits,
+        k_new, v_new, slots, seq_lens if part_starts is None else part_starts,
+        qk_scale, v_scale, float(softcap or 1.0), int(window or 0), chunk,
         q.stride(0), q.stride(1), q.stride(2), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), seq_lens.stride(0),
@@ -260,7 +267,7 @@ def decode_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables, qk_sca
         PAGE=k_cache.shape[1], BLOCK_N=cfg.pop("BLOCK_N"), BLOCK_D=padded_dim(head_dim),
         BLOCK_DV=padded_dim(dv), SPLIT=split, HAS_WINDOW=window is not None,
         HAS_SOFTCAP=softcap is not None, HAS_SINKS=sinks is not None,
-        FUSED_WRITE=new_kv is not None, DOT_PREC="ieee", **cfg,
+        FUSED_WRITE=new_kv is not None, NUM_PARTS=num_parts, DOT_PREC="ieee", **cfg,
     )
     if split:
         _reduce_kernel[(num_reqs, num_heads)](
