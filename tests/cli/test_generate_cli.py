@@ -101,3 +101,35 @@ def test_bad_prompt_ids_are_a_usage_error(capsys, model_dir):
         with pytest.raises(SystemExit) as e:
             cli.main(["generate", str(model_dir), *argv])
         assert e.value.code == 2
+
+
+def test_user_errors_are_coded_not_internal(capsys, model_dir, tmp_path):
+    """Each of these was AK900 (an internal error, exit 1) or the wrong code."""
+    rc, _, err = run(capsys, "generate", str(model_dir), "--prompt-ids", "1,2", "--device", "cpu",
+                     "--seed", str(2 ** 64), "--temperature", "1")
+    assert rc == 2 and "error AK486" in err and "Traceback" not in err
+    rc, _, err = run(capsys, "generate", str(tmp_path / "nowhere"), "--prompt", "hi")
+    assert rc == 2 and "error AK481" in err                  # the directory, not the tokenizer
+    for f in model_dir.iterdir():
+        shutil.copy(f, tmp_path / f.name)
+    (tmp_path / "tokenizer.json").write_text("{not json")
+    rc, _, err = run(capsys, "generate", str(tmp_path), "--prompt", "hi", "--device", "cpu")
+    assert rc == 2 and "error AK484" in err and "tokenizer.json could not be read" in err
+
+
+def test_tiny_temperature_samples_the_argmax(capsys, model_dir, greedy):
+    rc, out, err = run(capsys, "generate", str(model_dir), "--prompt-ids", "1,5,9", "--json",
+                       "--temperature", "1e-40", "--seed", "1", *ARGS)
+    assert rc == 0, err
+    assert json.loads(out)["outputs"][0]["token_ids"] == greedy([[1, 5, 9]])[0]
+
+
+def test_ctrl_c_exits_quietly(capsys, model_dir, monkeypatch):
+    from attnkit.runner.llm import LLM
+
+    def interrupted(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(LLM, "generate", interrupted)
+    rc, _, err = run(capsys, "generate", str(model_dir), "--prompt-ids", "1,2", *ARGS)
+    assert rc == 130 and "interrupted" in err and "Traceback" not in err

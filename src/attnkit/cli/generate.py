@@ -57,6 +57,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from attnkit.cli.render import plan_text
 
     request = request_from_args(args)           # AK306 on junk values, before any loading
+    if not (Path(args.model) / "config.json").is_file():
+        from attnkit.runner.weights import read_checkpoint
+
+        read_checkpoint(args.model)             # AK481 says what is missing, before AK484
     tokenizer, why = load_tokenizer(Path(args.model))
     if args.prompt and tokenizer is None:
         fail("AK484", f"--prompt needs the checkpoint's tokenizer: {why}; pass --prompt-ids instead",
@@ -107,7 +111,10 @@ def load_tokenizer(model_dir: Path) -> tuple[Tokenizer | None, str]:
         except ImportError:
             pass
         else:
-            tok = Fast.from_file(str(model_dir / "tokenizer.json"))
+            try:
+                tok = Fast.from_file(str(model_dir / "tokenizer.json"))
+            except Exception as exc:  # noqa: BLE001 - tokenizers raises a bare Exception
+                return None, f"tokenizer.json could not be read ({exc})"
             return Tokenizer(lambda text: tok.encode(text).ids,
                              lambda ids: tok.decode(ids, skip_special_tokens=True)), ""
     try:
@@ -116,7 +123,7 @@ def load_tokenizer(model_dir: Path) -> tuple[Tokenizer | None, str]:
         return None, "neither the tokenizers nor the transformers package is installed"
     try:
         tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
-    except (OSError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure of an optional loader means "none"
         return None, f"transformers could not load the tokenizer ({str(exc).splitlines()[0]})"
     return Tokenizer(lambda text: list(tok.encode(text)),
                      lambda ids: tok.decode(ids, skip_special_tokens=True)), ""

@@ -2,7 +2,8 @@
 (``generate`` imports torch when it runs, not when the parser is built).
 
 Exit codes: 0 planned (or listed), 1 internal error (AK900), 2 usage error (bad flag, unknown
-model/device/code or backend name (AK300/AK301), invalid value (AK306)), 3 no valid plan.
+model/device/code or backend name (AK300/AK301), invalid value (AK306)), 3 no valid plan,
+130 interrupted (Ctrl-C).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any, Sequence
 from attnkit.errors import CATALOG, AttnkitError
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_NO_PLAN = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130                         # the shell's 128 + SIGINT
 # Plan errors that mean the command itself is wrong (a name attnkit lacks, an invalid value), not
 # that no backend fits: unknown backend name, another engine's backend name, invalid setting value.
 USAGE_CODES = ("AK300", "AK301", "AK306")
@@ -71,6 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AttnkitError as err:
         _error(err)
         return EXIT_USAGE
+    except KeyboardInterrupt:                  # Ctrl-C (a long `generate`): no traceback
+        sys.stderr.write("interrupted\n")
+        return EXIT_INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - the CLI boundary: no raw traceback without --debug
         if args.debug:
             traceback.print_exc()

@@ -55,6 +55,7 @@ class Architecture:
     sandwich_norms: bool = False     # post-attention and post-MLP norms (Gemma-2)
     final_logit_softcap: float | None = None
     moe: GptOssMoEConfig | DeepseekMoEConfig | None = None   # experts (runner/mlp.py)
+    max_position_embeddings: int | None = None   # positions trained for (None: not stated)
 
     @property
     def head_dim(self) -> int:
@@ -101,6 +102,7 @@ def architecture_of(cfg: dict, *, name: str | None = None) -> Architecture:
         sandwich_norms=gemma,
         final_logit_softcap=cfg.get("final_logit_softcapping") if gemma else None,
         moe=_moe(cfg, model_type),
+        max_position_embeddings=_optional_int(cfg, "max_position_embeddings"),
     )
 
 
@@ -110,6 +112,12 @@ def _int(cfg: dict, key: str) -> int:
         fail("AK480", f"config field {key!r} must be a positive integer for the runner, got "
                       f"{value!r}", field=key, expected="integer >= 1", actual=value)
     return value
+
+
+def _optional_int(cfg: dict, key: str) -> int | None:
+    """A positive int field used only for warnings: anything else counts as not stated."""
+    value = cfg.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _moe(cfg: dict, model_type: str) -> GptOssMoEConfig | DeepseekMoEConfig | None:

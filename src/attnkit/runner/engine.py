@@ -12,7 +12,7 @@ prefill over a cached prefix, or decode). Each step builds its metadata once
 """
 from __future__ import annotations
 
-import numbers
+from collections.abc import Iterable
 from typing import Any, Hashable, Mapping, Sequence
 
 import torch
@@ -26,6 +26,7 @@ from attnkit.runner.arch import architecture_of
 from attnkit.runner.model import DecoderModel
 from attnkit.runner.setup import (COMPUTE_DTYPES, backend_of, check_count, device_of, dtype_name,
                                   model_layers, plan_for)
+from attnkit.runner.tokens import stop_ids, token_id, token_ids
 from attnkit.runner.weights import Weights, read_checkpoint
 
 
@@ -130,6 +131,9 @@ class Engine:
         prompt comes in pieces, so every piece uses the length scale of the whole prompt
         (only matters past original_max_position_embeddings; see runner/rotary.py).
         Returns logits [len(prompts[i]), vocab] float32 per prompt."""
+        _check_list("prompts", prompts)
+        _check_list("ids", ids, allow_none=True)
+        _check_list("prompt_lens", prompt_lens, allow_none=True)
         ids = self.new_ids(len(prompts)) if ids is None else list(ids)
         if len(ids) != len(prompts):
             fail("AK483", f"{len(prompts)} prompt(s) but {len(ids)} id(s)", field="ids",
@@ -145,6 +149,8 @@ class Engine:
     def decode(self, tokens: Sequence[int], *, ids: Sequence[Hashable] | None = None) -> torch.Tensor:
         """One new token per sequence (default: every live sequence, oldest first).
         Returns logits [len(tokens), vocab] float32."""
+        _check_list("tokens", tokens)
+        _check_list("ids", ids, allow_none=True)
         ids = self.ids if ids is None else list(ids)
         if len(ids) != len(tokens):
             fail("AK483", f"decode got {len(tokens)} token(s) for {len(ids)} sequence(s)",
@@ -164,6 +170,9 @@ class Engine:
         if logits not in ("all", "last"):
             fail("AK483", f"logits must be 'all' or 'last', got {logits!r}", field="logits",
                  expected=["all", "last"], actual=logits)
+        if not isinstance(batch, Mapping):
+            fail("AK483", f"a step takes {{id: new tokens}}, not {type(batch).__name__}",
+                 field="batch", expected="Mapping[id, list[int]]", actual=type(batch).__name__)
         order = list(batch) if _order is None else list(_order)
         if len(set(order)) != len(order):
             fail("AK483", "a step names a sequence more than once", field="ids",
@@ -185,7 +194,10 @@ class Engine:
         reqs = []
         for i in order:
             prefix = len(self._tokens[i])
-            row = self.allocator.grow(i, len(new[i])) if prefix else self.allocator.row(i)
+            # Grow to the step's end, counted from the allocator's own total: after a step that
+            # failed past this point it is already ahead, and must not drift further.
+            end = prefix + len(new[i])
+            row = self.allocator.grow(i, max(0, end - self.allocator.num_tokens(i)))
             reqs.append(Request(prefix_len=prefix, num_new=len(new[i]), block_table=row))
         meta = build_batch(reqs, page_size=self.page_size, device=self.device)
         step = self.backend.prepare(meta, self.cache)
@@ -210,12 +222,16 @@ class Engine:
         from attnkit.runner.sampling import SamplingParams
         from attnkit.runner.scheduler import Scheduler
 
-        single = len(prompts) > 0 and (isinstance(prompts[0], numbers.Integral) or (
-            torch.is_tensor(prompts[0]) and prompts[0].dim() == 0))
-        batch = [list(prompts)] if single else [list(p) for p in prompts]
+        if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Iterable):
+            fail("AK483", f"prompts must be token ids or a list of token-id lists, got "
+                          f"{_preview(prompts)}", field="prompts",
+                 expected="list[int] | list[list[int]]", actual=_preview(prompts))
+        items = list(prompts)
+        single = bool(items) and token_id(items[0]) is not None
+        batch = [items] if single else items          # each prompt is checked by sched.add
         check_count("max_new_tokens", max_new_tokens, minimum=0)
-        stop = tuple([eos_token_id] if isinstance(eos_token_id, int) else eos_token_id or ())
-        params = SamplingParams(max_new_tokens=max_new_tokens, stop_token_ids=stop)
+        params = SamplingParams(max_new_tokens=max_new_tokens,
+                                stop_token_ids=stop_ids(eos_token_id, field="eos_token_id"))
         sched = Scheduler(self, max_num_batched_tokens=None, max_num_seqs=max(len(batch), 1))
         reqs = [sched.add(p, params) for p in batch]      # checked before anything runs
         for _ in sched.run():
@@ -232,7 +248,11 @@ class Engine:
 
     def _check_tokens(self, seq_id: Hashable, tokens: Sequence[int]) -> list[int]:
         vocab = self.model.arch.vocab_size
-        toks = [int(t) for t in tokens]
+        toks = token_ids(tokens)
+        if toks is None:
+            fail("AK483", f"sequence {seq_id!r}: tokens must be a list of int token ids (text "
+                          f"must be tokenized first), got {_preview(tokens)}", field="tokens",
+                 expected="list[int] | 1-D integer tensor", actual=_preview(tokens))
         if not toks:
             fail("AK483", f"sequence {seq_id!r}: a step needs at least one new token",
                  field="tokens", expected=">= 1 token", actual=[])
@@ -273,3 +293,18 @@ class Engine:
             if i not in self._tokens:
                 self.allocator.allocate(i, len(toks))
                 self._tokens[i] = []
+
+
+def _check_list(name: str, value: object, *, allow_none: bool = False) -> None:
+    """AK483 unless ``value`` is a sized, non-text collection (list, tuple, tensor ...)."""
+    if value is None and allow_none:
+        return
+    if isinstance(value, (str, bytes, Mapping)) or not hasattr(value, "__len__") \
+            or (torch.is_tensor(value) and value.dim() == 0):
+        fail("AK483", f"{name} must be a list, got {_preview(value)}", field=name,
+             expected="a list" + (" or None" if allow_none else ""), actual=_preview(value))
+
+
+def _preview(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -12,7 +12,7 @@ the Plan the engine runs.
 from __future__ import annotations
 
 import difflib
-import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Hashable, Sequence, TextIO
@@ -23,10 +23,12 @@ from attnkit.backends.base import AttentionBackend
 from attnkit.errors import fail
 from attnkit.runner.engine import Engine
 from attnkit.runner.progress import ProgressBar
-from attnkit.runner.sampling import SamplingParams
+from attnkit.runner.sampling import SEED_MAX, SamplingParams
 from attnkit.runner.scheduler import Scheduler
-from attnkit.runner.setup import device_of
+from attnkit.runner.setup import check_count, device_of
 from attnkit.runner.stats import RequestStats, RunStats
+from attnkit.runner.tokens import stop_ids
+from attnkit.runner.weights import read_json
 
 PLAN_FLAGS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend",
               "page_size", "kv_cache_dtype", "dual_chunk", "tp_size", "speculative_tokens",
@@ -60,6 +62,8 @@ class LLM:
     def __init__(self, model: Any, *, device: str | torch.device = "auto",
                  dtype: str | torch.dtype = "auto", max_tokens: int = 4096,
                  max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, **plan_flags: Any):
+        check_count("max_num_batched_tokens", max_num_batched_tokens, minimum=1, code="AK486")
+        check_count("max_num_seqs", max_num_seqs, minimum=1, code="AK486")
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         dev = device_of(device)
@@ -90,15 +94,16 @@ class LLM:
         checkpoint's (generation_config.json, else config.json); ignore_eos runs every
         request to max_new_tokens. progress: True (stderr) or a stream for a progress bar.
         Run totals (prefill / decode tokens per second) land in ``self.last_stats``."""
-        if isinstance(prompts, (str, bytes)) or any(not isinstance(p, Sequence) and not
-                                                    torch.is_tensor(p) for p in prompts):
-            fail("AK486", "prompts must be a list of token-id lists (wrap one prompt: [prompt])",
-                 field="prompts", expected="list[list[int]]", actual=type(prompts).__name__)
+        prompts = _prompt_lists(prompts)
+        if not (isinstance(progress, bool) or callable(getattr(progress, "write", None))):
+            fail("AK486", f"progress must be True, False or a stream, got {progress!r}",
+                 field="progress", expected="bool | TextIO", actual=repr(progress))
         seeds = _seeds(seed, len(prompts))
-        stop = () if ignore_eos else _ids(self.eos_token_ids if eos_token_id is None else eos_token_id)
-        sched = Scheduler(self.engine,
-                          max_num_batched_tokens=max_num_batched_tokens or self.max_num_batched_tokens,
-                          max_num_seqs=max_num_seqs or self.max_num_seqs)
+        stop = () if ignore_eos else stop_ids(
+            self.eos_token_ids if eos_token_id is None else eos_token_id, field="eos_token_id")
+        sched = Scheduler(self.engine, max_num_batched_tokens=self.max_num_batched_tokens
+                          if max_num_batched_tokens is None else max_num_batched_tokens,
+                          max_num_seqs=self.max_num_seqs if max_num_seqs is None else max_num_seqs)
         reqs = [sched.add(p, SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k,
                                             seed=s, max_new_tokens=max_new_tokens,
                                             stop_token_ids=stop))
@@ -156,33 +161,42 @@ def engine_options(flags: dict[str, Any]) -> dict[str, Any]:
 def default_eos(source: Any) -> tuple[int, ...]:
     """The checkpoint's end-of-sequence ids: generation_config's, else config's (or none)."""
     if isinstance(source, (str, Path)):
-        found = None
         for name in ("generation_config.json", "config.json"):
             f = Path(source).expanduser() / name
-            if found is None and f.is_file():
-                found = json.loads(f.read_text(encoding="utf-8")).get("eos_token_id")
-        return _ids(found)
+            found = read_json(f).get("eos_token_id") if f.is_file() else None
+            if found is not None:
+                return stop_ids(found, field=f"{name}: eos_token_id")
+        return ()
     gen = getattr(source, "generation_config", None)
     found = getattr(gen, "eos_token_id", None)
-    return _ids(found if found is not None else getattr(getattr(source, "config", None),
-                                                       "eos_token_id", None))
+    return stop_ids(found if found is not None else getattr(getattr(source, "config", None),
+                                                           "eos_token_id", None),
+                    field="eos_token_id")
 
 
-def _ids(value: Any) -> tuple[int, ...]:
-    if value is None:
-        return ()
-    return (value,) if isinstance(value, int) else tuple(value)
+def _prompt_lists(prompts: Any) -> list:
+    """``prompts`` as a list of prompts, each a non-text collection of token ids (AK486);
+    the ids themselves are checked when each request is added (AK483)."""
+    ok = not isinstance(prompts, (str, bytes)) and isinstance(prompts, Iterable)
+    items = list(prompts) if ok else []
+    for p in items:
+        if isinstance(p, (str, bytes)) or not isinstance(p, Iterable) or (
+                torch.is_tensor(p) and p.dim() != 1):
+            ok = False
+    if not ok:
+        fail("AK486", "prompts must be a list of token-id lists (tokenize text first; wrap one "
+                      "prompt: [prompt])", field="prompts", expected="list[list[int]]",
+             actual=repr(prompts)[:60])
+    return items
 
 
 def _seeds(seed: int | Sequence[int] | None, n: int) -> list[int | None]:
     if seed is None:
         return [None] * n
-    if isinstance(seed, Sequence):
+    if isinstance(seed, Sequence) and not isinstance(seed, str):
         if len(seed) != n:
             fail("AK486", f"{len(seed)} seed(s) for {n} prompt(s)", field="seed",
                  expected=f"one seed or {n} seeds", actual=len(seed))
-        return list(seed)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        fail("AK486", f"seed={seed!r} is not valid: expected an int >= 0", field="seed",
-             expected="an int >= 0", actual=repr(seed))
-    return [seed + i for i in range(n)]
+        return list(seed)                       # each is checked by SamplingParams
+    check_count("seed", seed, minimum=0, maximum=SEED_MAX, code="AK486")
+    return [int(seed) + i for i in range(n)]

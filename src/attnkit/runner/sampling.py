@@ -6,7 +6,8 @@
 Each sampled request owns a CPU ``torch.Generator`` seeded once; a step draws exactly one
 uniform number from it per sampled token and picks the token by inverse CDF over the
 request's filtered distribution. So a request's tokens depend on its seed and its own logits
-only: not on which other requests share the batch, nor on the device the logits live on.
+only: not on which other requests share the batch, nor on the device the logits live on
+(except where the device's float rounding moves a cumulative sum across the draw).
 """
 from __future__ import annotations
 
@@ -19,6 +20,10 @@ from typing import Sequence
 import torch
 
 from attnkit.errors import fail
+from attnkit.runner.setup import check_count
+from attnkit.runner.tokens import stop_ids
+
+SEED_MAX = 2 ** 64 - 1          # torch.Generator.manual_seed's range
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +35,8 @@ class SamplingParams:
     top_k: keep the k most likely tokens (0: all).
     seed: the request's generator seed (None: a fresh random one, recorded in its stats).
     max_new_tokens: stop after this many new tokens ("length").
-    stop_token_ids: stop after producing one of these (kept in the output; "stop")."""
+    stop_token_ids: stop after producing one of these (kept in the output; "stop"); one id
+    or a list, stored as a tuple."""
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
@@ -45,12 +51,10 @@ class SamplingParams:
         p = self.top_p
         if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0 < p <= 1:
             _bad("top_p", p, "a number in (0, 1]")
-        _check_int("top_k", self.top_k, minimum=0)
-        _check_int("max_new_tokens", self.max_new_tokens, minimum=0)
-        if self.seed is not None:
-            _check_int("seed", self.seed, minimum=0)
-        for t in self.stop_token_ids:
-            _check_int("stop_token_ids", t, minimum=0)
+        check_count("top_k", self.top_k, minimum=0, code="AK486")
+        check_count("max_new_tokens", self.max_new_tokens, minimum=0, code="AK486")
+        check_count("seed", self.seed, minimum=0, maximum=SEED_MAX, allow_none=True, code="AK486")
+        object.__setattr__(self, "stop_token_ids", stop_ids(self.stop_token_ids))
 
     @property
     def greedy(self) -> bool:
@@ -98,7 +102,10 @@ def _draw(logits: torch.Tensor, params: list[SamplingParams],
     top_p = torch.tensor([p.top_p for p in params], device=dev)
     top_k = torch.tensor([p.top_k or vocab for p in params], device=dev)
     u = torch.tensor([float(torch.rand((), generator=g)) for g in generators], device=dev)
-    probs = torch.softmax(logits / temp[:, None], dim=-1)
+    # Shift by the row max first: a tiny temperature sends (logits - max) / T to -inf, never
+    # +inf, so the softmax stays finite (it becomes argmax); the clamp keeps T a float32 > 0.
+    shifted = logits - logits.amax(dim=-1, keepdim=True)
+    probs = torch.softmax(shifted / temp.clamp_min(torch.finfo(torch.float32).tiny)[:, None], dim=-1)
     sorted_p, order = probs.sort(dim=-1, descending=True, stable=True)   # [R, V]
     rank = torch.arange(vocab, device=dev)
     # A token is kept while the mass strictly before it is < top_p: the smallest prefix whose
@@ -109,11 +116,6 @@ def _draw(logits: torch.Tensor, params: list[SamplingParams],
     pos = torch.searchsorted(cdf, target, right=True)                    # first cdf > target
     pos = torch.minimum(pos, keep.sum(-1, keepdim=True) - 1)             # u*total rounding up
     return order.gather(-1, pos)[:, 0].tolist()
-
-
-def _check_int(name: str, value: object, *, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        _bad(name, value, f"an int >= {minimum}")
 
 
 def _bad(name: str, value: object, expected: str) -> None:

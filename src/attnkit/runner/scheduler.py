@@ -24,6 +24,7 @@ from __future__ import annotations
 import bisect
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, Iterator, Sequence
 
@@ -31,6 +32,7 @@ import torch
 
 from attnkit.errors import fail
 from attnkit.runner.sampling import SamplingParams, fresh_seed, sample
+from attnkit.runner.setup import check_count
 from attnkit.runner.stats import RequestStats, RunStats
 
 
@@ -72,8 +74,14 @@ class Scheduler:
 
     def __init__(self, engine, *, max_num_batched_tokens: int | None = 8192,
                  max_num_seqs: int = 256):
-        _check_limit("max_num_batched_tokens", max_num_batched_tokens, allow_none=True)
-        _check_limit("max_num_seqs", max_num_seqs)
+        from attnkit.runner.engine import Engine
+
+        if not isinstance(engine, Engine):
+            fail("AK486", f"a Scheduler runs over an Engine, not {type(engine).__name__}",
+                 field="engine", expected="attnkit.runner.Engine", actual=type(engine).__name__)
+        check_count("max_num_batched_tokens", max_num_batched_tokens, minimum=1, allow_none=True,
+                    code="AK486")
+        check_count("max_num_seqs", max_num_seqs, minimum=1, code="AK486")
         self.engine = engine
         self.budget = max_num_batched_tokens or math.inf
         self.max_num_seqs = max_num_seqs
@@ -90,8 +98,14 @@ class Scheduler:
     def add(self, prompt: Sequence[int], params: SamplingParams | None = None, *,
             request_id: Hashable | None = None) -> GenRequest:
         """Queue a request (checked now: tokens, and that it fits the cache alone)."""
-        params = params or SamplingParams()
+        params = SamplingParams() if params is None else params
+        if not isinstance(params, SamplingParams):
+            fail("AK486", f"params must be a SamplingParams, not {type(params).__name__}",
+                 field="params", expected="SamplingParams | None", actual=type(params).__name__)
         rid = self._arrivals if request_id is None else request_id
+        if not isinstance(rid, Hashable):
+            fail("AK486", f"request id {rid!r} is not hashable", field="request_id",
+                 expected="a hashable id (int, str, ...)", actual=type(rid).__name__)
         if rid in self._ids:
             fail("AK486", f"request id {rid!r} is already queued or running", field="request_id",
                  expected="an id not in use", actual=repr(rid))
@@ -102,6 +116,12 @@ class Scheduler:
             fail("AK485", f"request {rid!r} needs room for {kv} tokens of KV ({len(tokens)} prompt "
                           f"+ {params.max_new_tokens} new - 1) but the whole cache holds {room}",
                  field="max_tokens", expected=f">= {kv}", actual=room)
+        limit = self.engine.model.arch.max_position_embeddings
+        if limit is not None and kv > limit:
+            warnings.warn(f"request {rid!r} needs {kv} positions (prompt {len(tokens)} + "
+                          f"{params.max_new_tokens} new - 1), more than the model's "
+                          f"max_position_embeddings {limit}; its later tokens may degrade",
+                          UserWarning, stacklevel=2)
         seed = None if params.greedy else (fresh_seed() if params.seed is None else params.seed)
         req = GenRequest(rid, self.engine.new_ids(1)[0], tokens, params, self._arrivals,
                          RequestStats(seed=seed, num_prompt_tokens=len(tokens),
@@ -261,10 +281,3 @@ class Scheduler:
         del self._ids[r.request_id]
         return r
 
-
-def _check_limit(name: str, value: object, *, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        fail("AK486", f"{name} must be an int >= 1, got {value!r}", field=name,
-             expected="int >= 1" + (" or None" if allow_none else ""), actual=repr(value))

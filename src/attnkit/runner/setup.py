@@ -55,13 +55,18 @@ def device_of(device: Any) -> torch.device:
     return dev
 
 
-def check_count(name: str, value: Any, *, minimum: int, allow_none: bool = False) -> None:
-    """AK483 unless ``value`` is an int (not a bool) >= ``minimum`` (or None if allowed)."""
+def check_count(name: str, value: Any, *, minimum: int, maximum: int | None = None,
+                allow_none: bool = False, code: str = "AK483") -> None:
+    """``code`` (AK483: engine arguments, AK486: generation ones) unless ``value`` is an int
+    (not a bool) in [minimum, maximum] (or None if allowed)."""
     if value is None and allow_none:
         return
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        fail("AK483", f"{name} must be an int >= {minimum}, got {value!r}", field=name,
-             expected=f"int >= {minimum}", actual=repr(value))
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum \
+            or (maximum is not None and value > maximum):
+        expected = f"int >= {minimum}" + (f" and <= {maximum}" if maximum is not None else "") \
+            + (" or None" if allow_none else "")
+        fail(code, f"{name} must be an {expected}, got {value!r}", field=name,
+             expected=expected, actual=repr(value))
 
 
 def plan_for(arch: Architecture, *, backend: str | None, device: torch.device,
@@ -100,6 +105,11 @@ def platform_of(device: torch.device):
 def backend_of(result, options: Mapping[str, Any] | None) -> AttentionBackend:
     """The planned backend object: one backend, or a hybrid when prefill and decode differ."""
     from attnkit.planning.registry import load_backend
+
+    if options is not None and not isinstance(options, Mapping):
+        fail("AK483", f"backend_options must be a dict of keyword options, not "
+                      f"{type(options).__name__}", field="backend_options",
+             expected="dict[str, Any] | None", actual=repr(options))
 
     def load(name: str) -> AttentionBackend:
         try:

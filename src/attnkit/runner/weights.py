@@ -44,10 +44,28 @@ def _read_directory(path: Path) -> tuple[dict, dict[str, torch.Tensor]]:
         fail("AK481", f"{str(path)!r} holds no *.safetensors weights (the runner reads only "
                       "safetensors; re-save with save_pretrained(..., safe_serialization=True))",
              field="source", expected="*.safetensors", actual=sorted(p.name for p in path.iterdir()))
+    cfg = read_json(config)
     tensors: dict[str, torch.Tensor] = {}
     for f in files:                  # sharded checkpoints: every shard holds distinct names
-        tensors.update(load_file(str(f)))
-    return json.loads(config.read_text(encoding="utf-8")), tensors
+        try:
+            tensors.update(load_file(str(f)))
+        except Exception as exc:     # noqa: BLE001 - safetensors' own error type, or OSError
+            fail("AK481", f"{str(f)!r} is not a readable safetensors file ({exc})",
+                 field="source", expected="a safetensors file", actual=str(f))
+    return cfg, tensors
+
+
+def read_json(path: Path) -> dict:
+    """A checkpoint's JSON file (config.json, generation_config.json) as a dict, else AK481."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        fail("AK481", f"{str(path)!r} is not readable JSON ({exc})", field="source",
+             expected="a JSON object", actual=str(path))
+    if not isinstance(data, dict):
+        fail("AK481", f"{str(path)!r} holds a JSON {type(data).__name__}, not an object",
+             field="source", expected="a JSON object", actual=type(data).__name__)
+    return data
 
 
 class Weights:

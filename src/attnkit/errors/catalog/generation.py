@@ -39,9 +39,11 @@ ENTRIES = [
     entry(
         "AK486", "Invalid generation request",
         meaning="A sampling or scheduling parameter is out of range: temperature must be a "
-                "finite number >= 0 (0 is greedy), top_p in (0, 1], top_k, seed, max_new_tokens "
-                "and stop token ids ints >= 0; max_num_batched_tokens and max_num_seqs ints >= 1; "
-                "seeds one per prompt; a request id not already in use.",
+                "finite number >= 0 (0 is greedy), top_p in (0, 1], top_k, max_new_tokens and "
+                "stop / EOS token ids ints >= 0, a seed an int in [0, 2**64 - 1]; "
+                "max_num_batched_tokens and max_num_seqs ints >= 1; seeds one per prompt; "
+                "prompts a list of token-id lists (not text); progress a bool or a stream; "
+                "SamplingParams for params and a hashable request id not already in use.",
         trigger="SamplingParams(...), Scheduler(...), Scheduler.add, LLM.generate or attnkit "
                 "generate with such a value.",
         situations=["top_p=0 meant as 'off' (use 1.0).", "temperature=-1 meant as greedy (use 0).",

@@ -31,8 +31,10 @@ ENTRIES = [
                 "or from an in-memory transformers model, and checks every tensor it needs "
                 "against the shape the config implies. It never downloads.",
         trigger="Engine.from_pretrained with a path that is not a local model directory, a "
-                "directory without safetensors, a checkpoint lacking a tensor the config needs, "
-                "or a tensor whose shape disagrees with the config.",
+                "directory without safetensors, a config.json / generation_config.json that is "
+                "not a JSON object or a *.safetensors file that does not read, a checkpoint "
+                "lacking a tensor the config needs, or a tensor whose shape disagrees with the "
+                "config.",
         situations=["A Hub repo id passed as the source (no download happens).",
                     "A checkpoint saved as pytorch_model.bin only.",
                     "config.json edited (heads, head_dim) without re-saving the weights."],
@@ -47,7 +49,8 @@ ENTRIES = [
     entry(
         "AK483", "Invalid engine request",
         meaning="An argument to the runner's Engine names nothing or cannot be served: an "
-                "unknown sequence id, an empty token list, a token id outside the vocabulary, "
+                "unknown sequence id, an empty token list, tokens that are not int ids (text, "
+                "floats, bools, nested lists), a token id outside the vocabulary, "
                 "counts that disagree (tokens vs ids, prompts vs prompt_lens), a max_new_tokens, "
                 "max_tokens or page_size that is not a whole number, an unknown dtype, a device "
                 "that is not there (cuda without CUDA, a GPU index past the count), or a backend "
@@ -67,5 +70,23 @@ ENTRIES = [
         before="engine.decode([7, 9])            # one live sequence",
         after="engine.decode([7], ids=engine.ids)",
         related=("AK400", "AK405"),
+    ),
+    entry(
+        "AK488", "Per-step state used with another step",
+        meaning="The runner builds per-step state once (the AttentionContext with the step's "
+                "rotary cos/sin tables and dual chunk scales) and every layer of that step reads "
+                "it. State built for one step's metadata was handed to a layer together with "
+                "another step's StepState: its tables hold other positions, so the rotation "
+                "would be silently wrong.",
+        trigger="An attention block of attnkit.runner (MHAAttention, MLAAttention) called with an "
+                "AttentionContext whose meta is not the StepState's meta.",
+        situations=["Code that drives the blocks itself keeps one AttentionContext across steps.",
+                    "A context built from one BatchMetadata, then the batch rebuilt."],
+        solutions=["Build the context for each step from that step's metadata: "
+                   "AttentionContext.build(model.rotary, step.meta), or call model.forward, "
+                   "which does."],
+        before="block.attention(x, backend, cache, step2, AttentionContext.build(rotary, step1.meta))",
+        after="block.attention(x, backend, cache, step2, AttentionContext.build(rotary, step2.meta))",
+        related=("AK483",),
     ),
 ]
