@@ -72,15 +72,21 @@ class AttentionBackend:
         raise NotImplementedError
 
 
+@functools.cache
+def _validation():
+    """backends/validation.py, imported on first use (it needs torch; this module does not)."""
+    from attnkit.backends import validation
+
+    return validation
+
+
 def _checked_prepare(prepare):
     """Check the batch against the cache before ``prepare`` runs (once per step; a subclass
     that calls ``super().prepare`` checks twice, which is cheap)."""
     @functools.wraps(prepare)
     def wrapper(self, meta: BatchMetadata, cache, *args, **kwargs):
         if self.validate_inputs:
-            from attnkit.backends.validation import validate_batch
-
-            validate_batch(meta, cache)
+            _validation().validate_batch(meta, cache)
         step = prepare(self, meta, cache, *args, **kwargs)
         if self.validate_inputs and isinstance(step, StepState):
             step.checked = True
@@ -89,16 +95,16 @@ def _checked_prepare(prepare):
 
 
 def _checked_forward(forward):
-    """Check q/k/v and the layer before ``forward`` runs (no device sync)."""
+    """Check q/k/v and the layer before ``forward`` runs (per layer: no device sync, and
+    nothing that ``prepare`` already checked for the whole step)."""
     @functools.wraps(forward)
     def wrapper(self, q, k, v, layer: AttentionLayer, cache, step: StepState, *args, **kwargs):
         if self.validate_inputs:
-            from attnkit.backends.validation import validate_batch, validate_forward
-
+            validation = _validation()
             if not step.checked:        # a StepState made by hand, without prepare
-                validate_batch(step.meta, cache)
+                validation.validate_batch(step.meta, cache)
                 step.checked = True
-            validate_forward(q, k, v, layer, cache, step.meta)
+            validation.validate_forward(q, k, v, layer, cache, step.meta)
         return forward(self, q, k, v, layer, cache, step, *args, **kwargs)
     return wrapper
 

@@ -2,6 +2,9 @@
 reading a request's K/V back out of its pages, which keys each query may see, MLA
 decompression, and the refusal of layers a backend does not serve (or that lack tensors).
 
+What is the same for every layer of a step (the cache slots each request's keys sit at, the
+visibility masks) is built once per step in a ``PagedStep`` and read by every layer.
+
 Visibility (one rule for both backends, matching attnkit.reference): query j of a request
 sits at position p = prefix_len + j. Self-attention (decoder, encoder): key k is visible iff
 k < kv_len, k <= p if causal (decoder), and p - k < w with a sliding window w. Cross: every
@@ -9,9 +12,11 @@ encoder key of the request is visible.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 
-from attnkit.backends.base import AttentionLayer
+from attnkit.backends.base import AttentionLayer, StepState
 from attnkit.backends.metadata import BatchMetadata
 from attnkit.errors import fail
 
@@ -71,6 +76,94 @@ def read_kv(cache, layer: AttentionLayer, tables: torch.Tensor, n: int, dtype: t
     k = read_pages(cache.k[lid], tables, n)
     v = read_pages(cache.v[lid], tables, n)
     return cache.dequant(k, cache.k_scales[lid], dtype), cache.dequant(v, cache.v_scales[lid], dtype)
+
+
+@dataclass(slots=True)
+class KVIndex:
+    """Where one step's keys of one KV source (the requests' own pages, or the encoder's) sit
+    in a layer's cache buffer viewed as rows [num_pages * page_size, *row].
+
+    slots: [B, need * page_size] int64, need = ceil(kv_max / page_size): the slot of key j of
+           request b. Past a request's pages the -1 padding is clamped to page 0, as in
+           ``read_pages``, so padded rows hold finite values (callers mask them).
+    lens:  KV length per request (host list); kv_max = max(lens); any_empty: some length is 0
+    """
+    slots: torch.Tensor
+    lens: list[int]
+    kv_max: int
+    any_empty: bool
+    _rows: list | None = None
+
+    @classmethod
+    def build(cls, tables: torch.Tensor, lens: list[int], page_size: int) -> "KVIndex":
+        """tables: [B, P] block tables (-1 padded); lens: KV length per request."""
+        kv_max = max(lens, default=0)
+        need = -(-kv_max // page_size)
+        pages = tables[:, :need].clamp_min(0).to(torch.int64)                # [B, need]
+        offsets = torch.arange(page_size, dtype=torch.int64, device=tables.device)
+        slots = (pages[:, :, None] * page_size + offsets).flatten(1)          # [B, need * ps]
+        return cls(slots, list(lens), kv_max, 0 in lens)
+
+    def request_slots(self, b: int) -> torch.Tensor:
+        """[lens[b]] int64: the slots of request b's keys (built for all requests on first use)."""
+        if self._rows is None:
+            self._rows = [self.slots[i, :n] for i, n in enumerate(self.lens)]
+        return self._rows[b]
+
+
+def gather_kv(cache, layer: AttentionLayer, slots: torch.Tensor, dtype: torch.dtype):
+    """K and V (MLA: latent, None) at ``slots`` [S] or [B, S], dequantised to ``dtype``: the
+    rows ``read_kv`` reads, in one index_select per tensor (cheaper to launch than indexing
+    with a tensor). -> k [(B,) S, H_kv, D], v [(B,) S, H_kv, D_v]; MLA: latent [(B,) S, L + R], None."""
+    lid = layer.layer_id
+    if layer.spec.kind == "mla":
+        return _dequant(cache, _gather(cache.latent[lid], slots), cache.k_scales[lid], dtype), None
+    k = _gather(cache.k[lid], slots)
+    v = _gather(cache.v[lid], slots)
+    return (_dequant(cache, k, cache.k_scales[lid], dtype),
+            _dequant(cache, v, cache.v_scales[lid], dtype))
+
+
+def _gather(buf: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """Rows ``slots`` ([S] or [B, S]) of buf [num_pages, page_size, *row] -> [(B,) S, *row]."""
+    rows = buf.flatten(0, 1).index_select(0, slots.reshape(-1))
+    return rows if slots.dim() == 1 else rows.view(*slots.shape, *buf.shape[2:])
+
+
+def _dequant(cache, x: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.Tensor:
+    """``cache.dequant``, skipped when x already is ``dtype`` (then the cache is not fp8 and
+    the cast is a no-op that would still cost a dispatch per layer)."""
+    return x if x.dtype == dtype else cache.dequant(x, scale, dtype)
+
+
+@dataclass(slots=True)
+class PagedStep:
+    """One step's per-step state for the pure-torch backends: built empty by ``prepare``,
+    filled by the first layer that needs a piece and reused by the rest.
+
+    meta:  the metadata it was built for (``paged_step`` rebuilds it for any other)
+    kv:    is-cross -> KVIndex of that KV source
+    masks: visibility masks, keyed by what they depend on (each backend its own keys)
+    """
+    meta: BatchMetadata
+    kv: dict = field(default_factory=dict)
+    masks: dict = field(default_factory=dict)
+
+    def kv_index(self, layer: AttentionLayer, page_size: int) -> KVIndex:
+        cross = layer.spec.role == "cross"
+        if cross not in self.kv:
+            tables, lens = kv_source(layer, self.meta)
+            self.kv[cross] = KVIndex.build(tables, lens, page_size)
+        return self.kv[cross]
+
+
+def paged_step(step: StepState) -> PagedStep:
+    """``step.plan`` if it is a PagedStep built for ``step.meta``; else a new one, kept in
+    ``step.plan`` (a StepState made without ``prepare``, or one holding another step's plan)."""
+    plan = step.plan
+    if not isinstance(plan, PagedStep) or plan.meta is not step.meta:
+        plan = step.plan = PagedStep(step.meta)
+    return plan
 
 
 def visibility(layer: AttentionLayer, q_lens: list[int], kv_lens: list[int],
@@ -144,10 +237,14 @@ def decompress_latent(latent: torch.Tensor, w_kc: torch.Tensor, w_vc: torch.Tens
 
 def refuse_unserved(backend: str, layer: AttentionLayer, *, kinds, features) -> None:
     """Raise AK441/AK440 if ``layer`` needs a kind or feature ``backend`` does not serve
-    (the message names the registered backends that do), AK443 if it lacks a tensor."""
+    (the message names the registered backends that do), AK443 if it lacks a tensor.
+    Runs per layer: the registry is only read to word a refusal."""
+    spec = layer.spec
+    if spec.kind in kinds and spec.features() <= set(features):
+        required_tensors(layer)
+        return
     from attnkit.planning.registry import declarations
 
-    spec = layer.spec
     if spec.kind not in kinds:
         others = sorted(n for n, d in declarations().items() if spec.kind in d.capabilities.kinds)
         fail("AK441", f"backend {backend!r} does not serve {spec.kind.upper()} layers "

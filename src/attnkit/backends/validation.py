@@ -36,7 +36,7 @@ def _shape(name: str, t: Any, expected: tuple, *, code: str = "AK411") -> None:
     if not isinstance(t, torch.Tensor):
         fail("AK411", f"{name} must be a tensor of shape {list(expected)}, got {type(t).__name__}",
              field=name, expected=list(expected), actual=type(t).__name__)
-    if tuple(t.shape) != tuple(expected):
+    if t.shape != expected:                      # torch.Size compares equal to a tuple
         fail(code, f"{name} has shape {list(t.shape)}, expected {list(expected)}",
              field=name, expected=list(expected), actual=list(t.shape))
 
@@ -73,14 +73,15 @@ def validate_forward(q, k, v, layer, cache, meta: BatchMetadata) -> None:
         fail("AK413", f"layer {lid}: {spec.num_heads} query heads are not a multiple of "
                       f"{spec.num_kv_heads} KV heads", field="layer.spec.num_kv_heads",
              expected=f"a divisor of {spec.num_heads}", actual=spec.num_kv_heads)
+    num_tokens = meta.num_tokens
     if spec.dual_chunk is not None and isinstance(q, torch.Tensor) and q.dim() == 4:
         # dual chunk layers take three rotations of each query: [T, 3, H_q, D]
-        _shape("q", q, (meta.num_tokens, 3, spec.num_heads, spec.head_dim))
+        _shape("q", q, (num_tokens, 3, spec.num_heads, spec.head_dim))
     else:
-        _heads_tensor("q", q, meta.num_tokens, spec.num_heads, spec.head_dim, lid)
+        _heads_tensor("q", q, num_tokens, spec.num_heads, spec.head_dim, lid)
     _dtype("q", q, COMPUTE_DTYPES)
     _device("q", q, cache.device)
-    n_kv = meta.num_tokens
+    n_kv = num_tokens
     if spec.cross_attention:
         if k is None and v is None:
             _check_layer_tensors(layer, q)

@@ -11,27 +11,55 @@ Both attention kinds take ``(x, backend, cache, step, ctx)`` with x: [T, hidden]
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState
+from attnkit.backends.metadata import BatchMetadata
+from attnkit.errors import fail
 from attnkit.model.spec import LayerAttention
 from attnkit.runner.layers import Linear, NormStyle, rms_norm
-from attnkit.runner.rotary import DualChunkRotary, Rotary, step_length_scales
+from attnkit.runner.rotary import DualChunkRotary, RopeTable, Rotary, step_length_scales
 from attnkit.runner.weights import Weights
 
 
 @dataclass(slots=True)
 class AttentionContext:
-    """What every layer needs from this step besides the backend's StepState.
+    """What every layer needs from this step besides the backend's StepState; the model builds
+    it once per step (``AttentionContext.build``) and every layer reads it.
 
-    cos_sin: [T, rotary_dim / 2] float32 twice, at the step's positions (attention factor in)
+    meta: the step's BatchMetadata; a layer handed a context of another step refuses it (AK488)
+    rope: RopeTable [T, 1, rotary_dim] at the step's positions (attention factor in)
     dca_lengths: per request, the L of the dual chunk length scale (None: KV length after
     the step)
+    dca: the dual chunk tables and length scales [T], built by the first layer that needs them
+    (keyed by rotary and rotary width) and reused by the rest
     """
-    cos_sin: tuple[torch.Tensor, torch.Tensor]
+    meta: BatchMetadata
+    rope: RopeTable
     dca_lengths: list[int] | None = None
+    dca: dict = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, rotary: Rotary, meta: BatchMetadata,
+              dca_lengths: list[int] | None = None) -> "AttentionContext":
+        return cls(meta, rotary.table(meta.positions), dca_lengths)
+
+    def check(self, step: StepState) -> None:
+        """Refuse a context built for another step: its tables hold other positions."""
+        if step.meta is not self.meta:
+            fail("AK488", "the AttentionContext was built for another step's metadata than the "
+                          "StepState it is used with", field="ctx.meta",
+                 expected="the StepState's meta", actual="another BatchMetadata")
+
+    def dual_chunk(self, dca: DualChunkRotary, spec: LayerAttention, rotary_dim: int):
+        """(tables, length scale [T]) of ``dca`` for this step, built on first use."""
+        key = (dca, rotary_dim)
+        if key not in self.dca:
+            self.dca[key] = (dca.tables(self.meta.positions, rotary_dim=rotary_dim),
+                             step_length_scales(self.meta, spec.dual_chunk, lengths=self.dca_lengths))
+        return self.dca[key]
 
 
 class MHAAttention:
@@ -61,10 +89,12 @@ class MHAAttention:
         v = self.v(x).view(n, spec.num_kv_heads, spec.value_dim)
         if self.q_norm is not None:
             q, k = rms_norm(q, self.q_norm, self.norm), rms_norm(k, self.k_norm, self.norm)
+        ctx.check(step)
         if self.dca is not None:
-            scale = step_length_scales(step.meta, spec.dual_chunk, lengths=ctx.dca_lengths)
-            q, k = self.dca(q, k, step.meta.positions, length_scale=scale)   # q: [T, 3, H_q, D]
+            tables, scale = ctx.dual_chunk(self.dca, spec, self.dca.rotary_dim_of(q))
+            q, k = self.dca(q, k, step.meta.positions, length_scale=scale,
+                            tables=tables)                                 # q: [T, 3, H_q, D]
         else:
-            q, k = self.rotary(q, ctx.cos_sin), self.rotary(k, ctx.cos_sin)
+            q, k = self.rotary(q, ctx.rope), self.rotary(k, ctx.rope)
         out = backend.forward(q, k, v, self.layer, cache, step)           # [T, H_q * D_v]
         return self.o(out)

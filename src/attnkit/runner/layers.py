@@ -4,7 +4,7 @@ Weights use Hugging Face's names and layouts (``name.weight`` [out, in], ``name.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -12,14 +12,24 @@ import torch.nn.functional as F
 from attnkit.runner.weights import Weights
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Linear:
-    """weight: [out, in]; bias: [out] | None."""
+    """weight: [out, in]; bias: [out] | None. x: [..., in] -> [..., out]."""
     weight: torch.Tensor
     bias: torch.Tensor | None = None
+    weight_t: torch.Tensor | None = field(default=None, repr=False)   # weight.t(), a view
+
+    def __post_init__(self):
+        object.__setattr__(self, "weight_t", self.weight.t())       # frozen: never stale
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        # For 2-D x, F.linear runs exactly mm(x, weight.t()) (addmm with a bias); calling
+        # those with the transpose taken once skips linear's dispatch and the per-call t().
+        if x.dim() != 2:
+            return F.linear(x, self.weight, self.bias)
+        if self.bias is None:
+            return torch.mm(x, self.weight_t)
+        return torch.addmm(self.bias, x, self.weight_t)
 
     @classmethod
     def load(cls, w: Weights, name: str, out: int, inp: int) -> "Linear":
@@ -42,5 +52,13 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, style: NormStyle) -> torch.T
     xf = x.float()
     xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + style.eps)
     if style.weight_in_fp32:
-        return (xf * (style.offset + weight.float())).to(x.dtype)
-    return (style.offset + weight) * xf.to(x.dtype)
+        w = weight.float()
+        return cast(xf * (w if style.offset == 0 else style.offset + w), x.dtype)
+    w = weight if style.offset == 0 else style.offset + weight    # 0 + w is w: skip the op
+    return w * cast(xf, x.dtype)
+
+
+def cast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x.to(dtype)``, without the call when x already has it (a no-op that still costs a
+    dispatch, per layer)."""
+    return x if x.dtype == dtype else x.to(dtype)

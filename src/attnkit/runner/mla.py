@@ -63,10 +63,11 @@ class MLAAttention:
         nope, rank = mla.qk_nope_head_dim, mla.kv_lora_rank
         xq = x if self.q_a is None else rms_norm(self.q_a(x), self.q_a_norm, self.norm)
         q = self.q(xq).view(n, spec.num_heads, spec.head_dim)              # [T, H, nope + R]
-        q = torch.cat([q[..., :nope], self.rotary(q[..., nope:], ctx.cos_sin)], dim=-1)
+        ctx.check(step)
+        q = torch.cat([q[..., :nope], self.rotary(q[..., nope:], ctx.rope)], dim=-1)
         kv = self.kv_a(x)                                                  # [T, L + R]
         c = rms_norm(kv[:, :rank], self.kv_a_norm, self.norm)
-        k_pe = self.rotary(kv[:, None, rank:], ctx.cos_sin)[:, 0]          # [T, R]
+        k_pe = self.rotary(kv[:, None, rank:], ctx.rope)[:, 0]             # [T, R]
         latent = torch.cat([c, k_pe], dim=-1)
         out = backend.forward(q, latent, None, self.layer, cache, step)    # [T, H * D_v]
         return self.o(out)

@@ -58,6 +58,8 @@ class DecoderModel:
         head = weights.maybe("lm_head.weight", shape=(vocab, hidden))
         self.lm_head = self.embed if arch.tie_word_embeddings or head is None else head
         self.rotary = Rotary(arch.rope, interleaved=arch.rope_interleaved, device=weights.device)
+        self.norm_style = arch.norm              # arch.norm builds a new NormStyle per read
+        self._dcas: dict = {}                    # DualChunkConfig -> its one DualChunkRotary
         self.blocks = [self._block(weights, spec) for spec in layers]
 
     def _block(self, w: Weights, spec: LayerAttention) -> Block:
@@ -89,10 +91,13 @@ class DecoderModel:
                           f"{rope.rope_type!r} with dual_chunk_attention_config is not one the "
                           "runner computes (dual_chunk=False runs the scaled RoPE instead)",
                  field="rope_parameters.rope_type", expected="default", actual=rope.rope_type)
-        return DualChunkRotary(spec.dual_chunk, base=rope.theta, rotary_dim=rope.rotary_dim)
+        if spec.dual_chunk not in self._dcas:    # one per config: layers share its step tables
+            self._dcas[spec.dual_chunk] = DualChunkRotary(spec.dual_chunk, base=rope.theta,
+                                                          rotary_dim=rope.rotary_dim)
+        return self._dcas[spec.dual_chunk]
 
     def norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        return rms_norm(x, weight, self.arch.norm)
+        return rms_norm(x, weight, self.norm_style)
 
     @torch.no_grad()
     def forward(self, tokens: torch.Tensor, backend: AttentionBackend, cache, step: StepState, *,
@@ -104,7 +109,7 @@ class DecoderModel:
         h = self.embed[tokens]                                        # [T, hidden]
         if self.arch.embed_scale is not None:
             h = h * torch.tensor(self.arch.embed_scale, dtype=h.dtype)  # rounded like transformers
-        ctx = AttentionContext(self.rotary.cos_sin(step.meta.positions), dca_lengths)
+        ctx = AttentionContext.build(self.rotary, step.meta, dca_lengths)
         for block in self.blocks:
             a = block.attention(self.norm(h, block.input_norm), backend, cache, step, ctx)
             if block.pre_mlp_norm is not None:

@@ -6,7 +6,9 @@ t * f_j at position t, with f_j from runner/rope.py (default, linear, llama3, ya
 and sin are multiplied by the rope type's attention factor. Two layouts of the pairs:
 - neox (rotate-half; Llama, Qwen, Gemma, gpt-oss): pair j is features (j, j + rotary_dim / 2);
 - interleaved (DeepSeek-V2 as transformers runs it): pair j is features (2j, 2j + 1).
-``Rotary`` is one model's RoPE; ``apply_rope`` is plain RoPE from a base (used by DCA).
+``Rotary`` is one model's RoPE; ``apply_rope`` is plain RoPE from a base (used by DCA). A step
+computes its cos / sin once (``RopeTable``: ``Rotary.table``, ``DualChunkRotary.tables``) and
+every layer rotates with it.
 Angles are computed in float64 (positions reach 10^6), the rotation in float32.
 
 DCA (shared/DUAL_CHUNK.md): cs = chunk_size, ls = local_size, cl = cs - ls.
@@ -24,6 +26,7 @@ The backend (attnkit.backends.dual_chunk) knows nothing of positions: it gets th
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -31,6 +34,7 @@ import torch
 from attnkit.backends.dual_chunk.config import require_valid_config
 from attnkit.errors import fail
 from attnkit.model.spec import DualChunkConfig
+from attnkit.runner.layers import cast
 from attnkit.runner.rope import RopeConfig, inv_freq
 
 VARIANTS = ("intra", "successor", "inter")      # order of dim 1 of the DCA queries
@@ -44,30 +48,66 @@ def rope_cos_sin(positions: torch.Tensor, *, rotary_dim: int, base: float,
         freqs = base ** (-torch.arange(0, rotary_dim, 2, dtype=torch.float64,
                                        device=positions.device) / rotary_dim)
     angles = positions.to(torch.float64)[:, None] * freqs.to(positions.device)[None, :]
+    if factor == 1.0:                           # x * 1.0 is x: skip two ops per step
+        return angles.cos().float(), angles.sin().float()
     return (angles.cos() * factor).float(), (angles.sin() * factor).float()
+
+
+@dataclass(frozen=True, slots=True)
+class RopeTable:
+    """cos and sin at a set of positions, laid out for ``rotate``; a step builds one and every
+    layer uses it.
+
+    cos, sin: [N, 1, rd] float32 (rd = rotary_dim). Feature pair j's cos sits on both of its
+    features; its sin is signed for the swap, -sin on the pair's first feature and +sin on the
+    second. Rotating is then ``x * cos + swap(x) * sin``, where swap exchanges the two features
+    of each pair (neox: the halves; interleaved: neighbours): the same products and sums as
+    (x1 cos - x2 sin, x2 cos + x1 sin), so the same bits, in fewer ops.
+    """
+    cos: torch.Tensor
+    sin: torch.Tensor
+    interleaved: bool = False
+
+    @classmethod
+    def build(cls, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: bool = False) -> "RopeTable":
+        """cos, sin: [N, rd / 2] float32 (as ``rope_cos_sin`` returns them)."""
+        if interleaved:
+            c = torch.stack([cos, cos], dim=-1).flatten(-2)
+            s = torch.stack([-sin, sin], dim=-1).flatten(-2)
+        else:
+            c, s = torch.cat([cos, cos], dim=-1), torch.cat([-sin, sin], dim=-1)
+        return cls(c[:, None], s[:, None], interleaved)
+
+    def rotate(self, x: torch.Tensor, *, scale: torch.Tensor | float = 1.0) -> torch.Tensor:
+        """x: [N, H, D]. Rotates the first rd features; the rest pass through. ``scale`` (a
+        float or [N]) multiplies the whole result. Returns x's shape and dtype."""
+        if x.shape[0] != self.cos.shape[0]:       # a table of another step would broadcast
+            fail("AK411", f"rotary table of {self.cos.shape[0]} position(s) applied to "
+                          f"{x.shape[0]} token(s)", field="x.shape[0]",
+                 expected=self.cos.shape[0], actual=x.shape[0])
+        rd = self.cos.shape[-1]
+        xf = x.float()
+        part = xf if rd == xf.shape[-1] else xf[..., :rd]
+        if self.interleaved:
+            swapped = torch.stack([part[..., 1::2], part[..., 0::2]], dim=-1).flatten(-2)
+        else:
+            swapped = torch.cat([part[..., rd // 2:], part[..., :rd // 2]], dim=-1)
+        out = part * self.cos + swapped * self.sin
+        if rd != xf.shape[-1]:
+            out = torch.cat([out, xf[..., rd:]], dim=-1)
+        if isinstance(scale, torch.Tensor):
+            out = out * scale.to(device=out.device, dtype=torch.float32).view(-1, 1, 1)
+        elif scale != 1.0:
+            out = out * scale
+        return cast(out, x.dtype)
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: bool = False,
            scale: torch.Tensor | float = 1.0) -> torch.Tensor:
     """x: [N, H, D]; cos, sin: [N, rd / 2] float32. Rotates the first rd features (neox or
     interleaved pairs); the rest pass through. ``scale`` (a float or [N]) multiplies the
-    whole result. Returns x's shape and dtype."""
-    rd = 2 * cos.shape[-1]
-    cos, sin = cos[:, None, :], sin[:, None, :]                  # [N, 1, rd/2]
-    xf = x.float()
-    rest = xf[..., rd:]
-    if interleaved:
-        x1, x2 = xf[..., 0:rd:2], xf[..., 1:rd:2]
-        turned = torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
-    else:
-        x1, x2 = xf[..., :rd // 2], xf[..., rd // 2:rd]
-        turned = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
-    out = torch.cat([turned, rest], dim=-1)
-    if isinstance(scale, torch.Tensor):
-        out = out * scale.to(device=out.device, dtype=torch.float32).view(-1, 1, 1)
-    elif scale != 1.0:
-        out = out * scale
-    return out.to(x.dtype)
+    whole result. Returns x's shape and dtype. (Per step, build a RopeTable once instead.)"""
+    return RopeTable.build(cos, sin, interleaved=interleaved).rotate(x, scale=scale)
 
 
 def apply_rope(x: torch.Tensor, positions: torch.Tensor, *, base: float,
@@ -80,8 +120,8 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, *, base: float,
 
 
 class Rotary:
-    """One model's RoPE: ``cs = rotary.cos_sin(positions)`` once per step, then
-    ``rotary(x, cs)`` for q [T, H_q, D] and k [T, H_kv, D] of every layer."""
+    """One model's RoPE: ``table = rotary.table(positions)`` once per step, then
+    ``rotary(x, table)`` for q [T, H_q, D] and k [T, H_kv, D] of every layer."""
 
     def __init__(self, rope: RopeConfig, *, interleaved: bool = False,
                  device: torch.device | str | None = None):
@@ -89,13 +129,14 @@ class Rotary:
         self.interleaved = interleaved
         self.freqs = inv_freq(rope, device=device)               # [rotary_dim // 2] float64
 
-    def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions: [T] int -> cos, sin [T, rotary_dim // 2] float32 (attention factor in)."""
-        return rope_cos_sin(positions, rotary_dim=self.rope.rotary_dim, base=self.rope.theta,
-                            freqs=self.freqs, factor=self.rope.attention_factor)
+    def table(self, positions: torch.Tensor) -> RopeTable:
+        """positions: [T] int -> the RopeTable [T, 1, rotary_dim] (attention factor in)."""
+        cos, sin = rope_cos_sin(positions, rotary_dim=self.rope.rotary_dim, base=self.rope.theta,
+                                freqs=self.freqs, factor=self.rope.attention_factor)
+        return RopeTable.build(cos, sin, interleaved=self.interleaved)
 
-    def __call__(self, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        return rotate(x, *cos_sin, interleaved=self.interleaved)
+    def __call__(self, x: torch.Tensor, table: RopeTable) -> torch.Tensor:
+        return table.rotate(x)
 
 
 def dca_length_scale(length: int, original_max_position_embeddings: int) -> float:
@@ -147,23 +188,44 @@ class DualChunkRotary:
                 "successor": (local + cl).clamp(max=cs),
                 "inter": torch.full_like(positions, min(2 * cl - 1, cs))}
 
+    def tables(self, positions: torch.Tensor, *, rotary_dim: int) -> dict[str, RopeTable]:
+        """The RopeTable of keys ("key") and of each query variant at positions [T]: built once
+        per step, shared by every layer (keys and intra queries share one)."""
+        pos = self.positions(positions)
+
+        def table(p: torch.Tensor) -> RopeTable:
+            return RopeTable.build(*rope_cos_sin(p, rotary_dim=rotary_dim, base=self.base))
+
+        local = table(pos["key"])
+        return {"key": local, "intra": local, "successor": table(pos["successor"]),
+                "inter": table(pos["inter"])}
+
     def keys(self, k: torch.Tensor, positions: torch.Tensor, *,
-             length_scale: torch.Tensor | float = 1.0) -> torch.Tensor:
+             length_scale: torch.Tensor | float = 1.0,
+             tables: dict[str, RopeTable] | None = None) -> torch.Tensor:
         self._check(k, positions, length_scale)
-        return apply_rope(k, self.positions(positions)["key"], base=self.base,
-                          rotary_dim=self.rotary_dim, scale=length_scale)
+        if tables is None:
+            tables = self.tables(positions, rotary_dim=self.rotary_dim_of(k))
+        return tables["key"].rotate(k, scale=length_scale)
 
     def queries(self, q: torch.Tensor, positions: torch.Tensor, *,
-                length_scale: torch.Tensor | float = 1.0) -> torch.Tensor:
+                length_scale: torch.Tensor | float = 1.0,
+                tables: dict[str, RopeTable] | None = None) -> torch.Tensor:
         self._check(q, positions, length_scale)
-        pos = self.positions(positions)
-        return torch.stack([apply_rope(q, pos[name], base=self.base, rotary_dim=self.rotary_dim,
-                                       scale=length_scale) for name in VARIANTS], dim=1)
+        if tables is None:
+            tables = self.tables(positions, rotary_dim=self.rotary_dim_of(q))
+        return torch.stack([tables[name].rotate(q, scale=length_scale) for name in VARIANTS], dim=1)
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, *,
-                 length_scale: torch.Tensor | float = 1.0):
-        return (self.queries(q, positions, length_scale=length_scale),
-                self.keys(k, positions, length_scale=length_scale))
+                 length_scale: torch.Tensor | float = 1.0,
+                 tables: dict[str, RopeTable] | None = None):
+        """``tables``: this step's ``self.tables(positions, ...)`` (None: computed here)."""
+        return (self.queries(q, positions, length_scale=length_scale, tables=tables),
+                self.keys(k, positions, length_scale=length_scale, tables=tables))
+
+    def rotary_dim_of(self, x: torch.Tensor) -> int:
+        """Features per head that rotate: rotary_dim, or all of x's last dim when unset."""
+        return x.shape[-1] if self.rotary_dim is None else self.rotary_dim
 
     @staticmethod
     def _check(x: torch.Tensor, positions: torch.Tensor, length_scale) -> None:

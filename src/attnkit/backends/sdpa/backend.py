@@ -3,8 +3,10 @@
 Batched with padding and a mask rather than a loop over requests: one SDPA launch per layer
 whatever the batch size, which is what makes decode of many requests tolerable on a GPU.
 Layout per layer:
-  q  [T, H_q, D]     -> [B, H_q, q_max, D]      (token grid built once per step in prepare)
-  K/V pages          -> [B, H_kv, kv_max, D]    (read through the block tables, dequantised)
+  q  [T, H_q, D]     -> [B, H_q, q_max, D]      (token grid built once per step in prepare; a
+                                                 plain view when every request has q_max tokens)
+  K/V pages          -> [B, H_kv, kv_max, D]    (one index through the step's cache slots,
+                                                 paged_torch.KVIndex; dequantised)
   mask               -> [B, 1, q_max, kv_max]   bool, True = visible (see paged_torch.visibility);
                         omitted when nothing is masked, and replaced by is_causal for a single
                         square causal prefill so the flash kernel can run.
@@ -16,15 +18,15 @@ K/V; the cheaper by FLOP count (paged_torch.absorbed_is_cheaper).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState, check_option
 from attnkit.backends.metadata import BatchMetadata
-from attnkit.backends.paged_torch import (absorbed_is_cheaper, begin_forward, decompress_latent,
-                                          kv_source, read_kv, visibility)
+from attnkit.backends.paged_torch import (PagedStep, absorbed_is_cheaper, begin_forward,
+                                          decompress_latent, gather_kv, visibility)
 from attnkit.backends.sdpa.declaration import DECLARATION
 
 _CAPS = DECLARATION.capabilities
@@ -35,26 +37,46 @@ HAS_ENABLE_GQA = torch.__version__ >= (2, 5)
 class TokenGrid:
     """Where the step's ragged tokens sit in a [B, q_max] grid; built once per step.
 
+    uniform:     every request has q_max tokens, so the grid is q viewed as [B, q_max, ...]
+                 and the two indices below are not needed (None)
     q_index:     [B, q_max] int64  token of cell (b, j); padded cells point at token 0
     token_index: [T] int64         flat cell b * q_max + j of each real token, in token order
-    masks:       visibility masks already built this step, keyed by what they depend on
+    paged:       the step's KV slots and masks (paged_torch.PagedStep)
     """
     q_max: int
-    q_index: torch.Tensor
-    token_index: torch.Tensor
-    masks: dict = field(default_factory=dict)
+    uniform: bool
+    q_index: torch.Tensor | None
+    token_index: torch.Tensor | None
+    paged: PagedStep
 
     @classmethod
     def build(cls, meta: BatchMetadata, device) -> "TokenGrid":
-        q_max = max(meta.query_lens_cpu, default=0)
+        q_lens = meta.query_lens_cpu
+        q_max = max(q_lens, default=0)
+        if all(n == q_max for n in q_lens):
+            return cls(q_max, True, None, None, PagedStep(meta))
         rows, cells, start = [], [], 0
-        for b, n in enumerate(meta.query_lens_cpu):
+        for b, n in enumerate(q_lens):
             rows.append([start + j if j < n else 0 for j in range(q_max)])
             cells += range(b * q_max, b * q_max + n)
             start += n
         as_long = dict(dtype=torch.int64, device=device)
-        return cls(q_max, torch.tensor(rows, **as_long).reshape(len(rows), q_max),
-                   torch.tensor(cells, **as_long))
+        return cls(q_max, False, torch.tensor(rows, **as_long).reshape(len(rows), q_max),
+                   torch.tensor(cells, **as_long), PagedStep(meta))
+
+    @property
+    def masks(self) -> dict:
+        """Visibility masks built this step (kept with the KV slots in ``paged``)."""
+        return self.paged.masks
+
+    @classmethod
+    def of(cls, step: StepState, device) -> "TokenGrid":
+        """``step.plan`` if it is the grid of ``step.meta``; else a new one, kept in step.plan
+        (a StepState made without ``prepare``, or one holding another step's plan)."""
+        grid = step.plan
+        if not isinstance(grid, TokenGrid) or grid.paged.meta is not step.meta:
+            grid = step.plan = cls.build(step.meta, device)
+        return grid
 
 
 class SdpaBackend(AttentionBackend):
@@ -82,24 +104,31 @@ class SdpaBackend(AttentionBackend):
         num_tokens, heads = meta.num_tokens, spec.num_heads
         if num_tokens == 0:
             return q.new_zeros(0, heads * dv)
-        tables, kv_lens = kv_source(layer, meta)
-        if max(kv_lens) == 0:
+        grid = TokenGrid.of(step, q.device)
+        index = grid.paged.kv_index(layer, cache.page_size)
+        kv_max = index.kv_max
+        if kv_max == 0:
             return q.new_zeros(num_tokens, heads * dv)
-        if step.plan is None:                       # forward without prepare: build it now
-            step.plan = TokenGrid.build(meta, q.device)
-        grid: TokenGrid = step.plan
-        keys, values = read_kv(cache, layer, tables, max(kv_lens), q.dtype)   # [B, S, ...]
+        keys, values = gather_kv(cache, layer, index.slots, q.dtype)         # [B, need * ps, ...]
+        keys = keys[:, :kv_max]
+        values = values if values is None else values[:, :kv_max]          # [B, S, ...]
         lift = None
         if spec.kind == "mla":
             q, keys, values, lift = self._mla_operands(q, keys, layer, q_max=grid.q_max)
-        mask, is_causal = self._mask(grid, layer, meta, kv_lens, q.device)
-        qp = q[grid.q_index].transpose(1, 2)                       # [B, H_q, q_max, D]
+        mask, is_causal = self._mask(grid, layer, meta, index.lens, q.device)
+        if grid.uniform:                            # the grid is q itself: no gather
+            qp = q.contiguous().view(len(index.lens), grid.q_max, *q.shape[1:])
+        else:
+            qp = q[grid.q_index]
+        qp = qp.transpose(1, 2)                                    # [B, H_q, q_max, D]
         out = sdpa(qp, keys.transpose(1, 2), values.transpose(1, 2), mask=mask,
                    is_causal=is_causal, scale=spec.softmax_scale)  # [B, H_q, q_max, D_out]
-        if 0 in kv_lens:                            # no encoder keys: output is zero (as reference)
-            empty = torch.tensor([n == 0 for n in kv_lens], device=q.device)
+        if index.any_empty:                         # no encoder keys: output is zero (as reference)
+            empty = torch.tensor([n == 0 for n in index.lens], device=q.device)
             out = out.masked_fill(empty[:, None, None, None], 0)
-        out = out.transpose(1, 2).flatten(0, 1).index_select(0, grid.token_index)  # [T, H_q, D_out]
+        out = out.transpose(1, 2).flatten(0, 1)                    # [B * q_max, H_q, D_out]
+        if not grid.uniform:
+            out = out.index_select(0, grid.token_index)            # [T, H_q, D_out]
         if lift is not None:                        # absorbed MLA: latent context -> per-head value
             out = torch.einsum("thl,hlv->thv", out, lift)
         return out.reshape(num_tokens, heads * dv)
@@ -130,16 +159,17 @@ class SdpaBackend(AttentionBackend):
         spec = layer.spec
         window = spec.sliding_window if spec.role != "cross" else None
         key = (spec.role == "cross", spec.causal, window)
-        if key not in grid.masks:
+        masks = grid.masks
+        if key not in masks:
             q_lens, prefix = meta.query_lens_cpu, meta.prefix_lens_cpu
             square = (len(q_lens) == 1 and spec.causal and window is None and prefix[0] == 0
                       and q_lens[0] == kv_lens[0])
             if square:          # SDPA's is_causal is top-left aligned: right only when square
-                grid.masks[key] = (None, True)
+                masks[key] = (None, True)
             else:
                 mask = visibility(layer, q_lens, kv_lens, prefix, device=device, q_max=grid.q_max)
-                grid.masks[key] = (None if mask is None else mask[:, None], False)
-        return grid.masks[key]
+                masks[key] = (None if mask is None else mask[:, None], False)
+        return masks[key]
 
 
 def sdpa(q, k, v, *, mask, is_causal: bool, scale: float):

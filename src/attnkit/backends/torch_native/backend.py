@@ -1,16 +1,19 @@
 """torch_native: paged attention as a loop over requests in plain torch ops.
 
-Per request: gather its K/V pages through its block-table row (host lists in the metadata
-keep the loop free of device syncs), dequantise to float32, compute scores, softmax and the
-weighted sum in float32 (mha.py for MHA/GQA/MQA, mla.py for MLA), and cast the result to
-q's dtype.
+Per request: gather its K/V rows through the slots its block-table row gives (host lists in
+the metadata keep the loop free of device syncs), dequantise to float32, compute scores,
+softmax and the weighted sum in float32 (mha.py for MHA/GQA/MQA, mla.py for MLA), and cast the
+result to q's dtype. The slots and masks are built once per step (``PagedStep``) and shared
+by every layer.
 """
 from __future__ import annotations
 
 import functools
 
 from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState, check_option
-from attnkit.backends.paged_torch import begin_forward, kv_source, read_kv, visibility
+from attnkit.backends.metadata import BatchMetadata
+from attnkit.backends.paged_torch import (PagedStep, begin_forward, gather_kv, paged_step,
+                                          visibility)
 from attnkit.backends.torch_native.declaration import DECLARATION
 from attnkit.backends.torch_native.mha import F32, attend_mha
 from attnkit.backends.torch_native.mla import attend_mla
@@ -31,6 +34,9 @@ class TorchNativeBackend(AttentionBackend):
         check_option(self.name, "mla_form", mla_form, ("auto", "absorbed", "mha"))
         self.mla_form = mla_form
 
+    def prepare(self, meta: BatchMetadata, cache) -> StepState:
+        return StepState(meta=meta, plan=PagedStep(meta))
+
     def forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):
         """q: [T, H_q, D]; k/v: [T, H_kv, D|D_v] (MLA: latent [T, L + R], None; cross layers:
         encoder K/V [Te, ...] or None). Returns [T, H_q * D_v] in q.dtype."""
@@ -40,17 +46,17 @@ class TorchNativeBackend(AttentionBackend):
         out = q.new_zeros(num_tokens, spec.num_heads, dv)
         if num_tokens == 0:
             return out.reshape(0, spec.num_heads * dv)
-        tables, kv_lens = kv_source(layer, meta)
+        paged = paged_step(step)
+        index = paged.kv_index(layer, cache.page_size)
         attend = self._attend_fn(layer)
+        q32 = q if q.dtype == F32 else q.to(F32)
         start = 0
         for i, n in enumerate(meta.query_lens_cpu):
-            s = kv_lens[i]
+            s = index.lens[i]
             if n and s:                    # no keys (empty encoder): output stays zero
-                k_i, v_i = read_kv(cache, layer, tables[i:i + 1], s, F32)     # [1, S, ...]
-                mask = visibility(layer, [n], [s], [meta.prefix_lens_cpu[i]], device=q.device)
-                out[start:start + n] = attend(
-                    q[start:start + n].to(F32), k_i[0], None if v_i is None else v_i[0],
-                    None if mask is None else mask[0], layer)
+                k_i, v_i = gather_kv(cache, layer, index.request_slots(i), F32)   # [S, ...]
+                out[start:start + n] = attend(q32[start:start + n], k_i, v_i,
+                                              _mask(paged, layer, i, n, s, q.device), layer)
             start += n
         return out.reshape(num_tokens, spec.num_heads * dv)
 
@@ -58,3 +64,15 @@ class TorchNativeBackend(AttentionBackend):
         if layer.spec.kind != "mla":
             return attend_mha
         return functools.partial(attend_mla, form=self.mla_form)
+
+
+def _mask(paged: PagedStep, layer: AttentionLayer, i: int, n: int, s: int, device):
+    """Request i's visibility [n, S] bool | None (n queries, S keys), built once per step for
+    each kind of layer (self or cross, causal, window)."""
+    spec = layer.spec
+    cross = spec.role == "cross"
+    key = ("request", i, cross, spec.causal, None if cross else spec.sliding_window)
+    if key not in paged.masks:
+        mask = visibility(layer, [n], [s], [paged.meta.prefix_lens_cpu[i]], device=device)
+        paged.masks[key] = None if mask is None else mask[0]
+    return paged.masks[key]
