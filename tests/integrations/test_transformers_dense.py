@@ -72,9 +72,10 @@ def test_served_masks_give_the_masked_softmax(case, window):
     assert layout.meta.seq_lens_cpu == [int(n) for n in mask[:, 0].any(1).sum(-1) if n]
 
 
-def test_right_padding_queries_get_zeros():
+def test_right_padding_queries_get_zeros_and_a_warning():
     mask = causal_mask([0, 0], [6, 3], 6, 6)                 # row 1: tokens 0-2, then padding
-    out, (q, k, v), layout = run(mask, 6, 6)
+    with pytest.warns(UserWarning, match="right padding"):
+        out, (q, k, v), layout = run(mask, 6, 6)
     want = reference(q, k, v, mask, 0.3)
     torch.testing.assert_close(out[1, :3], want[1, :3], rtol=1e-5, atol=1e-5)
     assert (out[1, 3:] == 0).all() and layout.meta.seq_lens_cpu == [6, 3]

@@ -181,10 +181,12 @@ def test_importing_the_integration_does_not_import_transformers():
     import subprocess
     import sys
 
-    code = ("import sys, attnkit.integrations.transformers; "
+    code = ("import sys, attnkit, attnkit.integrations; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers'))); "
+            "import attnkit.integrations.transformers; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'transformers'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
+    assert out.returncode == 0 and out.stdout.split() == ["[]", "[]"], out.stderr
 
 
 def test_dual_chunk_config_plans_plain_attention_like_transformers(attnkit_tf):
@@ -207,3 +209,49 @@ def test_dual_chunk_config_plans_plain_attention_like_transformers(attnkit_tf):
     ids = torch.randint(1, 128, (2, 20))                   # past chunk_size
     with torch.no_grad():
         close(model(input_ids=ids).logits, eager(input_ids=ids).logits)
+
+
+def test_register_is_idempotent_and_leaves_other_implementations_alone(attnkit_tf, monkeypatch):
+    """register() wraps transformers' check of the requested implementation once; models
+    loaded with eager, sdpa or the default build, plan and compute as without the wrapper."""
+    import copy
+
+    import transformers
+    from transformers.modeling_utils import PreTrainedModel
+
+    attnkit_tf()
+    hook = PreTrainedModel.get_correct_attn_implementation
+    attnkit_tf(page_size=2)
+    assert PreTrainedModel.get_correct_attn_implementation is hook
+    assert not getattr(hook.__wrapped__, "_attnkit_plans_models", False)     # wrapped once
+    config, ids = build_config("llama"), torch.randint(1, 128, (2, 6))
+    built = {}
+    for hooked in (True, False):
+        if not hooked:
+            monkeypatch.setattr(PreTrainedModel, "get_correct_attn_implementation", hook.__wrapped__)
+        for impl in ("eager", "sdpa", None):
+            torch.manual_seed(0)
+            kw = {} if impl is None else {"attn_implementation": impl}
+            model = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config), **kw)
+            with torch.no_grad():
+                built[hooked, impl] = model.config._attn_implementation, model.eval()(ids).logits
+            assert hf_plan.state_of(model.config, create=False) is None      # never planned
+    for impl in ("eager", "sdpa", None):
+        assert built[True, impl][0] == built[False, impl][0] != "attnkit"
+        assert torch.equal(built[True, impl][1], built[False, impl][1])
+
+
+def test_plan_for_model_checks_device_and_dtype(tiny, attnkit_tf):
+    """Devices torch cannot run on were a raw AssertionError / RuntimeError, or planned as the
+    CPU; dtypes may be given by attnkit's names."""
+    attnkit_tf()
+    model = load(tiny("llama")[0])
+    for device in ("cuda:99", "bogus", "meta", 3.5):
+        with pytest.raises(AttnkitError) as err:
+            plan_for_model(model, device=device)
+        assert codes(err) == "AK306" and err.value.field == "device"
+    assert plan_for_model(model, dtype="bf16").settings["dtype"] == "bf16"
+    with pytest.raises(AttnkitError) as err:
+        plan_for_model(model, dtype="bfloat17")
+    assert codes(err) == "AK306" and "bf16" in err.value.message
+    assert plan_for_model(model, device="cpu", dtype=torch.float32).settings["dtype"] == "fp32"

@@ -11,7 +11,9 @@ cache. ``DenseLayout`` is the bridge, built from the mask alone:
   queries are the last ``nq[b]`` of them: one ``Request(prefix_len=nk - nq, num_new=nq)``.
   Padding queries get no token and a zero output: those that see no key (left padding) and
   those whose last visible key an earlier query already ends on (right padding: they do not
-  see their own key). transformers' outputs there are meaningless too and reach no real token.
+  see their own key). Left padding's outputs reach no real token. Right padding's do where
+  generate() continues from a row's last position; eager and SDPA attend there, so a warning
+  says the logits at those positions differ (pad on the left for generation).
 - Dropping a prefix keeps the distances between the remaining keys, so what a backend
   computes from positions (causal, ``p - k < window``) is what the mask says. The layout
   checks that it is, exactly; a mask of any other pattern (packed sequences, padding between
@@ -26,6 +28,7 @@ call copies its real keys into a fresh paged cache and runs ``backend.forward``.
 from __future__ import annotations
 
 import itertools
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -35,6 +38,14 @@ from attnkit.backends.batch import Request, build_batch
 from attnkit.backends.metadata import BatchMetadata
 from attnkit.errors import fail
 from attnkit.kvcache.paged import PagedKVCache
+
+# An additive mask entry at or below this hides its key: exp(-1e4) is 0 in every float format
+# (finfo.min, -inf, -1e9 and the classic -10000.0 all count as masked).
+MASKED_AT = -1e4
+RIGHT_PADDING_WARNING = (
+    "attn_implementation='attnkit': padding queries after a row's last real token (right padding) "
+    "get a zero attention output, where eager and sdpa attend to the row's keys; logits at those "
+    "positions differ, and generate() continues from them: pad on the left for generation")
 
 
 @dataclass(slots=True)
@@ -146,12 +157,18 @@ def _visible(mask: torch.Tensor, batch: int, q_len: int, kv_len: int) -> torch.T
              expected=[batch, 1, q_len, kv_len], actual=list(mask.shape))
     if mask.dtype == torch.bool:
         vis = mask
-    else:
-        vis = mask > torch.finfo(mask.dtype).min / 2
+    elif mask.is_floating_point():
+        vis = mask > MASKED_AT
         if bool((mask[vis] != 0).any()):
             fail("AK491", "attention_mask is an additive mask with biases (values other than 0 "
-                          "and -inf); attnkit backends add no bias", field="attention_mask",
-                 expected="0 or -inf", actual="other values")
+                          f"and <= {MASKED_AT:g}, such as -inf); attnkit backends add no bias: pass "
+                          "a boolean mask (True = attend) or a 2D padding mask",
+                 field="attention_mask", expected=f"0 or <= {MASKED_AT:g}", actual="other values")
+    else:
+        fail("AK491", f"attention_mask is a 4D {mask.dtype} tensor; transformers' 4D masks are "
+                      "boolean (True = attend) or additive floats (0 / -inf): convert it with "
+                      "mask.bool()", field="attention_mask.dtype", expected="bool or float",
+             actual=str(mask.dtype))
     if vis.shape[1] > 1 and not bool((vis == vis[:, :1]).all()):
         fail("AK491", "attention_mask differs between heads; attnkit masks every head alike",
              field="attention_mask", expected="one mask for all heads", actual=list(mask.shape))
@@ -169,6 +186,8 @@ def _from_mask(mask: torch.Tensor, *, batch: int, q_len: int, kv_len: int,
     # not see its own key: it is padding (left or right) and gets no token.
     before = torch.nn.functional.pad(own.cummax(-1).values[:, :-1], (1, 0), value=-1)
     qvalid = (own >= 0) & (own != before)                                 # [B, Lq]
+    if bool((own >= 0).logical_and_(~qvalid).any()):
+        warnings.warn(RIGHT_PADDING_WARNING, UserWarning)
     vis = vis & qvalid[:, :, None]
     kvalid = vis.any(1)                                                   # [B, Lk]
     cpos = kvalid.long().cumsum(-1) - 1
@@ -191,10 +210,15 @@ def _mismatch(vis: torch.Tensor, expected: torch.Tensor, last: torch.Tensor, win
     seen = vis[b, i].nonzero().flatten().tolist()
     want = expected[b, i].nonzero().flatten().tolist()
     pattern = "causal" + ("" if window is None else f" with sliding window {window}")
+    hint = ("real keys must be contiguous after the padding, and the queries must be the row's "
+            "last keys")
+    if window is not None and want and set(want) < set(seen) and min(seen) < min(want):
+        hint = (f"the mask has no sliding window of {window}; transformers hands a custom 4D "
+                "attention_mask unchanged to every layer: pass a dict of 4D masks by layer type "
+                "({'full_attention': ..., 'sliding_attention': ...}), or a 2D padding mask")
     fail("AK491", f"attention_mask is not a {pattern} mask over each row's real keys: batch row "
                   f"{b}, query {i} sees keys {_short(seen)}, where attnkit would attend "
-                  f"{_short(want)} (real keys must be contiguous after the padding, and the queries "
-                  "must be the row's last keys)", field="attention_mask",
+                  f"{_short(want)} ({hint})", field="attention_mask",
          expected=f"{pattern}, left padding", actual={"row": b, "query": i, "keys": _short(seen)})
 
 

@@ -10,8 +10,9 @@ come from the same helpers the runner uses (``attnkit.runner.setup``).
 from __future__ import annotations
 
 import dataclasses
-import weakref
+import threading
 import warnings
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -25,7 +26,7 @@ from attnkit.kvcache.paged import TORCH_KV_DTYPES
 from attnkit.model.spec import LayerAttention, ModelAttention
 from attnkit.planning.plan import Plan
 from attnkit.planning.request import parse_request
-from attnkit.runner.setup import COMPUTE_DTYPES, backend_of, platform_of
+from attnkit.runner.setup import COMPUTE_DTYPES, backend_of, dtype_name, platform_of
 
 # The planning settings a transformers user may set (as on `attnkit plan`); the compute
 # dtype is the model's own and there is no tensor parallelism or speculation here.
@@ -71,25 +72,40 @@ def plan_config(config: Any, *, device: torch.device, dtype: torch.dtype,
                 flags: Mapping[str, Any]) -> Planned:
     """Plan the model ``config`` (a transformers PretrainedConfig) describes for ``device`` and
     compute ``dtype``; raises the planner's AttnkitError when nothing can serve it."""
-    from attnkit.model import parse_config
     from attnkit.planning.solver import plan
 
-    name = getattr(config, "name_or_path", "") or getattr(config, "model_type", "") or "model"
-    spec = parse_config(config.to_dict(), name=str(name))
+    spec = _parse(config)
     _check_servable(spec)
     request = {k: v for k, v in flags.items() if k != "backend_options"}
     request["dtype"] = _dtype_name(dtype)
-    dual = any(l.dual_chunk is not None for l in spec.layers)
-    if dual:        # transformers ignores dual_chunk_attention_config: plain RoPE attention
-        request["dual_chunk"] = "off"
+    if any(l.dual_chunk is not None for l in spec.layers):
+        request["dual_chunk"] = "off"     # transformers runs plain RoPE attention (_plain)
     result = plan(spec, platform_of(device), request, strict=True)
     for note in result.warnings:
         warnings.warn(f"attnkit ({spec.name}): {note}", UserWarning, stacklevel=4)
-    layers = tuple(dataclasses.replace(l, dual_chunk=None) for l in spec.layers) if dual else spec.layers
     return Planned(plan=result, backend=backend_of(result, flags.get("backend_options")),
-                   layers=layers, device=device, dtype=dtype,
+                   layers=_plain(spec), device=device, dtype=dtype,
                    page_size=result.settings["page_size"],
                    kv_dtype=TORCH_KV_DTYPES[result.settings["kv_cache_dtype"]])
+
+
+def config_layers(config: Any) -> tuple[LayerAttention, ...]:
+    """The layer specs of a transformers config as transformers runs them."""
+    return _plain(_parse(config))
+
+
+def _parse(config: Any) -> ModelAttention:
+    from attnkit.model import parse_config
+
+    name = getattr(config, "name_or_path", "") or getattr(config, "model_type", "") or "model"
+    return parse_config(config.to_dict(), name=str(name))
+
+
+def _plain(spec: ModelAttention) -> tuple[LayerAttention, ...]:
+    """The layers without dual_chunk_attention_config, which transformers ignores (it runs
+    plain RoPE attention)."""
+    return tuple(dataclasses.replace(l, dual_chunk=None) if l.dual_chunk is not None else l
+                 for l in spec.layers)
 
 
 def _check_servable(spec: ModelAttention) -> None:
@@ -105,12 +121,11 @@ def _check_servable(spec: ModelAttention) -> None:
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
-    names = [n for n, d in COMPUTE_DTYPES.items() if d == dtype]
-    if not names:
+    if dtype not in COMPUTE_DTYPES.values():
         fail("AK490", f"the model computes in {dtype}; attnkit backends compute in "
                       f"{', '.join(COMPUTE_DTYPES)}", field="dtype", expected=list(COMPUTE_DTYPES),
              actual=str(dtype))
-    return names[0]
+    return dtype_name(dtype, field="dtype", table=COMPUTE_DTYPES)
 
 
 def device_key(device: torch.device) -> torch.device:
@@ -129,16 +144,20 @@ class ModelState:
         self.plans: dict[tuple, Planned] = {}
         self.current: Planned | None = None
         self._layouts: OrderedDict[tuple, tuple[Any, DenseLayout]] = OrderedDict()
+        # One model may run in several threads at once (a server): plans and the layout
+        # cache change under this lock.
+        self._lock = threading.RLock()
 
     def planned(self, config: Any, device: torch.device, dtype: torch.dtype) -> Planned:
         """The plan for ``device`` and ``dtype``, made on first use."""
         device = device_key(device)
         key = (device.type, device.index, dtype)
-        found = self.plans.get(key)
-        if found is None:
-            found = self.plans[key] = plan_config(config, device=device, dtype=dtype,
-                                                  flags=self.flags)
-        self.current = found
+        with self._lock:
+            found = self.plans.get(key)
+            if found is None:
+                found = self.plans[key] = plan_config(config, device=device, dtype=dtype,
+                                                      flags=self.flags)
+            self.current = found
         return found
 
     def layout(self, mask: torch.Tensor | None, *, batch: int, q_len: int, kv_len: int,
@@ -146,15 +165,16 @@ class ModelState:
         """The layout of ``mask``, shared by every layer handed the same mask object."""
         key = (None if mask is None else id(mask), batch, q_len, kv_len, window,
                planned.page_size, str(device))
-        hit = self._layouts.get(key)
-        if hit is not None and (mask is None or hit[0]() is mask):
-            self._layouts.move_to_end(key)
-            return hit[1]
-        made = DenseLayout.of(mask, batch=batch, q_len=q_len, kv_len=kv_len, window=window,
-                              page_size=planned.page_size, device=device)
-        self._layouts[key] = (None if mask is None else weakref.ref(mask), made)
-        while len(self._layouts) > _LAYOUTS_KEPT:
-            self._layouts.popitem(last=False)
+        with self._lock:
+            hit = self._layouts.get(key)
+            if hit is not None and (mask is None or hit[0]() is mask):
+                self._layouts.move_to_end(key)
+                return hit[1]
+            made = DenseLayout.of(mask, batch=batch, q_len=q_len, kv_len=kv_len, window=window,
+                                  page_size=planned.page_size, device=device)
+            self._layouts[key] = (None if mask is None else weakref.ref(mask), made)
+            while len(self._layouts) > _LAYOUTS_KEPT:
+                self._layouts.popitem(last=False)
         return made
 
 
@@ -178,4 +198,4 @@ def install(config: Any, state: ModelState) -> ModelState:
 
 
 __all__ = ["FLAGS", "DEFAULT_FLAGS", "ModelState", "Planned", "check_flags", "plan_config",
-           "state_of", "install"]
+           "config_layers", "state_of", "install"]

@@ -21,21 +21,21 @@ the plan in use, ``explain(model)`` its text (as ``attnkit plan`` prints it), an
 
 Each call runs the planned backend on the dense inputs transformers passes
 (integrations/dense_step.py); every layer's softcap, sinks (``s_aux``), window and scaling
-are taken from the call, and must be ones the plan was made for (AK491 otherwise).
+are taken from the call, and must be ones the plan was made for (integrations/hf_call.py;
+AK491 otherwise, as for call arguments attnkit cannot apply, such as ``position_bias``).
 """
 from __future__ import annotations
 
 import functools
 import inspect
-from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
 import torch
 
-from attnkit.backends.base import AttentionLayer
 from attnkit.errors import fail
 from attnkit.integrations import hf_plan
+from attnkit.integrations.hf_call import call_layer
 from attnkit.planning.plan import Plan
 
 NAME = "attnkit"
@@ -65,7 +65,7 @@ def register(**flags: Any) -> str:
 
 
 def plan_for_model(model: Any, *, device: torch.device | str | None = None,
-                   dtype: torch.dtype | None = None, **flags: Any) -> Plan:
+                   dtype: torch.dtype | str | None = None, **flags: Any) -> Plan:
     """Plan ``model`` (a transformers model, or its config) again with ``flags`` over the
     registered ones (None unsets one), for ``device`` / ``dtype`` (default: the model's).
     Raises the planner's AttnkitError and keeps the old plans if nothing can serve it."""
@@ -100,15 +100,15 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     """The function transformers calls per attention layer.
 
     query: [B, H, Lq, D]; key: [B, H_kv, Lk, D]; value: [B, H_kv, Lk, D_v] (Lk includes the
-    cached keys); attention_mask: [B, 1, Lq, Lk] bool (True = attend) or None;
-    s_aux: [H] sink logits or None. Returns ([B, Lq, H, D_v], None): no attention weights.
+    cached keys); attention_mask: [B or 1, 1, Lq, Lk] bool (True = attend) or additive float,
+    or None; s_aux: [H] sink logits or None. Returns ([B, Lq, H, D_v] contiguous, None): no
+    attention weights (a warning when output_attentions asks for them).
     """
     config = module.config
     state = hf_plan.state_of(config)
     planned = state.planned(config, query.device, query.dtype)
-    layer = _layer(module, planned, query, key, value, dropout=dropout, scaling=scaling,
-                   sliding_window=sliding_window, softcap=softcap, s_aux=s_aux,
-                   causal=_causal(module, kwargs.get("is_causal")))
+    layer = call_layer(module, planned, query, key, value, dropout=dropout, scaling=scaling,
+                       sliding_window=sliding_window, softcap=softcap, s_aux=s_aux, kwargs=kwargs)
     layout = state.layout(attention_mask, batch=query.shape[0], q_len=query.shape[2],
                           kv_len=key.shape[2], window=layer.spec.sliding_window, planned=planned,
                           device=query.device)
@@ -124,45 +124,6 @@ def attention_mask(*args: Any, **kwargs: Any) -> torch.Tensor | None:
     return sdpa_mask(*args, **kwargs, **_mask_options)
 
 
-def _layer(module, planned: hf_plan.Planned, query, key, value, *, dropout, scaling,
-           sliding_window, softcap, s_aux, causal) -> AttentionLayer:
-    """The call's layer: the planned spec with the call's scale, window, softcap and sinks."""
-    idx = getattr(module, "layer_idx", None)
-    if not isinstance(idx, int) or not 0 <= idx < len(planned.layers):
-        fail("AK491", f"{type(module).__name__}.layer_idx is {idx!r}; the plan has layers 0.."
-                      f"{len(planned.layers) - 1}", field="module.layer_idx",
-             expected=f"0 .. {len(planned.layers) - 1}", actual=idx)
-    base = planned.layers[idx]
-    got = {"heads": query.shape[1], "kv_heads": key.shape[1], "head_dim": query.shape[-1],
-           "v_head_dim": value.shape[-1]}
-    want = {"heads": base.num_heads, "kv_heads": base.num_kv_heads, "head_dim": base.head_dim,
-            "v_head_dim": base.value_dim}
-    if got != want:
-        fail("AK491", f"layer {idx}: transformers passes {got}, the plan (from the config) has "
-                      f"{want}", field=f"layers[{idx}]", expected=want, actual=got)
-    if dropout:
-        fail("AK491", f"layer {idx}: attention dropout {dropout} (training); attnkit backends "
-                      "have no dropout: call model.eval()", field="dropout", expected=0.0,
-             actual=dropout)
-    if not causal:
-        fail("AK491", f"layer {idx}: a non-causal call; attn_implementation='attnkit' serves "
-                      "causal self-attention", field="is_causal", expected=True, actual=causal)
-    spec = replace(base, scale=base.scale if scaling is None else float(scaling),
-                   sliding_window=sliding_window, logit_softcap=softcap or None,
-                   sinks=s_aux is not None)
-    extra = sorted(spec.features() - base.features())
-    if extra:
-        fail("AK491", f"layer {idx}: transformers asks for {', '.join(extra)}, which the config "
-                      "the plan was made from does not have; re-plan with plan_for_model(model)",
-             field=f"layers[{idx}]", expected=sorted(base.features()), actual=sorted(spec.features()))
-    return AttentionLayer(spec=spec, sinks=None if s_aux is None else s_aux.float())
-
-
-def _causal(module, is_causal: bool | None) -> bool:
-    """The call's is_causal when given, else the module's (as transformers' SDPA reads it)."""
-    return getattr(module, "is_causal", True) if is_causal is None else bool(is_causal)
-
-
 def _target(model: Any, device, dtype) -> tuple[Any, torch.device, torch.dtype]:
     """(config, device, dtype) for planning ``model``: a model's own parameters where it has
     some, else the defaults ``_build_target`` uses."""
@@ -172,7 +133,36 @@ def _target(model: Any, device, dtype) -> tuple[Any, torch.device, torch.dtype]:
              field="model", expected="PreTrainedModel or PretrainedConfig",
              actual=type(model).__name__)
     dev, dt = _build_target(model if isinstance(model, torch.nn.Module) else None)
-    return config, torch.device(device) if device is not None else dev, dtype or dt
+    return config, dev if device is None else _device(device), dt if dtype is None else _dtype(dtype)
+
+
+def _device(device: Any) -> torch.device:
+    """A device to plan for: one this torch can run on (AK306 otherwise)."""
+    from attnkit.errors import AttnkitError
+    from attnkit.runner.setup import device_of
+
+    try:
+        dev = device_of(device)             # unknown names, CUDA without CUDA, index past count
+    except AttnkitError as exc:
+        fail("AK306", exc.message, field="device", expected=exc.expected, actual=exc.actual)
+    if dev.type == "meta":
+        fail("AK306", "the meta device runs no kernels: plan for the device the model will run "
+                      "on ('cpu', 'cuda', 'cuda:N')", field="device", expected="'cpu' or 'cuda'",
+             actual="meta")
+    return dev
+
+
+def _dtype(dtype: Any) -> torch.dtype:
+    """A compute dtype: a torch dtype, or attnkit's name for one (fp32, fp16, bf16)."""
+    from attnkit.runner.setup import COMPUTE_DTYPES
+
+    if isinstance(dtype, torch.dtype):
+        return dtype                        # hf_plan refuses those attnkit does not compute in
+    if isinstance(dtype, str) and dtype in COMPUTE_DTYPES:
+        return COMPUTE_DTYPES[dtype]
+    fail("AK306", f"dtype must be a torch dtype or one of {', '.join(COMPUTE_DTYPES)}, got "
+                  f"{dtype!r}", field="dtype", expected=["torch.dtype", *COMPUTE_DTYPES],
+         actual=repr(dtype))
 
 
 def _build_target(model: torch.nn.Module | None) -> tuple[torch.device, torch.dtype]:

@@ -38,18 +38,32 @@ ENTRIES = [
                 "differently.",
         trigger="A forward pass of a model loaded with attn_implementation='attnkit' whose mask "
                 "is not causal-with-padding (packed sequences, bidirectional blocks, padding "
-                "between real tokens, a custom 4D mask with biases), that runs with dropout "
-                "(training), that is not causal, or whose heads, head size, softcap, sinks or "
-                "window differ from the config the plan was made from.",
+                "between real tokens under a sliding window, a custom 4D mask with biases, of an "
+                "integer dtype, or without the window of a sliding layer), that runs with dropout "
+                "(training), that is not causal or not a decoder layer (a vision tower), that "
+                "passes an argument attnkit cannot apply (position_bias, per-token sinks, sparse "
+                "indices, head_mask), or whose heads, head size, softcap, sinks or window differ "
+                "from what the plan was made for.",
         situations=["Training (module.training with attention_dropout > 0).",
                     "position_ids that restart inside a row (packed sequences without a cache).",
-                    "A right-padded batch continued by generate() (padding between real tokens).",
-                    "A model that changes its config after loading."],
+                    "Several queries in one call over padding between real tokens inside a "
+                    "sliding window (a right-padded batch continued by a multi-token forward "
+                    "with its cache).",
+                    "One custom 4D attention_mask for a model with full and sliding layers.",
+                    "A multimodal model loaded with 'attnkit' for every part: its vision tower's "
+                    "attention is not decoder self-attention.",
+                    "A model that changes its config after loading, or a family whose sinks or "
+                    "softcap attnkit's config reading does not know."],
         solutions=["Pad on the left for batched generation (tokenizer.padding_side='left').",
                    "Run inference (model.eval()); attnkit backends have no dropout.",
-                   "Use a transformers implementation (sdpa, eager) for custom mask patterns.",
+                   "Pass custom masks as a dict by layer type ({'full_attention': ..., "
+                   "'sliding_attention': ...}), boolean or 0/-inf; use a transformers "
+                   "implementation (sdpa, eager) for other mask patterns.",
+                   "Multimodal: attn_implementation={'text_config': 'attnkit', "
+                   "'vision_config': 'sdpa'}.",
                    "Re-plan after changing the config: attnkit.integrations.transformers."
-                   "plan_for_model(model)."],
+                   "plan_for_model(model); for a feature the config reading lacks, load the "
+                   "model with eager or sdpa."],
         before="tokenizer.padding_side = 'right'; model.generate(**tokenizer(prompts, padding=True))",
         after="tokenizer.padding_side = 'left'; model.generate(**tokenizer(prompts, padding=True))",
         related=("AK490",),
