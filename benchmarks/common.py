@@ -6,6 +6,7 @@ between repetitions where inputs would otherwise be served from cache.
 from __future__ import annotations
 
 import datetime
+import gc
 import platform as _platform
 import time
 
@@ -48,6 +49,7 @@ def wall_ms(fn, *, warmup: int = 1, reps: int = 3, cold_l2: bool = False) -> flo
 def graphed(fn):
     """(run, note): ``fn`` as one CUDA-graph replay when it captures (host launch overhead
     out of the timing), else ``fn`` itself and why not."""
+    g = None
     try:
         fn()
         torch.cuda.synchronize()
@@ -56,8 +58,14 @@ def graphed(fn):
             fn()
         return g.replay, None
     except Exception as exc:  # noqa: BLE001 - a peer that cannot capture runs eagerly
-        torch.cuda.synchronize()
-        return fn, f"eager ({type(exc).__name__})"
+        note = f"eager ({type(exc).__name__})"
+    # A capture that failed half-way still holds its private memory pool (through the graph
+    # and the exception's frames): free it before the eager timing, which may need it all.
+    torch.cuda.synchronize()
+    g = None
+    gc.collect()
+    torch.cuda.empty_cache()
+    return fn, note
 
 
 def copy_bandwidth_gbs(nbytes: int = 4 << 30) -> float:
