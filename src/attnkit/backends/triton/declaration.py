@@ -1,7 +1,7 @@
 """triton: paged attention in Triton kernels — an extend kernel over the block table and a
 split-KV (flash-decoding) decode kernel, GQA-grouped.
 
-Every entry below is run on a GPU by tests/conformance and tests/triton (marker gpu); see
+Every entry below is run on a GPU by tests/conformance and tests/triton_kernels (marker gpu); see
 benchmarks/NOTES-triton.md for what was measured where. Torch-free: the planner reads it.
 """
 from attnkit.planning.capabilities import BackendDeclaration, Capabilities
