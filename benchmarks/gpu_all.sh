@@ -15,10 +15,10 @@ step() {  # step NAME SECONDS CMD...
   timeout "$secs" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
   echo "== $name rc=$rc $((SECONDS - t0))s"; tail -n 3 "$OUT/$name.log"
 }
-step gpu_tests 170 python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider tests
-step bench_mla 80 python3 benchmarks/bench_mla.py --fp8 --out "$OUT"
-step bench_triton 85 python3 benchmarks/bench_triton.py --out "$OUT"
-step bench_dual_chunk 60 python3 benchmarks/bench_dual_chunk.py --out "$OUT/dual_chunk.md"
-step bench_runtime 90 python3 benchmarks/bench_runtime.py --reps 10 --out "$OUT/runtime.md"
-step bench_runner 180 python3 benchmarks/bench_runner.py --out "$OUT/runner.md"
+step gpu_tests 150 python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider tests
+step bench_mla 70 python3 benchmarks/bench_mla.py --fp8 --out "$OUT"
+step bench_triton 75 python3 benchmarks/bench_triton.py --out "$OUT"
+step bench_dual_chunk 50 python3 benchmarks/bench_dual_chunk.py --out "$OUT/dual_chunk.md"
+step bench_runtime 80 python3 benchmarks/bench_runtime.py --reps 10 --out "$OUT/runtime.md"
+step bench_runner 90 python3 benchmarks/bench_runner.py --out "$OUT/runner.md"
 ls -la "$OUT"

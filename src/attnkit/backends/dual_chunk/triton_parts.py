@@ -174,9 +174,8 @@ def triton_dual_chunk(q3, k, v, layer, cache, plan: DcaTritonPlan, cl: int) -> t
         if block_req.numel() == 0:
             continue
         # rows of groups without this part keep out 0 and lse -inf: they weigh nothing
-        f32 = dict(dtype=torch.float32, device=q3.device)
         o = q3.new_zeros(num_q, spec.num_heads, spec.value_dim, dtype=torch.float32)
-        lse = torch.full((num_q, spec.num_heads), float("-inf"), **f32)
+        lse = q3.new_full((num_q, spec.num_heads), float("-inf"), dtype=torch.float32)
         extend_attention(q3[:, p], k_cache, v_cache, o, block_req=block_req, block_m=block_m,
                          query_start_loc=groups.query_start_loc, seq_lens=table.seq_lens,
                          block_tables=table.block_tables, causal=p == 0, config=cfg, lse=lse,
