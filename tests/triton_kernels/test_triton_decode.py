@@ -45,15 +45,6 @@ def test_decode_first_token_and_splits_longer_than_the_request(run_triton, varia
                      dtype="fp16", what=f"splits {splits} {variant}")
 
 
-def test_decode_v2_only_where_its_store_equals_the_cache_write():
-    layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=64, dtype="fp16")
-    same = make_case(layer, prefix_lens=[3], new_lens=[1], page_size=4, dtype="fp16")
-    fp8 = make_case(layer, prefix_lens=[3], new_lens=[1], page_size=4, dtype="fp16", kv_dtype="fp8_e4m3")
-    assert pick_decode_variant("v2", same.k, same.v, same.cache, 0) == "v2"
-    assert pick_decode_variant("v2", fp8.k, fp8.v, fp8.cache, 0) == "v1"
-    assert pick_decode_variant("v1", same.k, same.v, same.cache, 0) == "v1"
-
-
 @pytest.mark.parametrize("kv_dtype", ["fp8_e4m3", "fp8_e5m2"])
 def test_decode_fp8_kv_cache(run_triton, kv_dtype):
     layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=64, sinks=True, dtype="fp16")

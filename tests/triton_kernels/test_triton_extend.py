@@ -8,6 +8,7 @@ from factories import assert_close, make_case, make_layer
 
 from attnkit.backends.metadata import ForwardMode
 from attnkit.backends.triton.extend import EXTEND_VARIANTS, pick_extend_variant
+from attnkit.backends.triton.decode import pick_decode_variant
 
 # v1 reads every key through the block table; v2 reads the new tokens from k / v.
 VARIANTS = pytest.mark.parametrize("variant", EXTEND_VARIANTS)
@@ -70,14 +71,17 @@ def test_unknown_variant_is_ak407():
     assert info.value.code == "AK407" and info.value.field == "extend_variant"
 
 
-def test_v2_runs_only_where_k_v_equal_what_the_cache_holds():
-    """fp8 pages round the new K/V; a cache of another dtype converts them: both keep v1."""
+@pytest.mark.parametrize("pick,new_len", [(pick_extend_variant, 5), (pick_decode_variant, 1)],
+                         ids=["extend", "decode"])
+def test_v2_runs_only_where_k_v_equal_what_the_cache_holds(pick, new_len):
+    """Both v2 kernels take the new K/V from k / v: fp8 pages round them, so fp8 keeps v1."""
     layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=64, dtype="fp16")
-    same = make_case(layer, prefix_lens=[3], new_lens=[5], page_size=4, dtype="fp16")
-    fp8 = make_case(layer, prefix_lens=[3], new_lens=[5], page_size=4, dtype="fp16", kv_dtype="fp8_e4m3")
-    assert pick_extend_variant("v2", same.k, same.v, same.cache, 0) == "v2"
-    assert pick_extend_variant("v2", fp8.k, fp8.v, fp8.cache, 0) == "v1"
-    assert pick_extend_variant("v1", same.k, same.v, same.cache, 0) == "v1"
+    same = make_case(layer, prefix_lens=[3], new_lens=[new_len], page_size=4, dtype="fp16")
+    fp8 = make_case(layer, prefix_lens=[3], new_lens=[new_len], page_size=4, dtype="fp16",
+                    kv_dtype="fp8_e4m3")
+    assert pick("v2", same.k, same.v, same.cache, 0) == "v2"
+    assert pick("v2", fp8.k, fp8.v, fp8.cache, 0) == "v1"
+    assert pick("v1", same.k, same.v, same.cache, 0) == "v1"
 
 
 @pytest.mark.parametrize("kv_dtype", ["fp8_e4m3", "fp8_e5m2"])
