@@ -94,6 +94,28 @@ def online_softmax_step(m_i, l_i, acc, s, v, DOT_PREC: tl.constexpr):
 
 
 @triton.jit
+def key_ranges(p0, p1, n_keys, window, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
+               BLOCK_N: tl.constexpr):
+    """(lo, mid_lo, mid_hi, hi) for keys [0, n_keys) seen by query positions p0..p1 (same
+    coordinates as the keys): [mid_lo, mid_hi) is whole tiles visible to every row."""
+    if CAUSAL:
+        hi = tl.minimum(n_keys, p1 + 1)
+        full_hi = (tl.minimum(p0 + 1, n_keys) // BLOCK_N) * BLOCK_N
+    else:
+        hi = n_keys
+        full_hi = (n_keys // BLOCK_N) * BLOCK_N
+    if HAS_WINDOW:
+        lo = (tl.maximum(p0 - window + 1, 0) // BLOCK_N) * BLOCK_N
+        full_lo = tl.cdiv(tl.maximum(p1 - window + 1, 0), BLOCK_N) * BLOCK_N
+    else:
+        lo = hi * 0
+        full_lo = lo
+    mid_lo = tl.minimum(tl.maximum(full_lo, lo), hi)
+    mid_hi = tl.minimum(tl.maximum(full_hi, mid_lo), hi)
+    return lo, mid_lo, mid_hi, hi
+
+
+@triton.jit
 def store_lse(ptrs, m_i, l_i, ok):
     """Store the natural-log log-sum-exp of rows whose softmax state is (m_i, l_i) in log2
     units; a row that saw no key (l_i == 0) gets -inf, so it weighs nothing in a merge."""

@@ -17,8 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
-from attnkit.backends.triton._common import (NEG_BIG, attend_range, padded_dim, store_lse,
-                                             unit_stride_rows)
+from attnkit.backends.triton._common import (NEG_BIG, attend_range, key_ranges, padded_dim,
+                                             store_lse, unit_stride_rows)
 
 # >>> Which extend kernel the backend runs by default. "v2" (extend_v2.py) reads the new
 # tokens' K/V from the step's k / v inputs and only the cached prefix through the block
@@ -65,20 +65,7 @@ def _extend_kernel(
     bt_row = BlockTables + req.to(tl.int64) * stride_bt
     p0 = first_pos + m0                                  # first and last query position here
     p1 = first_pos + tl.minimum(m0 + BLOCK_M, q_len) - 1
-    if CAUSAL:
-        hi = tl.minimum(kv_len, p1 + 1)
-        full_hi = (tl.minimum(p0 + 1, kv_len) // BLOCK_N) * BLOCK_N
-    else:
-        hi = kv_len
-        full_hi = (kv_len // BLOCK_N) * BLOCK_N
-    if HAS_WINDOW:
-        lo = (tl.maximum(p0 - window + 1, 0) // BLOCK_N) * BLOCK_N
-        full_lo = tl.cdiv(tl.maximum(p1 - window + 1, 0), BLOCK_N) * BLOCK_N
-    else:
-        lo = hi * 0
-        full_lo = lo
-    mid_lo = tl.minimum(tl.maximum(full_lo, lo), hi)
-    mid_hi = tl.minimum(tl.maximum(full_hi, mid_lo), hi)
+    lo, mid_lo, mid_hi, hi = key_ranges(p0, p1, kv_len, window, CAUSAL, HAS_WINDOW, BLOCK_N)
 
     if HAS_SINKS:   # the sink is a logit with no value: start the softmax from it
         m_i = tl.zeros([BLOCK_M], tl.float32) + tl.load(Sinks + h).to(tl.float32) * 1.4426950408889634

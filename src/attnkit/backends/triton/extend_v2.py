@@ -20,30 +20,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from attnkit.backends.triton._common import (NEG_BIG, attend_range, logits, online_softmax_step,
-                                             padded_dim, unit_stride_rows)
-
-
-@triton.jit
-def key_ranges(p0, p1, n_keys, window, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
-               BLOCK_N: tl.constexpr):
-    """(lo, mid_lo, mid_hi, hi) for keys [0, n_keys) seen by query positions p0..p1 (same
-    coordinates as the keys): [mid_lo, mid_hi) is whole tiles visible to every row."""
-    if CAUSAL:
-        hi = tl.minimum(n_keys, p1 + 1)
-        full_hi = (tl.minimum(p0 + 1, n_keys) // BLOCK_N) * BLOCK_N
-    else:
-        hi = n_keys
-        full_hi = (n_keys // BLOCK_N) * BLOCK_N
-    if HAS_WINDOW:
-        lo = (tl.maximum(p0 - window + 1, 0) // BLOCK_N) * BLOCK_N
-        full_lo = tl.cdiv(tl.maximum(p1 - window + 1, 0), BLOCK_N) * BLOCK_N
-    else:
-        lo = hi * 0
-        full_lo = lo
-    mid_lo = tl.minimum(tl.maximum(full_lo, lo), hi)
-    mid_hi = tl.minimum(tl.maximum(full_hi, mid_lo), hi)
-    return lo, mid_lo, mid_hi, hi
+from attnkit.backends.triton._common import (NEG_BIG, attend_range, key_ranges, logits,
+                                             online_softmax_step, padded_dim, unit_stride_rows)
 
 
 @triton.jit
