@@ -97,3 +97,18 @@ def test_decode_splits_every_part_several_times(monkeypatch):
     assert [b - a for a, b in zip(starts.tolist(), starts.tolist()[1:])] == [
         -(-max(p.kv_lens) // chunk) for p in groups.parts]
     assert min(b - a for a, b in zip(starts.tolist(), starts.tolist()[1:])) >= 2
+
+
+def test_decode_of_more_requests_than_the_fused_write_serves():
+    """Above decode.V2_MAX_BATCH requests the K/V write is its own launch (decode v1's path)."""
+    from attnkit.backends.triton.decode import V2_MAX_BATCH
+
+    layer = make_layer(num_heads=2, num_kv_heads=1, head_dim=16, dual_chunk=TOY)
+    lengths = [3 + (5 * i) % 23 for i in range(V2_MAX_BATCH + 2)]
+    seqs = make_seqs(layer.spec, lengths, seed=15)
+    run = run_steps(layer, seqs, [[n - 1 for n in lengths], [1] * len(lengths)], page_size=2,
+                    backend=DualChunkBackend(impl="triton"))
+    for i, seq in enumerate(seqs):
+        last = [lengths[i] - 1]
+        assert_close(run.outputs[i][last], reference(layer.spec, seq, run.lengths[i], positions=last),
+                     dtype="fp32", what=f"request {i}")
