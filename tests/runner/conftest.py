@@ -15,6 +15,9 @@ DEEPSEEK = dict(num_hidden_layers=3, num_key_value_heads=None, kv_lora_rank=16, 
                 num_experts_per_tok=2, n_shared_experts=1, moe_intermediate_size=32,
                 first_k_dense_replace=1)
 
+# DeepSeek-V3 (test_runner_deepseek_v3.py): 8 experts in 4 groups, 2 groups kept, 2 per token
+DEEPSEEK_V3 = {**DEEPSEEK, "n_routed_experts": 8, "n_group": 4, "topk_group": 2}
+
 FAMILIES = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),                 # q/k/v biases
@@ -73,6 +76,27 @@ FAMILIES = {
     # kv_lora_rank 64 and rope 16: a size triton_mla declares (run by the interpreter on CPU)
     "deepseek_v2_triton": ("DeepseekV2Config", "DeepseekV2ForCausalLM",
                            {**DEEPSEEK, "kv_lora_rank": 64, "qk_rope_head_dim": 16}),
+    # sigmoid noaux_tc router (random e_score_correction_bias, see tiny_model), q_lora,
+    # interleaved rope, renormalised weights times the default routed_scaling_factor 2.5
+    "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM", DEEPSEEK_V3),
+    # plain q_proj, neox rope (rope_interleave false), YaRN with the mscale pair, weights not
+    # renormalised, 3 experts per token, 2 shared experts
+    "deepseek_v3_yarn": ("DeepseekV3Config", "DeepseekV3ForCausalLM",
+                         {**DEEPSEEK_V3, "q_lora_rank": None, "rope_interleave": False,
+                          "norm_topk_prob": False, "num_experts_per_tok": 3,
+                          "n_shared_experts": 2, "routed_scaling_factor": 1.5,
+                          "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "mscale": 0.707,
+                                              "mscale_all_dim": 1.0, "rope_theta": 10000.0,
+                                              "beta_fast": 32, "beta_slow": 1,
+                                              "original_max_position_embeddings": 64}}),
+    # Kimi-K2's routing shape: one group (group selection keeps everything)
+    "deepseek_v3_kimi": ("DeepseekV3Config", "DeepseekV3ForCausalLM",
+                         {**DEEPSEEK_V3, "n_group": 1, "topk_group": 1,
+                          "routed_scaling_factor": 2.827}),
+    # triton_mla's (64, 16) latent (interpreter on CPU), neox rope
+    "deepseek_v3_triton": ("DeepseekV3Config", "DeepseekV3ForCausalLM",
+                           {**DEEPSEEK_V3, "kv_lora_rank": 64, "qk_rope_head_dim": 16,
+                            "rope_interleave": False}),
 }
 
 
@@ -102,6 +126,10 @@ def tiny_model(tmp_path_factory):
             torch.manual_seed(sum(map(ord, family)))
             model = getattr(transformers, model_cls)(config).eval()
             model.set_attn_implementation("eager")
+            with torch.no_grad():       # DeepSeek-V3's router bias starts at 0: make it matter
+                for key, buffer in model.named_buffers():
+                    if key.endswith("e_score_correction_bias"):
+                        buffer.uniform_(-0.25, 0.25)
             path = tmp_path_factory.mktemp(family)
             model.save_pretrained(path)
             built[family] = (path, model)

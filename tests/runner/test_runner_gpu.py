@@ -23,6 +23,10 @@ def build(tmp_path_factory, config_cls: str, model_cls: str, **extra):
     torch.manual_seed(1)
     model = getattr(transformers, model_cls)(config).eval()
     model.set_attn_implementation("eager")
+    with torch.no_grad():           # DeepSeek-V3's router bias starts at 0: make it matter
+        for key, buffer in model.named_buffers():
+            if key.endswith("e_score_correction_bias"):
+                buffer.uniform_(-0.25, 0.25)
     path = tmp_path_factory.mktemp(model_cls)
     model.save_pretrained(path)
     return path, model
@@ -53,10 +57,26 @@ def wide_deepseek(tmp_path_factory):
                  first_k_dense_replace=1)
 
 
+@pytest.fixture(scope="module")
+def wide_deepseek_v3(tmp_path_factory):
+    """DeepSeek-V3 at the same latent sizes: sigmoid noaux_tc router (8 experts, 4 groups,
+    2 kept, random correction bias). initializer_range 0.05: experts move the residual less
+    than at 0.2, so an expert choice flipped by bf16 / TF32 rounding near a tie (this router
+    has near-ties) moves the logits little (measured on CPU: bf16 errors ~0.013 for
+    transformers and the runner; at 0.2 up to ~0.4 for both)."""
+    return build(tmp_path_factory, "DeepseekV3Config", "DeepseekV3ForCausalLM",
+                 num_key_value_heads=None, kv_lora_rank=512, qk_rope_head_dim=64,
+                 qk_nope_head_dim=128, v_head_dim=128, q_lora_rank=128, n_routed_experts=8,
+                 num_experts_per_tok=2, n_group=4, topk_group=2, n_shared_experts=1,
+                 moe_intermediate_size=64, first_k_dense_replace=1, initializer_range=0.05)
+
+
 @pytest.mark.parametrize("family,backend", [("llama", "torch_native"), ("llama", "sdpa"),
                                             ("llama", "triton"), ("gpt_oss", "torch_native"),
                                             ("gpt_oss", "triton"), ("deepseek", "torch_native"),
-                                            ("deepseek", "sdpa"), ("deepseek", "triton_mla")])
+                                            ("deepseek", "sdpa"), ("deepseek", "triton_mla"),
+                                            ("deepseek_v3", "torch_native"),
+                                            ("deepseek_v3", "triton_mla")])
 def test_cuda_logits_and_generation(request, hf_logits, family, backend):
     path, hf = request.getfixturevalue(f"wide_{family}")
     engine = Engine.from_pretrained(path, backend=backend, page_size=16, device="cuda")
@@ -82,22 +102,24 @@ MLA_PROMPTS = [[1, 5, 9, 3, 7, 8, 20, 21, 22, 23, 24, 100, 64], [4, 6, 8, 10],
 
 
 @pytest.mark.parametrize("page_size", [1, 16])
-def test_cuda_deepseek_triton_mla_steps(wide_deepseek, page_size):
+@pytest.mark.parametrize("family", ["deepseek", "deepseek_v3"])
+def test_cuda_deepseek_triton_mla_steps(request, family, page_size):
     """fp32 prefill rows and three decode steps against transformers (TF32 tolerance)."""
-    path, hf = wide_deepseek
+    path, hf = request.getfixturevalue(f"wide_{family}")
     engine = Engine.from_pretrained(path, backend="triton_mla", page_size=page_size, device="cuda")
     prefill_then_decode_match(engine, hf, MLA_PROMPTS, decode_steps=3, rtol=RTOL["triton_mla"])
 
 
 @pytest.mark.parametrize("page_size", [1, 16])
-def test_cuda_deepseek_bf16_on_triton_mla(wide_deepseek, page_size):
-    """bf16 on triton_mla against transformers in fp32. Tolerance: bf16 rounding moves this
-    model's logits by up to ~0.14 of the largest one in transformers' own bf16 run (measured
-    on CPU: an expert choice flips for one token), so the runner in bf16 may be off by twice
-    transformers' own bf16 error, and never more than 0.3."""
+@pytest.mark.parametrize("family", ["deepseek", "deepseek_v3"])
+def test_cuda_deepseek_bf16_on_triton_mla(request, family, page_size):
+    """bf16 on triton_mla against transformers in fp32. Tolerance: bf16 rounding moves the
+    V2 model's logits by up to ~0.14 of the largest one in transformers' own bf16 run
+    (measured on CPU: an expert choice flips for one token), so the runner in bf16 may be off
+    by twice transformers' own bf16 error, and never more than 0.3 (V3: see its fixture)."""
     import copy
 
-    path, hf = wide_deepseek
+    path, hf = request.getfixturevalue(f"wide_{family}")
     hf_bf16 = copy.deepcopy(hf).to("cuda", torch.bfloat16)
     engine = Engine.from_pretrained(path, backend="triton_mla", page_size=page_size,
                                     device="cuda", dtype="bf16")

@@ -12,7 +12,10 @@ norms, activation, rotary base — and the per-family differences:
   every projection, and a mixture of experts instead of the dense MLP (runner/mlp.py).
 - deepseek_v2: Llama-like norms around multi-head latent attention (runner/mla.py) with
   interleaved rotary pairs; dense MLPs for the first ``first_k_dense_replace`` layers, routed
-  plus shared experts after (runner/mlp.py).
+  plus shared experts after (runner/mlp.py), softmax router (runner/routing.py).
+- deepseek_v3 (and kimi_k2, the same architecture under Moonshot's name): V2's blocks with
+  the sigmoid ``noaux_tc`` router and renormalised weights; rotary pairs interleaved unless
+  ``rope_interleave`` is false (then neox halves).
 
 RoPE of every family (default, linear, llama3, yarn) is read by runner/rope.py.
 """
@@ -29,10 +32,23 @@ from attnkit.runner.rope import RopeConfig, rope_config
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3")
 GEMMA_LIKE = ("gemma2",)
 MOE = ("gpt_oss",)
-MLA = ("deepseek_v2",)
+DEEPSEEK_V3 = ("deepseek_v3", "kimi_k2")
+MLA = ("deepseek_v2",) + DEEPSEEK_V3
 SUPPORTED = LLAMA_LIKE + GEMMA_LIKE + MOE + MLA
 ACTIVATIONS = ("silu", "gelu_pytorch_tanh", "gelu_tanh", "gelu")
-TOPK_METHODS = ("greedy", "group_limited_greedy")
+# What transformers computes per DeepSeek generation: the router's scoring_func and
+# topk_method it runs, and its config defaults for routing fields a config.json leaves out
+# (V2 ignores norm_topk_prob, as transformers does).
+DEEPSEEK_ROUTING = {
+    "v2": {"scoring_func": ("softmax",), "topk_method": ("greedy", "group_limited_greedy")},
+    "v3": {"scoring_func": ("sigmoid",), "topk_method": ("noaux_tc",)},
+}
+DEEPSEEK_DEFAULTS = {
+    "v2": {"first_k_dense_replace": 0, "routed_scaling_factor": 1.0, "n_shared_experts": 2,
+           "norm_topk_prob": False},
+    "v3": {"first_k_dense_replace": 3, "routed_scaling_factor": 2.5, "n_shared_experts": 1,
+           "norm_topk_prob": True, "n_group": 8, "topk_group": 4},
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +90,13 @@ def architecture_of(cfg: dict, *, name: str | None = None) -> Architecture:
         fail("AK480", f"the runner has no block recipe for model_type {model_type or '(none)'!r}; "
                       f"it runs {', '.join(SUPPORTED)}",
              field="model_type", expected=list(SUPPORTED), actual=model_type or None)
+    quant = cfg.get("quantization_config")
+    if quant:
+        method = quant.get("quant_method") if isinstance(quant, dict) else quant
+        fail("AK480", f"the checkpoint is quantized (quantization_config quant_method "
+                      f"{method!r}); the runner reads plain fp32 / fp16 / bf16 weights and does "
+                      "not dequantize (block scales, packed experts), so dequantize it first",
+             field="quantization_config", expected=None, actual=method)
     attention = parse_config(cfg, name=name)
     first = attention.layers[0]
     kind = "mla" if model_type in MLA else "mha"
@@ -94,7 +117,7 @@ def architecture_of(cfg: dict, *, name: str | None = None) -> Architecture:
         vocab_size=_int(cfg, "vocab_size"), hidden_size=hidden,
         intermediate_size=_int(cfg, "intermediate_size"), num_layers=len(attention.layers),
         rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), activation=act,
-        rope=rope, rope_interleaved=kind == "mla",
+        rope=rope, rope_interleaved=_rope_interleaved(cfg, model_type),
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", gemma)),
         norm_offset=1.0 if gemma else 0.0,
         norm_weight_fp32=gemma or model_type in MOE,
@@ -114,6 +137,22 @@ def _int(cfg: dict, key: str) -> int:
     return value
 
 
+def _flag(cfg: dict, key: str, default: bool) -> bool:
+    """A true/false config field (null counts as false, as transformers tests it)."""
+    value = cfg.get(key, default)
+    if value is not None and not isinstance(value, bool):
+        fail("AK480", f"config field {key!r} must be true or false, got {value!r}", field=key,
+             expected="bool", actual=value)
+    return bool(value)
+
+
+def _rope_interleaved(cfg: dict, model_type: str) -> bool:
+    """DeepSeek rotates interleaved pairs (2j, 2j + 1); V3 configs may turn it off."""
+    if model_type in DEEPSEEK_V3:
+        return _flag(cfg, "rope_interleave", True)
+    return model_type in MLA
+
+
 def _optional_int(cfg: dict, key: str) -> int | None:
     """A positive int field used only for warnings: anything else counts as not stated."""
     value = cfg.get(key)
@@ -123,7 +162,9 @@ def _optional_int(cfg: dict, key: str) -> int | None:
 def _moe(cfg: dict, model_type: str) -> GptOssMoEConfig | DeepseekMoEConfig | None:
     if model_type in MOE:
         return _gpt_oss_moe(cfg)
-    return _deepseek_moe(cfg) if model_type in MLA else None
+    if model_type in MLA:
+        return _deepseek_moe(cfg, "v3" if model_type in DEEPSEEK_V3 else "v2")
+    return None
 
 
 def _gpt_oss_moe(cfg: dict) -> GptOssMoEConfig:
@@ -133,31 +174,47 @@ def _gpt_oss_moe(cfg: dict) -> GptOssMoEConfig:
                            swiglu_limit=float(cfg.get("swiglu_limit", 7.0)))
 
 
-def _deepseek_moe(cfg: dict) -> DeepseekMoEConfig | None:
-    """DeepSeek-V2's experts; AK480 for a routing the runner does not compute."""
-    first_dense = cfg.get("first_k_dense_replace") or 0
+def _deepseek_moe(cfg: dict, gen: str) -> DeepseekMoEConfig | None:
+    """DeepSeek's experts (``gen``: "v2" or "v3"); AK480 for a routing the runner does not
+    compute."""
+    defaults = DEEPSEEK_DEFAULTS[gen]
+    first_dense = cfg.get("first_k_dense_replace", defaults["first_k_dense_replace"]) or 0
     if isinstance(first_dense, bool) or not isinstance(first_dense, int) or first_dense < 0:
         fail("AK480", f"first_k_dense_replace must be an integer >= 0, got {first_dense!r}",
              field="first_k_dense_replace", expected="integer >= 0", actual=first_dense)
     if first_dense >= _int(cfg, "num_hidden_layers"):
         return None                             # every layer dense: expert fields may be unset
-    experts, method = _int(cfg, "n_routed_experts"), cfg.get("topk_method") or "greedy"
-    top_k = _int(cfg, "num_experts_per_tok")
-    if method not in TOPK_METHODS or top_k > experts:
-        fail("AK480", f"DeepSeek routing topk_method={method!r} with {top_k} of {experts} experts "
-                      f"is not one the runner computes ({', '.join(TOPK_METHODS)}, top_k <= "
-                      "n_routed_experts)", field="topk_method", expected=list(TOPK_METHODS),
-             actual=method)
+    cfg = {**defaults, **cfg}
+    experts, top_k = _int(cfg, "n_routed_experts"), _int(cfg, "num_experts_per_tok")
+    routing = DEEPSEEK_ROUTING[gen]
+    scoring = cfg.get("scoring_func") or routing["scoring_func"][0]
+    method = cfg.get("topk_method") or routing["topk_method"][0]
+    if scoring not in routing["scoring_func"] or method not in routing["topk_method"] \
+            or top_k > experts:
+        fail("AK480", f"DeepSeek-{gen.upper()} routing scoring_func={scoring!r}, "
+                      f"topk_method={method!r} with {top_k} of {experts} experts is not one the "
+                      f"runner computes (scoring_func {' / '.join(routing['scoring_func'])}, "
+                      f"topk_method {' / '.join(routing['topk_method'])}, top_k <= "
+                      "n_routed_experts)", field="topk_method",
+             expected=list(routing["topk_method"]), actual=method)
+    scaling = cfg["routed_scaling_factor"]
+    if isinstance(scaling, bool) or not isinstance(scaling, (int, float)) or scaling <= 0:
+        fail("AK480", f"routed_scaling_factor must be a number > 0, got {scaling!r}",
+             field="routed_scaling_factor", expected="a number > 0", actual=scaling)
     groups = topk_groups = None
-    if method == "group_limited_greedy":
+    if method != "greedy":
         groups, topk_groups = _int(cfg, "n_group"), _int(cfg, "topk_group")
-        if experts % groups or topk_groups > groups or top_k > topk_groups * (experts // groups):
-            fail("AK480", f"group_limited_greedy needs n_group ({groups}) to divide "
-                          f"n_routed_experts ({experts}), topk_group ({topk_groups}) <= n_group, "
-                          f"and num_experts_per_tok ({top_k}) experts in the kept groups",
+        per_group = 2 if method == "noaux_tc" else 1     # noaux_tc sums each group's best two
+        if experts % groups or experts // groups < per_group or topk_groups > groups \
+                or top_k > topk_groups * (experts // groups):
+            fail("AK480", f"{method} needs n_group ({groups}) to divide n_routed_experts "
+                          f"({experts}) into groups of {per_group}+ experts, topk_group "
+                          f"({topk_groups}) <= n_group, and num_experts_per_tok ({top_k}) "
+                          "experts in the kept groups",
                  field="n_group", expected=f"a divisor of {experts}", actual=groups)
     return DeepseekMoEConfig(
         num_experts=experts, top_k=top_k, inter=_int(cfg, "moe_intermediate_size"),
         num_shared=int(cfg.get("n_shared_experts") or 0),
-        scaling=float(cfg.get("routed_scaling_factor", 1.0)), first_dense=first_dense,
-        topk_method=method, num_groups=groups, topk_groups=topk_groups)
+        scaling=float(scaling), first_dense=first_dense,
+        topk_method=method, num_groups=groups, topk_groups=topk_groups, scoring=scoring,
+        norm_topk_prob=gen == "v3" and _flag(cfg, "norm_topk_prob", True))

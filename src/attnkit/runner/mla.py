@@ -1,4 +1,5 @@
-"""Multi-head latent attention (DeepSeek-V2), the model's side of an attnkit MLA backend.
+"""Multi-head latent attention (DeepSeek-V2, V3, Kimi-K2), the model's side of an attnkit MLA
+backend.
 
 Sizes: H heads, nope + R = q/k width per head (R = qk_rope_head_dim rotates), L =
 kv_lora_rank, D_v = v_head_dim. Per token x: [hidden]:
@@ -12,9 +13,10 @@ The backend attends with per-head keys [c @ w_kc[h]^T, k_pe] and values c @ w_vc
 kv_b_proj.weight [H * (nope + D_v), L] splits per head into w_kc [H, nope, L] (rows 0..nope)
 and w_vc (the other D_v rows, transposed to [H, L, D_v]); whether it decompresses or absorbs
 them is the backend's choice. It returns [T, H * D_v] for o_proj. Rotation uses DeepSeek's
-interleaved pairs (runner/rotary.py); the softmax scale, with YaRN's mscale, is the layer
-spec's (attnkit.model.config). The inner norms use eps 1e-6 whatever rms_norm_eps says,
-as transformers' DeepseekV2Attention does.
+interleaved pairs, or neox halves for a V3 config with rope_interleave false (runner/rotary.py);
+the softmax scale, with YaRN's mscale, is the layer spec's (attnkit.model.config). The inner
+norms use eps 1e-6 whatever rms_norm_eps says, as transformers' DeepseekV2Attention and
+DeepseekV3Attention do. V2 and V3 attention differ in nothing else the runner computes.
 """
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """The feed-forward halves of a block: a dense gated MLP and two mixtures of experts.
 
 All map x: [T, hidden] -> [T, hidden]. Weights use Hugging Face's names and layouts.
-``feed_forward`` picks a layer's MLP: gpt-oss's experts on every layer; DeepSeek-V2's
-routed + shared experts from ``first_k_dense_replace`` on, dense gated MLPs before it.
+``feed_forward`` picks a layer's MLP: gpt-oss's experts on every layer; DeepSeek's (V2, V3,
+Kimi-K2) routed + shared experts from ``first_k_dense_replace`` on, dense gated MLPs before
+it. DeepSeek's routers (softmax or sigmoid scores, three selections) are runner/routing.py.
 Experts run as a plain loop over the experts some token picked.
 """
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from attnkit.runner.layers import Linear
+from attnkit.runner.routing import route
 from attnkit.runner.weights import Weights
 
 
@@ -94,19 +96,21 @@ class DeepseekMoEConfig:
     num_shared: int               # n_shared_experts: one dense MLP of num_shared * inter
     scaling: float                # routed_scaling_factor
     first_dense: int              # first_k_dense_replace: layers before it are dense
-    topk_method: str = "greedy"   # or "group_limited_greedy"
+    topk_method: str = "greedy"   # "greedy" | "group_limited_greedy" (V2), "noaux_tc" (V3)
     num_groups: int | None = None     # n_group
     topk_groups: int | None = None    # topk_group
+    scoring: str = "softmax"          # "softmax" (V2) | "sigmoid" (V3)
+    norm_topk_prob: bool = False      # renormalise the chosen weights (V3)
 
 
 class DeepseekMoE:
-    """DeepSeek-V2 experts. Router: softmax over all experts (float32) of gate(x); the top_k
-    probabilities, times routed_scaling_factor and not renormalised, weight the chosen SwiGLU
-    experts. "group_limited_greedy" first keeps the topk_group expert groups with the highest
-    best score (the rest score 0). The shared experts' MLP is added for every token.
+    """DeepSeek experts (V2, V3, Kimi-K2). The router (runner/routing.py) gives each token
+    top_k SwiGLU experts and their float32 weights; the shared experts' MLP is added for every
+    token.
 
-    gate.weight: [E, hidden] (kept float32, as transformers keeps it); experts either per
-    expert (experts.{e}.{gate,up,down}_proj.weight, as saved) or fused (experts.gate_up_proj
+    gate.weight: [E, hidden] and, for noaux_tc, gate.e_score_correction_bias: [E] (both kept
+    float32, as transformers keeps them); experts either per expert
+    (experts.{e}.{gate,up,down}_proj.weight, as saved) or fused (experts.gate_up_proj
     [E, 2I, hidden] gate rows first, experts.down_proj [E, hidden, I], as in memory).
     """
 
@@ -114,6 +118,10 @@ class DeepseekMoE:
         self.moe = moe
         e, inter = moe.num_experts, moe.inter
         self.router = w.get(f"{prefix}gate.weight", shape=(e, hidden), dtype=torch.float32)
+        self.bias = None
+        if moe.topk_method == "noaux_tc":
+            self.bias = w.get(f"{prefix}gate.e_score_correction_bias", shape=(e,),
+                              dtype=torch.float32)
         p = f"{prefix}experts."
         if w.has(f"{p}gate_up_proj"):
             gate_up = w.get(f"{p}gate_up_proj", shape=(e, 2 * inter, hidden))
@@ -130,15 +138,7 @@ class DeepseekMoE:
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x: [T, hidden] -> (weights [T, k] float32, experts [T, k] int64)."""
-        scores = torch.softmax(F.linear(x.float(), self.router), dim=-1)      # [T, E]
-        moe = self.moe
-        if moe.topk_method == "group_limited_greedy":
-            grouped = scores.view(scores.shape[0], moe.num_groups, -1)          # [T, G, E/G]
-            best = grouped.amax(dim=-1).topk(moe.topk_groups, dim=-1).indices   # [T, topk_groups]
-            keep = torch.zeros_like(grouped[..., 0], dtype=torch.bool).scatter_(1, best, True)
-            scores = grouped.masked_fill(~keep[..., None], 0.0).flatten(1)
-        weights, chosen = torch.topk(scores, moe.top_k, dim=-1)
-        return weights * moe.scaling, chosen
+        return route(F.linear(x.float(), self.router), self.moe, self.bias)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         weights, chosen = self.route(x)

@@ -5,24 +5,31 @@ ENTRIES = [
     entry(
         "AK480", "Model not runnable by the attnkit runner",
         meaning="The runner holds block recipes (norms, MLP, rotary, LM head) for a few "
-                "decoder-only families: llama, mistral, qwen2, qwen3, gemma2, gpt_oss and "
-                "deepseek_v2 (MLA), with RoPE of type default, linear, llama3 or yarn. A config "
-                "outside them parses for planning, but the runner cannot compute it.",
+                "decoder-only families: llama, mistral, qwen2, qwen3, gemma2, gpt_oss, "
+                "deepseek_v2, deepseek_v3 and kimi_k2 (MLA), with RoPE of type default, linear, "
+                "llama3 or yarn, from unquantized weights. A config outside them parses for "
+                "planning, but the runner cannot compute it.",
         trigger="Engine.from_pretrained on a config whose model_type, activation, rope type, "
-                "expert routing (DeepSeek topk_method) or attention layout (encoder-decoder) "
-                "the runner lacks, whose rope type needs a field it does not set (llama3 "
+                "expert routing (DeepSeek scoring_func / topk_method / expert groups) or "
+                "attention layout (encoder-decoder) the runner lacks, that carries a "
+                "quantization_config, whose rope type needs a field it does not set (llama3 "
                 "without low_freq_factor), that combines dual chunk attention with scaled RoPE, "
                 "or whose hidden_size / intermediate_size / vocab_size is not a positive integer.",
-        situations=["A DeepSeek-V3 / Kimi-K2 (sigmoid router) or Whisper (encoder-decoder) "
-                    "checkpoint given to the runner.",
+        situations=["A Whisper (encoder-decoder) checkpoint given to the runner.",
+                    "DeepSeek-V3 / Kimi-K2 as released (fp8 weights with block scales, a "
+                    "quantization_config): the runner does not dequantize.",
+                    "A DeepSeek-V2 config edited to topk_method 'noaux_tc' (a V3 router), or "
+                    "a V3 config to 'group_limited_greedy'.",
                     "A config with rope_type 'dynamic' or 'longrope'."],
         solutions=["Plan such models with `attnkit plan` and serve them in a full engine; the "
                    "runner is a correctness harness for the families it lists.",
+                   "Dequantize a quantized checkpoint to bf16 (and drop its "
+                   "quantization_config) before giving it to the runner.",
                    "For tests, build the tiny model from a supported family "
                    "(LlamaConfig, Qwen2Config, MistralConfig, Qwen3Config, Gemma2Config, "
-                   "GptOssConfig, DeepseekV2Config)."],
-        before="Engine.from_pretrained('./deepseek-v3-tiny')",
-        after="Engine.from_pretrained('./deepseek-v2-tiny')",
+                   "GptOssConfig, DeepseekV2Config, DeepseekV3Config)."],
+        before="Engine.from_pretrained('./whisper-tiny')",
+        after="attnkit plan ./whisper-tiny --device h100",
         related=("AK481", "AK512"),
     ),
     entry(
