@@ -5,8 +5,9 @@ and runs prefill / decode / mixed steps; ``Scheduler`` (scheduler.py) batches re
 it continuously (chunked prefill, preemption), ``sampling`` chooses tokens, and ``LLM``
 (llm.py) is the generate-many-prompts API. The model: ``arch`` (block recipe per family),
 ``model`` (layer loop), ``attention`` (MHA/GQA), ``mla`` (DeepSeek's latent attention),
-``mlp`` (dense and experts), ``routing`` (DeepSeek V2/V3 expert routers), ``rope`` + ``rotary`` (RoPE of every type, and the dual-chunk
-rotation that feeds the ``dual_chunk`` backend). See docs/runner.md.
+``mlp`` (dense and experts), ``routing`` (DeepSeek V2/V3 expert routers), ``rope`` +
+``rotary`` (RoPE of every type, and the dual-chunk rotation that feeds the ``dual_chunk``
+backend). See docs/runner.md.
 Importing this package imports nothing heavy; each name is loaded (with torch) on first use.
 """
 
