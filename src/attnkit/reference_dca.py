@@ -27,11 +27,15 @@ def dual_chunk_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
                          config: DualChunkConfig, q_positions: Sequence[int], rope_base: float,
                          rotary_dim: int | None = None, scale: float | None = None,
                          q_lengths: int | Sequence[int] | None = None,
-                         k_lengths: int | Sequence[int] | None = None) -> torch.Tensor:
+                         k_lengths: int | Sequence[int] | None = None,
+                         cached_keys: torch.Tensor | None = None) -> torch.Tensor:
     """q: [n, H_q, D] raw queries at q_positions [n]; k: [m, H_kv, D] raw keys and
     v: [m, H_kv, D_v] at positions 0 .. m-1 (max(q_positions) < m).
     q_lengths / k_lengths: the length L each query / key was scaled with (an int for all, one
     per token, or None for s = 1). scale: softmax scale, default 1/sqrt(D).
+    cached_keys: [m, H_kv, D] the keys as a KV cache holds them (already rotated at
+    chunk-local positions and length-scaled, e.g. read back from fp8 pages, whose rounding
+    then reaches the oracle as it reaches the backend); k and k_lengths are then unused.
     -> float64 [n, H_q, D_v]
     """
     n, hq, d = q.shape
@@ -46,7 +50,10 @@ def dual_chunk_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     sq = _scales(q_lengths, n, omax, dev)
     sk = _scales(k_lengths, m, omax, dev)
 
-    keys = _rotate(k.to(F64), kpos % cl, rope_base, rd) * sk[:, None, None]
+    if cached_keys is None:
+        keys = _rotate(k.to(F64), kpos % cl, rope_base, rd) * sk[:, None, None]
+    else:
+        keys = cached_keys.to(F64)
     keys = keys.repeat_interleave(hq // hkv, dim=1)                          # [m, H_q, D]
     values = v.to(F64).repeat_interleave(hq // hkv, dim=1)
     local = p % cl

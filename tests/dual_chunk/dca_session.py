@@ -42,6 +42,17 @@ class Seq:
 class Run:
     outputs: list[torch.Tensor]        # per request [done, H_q, D_v] float64 (CPU)
     lengths: list[list[int]]           # per request, per token: L of its length scale
+    cache: object = None               # the PagedKVCache the run wrote
+    rows: list[list[int]] | None = None   # per request, its block-table row
+
+    def cached_kv(self, layer, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Request i's K (rotated, scaled) and V as the cache holds them, dequantised to
+        float64 on the CPU: [n, H_kv, D], [n, H_kv, D_v] (for fp8 caches)."""
+        from attnkit.backends.paged_torch import read_kv
+
+        table = torch.tensor([self.rows[i]], dtype=torch.int32, device=self.cache.device)
+        k, v = read_kv(self.cache, layer, table, len(self.lengths[i]), torch.float64)
+        return k[0].cpu(), v[0].cpu()
 
 
 def make_seqs(spec, lengths, *, seed: int = 0, dtype=torch.float32, device="cpu") -> list[Seq]:
@@ -56,10 +67,11 @@ def make_seqs(spec, lengths, *, seed: int = 0, dtype=torch.float32, device="cpu"
 
 def run_steps(layer, seqs: list[Seq], steps: list[list[int]], *, page_size: int,
               device="cpu", prompt_lens: list[int] | None = None, seed: int = 0,
-              backend=None) -> Run:
+              backend=None, kv_dtype=None, kv_scales: tuple[float, float] = (1.0, 1.0)) -> Run:
     """steps[s][i]: new tokens of request i at step s (0 = not in that step).
     prompt_lens: the L every prefill step of request i scales with (the literal rule); None
-    uses the KV length after each step."""
+    uses the KV length after each step. kv_dtype: the cache's (default q's dtype);
+    kv_scales: its (K, V) scales (fp8 pages hold value / scale)."""
     spec = layer.spec
     cfg = spec.dual_chunk
     backend = backend or DualChunkBackend()
@@ -68,7 +80,8 @@ def run_steps(layer, seqs: list[Seq], steps: list[list[int]], *, page_size: int,
     alloc = PageAllocator(sum(pages) + 2, page_size=page_size, shuffle=seed)
     rows = [alloc.allocate(i, s.length) for i, s in enumerate(seqs)]
     cache = PagedKVCache([spec], num_pages=alloc.num_pages, page_size=page_size,
-                         dtype=seqs[0].q.dtype, device=device)
+                         dtype=kv_dtype or seqs[0].q.dtype, device=device,
+                         k_scales={spec.layer_id: kv_scales[0]}, v_scales={spec.layer_id: kv_scales[1]})
     done = [0] * len(seqs)
     outs: list[list[torch.Tensor]] = [[] for _ in seqs]
     lens: list[list[int]] = [[] for _ in seqs]
@@ -92,15 +105,19 @@ def run_steps(layer, seqs: list[Seq], steps: list[list[int]], *, page_size: int,
             lens[i] += [n_len] * step[i]
             start += step[i]
             done[i] += step[i]
-    return Run([torch.cat(o) for o in outs], lens)
+    return Run([torch.cat(o) for o in outs], lens, cache, rows)
 
 
-def reference(spec, seq: Seq, lengths: list[int] | None = None, positions=None) -> torch.Tensor:
-    """Dense float64 DCA of ``positions`` (default all) of ``seq``: [n, H_q, D_v] on CPU."""
+def reference(spec, seq: Seq, lengths: list[int] | None = None, positions=None,
+              cached: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """Dense float64 DCA of ``positions`` (default all) of ``seq``: [n, H_q, D_v] on CPU.
+    cached: (K, V) read back from the run's cache (Run.cached_kv) to use instead of seq's
+    raw keys and values: the fp8 rounding then reaches the oracle too."""
     n = len(lengths) if lengths is not None else seq.length
     positions = list(range(n)) if positions is None else list(positions)
     q_len = None if lengths is None else [lengths[p] for p in positions]
+    keys, values = (None, seq.v[:n]) if cached is None else cached
     return dual_chunk_reference(
-        seq.q[positions].double().cpu(), seq.k[:n].double().cpu(), seq.v[:n].double().cpu(),
+        seq.q[positions].double().cpu(), seq.k[:n].double().cpu(), values.double().cpu(),
         config=spec.dual_chunk, q_positions=positions, rope_base=BASE,
-        scale=spec.softmax_scale, q_lengths=q_len, k_lengths=lengths)
+        scale=spec.softmax_scale, q_lengths=q_len, k_lengths=lengths, cached_keys=keys)

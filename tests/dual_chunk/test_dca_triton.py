@@ -112,3 +112,28 @@ def test_decode_of_more_requests_than_the_fused_write_serves():
         last = [lengths[i] - 1]
         assert_close(run.outputs[i][last], reference(layer.spec, seq, run.lengths[i], positions=last),
                      dtype="fp32", what=f"request {i}")
+
+
+FP8_CASES = [pytest.param("cpu", "fp32", "fp8_e4m3", id="cpu-e4m3"),
+             pytest.param("cpu", "fp32", "fp8_e5m2", id="cpu-e5m2"),
+             pytest.param("cuda", "bf16", "fp8_e4m3", id="cuda-bf16-e4m3", marks=pytest.mark.gpu),
+             pytest.param("cuda", "bf16", "fp8_e5m2", id="cuda-bf16-e5m2", marks=pytest.mark.gpu)]
+
+
+@pytest.mark.parametrize("device,dtype,kv_dtype", FP8_CASES)
+@pytest.mark.parametrize("impl", ["torch", "triton"])
+def test_fp8_kv_cache_against_the_reference_on_what_the_cache_holds(device, dtype, kv_dtype, impl):
+    """fp8 pages (with K and V scales): the backend equals the dense DCA of the keys and values
+    read back from the cache, so the only rounding allowed is the compute dtype's."""
+    layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=16, dual_chunk=TOY, device=device,
+                       dtype=dtype)
+    lengths = [23, 9]
+    seqs = make_seqs(layer.spec, lengths, seed=16, dtype=torch_dtype(dtype), device=device)
+    steps = [[11, 9], [5, 0], [1, 0], [6, 0]]
+    run = run_steps(layer, seqs, steps, page_size=3, device=device, kv_dtype=kv_dtype,
+                    kv_scales=(0.5, 2.0), backend=DualChunkBackend(impl=impl))
+    for i, seq in enumerate(seqs):
+        want = reference(layer.spec, seq, run.lengths[i], cached=run.cached_kv(layer, i))
+        assert_close(run.outputs[i], want, dtype=dtype, what=f"{impl} {kv_dtype} request {i}")
+        raw = reference(layer.spec, seq, run.lengths[i])
+        assert (run.outputs[i] - raw).abs().max() > 1e-4          # fp8 rounding is in play

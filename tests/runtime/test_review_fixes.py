@@ -48,8 +48,8 @@ def test_impossible_layer_spec_is_ak419(field, value):
     assert info.value.code == "AK419" and info.value.field == f"layer.spec.{field}"
 
 
-@pytest.mark.parametrize("kv_dtype", ["fp8_e4m3", "fp8_e5m2"])
-def test_dual_chunk_refuses_an_undeclared_fp8_cache(kv_dtype):
+@pytest.mark.parametrize("kv_dtype", [torch.int8, torch.float64])
+def test_dual_chunk_refuses_an_undeclared_cache_dtype(kv_dtype):
     from attnkit.kvcache.paged import PagedKVCache
     from attnkit.backends.batch import Request, build_batch
     from attnkit.model.spec import DualChunkConfig, LayerAttention

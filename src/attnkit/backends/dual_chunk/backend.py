@@ -128,7 +128,7 @@ def _check_queries(q, layer: AttentionLayer) -> None:
 
 
 def _check_cache_dtype(cache) -> None:
-    """Only the declared KV-cache dtypes (no fp8: its rounding is not covered by the tests)."""
+    """Only the declared KV-cache dtypes (fp8 pages with per-layer scales included)."""
     kv_dtype = next((k for k, d in TORCH_KV_DTYPES.items() if d == cache.dtype), str(cache.dtype))
     if kv_dtype not in _CAPS.kv_cache_dtypes:
         fail("AK420", f"the dual_chunk backend does not serve a {kv_dtype} KV cache",
