@@ -137,3 +137,60 @@ def test_fp8_kv_cache_against_the_reference_on_what_the_cache_holds(device, dtyp
         assert_close(run.outputs[i], want, dtype=dtype, what=f"{impl} {kv_dtype} request {i}")
         raw = reference(layer.spec, seq, run.lengths[i])
         assert (run.outputs[i] - raw).abs().max() > 1e-4          # fp8 rounding is in play
+
+
+@pytest.mark.parametrize("capability,hip,auto", [((7, 5), None, False), ((8, 0), None, True),
+                                                 ((9, 0), None, True), ((9, 4), "6.2", False)])
+def test_auto_runs_triton_only_where_its_kernels_are_declared(monkeypatch, capability, hip, auto):
+    """The triton backend's kernels are declared for NVIDIA sm80+ (bf16 tiles): below that, or
+    on ROCm, "auto" takes the torch path, and an explicit impl="triton" is refused (AK211)
+    instead of failing inside a kernel compile."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.version, "hip", hip)
+    cuda = torch.device("cuda")
+    assert DualChunkBackend(impl="auto")._use_triton(cuda) is auto
+    assert DualChunkBackend(impl="torch")._use_triton(cuda) is False
+    if auto:
+        assert DualChunkBackend(impl="triton")._use_triton(cuda) is True
+    else:
+        with pytest.raises(AttnkitError) as err:
+            DualChunkBackend(impl="triton")._use_triton(cuda)
+        assert err.value.code == "AK211" and "impl='torch'" in str(err.value)
+
+
+EDGES = {   # name: (chunk_size, local_size, lengths, steps, page_size); cl = cs - ls
+    "prefix-ends-on-chunk-boundary": (8, 2, [31], [[6], [6], [1], [17], [1]], 3),
+    "chunk-length-equals-page": (8, 2, [31], [[12], [1], [18]], 6),
+    "page-1-piece-over-four-chunks": (8, 2, [25], [[2], [22], [1]], 1),
+    "chunk-length-1": (4, 3, [9, 5], [[3, 2], [1, 1], [4, 1], [1, 1]], 1),
+    "no-successor-or-inter-anywhere": (8, 2, [5, 4], [[3, 2], [1, 1], [1, 1]], 2),
+    "mixed-decode-chunk-0-extend-to-chunk-4": (8, 2, [4, 30], [[3, 20], [1, 10]], 2),
+    "decode-on-first-position-of-chunks": (8, 2, [7, 13], [[6, 12], [1, 1]], 3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EDGES))
+def test_chunk_and_page_edges_with_extra_trailing_pages(name):
+    """Index-math edges of the pseudo-requests; every block-table row holds two pages past its
+    sequence, so a shifted row's clamped columns point at real (never written) pages."""
+    cs, ls, lengths, steps, page_size = EDGES[name]
+    layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=16,
+                       dual_chunk=DualChunkConfig(chunk_size=cs, local_size=ls))
+    seqs = make_seqs(layer.spec, lengths, seed=17)
+    run = run_steps(layer, seqs, steps, page_size=page_size, extra_pages=2,
+                    backend=DualChunkBackend(impl="triton"))
+    for i, seq in enumerate(seqs):
+        assert_close(run.outputs[i], reference(layer.spec, seq, run.lengths[i]), dtype="fp32",
+                     what=f"{name} request {i}")
+
+
+def test_explicit_triton_refuses_a_head_dim_its_kernels_do_not_hold():
+    """Head dims above 256 are outside the kernels' one-tile rows: impl="triton" says so
+    (AK453) rather than quietly running the torch path; impl="auto" would take torch."""
+    layer = make_layer(num_heads=2, num_kv_heads=1, head_dim=272, dual_chunk=TOY)
+    seqs = make_seqs(layer.spec, [9], seed=18)
+    with pytest.raises(AttnkitError) as err:
+        run_steps(layer, seqs, [[9]], page_size=3, backend=DualChunkBackend(impl="triton"))
+    assert err.value.code == "AK453" and "impl='torch'" in str(err.value)
+    run = run_steps(layer, seqs, [[9]], page_size=3, backend=DualChunkBackend(impl="torch"))
+    assert_close(run.outputs[0], reference(layer.spec, seqs[0], run.lengths[0]), dtype="fp32")

@@ -48,8 +48,9 @@ class DualChunkBackend(AttentionBackend):
       pages through its block-table row, then the three parts per query chunk (parts.py);
     - "triton": attnkit's Triton extend and decode kernels run each part in place over the
       paged cache (triton_parts.py); CUDA only (the interpreter in CPU tests).
-    ``impl="auto"`` (default) runs "triton" on CUDA when Triton is installed and the layer's
-    head dims fit (<= 256), else "torch"."""
+    ``impl="auto"`` (default) runs "triton" on CUDA when Triton is installed, the GPU is one
+    the triton backend declares (NVIDIA sm80+) and the layer's head dims fit (<= 256), else
+    "torch"."""
 
     name = "dual_chunk"
 
@@ -72,13 +73,20 @@ class DualChunkBackend(AttentionBackend):
             return False
         installed = importlib.util.find_spec("triton") is not None
         if self.impl == "auto":
-            return device.type == "cuda" and installed
+            return device.type == "cuda" and installed and _triton_declared_gpu(device) is None
         if not installed:
             fail("AK420", "dual_chunk impl='triton' needs the triton package",
                  field="impl", expected="triton installed", actual="not installed")
         if device.type != "cuda" and os.environ.get("TRITON_INTERPRET", "0") != "1":
             fail("AK452", f"dual_chunk impl='triton' runs on CUDA devices; the cache is on "
                           f"{device}", field="cache.device", expected="cuda", actual=str(device))
+        if device.type == "cuda":
+            gpu, low = _triton_declared_gpu(device) or (None, None)
+            if gpu is not None:
+                fail("AK211", f"dual_chunk impl='triton' runs the triton backend's kernels, "
+                              f"declared for NVIDIA GPUs sm{low[0]}{low[1]}+; this GPU is {gpu}. "
+                              "Use impl='torch' (or 'auto', which picks it here)",
+                     field="impl", expected=f"NVIDIA sm{low[0]}{low[1]}+", actual=gpu)
         return True
 
     def forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):
@@ -92,6 +100,12 @@ class DualChunkBackend(AttentionBackend):
             if serves(q, layer):
                 out = triton_dual_chunk(q, k, v, layer, cache, step.plan, cl)
                 return out.reshape(meta.num_tokens, spec.num_heads * spec.value_dim)
+            if self.impl == "triton":     # an explicit choice is refused, not quietly changed
+                fail("AK453", f"dual_chunk impl='triton': layer {spec.layer_id} has head_dim "
+                              f"{spec.head_dim} / v_head_dim {spec.value_dim}; the triton kernels "
+                              f"hold head rows up to 256 wide. Use impl='torch' (or 'auto')",
+                     field="layer.spec.head_dim", expected="<= 256",
+                     actual=[spec.head_dim, spec.value_dim])
         write_step_kv(k, v, layer, cache, meta)
         out = q.new_zeros(meta.num_tokens, spec.num_heads, spec.value_dim)
         start = 0
@@ -103,6 +117,18 @@ class DualChunkBackend(AttentionBackend):
                 chunk_len=cl, scale=spec.softmax_scale)
             start += n
         return out.reshape(meta.num_tokens, spec.num_heads * spec.value_dim)
+
+
+def _triton_declared_gpu(device: torch.device) -> tuple[str, tuple[int, int]] | None:
+    """None if the triton backend's declaration covers this CUDA device (NVIDIA, at least its
+    minimum compute capability: bf16 tiles need sm80); else (what the GPU is, that minimum)."""
+    from attnkit.backends.triton.declaration import DECLARATION as TRITON
+
+    low = TRITON.capabilities.compute_capability[0]
+    if torch.version.hip is not None:
+        return f"ROCm (HIP {torch.version.hip})", low
+    cc = tuple(torch.cuda.get_device_capability(device))
+    return None if cc >= low else (f"sm{cc[0]}{cc[1]}", low)
 
 
 def _check_layer(layer: AttentionLayer, page_size: int) -> int:
