@@ -168,3 +168,26 @@ def test_random_layouts_equal_reference(seed, impl):
     page = rng.choice([p for p in range(1, cl + 1) if cl % p == 0])
     run = run_steps(layer, seqs, steps, page_size=page, seed=seed, backend=DualChunkBackend(impl=impl))
     check_all(layer, seqs, run, what=f"{impl} {cfg}")
+
+
+def test_merging_parts_equals_one_softmax_over_their_union():
+    """attend_part over three key ranges, folded by merge_parts (in place, one part at a time,
+    a part empty for some rows), equals one softmax over all the keys."""
+    from attnkit.backends.dual_chunk.parts import attend_part, merge_parts
+
+    gen = torch.Generator().manual_seed(17)
+    q = torch.randn(5, 4, 8, generator=gen)
+    k, v = torch.randn(30, 2, 8, generator=gen), torch.randn(30, 2, 8, generator=gen)
+    whole = attend_part(q, k, v, scale=0.3)
+    parts = [attend_part(q, k[a:b], v[a:b], scale=0.3) for a, b in ((0, 12), (12, 13), (13, 30))]
+    parts[1][1][:2] = float("-inf")            # rows 0 and 1 see nothing in the middle range
+    parts[1][0][:2] = 0.0
+    keep = [0, 1]
+    masked_k = torch.cat([k[:12], k[13:]])
+    masked_v = torch.cat([v[:12], v[13:]])
+    out, lse = merge_parts(parts)
+    torch.testing.assert_close(out[2:], whole[0][2:], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lse[2:], whole[1][2:], atol=1e-5, rtol=1e-5)
+    rest = attend_part(q[keep], masked_k, masked_v, scale=0.3)
+    torch.testing.assert_close(out[keep], rest[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lse[keep], rest[1], atol=1e-5, rtol=1e-5)

@@ -56,17 +56,26 @@ def attend_part(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: flo
 
 
 def merge_parts(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Merge (out [n, H, D_v], lse [n, H]) parts of one softmax -> (out, lse)."""
-    if len(parts) == 1:
-        return parts[0]
-    lses = torch.stack([lse for _, lse in parts])                # [P, n, H]
-    peak = lses.amax(dim=0)
+    """Merge (out [n, H, D_v], lse [n, H]) parts of one softmax -> (out, lse), folding them
+    one at a time into the first part's ``out`` (overwritten): two parts' outputs at a time."""
+    out, lse = parts[0]
+    for o, l in parts[1:]:
+        out, lse = fold_part(out, lse, o, l)
+    return out, lse
+
+
+def fold_part(out: torch.Tensor, lse: torch.Tensor, o: torch.Tensor,
+              l: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Merge part (o, l) into (out, lse) in place of ``out`` -> (out, new lse). Each output is
+    normalised within its part, so the merge weighs part t by exp(lse_t - peak) / total; an
+    empty part (lse -inf, out 0) weighs nothing."""
+    peak = torch.maximum(lse, l)
     peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
-    w = torch.exp(lses - peak)                                   # empty part: exp(-inf) = 0
-    total = w.sum(dim=0)
-    out = sum(w_t[..., None] * o for w_t, (o, _) in zip(w, parts))
+    w_out, w_o = torch.exp(lse - peak), torch.exp(l - peak)
+    total = w_out + w_o
     norm = torch.where(total > 0, total, torch.ones_like(total))
-    return out / norm[..., None], peak + torch.log(total)
+    out.mul_((w_out / norm)[..., None]).addcmul_(o, (w_o / norm)[..., None])
+    return out, peak + torch.log(total)
 
 
 def chunk_groups(q_start: int, n: int, chunk_len: int):

@@ -5,8 +5,8 @@ starts on a page boundary. A part of one chunk group (the new rows of one reques
 in one chunk) is then ordinary paged attention over a *pseudo-request*: its block-table row
 is the request's row shifted by the range's first page, its key count the range's length.
 - EXTEND / MIXED: one extend-kernel launch per part (intra causal, successor and inter
-  unmasked) over all groups that have that part, each writing float32 (out, lse); the three
-  are merged by log-sum-exp (parts.merge_parts).
+  unmasked) over all groups that have that part, each writing float32 (out, lse), folded
+  into the running result by log-sum-exp as it finishes (parts.fold_part).
 - DECODE: one group per request; the three parts go to the decode kernel's part axis (each
   part as many splits as its longest range needs), its split reduction merges every split of
   every part, and the kernel writes the new K/V itself where the triton backend's decode
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from attnkit.backends.dual_chunk.parts import chunk_groups, merge_parts, part_ranges
+from attnkit.backends.dual_chunk.parts import chunk_groups, fold_part, part_ranges
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
 from attnkit.backends.triton._common import interpreting, kernel_scales, padded_dim, write_kv
 from attnkit.backends.triton.backend import query_blocks, sm_count, split_buffers
@@ -168,7 +168,7 @@ def triton_dual_chunk(q3, k, v, layer, cache, plan: DcaTritonPlan, cl: int) -> t
         return out
     write_kv(cache, lid, meta.slot_mapping, k, v)
     cfg = extend_config(spec.head_dim, q3.dtype, interpret=interpreting(), variant="v1")
-    results = []
+    merged = None           # the parts folded in so far: two [T, H_q, D_v] f32 at a time
     for p, table in enumerate(groups.parts):
         block_req, block_m = groups.query_blocks(p, cfg["BLOCK_M"])
         if block_req.numel() == 0:
@@ -180,5 +180,6 @@ def triton_dual_chunk(q3, k, v, layer, cache, plan: DcaTritonPlan, cl: int) -> t
                          query_start_loc=groups.query_start_loc, seq_lens=table.seq_lens,
                          block_tables=table.block_tables, causal=p == 0, config=cfg, lse=lse,
                          **common)
-        results.append((o, lse))
-    return merge_parts(results)[0].to(q3.dtype)
+        merged = (o, lse) if merged is None else fold_part(*merged, o, lse)
+        del o, lse          # free this part's output before the next part allocates its own
+    return merged[0].to(q3.dtype)

@@ -22,9 +22,15 @@ ENTRIES = [
         "AK211", "Compute capability out of range",
         meaning="The backend needs a CUDA compute capability range (e.g. sm80+ for bf16 tensor-core "
                 "tiles) and this GPU is outside it.",
-        trigger="A candidate with `compute_capability` (min, max) that excludes the platform's.",
-        situations=["A Triton kernel that needs Ampere (sm80) planned for a T4 (sm75)."],
-        solutions=["Use a backend without that limit (sdpa, torch_native), or plan for a newer GPU."],
+        trigger="A candidate with `compute_capability` (min, max) that excludes the platform's; "
+                "at run time, DualChunkBackend(impl='triton') on a GPU outside the triton "
+                "backend's range (or a ROCm device).",
+        situations=["A Triton kernel that needs Ampere (sm80) planned for a T4 (sm75).",
+                    "A Qwen2.5-1M model on a V100 with the dual_chunk backend forced to its "
+                    "Triton path."],
+        solutions=["Use a backend without that limit (sdpa, torch_native), or plan for a newer GPU.",
+                   "dual_chunk: leave impl at 'auto' (it takes the torch path there) or pass "
+                   "impl='torch'."],
         before="attnkit plan deepseek-v3 --device t4 --attention-backend triton_mla",
         after="attnkit plan deepseek-v3 --device t4",
         related=("AK210", "AK121"),

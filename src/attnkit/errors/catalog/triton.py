@@ -54,7 +54,8 @@ ENTRIES = [
                 "only the declared head dims (64, 80, 96, 128, 192, 256) are built and tested on "
                 "GPUs, and others are refused rather than run unverified.",
         trigger="TritonBackend.forward with a head_dim outside the declaration or a v_head_dim "
-                "above 256.",
+                "above 256; DualChunkBackend(impl='triton') with a head or value dim above 256 "
+                "(its 'auto' takes the torch path there).",
         situations=["A model with 512-wide heads.", "A small research model with 48-wide heads.",
                     "An MLA layer expanded to MHA form by hand."],
         solutions=["Serve the layer with sdpa or torch_native, which take any head dim.", _PLAN],
