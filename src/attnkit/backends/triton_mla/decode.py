@@ -20,12 +20,13 @@ import triton.language as tl
 from triton.runtime.errors import OutOfResources
 
 from attnkit.backends.triton._common import LOG2E, NEG_BIG, online_softmax_step
-from attnkit.backends.triton_mla.decode_v2 import _absorbed_v2_kernel
+from attnkit.backends.triton_mla.decode_v2 import _absorbed_v2_kernel, work_rows
 
 # ---------------------------------------------------------------------------------------
-# DEFAULT DECODE VARIANT of the absorbed split-KV kernel: "v1" (_absorbed_split_kernel, the
-# version measured on the H200) or "v2" (decode_v2.py: output columns split across programs,
-# page-local key tiles; compiled for sm_90 but NOT yet measured). To revert, set "v1".
+# DEFAULT DECODE VARIANT of the absorbed split-KV kernel: "v1" (_absorbed_split_kernel) or
+# "v2" (decode_v2.py: output columns split across programs, page-local key tiles). Measured
+# in one H200 run (benchmarks/RESULTS.md, triton_mla, 2026-11-29): 128 heads B=128 ctx 4k
+# v2 230 vs v1 174 TFLOP/s; 16 heads 3556 vs 2975 GB/s. To revert, set "v1".
 DEFAULT_DECODE_VARIANT = "v2"
 # ---------------------------------------------------------------------------------------
 VARIANTS = ("v1", "v2")
@@ -51,18 +52,8 @@ def _absorbed_split_kernel(
     hb = tl.program_id(0)
     w = tl.program_id(1)
     split = tl.program_id(2)
-    req = tl.load(WorkReq + w)
-    tok0 = tl.load(WorkTok + w)
-    q_end = tl.load(QStart + req + 1)
-    seq_len = tl.load(SeqLens + req)
-
-    rows = tl.arange(0, BLOCK_M)
-    tok = tok0 + rows // BLOCK_H
-    head = hb * BLOCK_H + rows % BLOCK_H
-    row_ok = (tok < q_end) & (head < H)
-    # causal: token tok (of the last q_end - tok new ones) sees keys below kv_len
-    kv_len = tl.where(row_ok, seq_len - (q_end - tok) + 1, 0)
-    kv_max = tl.max(kv_len, axis=0)
+    req, tok, head, row_ok, kv_len, kv_max = work_rows(WorkReq, WorkTok, QStart, SeqLens, w, hb,
+                                                       H, BLOCK_M, BLOCK_H)
 
     offs_l = tl.arange(0, L)
     offs_r = tl.arange(0, R)

@@ -30,6 +30,25 @@ from attnkit.backends.triton._common import NEG_BIG, online_softmax_step
 
 
 @triton.jit
+def work_rows(WorkReq, WorkTok, QStart, SeqLens, w, hb, H, BLOCK_M: tl.constexpr,
+              BLOCK_H: tl.constexpr):
+    """The rows of work tile ``w`` and head block ``hb``: row r is token tok0 + r // BLOCK_H,
+    head hb * BLOCK_H + r % BLOCK_H. -> (request, tok [BLOCK_M], head [BLOCK_M], row_ok,
+    kv_len [BLOCK_M], kv_max): causal, token tok (of the last q_end - tok new ones) sees the
+    keys below its kv_len (0 for rows past the request's tokens or the heads)."""
+    req = tl.load(WorkReq + w)
+    tok0 = tl.load(WorkTok + w)
+    q_end = tl.load(QStart + req + 1)
+    seq_len = tl.load(SeqLens + req)
+    rows = tl.arange(0, BLOCK_M)
+    tok = tok0 + rows // BLOCK_H
+    head = hb * BLOCK_H + rows % BLOCK_H
+    row_ok = (tok < q_end) & (head < H)
+    kv_len = tl.where(row_ok, seq_len - (q_end - tok) + 1, 0)
+    return req, tok, head, row_ok, kv_len, tl.max(kv_len, axis=0)
+
+
+@triton.jit
 def _absorbed_v2_kernel(
     QL, QP, Cache, BlockTables, WorkReq, WorkTok, QStart, SeqLens, Out, Lse,
     stride_qlh, stride_qlt, stride_qpt, stride_qph, stride_bt,
@@ -50,17 +69,8 @@ def _absorbed_v2_kernel(
     vb = tl.program_id(0) % V_SPLIT
     w = tl.program_id(1)
     split = tl.program_id(2)
-    req = tl.load(WorkReq + w)
-    tok0 = tl.load(WorkTok + w)
-    q_end = tl.load(QStart + req + 1)
-    seq_len = tl.load(SeqLens + req)
-
-    rows = tl.arange(0, BLOCK_M)
-    tok = tok0 + rows // BLOCK_H
-    head = hb * BLOCK_H + rows % BLOCK_H
-    row_ok = (tok < q_end) & (head < H)
-    kv_len = tl.where(row_ok, seq_len - (q_end - tok) + 1, 0)
-    kv_max = tl.max(kv_len, axis=0)
+    req, tok, head, row_ok, kv_len, kv_max = work_rows(WorkReq, WorkTok, QStart, SeqLens, w, hb,
+                                                       H, BLOCK_M, BLOCK_H)
 
     offs_v = vb * BLOCK_V + tl.arange(0, BLOCK_V)            # this program's columns
     offs_r = tl.arange(0, R)
@@ -110,7 +120,7 @@ def _absorbed_v2_kernel(
         tl.store(o_ptr + split * stride_os, out, mask=row_ok[:, None])
         # the column blocks' LSEs agree up to the summation order of the score dots
         lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(l_safe))
-        lse_ok = row_ok & (rows * 0 + vb == 0)
+        lse_ok = row_ok & (tok * 0 + vb == 0)
         tl.store(Lse + tok * stride_lt + head * stride_lh + split, lse, mask=lse_ok)
 
 
