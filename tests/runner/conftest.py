@@ -118,21 +118,11 @@ def tiny_model(tmp_path_factory):
 
     def get(family: str):
         if family not in built:
-            import torch
-            import transformers
+            from runner_helpers import save_tiny
 
             config_cls, model_cls, extra = FAMILIES[family]
-            config = getattr(transformers, config_cls)(**{**COMMON, **extra})
-            torch.manual_seed(sum(map(ord, family)))
-            model = getattr(transformers, model_cls)(config).eval()
-            model.set_attn_implementation("eager")
-            with torch.no_grad():       # DeepSeek-V3's router bias starts at 0: make it matter
-                for key, buffer in model.named_buffers():
-                    if key.endswith("e_score_correction_bias"):
-                        buffer.uniform_(-0.25, 0.25)
-            path = tmp_path_factory.mktemp(family)
-            model.save_pretrained(path)
-            built[family] = (path, model)
+            built[family] = save_tiny(tmp_path_factory.mktemp(family), config_cls, model_cls,
+                                      {**COMMON, **extra}, seed=sum(map(ord, family)))
         return built[family]
 
     return get

@@ -63,3 +63,19 @@ def edit_config(path, tmp_path, **changes):
     cfg = json.loads((out / "config.json").read_text())
     (out / "config.json").write_text(json.dumps({**cfg, **changes}))
     return out
+
+
+def save_tiny(path, config_cls: str, model_cls: str, config: dict, *, seed: int):
+    """A random-weight transformers model (eager attention) saved to ``path``: (path, model).
+    DeepSeek-V3's router bias starts at 0; it is randomised so that it matters."""
+    import transformers
+
+    torch.manual_seed(seed)
+    model = getattr(transformers, model_cls)(getattr(transformers, config_cls)(**config)).eval()
+    model.set_attn_implementation("eager")
+    with torch.no_grad():
+        for key, buffer in model.named_buffers():
+            if key.endswith("e_score_correction_bias"):
+                buffer.uniform_(-0.25, 0.25)
+    model.save_pretrained(path)
+    return path, model

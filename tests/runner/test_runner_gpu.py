@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from attnkit.runner import Engine
-from runner_helpers import close, prefill_then_decode_match, rel_err
+from runner_helpers import close, prefill_then_decode_match, rel_err, save_tiny
 
 pytestmark = pytest.mark.gpu
 PROMPTS = [[1, 5, 9, 3, 7, 8, 20, 21, 22, 23, 24, 100, 64], [4, 6], [3, 3, 3, 3, 3, 9, 17]]
@@ -17,19 +17,8 @@ WIDE = dict(vocab_size=128, hidden_size=256, intermediate_size=256, num_hidden_l
 
 
 def build(tmp_path_factory, config_cls: str, model_cls: str, **extra):
-    import transformers
-
-    config = getattr(transformers, config_cls)(**{**WIDE, **extra})
-    torch.manual_seed(1)
-    model = getattr(transformers, model_cls)(config).eval()
-    model.set_attn_implementation("eager")
-    with torch.no_grad():           # DeepSeek-V3's router bias starts at 0: make it matter
-        for key, buffer in model.named_buffers():
-            if key.endswith("e_score_correction_bias"):
-                buffer.uniform_(-0.25, 0.25)
-    path = tmp_path_factory.mktemp(model_cls)
-    model.save_pretrained(path)
-    return path, model
+    return save_tiny(tmp_path_factory.mktemp(model_cls), config_cls, model_cls,
+                     {**WIDE, **extra}, seed=1)
 
 
 @pytest.fixture(scope="module")
