@@ -46,6 +46,8 @@ class LayerAttention:
 
     ``head_dim`` is the q/k width per head (MLA: nope + rope), ``v_head_dim`` the value width.
     ``sliding_window`` counts the query itself: key k is visible to query p iff p - k < window.
+    ``attention_chunk`` (chunked local attention, Llama-4's RoPE layers): key k is visible to
+    query p iff k <= p and k // attention_chunk == p // attention_chunk (positions from 0).
     ``scale`` None means 1/sqrt(head_dim).
     """
     layer_id: int
@@ -61,6 +63,7 @@ class LayerAttention:
     sinks: bool = False
     mla: MLAConfig | None = None
     dual_chunk: DualChunkConfig | None = None
+    attention_chunk: int | None = None
 
     @property
     def causal(self) -> bool:
@@ -98,6 +101,8 @@ class LayerAttention:
             out.add("non_causal")
         if self.dual_chunk is not None:
             out.add("dual_chunk")
+        if self.attention_chunk is not None:
+            out.add("chunked_local")
         return frozenset(out)
 
 
