@@ -193,6 +193,11 @@ def _check_supported(q, layer: AttentionLayer, cache) -> None:
                       "self-attention only", field="layer.spec",
              expected="kind 'mha', role decoder or encoder, no dual_chunk",
              actual={"kind": spec.kind, "role": spec.role, "dual_chunk": spec.dual_chunk is not None})
+    undeclared = sorted(spec.features() - _CAPS.features)
+    if undeclared:        # a feature the kernels do not model must not be silently ignored
+        fail("AK450", f"layer {spec.layer_id} needs {', '.join(undeclared)}, which the triton "
+                      "kernels do not implement", field="layer.features",
+             expected=sorted(_CAPS.features), actual=undeclared)
     if q.dtype not in _DTYPES or cache.dtype not in _KV_DTYPES:
         fail("AK451", f"q dtype {q.dtype} / KV-cache dtype {cache.dtype} not served by triton",
              field="q.dtype" if q.dtype not in _DTYPES else "cache.dtype",
