@@ -43,8 +43,9 @@ def make_layer(*, kind: str = "mha", num_heads: int = 4, num_kv_heads: int | Non
                head_dim: int = 64, v_head_dim: int | None = None, role: str = "decoder",
                sliding_window: int | None = None, logit_softcap: float | None = None,
                sinks: bool = False, scale: float | None = None, mla: MLAConfig | None = None,
-               dual_chunk=None, attention_chunk: int | None = None, layer_id: int = 0, dtype: str | torch.dtype = "fp32",
-               device: str | torch.device = "cpu", seed: int = 0) -> AttentionLayer:
+               dual_chunk=None, attention_chunk: int | None = None, layer_id: int = 0,
+               dtype: str | torch.dtype = "fp32", device: str | torch.device = "cpu",
+               seed: int = 0) -> AttentionLayer:
     """An AttentionLayer with random per-layer tensors (sinks [H]; MLA w_kc/w_vc in ``dtype``).
 
     MLA: head_dim/v_head_dim/num_kv_heads come from ``mla`` (default DEFAULT_MLA)."""

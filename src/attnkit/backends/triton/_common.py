@@ -71,8 +71,8 @@ def logits(qk, q_pos, k_pos, kv_len, qk_scale, softcap, window, attn_chunk,
 
     qk: [M, N] raw dot products; q_pos: [M] and k_pos: [N] absolute positions.
     With HAS_SOFTCAP, ``qk_scale`` is the plain softmax scale; otherwise scale * log2(e).
-    HAS_CHUNK (chunked local, always causal) keeps keys from the query's chunk start on: with
-    k <= p that is exactly k // attn_chunk == p // attn_chunk.
+    HAS_CHUNK (chunked local) keeps keys from the query's chunk start on: with k <= p (CAUSAL,
+    or in decode every key before the query) that is exactly k // attn_chunk == p // attn_chunk.
     """
     if HAS_SOFTCAP:
         s = softcap * tanh(qk * (qk_scale / softcap)) * 1.4426950408889634

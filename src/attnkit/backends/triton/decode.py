@@ -5,8 +5,8 @@ group â€” the group's rows padded to G_PAD >= 16 so the products run on tl.dot â
 K/V page is read once per group, not once per query head. Split ``s`` covers keys
 ``[lo + s * chunk, lo + (s + 1) * chunk)`` of its request, ``lo`` being the query's first
 visible key (0, the window's left edge, or with chunked local attention its chunk's start)
-rounded down to a tile, so no tile left of it is read. With one split the kernel writes the normalised
-output itself; otherwise it writes (max, denominator, unnormalised output) per split and
+rounded down to a tile, so no tile left of it is read. With one split the kernel writes the
+normalised output itself; otherwise it writes (max, denominator, unnormalised output) per split and
 ``_reduce_kernel`` merges them, adding the sink to the denominator exactly once.
 
 Variant v2 (FUSED_WRITE) also stores the step's new K/V: the program of the split that holds
