@@ -43,8 +43,9 @@ def make_layer(*, kind: str = "mha", num_heads: int = 4, num_kv_heads: int | Non
                head_dim: int = 64, v_head_dim: int | None = None, role: str = "decoder",
                sliding_window: int | None = None, logit_softcap: float | None = None,
                sinks: bool = False, scale: float | None = None, mla: MLAConfig | None = None,
-               dual_chunk=None, layer_id: int = 0, dtype: str | torch.dtype = "fp32",
-               device: str | torch.device = "cpu", seed: int = 0) -> AttentionLayer:
+               dual_chunk=None, attention_chunk: int | None = None, layer_id: int = 0,
+               dtype: str | torch.dtype = "fp32", device: str | torch.device = "cpu",
+               seed: int = 0) -> AttentionLayer:
     """An AttentionLayer with random per-layer tensors (sinks [H]; MLA w_kc/w_vc in ``dtype``).
 
     MLA: head_dim/v_head_dim/num_kv_heads come from ``mla`` (default DEFAULT_MLA)."""
@@ -62,7 +63,7 @@ def make_layer(*, kind: str = "mha", num_heads: int = 4, num_kv_heads: int | Non
         layer_id=layer_id, num_heads=num_heads, num_kv_heads=num_kv_heads or num_heads,
         head_dim=head_dim, v_head_dim=v_head_dim, kind=kind, role=role, scale=scale,
         sliding_window=sliding_window, logit_softcap=logit_softcap, sinks=sinks,
-        mla=mla if kind == "mla" else None, dual_chunk=dual_chunk)
+        mla=mla if kind == "mla" else None, dual_chunk=dual_chunk, attention_chunk=attention_chunk)
     sink_t = _rand(gen, num_heads, dtype=torch.float32, device=device, scale=2.0) if sinks else None
     return AttentionLayer(spec=spec, sinks=sink_t, w_kc=w_kc, w_vc=w_vc)
 

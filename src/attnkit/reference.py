@@ -111,6 +111,8 @@ def _self_mask(prefix: int, n_q: int, n_keys: int, spec, device) -> torch.Tensor
         visible &= kpos <= p
     if spec.sliding_window is not None:
         visible &= (p - kpos) < spec.sliding_window
+    if spec.attention_chunk is not None:              # chunked local: same chunk as the query
+        visible &= (kpos <= p) & (kpos // spec.attention_chunk == p // spec.attention_chunk)
     return visible
 
 

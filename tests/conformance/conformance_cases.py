@@ -8,10 +8,13 @@ marked ``gpu``) and every kind it declares, the axes
 
 are taken from its declaration and *covered*, not multiplied: case i takes value
 ``(i + offset) % len`` of each axis, and a value that still went unused gets a case of its
-own. Then named edge cases (IDLE, one-token prompts, KV ending on a page boundary, a window
-at least the sequence, long fp16 decode with large logits), and probes: one input outside
-the declaration per undeclared feature / kind / dtype / phase / page size / head dim, each
-of which must raise AttnkitError.
+own. A backend declaring chunked_local also gets every mode at every chunk size of
+CHUNK_SIZES (an axis of the case, small next to the sequences so boundaries are crossed),
+mostly on page sizes that do not divide the chunk. Then named edge cases (IDLE, one-token
+prompts, KV ending on a page boundary, a window at least the sequence, a window inside a
+chunk, long fp16 decode with large logits), and probes: one input outside the declaration
+per undeclared feature / kind / dtype / phase / page size / head dim, each of which must
+raise AttnkitError.
 """
 from __future__ import annotations
 
@@ -23,7 +26,10 @@ from attnkit.planning.capabilities import DTYPES, FEATURES, KINDS, KV_CACHE_DTYP
 from attnkit.planning.registry import declarations
 
 # Features a layer carries (modes and engine features are separate axes or out of scope).
-LAYER_FEATURES = ("sliding_window", "logit_softcap", "sinks", "cross_attention", "non_causal")
+LAYER_FEATURES = ("sliding_window", "logit_softcap", "sinks", "cross_attention", "non_causal",
+                  "chunked_local")
+CHUNK_SIZES = (3, 8, 16)                     # attention_chunk of chunked_local cases
+PROBE_CHUNK = 4
 HEADS = ((4, 4), (8, 2), (4, 1))             # MHA, GQA 4, MQA
 ANY_HEAD_DIMS = (64, 128, 96, 256)
 ANY_MLA_DIMS = ((64, 16),)
@@ -49,6 +55,7 @@ class Conf:
     mla_dims: tuple[int, int] | None
     feature: str | None
     mode: str                       # prefill | prefix | mixed | decode | verify | idle
+    attn_chunk: int | None = None   # chunked_local: the layer's attention_chunk
     edge: str | None = None         # named edge case
     probe: str | None = None        # what lies outside the declaration (must raise)
     skip: str | None = None
@@ -63,6 +70,8 @@ class Conf:
             parts += [f"mla{self.mla_dims[0]}-{self.mla_dims[1]}"]
         if self.feature:
             parts.append(self.feature)
+        if self.attn_chunk is not None:
+            parts.append(f"c{self.attn_chunk}")
         if self.mode != (self.edge or self.probe or self.mode):
             parts.append(self.mode)
         return "-".join(parts)
@@ -112,10 +121,13 @@ def _axes(decl, kind: str) -> dict[str, tuple]:
     }
 
 
-def _fit(conf: Conf) -> Conf:
-    """Make a combination meaningful: encoder self-attention is a prompt-only, no-prefix step."""
+def _fit(conf: Conf, i: int = 0) -> Conf:
+    """Make a combination meaningful: encoder self-attention is a prompt-only, no-prefix step;
+    a chunked_local layer gets a chunk size."""
     if conf.feature == "non_causal":
         return replace(conf, mode="prefill")
+    if conf.feature == "chunked_local" and conf.attn_chunk is None:
+        return replace(conf, attn_chunk=CHUNK_SIZES[i % len(CHUNK_SIZES)])
     return conf
 
 
@@ -124,7 +136,7 @@ def covering(decl, device: str, kind: str) -> list[Conf]:
     n = max(len(v) for v in axes.values())
     offsets = {name: zlib.crc32(name.encode()) % 7 for name in axes}
     base = dict(backend=decl.name, device=device, kind=kind)
-    confs = [_fit(Conf(**base, **{a: vals[(i + offsets[a]) % len(vals)] for a, vals in axes.items()}))
+    confs = [_fit(Conf(**base, **{a: vals[(i + offsets[a]) % len(vals)] for a, vals in axes.items()}), i)
              for i in range(n)]
     first = {a: vals[0] for a, vals in axes.items()}
     for axis, vals in axes.items():
@@ -132,6 +144,23 @@ def covering(decl, device: str, kind: str) -> list[Conf]:
             if not any(getattr(c, axis) == value for c in confs):
                 confs.append(_fit(Conf(**base, **(first | {axis: value}))))
     return confs
+
+
+def chunked(decl, device: str, kind: str) -> list[Conf]:
+    """chunked_local at every mode x chunk size, the other axes rotating; the page size is
+    one that does not divide the chunk wherever the declaration has one (so chunk starts
+    fall inside pages), else the next declared size."""
+    if "chunked_local" not in decl.capabilities.features:
+        return []
+    axes = _axes(decl, kind)
+    base = dict(backend=decl.name, device=device, kind=kind, feature="chunked_local")
+    out = []
+    for i, (mode, chunk) in enumerate((m, c) for m in axes["mode"] for c in CHUNK_SIZES):
+        pages = [p for p in axes["page_size"] if chunk % p] or list(axes["page_size"])
+        pick = {a: vals[i % len(vals)] for a, vals in axes.items() if a not in ("feature", "mode")}
+        out.append(Conf(**base, **(pick | dict(page_size=pages[i % len(pages)])), mode=mode,
+                        attn_chunk=chunk))
+    return out
 
 
 def edges(decl, device: str, kind: str) -> list[Conf]:
@@ -154,6 +183,9 @@ def edges(decl, device: str, kind: str) -> list[Conf]:
     if "sliding_window" in caps.features:
         out.append(replace(base, mode="prefix" if "prefill" in has else "decode",
                            feature="sliding_window", edge="window_ge_seq"))
+    if {"sliding_window", "chunked_local"} <= caps.features:     # both limits on one layer
+        out += [replace(base, mode=m, feature="chunked_local", attn_chunk=8, page_size=pages[-1],
+                        edge="chunk_and_window") for m in ("prefix", "decode") if m in has]
     return out
 
 
@@ -163,7 +195,8 @@ def probes(decl, device: str) -> list[Conf]:
     kind = caps.kinds[0]
     base = edges(decl, device, kind)[0]
     base = replace(base, mode=modes(caps)[0], edge=None)
-    out = [replace(base, feature=f, mode="prefill", probe=f"no_{f}")
+    out = [replace(base, feature=f, mode="prefill", probe=f"no_{f}",
+                   attn_chunk=PROBE_CHUNK if f == "chunked_local" else None)
            for f in LAYER_FEATURES if f not in caps.features]
     out += [replace(base, kind=k, mla_dims=ANY_MLA_DIMS[0] if k == "mla" else None, heads=(4, 1) if k == "mla" else HEADS[0],
                     head_dim=64, probe=f"no_{k}") for k in KINDS if k not in caps.kinds]
@@ -194,6 +227,7 @@ def all_cases() -> tuple[list[Conf], list[Conf]]:
             skip = DUAL_CHUNK_SKIP
         for device in _devices(decl):
             for kind in decl.capabilities.kinds:
-                accuracy += [replace(c, skip=skip) for c in covering(decl, device, kind) + edges(decl, device, kind)]
+                confs = covering(decl, device, kind) + chunked(decl, device, kind) + edges(decl, device, kind)
+                accuracy += [replace(c, skip=skip) for c in dict.fromkeys(confs)]   # no repeats
             refusals += [replace(c, skip=skip) for c in probes(decl, device)]
     return accuracy, refusals

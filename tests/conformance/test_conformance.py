@@ -14,7 +14,7 @@ from attnkit.errors import AttnkitError
 from attnkit.kvcache.paged import FP8_DTYPES
 from attnkit.model.spec import MLAConfig
 from attnkit.planning.registry import load_backend
-from conformance_cases import DEFAULT_FP8_TOLERANCE, FP8_KV_TOLERANCE, Conf, all_cases
+from conformance_cases import CHUNK_SIZES, DEFAULT_FP8_TOLERANCE, FP8_KV_TOLERANCE, Conf, all_cases
 from factories import assert_close, make_case, make_layer, torch_dtype
 
 ACCURACY, PROBES = all_cases()
@@ -37,9 +37,23 @@ def _mla_config(dims: tuple[int, int]) -> MLAConfig:
     return MLAConfig(kv_lora_rank=rank, qk_rope_head_dim=rope, qk_nope_head_dim=width, v_head_dim=width)
 
 
+def _chunked_lengths(mode: str, c: int, ps: int) -> tuple[list[int], list[int]]:
+    """(prefix_lens, new_lens) for chunk size c: every mode crosses a chunk boundary (new
+    tokens on both sides of one, a decode on each side of one) and spans several chunks."""
+    return {
+        "prefill": ([0, 0], [2 * c + 3, c - 1]),
+        "prefix": ([c - 2, c + ps + 1], [5, c + 2]),
+        "mixed": ([0, 2 * c - 1], [c + 2, 1]),
+        "decode": ([c - 1, c, 3 * c + 1 + ps], [1, 1, 1]),    # last of chunk 0, first of chunk 1
+        "verify": ([c - 1, 2 * c - 2], [3, 3]),
+    }[mode]
+
+
 def _lengths(c: Conf) -> tuple[list[int], list[int]]:
     """(prefix_lens, new_lens) for the conf's mode and edge case, at its page size."""
     ps = c.page_size
+    if c.attn_chunk is not None and (c.edge in (None, "chunk_and_window")) and c.probe is None:
+        return _chunked_lengths(c.mode, c.attn_chunk, ps)
     by_edge = {
         "idle": ([], []),
         "one_token_prompts": ([0, 0, 0], [1, 1, 1]),
@@ -64,7 +78,9 @@ def build(c: Conf):
     layer = make_layer(
         kind=c.kind, num_heads=c.heads[0], num_kv_heads=c.heads[1], head_dim=c.head_dim or 64,
         role={"cross_attention": "cross", "non_causal": "encoder"}.get(f, "decoder"),
-        sliding_window=(10_000 if c.edge == "window_ge_seq" else 5) if f == "sliding_window" else None,
+        sliding_window=({"window_ge_seq": 10_000}.get(c.edge, 5)
+                        if f == "sliding_window" or c.edge == "chunk_and_window" else None),
+        attention_chunk=c.attn_chunk if f == "chunked_local" else None,
         logit_softcap=5.0 if f == "logit_softcap" else None, sinks=f == "sinks",
         mla=_mla_config(c.mla_dims) if c.kind == "mla" else None,
         dtype=c.dtype, device=c.device, seed=c.seed)
@@ -145,3 +161,80 @@ def test_cases_cover_every_declared_value():
                 for axis, values in _axes(decl, kind).items():
                     missing = [v for v in values if all(getattr(c, axis) != v for c in mine)]
                     assert not missing, f"{decl.name}/{device}/{kind}: {axis} values {missing} untested"
+
+
+CHUNKED = [c for c in ACCURACY if c.attn_chunk is not None]
+
+
+def _positions(c: Conf) -> list[list[int]]:
+    """Each request's new-token positions."""
+    return [list(range(p, p + n)) for p, n in zip(*_lengths(c))]
+
+
+def test_chunked_cases_cross_chunk_boundaries():
+    """A chunked case the chunk cannot change would pass with the mask left out: every case
+    has queries past the first chunk (keys cut off), and crosses a boundary inside one
+    request's new tokens, or (decode) has a query last in its chunk and one first in its."""
+    assert CHUNKED
+    for conf in CHUNKED:
+        c, reqs = conf.attn_chunk, _positions(conf)
+        assert any(p >= c for ps in reqs for p in ps), f"{conf.id}: no query past the first chunk"
+        if conf.mode == "decode":
+            ends = {p % c for ps in reqs for p in ps if p >= c - 1}
+            assert {0, c - 1} <= ends, f"{conf.id}: no decode on both sides of a chunk boundary"
+        else:
+            assert any(ps[0] // c != ps[-1] // c for ps in reqs), f"{conf.id}: no boundary crossed"
+
+
+def test_chunked_cases_use_pages_that_do_not_divide_the_chunk():
+    from attnkit.planning.registry import declarations
+
+    for decl in declarations().values():
+        if "chunked_local" not in decl.capabilities.features:
+            continue
+        mine = [c for c in CHUNKED if c.backend == decl.name]
+        for mode in ("decode", "prefix", "prefill"):
+            odd = [c for c in mine if c.mode == mode and c.attn_chunk % c.page_size]
+            assert odd, f"{decl.name}: no {mode} case whose page size does not divide the chunk"
+        assert {c.attn_chunk for c in mine} >= set(CHUNK_SIZES)
+
+
+# Plausible ways to get the chunk mask wrong: (p, k, c) -> bool, for keys k <= p.
+WRONG_CHUNK_RULES = {
+    "boundary_one_late": lambda p, k, c: (k + 1) // c == (p + 1) // c,
+    "boundary_one_early": lambda p, k, c: (k - 1) // c == (p - 1) // c,
+    "chunk_one_longer": lambda p, k, c: k // (c + 1) == p // (c + 1),
+    "chunk_one_shorter": lambda p, k, c: k // (c - 1) == p // (c - 1),
+    "one_key_before_the_chunk": lambda p, k, c: k >= (p // c) * c - 1,
+    "previous_chunk_too": lambda p, k, c: k // c >= p // c - 1,
+    "no_chunk_mask": lambda p, k, c: k >= 0,
+}
+
+
+def test_a_wrong_chunk_mask_fails_every_chunked_case(monkeypatch):
+    """The suite would catch a backend whose chunk mask is off: for every chunked MHA case of
+    one backend on CPU (the others' cases have the same shapes), the reference with a wrong
+    mask (from WRONG_CHUNK_RULES) misses the right one by more than the case's tolerance."""
+    def masked_by(rule):
+        def mask(prefix, n_q, n_keys, spec, device):
+            p = torch.arange(prefix, prefix + n_q, device=device)[:, None]
+            k = torch.arange(n_keys, device=device)[None, :]
+            ok = (k <= p) & rule(p, k, spec.attention_chunk)
+            if spec.sliding_window is not None:
+                ok &= p - k < spec.sliding_window
+            return ok
+        return mask
+
+    confs = [c for c in CHUNKED if (c.backend, c.device, c.kind) == ("torch_native", "cpu", "mha")]
+    assert confs
+    for conf in confs:
+        case = build(conf)
+        right = case.reference()
+        for name, rule in WRONG_CHUNK_RULES.items():
+            with monkeypatch.context() as patch:
+                patch.setattr(reference, "_self_mask", masked_by(rule))
+                wrong = reference.attention(case.q, case.k, case.v, case.layer, case.cache, case.meta)
+            with pytest.raises(AssertionError):
+                assert_close(wrong, right, dtype=conf.dtype, kv_dtype=conf.kv_dtype,
+                             fp8=FP8_KV_TOLERANCE.get(conf.backend, DEFAULT_FP8_TOLERANCE),
+                             what=f"{conf.id} with {name}")

@@ -36,6 +36,23 @@ def test_mla_and_cross_layers_are_refused_with_ak450():
     assert step.plan is not None
 
 
+def test_a_feature_outside_the_declaration_is_refused_with_ak450(monkeypatch):
+    """The kernels serve exactly the declared features: one the declaration lacks (here
+    chunked_local, taken out of it) is refused, never computed as plain attention."""
+    from dataclasses import replace
+
+    from attnkit.backends.triton import backend as triton_backend
+
+    caps = triton_backend._CAPS
+    monkeypatch.setattr(triton_backend, "_CAPS",
+                        replace(caps, features=caps.features - {"chunked_local"}))
+    case = _fp16_case(attention_chunk=2)
+    backend = TritonBackend()
+    with pytest.raises(AttnkitError) as err:
+        backend.forward(*case.args(), backend.prepare(case.meta, case.cache))
+    assert err.value.code == "AK450" and err.value.actual == ["chunked_local"]
+
+
 def test_cpu_without_the_interpreter_is_refused_with_ak452(monkeypatch):
     if torch.cuda.is_available():
         pytest.skip("CPU-only behaviour")

@@ -55,6 +55,13 @@ def test_sliding_window_rejected():
     _raises("AK464", case)
 
 
+def test_chunked_local_rejected_not_ignored():
+    """Every feature outside the declaration is refused, chunked local attention included
+    (a list of known-unserved features once let it through as full attention)."""
+    err = _raises("AK464", _case(attention_chunk=4))
+    assert err.actual == ["chunked_local"]
+
+
 def test_shape_mismatch_rejected():
     case = _case()
     bad = AttentionLayer(spec=case.layer.spec, w_kc=case.layer.w_kc.transpose(1, 2),

@@ -7,7 +7,8 @@ visibility masks) is built once per step in a ``PagedStep`` and read by every la
 
 Visibility (one rule for both backends, matching attnkit.reference): query j of a request
 sits at position p = prefix_len + j. Self-attention (decoder, encoder): key k is visible iff
-k < kv_len, k <= p if causal (decoder), and p - k < w with a sliding window w. Cross: every
+k < kv_len, k <= p if causal (decoder), p - k < w with a sliding window w, and
+k // c == p // c with an attention chunk c (chunked local attention). Cross: every
 encoder key of the request is visible.
 """
 from __future__ import annotations
@@ -177,12 +178,13 @@ def visibility(layer: AttentionLayer, q_lens: list[int], kv_lens: list[int],
     q_max = max(q_lens) if q_max is None else q_max
     kv_max = max(kv_lens) if kv_max is None else kv_max
     spec = layer.spec
-    window = spec.sliding_window if spec.role != "cross" else None
+    window, chunk = local_limits(layer)
     ragged = any(n != kv_max for n in kv_lens)
-    if not spec.causal and window is None and not ragged:
+    local = window is not None or chunk is not None
+    if not spec.causal and not local and not ragged:
         return None
     at_end = all(q == 1 and p == n - 1 for q, p, n in zip(q_lens, first_pos, kv_lens))
-    if spec.causal and window is None and not ragged and at_end:
+    if spec.causal and not local and not ragged and at_end:
         return None                                      # one query at the end sees all
     qn = torch.tensor(q_lens, device=device)[:, None, None]
     kvn = torch.tensor(kv_lens, device=device)[:, None, None]
@@ -194,7 +196,18 @@ def visibility(layer: AttentionLayer, q_lens: list[int], kv_lens: list[int],
         ok = ok & (k <= p)
     if window is not None:
         ok = ok & (p - k < window)
+    if chunk is not None:
+        ok = ok & (k // chunk == p // chunk)
     return ok | (j >= qn)
+
+
+def local_limits(layer: AttentionLayer) -> tuple[int | None, int | None]:
+    """(sliding window, attention chunk) of a self-attention layer; (None, None) for cross
+    layers. What a visibility mask depends on besides causality, so masks are memoised by it."""
+    spec = layer.spec
+    if spec.role == "cross":
+        return None, None
+    return spec.sliding_window, spec.attention_chunk
 
 
 def required_tensors(layer: AttentionLayer) -> None:

@@ -115,6 +115,12 @@ def _check_spec(spec) -> None:
     if spec.sliding_window is not None and spec.sliding_window < 1:
         problems.append(("layer.spec.sliding_window", "None or >= 1 (it counts the query itself)",
                          spec.sliding_window))
+    chunk = spec.attention_chunk
+    if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
+        problems.append(("layer.spec.attention_chunk", "None or an integer >= 1", chunk))
+    elif chunk is not None and spec.role != "decoder":     # the chunk mask is causal by definition
+        problems.append(("layer.spec.role", "'decoder' on a chunked local (attention_chunk) layer",
+                         spec.role))
     if spec.logit_softcap is not None and not spec.logit_softcap > 0:
         problems.append(("layer.spec.logit_softcap", "None or > 0", spec.logit_softcap))
     if spec.kind == "mla" and spec.mla is None:

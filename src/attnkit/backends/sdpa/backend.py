@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState, check_option
 from attnkit.backends.metadata import BatchMetadata
 from attnkit.backends.paged_torch import (PagedStep, absorbed_is_cheaper, begin_forward,
-                                          decompress_latent, gather_kv, visibility)
+                                          decompress_latent, gather_kv, local_limits, visibility)
 from attnkit.backends.sdpa.declaration import DECLARATION
 
 _CAPS = DECLARATION.capabilities
@@ -157,13 +157,13 @@ class SdpaBackend(AttentionBackend):
     def _mask(grid: TokenGrid, layer: AttentionLayer, meta: BatchMetadata, kv_lens, device):
         """(mask [B, 1, q_max, kv_max] | None, is_causal); memoised per step."""
         spec = layer.spec
-        window = spec.sliding_window if spec.role != "cross" else None
-        key = (spec.role == "cross", spec.causal, window)
+        limits = local_limits(layer)                # (window, chunk): None, None = no local limit
+        key = (spec.role == "cross", spec.causal, limits)
         masks = grid.masks
         if key not in masks:
             q_lens, prefix = meta.query_lens_cpu, meta.prefix_lens_cpu
-            square = (len(q_lens) == 1 and spec.causal and window is None and prefix[0] == 0
-                      and q_lens[0] == kv_lens[0])
+            square = (len(q_lens) == 1 and spec.causal and limits == (None, None)
+                      and prefix[0] == 0 and q_lens[0] == kv_lens[0])
             if square:          # SDPA's is_causal is top-left aligned: right only when square
                 masks[key] = (None, True)
             else:

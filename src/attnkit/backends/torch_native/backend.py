@@ -12,8 +12,8 @@ import functools
 
 from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState, check_option
 from attnkit.backends.metadata import BatchMetadata
-from attnkit.backends.paged_torch import (PagedStep, begin_forward, gather_kv, paged_step,
-                                          visibility)
+from attnkit.backends.paged_torch import (PagedStep, begin_forward, gather_kv, local_limits,
+                                          paged_step, visibility)
 from attnkit.backends.torch_native.declaration import DECLARATION
 from attnkit.backends.torch_native.mha import F32, attend_mha
 from attnkit.backends.torch_native.mla import attend_mla
@@ -68,10 +68,9 @@ class TorchNativeBackend(AttentionBackend):
 
 def _mask(paged: PagedStep, layer: AttentionLayer, i: int, n: int, s: int, device):
     """Request i's visibility [n, S] bool | None (n queries, S keys), built once per step for
-    each kind of layer (self or cross, causal, window)."""
+    each kind of layer (self or cross, causal, window, chunk)."""
     spec = layer.spec
-    cross = spec.role == "cross"
-    key = ("request", i, cross, spec.causal, None if cross else spec.sliding_window)
+    key = ("request", i, spec.role == "cross", spec.causal, local_limits(layer))
     if key not in paged.masks:
         mask = visibility(layer, [n], [s], [paged.meta.prefix_lens_cpu[i]], device=device)
         paged.masks[key] = None if mask is None else mask[0]

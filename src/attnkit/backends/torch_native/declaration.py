@@ -22,7 +22,7 @@ DECLARATION = BackendDeclaration(
         page_sizes="any",
         phases=("prefill", "decode"),
         features=frozenset({"sliding_window", "logit_softcap", "sinks", "cross_attention",
-                            "non_causal", "verify"}),
+                            "non_causal", "verify", "chunked_local"}),
         requires=("torch",),
         mla_dims="any",
     ),

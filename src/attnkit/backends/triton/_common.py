@@ -58,13 +58,21 @@ def tanh(x):
 
 
 @triton.jit
-def logits(qk, q_pos, k_pos, kv_len, qk_scale, softcap, window,
+def chunk_start(pos, attn_chunk):
+    """First position of the attention chunk holding ``pos`` (chunked local attention)."""
+    return (pos // attn_chunk) * attn_chunk
+
+
+@triton.jit
+def logits(qk, q_pos, k_pos, kv_len, qk_scale, softcap, window, attn_chunk,
            MASK: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
-           HAS_SOFTCAP: tl.constexpr):
+           HAS_CHUNK: tl.constexpr, HAS_SOFTCAP: tl.constexpr):
     """Scaled (and soft-capped) logits in log2 units, masked to -inf where not visible.
 
     qk: [M, N] raw dot products; q_pos: [M] and k_pos: [N] absolute positions.
     With HAS_SOFTCAP, ``qk_scale`` is the plain softmax scale; otherwise scale * log2(e).
+    HAS_CHUNK (chunked local) keeps keys from the query's chunk start on: with k <= p (CAUSAL,
+    or in decode every key before the query) that is exactly k // attn_chunk == p // attn_chunk.
     """
     if HAS_SOFTCAP:
         s = softcap * tanh(qk * (qk_scale / softcap)) * 1.4426950408889634
@@ -76,6 +84,8 @@ def logits(qk, q_pos, k_pos, kv_len, qk_scale, softcap, window,
             ok = ok & (k_pos[None, :] <= q_pos[:, None])
         if HAS_WINDOW:
             ok = ok & ((q_pos[:, None] - k_pos[None, :]) < window)
+        if HAS_CHUNK:
+            ok = ok & (k_pos[None, :] >= chunk_start(q_pos, attn_chunk)[:, None])
         s = tl.where(ok, s, float("-inf"))
     return s
 
@@ -94,22 +104,34 @@ def online_softmax_step(m_i, l_i, acc, s, v, DOT_PREC: tl.constexpr):
 
 
 @triton.jit
-def key_ranges(p0, p1, n_keys, window, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
-               BLOCK_N: tl.constexpr):
+def first_key(p, window, attn_chunk, shift, HAS_WINDOW: tl.constexpr, HAS_CHUNK: tl.constexpr):
+    """The first key visible to the query at ``p`` (>= 0): the window's left edge and/or its
+    chunk's start. ``p`` and the result are in coordinates ``shift`` less than absolute
+    positions (chunk boundaries are absolute). Nondecreasing in p."""
+    lo = p * 0
+    if HAS_WINDOW:
+        lo = tl.maximum(lo, p - window + 1)
+    if HAS_CHUNK:
+        lo = tl.maximum(lo, chunk_start(p + shift, attn_chunk) - shift)
+    return lo
+
+
+@triton.jit
+def key_ranges(p0, p1, n_keys, window, attn_chunk, shift, CAUSAL: tl.constexpr,
+               HAS_WINDOW: tl.constexpr, HAS_CHUNK: tl.constexpr, BLOCK_N: tl.constexpr):
     """(lo, mid_lo, mid_hi, hi) for keys [0, n_keys) seen by query positions p0..p1 (same
-    coordinates as the keys): [mid_lo, mid_hi) is whole tiles visible to every row."""
+    coordinates as the keys, ``shift`` less than absolute): tiles below ``lo`` hold no key
+    any row sees (never loaded); [mid_lo, mid_hi) is whole tiles visible to every row."""
     if CAUSAL:
         hi = tl.minimum(n_keys, p1 + 1)
         full_hi = (tl.minimum(p0 + 1, n_keys) // BLOCK_N) * BLOCK_N
     else:
         hi = n_keys
         full_hi = (n_keys // BLOCK_N) * BLOCK_N
-    if HAS_WINDOW:
-        lo = (tl.maximum(p0 - window + 1, 0) // BLOCK_N) * BLOCK_N
-        full_lo = tl.cdiv(tl.maximum(p1 - window + 1, 0), BLOCK_N) * BLOCK_N
-    else:
-        lo = hi * 0
-        full_lo = lo
+    # The first visible key grows with the row, so row p0 bounds the loads, row p1 the full tiles.
+    lo = (first_key(p0, window, attn_chunk, shift, HAS_WINDOW, HAS_CHUNK) // BLOCK_N) * BLOCK_N
+    full_lo = tl.cdiv(first_key(p1, window, attn_chunk, shift, HAS_WINDOW, HAS_CHUNK),
+                      BLOCK_N) * BLOCK_N
     mid_lo = tl.minimum(tl.maximum(full_lo, lo), hi)
     mid_hi = tl.minimum(tl.maximum(full_hi, mid_lo), hi)
     return lo, mid_lo, mid_hi, hi
@@ -128,9 +150,10 @@ def store_lse(ptrs, m_i, l_i, ok):
 def attend_range(q, m_i, l_i, acc, K, V, bt_row, n_lo, n_hi, q_pos, kv_len,
                  k_head, v_head, offs_d, d_ok, offs_dv, dv_ok,
                  stride_kp, stride_kt, stride_vp, stride_vt, qk_scale, softcap, window,
-                 PAGE: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
-                 CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-                 EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, DOT_PREC: tl.constexpr):
+                 attn_chunk, PAGE: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
+                 CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_CHUNK: tl.constexpr,
+                 HAS_SOFTCAP: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
+                 DOT_PREC: tl.constexpr):
     """Attend queries ``q`` [M, BLOCK_D] (positions ``q_pos`` [M]) to keys [n_lo, n_hi) of
     one request. Without MASK every key of every tile must be visible to every row."""
     for n0 in range(n_lo, n_hi, BLOCK_N):
@@ -138,8 +161,8 @@ def attend_range(q, m_i, l_i, acc, K, V, bt_row, n_lo, n_hi, q_pos, kv_len,
         k = gather_kv_tile(K, bt_row, offs_n, kv_len, k_head, offs_d, d_ok, stride_kp, stride_kt,
                            PAGE, MASK, EVEN_D).to(q.dtype)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)
-        s = logits(qk, q_pos, offs_n, kv_len, qk_scale, softcap, window,
-                   MASK, CAUSAL, HAS_WINDOW, HAS_SOFTCAP)
+        s = logits(qk, q_pos, offs_n, kv_len, qk_scale, softcap, window, attn_chunk,
+                   MASK, CAUSAL, HAS_WINDOW, HAS_CHUNK, HAS_SOFTCAP)
         v = gather_kv_tile(V, bt_row, offs_n, kv_len, v_head, offs_dv, dv_ok, stride_vp, stride_vt,
                            PAGE, MASK, EVEN_DV).to(q.dtype)
         m_i, l_i, acc = online_softmax_step(m_i, l_i, acc, s, v, DOT_PREC)

@@ -21,7 +21,7 @@ from attnkit.backends.metadata import BatchMetadata, ForwardMode
 from attnkit.backends.triton._common import interpreting, kernel_scales, padded_dim, write_kv
 from attnkit.backends.triton.declaration import DECLARATION
 from attnkit.backends.triton.decode import (DECODE_VARIANTS, choose_splits, decode_attention,
-                                             decode_config, pick_decode_variant)
+                                             decode_config, decode_span, pick_decode_variant)
 from attnkit.backends.triton.extend import (EXTEND_VARIANTS, extend_attention, extend_config,
                                              pick_extend_variant)
 from attnkit.backends.triton.extend_v2 import extend_attention_v2
@@ -42,7 +42,7 @@ class TritonStepPlan:
     block_tables: torch.Tensor        # [B, P]
     num_sms: int
     blocks: dict = field(default_factory=dict)     # BLOCK_M -> (block_req [NB], block_m [NB])
-    splits: dict = field(default_factory=dict)     # (H_kv, window, BLOCK_N) -> (splits, chunk)
+    splits: dict = field(default_factory=dict)     # (H_kv, window, attn chunk, BLOCK_N) -> (splits, chunk)
     partials: dict = field(default_factory=dict)   # (H_q, BLOCK_DV, splits) -> 3 f32 buffers
 
     def query_blocks(self, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -53,12 +53,12 @@ class TritonStepPlan:
                                                 block_m, device=self.seq_lens.device)
         return self.blocks[block_m]
 
-    def decode_splits(self, num_kv_heads: int, window: int | None, block_n: int) -> tuple[int, int]:
-        key = (num_kv_heads, window, block_n)
+    def decode_splits(self, num_kv_heads: int, window: int | None, attention_chunk: int | None,
+                      block_n: int) -> tuple[int, int]:
+        key = (num_kv_heads, window, attention_chunk, block_n)
         if key not in self.splits:
-            # Keys a request reads: all of them, or the window rounded out to whole tiles.
-            spans = [n if window is None else n - (max(n - window, 0) // block_n) * block_n
-                     for n in self.meta.seq_lens_cpu]
+            # Keys a request reads: all of them, or from the window's edge / the chunk's start.
+            spans = [decode_span(n, window, attention_chunk, block_n) for n in self.meta.seq_lens_cpu]
             self.splits[key] = choose_splits(max(spans, default=1), len(spans), num_kv_heads,
                                              block_n=block_n, num_sms=self.num_sms)
         return self.splits[key]
@@ -147,7 +147,7 @@ class TritonBackend(AttentionBackend):
         qk_scale, _, v_scale = kernel_scales(layer, cache, softcap)
         sinks = layer.sinks.to(device=q.device, dtype=torch.float32).contiguous() if spec.sinks else None
         common = dict(qk_scale=qk_scale, v_scale=v_scale, softcap=softcap,
-                      window=spec.sliding_window, sinks=sinks)
+                      window=spec.sliding_window, attention_chunk=spec.attention_chunk, sinks=sinks)
         k_cache, v_cache = cache.k[lid], cache.v[lid]
         if decode:
             cfg = decode_config(spec.head_dim, q.dtype, interpret=interpreting()) | self.decode_override
@@ -175,7 +175,8 @@ class TritonBackend(AttentionBackend):
 
     def _splits(self, plan: TritonStepPlan, spec, block_n: int) -> tuple[int, int]:
         if self.num_splits is None:
-            return plan.decode_splits(spec.num_kv_heads, spec.sliding_window, block_n)
+            return plan.decode_splits(spec.num_kv_heads, spec.sliding_window, spec.attention_chunk,
+                                      block_n)
         longest = max(plan.meta.seq_lens_cpu, default=1)
         per_split = -(-longest // self.num_splits)
         chunk = -(-per_split // block_n) * block_n
@@ -192,6 +193,11 @@ def _check_supported(q, layer: AttentionLayer, cache) -> None:
                       "self-attention only", field="layer.spec",
              expected="kind 'mha', role decoder or encoder, no dual_chunk",
              actual={"kind": spec.kind, "role": spec.role, "dual_chunk": spec.dual_chunk is not None})
+    undeclared = sorted(spec.features() - _CAPS.features)
+    if undeclared:        # a feature the kernels do not model must not be silently ignored
+        fail("AK450", f"layer {spec.layer_id} needs {', '.join(undeclared)}, which the triton "
+                      "kernels do not implement", field="layer.features",
+             expected=sorted(_CAPS.features), actual=undeclared)
     if q.dtype not in _DTYPES or cache.dtype not in _KV_DTYPES:
         fail("AK451", f"q dtype {q.dtype} / KV-cache dtype {cache.dtype} not served by triton",
              field="q.dtype" if q.dtype not in _DTYPES else "cache.dtype",

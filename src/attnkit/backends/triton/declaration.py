@@ -21,7 +21,8 @@ DECLARATION = BackendDeclaration(
         kv_cache_dtypes=("fp16", "bf16", "fp32", "fp8_e4m3", "fp8_e5m2"),
         page_sizes="any",                # tokens are gathered one by one through the block table
         phases=("prefill", "decode"),
-        features=frozenset({"sliding_window", "logit_softcap", "sinks", "non_causal", "verify"}),
+        features=frozenset({"sliding_window", "logit_softcap", "sinks", "non_causal", "verify",
+                            "chunked_local"}),
         requires=("torch", "triton"),
     ),
 )

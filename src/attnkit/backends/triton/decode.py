@@ -3,9 +3,10 @@
 Grid: (requests, KV heads, splits). One program serves every query head of one KV-head
 group — the group's rows padded to G_PAD >= 16 so the products run on tl.dot — so each
 K/V page is read once per group, not once per query head. Split ``s`` covers keys
-``[lo + s * chunk, lo + (s + 1) * chunk)`` of its request, ``lo`` being 0 or the window's
-first visible key rounded down to a tile. With one split the kernel writes the normalised
-output itself; otherwise it writes (max, denominator, unnormalised output) per split and
+``[lo + s * chunk, lo + (s + 1) * chunk)`` of its request, ``lo`` being the query's first
+visible key (0, the window's left edge, or with chunked local attention its chunk's start)
+rounded down to a tile, so no tile left of it is read. With one split the kernel writes the
+normalised output itself; otherwise it writes (max, denominator, unnormalised output) per split and
 ``_reduce_kernel`` merges them, adding the sink to the denominator exactly once.
 
 Variant v2 (FUSED_WRITE) also stores the step's new K/V: the program of the split that holds
@@ -19,8 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
-from attnkit.backends.triton._common import (NEG_BIG, attend_range, logits, padded_dim,
-                                             unit_stride_rows)
+from attnkit.backends.triton._common import (NEG_BIG, attend_range, first_key, logits,
+                                             padded_dim, unit_stride_rows)
 
 # >>> Which decode path the backend runs by default. "v2": the decode kernel writes the new
 # K/V itself (one launch fewer per step); "v1": a separate write launch, then the kernel
@@ -33,23 +34,16 @@ V2_MAX_BATCH = 16
 
 
 @triton.jit
-def _window_lo(kv_len, window, HAS_WINDOW: tl.constexpr, BLOCK_N: tl.constexpr):
-    """First key a split range starts from: 0, or the window's first key rounded to a tile."""
-    if HAS_WINDOW:
-        return (tl.maximum(kv_len - window, 0) // BLOCK_N) * BLOCK_N
-    return kv_len * 0
-
-
-@triton.jit
 def _decode_kernel(
     Q, K, V, Out, MidO, MidM, MidL, Sinks, SeqLens, BlockTables, KN, VN, Slots,
-    PartStart, qk_scale, v_scale, softcap, window, chunk,
+    PartStart, qk_scale, v_scale, softcap, window, attn_chunk, chunk,
     stride_qt, stride_qp, stride_qh, stride_ot, stride_oh,
     stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_sp, stride_bp,
     stride_bt, stride_mb, stride_mh, stride_ms, stride_knt, stride_knh, stride_vnt, stride_vnh,
     GROUP: tl.constexpr, G_PAD: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
     PAGE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    SPLIT: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+    SPLIT: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_CHUNK: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
     HAS_SINKS: tl.constexpr, FUSED_WRITE: tl.constexpr, NUM_PARTS: tl.constexpr,
     DOT_PREC: tl.constexpr,
 ):
@@ -64,7 +58,8 @@ def _decode_kernel(
     else:
         sp = sp_all
     kv_len = tl.load(SeqLens + part * stride_sp + b)
-    lo = _window_lo(kv_len, window, HAS_WINDOW, BLOCK_N)
+    # the first key the query (at kv_len - 1) sees, rounded down to a tile
+    lo = (first_key(kv_len - 1, window, attn_chunk, 0, HAS_WINDOW, HAS_CHUNK) // BLOCK_N) * BLOCK_N
     n_lo = lo + sp * chunk
     n_hi = tl.minimum(n_lo + chunk, kv_len)
     if FUSED_WRITE:    # the new key is the last of part 0; the split holding it owns it
@@ -96,9 +91,9 @@ def _decode_kernel(
     m_i, l_i, acc = attend_range(q, m_i, l_i, acc, K, V, bt_row,
                                  n_lo, tl.minimum(n_hi, cached), q_pos, cached, kvh * stride_kh,
                                  kvh * stride_vh, offs_d, d_ok, offs_dv, dv_ok, stride_kp,
-                                 stride_kt, stride_vp, stride_vt, qk_scale, softcap, window, PAGE,
-                                 BLOCK_N, True, False, HAS_WINDOW, HAS_SOFTCAP, D == BLOCK_D,
-                                 DV == BLOCK_DV, DOT_PREC)
+                                 stride_kt, stride_vp, stride_vt, qk_scale, softcap, window,
+                                 attn_chunk, PAGE, BLOCK_N, True, False, HAS_WINDOW, HAS_CHUNK,
+                                 HAS_SOFTCAP, D == BLOCK_D, DV == BLOCK_DV, DOT_PREC)
     if FUSED_WRITE:
         if owner:
             m_i, l_i, acc = _write_and_attend_new(
@@ -135,8 +130,8 @@ def _write_and_attend_new(q, m_i, l_i, acc, K, V, KN, VN, Slots, b, kvh, q_pos, 
     tl.store(V + page * stride_vp + off * stride_vt + kvh * stride_vh + offs_dv,
              v.to(V.dtype.element_ty), mask=dv_ok)
     qk = tl.sum(q.to(tl.float32) * k.to(q.dtype).to(tl.float32)[None, :], 1)        # [G_PAD]
-    s = logits(qk[:, None], q_pos, q_pos, q_pos, qk_scale, softcap, window,   # no masks
-               False, False, HAS_WINDOW, HAS_SOFTCAP)                         # [G_PAD, 1]
+    s = logits(qk[:, None], q_pos, q_pos, q_pos, qk_scale, softcap, window, 1,   # no masks
+               False, False, HAS_WINDOW, False, HAS_SOFTCAP)                     # [G_PAD, 1]
     s = tl.sum(s, 1)
     m_new = tl.maximum(m_i, s)
     alpha = tl.exp2(m_i - m_new)
@@ -206,6 +201,19 @@ def decode_config(head_dim: int, dtype: torch.dtype, *, interpret: bool) -> dict
     return dict(BLOCK_N=32, num_warps=4, num_stages=4)
 
 
+def decode_span(kv_len: int, window: int | None, attention_chunk: int | None, block_n: int) -> int:
+    """Keys the decode kernel reads for a query at position kv_len - 1: from its first
+    visible key (window edge, chunk start) rounded down to a tile, up to kv_len. The host
+    side of the kernel's ``lo``; split counts are sized by it."""
+    p = kv_len - 1
+    first = 0
+    if window is not None:
+        first = max(first, p - window + 1)
+    if attention_chunk is not None:
+        first = max(first, (p // attention_chunk) * attention_chunk)
+    return kv_len - (first // block_n) * block_n
+
+
 def choose_splits(max_kv: int, num_reqs: int, num_kv_heads: int, *, block_n: int, num_sms: int,
                   min_chunk: int = 256, max_splits: int = 64) -> tuple[int, int]:
     """(num_splits, chunk): enough programs to fill about two waves of the SMs, each split
@@ -222,11 +230,13 @@ def choose_splits(max_kv: int, num_reqs: int, num_kv_heads: int, *, block_n: int
 
 def decode_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables, qk_scale, v_scale,
                      softcap, window, sinks, num_splits, chunk, partials, config, new_kv=None,
-                     part_starts=None):
+                     part_starts=None, attention_chunk=None):
     """q: [B, H_q, D]; k_cache: [P, page, H_kv, D]; v_cache: [P, page, H_kv, DV];
     out: [B, H_q, DV] (written); seq_lens: [B] int32; block_tables: [B, pages] int32;
     partials: (mid_o [B, H_q, S, BLOCK_DV] f32, mid_m [B, H_q, S] f32, mid_l [B, H_q, S] f32)
-    with S = num_splits, when S > 1, else None. new_kv (variant v2): (k [B, H_kv, D],
+    with S = num_splits, when S > 1, else None; ``chunk`` is keys per split (not the attention
+    chunk: ``attention_chunk``, chunked local attention, None when unused; splits then start
+    at the query's chunk, see ``decode_span``). new_kv (variant v2): (k [B, H_kv, D],
     v [B, H_kv, DV], slot_mapping [B] int64), this step's K/V, not yet in the cache: the
     kernel writes them.
 
@@ -257,7 +267,7 @@ def decode_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables, qk_sca
     _decode_kernel[(num_reqs, num_kv_heads, total_splits)](
         q, k_cache, v_cache, out, mid_o, mid_m, mid_l, sinks_arg, seq_lens, block_tables,
         k_new, v_new, slots, seq_lens if part_starts is None else part_starts,
-        qk_scale, v_scale, float(softcap or 1.0), int(window or 0), chunk,
+        qk_scale, v_scale, float(softcap or 1.0), int(window or 0), int(attention_chunk or 1), chunk,
         q.stride(0), q.stride(1), q.stride(2), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), seq_lens.stride(0),
@@ -266,7 +276,7 @@ def decode_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables, qk_sca
         GROUP=group, G_PAD=max(16, triton.next_power_of_2(group)), D=head_dim, DV=dv,
         PAGE=k_cache.shape[1], BLOCK_N=cfg.pop("BLOCK_N"), BLOCK_D=padded_dim(head_dim),
         BLOCK_DV=padded_dim(dv), SPLIT=split, HAS_WINDOW=window is not None,
-        HAS_SOFTCAP=softcap is not None, HAS_SINKS=sinks is not None,
+        HAS_CHUNK=attention_chunk is not None, HAS_SOFTCAP=softcap is not None, HAS_SINKS=sinks is not None,
         FUSED_WRITE=new_kv is not None, NUM_PARTS=num_parts, DOT_PREC="ieee", **cfg,
     )
     if split:

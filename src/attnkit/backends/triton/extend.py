@@ -2,12 +2,13 @@
 
 The new K/V are written into the cache first, so one gather path serves the cached prefix
 and the new tokens alike. Query ``i`` of a request with ``q_len`` new tokens and ``kv_len``
-keys sits at absolute position ``kv_len - q_len + i``; causality and the sliding window
-are masks on absolute positions.
+keys sits at absolute position ``kv_len - q_len + i``; causality, the sliding window and the
+attention chunk (chunked local: keys from the query's chunk start ``(p // chunk) * chunk``
+on) are masks on absolute positions.
 
 Grid: (query blocks of all requests, q heads). ``block_req[b]`` / ``block_m[b]`` name the
 request and first query row of block ``b`` (built once per step by the backend's prepare).
-The key range of a block splits into three loops: a masked left edge (window), an
+The key range of a block splits into three loops: a masked left edge (window, chunk start), an
 unmasked middle where every key is visible to every row, and a masked right edge
 (causal diagonal and the last partial tile).
 """
@@ -33,13 +34,14 @@ EXTEND_VARIANTS = ("v1", "v2")
 @triton.jit
 def _extend_kernel(
     Q, K, V, Out, Lse, Sinks, BlockReq, BlockM, QStart, SeqLens, BlockTables,
-    qk_scale, v_scale, softcap, window,
+    qk_scale, v_scale, softcap, window, attn_chunk,
     stride_qt, stride_qh, stride_ot, stride_oh, stride_lt,
     stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_bt,
     GROUP: tl.constexpr, D: tl.constexpr, DV: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-    HAS_SINKS: tl.constexpr, STORE_LSE: tl.constexpr, DOT_PREC: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_CHUNK: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr, HAS_SINKS: tl.constexpr, STORE_LSE: tl.constexpr,
+    DOT_PREC: tl.constexpr,
 ):
     blk = tl.program_id(0)
     h = tl.program_id(1)
@@ -65,7 +67,8 @@ def _extend_kernel(
     bt_row = BlockTables + req.to(tl.int64) * stride_bt
     p0 = first_pos + m0                                  # first and last query position here
     p1 = first_pos + tl.minimum(m0 + BLOCK_M, q_len) - 1
-    lo, mid_lo, mid_hi, hi = key_ranges(p0, p1, kv_len, window, CAUSAL, HAS_WINDOW, BLOCK_N)
+    lo, mid_lo, mid_hi, hi = key_ranges(p0, p1, kv_len, window, attn_chunk, 0, CAUSAL,
+                                        HAS_WINDOW, HAS_CHUNK, BLOCK_N)
 
     if HAS_SINKS:   # the sink is a logit with no value: start the softmax from it
         m_i = tl.zeros([BLOCK_M], tl.float32) + tl.load(Sinks + h).to(tl.float32) * 1.4426950408889634
@@ -79,17 +82,20 @@ def _extend_kernel(
     m_i, l_i, acc = attend_range(q, m_i, l_i, acc, K, V, bt_row, lo, mid_lo, q_pos, kv_len,
                                  k_head, v_head, offs_d, d_ok, offs_dv, dv_ok,
                                  stride_kp, stride_kt, stride_vp, stride_vt, qk_scale, softcap,
-                                 window, PAGE, BLOCK_N, True, CAUSAL, HAS_WINDOW, HAS_SOFTCAP,
+                                 window, attn_chunk, PAGE, BLOCK_N, True, CAUSAL, HAS_WINDOW,
+                                 HAS_CHUNK, HAS_SOFTCAP,
                                  D == BLOCK_D, DV == BLOCK_DV, DOT_PREC)
     m_i, l_i, acc = attend_range(q, m_i, l_i, acc, K, V, bt_row, mid_lo, mid_hi, q_pos, kv_len,
                                  k_head, v_head, offs_d, d_ok, offs_dv, dv_ok,
                                  stride_kp, stride_kt, stride_vp, stride_vt, qk_scale, softcap,
-                                 window, PAGE, BLOCK_N, False, CAUSAL, HAS_WINDOW, HAS_SOFTCAP,
+                                 window, attn_chunk, PAGE, BLOCK_N, False, CAUSAL, HAS_WINDOW,
+                                 HAS_CHUNK, HAS_SOFTCAP,
                                  D == BLOCK_D, DV == BLOCK_DV, DOT_PREC)
     m_i, l_i, acc = attend_range(q, m_i, l_i, acc, K, V, bt_row, mid_hi, hi, q_pos, kv_len,
                                  k_head, v_head, offs_d, d_ok, offs_dv, dv_ok,
                                  stride_kp, stride_kt, stride_vp, stride_vt, qk_scale, softcap,
-                                 window, PAGE, BLOCK_N, True, CAUSAL, HAS_WINDOW, HAS_SOFTCAP,
+                                 window, attn_chunk, PAGE, BLOCK_N, True, CAUSAL, HAS_WINDOW,
+                                 HAS_CHUNK, HAS_SOFTCAP,
                                  D == BLOCK_D, DV == BLOCK_DV, DOT_PREC)
 
     if STORE_LSE:
@@ -134,11 +140,12 @@ def extend_config(head_dim: int, dtype: torch.dtype, *, interpret: bool, variant
 
 def extend_attention(q, k_cache, v_cache, out, *, block_req, block_m, query_start_loc, seq_lens,
                      block_tables, qk_scale, v_scale, softcap, window, sinks, causal, config,
-                     lse=None):
+                     lse=None, attention_chunk=None):
     """q: [T, H_q, D]; k_cache: [P, page, H_kv, D]; v_cache: [P, page, H_kv, DV];
     out: [T, H_q, DV] (written); block_req / block_m: [NB] int32 query blocks of BLOCK_M rows;
     query_start_loc: [B+1] int32; seq_lens: [B] int32; block_tables: [B, pages] int32;
-    sinks: [H_q] float32 or None. ``softcap`` / ``window`` None when unused.
+    sinks: [H_q] float32 or None. ``softcap`` / ``window`` / ``attention_chunk`` None when unused
+    (a chunk needs ``causal``).
     lse: None, or [T, H_q] float32 (dense in H) to receive each row's log-sum-exp of its
     scaled logits (natural log; -inf for a row that saw no key). Rows of requests with no
     block in ``block_req`` are left untouched in ``out`` and ``lse``."""
@@ -151,14 +158,15 @@ def extend_attention(q, k_cache, v_cache, out, *, block_req, block_m, query_star
     _extend_kernel[grid](
         q, k_cache, v_cache, out, out if lse is None else lse, sinks if sinks is not None else q,
         block_req, block_m, query_start_loc, seq_lens, block_tables,
-        qk_scale, v_scale, float(softcap or 1.0), int(window or 0),
+        qk_scale, v_scale, float(softcap or 1.0), int(window or 0), int(attention_chunk or 1),
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), 0 if lse is None else lse.stride(0),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), block_tables.stride(0),
         GROUP=group, D=head_dim, DV=dv, PAGE=k_cache.shape[1],
         BLOCK_M=cfg.pop("BLOCK_M"), BLOCK_N=cfg.pop("BLOCK_N"),
         BLOCK_D=padded_dim(head_dim), BLOCK_DV=padded_dim(dv),
-        CAUSAL=causal, HAS_WINDOW=window is not None, HAS_SOFTCAP=softcap is not None,
-        HAS_SINKS=sinks is not None, STORE_LSE=lse is not None, DOT_PREC="ieee", **cfg,
+        CAUSAL=causal, HAS_WINDOW=window is not None, HAS_CHUNK=attention_chunk is not None,
+        HAS_SOFTCAP=softcap is not None, HAS_SINKS=sinks is not None, STORE_LSE=lse is not None,
+        DOT_PREC="ieee", **cfg,
     )
     return out

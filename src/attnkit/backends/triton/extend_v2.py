@@ -9,8 +9,10 @@ request splits at its cached prefix (``prefix = kv_len - q_len``):
 The new part is indexed relative to the request's first new token (query row ``i``, key
 ``j``; causal iff ``j <= i``), so its tiles are aligned to the query blocks: for a causal
 prefill every tile left of the block's diagonal is unmasked, and only the diagonal tiles
-(and the window's left edge) pay for the mask. Each part runs the same three loops as
-version 1 (masked left edge, unmasked middle, masked right edge).
+(and the window's left edge or the chunk start) pay for the mask. Each part runs the same
+three loops as version 1 (masked left edge, unmasked middle, masked right edge). Chunk
+boundaries are absolute positions, so the new part's masks see positions shifted back by
+``prefix`` (causality and the window do not care; the chunk start does).
 
 Only valid when the new K/V in the cache equal k / v exactly: the backend uses it when the
 cache has k's dtype (never for fp8 pages, whose rounding the reference reads back).
@@ -45,18 +47,19 @@ def load_rows(base, offs_n, n_keys, stride_t, offs_d, d_ok, BOUND: tl.constexpr,
 
 @triton.jit
 def attend_rows(q, m_i, l_i, acc, Kn, Vn, n_lo, n_hi, q_rel, n_keys, offs_d, d_ok, offs_dv, dv_ok,
-                stride_knt, stride_vnt, qk_scale, softcap, window,
+                stride_knt, stride_vnt, qk_scale, softcap, window, attn_chunk, shift,
                 BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
-                HAS_WINDOW: tl.constexpr, HAS_SOFTCAP: tl.constexpr, EVEN_D: tl.constexpr,
-                EVEN_DV: tl.constexpr, DOT_PREC: tl.constexpr):
+                HAS_WINDOW: tl.constexpr, HAS_CHUNK: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+                EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, DOT_PREC: tl.constexpr):
     """attend_range for keys held as contiguous rows (``Kn`` / ``Vn`` point at row 0 of the
-    request's new tokens, head already applied); ``q_rel`` and keys in the same coordinates."""
+    request's new tokens, head already applied); ``q_rel`` and keys in the same coordinates,
+    ``shift`` less than absolute positions (the masks compare absolute positions)."""
     for n0 in range(n_lo, n_hi, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         k = load_rows(Kn, offs_n, n_keys, stride_knt, offs_d, d_ok, MASK, EVEN_D).to(q.dtype)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)
-        s = logits(qk, q_rel, offs_n, n_keys, qk_scale, softcap, window,
-                   MASK, CAUSAL, HAS_WINDOW, HAS_SOFTCAP)
+        s = logits(qk, q_rel + shift, offs_n + shift, n_keys + shift, qk_scale, softcap, window,
+                   attn_chunk, MASK, CAUSAL, HAS_WINDOW, HAS_CHUNK, HAS_SOFTCAP)
         v = load_rows(Vn, offs_n, n_keys, stride_vnt, offs_dv, dv_ok, MASK, EVEN_DV).to(q.dtype)
         m_i, l_i, acc = online_softmax_step(m_i, l_i, acc, s, v, DOT_PREC)
     return m_i, l_i, acc
@@ -65,13 +68,13 @@ def attend_rows(q, m_i, l_i, acc, Kn, Vn, n_lo, n_hi, q_rel, n_keys, offs_d, d_o
 @triton.jit
 def _extend_v2_kernel(
     Q, KN, VN, K, V, Out, Sinks, BlockReq, BlockM, QStart, SeqLens, BlockTables,
-    qk_scale, v_scale, softcap, window,
+    qk_scale, v_scale, softcap, window, attn_chunk,
     stride_qt, stride_qh, stride_ot, stride_oh, stride_knt, stride_knh, stride_vnt, stride_vnh,
     stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_bt,
     GROUP: tl.constexpr, D: tl.constexpr, DV: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-    HAS_SINKS: tl.constexpr, DOT_PREC: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_CHUNK: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr, HAS_SINKS: tl.constexpr, DOT_PREC: tl.constexpr,
 ):
     blk = tl.program_id(0)
     h = tl.program_id(1)
@@ -105,45 +108,46 @@ def _extend_v2_kernel(
     r1 = tl.minimum(m0 + BLOCK_M, q_len) - 1          # last query row of this block
 
     # Cached prefix, absolute positions, through the block table (every key precedes every
-    # query, so only the window and the prefix's last partial tile need masks).
+    # query, so only the window, the chunk start and the prefix's last partial tile need masks).
     bt_row = BlockTables + req.to(tl.int64) * stride_bt
     q_pos = prefix + offs_m
-    lo, mid_lo, mid_hi, hi = key_ranges(prefix + m0, prefix + r1, prefix, window,
-                                        CAUSAL, HAS_WINDOW, BLOCK_N)
+    lo, mid_lo, mid_hi, hi = key_ranges(prefix + m0, prefix + r1, prefix, window, attn_chunk, 0,
+                                        CAUSAL, HAS_WINDOW, HAS_CHUNK, BLOCK_N)
     k_head = kvh * stride_kh
     v_head = kvh * stride_vh
     m_i, l_i, acc = attend_range(q, m_i, l_i, acc, K, V, bt_row, lo, mid_lo, q_pos, prefix,
                                  k_head, v_head, offs_d, d_ok, offs_dv, dv_ok,
                                  stride_kp, stride_kt, stride_vp, stride_vt, qk_scale, softcap,
-                                 window, PAGE, BLOCK_N, True, CAUSAL, HAS_WINDOW, HAS_SOFTCAP,
-                                 EVEN_D, EVEN_DV, DOT_PREC)
+                                 window, attn_chunk, PAGE, BLOCK_N, True, CAUSAL, HAS_WINDOW,
+                                 HAS_CHUNK, HAS_SOFTCAP, EVEN_D, EVEN_DV, DOT_PREC)
     m_i, l_i, acc = attend_range(q, m_i, l_i, acc, K, V, bt_row, mid_lo, mid_hi, q_pos, prefix,
                                  k_head, v_head, offs_d, d_ok, offs_dv, dv_ok,
                                  stride_kp, stride_kt, stride_vp, stride_vt, qk_scale, softcap,
-                                 window, PAGE, BLOCK_N, False, CAUSAL, HAS_WINDOW, HAS_SOFTCAP,
-                                 EVEN_D, EVEN_DV, DOT_PREC)
+                                 window, attn_chunk, PAGE, BLOCK_N, False, CAUSAL, HAS_WINDOW,
+                                 HAS_CHUNK, HAS_SOFTCAP, EVEN_D, EVEN_DV, DOT_PREC)
     m_i, l_i, acc = attend_range(q, m_i, l_i, acc, K, V, bt_row, mid_hi, hi, q_pos, prefix,
                                  k_head, v_head, offs_d, d_ok, offs_dv, dv_ok,
                                  stride_kp, stride_kt, stride_vp, stride_vt, qk_scale, softcap,
-                                 window, PAGE, BLOCK_N, True, CAUSAL, HAS_WINDOW, HAS_SOFTCAP,
-                                 EVEN_D, EVEN_DV, DOT_PREC)
+                                 window, attn_chunk, PAGE, BLOCK_N, True, CAUSAL, HAS_WINDOW,
+                                 HAS_CHUNK, HAS_SOFTCAP, EVEN_D, EVEN_DV, DOT_PREC)
 
     # New tokens, positions relative to the first one, as contiguous rows of k / v.
     kn = KN + q_begin.to(tl.int64) * stride_knt + kvh * stride_knh
     vn = VN + q_begin.to(tl.int64) * stride_vnt + kvh * stride_vnh
-    lo, mid_lo, mid_hi, hi = key_ranges(m0, r1, q_len, window, CAUSAL, HAS_WINDOW, BLOCK_N)
+    lo, mid_lo, mid_hi, hi = key_ranges(m0, r1, q_len, window, attn_chunk, prefix, CAUSAL,
+                                        HAS_WINDOW, HAS_CHUNK, BLOCK_N)
     m_i, l_i, acc = attend_rows(q, m_i, l_i, acc, kn, vn, lo, mid_lo, offs_m, q_len,
                                 offs_d, d_ok, offs_dv, dv_ok, stride_knt, stride_vnt, qk_scale,
-                                softcap, window, BLOCK_N, True, CAUSAL, HAS_WINDOW, HAS_SOFTCAP,
-                                EVEN_D, EVEN_DV, DOT_PREC)
+                                softcap, window, attn_chunk, prefix, BLOCK_N, True, CAUSAL,
+                                HAS_WINDOW, HAS_CHUNK, HAS_SOFTCAP, EVEN_D, EVEN_DV, DOT_PREC)
     m_i, l_i, acc = attend_rows(q, m_i, l_i, acc, kn, vn, mid_lo, mid_hi, offs_m, q_len,
                                 offs_d, d_ok, offs_dv, dv_ok, stride_knt, stride_vnt, qk_scale,
-                                softcap, window, BLOCK_N, False, CAUSAL, HAS_WINDOW, HAS_SOFTCAP,
-                                EVEN_D, EVEN_DV, DOT_PREC)
+                                softcap, window, attn_chunk, prefix, BLOCK_N, False, CAUSAL,
+                                HAS_WINDOW, HAS_CHUNK, HAS_SOFTCAP, EVEN_D, EVEN_DV, DOT_PREC)
     m_i, l_i, acc = attend_rows(q, m_i, l_i, acc, kn, vn, mid_hi, hi, offs_m, q_len,
                                 offs_d, d_ok, offs_dv, dv_ok, stride_knt, stride_vnt, qk_scale,
-                                softcap, window, BLOCK_N, True, CAUSAL, HAS_WINDOW, HAS_SOFTCAP,
-                                EVEN_D, EVEN_DV, DOT_PREC)
+                                softcap, window, attn_chunk, prefix, BLOCK_N, True, CAUSAL,
+                                HAS_WINDOW, HAS_CHUNK, HAS_SOFTCAP, EVEN_D, EVEN_DV, DOT_PREC)
 
     l_i = tl.where(l_i == 0.0, 1.0, l_i)
     out = acc * (v_scale / l_i)[:, None]
@@ -153,7 +157,7 @@ def _extend_v2_kernel(
 
 def extend_attention_v2(q, k, v, k_cache, v_cache, out, *, block_req, block_m, query_start_loc,
                         seq_lens, block_tables, qk_scale, v_scale, softcap, window, sinks, causal,
-                        config):
+                        config, attention_chunk=None):
     """As extend.extend_attention, plus k: [T, H_kv, D] and v: [T, H_kv, DV], this step's new
     K/V (rows dense in the head dim; the same values the cache now holds for them)."""
     q = unit_stride_rows(q, k_cache, v_cache)
@@ -167,7 +171,7 @@ def extend_attention_v2(q, k, v, k_cache, v_cache, out, *, block_req, block_m, q
     _extend_v2_kernel[(block_req.shape[0], num_heads)](
         q, k, v, k_cache, v_cache, out, sinks if sinks is not None else q, block_req, block_m,
         query_start_loc, seq_lens, block_tables,
-        qk_scale, v_scale, float(softcap or 1.0), int(window or 0),
+        qk_scale, v_scale, float(softcap or 1.0), int(window or 0), int(attention_chunk or 1),
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
@@ -175,7 +179,7 @@ def extend_attention_v2(q, k, v, k_cache, v_cache, out, *, block_req, block_m, q
         GROUP=num_heads // k_cache.shape[2], D=head_dim, DV=dv, PAGE=k_cache.shape[1],
         BLOCK_M=cfg.pop("BLOCK_M"), BLOCK_N=cfg.pop("BLOCK_N"),
         BLOCK_D=padded_dim(head_dim), BLOCK_DV=padded_dim(dv),
-        CAUSAL=causal, HAS_WINDOW=window is not None, HAS_SOFTCAP=softcap is not None,
-        HAS_SINKS=sinks is not None, DOT_PREC="ieee", **cfg,
+        CAUSAL=causal, HAS_WINDOW=window is not None, HAS_CHUNK=attention_chunk is not None,
+        HAS_SOFTCAP=softcap is not None, HAS_SINKS=sinks is not None, DOT_PREC="ieee", **cfg,
     )
     return out

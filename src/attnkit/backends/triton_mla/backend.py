@@ -29,8 +29,6 @@ from attnkit.errors import fail
 _CAPS = DECLARATION.capabilities
 _DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 _KV_DTYPES = _DTYPES | {torch.float8_e4m3fn: "fp8_e4m3", torch.float8_e5m2: "fp8_e5m2"}
-_UNSERVED = ("sliding_window", "logit_softcap", "sinks", "cross_attention", "non_causal",
-             "dual_chunk")
 # Per key and head, absorbed costs n * 2 * (2L + R) FLOPs for n new tokens; the MHA form
 # costs 2 * L * (nope + v) once (decompression) plus n * 2 * (nope + rope + v). At the rates
 # measured on an H200 (benchmarks/NOTES-mla.md: absorbed ~110 TFLOP/s, MHA-form attention
@@ -192,7 +190,7 @@ class TritonMLABackend(AttentionBackend):
         if dims not in _CAPS.mla_dims:
             fail("AK461", f"(kv_lora_rank, qk_rope_head_dim) = {dims} is not served by triton_mla",
                  field="mla_dims", expected=_CAPS.mla_dims, actual=dims)
-        bad = [f for f in spec.features() if f in _UNSERVED]
+        bad = sorted(spec.features() - _CAPS.features)     # what the declaration lacks, all of it
         if bad or not spec.causal:
             fail("AK464", f"layer {spec.layer_id} needs {sorted(bad) or ['non_causal']}",
                  field="features", expected=sorted(_CAPS.features), actual=sorted(bad))

@@ -36,7 +36,8 @@ ENTRIES = [
     entry(
         "AK103", "Layer feature not supported",
         meaning="Some layers need a feature the backend does not implement: sliding_window, "
-                "logit_softcap, sinks, cross_attention, non_causal (encoder) or dual_chunk. The message "
+                "logit_softcap, sinks, cross_attention, non_causal (encoder), chunked_local (Llama-4) "
+                "or dual_chunk. The message "
                 "names the feature and the layers that need it.",
         trigger="A candidate whose declared `features` lack one that some layer needs.",
         situations=["Gemma-2 (logit softcap) on sdpa.", "gpt-oss (attention sinks) on sdpa.",

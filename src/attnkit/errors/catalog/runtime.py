@@ -198,11 +198,14 @@ ENTRIES = [
         meaning="A LayerAttention handed to a backend holds a value no backend can serve "
                 "consistently: an unknown kind or role, a sliding window below 1 (the window "
                 "counts the query itself, so 1 means the token sees only itself), a soft-cap that "
-                "is not positive, or an MLA layer without its MLA sizes.",
+                "is not positive, an MLA layer without its MLA sizes, or an attention_chunk "
+                "(chunked local attention) below 1 or on a layer that is not a causal decoder "
+                "layer (the chunk mask is causal by definition).",
         trigger="Runtime validation before the kernel, per layer.",
         situations=["A window of 0 meant as 'no window' (use None).",
-                    "A spec built by hand with kind 'gqa' (GQA is mha with fewer KV heads)."],
-        solutions=["Use None for no sliding window or no soft-cap.",
+                    "A spec built by hand with kind 'gqa' (GQA is mha with fewer KV heads).",
+                    "attention_chunk set on an encoder or cross-attention layer."],
+        solutions=["Use None for no sliding window, no soft-cap or no attention chunk.",
                    "Use kind 'mha' or 'mla' and role 'decoder', 'encoder' or 'cross'.",
                    "Build specs from the model config (attnkit.model.load_model)."],
         before="LayerAttention(layer_id=0, num_heads=8, num_kv_heads=2, head_dim=64, sliding_window=0)",

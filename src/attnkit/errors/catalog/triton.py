@@ -8,9 +8,10 @@ ENTRIES = [
         "AK450", "Layer kind not served by the triton backend",
         meaning="The triton backend attends over per-head K/V pages (MHA, GQA, MQA) of decoder or "
                 "encoder self-attention. MLA latent caches, cross-attention over encoder pages and "
-                "dual chunk attention are other kernels.",
-        trigger="TritonBackend.forward with an MLA layer, a cross-attention layer or a layer with "
-                "a dual_chunk config.",
+                "dual chunk attention are other kernels; a layer feature outside the triton "
+                "declaration is refused rather than ignored.",
+        trigger="TritonBackend.forward with an MLA layer, a cross-attention layer, a layer with "
+                "a dual_chunk config, or a layer needing a feature triton does not declare.",
         situations=["An MLA model (DeepSeek-V3) forced onto --attention-backend triton.",
                     "An encoder-decoder model whose cross-attention layers reach triton.",
                     "Qwen2.5-1M with dual chunk attention on and --attention-backend triton."],

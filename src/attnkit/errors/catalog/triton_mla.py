@@ -58,8 +58,9 @@ ENTRIES = [
     ),
     entry(
         "AK464", "Layer feature not served by triton_mla",
-        meaning="triton_mla runs causal decoder self-attention only: no sliding window, logit "
-                "softcap, attention sinks, cross-attention or non-causal (encoder) layers.",
+        meaning="triton_mla runs causal decoder self-attention only, with no layer feature beyond "
+                "its declaration: no sliding window, logit softcap, attention sinks, chunked local "
+                "attention, cross-attention or non-causal (encoder) layers.",
         trigger="TritonMLABackend.forward with a layer that needs one of those features.",
         situations=["An MLA variant with a sliding window on some layers."],
         solutions=["Serve such layers with torch_native.", _PLAN],
