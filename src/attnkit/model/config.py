@@ -48,6 +48,12 @@ def parse_config(cfg: object, *, name: str | None = None, source: str = "<dict>"
 
     Raises AttnkitError (AK5xx) for configs that are malformed or that attnkit cannot serve.
     """
+    return parse_traced(cfg, name=name, source=source)[0]
+
+
+def parse_traced(cfg: object, *, name: str | None = None, source: str = "<dict>"
+                 ) -> tuple[ModelAttention, frozenset[str]]:
+    """``parse_config``, plus the path of every config field the parse read (tests use it)."""
     if not isinstance(cfg, dict):
         raise AttnkitError("AK502", f"a model config must be a JSON object, got "
                            f"{type(cfg).__name__} (in {source})", field=None,
@@ -95,7 +101,7 @@ def parse_config(cfg: object, *, name: str | None = None, source: str = "<dict>"
     return ModelAttention(
         name=name or _default_name(top, model_type), architecture=arch or "unknown",
         layers=tuple(layers), dtype=_dtype(top, reader), max_position_embeddings=max_pos,
-        source=source, notes=tuple(notes), other_layers=tuple(other))
+        source=source, notes=tuple(notes), other_layers=tuple(other)), frozenset(reader.trace)
 
 
 def _has_attention_fields(r: ConfigReader) -> bool:

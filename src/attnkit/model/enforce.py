@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from attnkit.model._fields import ConfigReader, _short
-from attnkit.model.keys import KeyRule, classify, family_rules
+from attnkit.model.keys import RULES, KeyRule, classify
 
 
 def refuse_keys(r: ConfigReader, family: str) -> None:
@@ -37,10 +37,11 @@ def check_keys(r: ConfigReader, family: str) -> list[str]:
         raise _refusal(r, rule, key, value, why, family, code="AK513")
     groups: dict[str, list[tuple[str, Any]]] = {}
     rules: dict[str, KeyRule] = {}
-    for rule in family_rules(family, "outside"):
-        value = r.cfg[rule.key] if r.has(rule.key) else r.defaults.get(rule.key)
-        if r.known(rule.key) and rule.applies(value):
-            groups.setdefault(rule.what, []).append((rule.key, value))
+    for key in dict.fromkeys(rule.key for rule in RULES if rule.status == "outside"):
+        value = r.cfg[key] if r.has(key) else r.defaults.get(key)
+        status, rule = classify(key, family, value)
+        if status == "outside" and r.known(key):
+            groups.setdefault(rule.what, []).append((key, value))
             rules[rule.what] = rule
     return [", ".join(f"{r.path(k)} = {_short(v)}" + ("" if r.has(k) else " (transformers' default)")
                       for k, v in keys) + f": {what}, {rules[what].how}; outside the attention kernel, so "

@@ -33,15 +33,6 @@ def decoder(r: ConfigReader, model_type: str) -> Layers:
         scale = r.float("query_pre_attn_scalar") ** -0.5
     softcap = r.float("attn_logit_softcapping", default=None)
     kinds = {s.attention for s in slots}
-    window = r.int("sliding_window") if "sliding" in kinds else None
-    chunk = attention_chunk(r) if "chunked" in kinds else None
-    if "chunked" in kinds and chunk is None:
-        raise r.error("AK503", "attention_chunk_size", "layer_types names chunked_attention layers but "
-                      "attention_chunk_size is null", expected="the chunk size", actual=None)
-    if "indexed" in kinds:
-        raise r.error("AK512", "layer_types", "indexed_attention (DeepSeek sparse attention) layers need "
-                      "MLA (kv_lora_rank); this config has none", expected="kv_lora_rank", actual=None)
-    dual = _dual_chunk(r)
     encoder = model_type in ENCODERS or r.bool("use_bidirectional_attention", default=False)
     if encoder and "sliding" in kinds:
         key = next(k for k in ("use_bidirectional_attention", "layer_types", "global_attn_every_n_layers",
@@ -51,6 +42,15 @@ def decoder(r: ConfigReader, model_type: str) -> Layers:
                       "query only, so it would need a two-sided window mask", expected="a causal model, or "
                       "every layer global", actual=r.cfg.get(key, r.defaults.get(key)),
                       details={"needs": "a two-sided (bidirectional) sliding window"})
+    window = r.int("sliding_window") if "sliding" in kinds else None
+    chunk = attention_chunk(r) if "chunked" in kinds else None
+    if "chunked" in kinds and chunk is None:
+        raise r.error("AK503", "attention_chunk_size", "layer_types names chunked_attention layers but "
+                      "attention_chunk_size is null", expected="the chunk size", actual=None)
+    if "indexed" in kinds:
+        raise r.error("AK512", "layer_types", "indexed_attention (DeepSeek sparse attention) layers need "
+                      "MLA (kv_lora_rank); this config has none", expected="kv_lora_rank", actual=None)
+    dual = _dual_chunk(r)
     layers = [LayerAttention(layer_id=i, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
                              v_head_dim=None if v_dim == head_dim else v_dim,
                              role="encoder" if encoder else "decoder", scale=scale,

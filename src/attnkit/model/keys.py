@@ -21,7 +21,7 @@ read and no rule of the family covers: an attention key is never silently ignore
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 STATUSES = ("modelled", "refused", "outside", "unused")
 QWEN_WINDOW = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
@@ -129,9 +129,9 @@ RULES: tuple[KeyRule, ...] = (
           "ModelAttention.other_layers", {"hybrid_override_pattern": "M*M*"}),
     _rule("layers_block_type", "nemotron_h", "modelled", "the block of every layer (full_attention, "
           "linear_attention = Mamba-2, mlp, moe)", "attention layer ids; the rest in other_layers",
-          {"layers_block_type": ["linear_attention", "full_attention", "mlp", "full_attention"]}),
+          {"layers_block_type": ["full_attention", "linear_attention", "moe", "full_attention"]}),
     _rule("attn_layer_period", "jamba", "modelled", "attention on layers i with i % period == offset, Mamba "
-          "elsewhere", "attention layer ids; the rest in other_layers", {"attn_layer_period": 2}),
+          "elsewhere", "attention layer ids; the rest in other_layers", {"attn_layer_period": 2, "attn_layer_offset": 1}),
     _rule("attn_layer_offset", "jamba", "modelled", "attention on layers i with i % period == offset",
           "attention layer ids; the rest in other_layers", {"attn_layer_offset": 1}),
     _rule("attn_layer_indices", "bamba", "modelled", "the attention layers; Mamba-2 elsewhere",
@@ -180,7 +180,9 @@ RULES: tuple[KeyRule, ...] = (
                                                           ("floor_scale", 4096), ("attn_scale", 0.2))),
     _rule("use_qk_norm", "llama4_text", "outside", "L2-normalises q and k of the RoPE layers", "on q and k "
           "before attention (the runner's job)", {"use_qk_norm": True}, inactive=(None, False)),
-    _rule("attn_output_gate", QWEN_HYBRID, "outside", "multiplies the attention output by sigmoid(gate)",
+    _rule("use_qk_norm", "*", "outside", "normalises q and k before attention", "on q and k before "
+          "attention (the runner's job)", {"use_qk_norm": True}, inactive=(None, False)),
+    _rule("attn_output_gate", "*", "outside", "multiplies the attention output by sigmoid(gate)",
           "after attention (the runner's job)", {"attn_output_gate": True}, inactive=(None, False)),
     *(_rule(k, "falcon_h1", "outside", f"multiplies the attention {what} by {k}", "outside the attention "
             "kernel (the runner's job)", {k: 0.5}, inactive=(None, 1, 1.0))
@@ -207,6 +209,3 @@ def classify(key: str, family: str, value: Any) -> tuple[str, KeyRule | None]:
     active = [r for r in rules if r.applies(value)]
     return ("foreign", active[0]) if active else ("inactive", None)
 
-
-def family_rules(family: str, status: str) -> Iterable[KeyRule]:
-    return (r for r in RULES if family in r.families and r.status == status)

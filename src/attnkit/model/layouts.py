@@ -104,6 +104,7 @@ def _nemotron(r: ConfigReader) -> list[Slot]:
     key = r.first("layers_block_type", "layer_types")
     if key is not None:
         types = r.list(key)
+        r.considered("hybrid_override_pattern")   # the list wins in transformers' NemotronHConfig
     elif r.has("hybrid_override_pattern"):
         key, pattern = "hybrid_override_pattern", r.str("hybrid_override_pattern")
         bad = sorted(set(pattern) - set(NEMOTRON_CHARS))
