@@ -89,3 +89,13 @@ def test_inactive_values_change_nothing():
                           ("bert", {"is_decoder": False, "position_embedding_type": "absolute"})]:
         got = _parse({**_base(family), **extra})
         assert _spec(got) == _spec(_parse(_base(family))), (family, got)
+
+
+def test_a_modelled_key_the_parse_never_reads_is_refused(monkeypatch):
+    """The enforcement itself: a rule promising 'modelled' that no parser code reads refuses."""
+    import attnkit.model.keys as keys
+
+    fake = keys._rule("made_up_window", "llama", "modelled", "a window", "nothing yet", {"made_up_window": 8})
+    monkeypatch.setattr(keys, "RULES", keys.RULES + (fake,))
+    err = _parse({**_base("llama"), "made_up_window": 8})
+    assert isinstance(err, AttnkitError) and err.code == "AK513" and "made_up_window" in err.message
