@@ -7,7 +7,7 @@ import pytest
 
 import attnkit
 from attnkit.errors import AttnkitError
-from attnkit.hardware import Platform, get_preset
+from attnkit.hardware import get_preset
 from attnkit.model.spec import DualChunkConfig, LayerAttention, MLAConfig, ModelAttention, SparseTopK
 from attnkit.planning.request import parse_request
 

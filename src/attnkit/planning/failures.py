@@ -14,7 +14,6 @@ from attnkit.planning.plan import Plan
 from attnkit.planning.reasons import Reason
 from attnkit.planning.rules import common_page_sizes, conflict
 from attnkit.planning.suggest import device_for, nearest, other_device, serving
-from attnkit.planning.unserved import unserved_features  # noqa: F401  (the solver raises it via failures)
 
 if TYPE_CHECKING:
     from attnkit.planning.solver import Solve

@@ -24,6 +24,7 @@ from attnkit.planning.reasons import Reason, check_backend, model_needs
 from attnkit.planning.request import BACKEND_FIELDS, Request, parse_request
 from attnkit.planning.rules import (AFTER, BEFORE, PHASE_FIELDS, Override, View, common_page_sizes,
                                     config_dtype)
+from attnkit.planning.unserved import unserved_features
 from attnkit.planning.validate import validate_model
 
 SETTING_FIELDS = ("dtype", "kv_cache_dtype", "page_size", "tp_size", "speculative_tokens",
@@ -191,7 +192,7 @@ class Solve:
         unserved = [f for f in self.needs.features
                     if not any(f in d.capabilities.features for d in self.registry.values())]
         if unserved:
-            raise failures.unserved_features(self, unserved)
+            raise unserved_features(self, unserved)
         if "decode" not in self.phases:
             self.why["decode"] = (f"{self.model.name} is encoder-only: every layer attends both ways over "
                                   "the whole input, so there is no decode phase and no decode backend")
