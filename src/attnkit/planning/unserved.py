@@ -30,8 +30,8 @@ def unserved_features(s: "Solve", features: list[str]) -> AttnkitError:
     for feat in features:
         layers = s.needs.features[feat]
         what, where = ELSEWHERE.get(feat, (feat, ""))
-        detail = _detail(s, feat)
-        parts.append(f"{feat} ({what}{detail}; layers {layer_ranges(layers)})")
+        detail = (what if what != feat else "") + _detail(s, feat)
+        parts.append(f"{feat} ({detail + '; ' if detail else ''}layers {layer_ranges(layers)})")
         fixes.append(f"serve {s.model.name} with an engine that implements {what}" + (f": {where}" if where else ""))
     fixes.append("plan a model without " + " and ".join(features))
     return conflict("AK122", f"{s.model.name} needs {'; '.join(parts)}, which no attnkit backend implements: "
