@@ -1,6 +1,7 @@
 """Per-family window, scale and layout rules on small hand-written configs."""
 import pytest
 
+from attnkit.errors import AttnkitError
 from attnkit.model import load_model
 
 
@@ -64,5 +65,15 @@ def test_gpt2_style_aliases():
 
 def test_bidirectional_decoder_is_non_causal():
     m = load_model(_llama(model_type="gemma3_text", use_bidirectional_attention=True,
-                          sliding_window=8, sliding_window_pattern=6))
+                          sliding_window=8, sliding_window_pattern=1))
     assert {l.role for l in m.layers} == {"encoder"} and "non_causal" in m.features()
+
+
+def test_bidirectional_sliding_layers_are_refused():
+    """EmbeddingGemma's local layers see |p - k| < window // 2 both ways; attnkit's windows are
+    one-sided, so planning them as non_causal + sliding_window would be wrong (it was)."""
+    with pytest.raises(AttnkitError) as info:
+        load_model(_llama(model_type="gemma3_text", use_bidirectional_attention=True,
+                          sliding_window=8, sliding_window_pattern=6))
+    assert info.value.code == "AK513" and info.value.field == "use_bidirectional_attention"
+    assert "two-sided" in info.value.message

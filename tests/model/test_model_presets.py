@@ -10,7 +10,8 @@ from attnkit.model.spec import ModelAttention
 REQUIRED_PRESETS = {
     "llama-3.1-8b", "llama-3.1-70b", "qwen2.5-7b", "qwen2.5-7b-instruct-1m", "mistral-7b-v0.1",
     "phi-3-mini", "gemma-2-9b", "gemma-3-12b", "gpt-oss-20b", "deepseek-v2-lite", "deepseek-v3",
-    "kimi-k2", "whisper-large-v3",
+    "kimi-k2", "whisper-large-v3", "deepseek-v3.2", "llama-4-scout", "qwen3-next-80b-a3b",
+    "nemotron-nano-9b-v2", "bge-m3", "gemma-3-27b", "gpt-oss-120b",
 }
 
 # name -> (layers, heads, kv_heads, head_dim, sliding layers, window, global layers)
@@ -26,6 +27,8 @@ MHA = {
     "gpt-oss-20b": (24, 64, 8, 64, 12, 128, 12),
     "qwen3-8b": (36, 32, 8, 128, 0, None, 36),
     "qwen3-4b": (36, 32, 8, 128, 0, None, 36),   # head_dim 128 given, though 2560 / 32 = 80
+    "gemma-3-27b": (62, 32, 16, 128, 52, 1024, 10),
+    "gpt-oss-120b": (36, 64, 8, 64, 18, 128, 18),
 }
 
 
@@ -40,7 +43,9 @@ def test_preset_names_its_source(name):
     m = load_model(name)
     assert isinstance(m, ModelAttention) and m.name == name
     assert cfg["_source"] in m.source
-    assert [l.layer_id for l in m.layers] == list(range(len(m.layers)))
+    # attention layers and the layers that run something else number the model's layers 0..N-1
+    ids = [l.layer_id for l in m.layers] + [i for i, _ in m.other_layers if i not in m.attention_layer_ids]
+    assert sorted(ids) == list(range(len(ids))) and ids[:len(m.layers)] == sorted(ids[:len(m.layers)])
 
 
 @pytest.mark.parametrize("name", sorted(MHA))

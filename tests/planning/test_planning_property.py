@@ -76,7 +76,9 @@ def test_plan_or_attnkit_error(model, platform, request, env):
     data = json.loads(json.dumps(result.to_dict()))      # the JSON contract holds for every plan
     assert data["ok"] == (data["error"] is None)
     if result.ok:
-        assert result.prefill_backend and result.decode_backend and result.settings["page_size"] >= 1
+        phases = result_model(model).phases
+        assert result.prefill_backend and result.settings["page_size"] >= 1
+        assert (result.decode_backend is not None) == ("decode" in phases)   # encoders: no decode phase
         given = data["request"]
         for key in ("page_size", "dtype", "kv_cache_dtype", "tp_size"):   # an explicit value is never changed
             if given[key] is not None:
@@ -85,6 +87,8 @@ def test_plan_or_attnkit_error(model, platform, request, env):
         # each chosen backend serves the model per its own declaration (the solver's generic check)
         needs = model_needs(result_model(model), dual_chunk=given["dual_chunk"] != "off")
         for phase, name in (("prefill", result.prefill_backend), ("decode", result.decode_backend)):
+            if phase not in phases:
+                continue
             reasons = check_backend(REGISTRY[name], model=result_model(model), needs=needs,
                                     platform=PLATFORMS[platform], phase=phase, settings=result.settings)
             assert not reasons, (phase, name, reasons)
@@ -98,3 +102,68 @@ def test_explicit_phase_with_rule_chosen_backend_plans_without_a_crash():
     result = plan("qwen2.5-7b-instruct-1m", "h100", request, env={})
     assert not result.ok and result.error["code"] == "AK120"
     assert any("drop --speculative-tokens" in s for s in result.error["solutions"])
+
+
+# Keys that change attention in some Hugging Face family, written from transformers' config
+# classes (independent of attnkit/model/keys.py), with values that switch them on and off.
+ATTENTION_KEYS = {
+    "sliding_window": [8, 16, None], "use_sliding_window": [True, False], "max_window_layers": [0, 2],
+    "sliding_window_pattern": [2, 3], "attention_chunk_size": [16, None], "no_rope_layers": [[], [1, 0, 1, 0]],
+    "no_rope_layer_interval": [2], "index_topk": [4], "index_n_heads": [2], "index_head_dim": [16],
+    "hybrid_override_pattern": ["M*-*", "M*M*", "*X**"], "attn_layer_period": [2], "attn_layer_offset": [1],
+    "attn_layer_indices": [[1]], "full_attention_interval": [2], "global_attn_every_n_layers": [1, 3],
+    "local_attention": [64], "position_embedding_type": ["absolute", "relative_key", "alibi", "rotary"],
+    "use_bidirectional_attention": [True, False], "is_decoder": [True, False], "is_causal": [False, True],
+    "add_cross_attention": [True], "attn_logit_softcapping": [30.0], "query_pre_attn_scalar": [16],
+    "dual_chunk_attention_config": [{"chunk_size": 64, "local_size": 8}], "alibi": [True, False],
+    "use_alibi": [True], "relative_attention_num_buckets": [32], "v_head_dim": [32],
+    "attn_temperature_tuning": [True, False], "use_qk_norm": [True], "attn_output_gate": [True],
+    "attn_type_list": [[0, 1, 0, 1]], "key_multiplier": [0.5], "indexer_types": [["full", "shared"] * 2],
+    "layer_types": [["full_attention", "sliding_attention"] * 2, ["linear_attention", "full_attention"] * 2,
+                    ["chunked_attention", "full_attention"] * 2, ["indexed_attention"] * 4, ["window_attention"] * 4],
+    "layers_block_type": [["full_attention", "linear_attention", "mlp", "moe"]],
+}
+FAMILIES = ["llama", "mistral", "qwen2", "qwen3_next", "gemma2", "gemma3_text", "gpt_oss", "llama4_text",
+            "nemotron_h", "jamba", "bamba", "falcon_h1", "bert", "modernbert", "deepseek_v3", "deepseek_v32",
+            "glm_moe_dsa", "mystery"]
+MLA_BASE = {"kv_lora_rank": 32, "qk_rope_head_dim": 16, "qk_nope_head_dim": 32, "v_head_dim": 32}
+
+
+@st.composite
+def family_configs(draw):
+    family = draw(st.sampled_from(FAMILIES))
+    cfg = {"model_type": family, "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 256,
+           "num_hidden_layers": 4, **(MLA_BASE if family.startswith(("deepseek", "glm")) else {})}
+    for key in draw(st.lists(st.sampled_from(sorted(ATTENTION_KEYS)), max_size=4, unique=True)):
+        cfg[key] = draw(st.sampled_from(ATTENTION_KEYS[key]))
+    return family, cfg
+
+
+@settings(max_examples=600, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(family_configs(), st.sampled_from(["h100", "t4", "cpu"]))
+def test_no_config_plans_while_ignoring_an_attention_key(case, device):
+    from attnkit.model.config import parse_traced
+    from attnkit.model.keys import classify
+
+    family, cfg = case
+    try:
+        model, read = parse_traced(cfg)
+    except AttnkitError as err:
+        assert err.code.startswith("AK5"), err
+        return
+    for key, value in cfg.items():
+        if key not in ATTENTION_KEYS or value is None:
+            continue
+        status, _ = classify(key, family, value)
+        # never planned with a key no rule knows, a key only other families use, or a refused one
+        assert status in ("modelled", "outside", "unused", "inactive"), (family, key, value, status)
+        if status == "modelled":
+            assert key in read, (family, key, "claimed modelled but never read")
+        if status == "outside":
+            assert any(key in note for note in model.notes), (family, key, model.notes)
+    try:
+        result = plan(model, PLATFORMS[device], env={})
+    except AttnkitError as err:
+        assert not err.code.startswith("AK9"), err
+        return
+    assert result.ok == (result.error is None) and set(result.model_info["features"]) == set(model.features())

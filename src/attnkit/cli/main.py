@@ -3,7 +3,9 @@
 
 Exit codes: 0 planned (or listed), 1 internal error (AK900), 2 usage error (bad flag, unknown
 model/device/code or backend name (AK300/AK301), invalid value (AK306)), 3 no valid plan,
-130 interrupted (Ctrl-C).
+130 interrupted (Ctrl-C). ``attnkit plan --json`` prints a plan object (or a list) for every
+outcome, failures included: a model, device or flag that cannot be read gives the failed-plan
+shape with ``error`` (docs/plan-json.md).
 """
 from __future__ import annotations
 
@@ -23,8 +25,21 @@ EXIT_INTERRUPTED = 130                         # the shell's 128 + SIGINT
 USAGE_CODES = ("AK300", "AK301", "AK306")
 
 
+class UsageError(Exception):
+    """argparse's complaint, raised instead of printed so ``plan --json`` can answer in JSON."""
+
+    def __init__(self, parser: argparse.ArgumentParser, message: str):
+        super().__init__(message)
+        self.parser, self.message = parser, message
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):   # argparse's hook: print usage and exit 2, unless --json (main)
+        raise UsageError(self, message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="attnkit", description="Plan, explain and run attention backends.")
+    parser = _Parser(prog="attnkit", description="Plan, explain and run attention backends.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
     # --debug is accepted after the subcommand too; SUPPRESS keeps it from resetting the top-level value
     common = argparse.ArgumentParser(add_help=False)
@@ -56,21 +71,33 @@ def add_plan_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--attention-backend", metavar="B")
     p.add_argument("--prefill-attention-backend", metavar="B")
     p.add_argument("--decode-attention-backend", metavar="B")
-    p.add_argument("--page-size", type=int, metavar="N")
+    # integers are checked by parse_request (AK306 names the flag), not by argparse
+    p.add_argument("--page-size", metavar="N")
     p.add_argument("--kv-cache-dtype", metavar="T")
     p.add_argument("--dtype", metavar="T")
-    p.add_argument("--tp-size", type=int, metavar="N")
-    p.add_argument("--speculative-tokens", type=int, metavar="N")
+    p.add_argument("--tp-size", metavar="N")
+    p.add_argument("--speculative-tokens", metavar="N")
     p.add_argument("--dual-chunk", choices=("auto", "on", "off"))
     p.add_argument("--deny", action="append", metavar="B", help="never choose B (repeatable, or comma list)")
     p.add_argument("--cuda-graph", action="store_true", default=None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)     # argparse exits 2 on a bad flag
+    argv = list(sys.argv[1:] if argv is None else argv)
+    json_plan = "--json" in argv and next((a for a in argv if not a.startswith("-")), None) == "plan"
+    try:
+        args = build_parser().parse_args(argv)
+    except UsageError as err:
+        if json_plan:
+            _print_failed(AttnkitError("AK310", f"attnkit plan: {err.message}", field="argv",
+                                       actual=argv[:20], solutions=["run attnkit plan --help for the flags"]))
+        err.parser.print_usage(sys.stderr)     # then exit 2, as argparse itself does
+        err.parser.exit(EXIT_USAGE, f"{err.parser.prog}: error: {err.message}\n")
     try:
         return COMMANDS[args.command](args)
     except AttnkitError as err:
+        if json_plan:
+            _print_failed(err)
         _error(err)
         return EXIT_USAGE
     except KeyboardInterrupt:                  # Ctrl-C (a long `generate`): no traceback
@@ -79,9 +106,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the CLI boundary: no raw traceback without --debug
         if args.debug:
             traceback.print_exc()
+        if json_plan:
+            _print_failed(AttnkitError("AK900", f"{type(exc).__name__}: {exc}"[:500]))
         sys.stderr.write(f"error AK900: {CATALOG['AK900'].title}: {type(exc).__name__}: {exc}\n"
                          + ("" if args.debug else "  re-run with --debug for the traceback and report it\n"))
         return EXIT_INTERNAL
+
+
+def _print_failed(err: AttnkitError, **where: Any) -> None:
+    from attnkit.planning.plan import Plan
+
+    sys.stdout.write(json.dumps(Plan.failed(err, **where).to_dict(), indent=2) + "\n")
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -92,10 +127,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     request = request_from_args(args)
     devices = args.device or ["auto"]
-    # Resolve every name first: a typo is a usage error before any planning output.
-    models = {m: load_model(m) for m in args.models}
-    platforms = {d: resolve_platform(d) for d in devices}
-    plans = [plan(models[m], platforms[d], request, label=m) for m in args.models for d in devices]
+    # Resolve every name first: a typo is a usage error before any planning output. Under --json
+    # each model x device pair whose model or device cannot be read is a failed-plan object.
+    models, platforms, failed = _read_all(args.models, devices, load_model, resolve_platform)
+    if failed and not args.json:
+        raise next(iter(failed.values()))
+    plans = [_pair(m, d, models, platforms, failed, request, plan) for m in args.models for d in devices]
     single = len(plans) == 1
     if args.json:
         data: Any = plans[0].to_dict() if single else [p.to_dict() for p in plans]
@@ -104,9 +141,30 @@ def cmd_plan(args: argparse.Namespace) -> int:
         sys.stdout.write(plan_text(plans[0]))
     else:
         sys.stdout.write(matrix_text(plans, list(args.models), devices))
-    if any(p.error and p.error["code"] in USAGE_CODES for p in plans):
+    if failed or any(p.error and p.error["code"] in USAGE_CODES for p in plans):
         return EXIT_USAGE
     return EXIT_OK if all(p.ok for p in plans) else EXIT_NO_PLAN
+
+
+def _read_all(names: list[str], devices: list[str], load_model, resolve_platform):
+    models, platforms, failed = {}, {}, {}
+    for source, read, out in ((names, load_model, models), (devices, resolve_platform, platforms)):
+        for name in source:
+            try:
+                out[name] = read(name)
+            except AttnkitError as err:
+                failed[name if read is load_model else ("device", name)] = err
+    return models, platforms, failed
+
+
+def _pair(model: str, device: str, models, platforms, failed, request, plan):
+    from attnkit.planning.plan import Plan
+
+    err = failed.get(model) or failed.get(("device", device))
+    if err is None:
+        return plan(models[model], platforms[device], request, label=model)
+    platform = platforms[device].to_dict() if device in platforms else None
+    return Plan.failed(err, model=model, platform=platform, request=request.to_dict())
 
 
 def request_from_args(args: argparse.Namespace):

@@ -5,6 +5,7 @@ import textwrap
 from typing import Any
 
 from attnkit.planning.plan import Plan
+from attnkit.planning.reasons import layer_ranges
 
 SHARED = "all rejected"
 
@@ -16,12 +17,14 @@ def plan_text(plan: Plan, *, short: bool = False) -> str:
     p = d["platform"]
     cc = f", sm{p['capability'][0]}{p['capability'][1]}" if p.get("capability") else ""
     out = [f"{d['model']} on {p['name']} ({p['kind']}{cc}): {'planned' if d['ok'] else 'NO VALID PLAN'}", ""]
+    if not short and d["model_info"]:
+        out += model_lines(d["model_info"]) + [""]
     if d["ok"]:
         out += ["backends"]
         same = d["prefill_backend"] == d["decode_backend"] and d["why"]["prefill"] == d["why"]["decode"]
         for phase in (("prefill+decode",) if same else ("prefill", "decode")):
             key = phase.split("+")[0]
-            out.append(f"  {phase:<15} {d[f'{key}_backend']}")
+            out.append(f"  {phase:<15} {d[f'{key}_backend'] or 'none'}")
             out += [] if short else _wrap(d["why"].get(key, ""), indent=4)
         alts = {k: v for k, v in d["alternatives"].items() if v}
         if alts and not short:
@@ -48,6 +51,42 @@ def plan_text(plan: Plan, *, short: bool = False) -> str:
     if d["error"]:
         out += error_lines(d["error"])
     return "\n".join(out).rstrip() + "\n"
+
+
+def model_lines(info: dict[str, Any]) -> list[str]:
+    """Which layers attend and how they differ; layers that are not attention; notes."""
+    ids, other = info["attention_layers"], info["other_layers"]
+    total = len(ids) + len({i for v in other.values() for i in v} - set(ids))
+    dtype = info["dtype"] or "none named"
+    head = (f"{len(ids)} of {total} layers: {layer_ranges(ids)}" if other and len(ids) < total
+            else f"{len(ids)} layers")
+    out = ["model", f"  attention   {head} ({info['kind'].upper()}); config dtype {dtype}"]
+    if other:
+        beside = " (beside attention)" if set(ids) & {i for v in other.values() for i in v} else ""
+        out += _wrap("; ".join(f"{len(v)} {k}{beside}: {layer_ranges(v)}" for k, v in other.items()),
+                     indent=14, first="  not planned ")
+    groups = info["layer_groups"]
+    if len(groups) > 1:
+        out += _wrap("; ".join(f"{len(g['layers'])} {_group_label(g)}: {layer_ranges(g['layers'])}"
+                               for g in groups), indent=14, first="  layers      ")
+    if info["features"]:
+        out.append(f"  features    {', '.join(info['features'])}")
+    if info["phases"] == ["prefill"]:
+        out.append("  phases      prefill only (encoder: no decode phase)")
+    for note in info["notes"]:
+        out += _wrap(note, indent=14, first="  note        ")
+    return out
+
+
+def _group_label(g: dict[str, Any]) -> str:
+    parts = [g["role"]]
+    if g["sliding_window"]:
+        parts.append(f"sliding_window {g['sliding_window']}")
+    if g["attention_chunk"]:
+        parts.append(f"attention_chunk {g['attention_chunk']}")
+    parts += [f for f in g["features"] if f not in ("sliding_window", "chunked_local", "non_causal",
+                                                     "cross_attention")]
+    return ", ".join(parts)
 
 
 def rejected_lines(d: dict[str, Any]) -> list[str]:
@@ -85,7 +124,7 @@ def matrix_text(plans: list[Plan], models: list[str], devices: list[str]) -> str
     for plan, (m, dev) in zip(plans, [(m, dv) for m in models for dv in devices]):
         if plan.ok:
             cell = plan.prefill_backend if plan.prefill_backend == plan.decode_backend else \
-                f"{plan.prefill_backend}/{plan.decode_backend}"
+                f"{plan.prefill_backend}/{plan.decode_backend or '-'}"
             cell += f" p{plan.settings.get('page_size')}"
         else:
             cell = f"{plan.error['code']} (no plan)"
@@ -119,9 +158,9 @@ def backends_text(data: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _wrap(text: str, *, indent: int, width: int = 100) -> list[str]:
-    return textwrap.wrap(text, width=width, initial_indent=" " * indent, subsequent_indent=" " * indent,
-                         break_on_hyphens=False)
+def _wrap(text: str, *, indent: int, width: int = 100, first: str | None = None) -> list[str]:
+    return textwrap.wrap(text, width=width, initial_indent=" " * indent if first is None else first,
+                         subsequent_indent=" " * indent, break_on_hyphens=False)
 
 
 def _short(value: Any) -> str:

@@ -6,11 +6,11 @@ import difflib
 
 from attnkit.errors import AttnkitError
 from attnkit.hardware.detect import detect, installed_packages
-from attnkit.hardware.platform import PLATFORM_KINDS, Platform
+from attnkit.hardware.platform import PLATFORM_KINDS, Platform, compute_dtypes, validate_platform
 from attnkit.hardware.presets import PRESETS, preset_names
 
 __all__ = ["Platform", "PLATFORM_KINDS", "detect", "installed_packages", "preset_names",
-           "resolve_platform", "get_preset"]
+           "resolve_platform", "get_preset", "compute_dtypes", "validate_platform"]
 
 
 def get_preset(name: str) -> Platform:
@@ -34,6 +34,7 @@ def get_preset(name: str) -> Platform:
 def resolve_platform(spec: "str | Platform | None" = "auto") -> Platform:
     """``"auto"`` (or None) -> ``detect()``; a preset name -> that preset; a Platform -> itself."""
     if isinstance(spec, Platform):
+        validate_platform(spec)
         return spec
     if spec is None or (isinstance(spec, str) and spec.strip().lower() == "auto"):
         return detect()

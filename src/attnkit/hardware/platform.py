@@ -5,10 +5,14 @@ from ``detect()`` (this machine). The planner reads nothing else about the hardw
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from attnkit.errors import AttnkitError
+
 PLATFORM_KINDS = ("cuda", "rocm", "cpu", "mps", "xpu")
+BF16_MIN_CUDA = (8, 0)   # bf16 arithmetic arrived with Ampere; Turing (sm75) and Volta have none
 
 
 @dataclass(frozen=True)
@@ -54,3 +58,45 @@ class Platform:
     def __hash__(self) -> int:  # packages is a dict; hash the rest plus its items
         return hash((self.kind, self.name, self.capability, self.memory_gb,
                      tuple(sorted(self.packages.items())), self.preset, self.arch))
+
+
+def compute_dtypes(platform: Any) -> tuple[str, ...]:
+    """The compute dtypes the hardware has: bf16 needs CUDA sm80+ (Ampere); ROCm (MI200/MI300),
+    CPUs (torch computes bf16 there), MPS and XPU have all three."""
+    cc = getattr(platform, "capability", None)
+    if getattr(platform, "kind", None) == "cuda" and cc is not None and tuple(cc) < BF16_MIN_CUDA:
+        return ("fp32", "fp16")
+    return ("fp32", "fp16", "bf16")
+
+
+def validate_platform(platform: Any) -> None:
+    """AK201 naming the first field of ``platform`` (a Platform or a look-alike) that planning
+    cannot use."""
+    def bad(field_: str, why: str, value: Any) -> AttnkitError:
+        return AttnkitError("AK201", f"platform.{field_} = {value!r:.80}: {why}", field=f"platform.{field_}",
+                            actual=repr(value)[:80], expected=why,
+                            solutions=["build the Platform with a preset (attnkit.hardware.get_preset) or "
+                                       "fix the named field"])
+    kind, name = getattr(platform, "kind", None), getattr(platform, "name", None)
+    if kind not in PLATFORM_KINDS:
+        raise bad("kind", f"one of {', '.join(PLATFORM_KINDS)}", kind)
+    if not isinstance(name, str) or not name.strip():
+        raise bad("name", "a non-empty string", name)
+    cc = getattr(platform, "capability", None)
+    if cc is not None and not (isinstance(cc, (tuple, list)) and len(cc) == 2 and all(
+            isinstance(c, int) and not isinstance(c, bool) and 0 <= c < 1000 for c in cc)):
+        raise bad("capability", "None or (major, minor), two integers in 0 .. 999", cc)
+    memory = getattr(platform, "memory_gb", None)
+    if memory is not None and (isinstance(memory, bool) or not isinstance(memory, (int, float))
+                               or not math.isfinite(memory) or memory <= 0):
+        raise bad("memory_gb", "None or a finite number > 0", memory)
+    packages = getattr(platform, "packages", None)
+    if packages is None:
+        packages = {}
+    if not isinstance(packages, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                 for k, v in packages.items()):
+        raise bad("packages", "a dict of import name -> version string", packages)
+    for field_ in ("preset", "arch"):
+        value = getattr(platform, field_, None)
+        if value is not None and not isinstance(value, str):
+            raise bad(field_, "None or a string", value)

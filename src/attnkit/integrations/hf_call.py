@@ -17,6 +17,7 @@ import torch
 from attnkit.backends.base import AttentionLayer
 from attnkit.errors import fail
 from attnkit.integrations import hf_plan
+from attnkit.planning.reasons import layer_ranges
 
 # Keyword arguments some models pass that change what attention computes; attnkit has no
 # equivalent, so a call carrying one (not None) is refused.
@@ -49,7 +50,7 @@ def call_layer(module: torch.nn.Module, planned: hf_plan.Planned, query: torch.T
                  field=name, expected=None, actual=type(kwargs[name]).__name__)
     if kwargs.get("output_attentions"):
         warnings.warn(NO_WEIGHTS_WARNING, UserWarning)
-    base = planned.layers[idx]
+    base = next(l for l in planned.layers if l.layer_id == idx)
     got = {"heads": query.shape[1], "kv_heads": key.shape[1], "head_dim": query.shape[-1],
            "v_head_dim": value.shape[-1]}
     want = {"heads": base.num_heads, "kv_heads": base.num_kv_heads, "head_dim": base.head_dim,
@@ -75,10 +76,13 @@ def call_layer(module: torch.nn.Module, planned: hf_plan.Planned, query: torch.T
 
 
 def _layer_index(module: torch.nn.Module, planned: hf_plan.Planned) -> int:
-    """module.layer_idx, which every decoder self-attention layer of transformers has."""
+    """module.layer_idx, which every decoder self-attention layer of transformers has: the
+    layer's index in the model, which is the planned layer's id (a hybrid's attention layers
+    are not numbered 0..N-1)."""
     idx = getattr(module, "layer_idx", None)
-    last = len(planned.layers) - 1
-    if isinstance(idx, int) and 0 <= idx <= last:
+    ids = [l.layer_id for l in planned.layers]
+    shown = layer_ranges(ids)
+    if isinstance(idx, int) and idx in ids:
         return idx
     name = type(module).__name__
     if not isinstance(idx, int):
@@ -87,17 +91,17 @@ def _layer_index(module: torch.nn.Module, planned: hf_plan.Planned) -> int:
                       "all attn_implementation='attnkit' serves; give the other parts a "
                       "transformers implementation, e.g. attn_implementation={'text_config': "
                       "'attnkit', 'vision_config': 'sdpa'}", field="module.layer_idx",
-             expected=f"0 .. {last}", actual=idx)
-    fail("AK491", f"{name}.layer_idx is {idx}; the plan (from the config) has layers 0..{last}",
-         field="module.layer_idx", expected=f"0 .. {last}", actual=idx)
+             expected=shown, actual=idx)
+    fail("AK491", f"{name}.layer_idx is {idx}; the plan (from the config) has attention layers {shown}",
+         field="module.layer_idx", expected=shown, actual=idx)
 
 
 def _unplanned(module: torch.nn.Module, idx: int, extra: list[str], base, spec) -> None:
     """AK491 for features the call needs and the plan lacks, with the fix that applies: a
     re-plan when the config now has them, else nothing attnkit can do for this model."""
     config = module.config
-    now = hf_plan.config_layers(config)
-    if idx < len(now) and set(extra) <= now[idx].features():
+    now = {l.layer_id: l for l in hf_plan.config_layers(config)}
+    if idx in now and set(extra) <= now[idx].features():
         fix = ("the config changed after the plan was made: re-plan with "
                "attnkit.integrations.transformers.plan_for_model(model)")
     else:

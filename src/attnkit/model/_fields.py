@@ -3,6 +3,8 @@
 ``ConfigReader`` wraps one JSON object (or a nested one such as ``text_config``) and knows
 where it came from, so an error says ``text_config.head_dim in ./model/config.json``.
 ``defaults`` are transformers' config-class defaults for fields a real config may omit.
+``trace`` (a set shared by a reader and its ``sub`` readers) collects the path of every field
+a typed read used, so the parser can tell which attention keys it modelled (model/keys.py).
 """
 from __future__ import annotations
 
@@ -12,15 +14,20 @@ from typing import Any
 from attnkit.errors import AttnkitError
 
 _MISSING = object()
+# No config size, count or window comes near 2**31; larger integers are typos or attacks (and a
+# 5000-digit integer cannot even be printed in an error message).
+MAX_INT = 1 << 31
 
 
 class ConfigReader:
-    def __init__(self, cfg: dict, *, source: str, prefix: str = "", defaults: dict | None = None):
+    def __init__(self, cfg: dict, *, source: str, prefix: str = "", defaults: dict | None = None,
+                 trace: set | None = None):
         self.cfg = cfg
         self.source = source
         self.prefix = prefix
         self.defaults = dict(defaults or {})
         self.used_defaults: list[str] = []   # fields filled from ``defaults``, for the model notes
+        self.trace = trace if trace is not None else set()
 
     # -- presence -----------------------------------------------------------------------
     def has(self, key: str) -> bool:
@@ -38,12 +45,19 @@ class ConfigReader:
     def path(self, key: str) -> str:
         return f"{self.prefix}{key}"
 
+    def considered(self, *keys: str) -> None:
+        """Record ``keys`` as read: the parser looked at them and they change nothing here
+        (e.g. Qwen's sliding_window while use_sliding_window is false)."""
+        self.trace.update(self.path(k) for k in keys if self.has(k))
+
     def _raw(self, key: str, default: Any) -> tuple[Any, bool]:
         """(value, found): found is False when ``default`` (the caller's) was returned."""
         if self.has(key):
+            self.trace.add(self.path(key))
             return self.cfg[key], True
         if key in self.defaults:
             self.used_defaults.append(key)
+            self.trace.add(self.path(key))
             return self.defaults[key], True
         if default is _MISSING:
             raise self.error("AK503", key, f"required field {self.path(key)!r} is missing",
@@ -52,7 +66,7 @@ class ConfigReader:
 
     # -- typed reads ----------------------------------------------------------------------
     def int(self, key: str, *, default: Any = _MISSING, minimum: int = 1,
-            maximum: int | None = None) -> Any:
+            maximum: int | None = MAX_INT) -> Any:
         value, found = self._raw(key, default)
         if not found:
             return value
@@ -61,11 +75,11 @@ class ConfigReader:
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.type_error(key, "an integer", value)
         if value < minimum:
-            raise self.error("AK505", key, f"{self.path(key)} must be >= {minimum}, got {value}",
-                             expected=f">= {minimum}", actual=value)
+            raise self.error("AK505", key, f"{self.path(key)} must be >= {minimum}, got {_short(value)}",
+                             expected=f">= {minimum}", actual=_short(value))
         if maximum is not None and value > maximum:
-            raise self.error("AK505", key, f"{self.path(key)} = {value} is implausibly large "
-                             f"(at most {maximum})", expected=f"<= {maximum}", actual=value)
+            raise self.error("AK505", key, f"{self.path(key)} = {_short(value)} is implausibly large "
+                             f"(at most {maximum})", expected=f"<= {maximum}", actual=_short(value))
         return value
 
     def float(self, key: str, *, default: Any = _MISSING, positive: bool = True) -> Any:
@@ -74,6 +88,9 @@ class ConfigReader:
             return value
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise self.type_error(key, "a finite number", value)
+        if isinstance(value, int) and abs(value) > MAX_INT:
+            raise self.error("AK505", key, f"{self.path(key)} = {_short(value)} is implausibly large",
+                             expected=f"|value| <= {MAX_INT}", actual=_short(value))
         if positive and value <= 0:
             raise self.error("AK505", key, f"{self.path(key)} must be > 0, got {value}",
                              expected="> 0", actual=value)
@@ -108,12 +125,16 @@ class ConfigReader:
         value = self.cfg[key]
         if not isinstance(value, dict):
             raise self.type_error(key, "a JSON object", value)
-        return ConfigReader(value, source=self.source, prefix=f"{self.path(key)}.", defaults=defaults)
+        self.trace.add(self.path(key))
+        return ConfigReader(value, source=self.source, prefix=f"{self.path(key)}.", defaults=defaults,
+                            trace=self.trace)
 
     # -- errors ---------------------------------------------------------------------------
     def type_error(self, key: str, expected: str, value: Any) -> AttnkitError:
+        actual = value if isinstance(value, (bool, float, str, type(None))) or (
+            isinstance(value, int) and abs(value) <= MAX_INT) else _short(value)
         return self.error("AK504", key, f"{self.path(key)} must be {expected}, got "
-                          f"{type(value).__name__} {_short(value)}", expected=expected, actual=value)
+                          f"{type(value).__name__} {_short(value)}", expected=expected, actual=actual)
 
     def error(self, code: str, key: str | None, message: str, **kwargs: Any) -> AttnkitError:
         field = self.path(key) if key is not None else None
@@ -123,5 +144,11 @@ class ConfigReader:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
+    """A repr short enough for a message, for any value a JSON file can hold."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+        return f"an integer of about {int(abs(value).bit_length() * 0.30103) + 1} digits"
+    try:
+        text = repr(value)
+    except (RecursionError, ValueError):   # very deep nesting; an integer too long to print
+        return f"a {type(value).__name__} too deep or too long to print"
     return text if len(text) <= 60 else text[:57] + "..."

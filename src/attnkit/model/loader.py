@@ -20,11 +20,14 @@ def load_model(source: object, *, name: str | None = None) -> ModelAttention:
     if isinstance(source, dict):
         return parse_config(source, name=name, source="<dict>")
     if isinstance(source, (str, os.PathLike)):
-        return _load_named(os.fspath(source), name=name)
+        return _load_named(os.fsdecode(source), name=name)
     raise AttnkitError(
         "AK511", f"a model must be a preset name, a path, a config dict or a ModelAttention, "
         f"not {type(source).__name__}", field="model",
         expected="str | PathLike | dict | ModelAttention", actual=type(source).__name__)
+
+
+MAX_CONFIG_BYTES = 16 << 20   # real config.json files are kilobytes; a GGUF is gigabytes
 
 
 def _load_named(text: str, *, name: str | None) -> ModelAttention:
@@ -35,14 +38,20 @@ def _load_named(text: str, *, name: str | None) -> ModelAttention:
         origin = cfg.get("_source", f"preset {key}")
         return parse_config(cfg, name=name or key, source=f"preset {key} ({origin})")
     path = Path(text).expanduser()
-    if path.is_dir():
+    try:
+        is_dir, is_file = path.is_dir(), path.is_file()
+    except (OSError, ValueError) as exc:   # a name too long for the OS, a NUL byte ...
+        raise AttnkitError("AK500", f"cannot use {_shown(text)} as a path: {_os_reason(exc)}",
+                           field="model", expected="an existing config.json or model directory",
+                           actual=_shown(text), details={"source": _shown(text)}) from None
+    if is_dir:
         config = path / "config.json"
         if not config.is_file():
             raise AttnkitError("AK500", f"model directory {str(path)!r} has no config.json",
                                field="model", expected=str(config), actual=None,
                                details={"source": str(path)})
         return parse_config(_read_json(config), name=name or path.resolve().name, source=str(config))
-    if path.is_file():
+    if is_file:
         default = path.resolve().parent.name if path.name == "config.json" else path.stem
         return parse_config(_read_json(path), name=name or default, source=str(path))
     if not looks_like_path:
@@ -56,20 +65,42 @@ def _load_named(text: str, *, name: str | None) -> ModelAttention:
     if text.count("/") == 1 and not text.startswith((".", "/", "~")):
         hint = (" It looks like a Hugging Face repo id; attnkit does not download, so pass the "
                 "local directory holding its config.json.")
-    raise AttnkitError("AK500", f"model config {text!r} does not exist.{hint}", field="model",
-                       expected="an existing config.json or model directory", actual=text,
-                       details={"source": text})
+    raise AttnkitError("AK500", f"model config {_shown(text)} does not exist.{hint}", field="model",
+                       expected="an existing config.json or model directory", actual=_shown(text),
+                       details={"source": _shown(text)})
 
 
 def _read_json(path: Path) -> object:
+    shown = _shown(str(path))
     try:
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise AttnkitError("AK500", f"{shown} has {size} bytes; a config.json has kilobytes (is it a "
+                               "weights file?)", field="model", expected=f"<= {MAX_CONFIG_BYTES} bytes",
+                               actual=size, details={"source": shown})
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise AttnkitError("AK500", f"cannot read {str(path)!r}: {exc}", field="model",
-                           actual=str(path), details={"source": str(path)}) from None
+        raise AttnkitError("AK500", f"cannot read {shown}: {_os_reason(exc)}", field="model",
+                           actual=shown, details={"source": shown}) from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise AttnkitError("AK501", f"{str(path)!r} is not valid JSON: {exc.msg} at line "
-                           f"{exc.lineno} column {exc.colno}", field="model", actual=str(path),
-                           details={"source": str(path), "line": exc.lineno}) from None
+        raise AttnkitError("AK501", f"{shown} is not valid JSON: {exc.msg} at line "
+                           f"{exc.lineno} column {exc.colno}", field="model", actual=shown,
+                           details={"source": shown, "line": exc.lineno}) from None
+    except RecursionError:
+        raise AttnkitError("AK514", f"{shown} nests arrays or objects too deeply to read (thousands of "
+                           "levels); a config.json nests a few", field="model", actual=shown,
+                           details={"source": shown}) from None
+    except ValueError as exc:    # an integer of more digits than Python converts (4300)
+        raise AttnkitError("AK514", f"{shown} holds a number too long to read: {exc}", field="model",
+                           actual=shown, details={"source": shown}) from None
+
+
+def _shown(text: str, limit: int = 120) -> str:
+    """A path as messages show it: quoted, and cut in the middle when very long."""
+    return repr(text) if len(text) <= limit else repr(text[:limit // 2] + "..." + text[-limit // 2:])
+
+
+def _os_reason(exc: BaseException) -> str:
+    return getattr(exc, "strerror", None) or type(exc).__name__

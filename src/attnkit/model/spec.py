@@ -10,6 +10,10 @@ from dataclasses import dataclass, field
 
 ROLES = ("decoder", "encoder", "cross")   # decoder self-attn, encoder self-attn, decoder->encoder
 KINDS = ("mha", "mla")
+# What a model layer runs instead of (or, for Falcon-H1, beside) attention. These hold no KV
+# cache and are not planned: Mamba-2 mixers, linear attention (Qwen3-Next's Gated DeltaNet),
+# NemotronH's stand-alone MLP / mixture-of-experts blocks, and short convolutions (LFM2).
+OTHER_KINDS = ("mamba", "linear_attention", "mlp", "moe", "conv")
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,16 @@ class DualChunkConfig:
 
 
 @dataclass(frozen=True)
+class SparseTopK:
+    """DeepSeek sparse attention (DSA: DeepSeek-V3.2, GLM-5): a lightning indexer of
+    ``index_n_heads`` heads of width ``index_head_dim`` scores every earlier key, and each query
+    attends to its ``topk`` best-scoring keys only (all of them while there are fewer)."""
+    topk: int
+    index_n_heads: int
+    index_head_dim: int
+
+
+@dataclass(frozen=True)
 class LayerAttention:
     """One attention layer's needs.
 
@@ -48,6 +62,8 @@ class LayerAttention:
     ``sliding_window`` counts the query itself: key k is visible to query p iff p - k < window.
     ``attention_chunk`` (chunked local attention, Llama-4's RoPE layers): key k is visible to
     query p iff k <= p and k // attention_chunk == p // attention_chunk (positions from 0).
+    ``sparse_topk`` (DSA): each query attends to the keys its indexer picks, not to all of them.
+    ``layer_id`` is the layer's index in the whole model (hybrids skip non-attention layers).
     ``scale`` None means 1/sqrt(head_dim).
     """
     layer_id: int
@@ -64,6 +80,7 @@ class LayerAttention:
     mla: MLAConfig | None = None
     dual_chunk: DualChunkConfig | None = None
     attention_chunk: int | None = None
+    sparse_topk: SparseTopK | None = None
 
     @property
     def causal(self) -> bool:
@@ -103,23 +120,45 @@ class LayerAttention:
             out.add("dual_chunk")
         if self.attention_chunk is not None:
             out.add("chunked_local")
+        if self.sparse_topk is not None:
+            out.add("sparse_topk")
         return frozenset(out)
 
 
 @dataclass(frozen=True)
 class ModelAttention:
-    """Every attention layer of a model, plus what the planner needs to name it."""
+    """Every attention layer of a model, plus what the planner needs to name it.
+
+    ``dtype`` is the dtype the model config names, in attnkit's spelling where it has one
+    (``bf16``, ``fp16``, ``fp32``, ``fp64``), else as the config wrote it; None when the config
+    names none. ``other_layers`` lists the model's layers (by id) that run something other
+    than attention (``OTHER_KINDS``); an id that is also an attention layer runs both side by
+    side (Falcon-H1). ``notes`` say what the parser assumed or what happens outside the
+    attention kernel (q/k norms, query temperature, output gates).
+    """
     name: str
     architecture: str
     layers: tuple[LayerAttention, ...]
-    dtype: str = "bf16"
+    dtype: str | None = "bf16"
     max_position_embeddings: int | None = None
     source: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    other_layers: tuple[tuple[int, str], ...] = ()
 
     @property
     def kind(self) -> str:
         return "mla" if any(l.kind == "mla" for l in self.layers) else "mha"
+
+    @property
+    def phases(self) -> tuple[str, ...]:
+        """("prefill",) for encoder-only models (nothing is decoded), else both phases."""
+        if self.layers and all(l.role == "encoder" for l in self.layers):
+            return ("prefill",)
+        return ("prefill", "decode")
+
+    @property
+    def attention_layer_ids(self) -> tuple[int, ...]:
+        return tuple(l.layer_id for l in self.layers)
 
     def features(self) -> frozenset[str]:
         out: set[str] = set()

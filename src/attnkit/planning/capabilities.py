@@ -15,7 +15,7 @@ DTYPES = ("fp32", "fp16", "bf16")
 KV_CACHE_DTYPES = ("fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2")
 FEATURES = (
     "sliding_window", "logit_softcap", "sinks", "cross_attention", "non_causal",
-    "dual_chunk", "verify", "cuda_graph", "chunked_local",
+    "dual_chunk", "verify", "cuda_graph", "chunked_local", "sparse_topk",
 )
 
 # page_sizes: "any", an explicit tuple of sizes, or MultipleOf(n)
@@ -45,6 +45,9 @@ class Capabilities:
     compute_capability: tuple[tuple[int, int], tuple[int, int] | None] | None = None  # (min, max)
     # MLA latent sizes served: ((kv_lora_rank, qk_rope_head_dim), ...) or "any"; None if no MLA.
     mla_dims: tuple[tuple[int, int], ...] | str | None = None
+    # MHA value head dims served when they differ from the q/k head dim (v_head_dim != head_dim):
+    # a tuple, or "any"; None (the default) = values as wide as queries and keys only.
+    v_head_dims: tuple[int, ...] | str | None = None
 
     def accepts_page_size(self, size: int) -> bool:
         if self.page_sizes == "any":
@@ -55,6 +58,12 @@ class Capabilities:
 
     def accepts_head_dim(self, dim: int) -> bool:
         return self.head_dims == "any" or dim in self.head_dims
+
+    def accepts_v_head_dim(self, v_dim: int, head_dim: int) -> bool:
+        """MHA only (MLA's value width is part of mla_dims' layout)."""
+        if v_dim == head_dim:
+            return True
+        return self.v_head_dims == "any" or (isinstance(self.v_head_dims, tuple) and v_dim in self.v_head_dims)
 
     def to_dict(self) -> dict[str, Any]:
         cc = None
@@ -79,6 +88,7 @@ class Capabilities:
             "requires": list(self.requires),
             "mla_dims": (self.mla_dims if self.mla_dims in (None, "any")
                          else [list(d) for d in self.mla_dims]),
+            "v_head_dims": self.v_head_dims if self.v_head_dims in (None, "any") else list(self.v_head_dims),
         }
 
 

@@ -9,7 +9,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from attnkit.errors import CATALOG, AttnkitError
-from attnkit.planning.capabilities import PHASES
+from attnkit.model.summary import model_info
 from attnkit.planning.plan import Plan
 from attnkit.planning.reasons import Reason
 from attnkit.planning.rules import common_page_sizes, conflict
@@ -37,7 +37,7 @@ def bad_name(s: "Solve", field: str, name: str, err: AttnkitError) -> AttnkitErr
         return conflict(err.code, f"--deny: {err.message}", field="deny", actual=name, expected=err.expected,
                         solutions=[f"use --deny {close[0]}" if close else f"remove {name} from --deny"],
                         before=s.command(), after=s.command(deny=fixed), **err.details)
-    alts = serving(s, list(PHASES))
+    alts = serving(s, list(s.phases))
     close = err.details.get("did_you_mean") or []
     suggested = [c for c in close if c in alts] + close + alts    # a close name that also serves, first
     message = err.message + (f". Backends that serve {s.model.name} on {s.platform.name}: {', '.join(alts)}"
@@ -62,7 +62,7 @@ def fixed_backends_fail(s: "Solve", failing: dict[str, list[str]], reasons: list
     """
     reasons = merge(reasons)
     names = list(failing)
-    phases = [p for p in PHASES if any(p in ps for ps in failing.values())]
+    phases = [p for p in s.phases if any(p in ps for ps in failing.values())]
     fields = {r.field for r in reasons}
     who = ", ".join(names)
     if fields == {"page_size"} and s.request.page_size is not None:
@@ -190,7 +190,7 @@ def nothing_serves(s: "Solve", phase: str, pool: list[str]) -> AttnkitError:
     if device is None and any(r.code in ("AK210", "AK211", "AK212") for rs in by_name.values() for r in rs):
         # no device serves with these settings: one that does without the settings they also refuse
         drop = [f for f in USER_SETTINGS if s.typed.is_set(f)
-                and any(r.field == f for n in pool for p in PHASES for r in s.reasons(p, n))]
+                and any(r.field == f for n in pool for p in s.phases for r in s.reasons(p, n))]
         device = other_device(s, without=drop) if drop else None
         if device:
             hints.insert(0, f"plan for --device {device} without {' and '.join(_flag(s, f) for f in drop)}")
@@ -227,8 +227,8 @@ def kv_dtype_conflict(s: "Solve", phases: list[str], refusing: list[str]) -> Att
 
 
 def no_common_layout(s: "Solve", options: dict[str, list[str]]) -> AttnkitError:
-    return conflict("AK308", f"no page size is accepted by both a prefill backend ({', '.join(options['prefill'])}) "
-                    f"and a decode backend ({', '.join(options['decode'])})", field="page_size", actual=None,
+    which = " and ".join(f"a {p} backend ({', '.join(options[p])})" for p in s.phases)
+    return conflict("AK308", f"no page size is accepted by {which}", field="page_size", actual=None,
                     expected=[], solutions=["use one --attention-backend for both phases"],
                     before=s.command(), after=s.command(prefill_attention_backend=None, decode_attention_backend=None))
 
@@ -252,7 +252,7 @@ def build_plan(s: "Solve", error: AttnkitError | None) -> Plan:
     for name in s.registry:
         if name not in considered or (s.registry[name].explicit_only and name not in s.explicit.values()):
             continue
-        reasons = merge([r for p in PHASES if s.backends.get(p) != name for r in s.reasons(p, name)])
+        reasons = merge([r for p in s.phases if s.backends.get(p) != name for r in s.reasons(p, name)])
         if reasons:
             rejected[name] = reasons
     shared: list[Reason] = []
@@ -265,9 +265,7 @@ def build_plan(s: "Solve", error: AttnkitError | None) -> Plan:
         settings["kv_layout"] = "latent" if s.model.kind == "mla" else "per_head_kv"
     return Plan(
         ok=ok, model=s.model.name, platform=_platform_dict(s.platform), request=s.typed.to_dict(),
-        model_info={"name": s.model.name, "architecture": s.model.architecture, "kind": s.model.kind,
-                    "num_layers": len(s.model.layers), "source": s.model.source,
-                    "features": sorted(s.model.features())},
+        model_info=model_info(s.model),
         prefill_backend=s.backends["prefill"] if ok else None, decode_backend=s.backends["decode"] if ok else None,
         why=dict(s.why) if ok else {}, settings=settings, adjustments=s.adjustments, rejected=rejected,
         shared=shared, alternatives=s.alternatives if ok else {}, warnings=s.warnings,

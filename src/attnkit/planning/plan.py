@@ -16,10 +16,10 @@ SCHEMA_VERSION = 1
 @dataclass
 class Plan:
     ok: bool
-    model: str
-    model_info: dict[str, Any]
-    platform: dict[str, Any]
-    request: dict[str, Any]
+    model: str | None
+    model_info: dict[str, Any] | None
+    platform: dict[str, Any] | None
+    request: dict[str, Any] | None
     prefill_backend: str | None = None
     decode_backend: str | None = None
     why: dict[str, str] = field(default_factory=dict)            # phase -> why this backend
@@ -30,6 +30,15 @@ class Plan:
     alternatives: dict[str, list[str]] = field(default_factory=dict)  # phase -> also serves, in order
     warnings: list[str] = field(default_factory=list)
     error: dict[str, Any] | None = None
+
+    @classmethod
+    def failed(cls, err: AttnkitError, *, model: str | None = None, platform: dict[str, Any] | None = None,
+               request: dict[str, Any] | None = None) -> "Plan":
+        """A plan that failed before planning (the model, device or settings could not be read):
+        the same JSON shape, with ``model_info`` (and ``platform`` / ``request`` when unread) null."""
+        error = err.to_dict()
+        error["example_fix"] = error["details"].pop("example_fix", None)
+        return cls(ok=False, model=model, model_info=None, platform=platform, request=request, error=error)
 
     def raise_for_error(self) -> "Plan":
         """Raise the plan's error as an ``AttnkitError`` when ``ok`` is false; return self otherwise."""

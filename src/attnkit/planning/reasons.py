@@ -7,7 +7,7 @@ declaration's data (``Capabilities``) and the model/platform/settings; a declara
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable, Iterable, Mapping
 
@@ -45,6 +45,8 @@ class ModelNeeds:
     head_dims: dict[int, tuple[int, ...]]              # head dim -> layer ids
     features: dict[str, tuple[int, ...]]               # feature -> layer ids
     mla_dims: dict[tuple[int, int], tuple[int, ...]]   # (kv_lora_rank, rope) -> layer ids
+    # MHA (head_dim, v_head_dim) -> layer ids, for layers whose values are not as wide as q/k
+    v_head_dims: dict[tuple[int, int], tuple[int, ...]] = field(default_factory=dict)
 
 
 def model_needs(model: ModelAttention, *, dual_chunk: bool = True) -> ModelNeeds:
@@ -52,15 +54,18 @@ def model_needs(model: ModelAttention, *, dual_chunk: bool = True) -> ModelNeeds
     head_dims: dict[int, list[int]] = {}
     features: dict[str, list[int]] = {}
     mla: dict[tuple[int, int], list[int]] = {}
+    v_dims: dict[tuple[int, int], list[int]] = {}
     for layer in model.layers:
         head_dims.setdefault(layer.head_dim, []).append(layer.layer_id)
+        if layer.kind == "mha" and layer.value_dim != layer.head_dim:
+            v_dims.setdefault((layer.head_dim, layer.value_dim), []).append(layer.layer_id)
         for feat in layer.features():
             if feat != "dual_chunk" or dual_chunk:
                 features.setdefault(feat, []).append(layer.layer_id)
         if layer.mla is not None:
             mla.setdefault((layer.mla.kv_lora_rank, layer.mla.qk_rope_head_dim), []).append(layer.layer_id)
     freeze = lambda d: {k: tuple(v) for k, v in d.items()}  # noqa: E731
-    return ModelNeeds(model.kind, freeze(head_dims), freeze(features), freeze(mla))
+    return ModelNeeds(model.kind, freeze(head_dims), freeze(features), freeze(mla), freeze(v_dims))
 
 
 def check_backend(decl: BackendDeclaration, *, model: ModelAttention, needs: ModelNeeds, platform,
@@ -89,6 +94,12 @@ def check_backend(decl: BackendDeclaration, *, model: ModelAttention, needs: Mod
         if not caps.accepts_head_dim(dim):
             add("AK102", "head_dim", caps.head_dims, dim,
                 f"supports head dims {_words(caps.head_dims)}, not {dim} (layers {layer_ranges(layers)})", layers)
+    for (dim, v_dim), layers in needs.v_head_dims.items():
+        if not caps.accepts_v_head_dim(v_dim, dim):
+            served = "equal to the q/k head dim" if caps.v_head_dims is None else _words(caps.v_head_dims)
+            add("AK102", "v_head_dim", caps.v_head_dims, v_dim,
+                f"supports value head dims {served}, not {v_dim} with q/k head dim {dim} "
+                f"(layers {layer_ranges(layers)})", layers)
     if phase not in caps.phases:
         add("AK104", "phase", list(caps.phases), phase, f"does not implement the {phase} phase")
     dtype, kv_dtype, page = settings.get("dtype"), settings.get("kv_cache_dtype"), settings.get("page_size")

@@ -5,6 +5,7 @@ the planner; it is honoured or rejected with a fix.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
@@ -72,7 +73,7 @@ def parse_request(request: Any = None, **overrides: Any) -> Request:
     if "speculative" in raw and "speculative_tokens" not in raw:
         raw["speculative_tokens"] = raw.pop("speculative")
     known = {f.name for f in fields(Request)} - {"sources"}
-    unknown = sorted(set(raw) - known)
+    unknown = sorted(set(raw) - known, key=repr)
     if unknown:
         import difflib
         hints = [m for u in unknown for m in difflib.get_close_matches(str(u), known, n=1)]
@@ -93,8 +94,13 @@ def parse_request(request: Any = None, **overrides: Any) -> Request:
 
 
 def _bad(name: str, value: Any, expected: Any, why: str) -> AttnkitError:
-    return AttnkitError("AK306", f"{name}={value!r} is not valid: {why}", field=name,
-                        expected=expected, actual=repr(value))
+    try:
+        shown = repr(value)
+    except (ValueError, RecursionError):   # an int too long to print, a very deep list
+        shown = f"<{type(value).__name__} too large to print>"
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    return AttnkitError("AK306", f"{name}={shown} is not valid: {why}", field=name,
+                        expected=expected, actual=shown)
 
 
 def _backend_name(name: str, value: Any) -> str | None:
@@ -105,11 +111,14 @@ def _backend_name(name: str, value: Any) -> str | None:
     return value.strip()
 
 
+_INT_TEXT = re.compile(r"-?[0-9]{1,12}")   # ASCII digits only: '²'.isdigit() is true, int('²') fails
+
+
 def _int(name: str, value: Any, *, minimum: int) -> int | None:
     if value is None:
         return None
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        value = int(value)
+    if isinstance(value, str) and _INT_TEXT.fullmatch(value.strip()):
+        value = int(value.strip())
     if isinstance(value, bool) or not isinstance(value, int):
         raise _bad(name, value, f"an integer >= {minimum}", "expected an integer")
     if value < minimum or value > 1 << 20:

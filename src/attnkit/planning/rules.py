@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
 from attnkit.errors import AttnkitError
+from attnkit.hardware.platform import compute_dtypes
 from attnkit.model.spec import ModelAttention
 from attnkit.planning.capabilities import DTYPES, BackendDeclaration
 from attnkit.planning.request import Request
@@ -57,12 +58,39 @@ def conflict(code: str, message: str, *, field: str, actual: Any, expected: Any,
 
 # ---- before backends are chosen -------------------------------------------------------------
 
+def config_dtype(model: ModelAttention, platform: Any) -> tuple[str, str]:
+    """The compute dtype the model config implies on ``platform``, and why."""
+    cfg = model.dtype
+    if cfg in DTYPES:
+        dtype, why = cfg, f"model config dtype is {cfg}"
+    elif cfg == "fp64":
+        dtype, why = "fp32", ("model config dtype is fp64 (float64); no attnkit backend computes in fp64, "
+                              "so fp32, the widest compute dtype")
+    elif cfg is None:
+        dtype, why = "bf16", "the model config names no dtype; bf16 is the default"
+    else:
+        dtype, why = "bf16", f"model config dtype {cfg!r} is not a compute dtype; bf16 is the default"
+    if dtype not in compute_dtypes(platform):
+        dtype, why = "fp16", f"{why}; {platform.name} ({_sm(platform)}) cannot compute in bf16 (CUDA needs sm80+), so fp16"
+    return dtype, why
+
+
+def _sm(platform: Any) -> str:
+    cc = getattr(platform, "capability", None)
+    return f"sm{cc[0]}{cc[1]}" if cc else platform.kind
+
+
 def dtype_rule(v: View) -> Iterator[Override | str]:
     if v.request.dtype is None:
-        dtype = v.model.dtype if v.model.dtype in DTYPES else "bf16"
-        why = (f"model config dtype is {v.model.dtype}" if dtype == v.model.dtype
-               else f"model config dtype {v.model.dtype!r} is not a compute dtype; bf16 is the default")
-        yield Override("dtype", dtype, why)
+        yield Override("dtype", *config_dtype(v.model, v.platform))
+    elif v.request.dtype not in compute_dtypes(v.platform):
+        have = compute_dtypes(v.platform)
+        raise conflict("AK309", f"--dtype {v.request.dtype}: {v.platform.name} ({_sm(v.platform)}) cannot compute "
+                       f"in {v.request.dtype} (bf16 needs CUDA sm80+); it computes in {', '.join(have)}",
+                       field="dtype", actual=v.request.dtype, expected=list(have),
+                       solutions=["use --dtype fp16", "omit --dtype (attnkit fills fp16 on this device)",
+                                  "plan for a device with bf16 (sm80+: a100, l4, h100)"],
+                       before=v.command(), after=v.command(dtype="fp16"))
 
 
 def kv_cache_dtype_rule(v: View) -> Iterator[Override | str]:

@@ -10,6 +10,7 @@ malformed input (unknown model or device, junk settings) raises ``AttnkitError``
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -17,11 +18,13 @@ from typing import Any, Mapping
 from attnkit.errors import AttnkitError
 from attnkit.model.spec import ModelAttention
 from attnkit.planning import failures, names, priorities
-from attnkit.planning.capabilities import DTYPES, PHASES, BackendDeclaration
+from attnkit.planning.capabilities import PHASES, BackendDeclaration
 from attnkit.planning.plan import Plan
 from attnkit.planning.reasons import Reason, check_backend, model_needs
 from attnkit.planning.request import BACKEND_FIELDS, Request, parse_request
-from attnkit.planning.rules import AFTER, BEFORE, PHASE_FIELDS, Override, View, common_page_sizes
+from attnkit.planning.rules import (AFTER, BEFORE, PHASE_FIELDS, Override, View, common_page_sizes,
+                                    config_dtype)
+from attnkit.planning.unserved import unserved_features
 from attnkit.planning.validate import validate_model
 
 SETTING_FIELDS = ("dtype", "kv_cache_dtype", "page_size", "tp_size", "speculative_tokens",
@@ -31,18 +34,20 @@ SETTING_FIELDS = ("dtype", "kv_cache_dtype", "page_size", "tp_size", "speculativ
 def plan(model: Any, platform: Any = "auto", request: Any = None, *,
          registry: Mapping[str, BackendDeclaration] | None = None, env: Mapping[str, str] | None = None,
          table: tuple[priorities.Priority, ...] = priorities.TABLE, strict: bool = False,
-         label: str | None = None) -> Plan:
+         label: str | None = None, **settings: Any) -> Plan:
     """Plan prefill and decode backends for ``model`` on ``platform``.
 
-    ``registry`` (name -> declaration) defaults to every backend in the tree; ``env`` to
-    ``os.environ``. ``strict=True`` raises the plan's error instead of returning ``ok=False``.
-    ``label`` names the model in example command lines (default: the string given, or its name).
+    ``request`` (a dict or Request) and keyword ``settings`` (``page_size=32`` ...) are the
+    user's settings; an unknown one is AK306. ``registry`` (name -> declaration) defaults to
+    every backend in the tree; ``env`` to ``os.environ``. ``strict=True`` raises the plan's
+    error instead of returning ``ok=False``. ``label`` names the model in example command
+    lines (default: the string given, or its name).
     """
-    label = label or (model if isinstance(model, str) else None)
+    req = parse_request(request, **settings)
+    label = label if isinstance(label, str) and label else (model if isinstance(model, str) else None)
     spec = model if isinstance(model, ModelAttention) else _load_model(model)
     validate_model(spec)
     target = _platform(platform)
-    req = parse_request(request)
     if registry is None:
         from attnkit.planning.registry import declarations
         registry = declarations()
@@ -57,9 +62,12 @@ def _load_model(model: Any) -> ModelAttention:
 
 
 def _platform(platform: Any):
-    if all(hasattr(platform, a) for a in ("kind", "name", "capability", "packages")):
+    from attnkit.hardware import resolve_platform, validate_platform
+
+    if not isinstance(platform, str) and platform is not None and all(
+            hasattr(platform, a) for a in ("kind", "name", "capability", "packages")):
+        validate_platform(platform)
         return platform
-    from attnkit.hardware import resolve_platform
     return resolve_platform(platform)
 
 
@@ -69,6 +77,7 @@ class Solve:
     def __init__(self, model: ModelAttention, label: str, platform, request: Request,
                  registry: dict[str, BackendDeclaration], table):
         self.model, self.label, self.platform, self.registry, self.table = model, label, platform, registry, table
+        self.phases = model.phases                  # encoder-only models have no decode phase
         self.request = self.typed = request        # typed: as the user gave it (for "before" commands)
         self.settings: dict[str, Any] = {}
         self.backends: dict[str, str | None] = {p: None for p in PHASES}
@@ -128,6 +137,11 @@ class Solve:
         both = self.request.attention_backend
         for phase, f in PHASE_FIELDS.items():
             own = getattr(self.request, f)
+            if phase not in self.phases:
+                if own:
+                    self.warnings.append(f"--{f.replace('_', '-')} {own} ignored: {self.model.name} is "
+                                         f"encoder-only and has no {phase} phase")
+                continue
             if both and own and own != both:
                 self.warnings.append(f"--{phase}-attention-backend {own} overrides --attention-backend {both} "
                                      f"for {phase}")
@@ -175,11 +189,18 @@ class Solve:
     def _choose(self) -> None:
         """Fixed phases (named or rule-chosen) must serve; open phases walk the priority table."""
         self.needs = self._needs()
-        fixed = {p: self.backends[p] or self.explicit[p] for p in PHASES}
+        unserved = [f for f in self.needs.features
+                    if not any(f in d.capabilities.features for d in self.registry.values())]
+        if unserved:
+            raise unserved_features(self, unserved)
+        if "decode" not in self.phases:
+            self.why["decode"] = (f"{self.model.name} is encoder-only: every layer attends both ways over "
+                                  "the whole input, so there is no decode phase and no decode backend")
+        fixed = {p: self.backends[p] or self.explicit[p] for p in self.phases}
         failing: dict[str, list[str]] = {}
         reasons: list[Reason] = []
         for name in dict.fromkeys(n for n in fixed.values() if n):   # check them all: one fix for all
-            phases = [p for p in PHASES if fixed[p] == name]
+            phases = [p for p in self.phases if fixed[p] == name]
             found = [r for p in phases for r in self.reasons(p, name)]
             if found:
                 failing[name] = phases
@@ -187,7 +208,7 @@ class Solve:
         if failing:
             raise failures.fixed_backends_fail(self, failing, reasons)
         options: dict[str, list[str]] = {}
-        for phase in PHASES:
+        for phase in self.phases:
             if fixed[phase]:
                 options[phase] = [fixed[phase]]
                 continue
@@ -196,14 +217,16 @@ class Solve:
             if not options[phase]:
                 raise failures.nothing_serves(self, phase, pool)
         chunk = self.settings.get("dual_chunk_len")
-        pairs = sorted(((i + j, i), p, d) for i, p in enumerate(options["prefill"])
-                       for j, d in enumerate(options["decode"]))
-        for _, p, d in pairs:
-            if common_page_sizes([self.registry[n].capabilities for n in {p, d}], chunk):
+        # one backend per phase; the pair earliest in both priority orders that shares a page size
+        combos = sorted(itertools.product(*(list(enumerate(options[p])) for p in self.phases)),
+                        key=lambda c: (sum(i for i, _ in c), c[0][0]))
+        for combo in combos:
+            names = [n for _, n in combo]
+            if common_page_sizes([self.registry[n].capabilities for n in set(names)], chunk):
                 break
         else:
             raise failures.no_common_layout(self, options)
-        for phase, name in (("prefill", p), ("decode", d)):
+        for phase, name in zip(self.phases, names):
             self.alternatives[phase] = [n for n in options[phase] if n != name]
             if fixed[phase]:
                 self.backends[phase] = name
@@ -238,7 +261,7 @@ class Solve:
         if key not in self._reasons:
             if self.needs is None:       # failed before the choice: judge with the defaults
                 self.needs = self._needs()
-            default = self.model.dtype if self.model.dtype in DTYPES else "bf16"
+            default = config_dtype(self.model, self.platform)[0]
             settings = {"dtype": default, **{k: v for k, v in self.settings.items() if v is not None}}
             settings.setdefault("kv_cache_dtype", settings["dtype"])
             settings["page_size"] = self.request.page_size

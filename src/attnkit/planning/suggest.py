@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from attnkit.planning.capabilities import PHASES
 
 if TYPE_CHECKING:
     from attnkit.planning.solver import Solve
@@ -46,7 +45,7 @@ def other_device(s: "Solve", *, fixed: dict[str, str] | None = None, without: li
             continue
         names = [n for n in s.registry if not s.registry[n].explicit_only and n not in s.request.deny]
         if any(all(not check_backend(s.registry[n], model=s.model, needs=s.needs, platform=platform,
-                                     phase=p, settings=settings) for p in PHASES) for n in names):
+                                     phase=p, settings=settings) for p in s.phases) for n in names):
             return preset
     return None
 

@@ -110,4 +110,29 @@ ENTRIES = [
         after="attnkit plan llama-3.1-8b --attention-backend a",
         related=("AK303",),
     ),
+    entry(
+        "AK309", "Compute dtype not available on this device",
+        meaning="The device cannot compute in the dtype you set: bf16 needs CUDA compute "
+                "capability sm80 or newer (Ampere), so a T4 (sm75) or V100 (sm70) has none. attnkit "
+                "never changes a dtype you set; when you leave --dtype unset on such a device it "
+                "fills fp16 and records why.",
+        trigger="--dtype bf16 (or a request dtype bf16) planned for a CUDA device below sm80.",
+        situations=["A fleet-wide --dtype bf16 reaching T4 nodes."],
+        solutions=["Use --dtype fp16 on this device.", "Omit --dtype (attnkit fills fp16 here).",
+                   "Plan for a device with bf16 (sm80+: a100, l4, h100)."],
+        before="attnkit plan gemma-2-9b --device t4 --dtype bf16",
+        after="attnkit plan gemma-2-9b --device t4 --dtype fp16",
+        related=("AK105", "AK306"),
+    ),
+    entry(
+        "AK310", "Command line not understood",
+        meaning="`attnkit plan` could not parse its arguments: an unknown flag, a flag without its "
+                "value, or no model. With --json the failure is printed as a failed plan object.",
+        trigger="argparse rejects the command line of `attnkit plan`.",
+        situations=["A flag from another tool (--model-path)", "--device with no value."],
+        solutions=["Run `attnkit plan --help` for the flags."],
+        before="attnkit plan llama-3.1-8b --gpu h100",
+        after="attnkit plan llama-3.1-8b --device h100",
+        related=("AK306",),
+    ),
 ]

@@ -20,8 +20,11 @@ ENTRIES = [
     entry(
         "AK201", "Invalid platform value",
         meaning="The platform given to the planning API is not 'auto', a preset name or a "
-                "Platform object.",
-        trigger="Calling attnkit.plan(..., platform=X) or resolve_platform(X) with another type.",
+                "Platform object, or it is a Platform with a field attnkit cannot plan for (an "
+                "unknown kind, a capability that is not two non-negative integers, a memory size "
+                "that is not a positive number, packages that are not name -> version strings).",
+        trigger="Calling attnkit.plan(..., platform=X) or resolve_platform(X) with another type, "
+                "or with Platform(kind='gpu', ...) / Platform(..., capability=(9,)) and the like.",
         situations=["Passing a dict or a torch.device instead of a Platform.",
                     "Passing the result of torch.cuda.get_device_name()'s tuple by mistake."],
         solutions=["Pass 'auto', a preset name such as 'h100', or attnkit.hardware.Platform(...).",

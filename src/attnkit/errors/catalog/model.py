@@ -153,10 +153,26 @@ ENTRIES = [
         related=("AK101", "AK103", "AK210", "AK120"),
     ),
     entry(
+        "AK122", "No attnkit backend implements an attention feature the model needs",
+        meaning="Some layers need an attention feature (e.g. sparse_topk: DeepSeek sparse attention; "
+                "chunked_local: Llama-4's chunked local attention) that no registered attnkit backend "
+                "declares, so nothing here can serve the model: not another device, not another flag. "
+                "The message says what would serve it elsewhere when attnkit knows.",
+        trigger="A model whose layers need a feature absent from every backend declaration.",
+        situations=["DeepSeek-V3.2 or GLM-5 (index_topk: DeepSeek sparse attention).",
+                    "Llama-4 before a backend declares chunked_local."],
+        solutions=["Serve the model with an engine that implements the feature (the message names some).",
+                   "Plan a model without it."],
+        before="attnkit plan deepseek-v3.2 --device h200",
+        after="attnkit plan deepseek-v3 --device h200   # dense MLA, served by triton_mla",
+        related=("AK103", "AK120"),
+    ),
+    entry(
         "AK130", "Invalid model attention spec",
         meaning="A ModelAttention handed to the planner breaks its own invariants (no layers, "
-                "non-positive head counts, query heads not a multiple of KV heads, kind 'mla' without "
-                "MLA sizes, an unknown role).",
+                "non-positive head counts or sizes, query heads not a multiple of KV heads, kind 'mla' "
+                "without MLA sizes or with negative ones, a scale that is NaN, infinite or <= 0, an "
+                "unknown role, duplicate layer ids, other_layers that are not (id, kind) pairs).",
         trigger="plan() with a hand-built or corrupted ModelAttention.",
         situations=["A LayerAttention built by hand with num_kv_heads=0 or kind='mla' but mla=None."],
         solutions=["Build the spec with attnkit.model.load_model from a config.json, or fix the named field."],

@@ -5,8 +5,9 @@ ENTRIES = [
     entry(
         "AK500", "Model config not found or unreadable",
         meaning="The model was given as a path, but there is no readable config.json there.",
-        trigger="A path that does not exist, a directory without config.json, or a file that "
-                "cannot be read as UTF-8 text.",
+        trigger="A path that does not exist, a directory without config.json, a file that "
+                "cannot be read as UTF-8 text or is larger than 16 MiB, or a path the OS refuses "
+                "(too long, a NUL byte).",
         situations=["A typo in the model path.",
                     "A directory holding only weights (config.json not downloaded).",
                     "A GGUF or safetensors file passed instead of config.json."],
@@ -71,7 +72,9 @@ ENTRIES = [
         "AK505", "Config value out of range",
         meaning="A size or factor is zero, negative, or inconsistent with another (e.g. a dual "
                 "chunk local_size not smaller than chunk_size).",
-        trigger="An integer size below its minimum, a scale or softcap <= 0, or local_size >= chunk_size.",
+        trigger="An integer size below its minimum or above 2**31, a scale or softcap <= 0, "
+                "local_size >= chunk_size, or a YaRN mscale_all_dim that makes the softmax scale "
+                "overflow (1e308).",
         situations=["A placeholder 0 left in a config.", "A sign error in a hand edit."],
         solutions=["Use the model's real value for the field named in the message."],
         before='{"num_key_value_heads": 0, ...}',
@@ -109,9 +112,10 @@ ENTRIES = [
         "AK508", "Relative position bias is not supported",
         meaning="The model adds a learned relative position bias to every attention score "
                 "(T5 family). No attnkit backend computes per-pair biases, so no plan can serve it.",
-        trigger="model_type t5, mt5, umt5, longt5, switch_transformers, or a config with "
-                "relative_attention_num_buckets.",
-        situations=["Planning an encoder-decoder T5/Flan-T5 checkpoint."],
+        trigger="model_type t5, mt5, umt5, longt5, switch_transformers, deberta, deberta-v2, "
+                "sew-d, or a config with relative_attention_num_buckets (MPNet too).",
+        situations=["Planning an encoder-decoder T5/Flan-T5 checkpoint.",
+                    "Planning a DeBERTa-v3 or MPNet embedding model."],
         solutions=["Serve the model with an engine path that supports attention bias (eager attention).",
                    "Choose a rotary-position model for attnkit."],
         before="attnkit plan ./flan-t5-xl --device a100",
@@ -123,7 +127,8 @@ ENTRIES = [
         meaning="The model encodes positions with ALiBi (a per-head linear bias added to the "
                 "scores). No attnkit backend computes ALiBi.",
         trigger="model_type bloom; mpt with attn_config.alibi; falcon with alibi: true; "
-                "baichuan 13B (hidden_size != 4096); any config with alibi / use_alibi true.",
+                "baichuan 13B (hidden_size != 4096); any config with alibi / use_alibi true or "
+                "position_embedding_type alibi.",
         situations=["Planning BLOOM, MPT-7B, Falcon-RW or Baichuan-13B."],
         solutions=["Serve the model with an engine backend that implements ALiBi.",
                    "Choose a rotary-position variant (e.g. Baichuan-7B, Falcon-7B)."],
@@ -157,13 +162,52 @@ ENTRIES = [
     ),
     entry(
         "AK512", "Unsupported layer type",
-        meaning="layer_types names a kind of layer attnkit does not serve (only full_attention "
-                "and sliding_attention are).",
-        trigger="An entry of layer_types such as chunked_attention or linear_attention.",
-        situations=["Llama-4 chunked local attention.", "Hybrid linear-attention models (Qwen3-Next)."],
-        solutions=["Serve the model with an engine backend that implements that layer type."],
-        before="attnkit plan ./Llama-4-Scout --device h100",
-        after="attnkit plan ./Llama-3.1-8B --device h100   # a model attnkit can serve",
-        related=("AK510",),
+        meaning="A per-layer list (layer_types, NemotronH's layers_block_type or "
+                "hybrid_override_pattern) names a kind of layer attnkit does not know. Known: "
+                "full_attention, sliding_attention, chunked_attention, indexed_attention (MLA "
+                "models), linear_attention, mlp, moe, conv and hybrid; the pattern characters * M - E.",
+        trigger="An unknown entry such as window_attention or compressed_sparse_attention, or "
+                "indexed_attention in a model without MLA.",
+        situations=["A model family newer than this attnkit.", "A typo in a hand-edited layer_types."],
+        solutions=["Serve the model with an engine backend that implements that layer type.",
+                   "Fix the entry if it is a typo (the message lists the known ones)."],
+        before="attnkit plan ./my-model   # layer_types: [\"window_attention\", ...]",
+        after="attnkit plan ./my-model   # layer_types: [\"sliding_attention\", ...]",
+        related=("AK510", "AK513"),
+    ),
+    entry(
+        "AK513", "Config key changes attention in a way attnkit does not model",
+        meaning="The config sets a key that changes what attention computes (its mask, which layers "
+                "attend, sparsity or positions) and attnkit does not model it for this model family, "
+                "so any plan would silently compute something else. attnkit refuses instead. The "
+                "message names the key, its value and what attnkit would need; model/keys.py lists "
+                "every such key per family with what attnkit does with it.",
+        trigger="A key refused for the family (relative_key positions, is_decoder on an encoder, "
+                "ModernBERT's local layers, a two-sided window of a bidirectional model, MiniMax's "
+                "attn_type_list, is_causal false); a key other families use (attention_chunk_size, "
+                "hybrid_override_pattern ...) in a family attnkit does not know; sliding_window "
+                "alone in an unknown family; a masked-LM architecture of an unknown family.",
+        situations=["A ModernBERT or EmbeddingGemma encoder (local layers attend both ways).",
+                    "A new hybrid family whose layer pattern attnkit has no rule for.",
+                    "A BERT variant with relative_key position scores."],
+        solutions=["Serve the model with an engine that implements the named mechanism.",
+                   "If the key is a leftover the model's code does not read, remove it from config.json "
+                   "(check the modeling code first).",
+                   "Add a rule for the family to attnkit/model/keys.py with a test (model it or refuse it)."],
+        before="attnkit plan ./ModernBERT-base",
+        after="attnkit plan bge-m3   # an encoder whose every layer is global",
+        related=("AK508", "AK509", "AK512"),
+    ),
+    entry(
+        "AK514", "Config too deeply nested or a number too long",
+        meaning="The config file is JSON but cannot be read safely: arrays or objects nested "
+                "thousands of levels deep, or an integer of more digits than Python converts (4300).",
+        trigger="Reading a config.json whose nesting exhausts the parser's recursion limit, or "
+                "holding a 5000-digit number.",
+        situations=["A corrupted or generated file.", "A fuzzer's input."],
+        solutions=["Use the model's real config.json (a few levels deep, ordinary numbers)."],
+        before="attnkit plan ./broken/config.json",
+        after="attnkit plan ./model/config.json",
+        related=("AK501", "AK505"),
     ),
 ]

@@ -1,0 +1,51 @@
+"""A feature no attnkit backend declares: say so plainly, and what serves it elsewhere (AK122).
+
+``ELSEWHERE`` is data: per capability-vocabulary feature, what the mechanism is and where it is
+served outside attnkit (names checked against those projects' docs and pull requests).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from attnkit.errors import AttnkitError
+from attnkit.planning.reasons import layer_ranges
+from attnkit.planning.rules import conflict
+
+if TYPE_CHECKING:
+    from attnkit.planning.solver import Solve
+
+ELSEWHERE: dict[str, tuple[str, str]] = {
+    "sparse_topk": ("DeepSeek sparse attention (DSA)",
+                    "DeepSeek's FlashMLA sparse attention kernels (github.com/deepseek-ai/FlashMLA) serve it; "
+                    "vLLM runs them as its FLASHMLA_SPARSE backend and SGLang through its NSA backend "
+                    "(--attention-backend nsa)"),
+    "chunked_local": ("chunked local attention (Llama-4)",
+                      "FlashAttention-3 computes it (its attention_chunk argument), as SGLang's fa3 backend "
+                      "does for Llama-4"),
+}
+
+
+def unserved_features(s: "Solve", features: list[str]) -> AttnkitError:
+    parts, fixes = [], []
+    for feat in features:
+        layers = s.needs.features[feat]
+        what, where = ELSEWHERE.get(feat, (feat, ""))
+        detail = (what if what != feat else "") + _detail(s, feat)
+        parts.append(f"{feat} ({detail + '; ' if detail else ''}layers {layer_ranges(layers)})")
+        fixes.append(f"serve {s.model.name} with an engine that implements {what}" + (f": {where}" if where else ""))
+    fixes.append("plan a model without " + " and ".join(features))
+    return conflict("AK122", f"{s.model.name} needs {'; '.join(parts)}, which no attnkit backend implements: "
+                    "no device or flag makes attnkit serve it", field="features", actual=features,
+                    expected=sorted({f for d in s.registry.values() for f in d.capabilities.features}),
+                    solutions=fixes, before=s.command(), after=s.command(), features=features)
+
+
+def _detail(s: "Solve", feat: str) -> str:
+    layer = next(l for l in s.model.layers if feat in l.features())
+    if feat == "sparse_topk":
+        t = layer.sparse_topk
+        return (f": each query attends to the {t.topk} keys an indexer of {t.index_n_heads} heads x "
+                f"{t.index_head_dim} picks")
+    if feat == "chunked_local":
+        return f": chunks of {layer.attention_chunk} tokens"
+    return ""
