@@ -133,15 +133,59 @@ def test_custom_masks_of_sliding_layers_need_the_window(attnkit_tf):
         close(ours(ids, attention_mask=masks).logits, sdpa(ids, attention_mask=masks).logits)
 
 
-def test_right_padding_warns_left_padding_does_not(attnkit_tf, recwarn):
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_right_padding_matches_sdpa_at_every_position(attnkit_tf, family, recwarn):
+    """Padding queries after a row's end attend to the row's keys, as sdpa computes them (they
+    were zeros, with a warning); under qwen2's window of 4 their windows run out (sdpa gives
+    zeros there too). generate() continues from them exactly."""
     attnkit_tf()
-    ours, _ = pair()
-    ids = ids_of(2, 6)
+    ours, sdpa = pair(family, ref="sdpa")
+    ids, mask = ids_of(2, 10), torch.tensor([[1] * 10, [1] * 3 + [0] * 7])
     with torch.no_grad():
-        ours(ids, attention_mask=torch.tensor([[1] * 6, [0, 0] + [1] * 4]))
-        assert not [w for w in recwarn if "right padding" in str(w.message)]
-        with pytest.warns(UserWarning, match="pad on the left"):
-            ours(ids, attention_mask=torch.tensor([[1] * 6, [1] * 4 + [0, 0]]))
+        close(ours(ids, attention_mask=mask).logits, sdpa(ids, attention_mask=mask).logits)
+        kw = dict(GEN, max_new_tokens=6, attention_mask=mask)
+        assert torch.equal(ours.generate(ids, **kw), sdpa.generate(ids, **kw))
+    assert not [w for w in recwarn if "padding" in str(w.message)]
+
+
+@pytest.mark.parametrize("family", ["gemma2", "gpt_oss"])
+def test_right_padding_with_softcap_and_sinks_matches_eager(attnkit_tf, family):
+    attnkit_tf()
+    ours, eager = pair(family)
+    ids, mask = ids_of(2, 8), torch.tensor([[1] * 8, [1] * 5 + [0] * 3])
+    with torch.no_grad():
+        close(ours(ids, attention_mask=mask).logits, eager(ids, attention_mask=mask).logits)
+
+
+def test_bidirectional_4d_masks_match_sdpa(attnkit_tf):
+    """An all-True mask (every token sees every token) and a causal mask with a bidirectional
+    block (image tokens, as Gemma 3 and PaliGemma build it): positions 1.. of the all-True mask
+    were zeros."""
+    attnkit_tf()
+    ours, sdpa = pair(ref="sdpa")
+    ids = ids_of(2, 9)
+    full = torch.ones(2, 1, 9, 9, dtype=torch.bool)
+    block = torch.ones(9, 9, dtype=torch.bool).tril().expand(2, 1, 9, 9).clone()
+    block[:, :, 2:6, 2:6] = True
+    block[1, :, :, 0] = False                                 # row 1: one padding key
+    with torch.no_grad():
+        for mask in (full, block):
+            close(ours(ids, attention_mask=mask).logits, sdpa(ids, attention_mask=mask).logits)
+
+
+def test_packed_sequences_match_sdpa(attnkit_tf):
+    """position_ids that restart without a mask or cache: transformers builds a block-diagonal
+    causal mask for the packed sequences."""
+    attnkit_tf()
+    ours, sdpa = pair(ref="sdpa")
+    ids = ids_of(1, 9)
+    pos = torch.tensor([[0, 1, 2, 3, 0, 1, 2, 0, 1]])
+    with torch.no_grad():
+        got = ours(ids, position_ids=pos, use_cache=False).logits
+        want = sdpa(ids, position_ids=pos, use_cache=False).logits
+        alone = sdpa(ids[:, 4:7], use_cache=False).logits     # the second sequence on its own
+    close(got, want)
+    close(got[:, 4:7], alone)
 
 
 def _call(module, **kwargs):
