@@ -121,7 +121,7 @@ class Scheduler:
             warnings.warn(f"request {rid!r} needs {kv} positions (prompt {len(tokens)} + "
                           f"{params.max_new_tokens} new - 1), more than the model's "
                           f"max_position_embeddings {limit}; its later tokens may degrade",
-                          UserWarning, stacklevel=2)
+                          UserWarning, stacklevel=3)      # add, coded_args
         seed = None if params.greedy else (fresh_seed() if params.seed is None else params.seed)
         req = GenRequest(rid, self.engine.new_ids(1)[0], tokens, params, self._arrivals,
                          RequestStats(seed=seed, num_prompt_tokens=len(tokens),

@@ -203,7 +203,7 @@ def plan_for(arch: Architecture, *, backend: str | None, device: torch.device,
     request = {k: v for k, v in request.items() if v is not None}
     result = plan(arch.attention, platform_of(device), request, strict=True)
     for note in result.warnings:
-        warnings.warn(note, UserWarning, stacklevel=3)
+        warnings.warn(note, UserWarning, stacklevel=4)   # plan_for, from_pretrained, coded_args
     return result
 
 

@@ -40,8 +40,9 @@ ENTRIES = [
         trigger="Engine.from_pretrained with a path that is not a local model directory, a "
                 "directory without safetensors, a config.json / generation_config.json that is "
                 "not a JSON object or a *.safetensors file that does not read, a checkpoint "
-                "lacking a tensor the config needs, or a tensor whose shape disagrees with the "
-                "config.",
+                "lacking a tensor the config needs, a tensor whose shape disagrees with the "
+                "config, or a tensor of integer or bool values (packed or quantized data, which "
+                "the runner does not dequantize).",
         situations=["A Hub repo id passed as the source (no download happens).",
                     "A checkpoint saved as pytorch_model.bin only.",
                     "config.json edited (heads, head_dim) without re-saving the weights."],
