@@ -295,3 +295,43 @@ def test_one_model_in_many_threads():
     finally:
         sys.setswitchinterval(interval)
     assert not errors, errors[:2]
+
+
+@pytest.mark.parametrize("bad", ["batch", "kv_len", "none", "mask_list", "mask_meta", "scaling",
+                                 "window", "softcap", "is_causal", "module"])
+def test_malformed_calls_are_coded(attnkit_tf, bad):
+    """What a caller other than transformers may hand attention_forward: each was an
+    IndexError, AttributeError or ValueError (or, for scaling/softcap, a silent NaN)."""
+    attnkit_tf()
+    ours, _ = pair()
+    module = ours.model.layers[0].self_attn
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, h, 5, 16, generator=g) for h in (4, 2, 2))
+    args, kw = [module, q, k, v, None], {}
+    if bad == "batch":
+        args[2], args[3] = k[:1], v[:1]
+    elif bad == "kv_len":
+        args[3] = v[:, :, :3]
+    elif bad == "none":
+        args[1] = None
+    elif bad == "mask_list":
+        args[4] = [[1]]
+    elif bad == "mask_meta":
+        args[4] = torch.ones(2, 1, 5, 5, dtype=torch.bool, device="meta")
+    elif bad == "module":
+        args[0] = torch.nn.Linear(2, 2)
+    else:
+        kw = {"scaling": float("nan"), "window": {"sliding_window": 0},
+              "softcap": {"softcap": -1.0}, "is_causal": {"is_causal": "no"}}[bad]
+        kw = kw if isinstance(kw, dict) else {"scaling": kw}
+    with pytest.raises(AttnkitError) as err:
+        attention_forward(*args, **kw)
+    assert err.value.code == "AK491"
+
+
+def test_an_empty_call_returns_an_empty_output(attnkit_tf):
+    attnkit_tf()
+    ours, _ = pair()
+    q, k = torch.zeros(2, 4, 0, 16), torch.zeros(2, 2, 0, 16)
+    out, _ = attention_forward(ours.model.layers[0].self_attn, q, k, k, None)
+    assert out.shape == (2, 0, 4, 16)

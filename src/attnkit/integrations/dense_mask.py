@@ -65,6 +65,10 @@ def visible(mask: torch.Tensor, batch: int, q_len: int, kv_len: int) -> torch.Te
     """mask: [B or 1, 1 or H, Lq, >= Lk] bool (True = attend) or additive float -> [B, Lq, Lk]
     bool. A mask longer than the keys is cut to them (as eager does). Additive masks must hold
     only 0 (attend) and very negative values (masked): attnkit adds no bias."""
+    if not isinstance(mask, torch.Tensor) or mask.device.type == "meta":
+        what = "a meta tensor" if isinstance(mask, torch.Tensor) else type(mask).__name__
+        fail("AK491", f"attention_mask must be a 4D torch tensor (or None), got {what}",
+             field="attention_mask", expected="torch.Tensor [B, 1, Lq, Lk] or None", actual=what)
     if (mask.dim() != 4 or mask.shape[-2] != q_len or mask.shape[-1] < kv_len
             or mask.shape[0] not in (1, batch)):
         fail("AK491", f"attention_mask has shape {list(mask.shape)}; expected [{batch}, 1, "
@@ -94,6 +98,8 @@ def visible(mask: torch.Tensor, batch: int, q_len: int, kv_len: int) -> torch.Te
 def plan_unmasked(batch: int, q_len: int, kv_len: int) -> MaskPlan:
     """No mask: one query sees all Lk keys; Lq > 1 queries are causal from key 0 (SDPA's
     is_causal, which transformers relies on only when there is no padding)."""
+    if q_len == 0:
+        return MaskPlan(storage=[[] for _ in range(batch)])
     if q_len > kv_len:
         fail("AK491", f"{q_len} queries but only {kv_len} keys and no mask: a causal layer's "
                       "queries are among its keys", field="key.shape[2]", expected=f">= {q_len}",

@@ -35,7 +35,7 @@ import torch
 
 from attnkit.errors import fail
 from attnkit.integrations import hf_plan
-from attnkit.integrations.hf_call import call_layer
+from attnkit.integrations.hf_call import call_layer, check_dense
 from attnkit.planning.plan import Plan
 
 NAME = "attnkit"
@@ -104,7 +104,13 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     or None; s_aux: [H] sink logits or None. Returns ([B, Lq, H, D_v] contiguous, None): no
     attention weights (a warning when output_attentions asks for them).
     """
-    config = module.config
+    config = getattr(module, "config", None)
+    if not callable(getattr(config, "to_dict", None)):
+        fail("AK491", f"attention_forward is the attention function transformers calls with one "
+                      f"of a model's attention modules; {type(module).__name__} has no "
+                      "transformers config", field="module", expected="an attention module "
+                      "of a transformers model", actual=type(module).__name__)
+    check_dense(getattr(module, "layer_idx", "?"), query, key, value)   # before planning on them
     state = hf_plan.state_of(config)
     planned = state.planned(config, query.device, query.dtype)
     layer = call_layer(module, planned, query, key, value, dropout=dropout, scaling=scaling,
