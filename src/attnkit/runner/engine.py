@@ -26,7 +26,7 @@ from attnkit.runner.arch import architecture_of
 from attnkit.runner.model import DecoderModel
 from attnkit.runner.setup import (COMPUTE_DTYPES, backend_of, check_cache_room, check_count,
                                   check_id, coded_args, device_of, dtype_name, model_layers,
-                                  plan_for)
+                                  plan_for, preview)
 from attnkit.runner.tokens import stop_ids, token_id, token_ids
 from attnkit.runner.weights import Weights, read_checkpoint
 
@@ -121,8 +121,8 @@ class Engine:
         for seq_id in ids:
             self._known(seq_id)
         if len(set(ids)) != len(ids):
-            fail("AK483", f"release names a sequence more than once: {_preview(ids)}",
-                 field="ids", expected="distinct ids", actual=_preview(ids))
+            fail("AK483", f"release names a sequence more than once: {preview(ids)}",
+                 field="ids", expected="distinct ids", actual=preview(ids))
         for seq_id in ids:
             self.allocator.free(seq_id)
             del self._tokens[seq_id]
@@ -250,8 +250,8 @@ class Engine:
 
         if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Iterable):
             fail("AK483", f"prompts must be token ids or a list of token-id lists, got "
-                          f"{_preview(prompts)}", field="prompts",
-                 expected="list[int] | list[list[int]]", actual=_preview(prompts))
+                          f"{preview(prompts)}", field="prompts",
+                 expected="list[int] | list[list[int]]", actual=preview(prompts))
         items = list(prompts)
         single = bool(items) and token_id(items[0]) is not None
         batch = [items] if single else items          # each prompt is checked by sched.add
@@ -278,8 +278,8 @@ class Engine:
         toks = token_ids(tokens)
         if toks is None:
             fail("AK483", f"sequence {seq_id!r}: tokens must be a list of int token ids (text "
-                          f"must be tokenized first), got {_preview(tokens)}", field="tokens",
-                 expected="list[int] | 1-D integer tensor", actual=_preview(tokens))
+                          f"must be tokenized first), got {preview(tokens)}", field="tokens",
+                 expected="list[int] | 1-D integer tensor", actual=preview(tokens))
         if not toks:
             fail("AK483", f"sequence {seq_id!r}: a step needs at least one new token",
                  field="tokens", expected=">= 1 token", actual=[])
@@ -328,10 +328,5 @@ def _check_list(name: str, value: object, *, allow_none: bool = False) -> None:
         return
     if isinstance(value, (str, bytes, Mapping)) or not hasattr(value, "__len__") \
             or (torch.is_tensor(value) and value.dim() == 0):
-        fail("AK483", f"{name} must be a list, got {_preview(value)}", field=name,
-             expected="a list" + (" or None" if allow_none else ""), actual=_preview(value))
-
-
-def _preview(value: object, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "..."
+        fail("AK483", f"{name} must be a list, got {preview(value)}", field=name,
+             expected="a list" + (" or None" if allow_none else ""), actual=preview(value))

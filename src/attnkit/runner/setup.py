@@ -85,7 +85,7 @@ def check_id(value: Any, *, field: str, code: str = "AK483") -> None:
     try:
         hash(value)
     except TypeError:
-        fail(code, f"{field} {_preview(value)} is not hashable: ids are ints, strings or tuples "
+        fail(code, f"{field} {preview(value)} is not hashable: ids are ints, strings or tuples "
                    "of them", field=field, expected="a hashable id (int, str, ...)",
              actual=type(value).__name__)
 
@@ -167,7 +167,8 @@ def free_memory(device: torch.device) -> int | None:
     return None
 
 
-def _preview(value: Any, limit: int = 60) -> str:
+def preview(value: Any, limit: int = 60) -> str:
+    """repr(value), cut to ``limit`` characters, for messages."""
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "..."
 
