@@ -129,6 +129,16 @@ def test_packed_sequences_are_exact():
     check(mask & causal_mask([0], [9], 9, 9, window=2), 9, 9, window=2)
 
 
+def test_chunked_attention_masks_are_exact():
+    """Llama 4's chunked local attention: a query sees the keys of its own chunk up to itself
+    (transformers' chunked_causal_mask_function), here chunks of 3 over a left-padded row."""
+    i = torch.arange(10)
+    chunk = (i[:, None] // 3 == i[None, :] // 3) & (i[None, :] <= i[:, None])
+    mask = chunk.expand(2, 1, 10, 10).clone()
+    mask[1, :, :, :2] = False
+    check(mask, 10, 10)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_any_boolean_mask_is_exact_or_refused(seed):
     """Random masks: the masked softmax, or AK491; never another result."""
