@@ -97,7 +97,8 @@ def test_errors_and_exit_codes(capsys, model_dir, extra, code, rc):
 
 
 def test_bad_prompt_ids_are_a_usage_error(capsys, model_dir):
-    for argv in (["--prompt-ids", "1,x"], ["--prompt-ids", "1", "--prompt", "a"], []):
+    for argv in (["--prompt-ids", "1,x"], ["--prompt-ids", "1", "--prompt", "a"], [],
+                 ["--prompt-ids", "²"], ["--prompt-ids", "1,-5"]):
         with pytest.raises(SystemExit) as e:
             cli.main(["generate", str(model_dir), *argv])
         assert e.value.code == 2

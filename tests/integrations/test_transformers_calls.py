@@ -133,15 +133,61 @@ def test_custom_masks_of_sliding_layers_need_the_window(attnkit_tf):
         close(ours(ids, attention_mask=masks).logits, sdpa(ids, attention_mask=masks).logits)
 
 
-def test_right_padding_warns_left_padding_does_not(attnkit_tf, recwarn):
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_right_padding_matches_sdpa_at_every_position(attnkit_tf, family, recwarn):
+    """Padding queries after a row's end attend to the row's keys, as sdpa computes them (they
+    were zeros, with a warning); under qwen2's window of 4 their windows run out (sdpa gives
+    zeros there too). generate() continues from them exactly."""
     attnkit_tf()
-    ours, _ = pair()
-    ids = ids_of(2, 6)
+    ours, sdpa = pair(family, ref="sdpa")
+    ids, mask = ids_of(2, 10), torch.tensor([[1] * 10, [1] * 3 + [0] * 7])
     with torch.no_grad():
-        ours(ids, attention_mask=torch.tensor([[1] * 6, [0, 0] + [1] * 4]))
-        assert not [w for w in recwarn if "right padding" in str(w.message)]
-        with pytest.warns(UserWarning, match="pad on the left"):
-            ours(ids, attention_mask=torch.tensor([[1] * 6, [1] * 4 + [0, 0]]))
+        close(ours(ids, attention_mask=mask).logits, sdpa(ids, attention_mask=mask).logits)
+        kw = dict(GEN, max_new_tokens=6, attention_mask=mask)
+        assert torch.equal(ours.generate(ids, **kw), sdpa.generate(ids, **kw))
+    assert not [w for w in recwarn if "padding" in str(w.message)]
+
+
+@pytest.mark.parametrize("family", ["gemma2", "gpt_oss"])
+def test_right_padding_with_softcap_and_sinks_matches_eager(attnkit_tf, family):
+    attnkit_tf()
+    ours, eager = pair(family)
+    ids, mask = ids_of(2, 8), torch.tensor([[1] * 8, [1] * 5 + [0] * 3])
+    with torch.no_grad():
+        close(ours(ids, attention_mask=mask).logits, eager(ids, attention_mask=mask).logits)
+
+
+def test_bidirectional_4d_masks_match_sdpa(attnkit_tf):
+    """An all-True mask (every token sees every token) and a causal mask with a bidirectional
+    block (image tokens, as Gemma 3 and PaliGemma build it): positions 1.. of the all-True mask
+    were zeros."""
+    attnkit_tf()
+    ours, sdpa = pair(ref="sdpa")
+    ids = ids_of(2, 9)
+    full = torch.ones(2, 1, 9, 9, dtype=torch.bool)
+    block = torch.ones(9, 9, dtype=torch.bool).tril().expand(2, 1, 9, 9).clone()
+    block[:, :, 2:6, 2:6] = True
+    block[1, :, :, 0] = False                                 # row 1: one padding key
+    with torch.no_grad():
+        for mask in (full, block):
+            close(ours(ids, attention_mask=mask).logits, sdpa(ids, attention_mask=mask).logits)
+
+
+def test_packed_sequences_match_sdpa(attnkit_tf):
+    """position_ids that restart without a mask or cache: transformers builds a block-diagonal
+    causal mask for the packed sequences."""
+    attnkit_tf()
+    ours, sdpa = pair(ref="sdpa")
+    ids = ids_of(1, 9)
+    pos = torch.tensor([[0, 1, 2, 3, 0, 1, 2, 0, 1]])
+    with torch.no_grad():
+        got = ours(ids, position_ids=pos, use_cache=False).logits
+        want = sdpa(ids, position_ids=pos, use_cache=False).logits
+        alone = sdpa(ids[:, 4:7], use_cache=False).logits     # the second sequence on its own
+    close(got, want)
+    # transformers >= 4.5x builds the block-diagonal mask: the second sequence is on its own
+    if (want[:, 4:7] - alone).abs().max() <= 1e-4 * alone.abs().max():
+        close(got[:, 4:7], alone)
 
 
 def _call(module, **kwargs):
@@ -251,3 +297,43 @@ def test_one_model_in_many_threads():
     finally:
         sys.setswitchinterval(interval)
     assert not errors, errors[:2]
+
+
+@pytest.mark.parametrize("bad", ["batch", "kv_len", "none", "mask_list", "mask_meta", "scaling",
+                                 "window", "softcap", "is_causal", "module"])
+def test_malformed_calls_are_coded(attnkit_tf, bad):
+    """What a caller other than transformers may hand attention_forward: each was an
+    IndexError, AttributeError or ValueError (or, for scaling/softcap, a silent NaN)."""
+    attnkit_tf()
+    ours, _ = pair()
+    module = ours.model.layers[0].self_attn
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, h, 5, 16, generator=g) for h in (4, 2, 2))
+    args, kw = [module, q, k, v, None], {}
+    if bad == "batch":
+        args[2], args[3] = k[:1], v[:1]
+    elif bad == "kv_len":
+        args[3] = v[:, :, :3]
+    elif bad == "none":
+        args[1] = None
+    elif bad == "mask_list":
+        args[4] = [[1]]
+    elif bad == "mask_meta":
+        args[4] = torch.ones(2, 1, 5, 5, dtype=torch.bool, device="meta")
+    elif bad == "module":
+        args[0] = torch.nn.Linear(2, 2)
+    else:
+        kw = {"scaling": float("nan"), "window": {"sliding_window": 0},
+              "softcap": {"softcap": -1.0}, "is_causal": {"is_causal": "no"}}[bad]
+        kw = kw if isinstance(kw, dict) else {"scaling": kw}
+    with pytest.raises(AttnkitError) as err:
+        attention_forward(*args, **kw)
+    assert err.value.code == "AK491"
+
+
+def test_an_empty_call_returns_an_empty_output(attnkit_tf):
+    attnkit_tf()
+    ours, _ = pair()
+    q, k = torch.zeros(2, 4, 0, 16), torch.zeros(2, 2, 0, 16)
+    out, _ = attention_forward(ours.model.layers[0].self_attn, q, k, k, None)
+    assert out.shape == (2, 0, 4, 16)

@@ -50,3 +50,25 @@ def test_cuda_matches_eager(wide, attnkit_tf, family, dtype, rtol):
                   pad_token_id=0)
         with torch.no_grad():
             assert torch.equal(model.generate(**kw), eager.generate(**kw))
+
+
+def test_cuda_right_padding_and_bidirectional_blocks_match_sdpa(wide, attnkit_tf):
+    """On the GPU backend: right padding (one-query requests sharing a row's pages) and a
+    bidirectional block in a causal mask, at every position."""
+    import transformers
+
+    path = wide("llama")
+    attnkit_tf()
+    auto = transformers.AutoModelForCausalLM
+    model = auto.from_pretrained(path, attn_implementation="attnkit").cuda().eval()
+    sdpa = auto.from_pretrained(path, attn_implementation="sdpa").cuda().eval()
+    ids = torch.randint(1, 128, (2, 24), device="cuda")
+    padded = torch.ones_like(ids)
+    padded[1, 10:] = 0
+    block = torch.ones(24, 24, dtype=torch.bool, device="cuda").tril().expand(2, 1, 24, 24).clone()
+    block[:, :, 4:12, 4:12] = True
+    with torch.no_grad():
+        for mask in (padded, block):
+            close(model(input_ids=ids, attention_mask=mask).logits,
+                  sdpa(input_ids=ids, attention_mask=mask).logits, rtol=5e-3)
+    assert attnkit_plan(model).prefill_backend == "triton"

@@ -64,11 +64,14 @@ def test_page_sizes_and_right_padding(tiny, attnkit_tf, page_size):
     assert attnkit_plan(model).settings["page_size"] == page_size
     ids, mask = left_padded([11, 6, 4], 11, seed=2)
     ids, mask = ids.flip(-1), mask.flip(-1)                 # padding on the right
-    with torch.no_grad(), pytest.warns(UserWarning, match="pad on the left"):
-        got = model(input_ids=ids, attention_mask=mask).logits
     with torch.no_grad():
+        got = model(input_ids=ids, attention_mask=mask).logits
         want = eager(input_ids=ids, attention_mask=mask).logits
     close(real(got, mask), real(want, mask))
+    # rows 0, 1: every padding query sees a key in every layer (window 6), so every position
+    # matches; row 2's last padding queries see none (eager averages all keys there, sdpa and
+    # attnkit give zeros)
+    close(got[:2], want[:2])
 
 
 def test_static_cache_generate(tiny, attnkit_tf):

@@ -127,9 +127,9 @@ def test_calls_attnkit_cannot_serve_raise(tiny, attnkit_tf):
     attnkit_tf()
     model = load(tiny("llama")[0])
     ids = torch.randint(1, 128, (1, 8))
-    with torch.no_grad(), pytest.raises(AttnkitError) as err:      # packed sequences
-        model(input_ids=ids, position_ids=torch.tensor([[0, 1, 2, 0, 1, 2, 3, 4]]), use_cache=False)
-    assert codes(err) == "AK491" and "query 3" in err.value.message
+    with torch.no_grad(), pytest.raises(AttnkitError) as err:      # a 0/1 integer 4D mask
+        model(input_ids=ids, attention_mask=torch.ones(1, 1, 8, 8, dtype=torch.long).tril())
+    assert codes(err) == "AK491" and "mask.bool()" in err.value.message
     train = transformers.AutoModelForCausalLM.from_config(
         build_config("llama", attention_dropout=0.1), attn_implementation="attnkit").train()
     with pytest.raises(AttnkitError) as err:

@@ -96,15 +96,15 @@ def test_triton_mla_in_the_interpreter(tiny_model, page_size):
     prefill_then_decode_match(engine, hf, PROMPTS, decode_steps=2)
 
 
-@pytest.mark.parametrize("changes", [{"topk_method": "noaux_tc"}, {"model_type": "deepseek_v3"},
-                                     {"n_group": 3, "topk_group": 2,
-                                      "topk_method": "group_limited_greedy"},
-                                     {"first_k_dense_replace": -1}])
-def test_what_the_runner_refuses(tiny_model, tmp_path, changes):
+@pytest.mark.parametrize("changes,code", [
+    ({"topk_method": "noaux_tc"}, "AK480"), ({"model_type": "deepseek_v3"}, "AK480"),
+    ({"n_group": 3, "topk_group": 2, "topk_method": "group_limited_greedy"}, "AK480"),
+    ({"first_k_dense_replace": -1}, "AK505"), ({"first_k_dense_replace": 1.5}, "AK504")])
+def test_what_the_runner_refuses(tiny_model, tmp_path, changes, code):
     path = edit_config(tiny_model("deepseek_v2")[0], tmp_path, **changes)
     with pytest.raises(AttnkitError) as err:
         Engine.from_pretrained(path, backend="torch_native", page_size=16)
-    assert err.value.code == "AK480"
+    assert err.value.code == code
 
 
 def test_all_dense_layers(tiny_model, tmp_path):

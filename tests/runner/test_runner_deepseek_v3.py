@@ -148,20 +148,23 @@ def test_family_defaults_fill_missing_routing_fields():
                                                                            False)
 
 
-@pytest.mark.parametrize("changes", [
-    {"topk_method": "group_limited_greedy"}, {"scoring_func": "softmax"},
-    {"n_group": 3},                       # 8 experts do not split into 3 groups
-    {"n_group": 8, "topk_group": 4},      # one expert per group: no best two to sum
-    {"topk_group": 5},                    # more groups kept than there are
-    {"num_experts_per_tok": 5, "topk_group": 1},   # 5 experts from 1 group of 2
-    {"routed_scaling_factor": "2.5"}, {"rope_interleave": "yes"}, {"norm_topk_prob": 1},
-    {"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}},
+@pytest.mark.parametrize("changes,code", [
+    ({"topk_method": "group_limited_greedy"}, "AK480"), ({"scoring_func": "softmax"}, "AK480"),
+    ({"n_group": 3}, "AK480"),                    # 8 experts do not split into 3 groups
+    ({"n_group": 8, "topk_group": 4}, "AK480"),   # one expert per group: no best two to sum
+    ({"topk_group": 5}, "AK480"),                 # more groups kept than there are
+    ({"num_experts_per_tok": 5, "topk_group": 1}, "AK480"),   # 5 experts from 1 group of 2
+    ({"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}, "AK480"),
+    # malformed values: the config reader's codes (AK504 type, AK505 range), naming the field
+    ({"routed_scaling_factor": "2.5"}, "AK504"), ({"rope_interleave": "yes"}, "AK504"),
+    ({"norm_topk_prob": 1}, "AK504"), ({"n_shared_experts": 1.5}, "AK504"),
+    ({"topk_method": ["noaux_tc"]}, "AK504"), ({"routed_scaling_factor": 0}, "AK505"),
 ])
-def test_what_the_runner_refuses(tiny_model, tmp_path, changes):
+def test_what_the_runner_refuses(tiny_model, tmp_path, changes, code):
     path = edit_config(tiny_model("deepseek_v3")[0], tmp_path, **changes)
     with pytest.raises(AttnkitError) as err:
         Engine.from_pretrained(path, backend="torch_native", page_size=16)
-    assert err.value.code == "AK480"
+    assert err.value.code == code
     assert next(iter(changes)) in str(err.value) or err.value.field in changes
 
 

@@ -66,6 +66,20 @@ def test_sources_and_weights(llama, tmp_path):
         assert code_of(lambda: Engine.from_pretrained(path)) == "AK481"
 
 
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int8, torch.bool])
+def test_integer_weights_are_refused_not_cast(llama, tmp_path, dtype):
+    """Integer or bool tensors (packed / quantized data) were silently cast to floats."""
+    from safetensors.torch import load_file, save_file
+
+    path = copy_with(llama, tmp_path)
+    tensors = load_file(str(path / "model.safetensors"))
+    tensors["model.layers.0.mlp.up_proj.weight"] = tensors["model.layers.0.mlp.up_proj.weight"].to(dtype)
+    save_file(tensors, str(path / "model.safetensors"))
+    with pytest.raises(AttnkitError) as err:
+        Engine.from_pretrained(path, backend="torch_native", page_size=4)
+    assert err.value.code == "AK481" and err.value.field == "model.layers.0.mlp.up_proj.weight"
+
+
 @pytest.mark.parametrize("config", [{"model_type": "gpt2"},
                                     {"rope_parameters": {"rope_type": "dynamic", "factor": 8.0,
                                                          "rope_theta": 5e5}},

@@ -73,15 +73,18 @@ def test_the_scaling_is_what_matches(tiny_model, tmp_path):
     assert (logits - ref).abs().max() / ref.abs().max() > 1e-2
 
 
-@pytest.mark.parametrize("family,changes", [
-    ("llama", {"rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4}}),
-    ("llama", {"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4}}),
-    ("llama", {"rope_parameters": {"rope_type": "llama3", "factor": 8.0, "rope_theta": 1e4}}),
-    ("llama", {"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4}}),
-    ("qwen2_dca", {"rope_parameters": {**YARN, "rope_theta": 1e6}}),      # DCA rotates plain
+@pytest.mark.parametrize("family,changes,code", [
+    ("llama", {"rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4}},
+     "AK480"),
+    ("llama", {"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4}}, "AK480"),
+    # required fields of the type missing: the config reader's AK503 naming them
+    ("llama", {"rope_parameters": {"rope_type": "llama3", "factor": 8.0, "rope_theta": 1e4}},
+     "AK503"),
+    ("llama", {"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4}}, "AK503"),
+    ("qwen2_dca", {"rope_parameters": {**YARN, "rope_theta": 1e6}}, "AK480"),   # DCA rotates plain
 ])
-def test_rope_the_runner_refuses(tiny_model, tmp_path, family, changes):
+def test_rope_the_runner_refuses(tiny_model, tmp_path, family, changes, code):
     path = edit_config(tiny_model(family)[0], tmp_path, **changes)
     with pytest.raises(AttnkitError) as err:
         Engine.from_pretrained(path, page_size=4)
-    assert err.value.code == "AK480"
+    assert err.value.code == code

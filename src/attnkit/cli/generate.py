@@ -132,6 +132,6 @@ def load_tokenizer(model_dir: Path) -> tuple[Tokenizer | None, str]:
 def _token_ids(text: str) -> list[int]:
     """'1,2,3' or '1 2 3' -> [1, 2, 3] (argparse turns the error into exit 2)."""
     parts = text.replace(",", " ").split()
-    if not parts or not all(p.isdigit() for p in parts):
+    if not parts or not all(p.isascii() and p.isdigit() for p in parts):   # not '²' or '٣'
         raise argparse.ArgumentTypeError(f"expected token ids like \"1,2,3\", got {text!r}")
     return [int(p) for p in parts]

@@ -8,6 +8,8 @@ would otherwise ignore while eager applies it is refused, never dropped.
 """
 from __future__ import annotations
 
+import math
+import numbers
 import warnings
 from dataclasses import replace
 from typing import Any
@@ -66,13 +68,74 @@ def call_layer(module: torch.nn.Module, planned: hf_plan.Planned, query: torch.T
     if not causal:
         fail("AK491", f"layer {idx}: a non-causal call; attn_implementation='attnkit' serves "
                       "causal self-attention", field="is_causal", expected=True, actual=causal)
-    spec = replace(base, scale=base.scale if scaling is None else float(scaling),
-                   sliding_window=sliding_window, logit_softcap=softcap or None,
+    scaling, sliding_window, softcap = _call_values(idx, scaling, sliding_window, softcap)
+    if s_aux is not None and not isinstance(s_aux, torch.Tensor):
+        fail("AK491", f"layer {idx}: s_aux (sinks) must be a tensor [heads], got "
+                      f"{type(s_aux).__name__}", field="s_aux", expected="tensor [H] or None",
+             actual=type(s_aux).__name__)
+    spec = replace(base, scale=base.scale if scaling is None else scaling,
+                   sliding_window=sliding_window, logit_softcap=softcap,
                    sinks=s_aux is not None)
     extra = sorted(spec.features() - base.features())
     if extra:
         _unplanned(module, idx, extra, base, spec)
     return AttentionLayer(spec=spec, sinks=None if s_aux is None else s_aux.float())
+
+
+def check_dense(idx: Any, query: Any, key: Any, value: Any) -> None:
+    """AK491 unless query [B, H, Lq, D], key [B, H_kv, Lk, D] and value [B, H_kv, Lk, D_v] are
+    4-D floating tensors of one dtype and device that agree on B, H_kv and Lk."""
+    named = {"query": query, "key": key, "value": value}
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor) or t.dim() != 4 or not t.is_floating_point():
+            what = (f"{t.dim()}-D {t.dtype} tensor" if isinstance(t, torch.Tensor)
+                    else type(t).__name__)
+            fail("AK491", f"layer {idx}: {name} must be a 4-D floating tensor [B, heads, L, D], "
+                          f"got a {what}", field=name, expected="[B, heads, L, D] float",
+                 actual=what)
+    if query.shape[0] != key.shape[0] or key.shape[:3] != value.shape[:3] \
+            or key.shape[-1] != query.shape[-1]:
+        shapes = {n: list(t.shape) for n, t in named.items()}
+        fail("AK491", f"layer {idx}: query, key and value disagree: {shapes} (expected "
+                      "[B, H, Lq, D], [B, H_kv, Lk, D], [B, H_kv, Lk, D_v])", field="key",
+             expected="[B, H, Lq, D], [B, H_kv, Lk, D], [B, H_kv, Lk, D_v]", actual=shapes)
+    if len({t.dtype for t in named.values()}) > 1 or len({t.device for t in named.values()}) > 1:
+        got = {n: f"{t.dtype} on {t.device}" for n, t in named.items()}
+        fail("AK491", f"layer {idx}: query, key and value must share one dtype and device, got "
+                      f"{got}", field="key", expected="one dtype and device", actual=got)
+    if query.device.type == "meta":
+        fail("AK491", f"layer {idx}: the call's tensors are on the meta device; run the model "
+                      "on a real device", field="query", expected="cpu or cuda", actual="meta")
+
+
+def _call_values(idx: int, scaling: Any, window: Any, softcap: Any) -> tuple:
+    """(scale, window, softcap) of the call: scaling a finite number > 0 or None; window an
+    int >= 1 or None; softcap a number > 0 (0 / None: none). AK491 otherwise."""
+    def number(value: Any) -> float | None:
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            value = value.item()
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            return None
+        return float(value)
+
+    if scaling is not None:
+        scale = number(scaling)
+        if scale is None or not math.isfinite(scale) or scale <= 0:
+            fail("AK491", f"layer {idx}: scaling {scaling!r} is not a finite number > 0",
+                 field="scaling", expected="finite float > 0 or None", actual=repr(scaling))
+        scaling = scale
+    if window is not None and (isinstance(window, bool) or not isinstance(window, numbers.Integral)
+                               or window < 1):
+        fail("AK491", f"layer {idx}: sliding_window {window!r} is not an int >= 1 (it counts the "
+                      "query itself) or None", field="sliding_window", expected="int >= 1 or None",
+             actual=repr(window))
+    if softcap is not None and softcap != 0:
+        cap = number(softcap)
+        if cap is None or not math.isfinite(cap) or cap <= 0:
+            fail("AK491", f"layer {idx}: softcap {softcap!r} is not a finite number > 0",
+                 field="softcap", expected="float > 0 or None", actual=repr(softcap))
+        softcap = cap
+    return scaling, None if window is None else int(window), softcap or None
 
 
 def _layer_index(module: torch.nn.Module, planned: hf_plan.Planned) -> int:
@@ -113,6 +176,12 @@ def _unplanned(module: torch.nn.Module, idx: int, extra: list[str], base, spec) 
          expected=sorted(base.features()), actual=sorted(spec.features()))
 
 
-def _causal(module: torch.nn.Module, is_causal: bool | None) -> bool:
+def _causal(module: torch.nn.Module, is_causal: Any) -> bool:
     """The call's is_causal when given, else the module's (as transformers' SDPA reads it)."""
-    return getattr(module, "is_causal", True) if is_causal is None else bool(is_causal)
+    value = getattr(module, "is_causal", True) if is_causal is None else is_causal
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = bool(value.item())
+    if not isinstance(value, bool):
+        fail("AK491", f"is_causal must be True or False, got {value!r}", field="is_causal",
+             expected="bool", actual=repr(value))
+    return value

@@ -35,7 +35,7 @@ import torch
 
 from attnkit.errors import fail
 from attnkit.integrations import hf_plan
-from attnkit.integrations.hf_call import call_layer
+from attnkit.integrations.hf_call import call_layer, check_dense
 from attnkit.planning.plan import Plan
 
 NAME = "attnkit"
@@ -104,7 +104,13 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     or None; s_aux: [H] sink logits or None. Returns ([B, Lq, H, D_v] contiguous, None): no
     attention weights (a warning when output_attentions asks for them).
     """
-    config = module.config
+    config = getattr(module, "config", None)
+    if not callable(getattr(config, "to_dict", None)):
+        fail("AK491", f"attention_forward is the attention function transformers calls with one "
+                      f"of a model's attention modules; {type(module).__name__} has no "
+                      "transformers config", field="module", expected="an attention module "
+                      "of a transformers model", actual=type(module).__name__)
+    check_dense(getattr(module, "layer_idx", "?"), query, key, value)   # before planning on them
     state = hf_plan.state_of(config)
     planned = state.planned(config, query.device, query.dtype)
     layer = call_layer(module, planned, query, key, value, dropout=dropout, scaling=scaling,
@@ -142,14 +148,9 @@ def _device(device: Any) -> torch.device:
     from attnkit.runner.setup import device_of
 
     try:
-        dev = device_of(device)             # unknown names, CUDA without CUDA, index past count
+        return device_of(device)   # unknown names, meta, CUDA without CUDA, index past count
     except AttnkitError as exc:
         fail("AK306", exc.message, field="device", expected=exc.expected, actual=exc.actual)
-    if dev.type == "meta":
-        fail("AK306", "the meta device runs no kernels: plan for the device the model will run "
-                      "on ('cpu', 'cuda', 'cuda:N')", field="device", expected="'cpu' or 'cuda'",
-             actual="meta")
-    return dev
 
 
 def _dtype(dtype: Any) -> torch.dtype:

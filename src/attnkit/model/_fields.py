@@ -102,6 +102,13 @@ class ConfigReader:
             raise self.type_error(key, "true or false", value)
         return value
 
+    def flag(self, key: str, *, default: bool) -> bool:
+        """A true/false field as Python code that tests ``if config.key:`` reads it: absent is
+        ``default``, an explicit null is false; anything else but a bool is AK504."""
+        if key in self.cfg and self.cfg[key] is None:
+            return False
+        return self.bool(key, default=default)
+
     def str(self, key: str, *, default: Any = _MISSING) -> Any:
         value, found = self._raw(key, default)
         if not found:

@@ -17,7 +17,10 @@ norms, activation, rotary base — and the per-family differences:
   the sigmoid ``noaux_tc`` router and renormalised weights; rotary pairs interleaved unless
   ``rope_interleave`` is false (then neox halves).
 
-RoPE of every family (default, linear, llama3, yarn) is read by runner/rope.py.
+RoPE of every family (default, linear, llama3, yarn) is read by runner/rope.py. Every config
+value is read through the planner's typed reader (attnkit.model._fields.ConfigReader): a
+missing, mistyped or out-of-range field is AK503 / AK504 / AK505 naming it; AK480 is for
+values the runner has no recipe for.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from dataclasses import dataclass
 
 from attnkit.errors import fail
 from attnkit.model import ModelAttention, parse_config
+from attnkit.model._fields import ConfigReader
 from attnkit.runner.layers import NormStyle
 from attnkit.runner.mlp import DeepseekMoEConfig, GptOssMoEConfig
 from attnkit.runner.rope import RopeConfig, rope_config
@@ -49,6 +53,9 @@ DEEPSEEK_DEFAULTS = {
     "v3": {"first_k_dense_replace": 3, "routed_scaling_factor": 2.5, "n_shared_experts": 1,
            "norm_topk_prob": True, "n_group": 8, "topk_group": 4},
 }
+# transformers' config-class defaults for the block fields a config.json may leave out
+BLOCK_DEFAULTS = {"rms_norm_eps": 1e-6, "swiglu_alpha": 1.702, "swiglu_limit": 7.0}
+FAMILY_DEFAULTS = {"gpt_oss": {"rms_norm_eps": 1e-5}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +91,10 @@ class Architecture:
 
 
 def architecture_of(cfg: dict, *, name: str | None = None) -> Architecture:
-    """The runner's view of a parsed ``config.json``; AK480 for what the runner cannot run."""
-    model_type = str(cfg.get("model_type", "")).lower()
+    """The runner's view of a parsed ``config.json``; AK480 for what the runner cannot run,
+    AK5xx for a malformed field."""
+    top = ConfigReader(cfg, source=name or "config.json") if isinstance(cfg, dict) else None
+    model_type = top.str("model_type", default="").lower() if top else ""
     if model_type not in SUPPORTED:
         fail("AK480", f"the runner has no block recipe for model_type {model_type or '(none)'!r}; "
                       f"it runs {', '.join(SUPPORTED)}",
@@ -98,58 +107,44 @@ def architecture_of(cfg: dict, *, name: str | None = None) -> Architecture:
                       "not dequantize (block scales, packed experts), so dequantize it first",
              field="quantization_config", expected=None, actual=method)
     attention = parse_config(cfg, name=name)
+    r = ConfigReader(cfg, source=top.source,
+                     defaults={**BLOCK_DEFAULTS, **FAMILY_DEFAULTS.get(model_type, {})})
     first = attention.layers[0]
     kind = "mla" if model_type in MLA else "mha"
     if any(l.kind != kind or l.role != "decoder" for l in attention.layers):
         fail("AK480", f"model_type {model_type!r}: the runner runs it as decoder-only "
                       f"{kind.upper()} layers, and this config has others",
              field="model_type", actual=model_type)
-    hidden = _int(cfg, "hidden_size")
+    hidden = r.int("hidden_size")
     # MLA rotates only the qk_rope_head_dim features of each head
-    rope = rope_config(cfg, first.mla.qk_rope_head_dim if kind == "mla" else first.head_dim)
+    rope = rope_config(r, first.mla.qk_rope_head_dim if kind == "mla" else first.head_dim)
     gemma = model_type in GEMMA_LIKE
-    act = cfg.get("hidden_activation") or cfg.get("hidden_act") or "silu"
+    act = r.str("hidden_activation", default=None) or r.str("hidden_act", default="silu")
     if act not in ACTIVATIONS:
         fail("AK480", f"activation {act!r} is not one the runner computes",
              field="hidden_act", expected=list(ACTIVATIONS), actual=act)
     return Architecture(
         model_type=model_type, attention=attention,
-        vocab_size=_int(cfg, "vocab_size"), hidden_size=hidden,
-        intermediate_size=_int(cfg, "intermediate_size"), num_layers=len(attention.layers),
-        rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), activation=act,
-        rope=rope, rope_interleaved=_rope_interleaved(cfg, model_type),
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", gemma)),
+        vocab_size=r.int("vocab_size"), hidden_size=hidden,
+        intermediate_size=r.int("intermediate_size"), num_layers=len(attention.layers),
+        rms_norm_eps=r.float("rms_norm_eps"), activation=act,
+        rope=rope, rope_interleaved=_rope_interleaved(r, model_type),
+        tie_word_embeddings=r.bool("tie_word_embeddings", default=gemma),
         norm_offset=1.0 if gemma else 0.0,
         norm_weight_fp32=gemma or model_type in MOE,
         embed_scale=hidden ** 0.5 if gemma else None,
         sandwich_norms=gemma,
-        final_logit_softcap=cfg.get("final_logit_softcapping") if gemma else None,
-        moe=_moe(cfg, model_type),
+        final_logit_softcap=r.float("final_logit_softcapping", default=None) if gemma else None,
+        moe=_moe(r, model_type),
         max_position_embeddings=_optional_int(cfg, "max_position_embeddings"),
     )
 
 
-def _int(cfg: dict, key: str) -> int:
-    value = cfg.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        fail("AK480", f"config field {key!r} must be a positive integer for the runner, got "
-                      f"{value!r}", field=key, expected="integer >= 1", actual=value)
-    return value
-
-
-def _flag(cfg: dict, key: str, default: bool) -> bool:
-    """A true/false config field (null counts as false, as transformers tests it)."""
-    value = cfg.get(key, default)
-    if value is not None and not isinstance(value, bool):
-        fail("AK480", f"config field {key!r} must be true or false, got {value!r}", field=key,
-             expected="bool", actual=value)
-    return bool(value)
-
-
-def _rope_interleaved(cfg: dict, model_type: str) -> bool:
-    """DeepSeek rotates interleaved pairs (2j, 2j + 1); V3 configs may turn it off."""
+def _rope_interleaved(r: ConfigReader, model_type: str) -> bool:
+    """DeepSeek rotates interleaved pairs (2j, 2j + 1); V3 configs may turn it off (null
+    counts as false, as transformers tests it)."""
     if model_type in DEEPSEEK_V3:
-        return _flag(cfg, "rope_interleave", True)
+        return r.flag("rope_interleave", default=True)
     return model_type in MLA
 
 
@@ -159,36 +154,28 @@ def _optional_int(cfg: dict, key: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-def _moe(cfg: dict, model_type: str) -> GptOssMoEConfig | DeepseekMoEConfig | None:
+def _moe(r: ConfigReader, model_type: str) -> GptOssMoEConfig | DeepseekMoEConfig | None:
     if model_type in MOE:
-        return _gpt_oss_moe(cfg)
+        return GptOssMoEConfig(num_experts=r.int("num_local_experts"),
+                               top_k=r.int("num_experts_per_tok"),
+                               swiglu_alpha=r.float("swiglu_alpha"),
+                               swiglu_limit=r.float("swiglu_limit"))
     if model_type in MLA:
-        return _deepseek_moe(cfg, "v3" if model_type in DEEPSEEK_V3 else "v2")
+        return _deepseek_moe(r, "v3" if model_type in DEEPSEEK_V3 else "v2")
     return None
 
 
-def _gpt_oss_moe(cfg: dict) -> GptOssMoEConfig:
-    return GptOssMoEConfig(num_experts=_int(cfg, "num_local_experts"),
-                           top_k=_int(cfg, "num_experts_per_tok"),
-                           swiglu_alpha=float(cfg.get("swiglu_alpha", 1.702)),
-                           swiglu_limit=float(cfg.get("swiglu_limit", 7.0)))
-
-
-def _deepseek_moe(cfg: dict, gen: str) -> DeepseekMoEConfig | None:
+def _deepseek_moe(top: ConfigReader, gen: str) -> DeepseekMoEConfig | None:
     """DeepSeek's experts (``gen``: "v2" or "v3"); AK480 for a routing the runner does not
     compute."""
-    defaults = DEEPSEEK_DEFAULTS[gen]
-    first_dense = cfg.get("first_k_dense_replace", defaults["first_k_dense_replace"]) or 0
-    if isinstance(first_dense, bool) or not isinstance(first_dense, int) or first_dense < 0:
-        fail("AK480", f"first_k_dense_replace must be an integer >= 0, got {first_dense!r}",
-             field="first_k_dense_replace", expected="integer >= 0", actual=first_dense)
-    if first_dense >= _int(cfg, "num_hidden_layers"):
+    r = ConfigReader(top.cfg, source=top.source, defaults=DEEPSEEK_DEFAULTS[gen])
+    first_dense = r.int("first_k_dense_replace", minimum=0)
+    if first_dense >= r.int("num_hidden_layers"):
         return None                             # every layer dense: expert fields may be unset
-    cfg = {**defaults, **cfg}
-    experts, top_k = _int(cfg, "n_routed_experts"), _int(cfg, "num_experts_per_tok")
+    experts, top_k = r.int("n_routed_experts"), r.int("num_experts_per_tok")
     routing = DEEPSEEK_ROUTING[gen]
-    scoring = cfg.get("scoring_func") or routing["scoring_func"][0]
-    method = cfg.get("topk_method") or routing["topk_method"][0]
+    scoring = r.str("scoring_func", default=None) or routing["scoring_func"][0]
+    method = r.str("topk_method", default=None) or routing["topk_method"][0]
     if scoring not in routing["scoring_func"] or method not in routing["topk_method"] \
             or top_k > experts:
         fail("AK480", f"DeepSeek-{gen.upper()} routing scoring_func={scoring!r}, "
@@ -197,13 +184,9 @@ def _deepseek_moe(cfg: dict, gen: str) -> DeepseekMoEConfig | None:
                       f"topk_method {' / '.join(routing['topk_method'])}, top_k <= "
                       "n_routed_experts)", field="topk_method",
              expected=list(routing["topk_method"]), actual=method)
-    scaling = cfg["routed_scaling_factor"]
-    if isinstance(scaling, bool) or not isinstance(scaling, (int, float)) or scaling <= 0:
-        fail("AK480", f"routed_scaling_factor must be a number > 0, got {scaling!r}",
-             field="routed_scaling_factor", expected="a number > 0", actual=scaling)
     groups = topk_groups = None
     if method != "greedy":
-        groups, topk_groups = _int(cfg, "n_group"), _int(cfg, "topk_group")
+        groups, topk_groups = r.int("n_group"), r.int("topk_group")
         per_group = 2 if method == "noaux_tc" else 1     # noaux_tc sums each group's best two
         if experts % groups or experts // groups < per_group or topk_groups > groups \
                 or top_k > topk_groups * (experts // groups):
@@ -213,8 +196,8 @@ def _deepseek_moe(cfg: dict, gen: str) -> DeepseekMoEConfig | None:
                           "experts in the kept groups",
                  field="n_group", expected=f"a divisor of {experts}", actual=groups)
     return DeepseekMoEConfig(
-        num_experts=experts, top_k=top_k, inter=_int(cfg, "moe_intermediate_size"),
-        num_shared=int(cfg.get("n_shared_experts") or 0),
-        scaling=float(scaling), first_dense=first_dense,
+        num_experts=experts, top_k=top_k, inter=r.int("moe_intermediate_size"),
+        num_shared=r.int("n_shared_experts", minimum=0),
+        scaling=r.float("routed_scaling_factor"), first_dense=first_dense,
         topk_method=method, num_groups=groups, topk_groups=topk_groups, scoring=scoring,
-        norm_topk_prob=gen == "v3" and _flag(cfg, "norm_topk_prob", True))
+        norm_topk_prob=gen == "v3" and r.flag("norm_topk_prob", default=True))

@@ -24,8 +24,9 @@ from attnkit.kvcache.allocator import PageAllocator
 from attnkit.kvcache.paged import TORCH_KV_DTYPES, PagedKVCache
 from attnkit.runner.arch import architecture_of
 from attnkit.runner.model import DecoderModel
-from attnkit.runner.setup import (COMPUTE_DTYPES, backend_of, check_count, device_of, dtype_name,
-                                  model_layers, plan_for)
+from attnkit.runner.setup import (COMPUTE_DTYPES, backend_of, check_cache_room, check_count,
+                                  check_id, coded_args, device_of, dtype_name, model_layers,
+                                  plan_for, preview)
 from attnkit.runner.tokens import stop_ids, token_id, token_ids
 from attnkit.runner.weights import Weights, read_checkpoint
 
@@ -46,6 +47,7 @@ class Engine:
         self._next_id = 0
 
     @classmethod
+    @coded_args("AK483")
     def from_pretrained(cls, source: Any, *, backend: str | AttentionBackend | None = "auto",
                         page_size: int | None = None, dtype: torch.dtype | str = torch.float32,
                         device: torch.device | str = "cpu", max_tokens: int = 4096,
@@ -90,6 +92,8 @@ class Engine:
         layers = model_layers(arch, dual_chunk=dual_chunk)
         weights = Weights(tensors, dtype=COMPUTE_DTYPES[compute], device=dev)
         num_pages = -(-max_tokens // page_size)
+        check_cache_room(layers, num_pages=num_pages, page_size=page_size,
+                         kv_dtype=TORCH_KV_DTYPES[kv], device=dev)
         cache = PagedKVCache(layers, num_pages=num_pages, page_size=page_size,
                              dtype=TORCH_KV_DTYPES[kv], device=dev)
         engine = cls(DecoderModel(arch, weights, layers=layers), attn, cache,
@@ -103,18 +107,30 @@ class Engine:
         """Live sequences, oldest first."""
         return list(self._tokens)
 
+    @coded_args("AK483")
     def tokens(self, seq_id: Hashable) -> list[int]:
         """The tokens of ``seq_id`` whose KV is cached."""
         return list(self._known(seq_id))
 
+    @coded_args("AK483")
     def release(self, ids: Sequence[Hashable] | None = None) -> None:
-        """Free the pages of ``ids`` (default: every sequence)."""
-        for seq_id in list(self._tokens) if ids is None else ids:
+        """Free the pages of ``ids`` (default: every sequence). All or nothing: an unknown or
+        repeated id is AK483 before any sequence is freed."""
+        _check_list("ids", ids, allow_none=True)
+        ids = list(self._tokens) if ids is None else list(ids)
+        for seq_id in ids:
             self._known(seq_id)
+        if len(set(ids)) != len(ids):
+            fail("AK483", f"release names a sequence more than once: {preview(ids)}",
+                 field="ids", expected="distinct ids", actual=preview(ids))
+        for seq_id in ids:
             self.allocator.free(seq_id)
             del self._tokens[seq_id]
 
+    @coded_args("AK483")
     def new_ids(self, count: int) -> list[int]:
+        """``count`` fresh integer sequence ids."""
+        check_count("count", count, minimum=0)
         out = []
         while len(out) < count:
             if self._next_id not in self._tokens:
@@ -123,6 +139,7 @@ class Engine:
         return out
 
     # -- steps --------------------------------------------------------------------------
+    @coded_args("AK483")
     def prefill(self, prompts: Sequence[Sequence[int]], *, ids: Sequence[Hashable] | None = None,
                 prompt_lens: Sequence[int] | None = None) -> list[torch.Tensor]:
         """Run ``prompts[i]`` as new tokens of sequence ``ids[i]`` (default: new sequences).
@@ -135,6 +152,8 @@ class Engine:
         _check_list("ids", ids, allow_none=True)
         _check_list("prompt_lens", prompt_lens, allow_none=True)
         ids = self.new_ids(len(prompts)) if ids is None else list(ids)
+        for i in ids:
+            check_id(i, field="ids")
         if len(ids) != len(prompts):
             fail("AK483", f"{len(prompts)} prompt(s) but {len(ids)} id(s)", field="ids",
                  expected=len(prompts), actual=len(ids))
@@ -146,6 +165,7 @@ class Engine:
         out = self.step(dict(zip(ids, prompts)), prompt_lens=lens, _order=ids)
         return [out[i] for i in ids]
 
+    @coded_args("AK483")
     def decode(self, tokens: Sequence[int], *, ids: Sequence[Hashable] | None = None) -> torch.Tensor:
         """One new token per sequence (default: every live sequence, oldest first).
         Returns logits [len(tokens), vocab] float32."""
@@ -160,6 +180,7 @@ class Engine:
         out = self.step({i: [t] for i, t in zip(ids, tokens)}, logits="last", _order=ids)
         return torch.cat([out[i] for i in ids]) if ids else torch.empty(0, self.model.arch.vocab_size)
 
+    @coded_args("AK483")
     def step(self, batch: Mapping[Hashable, Sequence[int]], *, logits: str = "all",
              prompt_lens: Mapping[Hashable, int] | None = None,
              _order: Sequence[Hashable] | None = None) -> dict[Hashable, torch.Tensor]:
@@ -173,6 +194,10 @@ class Engine:
         if not isinstance(batch, Mapping):
             fail("AK483", f"a step takes {{id: new tokens}}, not {type(batch).__name__}",
                  field="batch", expected="Mapping[id, list[int]]", actual=type(batch).__name__)
+        if prompt_lens is not None and not isinstance(prompt_lens, Mapping):
+            fail("AK483", f"prompt_lens must be {{id: whole prompt length}}, not "
+                          f"{type(prompt_lens).__name__}", field="prompt_lens",
+                 expected="Mapping[id, int] | None", actual=type(prompt_lens).__name__)
         order = list(batch) if _order is None else list(_order)
         if len(set(order)) != len(order):
             fail("AK483", "a step names a sequence more than once", field="ids",
@@ -213,6 +238,7 @@ class Engine:
         return {i: out[bounds[j]:bounds[j + 1]] for j, i in enumerate(order)}
 
     @torch.no_grad()
+    @coded_args("AK483")
     def generate(self, prompts: Sequence[int] | Sequence[Sequence[int]], max_new_tokens: int, *,
                  eos_token_id: int | Sequence[int] | None = None) -> list[int] | list[list[int]]:
         """Greedy decoding of every prompt (through the ``Scheduler``, no token budget);
@@ -224,8 +250,8 @@ class Engine:
 
         if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Iterable):
             fail("AK483", f"prompts must be token ids or a list of token-id lists, got "
-                          f"{_preview(prompts)}", field="prompts",
-                 expected="list[int] | list[list[int]]", actual=_preview(prompts))
+                          f"{preview(prompts)}", field="prompts",
+                 expected="list[int] | list[list[int]]", actual=preview(prompts))
         items = list(prompts)
         single = bool(items) and token_id(items[0]) is not None
         batch = [items] if single else items          # each prompt is checked by sched.add
@@ -241,6 +267,7 @@ class Engine:
 
     # -- checks -------------------------------------------------------------------------
     def _known(self, seq_id: Hashable) -> list[int]:
+        check_id(seq_id, field="ids")
         if seq_id not in self._tokens:
             fail("AK483", f"no live sequence has id {seq_id!r} (live: {self.ids[:8]})",
                  field="ids", expected="a live sequence id", actual=seq_id)
@@ -251,8 +278,8 @@ class Engine:
         toks = token_ids(tokens)
         if toks is None:
             fail("AK483", f"sequence {seq_id!r}: tokens must be a list of int token ids (text "
-                          f"must be tokenized first), got {_preview(tokens)}", field="tokens",
-                 expected="list[int] | 1-D integer tensor", actual=_preview(tokens))
+                          f"must be tokenized first), got {preview(tokens)}", field="tokens",
+                 expected="list[int] | 1-D integer tensor", actual=preview(tokens))
         if not toks:
             fail("AK483", f"sequence {seq_id!r}: a step needs at least one new token",
                  field="tokens", expected=">= 1 token", actual=[])
@@ -301,10 +328,5 @@ def _check_list(name: str, value: object, *, allow_none: bool = False) -> None:
         return
     if isinstance(value, (str, bytes, Mapping)) or not hasattr(value, "__len__") \
             or (torch.is_tensor(value) and value.dim() == 0):
-        fail("AK483", f"{name} must be a list, got {_preview(value)}", field=name,
-             expected="a list" + (" or None" if allow_none else ""), actual=_preview(value))
-
-
-def _preview(value: object, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "..."
+        fail("AK483", f"{name} must be a list, got {preview(value)}", field=name,
+             expected="a list" + (" or None" if allow_none else ""), actual=preview(value))

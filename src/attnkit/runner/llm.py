@@ -25,7 +25,7 @@ from attnkit.runner.engine import Engine
 from attnkit.runner.progress import ProgressBar
 from attnkit.runner.sampling import SEED_MAX, SamplingParams
 from attnkit.runner.scheduler import Scheduler
-from attnkit.runner.setup import check_count, device_of
+from attnkit.runner.setup import check_count, coded_args, device_of
 from attnkit.runner.stats import RequestStats, RunStats
 from attnkit.runner.tokens import stop_ids
 from attnkit.runner.weights import read_json
@@ -59,6 +59,7 @@ class LLM:
     ``generate``). plan_flags: ``attnkit plan``'s settings, plus ``backend_options``;
     ``attention_backend`` may also be an AttentionBackend object (used unchecked)."""
 
+    @coded_args("AK487")
     def __init__(self, model: Any, *, device: str | torch.device = "auto",
                  dtype: str | torch.dtype = "auto", max_tokens: int = 4096,
                  max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, **plan_flags: Any):
@@ -82,6 +83,7 @@ class LLM:
         return self.engine.plan
 
     @torch.no_grad()
+    @coded_args("AK487")
     def generate(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int = 16,
                  temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
                  seed: int | Sequence[int] | None = None,
@@ -93,8 +95,12 @@ class LLM:
         its tokens do not depend on the other prompts. eos_token_id: None uses the
         checkpoint's (generation_config.json, else config.json); ignore_eos runs every
         request to max_new_tokens. progress: True (stderr) or a stream for a progress bar.
-        Run totals (prefill / decode tokens per second) land in ``self.last_stats``."""
+        Run totals (prefill / decode tokens per second) land in ``self.last_stats``.
+        An unknown keyword is AK487 (did you mean ...), as for ``LLM()``."""
         prompts = _prompt_lists(prompts)
+        if not isinstance(ignore_eos, bool):
+            fail("AK486", f"ignore_eos must be True or False, got {ignore_eos!r}",
+                 field="ignore_eos", expected="bool", actual=repr(ignore_eos))
         if not (isinstance(progress, bool) or callable(getattr(progress, "write", None))):
             fail("AK486", f"progress must be True, False or a stream, got {progress!r}",
                  field="progress", expected="bool | TextIO", actual=repr(progress))

@@ -17,7 +17,11 @@ the scaled types change the f_j and may scale cos/sin (the "attention factor" a)
   when both are set, else m(factor, 1), with m(s, k) = 0.1 * k * ln(s) + 1 for s > 1, else 1.
 
 Config format: transformers 5 writes ``rope_parameters`` (rope_theta inside); older configs
-``rope_scaling`` plus a top-level ``rope_theta``. The attention factor multiplies the rotated
+``rope_scaling`` plus a top-level ``rope_theta`` (where both are set, ``rope_scaling`` wins, as
+in transformers 5 and the planner). Every value is read by the planner's typed reader
+(``ConfigReader``): a malformed one is AK503 / AK504 / AK505 naming the field; theta must be
+a finite number > 0 (theta <= 0 gives NaN frequencies), the rotated width an even number of
+features in (0, head_dim]. The attention factor multiplies the rotated
 features of q and of k (so the rotary part of a logit grows by a**2); DeepSeek's separate
 softmax mscale is the planner's (attnkit.model.config sets the layer's scale).
 This module is torch-free except ``inv_freq``.
@@ -28,6 +32,7 @@ import math
 from dataclasses import dataclass
 
 from attnkit.errors import fail
+from attnkit.model._fields import ConfigReader
 
 ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
@@ -45,52 +50,88 @@ class RopeConfig:
         return dict(self.params).get(key, default)
 
 
-def rope_config(cfg: dict, head_dim: int) -> RopeConfig:
+def rope_config(cfg: dict | ConfigReader, head_dim: int) -> RopeConfig:
     """The RopeConfig of a parsed config.json whose rotated head width (before any
-    partial_rotary_factor) is ``head_dim``; AK480 for a rope type the runner lacks."""
-    params = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
-    if isinstance(params.get("full_attention"), dict):
-        params = dict(params["full_attention"])        # per-layer-type rope parameters
-    rope_type = params.get("rope_type", params.get("type", "default"))
+    partial_rotary_factor) is ``head_dim``; AK480 for a rope type the runner lacks, AK5xx for
+    a malformed value."""
+    top = cfg if isinstance(cfg, ConfigReader) else ConfigReader(cfg, source="config.json")
+    params = _rope_parameters(top)
+    rope_type = params.str("rope_type", default=None) or params.str("type", default="default")
     if rope_type not in ROPE_TYPES:
         fail("AK480", f"rope type {rope_type!r} is not one the runner computes (it has "
                       f"{', '.join(ROPE_TYPES)})",
-             field="rope_parameters.rope_type", expected=list(ROPE_TYPES), actual=rope_type)
-    theta = float(params.get("rope_theta", cfg.get("rope_theta", 10000.0)))
-    partial = params.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
-    rotary_dim = int(head_dim * partial)
+             field=params.path("rope_type"), expected=list(ROPE_TYPES), actual=rope_type)
+    theta = _either(params, top, "rope_theta", 10000.0)
+    rotary_dim = _rotary_dim(params, top, head_dim)
     if rope_type == "default":
         return RopeConfig("default", theta, rotary_dim)
-    factor = params.get("factor")
+    factor = params.float("factor", default=None)
     # transformers: a top-level original_max_position_embeddings (Phi-3) wins over the one
     # in the rope parameters; without either, max_position_embeddings.
-    original = cfg.get("original_max_position_embeddings") or params.get(
-        "original_max_position_embeddings") or cfg.get("max_position_embeddings")
+    original = (top.int("original_max_position_embeddings", default=None, minimum=0)
+                or params.int("original_max_position_embeddings", default=None, minimum=0)
+                or top.int("max_position_embeddings", default=None, minimum=0))
     if rope_type == "yarn" and factor is None and original:
-        factor = cfg.get("max_position_embeddings", original) / original
-    _need(rope_type, "factor", factor)
-    keep = {"factor": float(factor)}
+        factor = top.int("max_position_embeddings", default=original) / original
+    keep = {"factor": factor if factor is not None else params.float("factor")}
     if rope_type == "llama3":
         for key in ("low_freq_factor", "high_freq_factor"):
-            _need(rope_type, key, params.get(key))
-            keep[key] = float(params[key])
+            keep[key] = params.float(key)
     if rope_type in ("llama3", "yarn"):
-        _need(rope_type, "original_max_position_embeddings", original)
+        if original is None:
+            params.int("original_max_position_embeddings")          # AK503 naming it
         keep["original_max_position_embeddings"] = float(original)
     factor_a = 1.0
     if rope_type == "yarn":
-        keep.update(beta_fast=float(params.get("beta_fast") or 32),
-                    beta_slow=float(params.get("beta_slow") or 1),
-                    truncate=bool(params.get("truncate", True)))
+        if theta == 1.0:
+            raise params.error("AK505", "rope_theta", "YaRN's correction range divides by "
+                               "ln(rope_theta): rope_theta must not be 1", expected="!= 1",
+                               actual=theta)
+        keep.update(beta_fast=_or_default(params, "beta_fast", 32.0),
+                    beta_slow=_or_default(params, "beta_slow", 1.0),
+                    truncate=params.flag("truncate", default=True))
         factor_a = _yarn_attention_factor(params, keep["factor"])
     return RopeConfig(rope_type, theta, rotary_dim, tuple(sorted(keep.items())), factor_a)
 
 
-def _need(rope_type: str, key: str, value) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-        fail("AK480", f"rope type {rope_type!r} needs a positive number in rope_parameters."
-                      f"{key}, got {value!r}", field=f"rope_parameters.{key}",
-             expected="a number > 0", actual=value)
+def _rope_parameters(top: ConfigReader) -> ConfigReader:
+    """rope_scaling, else rope_parameters (per layer type: the full-attention layers' entry),
+    else an empty reader; AK504 when the field is not a JSON object."""
+    params = top.sub("rope_scaling")
+    if params is None or not params.cfg:            # transformers: rope_scaling or rope_parameters
+        params = top.sub("rope_parameters")
+    if params is None:
+        return ConfigReader({}, source=top.source, prefix=top.path("rope_parameters."))
+    if isinstance(params.cfg.get("full_attention"), dict):
+        return params.sub("full_attention")              # per-layer-type rope parameters
+    return params
+
+
+def _either(params: ConfigReader, top: ConfigReader, key: str, default: float) -> float:
+    """A number > 0 from the rope parameters, else from the top level, else ``default``."""
+    value = params.float(key, default=None)
+    return value if value is not None else top.float(key, default=default)
+
+
+def _rotary_dim(params: ConfigReader, top: ConfigReader, head_dim: int) -> int:
+    """Features per head that rotate: head_dim * partial_rotary_factor, an even number > 0."""
+    reader = params if params.has("partial_rotary_factor") else top
+    partial = reader.float("partial_rotary_factor", default=1.0)
+    dim = int(head_dim * partial)
+    if partial > 1 or dim < 2 or dim % 2:
+        raise reader.error("AK505", "partial_rotary_factor",
+                           f"{reader.path('partial_rotary_factor')} = {partial} rotates {dim} of "
+                           f"{head_dim} features per head; RoPE rotates pairs: an even number "
+                           f"in 2 .. {head_dim}", expected="in (0, 1], an even rotated width",
+                           actual=partial)
+    return dim
+
+
+def _or_default(params: ConfigReader, key: str, default: float) -> float:
+    """transformers' ``params.get(key) or default``: unset, null or 0 take the default;
+    anything else must be a number > 0."""
+    value = params.float(key, default=None, positive=False)
+    return params.float(key) if value else default
 
 
 def yarn_mscale(scale: float, k: float = 1.0) -> float:
@@ -98,10 +139,12 @@ def yarn_mscale(scale: float, k: float = 1.0) -> float:
     return 0.1 * k * math.log(scale) + 1.0 if scale > 1 else 1.0
 
 
-def _yarn_attention_factor(params: dict, factor: float) -> float:
-    if params.get("attention_factor") is not None:
-        return float(params["attention_factor"])
-    mscale, mscale_all = params.get("mscale"), params.get("mscale_all_dim")
+def _yarn_attention_factor(params: ConfigReader, factor: float) -> float:
+    given = params.float("attention_factor", default=None)
+    if given is not None:
+        return given
+    mscale = _or_default(params, "mscale", 0.0)
+    mscale_all = _or_default(params, "mscale_all_dim", 0.0)
     if mscale and mscale_all:
         return yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all)
     return yarn_mscale(factor)

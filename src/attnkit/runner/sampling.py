@@ -20,7 +20,7 @@ from typing import Sequence
 import torch
 
 from attnkit.errors import fail
-from attnkit.runner.setup import check_count
+from attnkit.runner.setup import check_count, coded_args
 from attnkit.runner.tokens import stop_ids
 
 SEED_MAX = 2 ** 64 - 1          # torch.Generator.manual_seed's range
@@ -32,7 +32,7 @@ class SamplingParams:
 
     temperature: 0 is greedy (argmax); > 0 divides the logits before softmax.
     top_p: keep the smallest set of most likely tokens whose mass reaches top_p (1: all).
-    top_k: keep the k most likely tokens (0: all).
+    top_k: keep the k most likely tokens (0, or k >= the vocabulary: all).
     seed: the request's generator seed (None: a fresh random one, recorded in its stats).
     max_new_tokens: stop after this many new tokens ("length").
     stop_token_ids: stop after producing one of these (kept in the output; "stop"); one id
@@ -69,6 +69,10 @@ class SamplingParams:
         return g
 
 
+# A misspelled field is AK486 naming the nearest one, not the dataclass's TypeError.
+SamplingParams.__init__ = coded_args("AK486")(SamplingParams.__init__)
+
+
 def fresh_seed() -> int:
     """A random seed for a request that named none (OS entropy; reported so it can be replayed)."""
     return random.SystemRandom().getrandbits(63)
@@ -100,7 +104,8 @@ def _draw(logits: torch.Tensor, params: list[SamplingParams],
     dev, vocab = logits.device, logits.shape[-1]
     temp = torch.tensor([p.temperature for p in params], device=dev)
     top_p = torch.tensor([p.top_p for p in params], device=dev)
-    top_k = torch.tensor([p.top_k or vocab for p in params], device=dev)
+    # top_k >= vocab keeps every token (and would overflow an int64 tensor past 2**63)
+    top_k = torch.tensor([min(p.top_k, vocab) or vocab for p in params], device=dev)
     u = torch.tensor([float(torch.rand((), generator=g)) for g in generators], device=dev)
     # Shift by the row max first: a tiny temperature sends (logits - max) / T to -inf, never
     # +inf, so the softmax stays finite (it becomes argmax); the clamp keeps T a float32 > 0.

@@ -32,7 +32,7 @@ import torch
 
 from attnkit.errors import fail
 from attnkit.runner.sampling import SamplingParams, fresh_seed, sample
-from attnkit.runner.setup import check_count
+from attnkit.runner.setup import check_count, check_id, coded_args
 from attnkit.runner.stats import RequestStats, RunStats
 
 
@@ -72,6 +72,7 @@ class Scheduler:
     max_num_batched_tokens: tokens per step (None: no limit); prompts longer than the room
     left are prefilled in chunks over several steps. max_num_seqs: requests running at once."""
 
+    @coded_args("AK486")
     def __init__(self, engine, *, max_num_batched_tokens: int | None = 8192,
                  max_num_seqs: int = 256):
         from attnkit.runner.engine import Engine
@@ -95,6 +96,7 @@ class Scheduler:
         self._dual_chunk = any(s.dual_chunk is not None for s in engine.cache.specs.values())
 
     # -- requests -----------------------------------------------------------------------
+    @coded_args("AK486")
     def add(self, prompt: Sequence[int], params: SamplingParams | None = None, *,
             request_id: Hashable | None = None) -> GenRequest:
         """Queue a request (checked now: tokens, and that it fits the cache alone)."""
@@ -103,9 +105,7 @@ class Scheduler:
             fail("AK486", f"params must be a SamplingParams, not {type(params).__name__}",
                  field="params", expected="SamplingParams | None", actual=type(params).__name__)
         rid = self._arrivals if request_id is None else request_id
-        if not isinstance(rid, Hashable):
-            fail("AK486", f"request id {rid!r} is not hashable", field="request_id",
-                 expected="a hashable id (int, str, ...)", actual=type(rid).__name__)
+        check_id(rid, field="request_id", code="AK486")
         if rid in self._ids:
             fail("AK486", f"request id {rid!r} is already queued or running", field="request_id",
                  expected="an id not in use", actual=repr(rid))
@@ -121,7 +121,7 @@ class Scheduler:
             warnings.warn(f"request {rid!r} needs {kv} positions (prompt {len(tokens)} + "
                           f"{params.max_new_tokens} new - 1), more than the model's "
                           f"max_position_embeddings {limit}; its later tokens may degrade",
-                          UserWarning, stacklevel=2)
+                          UserWarning, stacklevel=3)      # add, coded_args
         seed = None if params.greedy else (fresh_seed() if params.seed is None else params.seed)
         req = GenRequest(rid, self.engine.new_ids(1)[0], tokens, params, self._arrivals,
                          RequestStats(seed=seed, num_prompt_tokens=len(tokens),

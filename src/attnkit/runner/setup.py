@@ -6,9 +6,13 @@ refuses exactly what ``attnkit plan`` refuses, with the same codes and every rea
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
+import inspect
 import numbers
+import os
 import warnings
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -35,13 +39,33 @@ def dtype_name(dtype: torch.dtype | str, *, field: str, table: Mapping[str, torc
     return names[0]
 
 
+RUN_DEVICES = ("cpu", "cuda", "mps")
+INT32_MAX = 2**31 - 1           # block tables are int32: page ids stay below this
+PAGE_LIST_BYTES = 64            # host bytes per page of the allocator's free list (deque + int)
+
+
 def device_of(device: Any) -> torch.device:
-    """``device`` as a torch.device this process can allocate on, else AK483."""
+    """``device`` as a torch.device this process can run kernels on, else AK483: a name
+    torch does not know, the meta device, a device type this torch lacks (CUDA without CUDA,
+    MPS without MPS, xpu ...) or a GPU index past the count."""
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError, ValueError) as exc:
         fail("AK483", f"device {device!r} is not a device torch knows ({exc})", field="device",
              expected="'cpu', 'cuda' or 'cuda:N'", actual=repr(device))
+    if dev.type == "meta":
+        fail("AK483", "the meta device holds no data and runs no kernels: use the device the "
+                      "model runs on ('cpu', 'cuda', 'cuda:N')", field="device",
+             expected="'cpu' or 'cuda'", actual="meta")
+    if dev.type not in RUN_DEVICES:
+        fail("AK483", f"device type {dev.type!r}: the runner runs on {', '.join(RUN_DEVICES)}",
+             field="device", expected=list(RUN_DEVICES), actual=str(dev))
+    if dev.type == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            fail("AK483", f"device {str(dev)!r} asked for, but MPS is not available to this torch "
+                          "(not an Apple-silicon Mac, or a build without MPS); use device='cpu'",
+                 field="device", expected="'cpu'", actual=str(dev))
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             fail("AK483", f"device {str(dev)!r} asked for, but CUDA is not available to this "
@@ -53,6 +77,100 @@ def device_of(device: Any) -> torch.device:
                           f"(cuda:0 .. cuda:{count - 1})",
                  field="device", expected=f"cuda:N with N < {count}", actual=str(dev))
     return dev
+
+
+def check_id(value: Any, *, field: str, code: str = "AK483") -> None:
+    """``code`` unless ``value`` can be a dict key (a tuple holding a list cannot, though
+    isinstance(value, Hashable) says it is)."""
+    try:
+        hash(value)
+    except TypeError:
+        fail(code, f"{field} {preview(value)} is not hashable: ids are ints, strings or tuples "
+                   "of them", field=field, expected="a hashable id (int, str, ...)",
+             actual=type(value).__name__)
+
+
+def coded_args(code: str) -> Callable:
+    """Decorate a public function so that a call its signature does not accept (an unknown
+    keyword, a missing or extra argument) is ``code`` naming the nearest keyword, not
+    Python's TypeError."""
+    def wrap(fn: Callable) -> Callable:
+        sig = inspect.signature(fn)
+        names = [n for n, p in sig.parameters.items() if p.kind is not p.VAR_KEYWORD]
+
+        @functools.wraps(fn)
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            try:
+                sig.bind(*args, **kwargs)
+            except TypeError as exc:
+                unknown = [k for k in kwargs if k not in sig.parameters]
+                hints = [m for u in unknown for m in difflib.get_close_matches(u, names, n=1)]
+                fail(code, f"{fn.__qualname__}(): {exc}"
+                           + (f"; did you mean {', '.join(hints)}?" if hints else ""),
+                     field=unknown[0] if unknown else fn.__name__,
+                     expected=[n for n in names if n != "self"], actual=unknown or str(exc))
+            return fn(*args, **kwargs)
+
+        return checked
+    return wrap
+
+
+def check_cache_room(layers, *, num_pages: int, page_size: int, kv_dtype: torch.dtype,
+                     device: torch.device) -> None:
+    """AK483 before allocating a KV cache that cannot be: more pages than int32 block
+    tables index, or more bytes (the cache on ``device``, the page list on the host) than
+    the memory free there."""
+    if num_pages > INT32_MAX:
+        fail("AK483", f"max_tokens asks for {num_pages} KV pages of {page_size} tokens; block "
+                      f"tables index at most {INT32_MAX} pages: lower max_tokens (or raise "
+                      "page_size)", field="max_tokens",
+             expected=f"<= {INT32_MAX * page_size} tokens", actual=num_pages * page_size)
+    elem = torch.empty((), dtype=kv_dtype).element_size()
+    per_token = sum(l.mla.latent_dim if l.kind == "mla" else
+                    l.num_kv_heads * (l.head_dim + l.value_dim) for l in layers) * elem
+    cache = num_pages * page_size * per_token
+    host = num_pages * PAGE_LIST_BYTES
+    needs = [(device, cache + (host if device.type == "cpu" else 0))]
+    if device.type != "cpu":
+        needs.append((torch.device("cpu"), host))
+    for dev, need in needs:
+        free = free_memory(dev)
+        if free is not None and need > free:
+            fail("AK483", f"max_tokens {num_pages * page_size} needs {need / 2**30:.3g} GiB on "
+                          f"{dev} for the KV cache ({per_token} bytes per token over "
+                          f"{len(layers)} layers) and its page list, and {dev} has "
+                          f"{free / 2**30:.3g} GiB free: lower max_tokens (or use an fp8 KV cache)",
+                 field="max_tokens", expected=f"<= {free // max(per_token, 1)} tokens",
+                 actual=num_pages * page_size)
+
+
+def free_memory(device: torch.device) -> int | None:
+    """Bytes free on ``device`` now (CUDA: the driver's count; CPU: the OS's available
+    memory), None where it cannot be told."""
+    if device.type == "cuda":
+        try:
+            return torch.cuda.mem_get_info(device)[0]
+        except (RuntimeError, AssertionError):
+            return None
+    if device.type == "cpu":
+        try:                            # Linux: free memory plus what the kernel can reclaim
+            with open("/proc/meminfo") as f:
+                for line in f:
+                    if line.startswith("MemAvailable:"):
+                        return int(line.split()[1]) * 1024
+        except (OSError, ValueError, IndexError):
+            pass
+        try:
+            return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (AttributeError, OSError, ValueError):
+            return None
+    return None
+
+
+def preview(value: Any, limit: int = 60) -> str:
+    """repr(value), cut to ``limit`` characters, for messages."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def check_count(name: str, value: Any, *, minimum: int, maximum: int | None = None,
@@ -86,7 +204,7 @@ def plan_for(arch: Architecture, *, backend: str | None, device: torch.device,
     request = {k: v for k, v in request.items() if v is not None}
     result = plan(arch.attention, platform_of(device), request, strict=True)
     for note in result.warnings:
-        warnings.warn(note, UserWarning, stacklevel=3)
+        warnings.warn(note, UserWarning, stacklevel=4)   # plan_for, from_pretrained, coded_args
     return result
 
 

@@ -93,6 +93,11 @@ class Weights:
         if shape is not None and tuple(t.shape) != tuple(shape):
             fail("AK481", f"weight {name!r} has shape {list(t.shape)}, the config implies "
                           f"{list(shape)}", field=name, expected=list(shape), actual=list(t.shape))
+        if not t.is_floating_point():
+            # integer or bool values are packed / quantized data, not weights to cast
+            fail("AK481", f"weight {name!r} holds {t.dtype} values; the runner reads floating-"
+                          "point weights (a quantized checkpoint must be dequantized first)",
+                 field=name, expected="a floating-point tensor", actual=str(t.dtype))
         return t.detach().to(device=self.device, dtype=dtype or self.dtype)
 
     def maybe(self, name: str, *, shape: tuple[int, ...] | None = None) -> torch.Tensor | None:

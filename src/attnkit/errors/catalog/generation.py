@@ -42,8 +42,10 @@ ENTRIES = [
                 "finite number >= 0 (0 is greedy), top_p in (0, 1], top_k, max_new_tokens and "
                 "stop / EOS token ids ints >= 0, a seed an int in [0, 2**64 - 1]; "
                 "max_num_batched_tokens and max_num_seqs ints >= 1; seeds one per prompt; "
-                "prompts a list of token-id lists (not text); progress a bool or a stream; "
-                "SamplingParams for params and a hashable request id not already in use.",
+                "prompts a list of token-id lists (not text); progress and ignore_eos bools; "
+                "SamplingParams for params and a hashable request id not already in use; "
+                "SamplingParams, Scheduler and Scheduler.add called with keywords they take. "
+                "A top_k at or above the vocabulary size keeps every token.",
         trigger="SamplingParams(...), Scheduler(...), Scheduler.add, LLM.generate or attnkit "
                 "generate with such a value.",
         situations=["top_p=0 meant as 'off' (use 1.0).", "temperature=-1 meant as greedy (use 0).",
@@ -62,9 +64,11 @@ ENTRIES = [
                 "rather than ignored.",
         trigger="LLM(...) or attnkit generate with tp_size > 1, speculative_tokens > 0, "
                 "cuda_graph, deny, or a keyword that is neither a planning setting nor an "
-                "Engine option.",
+                "Engine option; LLM.generate with a keyword it does not take (or the prompts "
+                "missing, or extra positional arguments).",
         situations=["A fleet-wide flag set copied from `attnkit plan` (--tp-size 8).",
-                    "A misspelt keyword (attention_backed=...)."],
+                    "A misspelt keyword (attention_backed=...).",
+                    "LLM's max_tokens passed to generate (meant: max_new_tokens)."],
         solutions=["Drop the flag for runner runs; check the full-engine setting with "
                    "`attnkit plan MODEL --device D --tp-size N`.",
                    "Pick the backend directly (--attention-backend NAME) instead of --deny."],

@@ -29,43 +29,44 @@ ENTRIES = [
     ),
     entry(
         "AK491", "Attention call the transformers integration cannot serve",
-        meaning="Each attention call is turned into one attnkit step: every batch row's real "
-                "keys go into a paged cache and the backend attends causally by position "
-                "(with the layer's window). The integration reads from transformers' mask "
-                "which keys are real and checks that the mask is exactly that pattern (causal, "
-                "window, left padding, unused cache slots); a call that is not, or that asks "
-                "for something the plan was not made for, is refused rather than computed "
-                "differently.",
+        meaning="Each attention call is turned into one attnkit step: every query of the mask "
+                "is placed in a request at a position whose causal window (with the layer's "
+                "window) holds exactly the keys the mask gives it, sharing a batch row's pages "
+                "where it can and copying keys where it must (right padding, bidirectional "
+                "blocks, packed sequences are computed exactly). A mask no such layout can "
+                "reproduce within the copy bound, or a call that asks for something the plan "
+                "was not made for, is refused rather than computed differently.",
         trigger="A forward pass of a model loaded with attn_implementation='attnkit' whose mask "
-                "is not causal-with-padding (packed sequences, bidirectional blocks, padding "
-                "between real tokens under a sliding window, a custom 4D mask with biases, of an "
-                "integer dtype, or without the window of a sliding layer), that runs with dropout "
-                "(training), that is not causal or not a decoder layer (a vision tower), that "
-                "passes an argument attnkit cannot apply (position_bias, per-token sinks, sparse "
-                "indices, head_mask), or whose heads, head size, softcap, sinks or window differ "
-                "from what the plan was made for.",
+                "gives a query more keys than its layer's sliding window holds (one custom 4D "
+                "mask without the window of a sliding layer), whose exact reading would copy "
+                "more than twice the call's keys (an arbitrary custom pattern), that differs "
+                "between heads, that is a 4D mask of an integer dtype or an additive mask with "
+                "biases or NaN; a call that runs with dropout (training), that is not causal or "
+                "not a decoder layer (a vision tower), that passes an argument attnkit cannot "
+                "apply (position_bias, per-token sinks, sparse indices, head_mask), or whose "
+                "heads, head size, softcap, sinks or window differ from what the plan was made "
+                "for.",
         situations=["Training (module.training with attention_dropout > 0).",
-                    "position_ids that restart inside a row (packed sequences without a cache).",
-                    "Several queries in one call over padding between real tokens inside a "
-                    "sliding window (a right-padded batch continued by a multi-token forward "
-                    "with its cache).",
                     "One custom 4D attention_mask for a model with full and sliding layers.",
+                    "A custom 4D mask whose queries each see a scattered set of keys.",
+                    "A 0/1 integer 4D mask (eager would add it as a bias).",
                     "A multimodal model loaded with 'attnkit' for every part: its vision tower's "
                     "attention is not decoder self-attention.",
                     "A model that changes its config after loading, or a family whose sinks or "
                     "softcap attnkit's config reading does not know."],
-        solutions=["Pad on the left for batched generation (tokenizer.padding_side='left').",
-                   "Run inference (model.eval()); attnkit backends have no dropout.",
+        solutions=["Run inference (model.eval()); attnkit backends have no dropout.",
                    "Pass custom masks as a dict by layer type ({'full_attention': ..., "
-                   "'sliding_attention': ...}), boolean or 0/-inf; use a transformers "
-                   "implementation (sdpa, eager) for other mask patterns.",
+                   "'sliding_attention': ...}), boolean or 0/-inf (mask.bool() for an integer "
+                   "mask); use a transformers implementation (sdpa, eager) for other mask "
+                   "patterns.",
                    "Multimodal: attn_implementation={'text_config': 'attnkit', "
                    "'vision_config': 'sdpa'}.",
                    "Re-plan after changing the config: attnkit.integrations.transformers."
                    "plan_for_model(model); for a feature the config reading lacks, load the "
                    "model with eager or sdpa."],
-        before="tokenizer.padding_side = 'right'; model.generate(**tokenizer(prompts, padding=True))",
-        after="tokenizer.padding_side = 'left'; model.generate(**tokenizer(prompts, padding=True))",
+        before="model(ids, attention_mask=full_causal_4d)      # a model with sliding layers",
+        after="model(ids, attention_mask={'full_attention': full_causal_4d, "
+              "'sliding_attention': sliding_4d})",
         related=("AK490",),
     ),
     entry(

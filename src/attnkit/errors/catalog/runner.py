@@ -40,8 +40,9 @@ ENTRIES = [
         trigger="Engine.from_pretrained with a path that is not a local model directory, a "
                 "directory without safetensors, a config.json / generation_config.json that is "
                 "not a JSON object or a *.safetensors file that does not read, a checkpoint "
-                "lacking a tensor the config needs, or a tensor whose shape disagrees with the "
-                "config.",
+                "lacking a tensor the config needs, a tensor whose shape disagrees with the "
+                "config, or a tensor of integer or bool values (packed or quantized data, which "
+                "the runner does not dequantize).",
         situations=["A Hub repo id passed as the source (no download happens).",
                     "A checkpoint saved as pytorch_model.bin only.",
                     "config.json edited (heads, head_dim) without re-saving the weights."],
@@ -56,18 +57,25 @@ ENTRIES = [
     entry(
         "AK483", "Invalid engine request",
         meaning="An argument to the runner's Engine names nothing or cannot be served: an "
-                "unknown sequence id, an empty token list, tokens that are not int ids (text, "
-                "floats, bools, nested lists), a token id outside the vocabulary, "
-                "counts that disagree (tokens vs ids, prompts vs prompt_lens), a max_new_tokens, "
-                "max_tokens or page_size that is not a whole number, an unknown dtype, a device "
-                "that is not there (cuda without CUDA, a GPU index past the count), or a backend "
-                "option the backend does not take.",
+                "unknown, repeated or unhashable sequence id, an empty token list, tokens that "
+                "are not int ids (text, floats, bools, nested lists), a token id outside the "
+                "vocabulary, counts that disagree (tokens vs ids, prompts vs prompt_lens), a "
+                "max_new_tokens, max_tokens or page_size that is not a whole number, a max_tokens "
+                "whose KV cache would not fit (more pages than int32 block tables index, or more "
+                "bytes than the device has free), an unknown dtype, a device that cannot run "
+                "kernels here (meta, cuda without CUDA, mps without MPS, xpu, a GPU index past the "
+                "count), a backend option the backend does not take, or a call the method's "
+                "signature does not accept (an unknown keyword, a missing argument).",
         trigger="Engine.from_pretrained / prefill / decode / step / generate / release with such "
                 "an argument.",
         situations=["decode called after release, or with a token per finished sequence too many.",
                     "A tokenizer from another model producing ids >= vocab_size.",
-                    "dtype='float8' or kv_cache_dtype='int8'."],
+                    "dtype='float8' or kv_cache_dtype='int8'.",
+                    "max_tokens=10**12 meant as 'no limit'.",
+                    "release(['a', 'b']) where 'b' already finished: nothing is freed."],
         solutions=["Use engine.ids for the live sequences; decode one token per id.",
+                   "Size max_tokens to the KV room the device has (the message gives the bytes "
+                   "per token and the memory free).",
                    "Check the tokenizer matches the model (ids < vocab_size).",
                    "Use fp32, fp16 or bf16 compute; fp32/fp16/bf16/fp8_e4m3/fp8_e5m2 KV cache.",
                    "Pick a device this machine has (device='cpu', or 'cuda:N' below "
