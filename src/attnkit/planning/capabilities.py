@@ -31,6 +31,23 @@ PageSizes = Union[str, tuple, MultipleOf]
 
 
 @dataclass(frozen=True)
+class Verified:
+    """One run that proved a declaration on real hardware: the backend's GPU tests (conformance
+    against the float64 reference) passed on ``device`` (``capability``) on ``date``, as recorded
+    in ``record``. A declaration may claim a wider range than it has verified; the planner
+    warns when it plans for an architecture no run has covered (planning/verified.py)."""
+    platform: str                          # platform kind: cuda, rocm, ...
+    capability: tuple[int, int] | None     # compute capability of the device that ran it
+    device: str                            # e.g. "NVIDIA H200"
+    date: str                              # ISO date of the run
+    record: str = ""                       # where the run is written down
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"platform": self.platform, "capability": list(self.capability) if self.capability else None,
+                "device": self.device, "date": self.date, "record": self.record}
+
+
+@dataclass(frozen=True)
 class Capabilities:
     """What a backend really does. Every field is checked by the conformance suite."""
     platforms: tuple[str, ...]
@@ -45,6 +62,8 @@ class Capabilities:
     compute_capability: tuple[tuple[int, int], tuple[int, int] | None] | None = None  # (min, max)
     # MLA latent sizes served: ((kv_lora_rank, qk_rope_head_dim), ...) or "any"; None if no MLA.
     mla_dims: tuple[tuple[int, int], ...] | str | None = None
+    # Runs on accelerators that proved this declaration (CPU is proven by every test run).
+    verified: tuple[Verified, ...] = ()
 
     def accepts_page_size(self, size: int) -> bool:
         if self.page_sizes == "any":
@@ -79,6 +98,7 @@ class Capabilities:
             "requires": list(self.requires),
             "mla_dims": (self.mla_dims if self.mla_dims in (None, "any")
                          else [list(d) for d in self.mla_dims]),
+            "verified": [v.to_dict() for v in self.verified],
         }
 
 

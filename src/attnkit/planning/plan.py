@@ -30,6 +30,7 @@ class Plan:
     alternatives: dict[str, list[str]] = field(default_factory=dict)  # phase -> also serves, in order
     warnings: list[str] = field(default_factory=list)
     error: dict[str, Any] | None = None
+    profile: dict[str, Any] | None = None                         # the device profile used, if any
 
     def raise_for_error(self) -> "Plan":
         """Raise the plan's error as an ``AttnkitError`` when ``ok`` is false; return self otherwise."""
@@ -60,4 +61,5 @@ class Plan:
             "alternatives": {k: list(v) for k, v in self.alternatives.items()},
             "warnings": list(self.warnings),
             "error": self.error,
+            "profile": self.profile,
         }

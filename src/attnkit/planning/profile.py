@@ -1,0 +1,358 @@
+"""Device profiles: what ``attnkit tune`` measured on one device, read torch-free.
+
+A profile is one JSON file (schema: docs/profile.md). It says which device and software it
+was measured with, how it was timed, and one entry per (backend, shape bucket): the status
+(ok / wrong / error / skipped), the times, and the work done (bytes or FLOPs) so that a rate
+follows. ``attnkit tune`` writes profiles; nothing here measures anything.
+
+Which profile a plan uses (``find_profile``), first that applies:
+  1. ``plan(..., profile=PATH)`` / ``attnkit plan --profile PATH``;
+  2. the ``ATTNKIT_PROFILE`` environment variable (a path);
+  3. the per-user cache ``attnkit tune`` writes to (``cache_dir``);
+  4. the profiles shipped in the package (``planning/profiles/*.json``).
+A profile applies to a platform of the same kind and compute capability (same architecture);
+for devices without a capability (CPU), the same device name. Among automatic ones (3, 4) an
+exact device-name match goes first, then the user's cache, then the newest. Smoke profiles
+(``attnkit tune --device cpu``: tiny shapes that only test the code path) are used only
+when named (1, 2). A named profile that does not apply is not used (a warning says why).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from attnkit.errors import AttnkitError
+from attnkit.planning.capabilities import DTYPES, KINDS, KV_CACHE_DTYPES
+
+SCHEMA = "attnkit-profile"
+VERSION = 1
+STATUSES = ("ok", "wrong", "error", "skipped")
+UNITS = {"decode": "GB/s", "prefill": "TFLOP/s"}      # work is bytes of K/V read, or FLOPs
+SHIPPED_DIR = Path(__file__).parent / "profiles"
+ENV_PATH = "ATTNKIT_PROFILE"
+ENV_DIR = "ATTNKIT_PROFILE_DIR"
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One measured shape. ``new`` tokens per request this step, ``context`` = KV length after
+    it (decode: new = 1; prefill without a cached prefix: context = new). Head counts are per
+    rank. MLA buckets add the latent sizes; their ``heads`` are query heads, ``kv_heads`` 1."""
+    kind: str
+    phase: str
+    batch: int
+    new: int
+    context: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    v_head_dim: int
+    dtype: str
+    kv_dtype: str
+    page_size: int
+    kv_lora_rank: int | None = None
+    rope_dim: int | None = None
+
+    @property
+    def prefix(self) -> int:
+        return self.context - self.new
+
+    def static(self) -> tuple:
+        """What a model fixes (everything but batch and lengths)."""
+        return (self.kind, self.phase, self.heads, self.kv_heads, self.head_dim, self.v_head_dim,
+                self.dtype, self.kv_dtype, self.kv_lora_rank, self.rope_dim)
+
+    def runtime(self) -> tuple[int, int, int]:
+        """What each step varies: (batch, new, context)."""
+        return (self.batch, self.new, self.context)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f: getattr(self, f) for f in BUCKET_FIELDS}
+        return {k: v for k, v in d.items() if v is not None}
+
+    def label(self) -> str:
+        """``B=64 ctx=4096`` (decode) or ``new=2048 prefix=32768`` (prefill)."""
+        if self.phase == "decode":
+            return f"B={self.batch} ctx={self.context}"
+        return f"new={self.new} prefix={self.prefix}" + (f" B={self.batch}" if self.batch > 1 else "")
+
+    def shape_label(self) -> str:
+        """``32/8 heads, d128, bf16`` (MLA: ``128 heads, latent 512+64, bf16``), KV dtype if other."""
+        heads = (f"{self.heads} heads, latent {self.kv_lora_rank}+{self.rope_dim}" if self.kind == "mla"
+                 else f"{self.heads}/{self.kv_heads} heads, d{self.head_dim}")
+        kv = "" if self.kv_dtype == self.dtype else f", {self.kv_dtype} KV"
+        return f"{heads}, {self.dtype}{kv}"
+
+
+BUCKET_FIELDS = tuple(Bucket.__dataclass_fields__)
+_OPTIONAL_BUCKET = ("kv_lora_rank", "rope_dim")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One backend on one bucket. ``graph_ms``: median of CUDA-graph replays of forward (None
+    where the call cannot be captured); ``eager_ms``: median of plain calls. Only ``ok``
+    entries have times; ``note`` says why not (or how it was timed)."""
+    backend: str
+    bucket: Bucket
+    status: str
+    work: float
+    graph_ms: float | None = None
+    eager_ms: float | None = None
+    rel_err: float | None = None
+    note: str = ""
+
+    @property
+    def unit(self) -> str:
+        return UNITS[self.bucket.phase]
+
+    def rate(self, method: str) -> float | None:
+        """GB/s (decode) or TFLOP/s (prefill) by ``method`` ("graph" or "eager"), None if untimed."""
+        ms = self.graph_ms if method == "graph" else self.eager_ms
+        if self.status != "ok" or not ms:
+            return None
+        return self.work / ms / (1e6 if self.bucket.phase == "decode" else 1e9)
+
+    def key(self) -> tuple:
+        return (self.backend, self.bucket)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, "phase": self.bucket.phase, "bucket": self.bucket.to_dict(),
+                "status": self.status, "work": self.work, "unit": self.unit,
+                "graph_ms": self.graph_ms, "eager_ms": self.eager_ms,
+                "rate_graph": _round(self.rate("graph")), "rate_eager": _round(self.rate("eager")),
+                "rel_err": self.rel_err, "note": self.note}
+
+
+@dataclass(frozen=True)
+class Profile:
+    device: dict[str, Any]          # kind, name, capability ([major, minor] or None), ...
+    software: dict[str, Any]
+    date: str
+    method: dict[str, Any]
+    entries: tuple[Entry, ...]
+    smoke: bool = False
+    header: dict[str, Any] = field(default_factory=dict)     # every other top-level key, kept
+    path: str | None = None
+    source: str | None = None       # "--profile", ENV_PATH, "cache" or "shipped"
+
+    @property
+    def name(self) -> str:
+        return f"{self.device['name']} profile {self.date}" + (" (smoke)" if self.smoke else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The file's JSON (what ``attnkit tune`` writes)."""
+        return {**self.header, "schema": SCHEMA, "version": VERSION, "device": self.device,
+                "software": self.software, "date": self.date, "smoke": self.smoke,
+                "method": self.method, "entries": [e.to_dict() for e in self.entries]}
+
+    def info(self) -> dict[str, Any]:
+        """What ``Plan.to_dict()["profile"]`` shows of it."""
+        return {"source": self.source, "path": self.path, "device": self.device.get("name"),
+                "capability": self.device.get("capability"), "date": self.date, "smoke": self.smoke}
+
+
+# ---- reading and checking --------------------------------------------------------------------
+
+def load_profile(path: str | os.PathLike, *, source: str | None = None) -> Profile:
+    """Read and check one profile file: AK230 if it cannot be read, AK231 if it is malformed."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise AttnkitError("AK230", f"cannot read profile {str(p)!r}: {exc.strerror or exc}",
+                           field="profile", expected="a readable JSON file written by attnkit tune",
+                           actual=str(p)) from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise malformed(p, "", f"not JSON ({exc})") from None
+    return dataclasses.replace(parse_profile(data, where=str(p)), path=str(p), source=source)
+
+
+def parse_profile(data: Any, *, where: str = "<profile>") -> Profile:
+    """A Profile from parsed JSON; AK231 naming the first field that is wrong."""
+    top = _obj(data, where, "")
+    if top.get("schema") != SCHEMA:
+        raise malformed(where, "schema", f"must be {SCHEMA!r}, got {top.get('schema')!r}")
+    if top.get("version") != VERSION:
+        raise malformed(where, "version", f"must be {VERSION} (this attnkit reads version {VERSION}), "
+                                          f"got {top.get('version')!r}")
+    device = _obj(top.get("device"), where, "device")
+    for key in ("kind", "name"):
+        _str(device.get(key), where, f"device.{key}")
+    cap = device.get("capability")
+    if cap is not None and not (isinstance(cap, list) and len(cap) == 2 and all(_is_int(c) for c in cap)):
+        raise malformed(where, "device.capability", f"must be [major, minor] or null, got {cap!r}")
+    software = _obj(top.get("software"), where, "software")
+    method = _obj(top.get("method"), where, "method")
+    date = _str(top.get("date"), where, "date")
+    smoke = top.get("smoke", False)
+    if not isinstance(smoke, bool):
+        raise malformed(where, "smoke", f"must be true or false, got {smoke!r}")
+    rows = top.get("entries")
+    if not isinstance(rows, list):
+        raise malformed(where, "entries", f"must be a list, got {type(rows).__name__}")
+    entries = tuple(_entry(row, where, f"entries[{i}]") for i, row in enumerate(rows))
+    known = {"schema", "version", "device", "software", "date", "smoke", "method", "entries"}
+    return Profile(device=dict(device), software=dict(software), date=date, method=dict(method),
+                   entries=entries, smoke=smoke, header={k: v for k, v in top.items() if k not in known})
+
+
+def _entry(row: Any, where: str, at: str) -> Entry:
+    row = _obj(row, where, at)
+    backend = _str(row.get("backend"), where, f"{at}.backend")
+    raw = _obj(row.get("bucket"), where, f"{at}.bucket")
+    values = {}
+    for name, f in Bucket.__dataclass_fields__.items():
+        v = raw.get(name)
+        if v is None and name in _OPTIONAL_BUCKET:
+            values[name] = None
+        elif f.type == "str":
+            values[name] = _str(v, where, f"{at}.bucket.{name}")
+        elif not (_is_int(v) and v >= 1):
+            raise malformed(where, f"{at}.bucket.{name}", f"must be an integer >= 1, got {v!r}")
+        else:
+            values[name] = v
+    bucket = Bucket(**values)
+    for name, allowed in (("kind", KINDS), ("phase", tuple(UNITS)), ("dtype", DTYPES), ("kv_dtype", KV_CACHE_DTYPES)):
+        if getattr(bucket, name) not in allowed:
+            raise malformed(where, f"{at}.bucket.{name}", f"must be one of {', '.join(allowed)}, "
+                                                          f"got {getattr(bucket, name)!r}")
+    if bucket.kind == "mla" and (bucket.kv_lora_rank is None or bucket.rope_dim is None):
+        raise malformed(where, f"{at}.bucket", "an mla bucket needs kv_lora_rank and rope_dim")
+    if bucket.new > bucket.context:
+        raise malformed(where, f"{at}.bucket", f"new ({bucket.new}) exceeds context ({bucket.context})")
+    if row.get("phase", bucket.phase) != bucket.phase:
+        raise malformed(where, f"{at}.phase", f"{row.get('phase')!r} differs from bucket.phase {bucket.phase!r}")
+    status = row.get("status")
+    if status not in STATUSES:
+        raise malformed(where, f"{at}.status", f"must be one of {', '.join(STATUSES)}, got {status!r}")
+    work = row.get("work")
+    if not (_is_num(work) and work > 0):
+        raise malformed(where, f"{at}.work", f"must be a number > 0, got {work!r}")
+    times = {}
+    for key in ("graph_ms", "eager_ms", "rel_err"):
+        v = row.get(key)
+        if v is not None and not (_is_num(v) and v >= 0):
+            raise malformed(where, f"{at}.{key}", f"must be a number >= 0 or null, got {v!r}")
+        times[key] = v
+    if status == "ok" and not (times["graph_ms"] or times["eager_ms"]):
+        raise malformed(where, f"{at}", "status ok needs graph_ms or eager_ms")
+    note = row.get("note") or ""
+    if not isinstance(note, str):
+        raise malformed(where, f"{at}.note", f"must be a string, got {type(note).__name__}")
+    return Entry(backend, bucket, status, float(work), note=note, **times)
+
+
+def malformed(where: Any, at: str, what: str) -> AttnkitError:
+    return AttnkitError("AK231", f"profile {str(where)!r}: {at + ' ' if at else ''}{what}",
+                        field=at or "profile", expected=f"{SCHEMA} version {VERSION} (docs/profile.md)",
+                        actual=what)
+
+
+def _obj(v: Any, where: str, at: str) -> dict:
+    if not isinstance(v, dict):
+        raise malformed(where, at, f"must be an object, got {type(v).__name__}")
+    return v
+
+
+def _str(v: Any, where: str, at: str) -> str:
+    if not isinstance(v, str) or not v:
+        raise malformed(where, at, f"must be a non-empty string, got {v!r}")
+    return v
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else float(f"{x:.4g}")
+
+
+# ---- which profile applies ------------------------------------------------------------------
+
+def covers(profile: Profile, platform) -> bool:
+    """Same platform kind and compute capability; without a capability, the same device name."""
+    d = profile.device
+    if d.get("kind") != platform.kind:
+        return False
+    cap = d.get("capability")
+    if cap is not None or platform.capability is not None:
+        return cap is not None and platform.capability is not None and tuple(cap) == tuple(platform.capability)
+    return _norm(d.get("name")) == _norm(platform.name)
+
+
+def same_device(profile: Profile, platform) -> bool:
+    return covers(profile, platform) and _norm(profile.device.get("name")) == _norm(platform.name)
+
+
+def _norm(name: Any) -> str:
+    return " ".join(str(name or "").lower().split())
+
+
+def cache_dir(env: Mapping[str, str]) -> Path | None:
+    """Where ``attnkit tune`` keeps profiles: $ATTNKIT_PROFILE_DIR, else
+    $XDG_CACHE_HOME/attnkit/profiles, else $HOME/.cache/attnkit/profiles (None without any)."""
+    if env.get(ENV_DIR):
+        return Path(env[ENV_DIR])
+    if env.get("XDG_CACHE_HOME"):
+        return Path(env["XDG_CACHE_HOME"]) / "attnkit" / "profiles"
+    if env.get("HOME"):
+        return Path(env["HOME"]) / ".cache" / "attnkit" / "profiles"
+    return None
+
+
+def find_profile(platform, *, path: str | os.PathLike | None = None, env: Mapping[str, str],
+                 automatic: bool = True) -> tuple[Profile | None, list[str]]:
+    """(the profile that applies to ``platform`` or None, warnings). A named profile (``path``,
+    else $ATTNKIT_PROFILE) that cannot be read raises AK230/AK231; one in the cache that
+    cannot is skipped with a warning. ``automatic=False``: named profiles only."""
+    named = (str(path), "--profile") if path else ((env[ENV_PATH], ENV_PATH) if env.get(ENV_PATH) else None)
+    if named:
+        prof = load_profile(named[0], source=named[1])
+        if covers(prof, platform):
+            return prof, ([f"{named[1]} {named[0]} is a smoke profile (tiny shapes, tests the tune "
+                           "code path): its rankings say little about real workloads"] if prof.smoke else [])
+        cap = prof.device.get("capability")
+        return None, [f"{named[1]} {named[0]} was measured on {prof.device['name']}"
+                      + (f" (sm{cap[0]}{cap[1]})" if cap else "") + f", not on {platform.name}: not used"]
+    if not automatic:
+        return None, []
+    warnings: list[str] = []
+    found = []
+    for rank, (folder, source) in enumerate(((cache_dir(env), "cache"), (SHIPPED_DIR, "shipped"))):
+        for file in sorted(folder.glob("*.json")) if folder is not None and folder.is_dir() else ():
+            try:
+                prof = load_profile(file, source=source)
+            except AttnkitError as err:
+                warnings.append(f"skipped {source} profile {file}: {err.code} {err.message}")
+                continue
+            if covers(prof, platform) and not prof.smoke:
+                found.append(((not same_device(prof, platform), rank, _neg(prof.date)), prof))
+    if not found:
+        return None, warnings
+    return min(found, key=lambda t: t[0])[1], warnings
+
+
+def shipped_profiles(kind: str) -> list[Profile]:
+    """The package's profiles for platform ``kind``, newest first (cited by the priority tables)."""
+    out = [load_profile(f, source="shipped") for f in sorted(SHIPPED_DIR.glob("*.json"))] \
+        if SHIPPED_DIR.is_dir() else []
+    return sorted((p for p in out if p.device.get("kind") == kind and not p.smoke),
+                  key=lambda p: p.date, reverse=True)
+
+
+def _neg(date: str) -> tuple:
+    """Sort key that puts later ISO dates first."""
+    return tuple(-ord(c) for c in date)
