@@ -58,6 +58,12 @@ def model_shape(model, settings: Mapping[str, Any]) -> Shape | None:
     return shapes.most_common(1)[0][0] if shapes else None
 
 
+def shape_text(s: Shape) -> str:
+    """``32/8 heads, d128, bf16`` (MLA: ``128 heads, latent 512+64, bf16``), the KV dtype if other."""
+    return Bucket("mha" if s.kind == "mha" else "mla", "decode", 1, 1, 1, s.heads, s.kv_heads, s.head_dim,
+                  s.v_head_dim, s.dtype, s.kv_dtype, 1, s.kv_lora_rank, s.rope_dim).shape_label()
+
+
 def check_workload(workload: Any) -> dict[str, dict[str, int]]:
     """``{phase: {batch, new, context}}`` with every value an int >= 1 and new <= context (AK306)."""
     if workload is None:

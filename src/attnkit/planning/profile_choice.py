@@ -40,11 +40,14 @@ class ProfileChoice:
         if self.profile is None or shape is None:
             return candidates
         ranking = measured.rank(self.profile, shape, phase, candidates, self.workload.get(phase))
-        if ranking is None:
+        if ranking is not None:
+            self.rankings[phase] = ranking
+            self.warnings += ranking.failure_warnings()
+        if ranking is None or not ranking.measured:
+            self.warnings.append(f"{self.profile.name} has no {phase} measurement of {', '.join(candidates)} "
+                                 f"for {measured.shape_text(shape)}: the priority order applies")
             return candidates
-        self.rankings[phase] = ranking
-        self.warnings += ranking.failure_warnings()
-        return ranking.order if ranking.measured else candidates
+        return ranking.order
 
     def why(self, phase: str, chosen: str) -> str | None:
         """The measured reason ``chosen`` won ``phase``, or None when the profile did not decide."""
