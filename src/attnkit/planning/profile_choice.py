@@ -18,15 +18,15 @@ from attnkit.planning.profile import find_profile, shipped_profiles
 
 class ProfileChoice:
     def __init__(self, platform, *, path: str | os.PathLike | None, env: Mapping[str, str],
-                 automatic: bool, workload: Any = None):
+                 automatic: bool, enabled: bool = True, workload: Any = None):
         """``path``: ``--profile``; ``automatic``: also look in the user's cache and the shipped
-        profiles (off for a custom registry, whose backends are not what was timed, or with
-        ``profile=False``)."""
+        profiles (off for a custom registry, whose backends are not what was timed);
+        ``enabled=False``: no profile at all (``plan(..., profile=False)``)."""
         self.platform = platform
         self.workload = measured.check_workload(workload)
         self.profile, self.warnings = (find_profile(platform, path=path, env=env, automatic=automatic)
-                                       if path or automatic or env.get("ATTNKIT_PROFILE") else (None, []))
-        self.automatic = automatic
+                                       if enabled else (None, []))
+        self.automatic = automatic and enabled
         self.rankings: dict[str, measured.Ranking] = {}
 
     def info(self) -> dict[str, Any] | None:

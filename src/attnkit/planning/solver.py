@@ -57,7 +57,8 @@ def plan(model: Any, platform: Any = "auto", request: Any = None, *,
     env = os.environ if env is None else env
     solve = Solve(spec, label or spec.name, target, req, dict(registry), table)
     named = profile if profile not in (None, True, False) else None
-    solve.measured = ProfileChoice(target, path=named, env=env, automatic=automatic, workload=workload)
+    solve.measured = ProfileChoice(target, path=named, env=env, automatic=automatic,
+                                   enabled=profile is not False, workload=workload)
     result = solve.run(env)
     result.profile = solve.measured.info()
     result.warnings.extend(w for w in solve.measured.warnings if w not in result.warnings)
