@@ -100,6 +100,7 @@ class Ranking:
     rates: dict[str, float]                              # measured in every bucket: geomean rate
     order: list[str]
     failed: dict[str, str] = field(default_factory=dict)  # backend -> what the profile recorded
+    shape: Shape | None = None                           # the model's, when it differs from the buckets'
 
     @property
     def measured(self) -> list[str]:
@@ -135,7 +136,8 @@ class Ranking:
             where += (f" (same sm{cap[0]}{cap[1]} architecture as {platform.name})"
                       if cap and tuple(cap) == tuple(platform.capability or ()) else f" (not {platform.name})")
         how = "CUDA-graph replays" if self.method == "graph" else "eager calls"
-        return f"{where}, {how}, {_buckets_text(self.buckets)}"
+        near = f" (the nearest measured to {shape_text(self.shape)})" if self.shape else ""
+        return f"{where}, {how}, {_buckets_text(self.buckets)}{near}"
 
     def failure_warnings(self, tail: str = ": not chosen automatically") -> list[str]:
         return [f"{self.profile.name} records {n} as {what} for {self.phase}{tail}"
@@ -168,8 +170,9 @@ def rank(profile: Profile, shape: Shape, phase: str, candidates: Sequence[str],
     rates = {n: _geomean([got[(n, b)].rate(method) for b in buckets]) for n in complete}
     fast = sorted(complete, key=lambda n: -rates[n])
     rest = [n for n in candidates if n not in rates and n not in failed]
+    near = shape if shape_text(shape) != buckets[0].shape_label() else None
     return Ranking(phase, profile, sorted(buckets, key=lambda b: b.runtime()), method, rates,
-                   fast + rest + [n for n in candidates if n in failed], failed)
+                   fast + rest + [n for n in candidates if n in failed], failed, near)
 
 
 def _nearest_static(profile: Profile, shape: Shape, phase: str) -> list[Bucket]:
