@@ -45,12 +45,14 @@ def method(device: str) -> dict:
 def tune(*, device: str = "cuda", quick: bool = False, models: Sequence[ModelAttention] = (),
          out: str | os.PathLike | None = None, backends: Sequence[str] | None = None,
          env: Mapping[str, str] | None = None, stream: TextIO | None = None,
-         command: str = "attnkit tune") -> tuple[Path, Profile]:
+         command: str = "attnkit tune", shapes: Sequence | None = None) -> tuple[Path, Profile]:
     """Measure and write the profile; returns (its path, the profile). ``models``: tune only
-    their shapes; ``backends``: only these (canonical names)."""
+    their shapes; ``backends``: only these (canonical names); ``shapes``: this grid instead
+    (``[(Shape, Runtime)]``, see tune/grid.py)."""
     env = os.environ if env is None else env
     platform = platform_for(device)
-    shapes = grids.model_grid(models, device, quick) if models else grids.default_grid(device, quick)
+    if shapes is None:
+        shapes = grids.model_grid(models, device, quick) if models else grids.default_grid(device, quick)
     path = Path(out) if out else default_path(platform.name, device, env)
     head = {"device": device_info(platform), "software": software(), "method": method(device)}
     old = resume(path, head)
