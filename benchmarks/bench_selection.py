@@ -42,7 +42,7 @@ QUICK = {("decode", 1, 4096), ("decode", 64, 4096), ("decode", 1, 32768), ("deco
 
 
 def shape_of(key: str):
-    from attnkit.planning.measured import Shape
+    from attnkit.planning.profile import Shape
     if key.startswith("mla"):
         heads, _, kv = key[3:].partition("-")
         return Shape("mla", int(heads), 1, 192, 128, "bf16", "fp8_e4m3" if kv else "bf16", 512, 64)
@@ -53,17 +53,14 @@ def shape_of(key: str):
 def model_of(shape, name: str):
     """A one-layer model of ``shape`` (what the planner plans for the row)."""
     from attnkit.model.spec import ModelAttention
-    from attnkit.planning.profile import Bucket
     from attnkit.tune.case import layer_spec
-    b = Bucket(shape.kind, "decode", 1, 1, 1, shape.heads, shape.kv_heads, shape.head_dim, shape.v_head_dim,
-               shape.dtype, shape.kv_dtype, 16, shape.kv_lora_rank, shape.rope_dim)
-    return ModelAttention(name=name, architecture="bench_selection", layers=(layer_spec(b),), dtype=shape.dtype)
+    return ModelAttention(name=name, architecture="bench_selection", layers=(layer_spec(shape),), dtype=shape.dtype)
 
 
 def picks(model, platform, phase: str, b, profile):
     """(pick for this shape, pick for every shape) by the planner."""
     from attnkit.planning.solver import plan
-    request = {"dtype": b.dtype, "kv_cache_dtype": b.kv_dtype}
+    request = {"dtype": b.shape.dtype, "kv_cache_dtype": b.shape.kv_dtype}
     workload = {phase: {"batch": b.batch, "new": b.new, "context": b.context}}
     shaped = plan(model, platform, request, profile=profile, workload=workload)
     whole = plan(model, platform, request, profile=profile)
@@ -102,7 +99,7 @@ def run(rows, profile) -> list[dict]:
         ranking = rank(here, shape, phase, [e.backend for e in entries])
         rates = ranking.rates if ranking else {}
         fastest = ranking.measured[0] if ranking and ranking.measured else None
-        row.update(bucket=b.label(), shape_label=b.shape_label(), pick=pick, whole=whole, why=why,
+        row.update(bucket=b.label(), shape_label=b.shape.label(), pick=pick, whole=whole, why=why,
                    fastest=fastest, method=ranking.method if ranking else None, unit=UNITS[phase],
                    rates={n: rates.get(n) for n in [e.backend for e in entries]},
                    status={e.backend: e.status + (f": {e.note}" if e.status != "ok" else "") for e in entries},

@@ -11,7 +11,10 @@ import platform as _platform
 
 import torch
 
-from attnkit.tune.timing import graphed, time_ms, wall_ms  # noqa: F401 - re-exported for the scripts
+from attnkit.tune.timing import graphed, time_ms, wall_ms
+
+__all__ = ["graphed", "time_ms", "wall_ms", "copy_bandwidth_gbs", "matmul_tflops", "environment", "ceilings",
+           "emit", "failure_reason"]
 
 
 def copy_bandwidth_gbs(nbytes: int = 4 << 30) -> float:

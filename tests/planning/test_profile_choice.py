@@ -1,12 +1,12 @@
 """Choosing by measurement: the matching rule, the ranking, what plans say, and what still wins."""
 import pytest
 from plan_fakes import FAKE, GPU
-from profile_fakes import H200, MHA_H200, entry, profile, write
+from profile_fakes import MHA_H200, entry, profile, write
 
 from attnkit.errors import AttnkitError
 from attnkit.planning import profile as prof
-from attnkit.planning.measured import Shape, check_workload, rank
-from attnkit.planning.profile import parse_profile
+from attnkit.planning.measured import check_workload, rank
+from attnkit.planning.profile import Shape, parse_profile
 from attnkit.planning.solver import plan
 
 LLAMA = Shape("mha", 32, 8, 128, 128, "bf16", "bf16")
@@ -165,7 +165,7 @@ def test_the_nearest_static_shape_is_used():
     kv8 = [entry("triton", "decode", 10, kv_dtype="fp8_e4m3"), entry("sdpa", "decode", 20),
            entry("triton", "decode", 30)]
     assert ranked(kv8, shape=Shape("mha", 32, 8, 128, 128, "bf16", "fp8_e4m3")).order[0] == "triton"
-    assert ranked(kv8, shape=Shape("mha", 32, 8, 128, 128, "bf16", "fp8_e4m3")).buckets[0].kv_dtype == "fp8_e4m3"
+    assert ranked(kv8, shape=Shape("mha", 32, 8, 128, 128, "bf16", "fp8_e4m3")).buckets[0].shape.kv_dtype == "fp8_e4m3"
 
 
 def test_mla_buckets_match_only_their_latent_sizes():

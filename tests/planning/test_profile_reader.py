@@ -2,7 +2,7 @@
 import json
 
 import pytest
-from profile_fakes import H200, MHA_H200, entry, profile, write
+from profile_fakes import H200, MHA_H200, profile, write
 
 from attnkit.errors import AttnkitError
 from attnkit.hardware import Platform, get_preset

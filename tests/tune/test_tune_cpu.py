@@ -36,7 +36,7 @@ def test_tune_cpu_quick_writes_a_smoke_profile(tuned):
     assert {n for n, _ in expected} == {"sdpa", "torch_native"}           # triton is CUDA-only
     for e in prof.entries:
         assert e.status == "ok" and e.eager_ms > 0 and e.graph_ms is None and e.rel_err < 1e-5, e
-    assert {e.bucket.kind for e in prof.entries} == {"mha", "mla"}
+    assert {e.bucket.shape.kind for e in prof.entries} == {"mha", "mla"}
 
 
 def test_the_planner_uses_the_tuned_profile(tuned):
@@ -121,5 +121,5 @@ def test_tune_writes_to_the_cache_by_default(tmp_path, monkeypatch):
     assert path.parent == tmp_path and path.name.endswith("-cpu-smoke.json")
     assert {e.backend for e in prof.entries} == {"sdpa"}
     shape = model_shape(load_model("qwen3-4b"), {"dtype": "fp32"})
-    assert {(e.bucket.heads, e.bucket.kv_heads, e.bucket.head_dim) for e in prof.entries} == {
+    assert {(e.bucket.shape.heads, e.bucket.shape.kv_heads, e.bucket.shape.head_dim) for e in prof.entries} == {
         (shape.heads, shape.kv_heads, shape.head_dim)}                        # --models: its shape only

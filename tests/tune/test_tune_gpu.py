@@ -2,7 +2,7 @@
 and the planner then ranks by the profile it wrote. (Marker gpu: skipped without CUDA.)"""
 import pytest
 
-from attnkit.planning.measured import Shape
+from attnkit.planning.profile import Shape
 from attnkit.planning.solver import plan
 from attnkit.tune.grid import Runtime
 from attnkit.tune.run import tune

@@ -24,24 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from attnkit.errors import AttnkitError
-from attnkit.planning.profile import UNITS, Bucket, Entry, Profile
+from attnkit.planning.profile import UNITS, Bucket, Entry, Profile, Shape
 
 HALF = ("fp16", "bf16")
 WORKLOAD_KEYS = ("batch", "new", "context")
-
-
-@dataclass(frozen=True)
-class Shape:
-    """What a model fixes about one phase's work (Bucket.static without the phase)."""
-    kind: str
-    heads: int
-    kv_heads: int
-    head_dim: int
-    v_head_dim: int
-    dtype: str
-    kv_dtype: str
-    kv_lora_rank: int | None = None
-    rope_dim: int | None = None
 
 
 def model_shape(model, settings: Mapping[str, Any]) -> Shape | None:
@@ -56,12 +42,6 @@ def model_shape(model, settings: Mapping[str, Any]) -> Shape | None:
         shapes[Shape(l.kind, max(1, l.num_heads // tp), kv, l.head_dim, l.value_dim, dtype, kv_dtype,
                      mla.kv_lora_rank if mla else None, mla.qk_rope_head_dim if mla else None)] += 1
     return shapes.most_common(1)[0][0] if shapes else None
-
-
-def shape_text(s: Shape) -> str:
-    """``32/8 heads, d128, bf16`` (MLA: ``128 heads, latent 512+64, bf16``), the KV dtype if other."""
-    return Bucket("mha" if s.kind == "mha" else "mla", "decode", 1, 1, 1, s.heads, s.kv_heads, s.head_dim,
-                  s.v_head_dim, s.dtype, s.kv_dtype, 1, s.kv_lora_rank, s.rope_dim).shape_label()
 
 
 def check_workload(workload: Any) -> dict[str, dict[str, int]]:
@@ -136,7 +116,7 @@ class Ranking:
             where += (f" (same sm{cap[0]}{cap[1]} architecture as {platform.name})"
                       if cap and tuple(cap) == tuple(platform.capability or ()) else f" (not {platform.name})")
         how = "CUDA-graph replays" if self.method == "graph" else "eager calls"
-        near = f" (the nearest measured to {shape_text(self.shape)})" if self.shape else ""
+        near = f" (the nearest measured to {self.shape.label()})" if self.shape else ""
         return f"{where}, {how}, {_buckets_text(self.buckets)}{near}"
 
     def failure_warnings(self, tail: str = ": not chosen automatically") -> list[str]:
@@ -170,7 +150,7 @@ def rank(profile: Profile, shape: Shape, phase: str, candidates: Sequence[str],
     rates = {n: _geomean([got[(n, b)].rate(method) for b in buckets]) for n in complete}
     fast = sorted(complete, key=lambda n: -rates[n])
     rest = [n for n in candidates if n not in rates and n not in failed]
-    near = shape if shape_text(shape) != buckets[0].shape_label() else None
+    near = shape if shape != buckets[0].shape else None
     return Ranking(phase, profile, sorted(buckets, key=lambda b: b.runtime()), method, rates,
                    fast + rest + [n for n in candidates if n in failed], failed, near)
 
@@ -181,13 +161,14 @@ def _nearest_static(profile: Profile, shape: Shape, phase: str) -> list[Bucket]:
         b = e.bucket
         if b.phase == phase and b not in groups.setdefault(b.static(), []):
             groups[b.static()].append(b)
-    scored = [(d, key) for key, bs in groups.items() if (d := _static_distance(bs[0], shape)) is not None]
+    scored = [(d, key) for key, bs in groups.items() if (d := _static_distance(bs[0].shape, shape)) is not None]
     if not scored:
         return []
     return groups[min(scored, key=lambda t: (t[0], repr(t[1])))[1]]
 
 
-def _static_distance(b: Bucket, s: Shape) -> tuple | None:
+def _static_distance(b: Shape, s: Shape) -> tuple | None:
+    """How far a measured shape ``b`` is from the model's ``s`` (None: not comparable)."""
     if b.kind != s.kind or (s.kind == "mla" and (b.kv_lora_rank, b.rope_dim) != (s.kv_lora_rank, s.rope_dim)):
         return None
     if b.dtype == s.dtype:
@@ -221,10 +202,10 @@ def _rate(x: float) -> str:
 def _buckets_text(buckets: list[Bucket]) -> str:
     b = buckets[0]
     if len(buckets) == 1:
-        return f"{b.label()}, {b.shape_label()}"
+        return f"{b.label()}, {b.shape.label()}"
     span = lambda vals: f"{min(vals)}-{max(vals)}" if min(vals) != max(vals) else f"{vals[0]}"  # noqa: E731
     if b.phase == "decode":
         ranges = f"B {span([x.batch for x in buckets])}, ctx {span([x.context for x in buckets])}"
     else:
         ranges = f"new {span([x.new for x in buckets])}, prefix {span([x.prefix for x in buckets])}"
-    return f"geometric mean over {len(buckets)} buckets ({ranges}), {b.shape_label()}"
+    return f"geometric mean over {len(buckets)} buckets ({ranges}), {b.shape.label()}"

@@ -39,49 +39,21 @@ ENV_DIR = "ATTNKIT_PROFILE_DIR"
 
 
 @dataclass(frozen=True)
-class Bucket:
-    """One measured shape. ``new`` tokens per request this step, ``context`` = KV length after
-    it (decode: new = 1; prefill without a cached prefix: context = new). Head counts are per
-    rank. MLA buckets add the latent sizes; their ``heads`` are query heads, ``kv_heads`` 1."""
+class Shape:
+    """What a model fixes about a step's work: kind, per-rank query and KV heads, q/k and value
+    head dims (MLA: nope + rope, and v; ``kv_heads`` 1, plus the latent sizes), the compute
+    dtype and the KV-cache dtype."""
     kind: str
-    phase: str
-    batch: int
-    new: int
-    context: int
     heads: int
     kv_heads: int
     head_dim: int
     v_head_dim: int
     dtype: str
     kv_dtype: str
-    page_size: int
     kv_lora_rank: int | None = None
     rope_dim: int | None = None
 
-    @property
-    def prefix(self) -> int:
-        return self.context - self.new
-
-    def static(self) -> tuple:
-        """What a model fixes (everything but batch and lengths)."""
-        return (self.kind, self.phase, self.heads, self.kv_heads, self.head_dim, self.v_head_dim,
-                self.dtype, self.kv_dtype, self.kv_lora_rank, self.rope_dim)
-
-    def runtime(self) -> tuple[int, int, int]:
-        """What each step varies: (batch, new, context)."""
-        return (self.batch, self.new, self.context)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = {f: getattr(self, f) for f in BUCKET_FIELDS}
-        return {k: v for k, v in d.items() if v is not None}
-
     def label(self) -> str:
-        """``B=64 ctx=4096`` (decode) or ``new=2048 prefix=32768`` (prefill)."""
-        if self.phase == "decode":
-            return f"B={self.batch} ctx={self.context}"
-        return f"new={self.new} prefix={self.prefix}" + (f" B={self.batch}" if self.batch > 1 else "")
-
-    def shape_label(self) -> str:
         """``32/8 heads, d128, bf16`` (MLA: ``128 heads, latent 512+64, bf16``), KV dtype if other."""
         heads = (f"{self.heads} heads, latent {self.kv_lora_rank}+{self.rope_dim}" if self.kind == "mla"
                  else f"{self.heads}/{self.kv_heads} heads, d{self.head_dim}")
@@ -89,8 +61,44 @@ class Bucket:
         return f"{heads}, {self.dtype}{kv}"
 
 
-BUCKET_FIELDS = tuple(Bucket.__dataclass_fields__)
-_OPTIONAL_BUCKET = ("kv_lora_rank", "rope_dim")
+@dataclass(frozen=True)
+class Bucket:
+    """One measured step: a shape and a phase, ``batch`` requests of ``new`` tokens each,
+    ``context`` = KV length after the step (decode: new = 1; prefill without a cached prefix:
+    context = new). In the file it is one flat object (the shape's keys and these)."""
+    shape: Shape
+    phase: str
+    batch: int
+    new: int
+    context: int
+    page_size: int
+
+    @property
+    def prefix(self) -> int:
+        return self.context - self.new
+
+    def static(self) -> tuple:
+        """What a model fixes (everything but batch and lengths)."""
+        return (self.phase, self.shape)
+
+    def runtime(self) -> tuple[int, int, int]:
+        """What each step varies: (batch, new, context)."""
+        return (self.batch, self.new, self.context)
+
+    def to_dict(self) -> dict[str, Any]:
+        shape = {k: v for k, v in self.shape.__dict__.items() if v is not None}
+        return {**shape, "phase": self.phase, "batch": self.batch, "new": self.new, "context": self.context,
+                "page_size": self.page_size}
+
+    def label(self) -> str:
+        """``B=64 ctx=4096`` (decode) or ``new=2048 prefix=32768`` (prefill)."""
+        if self.phase == "decode":
+            return f"B={self.batch} ctx={self.context}"
+        return f"new={self.new} prefix={self.prefix}" + (f" B={self.batch}" if self.batch > 1 else "")
+
+
+_OPTIONAL = ("kv_lora_rank", "rope_dim")
+_STEP_FIELDS = {"phase": "str", "batch": "int", "new": "int", "context": "int", "page_size": "int"}
 
 
 @dataclass(frozen=True)
@@ -208,24 +216,25 @@ def _entry(row: Any, where: str, at: str) -> Entry:
     row = _obj(row, where, at)
     backend = _str(row.get("backend"), where, f"{at}.backend")
     raw = _obj(row.get("bucket"), where, f"{at}.bucket")
+    types = {**{n: f.type for n, f in Shape.__dataclass_fields__.items()}, **_STEP_FIELDS}
     values = {}
-    for name, f in Bucket.__dataclass_fields__.items():
+    for name, kind in types.items():
         v = raw.get(name)
-        if v is None and name in _OPTIONAL_BUCKET:
+        if v is None and name in _OPTIONAL:
             values[name] = None
-        elif f.type == "str":
+        elif kind == "str":
             values[name] = _str(v, where, f"{at}.bucket.{name}")
         elif not (_is_int(v) and v >= 1):
             raise malformed(where, f"{at}.bucket.{name}", f"must be an integer >= 1, got {v!r}")
         else:
             values[name] = v
-    bucket = Bucket(**values)
     for name, allowed in (("kind", KINDS), ("phase", tuple(UNITS)), ("dtype", DTYPES), ("kv_dtype", KV_CACHE_DTYPES)):
-        if getattr(bucket, name) not in allowed:
+        if values[name] not in allowed:
             raise malformed(where, f"{at}.bucket.{name}", f"must be one of {', '.join(allowed)}, "
-                                                          f"got {getattr(bucket, name)!r}")
-    if bucket.kind == "mla" and (bucket.kv_lora_rank is None or bucket.rope_dim is None):
+                                                          f"got {values[name]!r}")
+    if values["kind"] == "mla" and (values["kv_lora_rank"] is None or values["rope_dim"] is None):
         raise malformed(where, f"{at}.bucket", "an mla bucket needs kv_lora_rank and rope_dim")
+    bucket = Bucket(Shape(**{n: values.pop(n) for n in Shape.__dataclass_fields__}), **values)
     if bucket.new > bucket.context:
         raise malformed(where, f"{at}.bucket", f"new ({bucket.new}) exceeds context ({bucket.context})")
     if row.get("phase", bucket.phase) != bucket.phase:

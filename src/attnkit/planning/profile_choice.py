@@ -45,7 +45,7 @@ class ProfileChoice:
             self.warnings += ranking.failure_warnings()
         if ranking is None or not ranking.measured:
             self.warnings.append(f"{self.profile.name} has no {phase} measurement of {', '.join(candidates)} "
-                                 f"for {measured.shape_text(shape)}: the priority order applies")
+                                 f"for {shape.label()}: the priority order applies")
             return candidates
         return ranking.order
 

@@ -20,7 +20,7 @@ from attnkit.backends.batch import Request, build_batch
 from attnkit.backends.metadata import BatchMetadata
 from attnkit.kvcache.paged import FP8_DTYPES, TORCH_KV_DTYPES, PagedKVCache
 from attnkit.model.spec import LayerAttention, MLAConfig
-from attnkit.planning.profile import Bucket
+from attnkit.planning.profile import Bucket, Shape
 
 # Relative error (Frobenius, per sampled query row) a result may have: DESIGN.md's bounds.
 TOLERANCE = {"fp32": 1e-5, "fp16": 1e-2, "bf16": 1e-2}
@@ -38,30 +38,32 @@ class Case:
     rows: list[list[int]]             # block-table row of each request
 
 
-def layer_spec(b: Bucket) -> LayerAttention:
-    if b.kind == "mla":
-        mla = MLAConfig(kv_lora_rank=b.kv_lora_rank, qk_rope_head_dim=b.rope_dim,
-                        qk_nope_head_dim=b.head_dim - b.rope_dim, v_head_dim=b.v_head_dim)
-        return LayerAttention(layer_id=0, num_heads=b.heads, num_kv_heads=1, head_dim=b.head_dim,
-                              v_head_dim=b.v_head_dim, kind="mla", mla=mla)
-    return LayerAttention(layer_id=0, num_heads=b.heads, num_kv_heads=b.kv_heads, head_dim=b.head_dim,
-                          v_head_dim=b.v_head_dim)
+def layer_spec(s: Shape) -> LayerAttention:
+    """One attention layer of shape ``s`` (layer id 0)."""
+    if s.kind == "mla":
+        mla = MLAConfig(kv_lora_rank=s.kv_lora_rank, qk_rope_head_dim=s.rope_dim,
+                        qk_nope_head_dim=s.head_dim - s.rope_dim, v_head_dim=s.v_head_dim)
+        return LayerAttention(layer_id=0, num_heads=s.heads, num_kv_heads=1, head_dim=s.head_dim,
+                              v_head_dim=s.v_head_dim, kind="mla", mla=mla)
+    return LayerAttention(layer_id=0, num_heads=s.heads, num_kv_heads=s.kv_heads, head_dim=s.head_dim,
+                          v_head_dim=s.v_head_dim)
 
 
 def make_case(b: Bucket, device: str, *, seed: int = 0) -> Case:
     """The bucket's step; the cached prefix is random (N(0, 1)), pages in a random order."""
     gen = torch.Generator(device=device).manual_seed(seed)
-    dt = TORCH_KV_DTYPES[b.dtype]
-    spec = layer_spec(b)
+    s = b.shape
+    dt = TORCH_KV_DTYPES[s.dtype]
+    spec = layer_spec(s)
     layer = AttentionLayer(spec=spec)
-    if b.kind == "mla":
+    if s.kind == "mla":
         mla = spec.mla
-        w = lambda *s: torch.randn(*s, generator=gen, device=device, dtype=dt) / math.sqrt(mla.kv_lora_rank)  # noqa: E731
-        layer = AttentionLayer(spec=spec, w_kc=w(b.heads, mla.qk_nope_head_dim, mla.kv_lora_rank),
-                               w_vc=w(b.heads, mla.kv_lora_rank, mla.v_head_dim))
+        w = lambda *d: torch.randn(*d, generator=gen, device=device, dtype=dt) / math.sqrt(mla.kv_lora_rank)  # noqa: E731
+        layer = AttentionLayer(spec=spec, w_kc=w(s.heads, mla.qk_nope_head_dim, mla.kv_lora_rank),
+                               w_vc=w(s.heads, mla.kv_lora_rank, mla.v_head_dim))
     per = -(-b.context // b.page_size)
     cache = PagedKVCache([spec], num_pages=b.batch * per, page_size=b.page_size,
-                         dtype=TORCH_KV_DTYPES[b.kv_dtype], device=device)
+                         dtype=TORCH_KV_DTYPES[s.kv_dtype], device=device)
     for buf in (cache.latent, cache.k, cache.v):
         if 0 in buf:
             _fill(buf[0], gen)
@@ -69,12 +71,12 @@ def make_case(b: Bucket, device: str, *, seed: int = 0) -> Case:
     rows = order.view(b.batch, per).tolist()
     meta = build_batch([Request(b.prefix, b.new, row) for row in rows], page_size=b.page_size, device=device)
     t = b.batch * b.new
-    rand = lambda *s: torch.randn(*s, generator=gen, device=device, dtype=dt)  # noqa: E731
-    q = rand(t, b.heads, b.head_dim)
-    if b.kind == "mla":
+    rand = lambda *d: torch.randn(*d, generator=gen, device=device, dtype=dt)  # noqa: E731
+    q = rand(t, s.heads, s.head_dim)
+    if s.kind == "mla":
         k, v = rand(t, spec.mla.latent_dim), None
     else:
-        k, v = rand(t, b.kv_heads, b.head_dim), rand(t, b.kv_heads, b.v_head_dim)
+        k, v = rand(t, s.kv_heads, s.head_dim), rand(t, s.kv_heads, s.v_head_dim)
     return Case(b, layer, cache, meta, q, k, v, rows)
 
 
@@ -92,12 +94,13 @@ def _fill(buf: torch.Tensor, gen: torch.Generator, chunk: int = 1 << 26) -> None
 def work(b: Bucket) -> float:
     """Decode: bytes of K/V (MLA: latent) read; prefill: FLOPs of QK^T and PV over the
     causally visible pairs (MLA in its MHA form: (nope + rope) + v per pair and head)."""
-    itemsize = TORCH_KV_DTYPES[b.kv_dtype].itemsize
+    s = b.shape
+    itemsize = TORCH_KV_DTYPES[s.kv_dtype].itemsize
     if b.phase == "decode":
-        row = b.kv_lora_rank + b.rope_dim if b.kind == "mla" else b.kv_heads * (b.head_dim + b.v_head_dim)
+        row = s.kv_lora_rank + s.rope_dim if s.kind == "mla" else s.kv_heads * (s.head_dim + s.v_head_dim)
         return float(b.batch * b.context * row * itemsize)
     pairs = b.batch * (b.new * b.prefix + b.new * (b.new + 1) / 2)
-    return float(2 * b.heads * pairs * (b.head_dim + b.v_head_dim))
+    return float(2 * s.heads * pairs * (s.head_dim + s.v_head_dim))
 
 
 def check(case: Case, out: torch.Tensor) -> float:

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from attnkit.planning.measured import Shape, model_shape
-from attnkit.planning.profile import Bucket
+from attnkit.planning.measured import model_shape
+from attnkit.planning.profile import Bucket, Shape
 
 PAGE_SIZE = 16          # the planner's default page size (rules.page_size_rule), for every bucket
 
@@ -84,10 +84,7 @@ def buckets(grid: Iterable[tuple[Shape, Runtime]]) -> list[Bucket]:
 
 
 def bucket(shape: Shape, phase: str, batch: int, new: int, context: int) -> Bucket:
-    return Bucket(kind=shape.kind, phase=phase, batch=batch, new=new, context=context,
-                  heads=shape.heads, kv_heads=shape.kv_heads, head_dim=shape.head_dim,
-                  v_head_dim=shape.v_head_dim, dtype=shape.dtype, kv_dtype=shape.kv_dtype,
-                  page_size=PAGE_SIZE, kv_lora_rank=shape.kv_lora_rank, rope_dim=shape.rope_dim)
+    return Bucket(shape, phase, batch, new, context, PAGE_SIZE)
 
 
 def default_grid(device: str, quick: bool) -> tuple[tuple[Shape, Runtime], ...]:

@@ -21,7 +21,7 @@ import torch
 
 from attnkit.errors import AttnkitError
 from attnkit.model.spec import ModelAttention
-from attnkit.planning.profile import SCHEMA, VERSION, Bucket, Entry, Profile, cache_dir, load_profile
+from attnkit.planning.profile import Bucket, Entry, Profile, cache_dir, load_profile
 from attnkit.planning.reasons import check_backend, model_needs
 from attnkit.tune import grid as grids
 from attnkit.tune.case import TOLERANCE, check, layer_spec, make_case, work
@@ -89,9 +89,9 @@ def tune(*, device: str = "cuda", quick: bool = False, models: Sequence[ModelAtt
 def serving(b: Bucket, registry, platform, only: Sequence[str] | None) -> list[str]:
     """The backends whose declarations serve bucket ``b`` here (the planner's check)."""
     model = ModelAttention(name=f"bucket {b.label()}", architecture="attnkit-tune",
-                           layers=(layer_spec(b),), dtype=b.dtype)
+                           layers=(layer_spec(b.shape),), dtype=b.shape.dtype)
     needs = model_needs(model)
-    settings = {"dtype": b.dtype, "kv_cache_dtype": b.kv_dtype, "page_size": b.page_size,
+    settings = {"dtype": b.shape.dtype, "kv_cache_dtype": b.shape.kv_dtype, "page_size": b.page_size,
                 "speculative_tokens": 0, "cuda_graph": False}
     return [n for n, d in sorted(registry.items())
             if (n in only if only else not d.explicit_only)
@@ -101,13 +101,14 @@ def serving(b: Bucket, registry, platform, only: Sequence[str] | None) -> list[s
 def measure_entry(case, backend, device: str) -> Entry:
     """Check, then time, one backend on one case."""
     b = case.bucket
+    tol = TOLERANCE[b.shape.dtype]
     base = dict(backend=backend.name, bucket=b, work=work(b))
     try:
         step = backend.prepare(case.meta, case.cache)
         fwd = lambda: backend.forward(case.q, case.k, case.v, case.layer, case.cache, step)  # noqa: E731
         err = check(case, fwd())
-        if not err < TOLERANCE[b.dtype]:
-            return Entry(status="wrong", rel_err=err, note=f"relative error {err:.3g} > {TOLERANCE[b.dtype]:g} "
+        if not err < tol:
+            return Entry(status="wrong", rel_err=err, note=f"relative error {err:.3g} > {tol:g} "
                                                            "against the float64 reference", **base)
         times = measure(fwd, device, warmup=WARMUP, reps=REPS, budget_s=BUDGET_S)
     except torch.cuda.OutOfMemoryError as exc:
@@ -168,7 +169,7 @@ class Progress:
     def done(self, n: int, e: Entry) -> None:
         rate = e.rate("graph") or e.rate("eager")
         what = f"{e.status}" + (f" {rate:.4g} {e.unit}" if rate else f" ({e.note[:60]})" if e.note else "")
-        line = f"{n}/{self.total} {e.backend} {e.bucket.phase} {e.bucket.label()} {e.bucket.shape_label()}: {what}"
+        line = f"{n}/{self.total} {e.backend} {e.bucket.phase} {e.bucket.label()} {e.bucket.shape.label()}: {what}"
         if self.live:
             filled = 24 * n // max(self.total, 1)
             line = f"\r[{'#' * filled}{'.' * (24 - filled)}] {line} ({time.perf_counter() - self.start:.0f} s)\x1b[K"
