@@ -239,7 +239,7 @@ class Solve:
                 self.why[phase] = measured_why
                 self._record(f"{phase}_backend", None, name, "profile", measured_why)
                 continue
-            evidence = (self.measured.evidence(phase, list(entry.backends), self.model, self.settings)
+            evidence = (self.measured.evidence(phase, options[phase], self.model, self.settings)
                         if self.measured is not None else "")
             skipped = [n for n in pool[:pool.index(name)] if self.reasons(phase, n)]
             self.why[phase] = (f"first in the {self.platform.kind} {self.model.kind} priority order "
