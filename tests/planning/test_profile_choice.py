@@ -204,3 +204,11 @@ def test_planning_with_a_profile_imports_no_torch(h200):
     env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNKIT_")}
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
     assert json.loads(run.stdout.strip().splitlines()[-1]) == [0, []], run.stderr
+
+
+def test_the_cli_reports_a_malformed_profile_with_its_code(tmp_path, capsys):
+    from attnkit.cli.main import main
+    bad = write(tmp_path / "bad.json", profile([{"backend": "triton"}]))
+    assert main(["plan", "llama-3.1-8b", "--device", "h200", "--profile", bad]) == 2
+    err = capsys.readouterr().err
+    assert "error AK231" in err and "entries[0].bucket" in err

@@ -123,3 +123,10 @@ def test_tune_writes_to_the_cache_by_default(tmp_path, monkeypatch):
     shape = model_shape(load_model("qwen3-4b"), {"dtype": "fp32"})
     assert {(e.bucket.shape.heads, e.bucket.shape.kv_heads, e.bucket.shape.head_dim) for e in prof.entries} == {
         (shape.heads, shape.kv_heads, shape.head_dim)}                        # --models: its shape only
+
+
+def test_tune_into_a_malformed_file_is_ak231(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert main(["tune", "--device", "cpu", "--quick", "--out", str(bad)]) == 2
+    assert "AK231" in capsys.readouterr().err and bad.read_text() == "{not json"
