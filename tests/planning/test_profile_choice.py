@@ -83,6 +83,7 @@ def test_without_a_covering_profile_the_priority_order_cites_the_shipped_one(tmp
     assert p.to_dict()["profile"] is None
     covered = plan("llama-3.1-8b", "h200")                                       # found automatically
     assert covered.prefill_backend == "sdpa" and covered.to_dict()["profile"]["source"] == "shipped"
+    assert covered.to_dict()["profile"]["path"] == "attnkit/planning/profiles/nvidia-h200.json"
 
 
 def test_a_custom_registry_uses_no_profile_unless_named(tmp_path, monkeypatch, h200):

@@ -161,7 +161,8 @@ class Profile:
 
     def info(self) -> dict[str, Any]:
         """What ``Plan.to_dict()["profile"]`` shows of it."""
-        return {"source": self.source, "path": self.path, "device": self.device.get("name"),
+        path = f"attnkit/planning/profiles/{Path(self.path).name}" if self.source == "shipped" else self.path
+        return {"source": self.source, "path": path, "device": self.device.get("name"),
                 "capability": self.device.get("capability"), "date": self.date, "smoke": self.smoke}
 
 
