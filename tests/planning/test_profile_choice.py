@@ -4,7 +4,7 @@ from plan_fakes import FAKE, GPU
 from profile_fakes import MHA_H200, entry, profile, write
 
 from attnkit.errors import AttnkitError
-from attnkit.planning import profile as prof
+from attnkit.planning import profile_search as prof
 from attnkit.planning.measured import check_workload, rank
 from attnkit.planning.profile import Shape, parse_profile
 from attnkit.planning.solver import plan

@@ -6,8 +6,9 @@ from profile_fakes import H200, MHA_H200, profile, write
 
 from attnkit.errors import AttnkitError
 from attnkit.hardware import Platform, get_preset
-from attnkit.planning import profile as prof
-from attnkit.planning.profile import covers, find_profile, load_profile, parse_profile
+from attnkit.planning import profile_search as prof
+from attnkit.planning.profile import load_profile, parse_profile
+from attnkit.planning.profile_search import covers, find_profile
 
 
 def test_a_profile_round_trips_through_its_json():

@@ -1,6 +1,6 @@
 """Which backends to try first, as data: (platform kind, compute capability, kind, phase) -> order.
 
-Where a device profile covers the platform (planning/profile.py), the solver ranks the
+Where a device profile covers the platform (planning/profile_search.py), the solver ranks the
 backends that serve every layer by it, and these tables only break ties among unmeasured ones.
 Elsewhere it walks the first matching entry's ``backends`` in order and takes the first one that
 serves every layer. Names that are not registered are skipped, so a table may name a backend

@@ -13,7 +13,7 @@ import os
 from typing import Any, Mapping
 
 from attnkit.planning import measured
-from attnkit.planning.profile import find_profile, shipped_profiles
+from attnkit.planning.profile_search import find_profile, shipped_profiles
 
 
 class ProfileChoice:

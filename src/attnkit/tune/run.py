@@ -21,7 +21,8 @@ import torch
 
 from attnkit.errors import AttnkitError
 from attnkit.model.spec import ModelAttention
-from attnkit.planning.profile import Bucket, Entry, Profile, cache_dir, load_profile
+from attnkit.planning.profile import Bucket, Entry, Profile, load_profile
+from attnkit.planning.profile_search import cache_dir
 from attnkit.planning.reasons import check_backend, model_needs
 from attnkit.tune import grid as grids
 from attnkit.tune.case import TOLERANCE, check, layer_spec, make_case, work
