@@ -130,3 +130,10 @@ def test_tune_into_a_malformed_file_is_ak231(tmp_path, capsys):
     bad.write_text("{not json")
     assert main(["tune", "--device", "cpu", "--quick", "--out", str(bad)]) == 2
     assert "AK231" in capsys.readouterr().err and bad.read_text() == "{not json"
+
+
+def test_a_very_slow_backend_is_skipped_not_timed(monkeypatch):
+    monkeypatch.setattr("attnkit.tune.run.SLOW_S", 0.0)
+    case = make_case(grid.buckets(grid.CPU_QUICK)[0], "cpu")
+    e = measure_entry(case, SdpaBackend(), "cpu")
+    assert e.status == "skipped" and e.note.startswith("slow: one call took") and e.eager_ms is None

@@ -30,6 +30,7 @@ from attnkit.tune.environment import device_info, platform_for, slug, software
 from attnkit.tune.timing import measure
 
 WARMUP, REPS, BUDGET_S = 3, 20, 0.5
+SLOW_S = 2.0     # a call slower than this (after the first) is not timed: it is no contender
 RESUME_KEYS = {"device": ("kind", "name", "capability"), "software": ("attnkit", "torch", "triton"),
                "method": ("timer", "warmup", "reps", "l2_flush")}
 
@@ -111,6 +112,10 @@ def measure_entry(case, backend, device: str) -> Entry:
         if not err < tol:
             return Entry(status="wrong", rel_err=err, note=f"relative error {err:.3g} > {tol:g} "
                                                            "against the float64 reference", **base)
+        seconds = _one_call(fwd, device)              # the first call may have compiled kernels
+        if seconds > SLOW_S:
+            return Entry(status="skipped", rel_err=err, note=f"slow: one call took {seconds:.1f} s "
+                                                             f"(over {SLOW_S:g} s), not timed", **base)
         times = measure(fwd, device, warmup=WARMUP, reps=REPS, budget_s=BUDGET_S)
     except torch.cuda.OutOfMemoryError as exc:
         return Entry(status="skipped", note=f"out of memory: {_first_line(exc)}", **base)
@@ -183,6 +188,14 @@ class Progress:
         if self.live and self.total:
             self.stream.write("\n")
         self.stream.flush()
+
+
+def _one_call(fn, device: str) -> float:
+    start = time.perf_counter()
+    fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
 
 
 def _free(device: str) -> None:
