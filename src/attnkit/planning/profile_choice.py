@@ -56,6 +56,11 @@ class ProfileChoice:
             return None
         return ranking.why(chosen, self.platform)
 
+    def summary(self, phase: str, chosen: str) -> str:
+        """One line for the plan's adjustments: what ranked ``chosen`` first."""
+        ranking = self.rankings[phase]
+        return f"fastest of {', '.join(ranking.measured)} measured in the {ranking.profile.name}"
+
     def evidence(self, phase: str, backends: list[str], model, settings) -> str:
         """For a priority-table choice: the newest shipped profile's rates of ``backends`` (same
         platform kind, another device), or "" where none measured them."""

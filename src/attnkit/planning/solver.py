@@ -3,8 +3,8 @@
 Steps: environment overrides, backend names (aliases, typos, other engines' names), rules that
 run before the choice (dtype, KV dtype, tensor parallel, dual chunk), the choice per phase
 (explicit, hybrid or automatic: the candidates serving EVERY layer, fastest first by the
-device profile where one applies, else in priority-table order), one page size every chosen backend accepts, then the Plan with every rejected
-candidate's reasons. A valid request that cannot be planned gives ``ok=False`` and an error;
+device profile where one applies, else in priority-table order), one page size every chosen
+backend accepts, then the Plan with every rejected candidate's reasons. A valid request that cannot be planned gives ``ok=False`` and an error;
 malformed input (unknown model or device, junk settings) raises ``AttnkitError``.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ SETTING_FIELDS = ("dtype", "kv_cache_dtype", "page_size", "tp_size", "speculativ
 def plan(model: Any, platform: Any = "auto", request: Any = None, *,
          registry: Mapping[str, BackendDeclaration] | None = None, env: Mapping[str, str] | None = None,
          table: tuple[priorities.Priority, ...] = priorities.TABLE, strict: bool = False,
-         label: str | None = None, profile: "str | os.PathLike | bool | None" = None,
+         label: str | None = None, profile: str | os.PathLike | bool | None = None,
          workload: Mapping[str, Mapping[str, int]] | None = None) -> Plan:
     """Plan prefill and decode backends for ``model`` on ``platform``.
 
@@ -237,7 +237,7 @@ class Solve:
             measured_why = self.measured.why(phase, name) if self.measured is not None else None
             if measured_why:
                 self.why[phase] = measured_why
-                self._record(f"{phase}_backend", None, name, "profile", measured_why)
+                self._record(f"{phase}_backend", None, name, "profile", self.measured.summary(phase, name))
                 continue
             evidence = (self.measured.evidence(phase, options[phase], self.model, self.settings)
                         if self.measured is not None else "")
