@@ -59,7 +59,7 @@ class ProfileChoice:
     def summary(self, phase: str, chosen: str) -> str:
         """One line for the plan's adjustments: what ranked ``chosen`` first."""
         ranking = self.rankings[phase]
-        return f"fastest of {', '.join(ranking.measured)} measured in the {ranking.profile.name}"
+        return f"{ranking.profile.name} ranks {', '.join(ranking.measured)} (fastest first)"
 
     def evidence(self, phase: str, backends: list[str], model, settings) -> str:
         """For a priority-table choice: the newest shipped profile's rates of ``backends`` (same
