@@ -134,7 +134,8 @@ def rank(profile: Profile, shape: Shape, phase: str, candidates: Sequence[str],
     if workload:
         w = (workload["batch"], workload["new"], workload["context"])
         buckets = [min(buckets, key=lambda b: (_runtime_distance(b, w), b.runtime()))]
-    got: dict[tuple, Entry] = {e.key(): e for e in profile.entries if e.bucket in set(buckets)}
+    wanted = set(buckets)
+    got: dict[tuple, Entry] = {e.key(): e for e in profile.entries if e.bucket in wanted}
     failed, complete = {}, []
     for name in candidates:
         rows = [got.get((name, b)) for b in buckets]

@@ -38,7 +38,8 @@ RESUME_KEYS = {"device": ("kind", "name", "capability"), "software": ("attnkit",
 def method(device: str) -> dict:
     return {"timer": "cuda-graph replay (and eager), CUDA events" if device == "cuda" else "wall clock",
             "what": "backend.forward, K/V write included; prepare once per step, outside the timing",
-            "statistic": "median", "warmup": WARMUP, "reps": REPS, "budget_s": BUDGET_S,
+            "statistic": "median", "warmup": WARMUP if device == "cuda" else 1,
+            "reps": REPS if device == "cuda" else 3, "budget_s": BUDGET_S, "slow_s": SLOW_S,
             "l2_flush": device == "cuda",
             "check": "attnkit.reference (float64) on sampled query rows, before timing",
             "tolerance": dict(TOLERANCE)}
