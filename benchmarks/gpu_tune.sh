@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 14 on the GPU machine, one call: the H200 profile (attnkit tune, resumable), then the
 # selection benchmark with it. Run from the repository root; everything lands in $OUT.
-# Usage: bash benchmarks/gpu_tune.sh [--full]     (default --quick: ~2-3 minutes of tuning)
+# Usage: bash benchmarks/gpu_tune.sh [--full]     (default --quick: an estimated 2-4 minutes of tuning)
 set -u
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/attnkit-tune}; mkdir -p "$OUT"
