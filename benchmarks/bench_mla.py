@@ -289,6 +289,13 @@ def table(rows, ceil):
         out += [f"| {r['variant']} | {r['heads']} | {r['batch']} | {r['ctx']} | "
                 + (f"{r['core_ms'] * 1e3:.0f} | {r['tflops']:.0f} | {r['gbs']:.0f} |" if "core_ms" in r
                    else f"failed: {r['error'][:60]} | | |") for r in var]
+    sweep = [r for r in rows if r["kind"] == "sweep"]
+    if sweep:
+        out += ["", f"| tile sweep (core, L2 flushed, B {SWEEP_SHAPE[0]}, ctx {SWEEP_SHAPE[1]}) | H | "
+                "BLOCK_H, keys per tile, warps, stages | µs | TFLOP/s | GB/s |", "|---|---|---|---|---|---|"]
+        out += [f"| | {r['heads']} | {', '.join(map(str, r['cfg']))} | "
+                + (f"{r['core_ms'] * 1e3:.0f} | {r['tflops']:.0f} | {r['gbs']:.0f} |" if "core_ms" in r
+                   else f"failed: {r['error'][:60]} | | |") for r in sweep]
     ext = [r for r in rows if r["kind"] == "extend"]
     if ext:
         out += ["", "| extend H | q | prefix | form | ms | TFLOP/s (MHA-form FLOPs) |", "|---|---|---|---|---|---|"]
@@ -305,9 +312,15 @@ def main():
     ap.add_argument("--fp8", action="store_true", help="also decode over an fp8 e4m3 latent cache")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--render", metavar="JSON", help="print the tables of a bench_mla.json this script wrote")
     ap.add_argument("--smoke", action="store_true",
                     help="CPU + Triton interpreter, tiny shapes: checks the script runs, times nothing real")
     args = ap.parse_args()
+    if args.render:
+        with open(args.render) as f:
+            data = json.load(f)
+        print(f"{data['env']}\nceilings: {data['ceilings']}\n\n{table(data['rows'], data['ceilings'])}")
+        return
     if args.smoke:
         _smoke()
     t0 = time.time()
@@ -335,6 +348,7 @@ def main():
         rows += extend_rows(h, *ext, args)
         print(rows[-3:], flush=True)
     md = table(rows, ceil)
+    os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "bench_mla.json"), "w") as f:
         json.dump(dict(env=env, ceilings=ceil, rows=rows, seconds=time.time() - t0), f, indent=1)
     with open(os.path.join(args.out, "bench_mla.md"), "w") as f:

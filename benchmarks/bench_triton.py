@@ -6,8 +6,8 @@ gather-pages-then-SDPA, in one run on one GPU, next to the machine's measured ce
 Decode reports GB/s (bytes of K/V read), extend/prefill TFLOP/s (causal FLOPs counted once).
 attnkit is timed as one CUDA-graph replay of ``backend.forward`` (K/V write + kernels), and
 also eagerly; peers likewise where they capture. Every attnkit row is checked against the
-gather-then-SDPA output before it is timed. Writes a markdown table and JSON (and the decode
-plot decode_gbs.png) to --out or $OUT.
+gather-then-SDPA output before it is timed. Writes a markdown table and JSON to --out or $OUT,
+and the decode plot decode_gbs.png drawn from that JSON (plot_decode.py).
 """
 from __future__ import annotations
 
@@ -380,31 +380,6 @@ def table(rows, ceil):
     return "\n".join(lines)
 
 
-def plot(rows, ceil, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    dec = [r for r in rows if r["kind"] == "decode" and r["head_dim"] == 128]
-    batches = sorted({r["batch"] for r in dec})
-    fig, axes = plt.subplots(1, len(batches), figsize=(4 * len(batches), 3.6), sharey=True, squeeze=False)
-    for ax, b in zip(axes[0], batches):
-        sub = sorted((r for r in dec if r["batch"] == b), key=lambda r: r["context"])
-        for name, color in (("attnkit", "C0"), ("sdpa_flash", "C1"), ("sdpa_cudnn", "C2"),
-                            ("flex", "C3"), ("gather_sdpa", "C4")):
-            pts = [(r["context"], r[name]) for r in sub if isinstance(r.get(name), float)]
-            if pts:
-                ax.plot(*zip(*pts), marker="o", color=color, label=name)
-        ax.axhline(ceil["copy_gbs"], color="k", ls="--", label="copy ceiling")
-        ax.set_xscale("log", base=2)
-        ax.set_title(f"decode B={b}")
-        ax.set_xlabel("context")
-    axes[0][0].set_ylabel("GB/s of K/V read")
-    handles = {h.get_label(): h for ax in axes[0] for h in ax.get_lines()}
-    axes[0][-1].legend(handles.values(), handles.keys(), fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer shapes")
@@ -445,7 +420,8 @@ def main():
         json.dump({"environment": env, "ceilings": ceil, "tuned": tuned, "rows": rows}, f, indent=1,
                   default=str)
     try:
-        plot(rows, ceil, os.path.join(args.out, "decode_gbs.png"))
+        from plot_decode import plot
+        plot(os.path.join(args.out, "bench_triton.json"), os.path.join(args.out, "decode_gbs.png"))
     except Exception as exc:  # noqa: BLE001 - the table matters more than the picture
         print(f"plot failed: {exc}", flush=True)
     print(head + md, flush=True)

@@ -1,71 +1,20 @@
-"""One timing helper and the machine's measured ceilings, shared by every benchmark.
+"""The machine's measured ceilings and report helpers, shared by every benchmark.
 
-All numbers are medians of CUDA-event timings after warm-up; ``cold_l2`` flushes the L2
-between repetitions where inputs would otherwise be served from cache.
+Timing is attnkit's one method (attnkit.tune.timing, also what ``attnkit tune`` uses): medians
+of CUDA-event timings after warm-up; ``cold_l2`` flushes the L2 between repetitions where
+inputs would otherwise be served from cache; ``graphed`` replays a call as one CUDA graph.
 """
 from __future__ import annotations
 
 import datetime
-import gc
 import platform as _platform
-import time
 
 import torch
 
+from attnkit.tune.timing import graphed, time_ms, wall_ms
 
-def time_ms(fn, *, warmup: int = 5, reps: int = 30, cold_l2: bool = False) -> float:
-    """Median milliseconds of ``fn()`` on the current CUDA device."""
-    flush = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda") if cold_l2 else None
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        if flush is not None:
-            flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
-    return times[len(times) // 2]
-
-
-def wall_ms(fn, *, warmup: int = 1, reps: int = 3, cold_l2: bool = False) -> float:
-    """time_ms's CPU stand-in (smoke runs without a GPU): median wall-clock milliseconds."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    times.sort()
-    return times[len(times) // 2]
-
-
-def graphed(fn):
-    """(run, note): ``fn`` as one CUDA-graph replay when it captures (host launch overhead
-    out of the timing), else ``fn`` itself and why not."""
-    g = None
-    try:
-        fn()
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            fn()
-        return g.replay, None
-    except Exception as exc:  # noqa: BLE001 - a peer that cannot capture runs eagerly
-        note = f"eager ({type(exc).__name__})"
-    # A capture that failed half-way still holds its private memory pool (through the graph
-    # and the exception's frames): free it before the eager timing, which may need it all.
-    torch.cuda.synchronize()
-    g = None
-    gc.collect()
-    torch.cuda.empty_cache()
-    return fn, note
+__all__ = ["graphed", "time_ms", "wall_ms", "copy_bandwidth_gbs", "matmul_tflops", "environment", "ceilings",
+           "emit", "failure_reason"]
 
 
 def copy_bandwidth_gbs(nbytes: int = 4 << 30) -> float:

@@ -44,7 +44,8 @@ def test_cuda_matches_eager(wide, attnkit_tf, family, dtype, rtol):
         got = model(input_ids=ids, attention_mask=mask).logits.float()
         want = eager(input_ids=ids, attention_mask=mask).logits.float()
     close(got[mask.bool()], want[mask.bool()], rtol=rtol)
-    assert attnkit_plan(model).prefill_backend == "triton"
+    # the H200 profile (or the cuda priority table) picks a GPU backend: triton or sdpa
+    assert attnkit_plan(model).prefill_backend in ("triton", "sdpa")
     if dtype == torch.float32:
         kw = dict(input_ids=ids, attention_mask=mask, max_new_tokens=12, do_sample=False,
                   pad_token_id=0)

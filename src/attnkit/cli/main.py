@@ -1,5 +1,5 @@
-"""The ``attnkit`` command: plan, backends, explain, models, devices, generate. Torch-free
-(``generate`` imports torch when it runs, not when the parser is built).
+"""The ``attnkit`` command: plan, backends, explain, models, devices, generate, tune. Torch-free
+(``generate`` and ``tune`` import torch when they run, not when the parser is built).
 
 Exit codes: 0 planned (or listed), 1 internal error (AK900), 2 usage error (bad flag, unknown
 model/device/code or backend name (AK300/AK301), invalid value (AK306)), 3 no valid plan,
@@ -51,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", action="append", metavar="D", help="platform preset or 'auto' (repeatable)")
     add_plan_flags(p)
     p.add_argument("--json", action="store_true", help="print Plan.to_dict() (a list for several)")
+    p.add_argument("--profile", metavar="FILE", help="device profile to rank backends by (attnkit tune)")
 
     b = sub.add_parser("backends", parents=[common], help="list backends: installed, usable here, why not")
     b.add_argument("--device", default="auto", metavar="D")
@@ -58,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from attnkit.cli.generate import add_parser as add_generate   # torch-free; needs add_plan_flags
     add_generate(sub, common)
+    from attnkit.cli.tune import add_parser as add_tune
+    add_tune(sub, common)
 
     e = sub.add_parser("explain", parents=[common], help="print an error code's catalog entry")
     e.add_argument("code")
@@ -132,7 +135,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     models, platforms, failed = _read_all(args.models, devices, load_model, resolve_platform)
     if failed and not args.json:
         raise next(iter(failed.values()))
-    plans = [_pair(m, d, models, platforms, failed, request, plan) for m in args.models for d in devices]
+    plans = [_pair(m, d, models, platforms, failed, request, plan, profile=args.profile, catch=args.json)
+             for m in args.models for d in devices]
     single = len(plans) == 1
     if args.json:
         data: Any = plans[0].to_dict() if single else [p.to_dict() for p in plans]
@@ -157,12 +161,19 @@ def _read_all(names: list[str], devices: list[str], load_model, resolve_platform
     return models, platforms, failed
 
 
-def _pair(model: str, device: str, models, platforms, failed, request, plan):
+def _pair(model: str, device: str, models, platforms, failed, request, plan, *, profile, catch):
+    """One model x device plan; under --json (``catch``) an error the planner raises (e.g. an
+    unreadable --profile file) becomes a failed-plan object too."""
     from attnkit.planning.plan import Plan
 
     err = failed.get(model) or failed.get(("device", device))
     if err is None:
-        return plan(models[model], platforms[device], request, label=model)
+        try:
+            return plan(models[model], platforms[device], request, label=model, profile=profile)
+        except AttnkitError as exc:
+            if not catch:
+                raise
+            err = exc
     platform = platforms[device].to_dict() if device in platforms else None
     return Plan.failed(err, model=model, platform=platform, request=request.to_dict())
 
@@ -232,8 +243,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def cmd_tune(args: argparse.Namespace) -> int:
+    from attnkit.cli.tune import cmd_tune as run
+
+    return run(args)
+
+
 COMMANDS = {"plan": cmd_plan, "backends": cmd_backends, "explain": cmd_explain,
-            "models": cmd_models, "devices": cmd_devices, "generate": cmd_generate}
+            "models": cmd_models, "devices": cmd_devices, "generate": cmd_generate, "tune": cmd_tune}
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -31,6 +31,23 @@ PageSizes = Union[str, tuple, MultipleOf]
 
 
 @dataclass(frozen=True)
+class Verified:
+    """One run that proved a declaration on real hardware: the backend's GPU tests (conformance
+    against the float64 reference) passed on ``device`` (``capability``) on ``date``, as recorded
+    in ``record``. A declaration may claim a wider range than it has verified; the planner
+    warns when it plans for an architecture no run has covered (planning/verified.py)."""
+    platform: str                          # platform kind: cuda, rocm, ...
+    capability: tuple[int, int] | None     # compute capability of the device that ran it
+    device: str                            # e.g. "NVIDIA H200"
+    date: str                              # ISO date of the run
+    record: str = ""                       # where the run is written down
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"platform": self.platform, "capability": list(self.capability) if self.capability else None,
+                "device": self.device, "date": self.date, "record": self.record}
+
+
+@dataclass(frozen=True)
 class Capabilities:
     """What a backend really does. Every field is checked by the conformance suite."""
     platforms: tuple[str, ...]
@@ -48,6 +65,8 @@ class Capabilities:
     # MHA value head dims served when they differ from the q/k head dim (v_head_dim != head_dim):
     # a tuple, or "any"; None (the default) = values as wide as queries and keys only.
     v_head_dims: tuple[int, ...] | str | None = None
+    # Runs on accelerators that proved this declaration (CPU is proven by every test run).
+    verified: tuple[Verified, ...] = ()
 
     def accepts_page_size(self, size: int) -> bool:
         if self.page_sizes == "any":
@@ -89,6 +108,7 @@ class Capabilities:
             "mla_dims": (self.mla_dims if self.mla_dims in (None, "any")
                          else [list(d) for d in self.mla_dims]),
             "v_head_dims": self.v_head_dims if self.v_head_dims in (None, "any") else list(self.v_head_dims),
+            "verified": [v.to_dict() for v in self.verified],
         }
 
 

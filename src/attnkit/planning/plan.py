@@ -30,6 +30,7 @@ class Plan:
     alternatives: dict[str, list[str]] = field(default_factory=dict)  # phase -> also serves, in order
     warnings: list[str] = field(default_factory=list)
     error: dict[str, Any] | None = None
+    profile: dict[str, Any] | None = None                         # the device profile used, if any
 
     @classmethod
     def failed(cls, err: AttnkitError, *, model: str | None = None, platform: dict[str, Any] | None = None,
@@ -69,4 +70,5 @@ class Plan:
             "alternatives": {k: list(v) for k, v in self.alternatives.items()},
             "warnings": list(self.warnings),
             "error": self.error,
+            "profile": self.profile,
         }

@@ -1,9 +1,12 @@
 """Which backends to try first, as data: (platform kind, compute capability, kind, phase) -> order.
 
-The solver walks the first matching entry's ``backends`` in order and takes the first one that
+Where a device profile covers the platform (planning/profile_search.py), the solver ranks the
+backends that serve every layer by it, and these tables only break ties among unmeasured ones.
+Elsewhere it walks the first matching entry's ``backends`` in order and takes the first one that
 serves every layer. Names that are not registered are skipped, so a table may name a backend
-before it lands. Each entry says ``why`` it is ordered so; cite benchmark rows there
-(benchmarks/RESULTS.md) when they exist.
+before it lands. Each entry says ``why`` it is ordered so, in words only: no benchmark figure is
+typed here (they go stale with every kernel change); the solver appends the rates the shipped
+profile measured for these backends, read from its file (planning/profile_choice.py).
 """
 from __future__ import annotations
 
@@ -39,30 +42,26 @@ BOTH = PHASES
 TABLE: tuple[Priority, ...] = (
     Priority("cuda", ("mha",), BOTH, ("triton", "sdpa", "torch_native"), min_capability=(8, 0),
              why="Ampere and newer: attnkit's paged Triton kernels read the paged cache in place; "
-                 "SDPA gathers pages into a dense copy first; torch_native is the portable fallback. "
-                 "H200, benchmarks/RESULTS.md (2026-11-29): decode B=64 ctx 4k triton 4084 GB/s vs "
-                 "sdpa 952 (runtime baseline); extend 2k over an 8k prefix triton 299-331 TFLOP/s vs "
-                 "sdpa 192; prefill 16k d128 triton 467."),
+                 "sdpa gathers the cached pages into a dense copy first (a prefill without a cached "
+                 "prefix runs on the new K/V directly); torch_native is the portable fallback."),
     Priority("cuda", ("mha",), BOTH, ("sdpa", "triton", "torch_native"),
-             why="Pre-Ampere GPUs (e.g. T4): Triton's bf16 support and tile shapes are weaker there, "
-                 "so the vendor SDPA kernels go first."),
+             why="Pre-Ampere GPUs (e.g. T4): the triton backend is declared for sm80 and newer only, "
+                 "so torch's SDPA kernels go first."),
     Priority("cuda", ("mla",), BOTH, ("triton_mla", "sdpa", "torch_native"),
-             why="MLA: triton_mla attends over the compressed latent cache directly (absorbed form); "
-                 "sdpa decompresses the latent into per-head K/V first; torch_native is the fallback. "
-                 "H200, benchmarks/RESULTS.md (2026-11-29): decode H128 B32 ctx 4k triton_mla 205 us "
-                 "vs SDPA over decompressed K/V 18.2 ms; extend 2k over 32k, MHA form 21.1 ms vs "
-                 "SDPA decompressed 46.7 ms."),
+             why="MLA: triton_mla reads the paged latent cache in place (absorbed form for decode, "
+                 "the MHA form for long new chunks); sdpa computes the same forms but gathers the "
+                 "latent pages into a dense copy first; torch_native is the fallback."),
     Priority("rocm", ("mha",), BOTH, ("sdpa", "triton", "torch_native"),
-             why="ROCm: SDPA dispatches to the AMD flash kernels; attnkit's Triton kernels are tuned "
-                 "for NVIDIA tiles."),
+             why="ROCm: torch's SDPA dispatches to the AMD kernels; attnkit's Triton kernels have "
+                 "run on NVIDIA GPUs only."),
     Priority("rocm", ("mla",), BOTH, ("sdpa", "torch_native"),
              why="ROCm MLA: triton_mla is declared for CUDA only (nothing of it has run on ROCm); "
                  "the portable backends, in the CPU order."),
     Priority("cpu", ("mha",), BOTH, ("sdpa", "torch_native"),
              why="CPU: torch SDPA uses the fused CPU flash kernel; torch_native is the fallback."),
     Priority("cpu", ("mla",), BOTH, ("sdpa", "torch_native"),
-             why="CPU MLA: sdpa decompresses the latent and makes one fused call per layer; "
-                 "torch_native loops over requests."),
+             why="CPU MLA: sdpa makes one fused call per layer (absorbed form for decode, decompressed "
+                 "for long prefills); torch_native loops over requests."),
     Priority("mps", ("mha",), BOTH, ("sdpa", "torch_native"),
              why="Apple MPS: SDPA has a Metal kernel; torch_native is the fallback."),
     Priority("mps", ("mla",), BOTH, ("torch_native",),

@@ -2,9 +2,9 @@
 
 Steps: environment overrides, backend names (aliases, typos, other engines' names), rules that
 run before the choice (dtype, KV dtype, tensor parallel, dual chunk), the choice per phase
-(explicit, hybrid or automatic from the priority table: the first candidate serving EVERY
-layer), one page size every chosen backend accepts, then the Plan with every rejected
-candidate's reasons. A valid request that cannot be planned gives ``ok=False`` and an error;
+(explicit, hybrid or automatic: the candidates serving EVERY layer, fastest first by the
+device profile where one applies, else in priority-table order), one page size every chosen
+backend accepts, then the Plan with every rejected candidate's reasons. A valid request that cannot be planned gives ``ok=False`` and an error;
 malformed input (unknown model or device, junk settings) raises ``AttnkitError``.
 """
 from __future__ import annotations
@@ -20,12 +20,14 @@ from attnkit.model.spec import ModelAttention
 from attnkit.planning import failures, names, priorities
 from attnkit.planning.capabilities import PHASES, BackendDeclaration
 from attnkit.planning.plan import Plan
+from attnkit.planning.profile_choice import ProfileChoice
 from attnkit.planning.reasons import Reason, check_backend, model_needs
 from attnkit.planning.request import BACKEND_FIELDS, Request, parse_request
 from attnkit.planning.rules import (AFTER, BEFORE, PHASE_FIELDS, Override, View, common_page_sizes,
                                     config_dtype)
 from attnkit.planning.unserved import unserved_features
 from attnkit.planning.validate import validate_model
+from attnkit.planning.verified import unverified_warnings
 
 SETTING_FIELDS = ("dtype", "kv_cache_dtype", "page_size", "tp_size", "speculative_tokens",
                   "cuda_graph", "dual_chunk")
@@ -34,7 +36,8 @@ SETTING_FIELDS = ("dtype", "kv_cache_dtype", "page_size", "tp_size", "speculativ
 def plan(model: Any, platform: Any = "auto", request: Any = None, *,
          registry: Mapping[str, BackendDeclaration] | None = None, env: Mapping[str, str] | None = None,
          table: tuple[priorities.Priority, ...] = priorities.TABLE, strict: bool = False,
-         label: str | None = None, **settings: Any) -> Plan:
+         label: str | None = None, profile: str | os.PathLike | bool | None = None,
+         workload: Mapping[str, Mapping[str, int]] | None = None, **settings: Any) -> Plan:
     """Plan prefill and decode backends for ``model`` on ``platform``.
 
     ``request`` (a dict or Request) and keyword ``settings`` (``page_size=32`` ...) are the
@@ -42,17 +45,28 @@ def plan(model: Any, platform: Any = "auto", request: Any = None, *,
     every backend in the tree; ``env`` to ``os.environ``. ``strict=True`` raises the plan's
     error instead of returning ``ok=False``. ``label`` names the model in example command
     lines (default: the string given, or its name).
+    ``profile``: a device profile file (``attnkit tune``) to rank backends by; None finds one
+    (ATTNKIT_PROFILE, the user's cache, the shipped profiles; docs/profile.md); False uses
+    none. ``workload`` (``{phase: {batch, new, context}}``) ranks by the nearest measured bucket
+    instead of all of them.
     """
     req = parse_request(request, **settings)
     label = label if isinstance(label, str) and label else (model if isinstance(model, str) else None)
     spec = model if isinstance(model, ModelAttention) else _load_model(model)
     validate_model(spec)
     target = _platform(platform)
+    automatic = registry is None and profile is not False   # a custom registry is not what was timed
     if registry is None:
         from attnkit.planning.registry import declarations
         registry = declarations()
+    env = os.environ if env is None else env
     solve = Solve(spec, label or spec.name, target, req, dict(registry), table)
-    result = solve.run(os.environ if env is None else env)
+    named = profile if profile not in (None, True, False) else None
+    solve.measured = ProfileChoice(target, path=named, env=env, automatic=automatic,
+                                   enabled=profile is not False, workload=workload)
+    result = solve.run(env)
+    result.profile = solve.measured.info()
+    result.warnings.extend(w for w in solve.measured.warnings if w not in result.warnings)
     return result.raise_for_error() if strict else result
 
 
@@ -90,6 +104,7 @@ class Solve:
         self._reasons: dict[tuple[str, str], list[Reason]] = {}
         self.needs = None
         self.env_used: dict[str, str] = {}       # ATTNKIT_* variables that changed the request
+        self.measured: ProfileChoice | None = None   # the device profile's ranking (set by plan)
 
     # ---- the steps -------------------------------------------------------------------------
     def run(self, env: Mapping[str, str]) -> Plan:
@@ -104,6 +119,7 @@ class Solve:
             self._apply(BEFORE)
             self._choose()
             self._apply(AFTER)
+            self.warnings += unverified_warnings(self.registry, self.backends.values(), self.platform)
         except AttnkitError as err:
             error = err
         return failures.build_plan(self, error)
@@ -216,6 +232,8 @@ class Solve:
             options[phase] = [n for n in pool if not self.reasons(phase, n)]
             if not options[phase]:
                 raise failures.nothing_serves(self, phase, pool)
+            if self.measured is not None:
+                options[phase] = self.measured.order(phase, options[phase], self.model, self.settings)
         chunk = self.settings.get("dual_chunk_len")
         # one backend per phase; the pair earliest in both priority orders that shares a page size
         combos = sorted(itertools.product(*(list(enumerate(options[p])) for p in self.phases)),
@@ -230,6 +248,8 @@ class Solve:
             self.alternatives[phase] = [n for n in options[phase] if n != name]
             if fixed[phase]:
                 self.backends[phase] = name
+                if self.measured is not None:
+                    self.warnings += self.measured.named_warnings(phase, name, self.model, self.settings)
                 if phase not in self.why:
                     field = self.request.backend_field(phase)
                     self.why[phase] = ("named by ATTNKIT_ATTENTION_BACKEND" if self.request.sources.get(field) == "env"
@@ -237,10 +257,18 @@ class Solve:
                 continue
             entry, pool = self.entry(phase), self.pool(phase)
             self.backends[phase] = name
+            measured_why = self.measured.why(phase, name) if self.measured is not None else None
+            if measured_why:
+                self.why[phase] = measured_why
+                self._record(f"{phase}_backend", None, name, "profile", self.measured.summary(phase, name))
+                continue
+            evidence = (self.measured.evidence(phase, options[phase], self.model, self.settings)
+                        if self.measured is not None else "")
             skipped = [n for n in pool[:pool.index(name)] if self.reasons(phase, n)]
             self.why[phase] = (f"first in the {self.platform.kind} {self.model.kind} priority order "
                                f"({', '.join(entry.backends)}) that serves every layer"
-                               + (f" ({', '.join(skipped)} cannot)" if skipped else "") + f". {entry.why}")
+                               + (f" ({', '.join(skipped)} cannot)" if skipped else "") + f". {entry.why}"
+                               + evidence)
             self._record(f"{phase}_backend", None, name, "priority",
                          f"first that serves every layer in the {self.platform.kind}/{self.model.kind} "
                          f"priority order ({', '.join(entry.backends)})")

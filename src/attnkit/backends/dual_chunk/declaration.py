@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from attnkit.backends.gpu_runs import H200_2026_11_29
 from attnkit.planning.capabilities import BackendDeclaration, Capabilities
 
 DECLARATION = BackendDeclaration(
@@ -28,6 +29,7 @@ DECLARATION = BackendDeclaration(
         phases=("prefill", "decode"),
         features=frozenset({"dual_chunk"}),
         requires=("torch",),
+        verified=(H200_2026_11_29,),      # the Triton path (CUDA) and the torch path
     ),
     check="attnkit.backends.dual_chunk.declaration:check",
 )

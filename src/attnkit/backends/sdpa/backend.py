@@ -15,6 +15,9 @@ GQA/MQA use SDPA's enable_gqa where torch has it (>= 2.5), else K/V heads are re
 MLA: decode-like steps in absorbed form (the latent as one shared KV head, q absorbed
 through w_kc, the output lifted through w_vc), long prefills decompressed into per-head
 K/V; the cheaper by FLOP count (paged_torch.absorbed_is_cheaper).
+A prefill without a cached prefix (every request's keys are this step's new tokens) runs SDPA
+on the new K/V as given, with no page gather, when the cache stores them unrounded; the K/V
+write into the cache happens all the same.
 """
 from __future__ import annotations
 
@@ -105,6 +108,8 @@ class SdpaBackend(AttentionBackend):
         if num_tokens == 0:
             return q.new_zeros(0, heads * dv)
         grid = TokenGrid.of(step, q.device)
+        if self._keys_are_new(grid, layer, meta, cache, k):
+            return self._attend_new(q, k, v, grid, layer, meta)
         index = grid.paged.kv_index(layer, cache.page_size)
         kv_max = index.kv_max
         if kv_max == 0:
@@ -132,6 +137,24 @@ class SdpaBackend(AttentionBackend):
         if lift is not None:                        # absorbed MLA: latent context -> per-head value
             out = torch.einsum("thl,hlv->thv", out, lift)
         return out.reshape(num_tokens, heads * dv)
+
+    @staticmethod
+    def _keys_are_new(grid: TokenGrid, layer: AttentionLayer, meta: BatchMetadata, cache, k) -> bool:
+        """No request has a cached prefix (its keys are exactly its new tokens), the cache holds
+        them unrounded (same dtype, so not fp8), requests are of equal length (q is the grid),
+        and the layer attends over its own tokens with per-head K/V (MHA self-attention)."""
+        spec = layer.spec
+        return (grid.uniform and spec.kind == "mha" and spec.role != "cross" and k is not None
+                and k.dtype == cache.dtype and not any(meta.prefix_lens_cpu))
+
+    def _attend_new(self, q, k, v, grid: TokenGrid, layer: AttentionLayer, meta: BatchMetadata):
+        """SDPA over the step's own K/V: q [T, H_q, D], k/v [T, H_kv, D|D_v] -> [T, H_q * D_v]."""
+        spec, b = layer.spec, len(meta.query_lens_cpu)
+        mask, is_causal = self._mask(grid, layer, meta, meta.seq_lens_cpu, q.device)
+        grid_view = lambda x: x.contiguous().view(b, grid.q_max, *x.shape[1:]).transpose(1, 2)  # noqa: E731
+        out = sdpa(grid_view(q), grid_view(k), grid_view(v), mask=mask, is_causal=is_causal,
+                   scale=spec.softmax_scale)                      # [B, H_q, q_max, D_v]
+        return out.transpose(1, 2).reshape(meta.num_tokens, spec.num_heads * spec.value_dim)
 
     def _mla_operands(self, q, latent, layer: AttentionLayer, *, q_max: int):
         """SDPA operands for MLA over latent [B, S, L + R]; -> (q, keys [B, S, H, *], values

@@ -5,6 +5,7 @@ torch picks its fastest kernel (flash, cuDNN, memory-efficient, or math on CPU).
 logit softcap and no attention sinks, so neither is declared: such layers are refused at run
 time (AK440). Torch-free: this module is read by the planner.
 """
+from attnkit.backends.gpu_runs import H200_2026_11_29
 from attnkit.planning.capabilities import BackendDeclaration, Capabilities
 
 DECLARATION = BackendDeclaration(
@@ -25,6 +26,7 @@ DECLARATION = BackendDeclaration(
                             "chunked_local"}),
         requires=("torch",),
         mla_dims="any",
+        verified=(H200_2026_11_29,),
     ),
     aliases={
         "torch_sdpa": "name used before 0.1, and vLLM's TORCH_SDPA",

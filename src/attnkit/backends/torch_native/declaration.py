@@ -4,6 +4,7 @@ The portable baseline: a loop over requests, each gathering its pages and comput
 float32. Slow on GPUs next to fused kernels, but it serves every layer shape attnkit knows
 except dual chunk attention. Torch-free: this module is read by the planner.
 """
+from attnkit.backends.gpu_runs import H200_2026_11_29
 from attnkit.planning.capabilities import BackendDeclaration, Capabilities
 
 DECLARATION = BackendDeclaration(
@@ -25,6 +26,7 @@ DECLARATION = BackendDeclaration(
                             "non_causal", "verify", "chunked_local"}),
         requires=("torch",),
         mla_dims="any",
+        verified=(H200_2026_11_29,),
     ),
     aliases={
         "torch": "short name used before 0.1; 'torch' alone did not say which torch path",

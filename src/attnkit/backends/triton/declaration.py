@@ -4,6 +4,7 @@ split-KV (flash-decoding) decode kernel, GQA-grouped.
 Every entry below is run on a GPU by tests/conformance and tests/triton_kernels (marker gpu); see
 benchmarks/NOTES-triton.md for what was measured where. Torch-free: the planner reads it.
 """
+from attnkit.backends.gpu_runs import H200_2026_11_29
 from attnkit.planning.capabilities import BackendDeclaration, Capabilities
 
 DECLARATION = BackendDeclaration(
@@ -24,5 +25,6 @@ DECLARATION = BackendDeclaration(
         features=frozenset({"sliding_window", "logit_softcap", "sinks", "non_causal", "verify",
                             "chunked_local"}),
         requires=("torch", "triton"),
+        verified=(H200_2026_11_29,),
     ),
 )

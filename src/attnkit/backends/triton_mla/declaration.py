@@ -1,4 +1,5 @@
 """What the triton_mla backend serves, as torch-free data (checked by tests/conformance)."""
+from attnkit.backends.gpu_runs import H200_2026_11_29
 from attnkit.planning.capabilities import BackendDeclaration, Capabilities
 
 # Latent widths are tl.arange extents, so each must be a power of two; these are the pairs
@@ -23,5 +24,6 @@ DECLARATION = BackendDeclaration(
         features=frozenset({"verify"}),
         requires=("torch", "triton"),
         mla_dims=MLA_DIMS,
+        verified=(H200_2026_11_29,),
     ),
 )

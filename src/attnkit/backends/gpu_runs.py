@@ -1,0 +1,12 @@
+"""The GPU runs that proved backend declarations, as data the declarations cite (torch-free).
+
+Each record is one call of the GPU test suite (``pytest -m gpu``: the conformance suite of
+every registered backend against the float64 reference, plus each backend's own GPU tests),
+written down in benchmarks/RESULTS.md. Add a record here when the suite has passed on
+another architecture, and cite it from the declarations it covers.
+"""
+from attnkit.planning.capabilities import Verified
+
+H200_2026_11_29 = Verified(
+    "cuda", (9, 0), "NVIDIA H200", "2026-11-29",
+    record="benchmarks/RESULTS.md, 'The final run' and 'The second session's GPU calls'")

@@ -1,0 +1,82 @@
+"""The solver's use of device profiles: which applies, how it orders a phase, what the plan says.
+
+``ProfileChoice`` is built once per plan. For a phase the user left open it reorders the
+candidates that serve every layer by the profile (planning/measured.py); the solver keeps
+its own rule for the pair (one page size for both phases) and asks here why the chosen
+backend won. Without a profile for this device the priority order stands, and its reason
+quotes the rates the shipped profile of the same platform kind measured, never a typed
+figure. A backend the user named is never reordered or replaced.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+from attnkit.planning import measured
+from attnkit.planning.profile_search import find_profile, shipped_profiles
+
+
+class ProfileChoice:
+    def __init__(self, platform, *, path: str | os.PathLike | None, env: Mapping[str, str],
+                 automatic: bool, enabled: bool = True, workload: Any = None):
+        """``path``: ``--profile``; ``automatic``: also look in the user's cache and the shipped
+        profiles (off for a custom registry, whose backends are not what was timed);
+        ``enabled=False``: no profile at all (``plan(..., profile=False)``)."""
+        self.platform = platform
+        self.workload = measured.check_workload(workload)
+        self.profile, self.warnings = (find_profile(platform, path=path, env=env, automatic=automatic)
+                                       if enabled else (None, []))
+        self.automatic = automatic and enabled
+        self.rankings: dict[str, measured.Ranking] = {}
+
+    def info(self) -> dict[str, Any] | None:
+        if self.profile is None:
+            return None
+        return {**self.profile.info(), "phases": [p for p, r in self.rankings.items() if r.measured]}
+
+    def order(self, phase: str, candidates: list[str], model, settings) -> list[str]:
+        """``candidates`` (priority order) in the profile's order for ``phase``."""
+        shape = measured.model_shape(model, settings)
+        if self.profile is None or shape is None:
+            return candidates
+        ranking = measured.rank(self.profile, shape, phase, candidates, self.workload.get(phase))
+        if ranking is not None:
+            self.rankings[phase] = ranking
+            self.warnings += ranking.failure_warnings()
+        if ranking is None or not ranking.measured:
+            self.warnings.append(f"{self.profile.name} has no {phase} measurement of {', '.join(candidates)} "
+                                 f"for {shape.label()}: the priority order applies")
+            return candidates
+        return ranking.order
+
+    def why(self, phase: str, chosen: str) -> str | None:
+        """The measured reason ``chosen`` won ``phase``, or None when the profile did not decide."""
+        ranking = self.rankings.get(phase)
+        if ranking is None or chosen not in ranking.rates:
+            return None
+        return ranking.why(chosen, self.platform)
+
+    def summary(self, phase: str, chosen: str) -> str:
+        """One line for the plan's adjustments: what ranked ``chosen`` first."""
+        ranking = self.rankings[phase]
+        return f"{ranking.profile.name} ranks {', '.join(ranking.measured)} (fastest first)"
+
+    def evidence(self, phase: str, backends: list[str], model, settings) -> str:
+        """For a priority-table choice: the newest shipped profile's rates of ``backends`` (same
+        platform kind, another device), or "" where none measured them."""
+        shape = measured.model_shape(model, settings)
+        if not self.automatic or self.profile is not None or shape is None:
+            return ""
+        for prof in shipped_profiles(self.platform.kind):
+            ranking = measured.rank(prof, shape, phase, backends, self.workload.get(phase))
+            if ranking is not None and ranking.measured:
+                return " " + ranking.evidence(self.platform)
+        return ""
+
+    def named_warnings(self, phase: str, name: str, model, settings) -> list[str]:
+        """What the profile recorded against a backend the user named (it still runs)."""
+        shape = measured.model_shape(model, settings)
+        if self.profile is None or shape is None:
+            return []
+        ranking = measured.rank(self.profile, shape, phase, [name], self.workload.get(phase))
+        return [] if ranking is None else ranking.failure_warnings("; named, so it runs anyway")

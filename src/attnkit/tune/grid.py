@@ -1,0 +1,108 @@
+"""The shape buckets ``attnkit tune`` measures (data), and the buckets of given models.
+
+A grid is static shapes (heads, head dims, dtypes: what a model fixes) times runtime shapes
+(batch and lengths: what each step varies). The GPU grids hold the shapes of
+benchmarks/bench_triton.py and bench_mla.py (Llama-3-8B-like 32/8 heads, d64/d128/d256;
+DeepSeek-V3 MLA at 16 and 128 heads), so the planner's nearest bucket for those rows is exact;
+``--quick`` keeps the rows that decide each phase's choice. The CPU grid is tiny: it tests the
+code path end to end and makes a smoke profile.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from attnkit.planning.measured import model_shape
+from attnkit.planning.profile import Bucket, Shape
+
+PAGE_SIZE = 16          # the planner's default page size (rules.page_size_rule), for every bucket
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Runtime shapes of one phase: decode (batch, context) pairs or prefill (new, prefix, batch)."""
+    decode: tuple[tuple[int, int], ...]
+    prefill: tuple[tuple[int, int, int], ...]
+
+
+def _mha(heads, kv, dim, dtype="bf16", kv_dtype=None) -> Shape:
+    return Shape("mha", heads, kv, dim, dim, dtype, kv_dtype or dtype)
+
+
+def _mla(heads, *, rank=512, rope=64, nope=128, v=128, dtype="bf16", kv_dtype=None) -> Shape:
+    return Shape("mla", heads, 1, nope + rope, v, dtype, kv_dtype or dtype, rank, rope)
+
+
+def _grid(decode_b, decode_ctx, prefill) -> Runtime:
+    return Runtime(tuple((b, c) for b in decode_b for c in decode_ctx), tuple(prefill))
+
+
+MHA_MAIN = _grid((1, 16, 64, 128), (1024, 4096, 32768),
+                 [(2048, 0, 1), (16384, 0, 1), (2048, 8192, 1), (2048, 32768, 1)])
+MHA_SIDE = Runtime(((64, 4096), (1, 32768)), ((16384, 0, 1), (2048, 32768, 1)))
+FP8_SIDE = Runtime(((1, 32768), (64, 4096)), ())
+MLA_MAIN = _grid((1, 32, 128), (1024, 4096, 32768), [(2048, 32768, 1), (4096, 0, 1)])
+MLA_FP8 = Runtime(((128, 4096),), ())
+QUICK_MHA = _grid((1, 64), (4096, 32768), [(16384, 0, 1), (2048, 32768, 1)])
+QUICK_MLA = Runtime(((128, 4096),), ((2048, 32768, 1),))
+QUICK_MLA_SMALL = Runtime(((128, 4096),), ())
+
+GPU_FULL: tuple[tuple[Shape, Runtime], ...] = (
+    (_mha(32, 8, 128), MHA_MAIN),
+    (_mha(32, 8, 64), MHA_SIDE),
+    (_mha(16, 8, 256), MHA_SIDE),
+    (_mha(32, 8, 128, kv_dtype="fp8_e4m3"), FP8_SIDE),
+    (_mla(128), MLA_MAIN),
+    (_mla(16), MLA_MAIN),
+    (_mla(128, kv_dtype="fp8_e4m3"), MLA_FP8),
+    (_mla(16, kv_dtype="fp8_e4m3"), MLA_FP8),
+)
+GPU_QUICK: tuple[tuple[Shape, Runtime], ...] = (
+    (_mha(32, 8, 128), QUICK_MHA),
+    (_mla(128), QUICK_MLA),
+    (_mla(16), QUICK_MLA_SMALL),
+)
+# The CPU: float32, tiny heads and lengths (the interpreter-free backends only: sdpa, torch_native).
+CPU_MLA = dict(rank=64, rope=16, nope=32, v=32, dtype="fp32")
+CPU_FULL = (
+    (_mha(4, 2, 32, "fp32"), _grid((1, 4), (32, 128), [(32, 0, 1), (16, 48, 1), (16, 16, 2)])),
+    (_mla(4, **CPU_MLA), _grid((2,), (64,), [(16, 48, 1)])),
+)
+CPU_QUICK = (
+    (_mha(4, 2, 32, "fp32"), _grid((2,), (64,), [(32, 0, 1), (16, 48, 1)])),
+    (_mla(4, **CPU_MLA), _grid((2,), (64,), [(16, 48, 1)])),
+)
+
+
+def buckets(grid: Iterable[tuple[Shape, Runtime]]) -> list[Bucket]:
+    """Every bucket of ``grid``, decode first within each static shape."""
+    out = []
+    for shape, rt in grid:
+        out += [bucket(shape, "decode", b, 1, ctx) for b, ctx in rt.decode]
+        out += [bucket(shape, "prefill", b, new, prefix + new) for new, prefix, b in rt.prefill]
+    return out
+
+
+def bucket(shape: Shape, phase: str, batch: int, new: int, context: int) -> Bucket:
+    return Bucket(shape, phase, batch, new, context, PAGE_SIZE)
+
+
+def default_grid(device: str, quick: bool) -> tuple[tuple[Shape, Runtime], ...]:
+    if device == "cpu":
+        return CPU_QUICK if quick else CPU_FULL
+    return GPU_QUICK if quick else GPU_FULL
+
+
+def model_grid(models, device: str, quick: bool) -> list[tuple[Shape, Runtime]]:
+    """``--models``: each model's own shape (its most common layer, tp 1, its dtype) with the
+    runtime shapes of the default grid's first entry of the same kind."""
+    runtimes = {}
+    for shape, rt in default_grid(device, quick):
+        runtimes.setdefault(shape.kind, rt)
+    out: list[tuple[Shape, Runtime]] = []
+    for model in models:
+        dtype = "fp32" if device == "cpu" else (model.dtype if model.dtype in ("fp16", "bf16") else "bf16")
+        shape = model_shape(model, {"dtype": dtype, "kv_cache_dtype": dtype, "tp_size": 1})
+        if shape is not None and (shape, runtimes[shape.kind]) not in out:
+            out.append((shape, runtimes[shape.kind]))
+    return out

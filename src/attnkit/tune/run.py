@@ -1,0 +1,215 @@
+"""``attnkit tune``: time every usable backend on every bucket of a grid, write a device profile.
+
+Per bucket one step is built (tune/case.py); per backend that serves it (the planner's own
+check of its declaration): ``prepare`` and ``forward`` once, the output checked against the
+float64 reference (a backend that fails is recorded as ``wrong`` and never timed), then
+timed by the one method of tune/timing.py. The profile is rewritten after every entry, so an
+interrupted run keeps what it measured, and a re-run skips the (backend, bucket) pairs the
+file already holds. The schema is planning/profile.py's (docs/profile.md).
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Mapping, Sequence, TextIO
+
+import torch
+
+from attnkit.errors import AttnkitError
+from attnkit.model.spec import ModelAttention
+from attnkit.planning.profile import Bucket, Entry, Profile, load_profile
+from attnkit.planning.profile_search import cache_dir
+from attnkit.planning.reasons import check_backend, model_needs
+from attnkit.tune import grid as grids
+from attnkit.tune.case import TOLERANCE, check, layer_spec, make_case, work
+from attnkit.tune.environment import device_info, platform_for, slug, software
+from attnkit.tune.timing import measure
+
+WARMUP, REPS, BUDGET_S = 3, 20, 0.5
+SLOW_S = 2.0     # a call slower than this (after the first) is not timed: it is no contender
+RESUME_KEYS = {"device": ("kind", "name", "capability"), "software": ("attnkit", "torch", "triton"),
+               "method": ("timer", "warmup", "reps", "l2_flush")}
+
+
+def method(device: str) -> dict:
+    return {"timer": "cuda-graph replay (and eager), CUDA events" if device == "cuda" else "wall clock",
+            "what": "backend.forward, K/V write included; prepare once per step, outside the timing",
+            "statistic": "median", "warmup": WARMUP if device == "cuda" else 1,
+            "reps": REPS if device == "cuda" else 3, "budget_s": BUDGET_S, "slow_s": SLOW_S,
+            "l2_flush": device == "cuda",
+            "check": "attnkit.reference (float64) on sampled query rows, before timing",
+            "tolerance": dict(TOLERANCE)}
+
+
+def tune(*, device: str = "cuda", quick: bool = False, models: Sequence[ModelAttention] = (),
+         out: str | os.PathLike | None = None, backends: Sequence[str] | None = None,
+         env: Mapping[str, str] | None = None, stream: TextIO | None = None,
+         command: str = "attnkit tune", shapes: Sequence | None = None) -> tuple[Path, Profile]:
+    """Measure and write the profile; returns (its path, the profile). ``models``: tune only
+    their shapes; ``backends``: only these (canonical names); ``shapes``: this grid instead
+    (``[(Shape, Runtime)]``, see tune/grid.py)."""
+    env = os.environ if env is None else env
+    platform = platform_for(device)
+    if shapes is None:
+        shapes = grids.model_grid(models, device, quick) if models else grids.default_grid(device, quick)
+    path = Path(out) if out else default_path(platform.name, device, env)
+    head = {"device": device_info(platform), "software": software(), "method": method(device)}
+    old = resume(path, head)
+    entries = list(old.entries) if old else []
+    done = {e.key() for e in entries}
+    from attnkit.planning.registry import declarations, load_backend
+    registry = declarations()
+    jobs = [(b, n) for b in grids.buckets(shapes) for n in serving(b, registry, platform, backends)
+            if (n, b) not in done]
+    if not jobs and not entries:
+        raise AttnkitError("AK233", f"no backend to time on {platform.name}"
+                           + (f" among {', '.join(backends)}" if backends else ""),
+                           field="backends", expected=sorted(registry), actual=list(backends or []))
+    runs = (old.header.get("runs", []) if old else []) + [
+        {"command": command, "started": _now(), "measured": len(jobs), "seconds": None}]
+    bar = Progress(len(jobs), stream if stream is not None else sys.stderr)
+    start, case = time.perf_counter(), None
+    for i, (b, name) in enumerate(jobs):
+        if case is None or case.bucket != b:
+            case = None
+            _free(device)
+            case = make_case(b, device)
+        entry = measure_entry(case, load_backend(name), device)
+        entries.append(entry)
+        runs[-1]["seconds"] = round(time.perf_counter() - start, 1)
+        prof = write(path, head, entries, runs, smoke=device == "cpu")
+        bar.done(i + 1, entry)
+    bar.close()
+    if not jobs:
+        prof = load_profile(path)
+    return path, prof
+
+
+def serving(b: Bucket, registry, platform, only: Sequence[str] | None) -> list[str]:
+    """The backends whose declarations serve bucket ``b`` here (the planner's check)."""
+    model = ModelAttention(name=f"bucket {b.label()}", architecture="attnkit-tune",
+                           layers=(layer_spec(b.shape),), dtype=b.shape.dtype)
+    needs = model_needs(model)
+    settings = {"dtype": b.shape.dtype, "kv_cache_dtype": b.shape.kv_dtype, "page_size": b.page_size,
+                "speculative_tokens": 0, "cuda_graph": False}
+    return [n for n, d in sorted(registry.items())
+            if (n in only if only else not d.explicit_only)
+            and not check_backend(d, model=model, needs=needs, platform=platform, phase=b.phase, settings=settings)]
+
+
+def measure_entry(case, backend, device: str) -> Entry:
+    """Check, then time, one backend on one case."""
+    b = case.bucket
+    tol = TOLERANCE[b.shape.dtype]
+    base = dict(backend=backend.name, bucket=b, work=work(b))
+    try:
+        step = backend.prepare(case.meta, case.cache)
+        fwd = lambda: backend.forward(case.q, case.k, case.v, case.layer, case.cache, step)  # noqa: E731
+        err = check(case, fwd())
+        if not err < tol:
+            return Entry(status="wrong", rel_err=err, note=f"relative error {err:.3g} > {tol:g} "
+                                                           "against the float64 reference", **base)
+        seconds = _one_call(fwd, device)              # the first call may have compiled kernels
+        if seconds > SLOW_S:
+            return Entry(status="skipped", rel_err=err, note=f"slow: one call took {seconds:.1f} s "
+                                                             f"(over {SLOW_S:g} s), not timed", **base)
+        times = measure(fwd, device, warmup=WARMUP, reps=REPS, budget_s=BUDGET_S)
+    except torch.cuda.OutOfMemoryError as exc:
+        return Entry(status="skipped", note=f"out of memory: {_first_line(exc)}", **base)
+    except Exception as exc:  # noqa: BLE001 - a backend that raises is a result, not the end of the run
+        code = f"{exc.code} " if isinstance(exc, AttnkitError) else ""
+        return Entry(status="error", note=f"{code}{type(exc).__name__}: {_first_line(exc)}", **base)
+    finally:
+        _free(device)
+    return Entry(status="ok", rel_err=err, graph_ms=times["graph_ms"], eager_ms=times["eager_ms"],
+                 note=times["note"], **base)
+
+
+def resume(path: Path, head: dict) -> Profile | None:
+    """The profile already at ``path`` if it was measured like this run (AK232 otherwise)."""
+    if not path.exists():
+        return None
+    old = load_profile(path)
+    have = {"device": old.device, "software": old.software, "method": old.method}
+    for part, keys in RESUME_KEYS.items():
+        for key in keys:
+            if have[part].get(key) != head[part].get(key):
+                raise AttnkitError(
+                    "AK232", f"{path} was measured with {part}.{key} = {have[part].get(key)!r}, this run has "
+                             f"{head[part].get(key)!r}: resuming would mix two environments in one profile",
+                    field=f"{part}.{key}", expected=have[part].get(key), actual=head[part].get(key),
+                    solutions=[f"write to another file (--out), or delete {path} to re-measure"])
+    return old
+
+
+def write(path: Path, head: dict, entries: list[Entry], runs: list[dict], *, smoke: bool) -> Profile:
+    """Write the profile atomically (a reader never sees half a file)."""
+    note = ("CPU smoke profile: tiny shapes that test the tune code path; the planner uses it only "
+            "when named (--profile / ATTNKIT_PROFILE)" if smoke else "written by attnkit tune; do not edit")
+    prof = Profile(device=head["device"], software=head["software"], date=datetime.date.today().isoformat(),
+                   method=head["method"], entries=tuple(entries), smoke=smoke,
+                   header={"note": note, "runs": runs}, path=str(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(prof.to_dict(), indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return prof
+
+
+def default_path(name: str, device: str, env: Mapping[str, str]) -> Path:
+    """The per-user cache file for this device (planning/profile.cache_dir)."""
+    folder = cache_dir(env) or Path.cwd()
+    return folder / f"{slug(name)}{'-smoke' if device == 'cpu' else ''}.json"
+
+
+class Progress:
+    """A progress bar on a terminal; one line per entry elsewhere (logs of a GPU run)."""
+
+    def __init__(self, total: int, stream: TextIO):
+        self.total, self.stream, self.start = total, stream, time.perf_counter()
+        self.live = bool(getattr(stream, "isatty", lambda: False)())
+
+    def done(self, n: int, e: Entry) -> None:
+        rate = e.rate("graph") or e.rate("eager")
+        what = f"{e.status}" + (f" {rate:.4g} {e.unit}" if rate else f" ({e.note[:60]})" if e.note else "")
+        line = f"{n}/{self.total} {e.backend} {e.bucket.phase} {e.bucket.label()} {e.bucket.shape.label()}: {what}"
+        if self.live:
+            filled = 24 * n // max(self.total, 1)
+            line = f"\r[{'#' * filled}{'.' * (24 - filled)}] {line} ({time.perf_counter() - self.start:.0f} s)\x1b[K"
+            self.stream.write(line)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.live and self.total:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+def _one_call(fn, device: str) -> float:
+    start = time.perf_counter()
+    fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def _free(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:160] if text else ""
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+

@@ -1,0 +1,90 @@
+"""The one timing method of attnkit's measurements (``attnkit tune`` and benchmarks/).
+
+CUDA: medians of CUDA-event timings after warm-up, the L2 flushed before each repetition
+where inputs would otherwise be served from cache (``cold_l2``), the call replayed as one
+CUDA graph where it captures (host launch overhead out) and timed eagerly as well.
+CPU (smoke runs): medians of wall-clock times.
+"""
+from __future__ import annotations
+
+import gc
+import time
+
+import torch
+
+L2_FLUSH_BYTES = 256 * 1024 * 1024        # over four times the L2 of any current GPU
+
+
+def time_ms(fn, *, warmup: int = 5, reps: int = 30, cold_l2: bool = False) -> float:
+    """Median milliseconds of ``fn()`` on the current CUDA device."""
+    flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda") if cold_l2 else None
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        if flush is not None:
+            flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def wall_ms(fn, *, warmup: int = 1, reps: int = 3, cold_l2: bool = False) -> float:
+    """time_ms's CPU stand-in: median wall-clock milliseconds (``cold_l2`` is ignored)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def graphed(fn):
+    """(run, note): ``fn`` as one CUDA-graph replay when it captures (host launch overhead
+    out of the timing), else ``fn`` itself and why not."""
+    g = None
+    try:
+        fn()
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        return g.replay, None
+    except Exception as exc:  # noqa: BLE001 - a call that cannot capture runs eagerly
+        note = f"eager ({type(exc).__name__})"
+    # A capture that failed half-way still holds its private memory pool (through the graph
+    # and the exception's frames): free it before the eager timing, which may need it all.
+    torch.cuda.synchronize()
+    g = None
+    gc.collect()
+    torch.cuda.empty_cache()
+    return fn, note
+
+
+def measure(fn, device: str, *, warmup: int = 3, reps: int = 20, budget_s: float = 0.5) -> dict:
+    """``{"graph_ms", "eager_ms", "note"}`` of ``fn`` by the method above. Repetitions shrink for
+    slow calls so one call costs about ``budget_s`` per method (at least 3 repetitions)."""
+    if device != "cuda":        # smoke runs: a few calls are enough to test the path
+        return {"graph_ms": None, "eager_ms": wall_ms(fn, warmup=1, reps=min(reps, 3)),
+                "note": "wall clock, 3 calls (no CUDA graphs on the CPU)"}
+    run, note = graphed(fn)
+    once = time_ms(run, warmup=0, reps=1)
+    n = _reps(once, reps, budget_s)
+    w = warmup if n == reps else 1
+    graph = None if note else time_ms(run, warmup=w, reps=n, cold_l2=True)
+    eager = time_ms(fn, warmup=w, reps=n, cold_l2=True)
+    return {"graph_ms": graph, "eager_ms": eager,
+            "note": (note or "CUDA graph") + ("" if n == reps else f"; {n} repetitions (slow call)")}
+
+
+def _reps(once_ms: float, reps: int, budget_s: float) -> int:
+    return max(3, min(reps, int(budget_s * 1e3 / max(once_ms, 1e-3))))

@@ -1,0 +1,47 @@
+"""benchmarks/bench_selection.py off the GPU: its rows, the planner's picks per row with a
+synthetic profile, and the table it renders from its JSON rows."""
+import pathlib
+import sys
+
+from profile_fakes import MHA_H200, entry, profile, write
+
+from attnkit.hardware import get_preset
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
+import bench_selection as sel  # noqa: E402
+
+
+def test_rows_cover_the_three_benchmarks():
+    assert len(sel.TRITON_ROWS) == 19 and len(sel.MLA_ROWS) == 22 and len(sel.DCA_ROWS) == 2
+    for script, phase, batch, new, context, key in sel.TRITON_ROWS + sel.MLA_ROWS:
+        assert new <= context and (phase == "prefill" or new == 1), (script, phase, new, context)
+        shape = sel.shape_of(key)
+        assert shape.kind == ("mla" if script == "bench_mla" else "mha")
+
+
+def test_the_planner_picks_per_shape_and_for_every_shape(tmp_path):
+    rows = MHA_H200 + [entry("triton", "prefill", 365, new=2048, context=34816),
+                       entry("sdpa", "prefill", 340, new=2048, context=34816)]
+    path = write(tmp_path / "h200.json", profile(rows))
+    from attnkit.tune import grid
+    shape = sel.shape_of("d128")
+    model = sel.model_of(shape, "row")
+    extend = grid.bucket(shape, "prefill", 1, 2048, 34816)
+    (pick, why), (whole, _) = sel.picks(model, get_preset("h200"), "prefill", extend, path)
+    assert pick == "triton" and why.startswith("prefill: triton, 365 vs 340 TFLOP/s (sdpa)")
+    assert whole == "sdpa"                       # geometric mean over both prefill buckets
+    prefill = grid.bucket(shape, "prefill", 1, 16384, 16384)
+    assert sel.picks(model, get_preset("h200"), "prefill", prefill, path)[0][0] == "sdpa"
+
+
+def test_the_table_says_which_rows_miss_the_target():
+    rows = [dict(script="bench_triton", phase="prefill", batch=1, new=2048, context=34816, shape="d128",
+                 bucket="new=2048 prefix=32768", shape_label="32/8 heads, d128, bf16", pick="sdpa", whole="sdpa",
+                 fastest="triton", unit="TFLOP/s", rates={"triton": 365.0, "sdpa": 340.0, "torch_native": None},
+                 status={"triton": "ok", "sdpa": "ok", "torch_native": "skipped: out of memory"},
+                 ratio=340 / 365, whole_ratio=340 / 365),
+            dict(script="bench_dual_chunk", phase="decode", batch=1, new=1, context=131073, shape="dca",
+                 pick="dual_chunk", whole="dual_chunk", fastest="dual_chunk", ratio=1.0, note="only dual_chunk")]
+    text = sel.table(rows)
+    assert "| 0.93 | **no** |" in text and "torch_native skipped: out of memory" in text
+    assert text.endswith("1 of 2 rows within 5 % of the fastest valid backend.")
