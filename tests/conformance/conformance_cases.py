@@ -154,6 +154,24 @@ def edges(decl, device: str, kind: str) -> list[Conf]:
     if "sliding_window" in caps.features:
         out.append(replace(base, mode="prefix" if "prefill" in has else "decode",
                            feature="sliding_window", edge="window_ge_seq"))
+    return out + garbage_edges(caps, base)
+
+
+def garbage_edges(caps, base: Conf) -> list[Conf]:
+    """Ragged batches over a cache whose every slot but the cached K/V holds NaN / +-inf
+    (pages the batch does not own, page 0 among them, and slots past each request's
+    length): the output must still be the reference's. Once per phase, again with an fp8
+    cache (NaN has its own encoding there), and for cross-attention over encoder pages."""
+    has = modes(caps)
+    fp8 = next((d for d in caps.kv_cache_dtypes if d.startswith("fp8")), None)
+    out = []
+    for mode in [m for m in ("mixed", "decode") if m in has]:
+        out.append(replace(base, mode=mode, edge="garbage"))
+        if fp8 is not None:
+            out.append(replace(base, mode=mode, kv_dtype=fp8, edge="garbage"))
+    if "cross_attention" in caps.features:
+        out += [replace(base, mode=m, feature="cross_attention", edge="garbage")
+                for m in ("prefill", "decode") if m in has]
     return out
 
 
