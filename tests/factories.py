@@ -124,7 +124,7 @@ def make_case(layer: AttentionLayer, *, prefix_lens: Sequence[int], new_lens: Se
     enc = list(encoder_lens) if encoder_lens is not None else [None] * len(new_lens)
     need = sum(-(-(p + n) // page_size) - (-(e or 0) // page_size)
                for p, n, e in zip(prefix_lens, new_lens, enc))
-    shuffle = _ZeroLast(seed) if garbage else seed
+    shuffle = ZeroLast(seed) if garbage else seed
     alloc = PageAllocator(need + spare_pages + garbage, page_size=page_size, shuffle=shuffle)
     reqs = []
     for i, (p, n, e) in enumerate(zip(prefix_lens, new_lens, enc)):
@@ -171,7 +171,7 @@ def make_case(layer: AttentionLayer, *, prefix_lens: Sequence[int], new_lens: Se
     return case
 
 
-class _ZeroLast(random.Random):
+class ZeroLast(random.Random):
     """A shuffle that hands page 0 out last: with a spare page, no request of the case owns it."""
 
     def shuffle(self, x):
