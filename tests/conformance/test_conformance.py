@@ -14,7 +14,8 @@ from attnkit.errors import AttnkitError
 from attnkit.kvcache.paged import FP8_DTYPES
 from attnkit.model.spec import MLAConfig
 from attnkit.planning.registry import load_backend
-from conformance_cases import DEFAULT_FP8_TOLERANCE, FP8_KV_TOLERANCE, Conf, all_cases
+from conformance_cases import (DEFAULT_FP8_TOLERANCE, FP8_KV_TOLERANCE, Conf, all_cases,
+                               torch_device)
 from factories import assert_close, make_case, make_layer, torch_dtype
 
 ACCURACY, PROBES = all_cases()
@@ -70,12 +71,12 @@ def build(c: Conf):
         sliding_window=(10_000 if c.edge == "window_ge_seq" else 5) if f == "sliding_window" else None,
         logit_softcap=5.0 if f == "logit_softcap" else None, sinks=f == "sinks",
         mla=_mla_config(c.mla_dims) if c.kind == "mla" else None,
-        dtype=c.dtype, device=c.device, seed=c.seed)
+        dtype=c.dtype, device=torch_device(c.device), seed=c.seed)
     prefix, new = _lengths(c)
     cross = f == "cross_attention"
     return make_case(
         layer, prefix_lens=prefix, new_lens=new, page_size=c.page_size, dtype=c.dtype,
-        kv_dtype=c.kv_dtype, device=c.device, mode="verify" if c.mode == "verify" else None,
+        kv_dtype=c.kv_dtype, device=torch_device(c.device), mode="verify" if c.mode == "verify" else None,
         encoder_lens=[6, 11, 3][:len(new)] if cross else None,
         encoder="write" if c.mode == "prefill" else "cached", seed=c.seed,
         q_scale={"large_logits": 8.0, "logit_softcap": 3.0}.get(c.edge or f, 1.0),
@@ -97,7 +98,7 @@ def test_matches_reference(conf: Conf):
     spec = case.layer.spec
     dv = spec.mla.v_head_dim if spec.kind == "mla" else spec.value_dim
     assert tuple(out.shape) == (case.meta.num_tokens, spec.num_heads * dv)
-    assert out.dtype == torch_dtype(conf.dtype) and out.device.type == conf.device
+    assert out.dtype == torch_dtype(conf.dtype) and out.device.type == torch_device(conf.device)
     assert torch.isfinite(out).all(), "non-finite output"
     if conf.edge == "large_logits" and conf.dtype != "fp32":
         fp8 = LARGE_LOGIT_TOLERANCE
@@ -148,6 +149,6 @@ def test_cases_cover_every_declared_value():
                 mine = [c for c in ACCURACY if (c.backend, c.device, c.kind) == (decl.name, device, kind)
                         and c.skip != DUAL_CHUNK_SKIP]
                 assert mine, f"{decl.name}/{device}/{kind}: no accuracy case at all"
-                for axis, values in _axes(decl, kind).items():
+                for axis, values in _axes(decl, kind, device).items():
                     missing = [v for v in values if all(getattr(c, axis) != v for c in mine)]
                     assert not missing, f"{decl.name}/{device}/{kind}: {axis} values {missing} untested"
