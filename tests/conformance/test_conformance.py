@@ -92,9 +92,14 @@ def run(c: Conf, case):
 @pytest.mark.parametrize("conf", _params(ACCURACY))
 def test_matches_reference(conf: Conf):
     case = build(conf)
-    ref = case.reference()
-    expected_cache = reference.step_cache(case.k, case.v, case.layer, case.cache, case.meta)
-    out = run(conf, case)
+    expected_cache = reference.stored_kv(case.k, case.v, case.layer, case.cache, case.meta)
+    check(conf, case, run(conf, case))
+    _check_cache_written(case, expected_cache)
+
+
+def check(conf: Conf, case, out) -> None:
+    """``out`` is the backend's output for ``case``: shape, dtype, device, finite, and close to
+    the reference by the conf's tolerances (factories.assert_close)."""
     spec = case.layer.spec
     dv = spec.mla.v_head_dim if spec.kind == "mla" else spec.value_dim
     assert tuple(out.shape) == (case.meta.num_tokens, spec.num_heads * dv)
@@ -106,26 +111,22 @@ def test_matches_reference(conf: Conf):
     else:
         fp8 = FP8_KV_TOLERANCE.get(conf.backend, DEFAULT_FP8_TOLERANCE)
         tol_dtype, tol_kv = conf.dtype, conf.kv_dtype
-    assert_close(out, ref, dtype=tol_dtype, kv_dtype=tol_kv, fp8=fp8, what=conf.id)
-    _check_cache_written(case, expected_cache)
+    assert_close(out, case.reference(), dtype=tol_dtype, kv_dtype=tol_kv, fp8=fp8, what=conf.id)
 
 
 def _check_cache_written(case, expected) -> None:
-    """The backend stored the step's K/V where the slot mapping says, as cache.write would."""
+    """The backend stored the step's K/V where the slot mapping says, as the reference's own
+    rounding says the cache must hold them (reference.stored_kv: not cache.write)."""
+    got = reference.stored_kv(None, None, case.layer, case.cache, case.meta)
     lid = case.layer.layer_id
-    for name in ("k", "v", "latent"):
-        got, want = getattr(case.cache, name).get(lid), getattr(expected, name).get(lid)
-        if got is None:
-            continue
+    for name, g, want in zip(("latent",) if case.layer.spec.kind == "mla" else ("k", "v"), got, expected):
         if case.cache.dtype in FP8_DTYPES:          # a kernel may round to fp8 its own way: 1 ulp
             scale = case.cache.k_scales[lid] if name != "v" else case.cache.v_scales[lid]
-            torch.testing.assert_close(case.cache.dequant(got, scale, torch.float32),
-                                       expected.dequant(want, scale, torch.float32),
-                                       rtol=0.13, atol=1e-2 * scale, equal_nan=True,
-                                       msg=f"cache {name} after forward")
-        else:                                       # garbage cases hold NaN: bitwise equal
-            assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), \
-                f"cache {name} after forward differs from the step's K/V"
+            torch.testing.assert_close(g, want, rtol=0.13, atol=1e-2 * scale, equal_nan=True,
+                                       msg=lambda m: f"cache {name} after forward: {m}")
+        else:                                       # exact (garbage cases hold NaN / inf)
+            torch.testing.assert_close(g, want, rtol=0, atol=0, equal_nan=True,
+                                       msg=lambda m: f"cache {name} after forward: {m}")
 
 
 @pytest.mark.parametrize("conf", _params(PROBES))
