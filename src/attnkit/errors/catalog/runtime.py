@@ -36,8 +36,13 @@ ENTRIES = [
                 "a negative prefix, encoder length or token count, no new tokens, a page size "
                 "below 1, a count or page id that is not an int, a page id beyond the int32 "
                 "range of block tables, a request that is not a Request / dict / tuple of its "
-                "fields, or a block-table row too short for the KV length.",
-        trigger="build_batch, PageAllocator.allocate or PageAllocator.grow was given such an input.",
+                "fields, or a block-table row too short for the KV length. Also a BatchMetadata "
+                "made by hand with such values (not ints, per-request counts of different "
+                "lengths, a slot count other than the new tokens'), or one whose field was set "
+                "after it was made: it is read-only, since its device tensors are built from its "
+                "host values.",
+        trigger="build_batch, BatchMetadata(...), PageAllocator.allocate or PageAllocator.grow "
+                "was given such an input, or a BatchMetadata field was assigned.",
         situations=["The block-table row was not grown after new tokens were scheduled.",
                     "A request with zero new tokens was left in the batch.",
                     "A request tuple missing a field, or a dict with a misspelt field name.",
@@ -171,8 +176,11 @@ ENTRIES = [
     entry(
         "AK417", "query_start_loc inconsistent",
         meaning="The cumulative query offsets do not agree with the per-request new-token counts "
-                "(seq_lens - prefix_lens) or with the number of query tokens.",
-        trigger="Runtime validation of the batch metadata (once per step).",
+                "(seq_lens - prefix_lens) or with the number of query tokens. No longer raised: "
+                "BatchMetadata builds query_start_loc from those counts, so the two cannot "
+                "disagree (a request without new tokens is AK405).",
+        trigger="Runtime validation of the batch metadata (once per step), before BatchMetadata "
+                "built its tensors from its host values.",
         situations=["query_start_loc built without the leading 0.",
                     "prefix_lens not updated after the previous step."],
         solutions=["query_start_loc = [0, cumsum(seq_lens - prefix_lens)...].", _FIX_INPUTS],
