@@ -34,9 +34,9 @@ def write_step_kv(k, v, layer: AttentionLayer, cache, meta: BatchMetadata) -> No
             fail("AK442", f"layer {layer.layer_id}: cross-attention K/V of {k.shape[0]} encoder "
                           "token(s) passed, but meta.encoder_slot_mapping is None",
                  field="meta.encoder_slot_mapping", expected="[sum(encoder_lens)] int64", actual=None)
-        cache.write(layer.layer_id, meta.encoder_slot_mapping, k, v)
+        cache.store(layer.layer_id, meta.encoder_slot_mapping, k, v)
     else:
-        cache.write(layer.layer_id, meta.slot_mapping, k, v)
+        cache.store(layer.layer_id, meta.slot_mapping, k, v)
 
 
 def kv_source(layer: AttentionLayer, meta: BatchMetadata):

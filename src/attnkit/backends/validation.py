@@ -18,17 +18,10 @@ import torch
 from attnkit.backends.batch import slots_of
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
 from attnkit.errors import fail
+from attnkit.kvcache.checks import same_device
 from attnkit.model.spec import KINDS, ROLES
 
 COMPUTE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-def same_device(a: torch.device, b: torch.device) -> bool:
-    """'cuda' and 'cuda:0' are the same device here; an unset index matches any."""
-    if a == b:
-        return True
-    a, b = torch.device(a), torch.device(b)
-    return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
 
 
 def _shape(name: str, t: Any, expected: tuple, *, code: str = "AK411") -> None:
