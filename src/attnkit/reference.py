@@ -35,9 +35,9 @@ def attention(q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None,
     """q: [T, H_q, D]; k: [T, H_kv, D] / v: [T, H_kv, D_v] (MLA: k latent [T, L + R], v None;
     cross layers: k/v are the encoder K/V [Te, ...] or None when already cached).
     Returns float64 [T, H_q * D_v]."""
-    spec = layer.spec
     validate_batch(meta, cache)
     validate_forward(q, k, v, layer, cache, meta)
+    spec = layer.spec
     if spec.dual_chunk is not None:
         fail("AK420", "the dense reference computes plain attention, not dual chunk attention; "
                       "use the dual-chunk reference (tests/dual_chunk)",

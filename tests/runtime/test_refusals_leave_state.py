@@ -147,3 +147,34 @@ def test_load_backend_accepts_aliases_and_spellings_with_a_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert load_backend("Torch-Native").name == "torch_native"
+
+
+@pytest.mark.parametrize("backend", ["torch_native", "sdpa", "triton", "dual_chunk"])
+@pytest.mark.parametrize("what", ["step", "layer", "cache", "prepare-cache", "prepare-meta"])
+def test_wrong_kinds_of_argument_are_coded(backend, what):
+    """Each was a raw AttributeError ('NoneType' object has no attribute ...)."""
+    from factories import make_case, make_layer
+
+    case = make_case(make_layer(num_heads=4, num_kv_heads=2, head_dim=64), prefix_lens=[3, 0],
+                     new_lens=[1, 5], page_size=4)
+    be = load_backend(backend)
+    step = be.prepare(case.meta, case.cache)
+    args = dict(q=case.q, k=case.k, v=case.v, layer=case.layer, cache=case.cache, step=step)
+    calls = {
+        "step": lambda: be.forward(**(args | {"step": case.meta})),
+        "layer": lambda: be.forward(**(args | {"layer": case.layer.spec})),
+        "cache": lambda: be.forward(**(args | {"cache": None})),
+        "prepare-cache": lambda: be.prepare(case.meta, "cache"),
+        "prepare-meta": lambda: be.prepare(None, case.cache),
+    }
+    before = _snapshot(case.cache)
+    err = _code(calls[what])
+    assert err.code in ("AK411", "AK419", "AK430")
+    assert all(torch.equal(a, b) for a, b in zip(_snapshot(case.cache), before))
+
+
+def test_build_batch_wants_a_sequence_of_requests():
+    from attnkit.backends.batch import build_batch
+
+    for bad in (None, 5, "abc"):
+        assert _code(lambda: build_batch(bad, page_size=4)).code == "AK405"

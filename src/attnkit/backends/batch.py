@@ -158,6 +158,9 @@ def build_batch(requests: Sequence[Any], *, page_size: int, device: torch.device
     encoder; "cached" — same, required; "write" — this step also hands the encoder K/V
     of every request to cross layers, so ``encoder_slot_mapping`` [sum encoder_lens] is built.
     """
+    if isinstance(requests, (str, bytes)) or not hasattr(requests, "__iter__"):
+        fail("AK405", f"requests must be a sequence of requests, got {type(requests).__name__}",
+             field="requests", expected="a list of Request / dict / tuple", actual=repr(requests)[:80])
     reqs = [Request.of(r, i) for i, r in enumerate(requests)]
     if not _is_int(page_size) or page_size < 1:
         fail("AK405", f"page_size must be an int >= 1, got {page_size!r}",

@@ -15,11 +15,13 @@ from typing import Any
 
 import torch
 
+from attnkit.backends.base import AttentionLayer
 from attnkit.backends.batch import slots_of
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
 from attnkit.errors import fail
 from attnkit.kvcache.checks import same_device
-from attnkit.model.spec import KINDS, ROLES
+from attnkit.kvcache.paged import PagedKVCache
+from attnkit.model.spec import KINDS, ROLES, LayerAttention
 
 COMPUTE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -57,6 +59,12 @@ def _heads_tensor(name: str, t: Any, tokens: int, heads: int, dim: int, lid: int
 def validate_forward(q, k, v, layer, cache, meta: BatchMetadata) -> None:
     """q: [T, H_q, D] (dual chunk layers: [T, 3, H_q, D]); k: [N, H_kv, D], v: [N, H_kv, D_v] (MLA: k [N, L + R], v None), with
     N = T, or for cross layers N = sum(encoder_lens) and k = v = None when already cached."""
+    _check_cache(cache)
+    if not isinstance(layer, AttentionLayer) or not isinstance(layer.spec, LayerAttention):
+        fail("AK419", f"layer must be an AttentionLayer(spec=LayerAttention(...)), got "
+                      f"{type(layer).__name__}" + ("" if not isinstance(layer, AttentionLayer)
+                                                   else f" with spec {type(layer.spec).__name__}"),
+             field="layer", expected="AttentionLayer", actual=repr(layer)[:80])
     spec = layer.spec
     lid = spec.layer_id
     _check_spec(spec)
@@ -164,6 +172,7 @@ def validate_batch(meta: BatchMetadata, cache) -> None:
         fail("AK411", f"the batch metadata must be a BatchMetadata (build_batch), got "
                       f"{type(meta).__name__}", field="meta", expected="BatchMetadata",
              actual=type(meta).__name__)
+    _check_cache(cache)
     if meta.page_size != cache.page_size:
         fail("AK418", f"batch built for page_size {meta.page_size}, cache has {cache.page_size}",
              field="meta.page_size", expected=cache.page_size, actual=meta.page_size)
@@ -176,6 +185,18 @@ def validate_batch(meta: BatchMetadata, cache) -> None:
     _check_slots("meta.slot_mapping", meta.slot_mapping_cpu, expected, cache)
     if meta.encoder_lens_cpu is not None:
         _check_encoder(meta, cache)
+
+
+def not_a_step(step) -> None:
+    """forward was handed something other than the StepState that prepare returned (AK411)."""
+    fail("AK411", f"forward takes the StepState that prepare returned, got {type(step).__name__}",
+         field="step", expected="StepState (backend.prepare(meta, cache))", actual=repr(step)[:80])
+
+
+def _check_cache(cache) -> None:
+    if not isinstance(cache, PagedKVCache):
+        fail("AK430", f"the KV cache must be a PagedKVCache, got {type(cache).__name__}",
+             field="cache", expected="PagedKVCache", actual=repr(cache)[:80])
 
 
 def _check_mode(meta: BatchMetadata) -> None:
