@@ -14,8 +14,8 @@ from attnkit.errors import AttnkitError
 from attnkit.kvcache.paged import FP8_DTYPES
 from attnkit.model.spec import MLAConfig
 from attnkit.planning.registry import load_backend
-from conformance_cases import (DEFAULT_FP8_TOLERANCE, FP8_KV_TOLERANCE, Conf, all_cases,
-                               torch_device)
+from conformance_cases import (DEFAULT_FP8_TOLERANCE, FP8_KV_TOLERANCE, NORM_TOLERANCE, Conf,
+                               all_cases, torch_device)
 from factories import assert_close, make_case, make_layer, torch_dtype
 
 ACCURACY, PROBES = all_cases()
@@ -111,7 +111,8 @@ def check(conf: Conf, case, out) -> None:
     else:
         fp8 = FP8_KV_TOLERANCE.get(conf.backend, DEFAULT_FP8_TOLERANCE)
         tol_dtype, tol_kv = conf.dtype, conf.kv_dtype
-    assert_close(out, case.reference(), dtype=tol_dtype, kv_dtype=tol_kv, fp8=fp8, what=conf.id)
+    assert_close(out, case.reference(), dtype=tol_dtype, kv_dtype=tol_kv, fp8=fp8,
+                 norm=NORM_TOLERANCE.get((conf.backend, conf.dtype)), what=conf.id)
 
 
 def _check_cache_written(case, expected) -> None:
