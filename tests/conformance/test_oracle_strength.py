@@ -17,8 +17,7 @@ import torch
 
 from attnkit import reference
 from attnkit.backends.base import AttentionLayer
-from attnkit.kvcache.paged import FP8_DTYPES, PagedKVCache
-from conformance_cases import Conf
+from attnkit.kvcache.paged import PagedKVCache
 from test_conformance import ACCURACY, _check_cache_written, build, check, run
 
 CPU_CASES = [c for c in ACCURACY if not c.skip and c.device != "cuda" and c.mode != "idle"]

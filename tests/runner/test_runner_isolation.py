@@ -6,7 +6,6 @@ batch's logits into NaN and greedy emitted token 0 forever.)"""
 import shutil
 
 import pytest
-import torch
 
 from attnkit.runner import LLM
 from runner_helpers import hf_greedy

@@ -9,13 +9,13 @@ positions ``prefix_len .. prefix_len + num_new - 1`` of its sequence.
 """
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass, fields
 from typing import Any, Sequence
 
 import torch
 
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
+from attnkit.backends.metadata import is_int as _is_int
 from attnkit.errors import fail
 
 
@@ -68,17 +68,6 @@ def infer_mode(requests: Sequence[Request]) -> ForwardMode:
 
 
 _INT32_MAX = 2**31 - 1
-
-
-def _is_int(value: Any) -> bool:
-    """True for ints and int-like values (numpy/torch integers), False for bool and floats."""
-    if isinstance(value, bool):
-        return False
-    try:
-        operator.index(value)
-    except TypeError:
-        return False
-    return True
 
 
 def _check_types(i: int, r: Request) -> None:

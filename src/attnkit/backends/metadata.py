@@ -106,7 +106,7 @@ class BatchMetadata:
             if n != b:
                 fail("AK405", f"meta.{name} has {n} entries but the batch has {b} requests "
                               f"(len(seq_lens_cpu))", field=f"meta.{name}", expected=b, actual=n)
-        if not _is_int(self.page_size) or self.page_size < 1:
+        if not is_int(self.page_size) or self.page_size < 1:
             fail("AK405", f"page_size must be an int >= 1, got {self.page_size!r}",
                  field="meta.page_size", expected="int >= 1", actual=repr(self.page_size))
         new = [s - p for s, p in zip(self.seq_lens_cpu, self.prefix_lens_cpu)]
@@ -190,7 +190,7 @@ class BatchMetadata:
         return self._tensors.get("encoder_slot_mapping")
 
 
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
     """True for ints and int-like values (numpy/torch integers), False for bool and floats."""
     if isinstance(value, bool):
         return False
@@ -206,7 +206,7 @@ def _ints(name: str, values: Any) -> tuple[int, ...]:
         items = list(values)
     except TypeError:
         items = None
-    if items is None or not all(_is_int(v) for v in items):
+    if items is None or not all(is_int(v) for v in items):
         fail("AK405", f"meta.{name} must be a sequence of ints, got {values!r}",
              field=f"meta.{name}", expected="a sequence of ints", actual=repr(values))
     return tuple(operator.index(v) for v in items)
