@@ -254,3 +254,35 @@ def test_the_reference_ignores_what_a_batch_does_not_hold(case):
         except AttnkitError as err:                   # an invalid spec: refused both times
             outs.append(err.code)
     assert outs[0] == outs[1] if isinstance(outs[0], str) else torch.equal(outs[0], outs[1])
+
+
+# ---- BatchMetadata by hand: refused, or its tensors are its host values ---------------------
+INTS = st.lists(st.one_of(st.integers(-3, 40), JUNK), max_size=4)
+
+
+@FUZZ
+@given(seq=INTS, prefix=INTS, tables=st.lists(INTS, max_size=4), slots=st.lists(st.integers(-2, 200), max_size=12),
+       mode=st.sampled_from(["extend", "decode", "mixed", "idle", "verify", "prefill", 3]),
+       page_size=st.one_of(st.sampled_from([1, 4]), JUNK))
+def test_hand_made_metadata_is_refused_or_consistent(seq, prefix, tables, slots, mode, page_size):
+    from attnkit.backends.metadata import BatchMetadata
+    from attnkit.backends.validation import validate_batch
+
+    try:
+        meta = BatchMetadata(mode=mode, page_size=page_size, seq_lens_cpu=seq, prefix_lens_cpu=prefix,
+                             block_tables_cpu=tables, slot_mapping_cpu=slots)
+    except AttnkitError:
+        return
+    assert meta.seq_lens.tolist() == list(meta.seq_lens_cpu)
+    assert meta.slot_mapping.tolist() == list(meta.slot_mapping_cpu)
+    assert meta.block_tables.tolist() == [list(r) for r in meta.block_tables_cpu]
+    assert meta.query_start_loc.tolist()[-1] == meta.num_tokens == len(meta.slot_mapping_cpu)
+    cache = PagedKVCache([LayerAttention(layer_id=0, num_heads=1, num_kv_heads=1, head_dim=4)],
+                         num_pages=8, page_size=meta.page_size, dtype="fp32")
+    try:
+        validate_batch(meta, cache)
+    except AttnkitError:
+        return
+    limit = 8 * meta.page_size                        # accepted: every slot is its request's own
+    assert all(0 <= s < limit for s in meta.slot_mapping_cpu)
+    assert len(set(meta.slot_mapping_cpu)) == meta.num_tokens

@@ -116,9 +116,10 @@ def test_batch_metadata(case, fields, code, field):
     (lambda m: dict(slot_mapping_cpu=(2**63,) + m.slot_mapping_cpu[1:]), "meta.slot_mapping"),
     (lambda m: dict(block_tables_cpu=[[2**31, -1], [3, 1]]), "meta.block_tables"),
     (lambda m: dict(page_size=0), "meta.page_size"),
+    (lambda m: dict(mode="prefill"), "meta.mode"),
 ])
 def test_malformed_host_values_are_refused_when_the_metadata_is_made(case, fields, field):
-    _expect("AK405", lambda: _meta(case, **fields(case.meta)), field)
+    _expect("AK406" if field == "meta.mode" else "AK405", lambda: _meta(case, **fields(case.meta)), field)
 
 
 def test_device_tensors_are_built_from_the_host_values_and_cannot_be_set_apart(case):

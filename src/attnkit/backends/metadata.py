@@ -85,6 +85,11 @@ class BatchMetadata:
 
     def __post_init__(self):
         freeze = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
+        try:
+            freeze("mode", ForwardMode(self.mode))
+        except ValueError:
+            fail("AK406", f"mode must be a ForwardMode, got {self.mode!r}", field="meta.mode",
+                 expected=[m.value for m in ForwardMode], actual=repr(self.mode))
         b = len(_ints("seq_lens_cpu", self.seq_lens_cpu))
         for name in ("seq_lens_cpu", "prefix_lens_cpu", "slot_mapping_cpu"):
             freeze(name, _ints(name, getattr(self, name)))
