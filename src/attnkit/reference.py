@@ -1,15 +1,21 @@
 """The float64 dense reference every backend is checked against.
 
 ``attention(q, k, v, layer, cache, meta)`` computes one layer's attention for one step the
-obvious way: write the new K/V into a private copy of the cache (through ``cache.write``, so
-fp8/bf16 rounding of the stored K/V is exactly what a backend sees), read each request's
-keys back through its block table, and run a masked softmax per request in float64.
-The caller's cache is never modified. MLA uses the *unabsorbed* formula (per-head keys and
-values expanded from the latent) so a backend's absorption mistakes show up.
+obvious way: build its own float64 copy of what the layer's cache must hold after the step
+(``stored_kv``: the cached K/V read back by the documented convention, the step's new K/V
+rounded to the cache dtype by this module's own code, not through ``cache.write``), read
+each request's keys through its block table, and run a masked softmax per request in
+float64. Only the slots a request owns, up to its length, are read. The caller's cache is
+never modified. MLA uses the *unabsorbed* formula (per-head keys and values expanded from
+the latent) so a backend's absorption mistakes show up.
+
+Storage convention (docs/backends.md), written here again so that the cache's own code is
+checked against it, not against itself: a non-fp8 cache stores ``value`` cast to its dtype;
+an fp8 cache stores ``fp8(clamp(float32(value) / scale, -max, max))`` (round to nearest,
+saturating at the format's largest finite value) and reads back ``stored * scale``, one
+scale per layer and tensor (K, V; MLA: the latent uses the K scale).
 """
 from __future__ import annotations
-
-import copy
 
 import torch
 
@@ -21,6 +27,7 @@ from attnkit.errors import fail
 from attnkit.kvcache.paged import PagedKVCache
 
 F64 = torch.float64
+_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None,
@@ -28,18 +35,17 @@ def attention(q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None,
     """q: [T, H_q, D]; k: [T, H_kv, D] / v: [T, H_kv, D_v] (MLA: k latent [T, L + R], v None;
     cross layers: k/v are the encoder K/V [Te, ...] or None when already cached).
     Returns float64 [T, H_q * D_v]."""
-    spec = layer.spec
     validate_batch(meta, cache)
     validate_forward(q, k, v, layer, cache, meta)
+    spec = layer.spec
     if spec.dual_chunk is not None:
         fail("AK420", "the dense reference computes plain attention, not dual chunk attention; "
                       "use the dual-chunk reference (tests/dual_chunk)",
              field="layer.dual_chunk", expected=None, actual=spec.dual_chunk)
-    work = step_cache(k, v, layer, cache, meta)
+    keys = stored_kv(k, v, layer, cache, meta)
 
     heads, dv = spec.num_heads, (spec.mla.v_head_dim if spec.kind == "mla" else spec.value_dim)
     out = torch.zeros(meta.num_tokens, heads, dv, dtype=F64, device=q.device)
-    keys = _flat_keys(work, layer)
     starts = meta.query_start_loc.tolist()
     for i in range(meta.num_reqs):
         qs, qe = starts[i], starts[i + 1]
@@ -59,47 +65,48 @@ def attention(q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None,
     return out.reshape(meta.num_tokens, heads * dv)
 
 
-def step_cache(k: torch.Tensor | None, v: torch.Tensor | None, layer: AttentionLayer,
-               cache: PagedKVCache, meta: BatchMetadata) -> PagedKVCache:
-    """A copy of ``cache`` (this layer's buffers cloned) holding the step's new K/V: what a
-    backend's cache must look like after ``forward``."""
+def stored_kv(k: torch.Tensor | None, v: torch.Tensor | None, layer: AttentionLayer,
+              cache: PagedKVCache, meta: BatchMetadata) -> tuple[torch.Tensor, ...]:
+    """What the layer's cache must read back after this step, in float64, one row per slot
+    [num_pages * page_size, ...]: (K, V), or (latent,) for MLA. The cache's current contents
+    are read back by the module's convention, then the step's new K/V (k/v; None: nothing
+    new) are rounded to the cache's dtype and stored at their slots. ``cache`` is unchanged."""
     spec = layer.spec
-    work = _private_copy(cache, spec.layer_id)
+    lid = spec.layer_id
+    names = ("latent",) if spec.kind == "mla" else ("k", "v")
+    bufs = [getattr(cache, name)[lid] for name in names]
+    scales = [float(cache.k_scales[lid]), float(cache.v_scales[lid])][:len(names)]
+    rows = [read_back(buf, scale) for buf, scale in zip(bufs, scales)]
     if k is not None:
         slots = meta.encoder_slot_mapping if spec.cross_attention else meta.slot_mapping
         if slots is None:
             fail("AK415", "cross-attention K/V given but the batch has no encoder_slot_mapping; "
                           "build it with build_batch(..., encoder='write')",
                  field="meta.encoder_slot_mapping", expected="[sum encoder_lens] slots", actual=None)
-        work.write(spec.layer_id, slots, k, v)
-    return work
+        for row, new, buf, scale in zip(rows, (k, v), bufs, scales):
+            row[slots.long()] = round_to_cache(new, buf.dtype, scale)
+    return tuple(rows)
 
 
-def _private_copy(cache: PagedKVCache, lid: int) -> PagedKVCache:
-    """A shallow copy of the cache whose buffers for layer ``lid`` are cloned."""
-    work = copy.copy(cache)
-    for name in ("k", "v", "latent"):
-        bufs = dict(getattr(cache, name))
-        if lid in bufs:
-            bufs[lid] = bufs[lid].clone()
-        setattr(work, name, bufs)
-    return work
+def read_back(buf: torch.Tensor, scale: float) -> torch.Tensor:
+    """buf [num_pages, page_size, ...] as float64 rows [num_pages * page_size, ...]:
+    ``stored * scale`` for fp8, the stored value otherwise."""
+    rows = buf.reshape(-1, *buf.shape[2:]).to(F64)
+    return rows * scale if buf.dtype in _FP8 else rows
+
+
+def round_to_cache(x: torch.Tensor, dtype: torch.dtype, scale: float) -> torch.Tensor:
+    """x as a cache of ``dtype`` stores it and reads it back, in float64 (the convention above;
+    torch's own casts do the rounding)."""
+    if dtype in _FP8:
+        top = torch.finfo(dtype).max
+        stored = (x.to(torch.float32) / scale).clamp(-top, top).to(dtype)
+        return stored.to(F64) * scale
+    return x.to(dtype).to(F64)
 
 
 def _row(host: list[list[int]] | None, table: torch.Tensor, i: int) -> list[int]:
     return host[i] if host is not None else table[i].tolist()
-
-
-def _flat_keys(cache: PagedKVCache, layer: AttentionLayer) -> tuple[torch.Tensor, ...]:
-    """The layer's buffers in float64, one row per slot."""
-    lid = layer.layer_id
-    ks, vs = cache.k_scales[lid], cache.v_scales[lid]
-    if layer.spec.kind == "mla":
-        lat = cache.latent[lid]
-        return (cache.dequant(lat, ks, F64).reshape(-1, lat.shape[-1]),)
-    kb, vb = cache.k[lid], cache.v[lid]
-    return (cache.dequant(kb, ks, F64).reshape(-1, *kb.shape[2:]),
-            cache.dequant(vb, vs, F64).reshape(-1, *vb.shape[2:]))
 
 
 def _self_mask(prefix: int, n_q: int, n_keys: int, spec, device) -> torch.Tensor:

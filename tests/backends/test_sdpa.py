@@ -95,8 +95,17 @@ def test_mla_absorbed_decode_half(dtype):
 
 
 def test_forward_without_prepare_builds_its_plan():
-    step, _ = run(make_layer(num_heads=4, num_kv_heads=2, head_dim=16), prepare=False, **MIXED)
-    assert step.plan is not None
+    """A hand-made StepState gets the step's token grid on the first layer, built for its
+    metadata and kept: a second layer reuses it (same object) and still matches."""
+    layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=16)
+    step, first = run(layer, prepare=False, **MIXED)
+    grid = step.plan
+    assert isinstance(grid, sdpa_backend.TokenGrid) and grid.paged.meta is step.meta
+    assert not grid.uniform and grid.q_max == max(MIXED["new_lens"])
+    case = make_case(layer, page_size=4, **MIXED)
+    again = SdpaBackend().forward(case.q, case.k, case.v, case.layer, case.cache,
+                                  StepState(case.meta, plan=grid))
+    assert step.plan is grid and torch.equal(again, first)
 
 
 def test_gqa_without_enable_gqa(monkeypatch):

@@ -12,7 +12,8 @@ from attnkit import reference
 from attnkit.backends.batch import Request, build_batch
 from attnkit.backends.hybrid import HybridBackend
 from attnkit.planning.registry import declarations, load_backend
-from conformance_cases import _devices, _missing_requirement, page_sizes
+from conformance_cases import (_devices, _interpreter_skip, _missing_requirement, page_sizes,
+                               torch_device)
 from factories import assert_close, make_case, make_layer
 
 
@@ -32,7 +33,9 @@ def _pairs():
                               and d in dec.capabilities.kv_cache_dtypes), None)
                 if size and dtype:
                     marks = [pytest.mark.gpu] if device == "cuda" else []
-                    yield pytest.param(pre.name, dec.name, kind, device, size, dtype, marks=marks,
+                    if _interpreter_skip(device):
+                        marks.append(pytest.mark.skip(reason=_interpreter_skip(device)))
+                    yield pytest.param(pre.name, dec.name, kind, torch_device(device), size, dtype, marks=marks,
                                        id=f"{pre.name}+{dec.name}-{kind}-{device}-p{size}-{dtype}")
 
 

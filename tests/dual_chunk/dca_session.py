@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from attnkit.backends.batch import Request, build_batch
+from factories import ZeroLast, fill_garbage
 from attnkit.backends.dual_chunk.backend import DualChunkBackend
 from attnkit.kvcache.allocator import PageAllocator
 from attnkit.kvcache.paged import PagedKVCache
@@ -68,22 +69,27 @@ def make_seqs(spec, lengths, *, seed: int = 0, dtype=torch.float32, device="cpu"
 def run_steps(layer, seqs: list[Seq], steps: list[list[int]], *, page_size: int,
               device="cpu", prompt_lens: list[int] | None = None, seed: int = 0,
               backend=None, kv_dtype=None, kv_scales: tuple[float, float] = (1.0, 1.0),
-              extra_pages: int = 0) -> Run:
+              extra_pages: int = 0, garbage: bool = False) -> Run:
     """steps[s][i]: new tokens of request i at step s (0 = not in that step).
     prompt_lens: the L every prefill step of request i scales with (the literal rule); None
     uses the KV length after each step. kv_dtype: the cache's (default q's dtype);
     kv_scales: its (K, V) scales (fp8 pages hold value / scale). extra_pages: pages each
-    block-table row holds past what its sequence needs (allocated, never written)."""
+    block-table row holds past what its sequence needs (allocated, never written).
+    garbage: no request owns page 0, and every slot holds NaN / +-inf until a step writes it
+    (factories.fill_garbage), so a read of anything but a request's own written keys shows."""
     spec = layer.spec
     cfg = spec.dual_chunk
     backend = backend or DualChunkBackend()
     rotary = DualChunkRotary(cfg, base=BASE)
     pages = [-(-s.length // page_size) + extra_pages for s in seqs]
-    alloc = PageAllocator(sum(pages) + 2, page_size=page_size, shuffle=seed)
+    alloc = PageAllocator(sum(pages) + 2, page_size=page_size,
+                          shuffle=ZeroLast(seed) if garbage else seed)
     rows = [alloc.allocate(i, n * page_size) for i, n in enumerate(pages)]
     cache = PagedKVCache([spec], num_pages=alloc.num_pages, page_size=page_size,
                          dtype=kv_dtype or seqs[0].q.dtype, device=device,
                          k_scales={spec.layer_id: kv_scales[0]}, v_scales={spec.layer_id: kv_scales[1]})
+    if garbage:
+        fill_garbage(cache, spec.layer_id, keep=())
     done = [0] * len(seqs)
     outs: list[list[torch.Tensor]] = [[] for _ in seqs]
     lens: list[list[int]] = [[] for _ in seqs]

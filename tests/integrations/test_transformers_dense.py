@@ -69,7 +69,7 @@ def test_served_masks_give_the_masked_softmax(case, window):
     rows = mask[:, 0].any(-1)
     torch.testing.assert_close(out[rows], want[rows], rtol=1e-5, atol=1e-5)
     assert (out[~rows] == 0).all()
-    assert layout.meta.seq_lens_cpu == [int(n) for n in mask[:, 0].any(1).sum(-1) if n]
+    assert list(layout.meta.seq_lens_cpu) == [int(n) for n in mask[:, 0].any(1).sum(-1) if n]
 
 
 def check(mask, q_len, kv_len, *, window=None, page_size=4, backend="torch_native"):
@@ -91,7 +91,7 @@ def test_right_padding_queries_are_exact(backend, recwarn):
     they were zeros with a warning. One-query requests share the row's pages."""
     mask = causal_mask([0, 0, 1], [6, 3, 2], 6, 6)            # rows 1, 2: padding after the end
     layout = check(mask, 6, 6, backend=backend)
-    assert layout.meta.seq_lens_cpu == [6, 3, 3, 3, 3, 2, 2, 2, 2]
+    assert list(layout.meta.seq_lens_cpu) == [6, 3, 3, 3, 3, 2, 2, 2, 2]
     assert not [w for w in recwarn if "padding" in str(w.message)]
 
 
@@ -174,7 +174,7 @@ def test_a_hole_is_compacted():
     """Padding between real tokens (right-padded prompt, then generated tokens)."""
     mask = causal_mask([0], [8], 8, 8)
     mask[0, 0, :, 3] = mask[0, 0, 3, :] = False
-    assert check(mask, 8, 8).meta.seq_lens_cpu == [7]
+    assert list(check(mask, 8, 8).meta.seq_lens_cpu) == [7]
     window = causal_mask([0], [8], 8, 8, window=3)            # under a window: distances shift,
     window[0, 0, :, 3] = window[0, 0, 3, :] = False           # chains serve the queries after it
     check(window, 8, 8, window=3)

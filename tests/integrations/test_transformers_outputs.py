@@ -100,7 +100,7 @@ def test_prepare_runs_once_per_mask(tiny, attnkit_tf, monkeypatch):
     with torch.no_grad():
         model(input_ids=ids, attention_mask=mask)
     assert len(calls) == 1 and model.config.num_hidden_layers == 2
-    assert calls[0].seq_lens_cpu == [8, 5]                  # padding never reaches the backend
+    assert list(calls[0].seq_lens_cpu) == [8, 5]                 # padding never reaches the backend
 
 
 def _backend(model):

@@ -1,5 +1,6 @@
 """benchmarks/profile_runner_host.py on CPU with toy sizes: every case reports numbers."""
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -21,4 +22,6 @@ def test_small_run_reports_every_case(capsys):
     assert [(r[0], r[1]) for r in rows] == [("torch_native", "1"), ("torch_native", "2"),
                                             ("sdpa", "1"), ("sdpa", "2")]
     assert all(float(r[2]) > 0 and float(r[5]) > 0 for r in rows)      # step ms, prep ms
-    assert "cProfile, sdpa B=1" in out and "model.py" in out
+    # which functions make the top 5 depends on timing; that cProfile rows follow does not
+    profile = out.split("cProfile, sdpa B=1", 1)
+    assert len(profile) == 2 and re.search(r"\w+\.py:\d+\(\w+\)", profile[1])

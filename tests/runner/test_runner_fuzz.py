@@ -74,7 +74,7 @@ def snapshot(engine, sched):
     contents = [buf[pages].clone() for buf in (*cache.k.values(), *cache.v.values())]
     queues = [[(r.request_id, r.computed, list(r.output)) for r in q]
               for q in (sched.waiting, sched.running)]
-    return rows, sorted(alloc._free), pages, contents, queues, sorted(map(repr, sched._ids))
+    return rows, alloc.free_pages(), pages, contents, queues, sorted(map(repr, sched._ids))
 
 
 def same(before, after) -> bool:
@@ -87,7 +87,7 @@ def same(before, after) -> bool:
 def consistent(engine) -> None:
     alloc = engine.allocator
     owned = [p for i in engine.ids for p in alloc.row(i)]
-    assert sorted(owned + list(alloc._free)) == list(range(alloc.num_pages))
+    assert sorted(owned + alloc.free_pages()) == list(range(alloc.num_pages))
     for i in engine.ids:
         assert len(engine.tokens(i)) <= len(alloc.row(i)) * PAGE
 

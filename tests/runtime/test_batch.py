@@ -16,7 +16,7 @@ def test_mixed_batch_fields():
     # request 0: positions 0..4 -> page 7 offsets 0..3, page 2 offset 0; request 1: position 6
     assert meta.slot_mapping.tolist() == [28, 29, 30, 31, 8, 38]
     assert meta.positions.tolist() == [0, 1, 2, 3, 4, 6]
-    assert meta.slot_mapping_cpu == meta.slot_mapping.tolist()
+    assert list(meta.slot_mapping_cpu) == meta.slot_mapping.tolist()
     assert (meta.max_query_len, meta.max_seq_len, meta.num_tokens, meta.num_reqs) == (5, 7, 6, 2)
 
 

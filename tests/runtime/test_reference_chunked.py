@@ -14,13 +14,10 @@ F64 = torch.float64
 def _keys_in_order(case, i):
     """Request i's K and V [kv_len, H_kv, D] float64, read through its block table from the
     cache as it is after the step (prefix plus this step's tokens)."""
-    lid = case.layer.layer_id
-    work = reference.step_cache(case.k, case.v, case.layer, case.cache, case.meta)
+    keys, values = reference.stored_kv(case.k, case.v, case.layer, case.cache, case.meta)
     n = case.meta.seq_lens_cpu[i]
     slots = slots_of(case.requests[i].block_table, range(n), case.meta.page_size)
-    k = work.k[lid].reshape(-1, *work.k[lid].shape[2:])[slots].to(F64)
-    v = work.v[lid].reshape(-1, *work.v[lid].shape[2:])[slots].to(F64)
-    return k, v
+    return keys[slots], values[slots]
 
 
 def _loop_oracle(case, chunk):

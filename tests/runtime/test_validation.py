@@ -92,12 +92,9 @@ def _meta(case, **fields):
     (lambda m: dict(block_tables_cpu=[[99, -1], [3, 1]]), "AK414", "meta.block_tables[0]"),
     (lambda m: dict(block_tables_cpu=[m.block_tables_cpu[0], [m.block_tables_cpu[1][0], -1]]),
      "AK414", "meta.block_tables[1]"),
-    (lambda m: dict(slot_mapping_cpu=[10_000] + m.slot_mapping_cpu[1:]), "AK415", "meta.slot_mapping[0]"),
+    (lambda m: dict(slot_mapping_cpu=(10_000,) + m.slot_mapping_cpu[1:]), "AK415", "meta.slot_mapping[0]"),
     (lambda m: dict(slot_mapping_cpu=m.slot_mapping_cpu[:1] * 7), "AK415", None),
-    (lambda m: dict(query_start_loc=torch.tensor([0, 2, 7], dtype=torch.int32)), "AK417", "meta.query_start_loc"),
-    (lambda m: dict(query_start_loc=torch.tensor([0, 7], dtype=torch.int32)), "AK411", "meta.query_start_loc"),
-    (lambda m: dict(seq_lens=m.seq_lens.float()), "AK410", "meta.seq_lens"),
-    (lambda m: dict(slot_mapping=m.slot_mapping.to("meta")), "AK412", "meta.slot_mapping"),
+    (lambda m: dict(device="meta"), "AK412", "meta.device"),
     (lambda m: dict(page_size=8), "AK418", "meta.page_size"),
     (lambda m: dict(mode=ForwardMode.DECODE), "AK406", "meta.mode"),
     (lambda m: dict(mode=ForwardMode.IDLE), "AK406", "meta.mode"),
@@ -109,6 +106,64 @@ def test_batch_metadata(case, fields, code, field):
     assert backend.calls == 0                      # refused before the backend's own code
 
 
+@pytest.mark.parametrize("fields, field", [
+    (lambda m: dict(seq_lens_cpu=(5, 6)), "meta.seq_lens_cpu"),           # request 0: 0 new tokens
+    (lambda m: dict(prefix_lens_cpu=(5,)), "meta.prefix_lens_cpu"),         # a count short
+    (lambda m: dict(block_tables_cpu=m.block_tables_cpu[:1]), "meta.block_tables_cpu"),
+    (lambda m: dict(slot_mapping_cpu=m.slot_mapping_cpu[:-1]), "meta.slot_mapping_cpu"),
+    (lambda m: dict(seq_lens_cpu=(6, 6.5)), "meta.seq_lens_cpu"),
+    (lambda m: dict(block_tables_cpu=[["a"], [1]]), "meta.block_tables_cpu[0]"),
+    (lambda m: dict(slot_mapping_cpu=(2**63,) + m.slot_mapping_cpu[1:]), "meta.slot_mapping"),
+    (lambda m: dict(block_tables_cpu=[[2**31, -1], [3, 1]]), "meta.block_tables"),
+    (lambda m: dict(page_size=0), "meta.page_size"),
+    (lambda m: dict(mode="prefill"), "meta.mode"),
+])
+def test_malformed_host_values_are_refused_when_the_metadata_is_made(case, fields, field):
+    _expect("AK406" if field == "meta.mode" else "AK405", lambda: _meta(case, **fields(case.meta)), field)
+
+
+def test_device_tensors_are_built_from_the_host_values_and_cannot_be_set_apart(case):
+    """Issue 13: validation read the host lists while the kernels indexed with the tensors, so
+    a slot_mapping tensor pointed at another request's page passed and the write landed there.
+    Now the tensors are made from the host values, with fixed dtypes, and cannot be replaced."""
+    meta = case.meta
+    host = {"seq_lens": meta.seq_lens_cpu, "prefix_lens": meta.prefix_lens_cpu,
+            "block_tables": [list(r) for r in meta.block_tables_cpu],
+            "slot_mapping": meta.slot_mapping_cpu,
+            "positions": [p for a, b in zip(meta.prefix_lens_cpu, meta.seq_lens_cpu) for p in range(a, b)],
+            "query_start_loc": [0, 1, 7]}
+    for name, values in host.items():
+        t = getattr(meta, name)
+        assert t.tolist() == list(values), name
+        assert t.dtype == (torch.int64 if name in ("slot_mapping", "positions") else torch.int32), name
+    other_page = meta.block_tables_cpu[1][0] * 4            # request 1's first slot
+    redirected = meta.slot_mapping.clone()
+    redirected[0] = other_page
+    for name, value in (("slot_mapping", redirected), ("slot_mapping_cpu", (other_page,) * 7),
+                        ("block_tables", meta.block_tables.flip(0))):
+        _expect("AK405", lambda: setattr(meta, name, value), f"meta.{name}")
+    with pytest.raises(TypeError):                           # not a field: nothing to replace
+        dataclasses.replace(meta, slot_mapping=redirected)
+    assert meta.slot_mapping.tolist() == list(meta.slot_mapping_cpu)
+
+
+def test_a_redirected_slot_is_refused_before_any_write(case):
+    """A slot of another request's page (or out of range) fails validation, and the cache is
+    byte-identical after the refusal: nothing was written."""
+    from attnkit.planning.registry import load_backend
+
+    meta = case.meta
+    theirs = meta.block_tables_cpu[1][0] * 4
+    for bad in (theirs, 10_000, -1):
+        wrong = _meta(case, slot_mapping_cpu=(bad,) + meta.slot_mapping_cpu[1:])
+        before = [t.clone() for t in (case.cache.k[0], case.cache.v[0])]
+        for name in ("torch_native", "sdpa"):
+            be = load_backend(name)
+            _expect("AK415", lambda: be.forward(case.q, case.k, case.v, case.layer, case.cache,
+                                                be.prepare(wrong, case.cache)))
+        assert all(torch.equal(a, b) for a, b in zip((case.cache.k[0], case.cache.v[0]), before))
+
+
 def test_overlapping_requests_are_caught():
     layer = make_layer(num_heads=2, head_dim=8)
     c = make_case(layer, prefix_lens=[0, 0], new_lens=[3, 3], page_size=4)
@@ -116,14 +171,6 @@ def test_overlapping_requests_are_caught():
     meta = _meta(c, block_tables_cpu=[row, row], slot_mapping_cpu=c.meta.slot_mapping_cpu[:3] * 2)
     err = _expect("AK416", lambda: Recorder().prepare(meta, c.cache), "meta.slot_mapping")
     assert err.actual == c.meta.slot_mapping_cpu[0]
-
-
-def test_host_lists_absent_falls_back_to_tensors(case):
-    meta = _meta(case, block_tables_cpu=None, slot_mapping_cpu=None)
-    Recorder().prepare(meta, case.cache)
-    bad = _meta(case, block_tables_cpu=None, slot_mapping_cpu=None,
-                block_tables=torch.full_like(case.meta.block_tables, 50))
-    _expect("AK414", lambda: Recorder().prepare(bad, case.cache))
 
 
 def test_cross_and_mla_inputs():

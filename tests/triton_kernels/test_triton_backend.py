@@ -24,16 +24,19 @@ def test_idle_step_returns_an_empty_output():
     assert out.shape == (0, 2 * 64)
 
 
-def test_mla_and_cross_layers_are_refused_with_ak450():
-    case = _fp16_case()
+@pytest.mark.parametrize("kind", ["mla", "cross"])
+def test_mla_and_cross_layers_are_refused_with_ak450(kind):
+    layer = (make_layer(kind="mla", num_heads=2, dtype="fp16") if kind == "mla" else
+             make_layer(num_heads=2, num_kv_heads=1, head_dim=64, role="cross", dtype="fp16"))
+    case = make_case(layer, prefix_lens=[3], new_lens=[2], page_size=4, dtype="fp16",
+                     encoder_lens=[4] if kind == "cross" else None)
     backend = TritonBackend()
-    step = backend.prepare(case.meta, case.cache)
-    mla = make_layer(kind="mla", num_heads=2, dtype="fp16")
-    mla_case = make_case(mla, prefix_lens=[3], new_lens=[2], page_size=4, dtype="fp16")
+    before = [b.clone() for b in (*case.cache.k.values(), *case.cache.v.values(), *case.cache.latent.values())]
     with pytest.raises(AttnkitError) as err:
-        backend.forward(*mla_case.args(), backend.prepare(mla_case.meta, mla_case.cache))
-    assert err.value.code == "AK450"
-    assert step.plan is not None
+        backend.forward(*case.args(), backend.prepare(case.meta, case.cache))
+    assert err.value.code == "AK450" and err.value.field == "layer.spec"
+    after = (*case.cache.k.values(), *case.cache.v.values(), *case.cache.latent.values())
+    assert all(torch.equal(a, b) for a, b in zip(after, before))      # refused before any write
 
 
 def test_a_feature_outside_the_declaration_is_refused_with_ak450(monkeypatch):

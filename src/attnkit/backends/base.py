@@ -101,6 +101,8 @@ def _checked_forward(forward):
     def wrapper(self, q, k, v, layer: AttentionLayer, cache, step: StepState, *args, **kwargs):
         if self.validate_inputs:
             validation = _validation()
+            if not isinstance(step, StepState):
+                validation.not_a_step(step)
             if not step.checked:        # a StepState made by hand, without prepare
                 validation.validate_batch(step.meta, cache)
                 step.checked = True

@@ -9,13 +9,13 @@ positions ``prefix_len .. prefix_len + num_new - 1`` of its sequence.
 """
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass, fields
 from typing import Any, Sequence
 
 import torch
 
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
+from attnkit.backends.metadata import is_int as _is_int
 from attnkit.errors import fail
 
 
@@ -68,17 +68,6 @@ def infer_mode(requests: Sequence[Request]) -> ForwardMode:
 
 
 _INT32_MAX = 2**31 - 1
-
-
-def _is_int(value: Any) -> bool:
-    """True for ints and int-like values (numpy/torch integers), False for bool and floats."""
-    if isinstance(value, bool):
-        return False
-    try:
-        operator.index(value)
-    except TypeError:
-        return False
-    return True
 
 
 def _check_types(i: int, r: Request) -> None:
@@ -150,13 +139,6 @@ def _check_mode(mode: ForwardMode, requests: Sequence[Request]) -> None:
         fail("AK406", bad, field="mode", expected=infer_mode(requests).name, actual=mode.name)
 
 
-def _table(rows: list[list[int]], dev: torch.device) -> tuple[torch.Tensor, list[list[int]]]:
-    """[B, P] int32 block table padded with -1, and its host copy."""
-    width = max((len(r) for r in rows), default=0)
-    padded = [r + [-1] * (width - len(r)) for r in rows]
-    return torch.tensor(padded, dtype=torch.int32, device=dev).reshape(len(rows), width), padded
-
-
 def build_batch(requests: Sequence[Any], *, page_size: int, device: torch.device | str = "cpu",
                 mode: ForwardMode | str | None = None, encoder: str | None = None) -> BatchMetadata:
     """Build the step's metadata. ``mode`` None infers it (see ``infer_mode``).
@@ -165,6 +147,9 @@ def build_batch(requests: Sequence[Any], *, page_size: int, device: torch.device
     encoder; "cached" — same, required; "write" — this step also hands the encoder K/V
     of every request to cross layers, so ``encoder_slot_mapping`` [sum encoder_lens] is built.
     """
+    if isinstance(requests, (str, bytes)) or not hasattr(requests, "__iter__"):
+        fail("AK405", f"requests must be a sequence of requests, got {type(requests).__name__}",
+             field="requests", expected="a list of Request / dict / tuple", actual=repr(requests)[:80])
     reqs = [Request.of(r, i) for i, r in enumerate(requests)]
     if not _is_int(page_size) or page_size < 1:
         fail("AK405", f"page_size must be an int >= 1, got {page_size!r}",
@@ -177,47 +162,55 @@ def build_batch(requests: Sequence[Any], *, page_size: int, device: torch.device
         fail("AK405", f"encoder must be None, 'cached' or 'write', got {encoder!r}",
              field="encoder", expected=["cached", "write"], actual=encoder)
 
-    seq = [r.seq_len for r in reqs]
-    prefix = [r.prefix_len for r in reqs]
-    qlens = [r.num_new for r in reqs]
-    starts = [0]
-    for n in qlens:
-        starts.append(starts[-1] + n)
     rows = [list(r.block_table) for r in reqs]
-    slots, positions = [], []
-    for r, row in zip(reqs, rows):
-        span = range(r.prefix_len, r.seq_len)
-        slots += slots_of(row, span, page_size)
-        positions += span
-
-    dev = torch.device(device)
-    i32 = dict(dtype=torch.int32, device=dev)
-    i64 = dict(dtype=torch.int64, device=dev)
-    tables, tables_cpu = _table(rows, dev)
-    meta = BatchMetadata(
-        mode=mode, page_size=page_size,
-        query_start_loc=torch.tensor(starts, **i32),
-        seq_lens=torch.tensor(seq, **i32),
-        prefix_lens=torch.tensor(prefix, **i32),
-        block_tables=tables,
-        slot_mapping=torch.tensor(slots, **i64),
-        positions=torch.tensor(positions, **i64),
-        seq_lens_cpu=seq, prefix_lens_cpu=prefix, query_lens_cpu=qlens,
-        max_query_len=max(qlens, default=0), max_seq_len=max(seq, default=0),
-        block_tables_cpu=tables_cpu, slot_mapping_cpu=slots,
-    )
-    if encoder is not None or any(r.encoder_len is not None for r in reqs):
-        _add_encoder(meta, reqs, write=encoder == "write", page_size=page_size, dev=dev)
-    return meta
+    slots = [s for r, row in zip(reqs, rows) for s in slots_of(row, range(r.prefix_len, r.seq_len), page_size)]
+    has_enc = encoder is not None or any(r.encoder_len is not None for r in reqs)
+    enc_lens = [r.encoder_len or 0 for r in reqs] if has_enc else None
+    enc_rows = [list(r.encoder_block_table or ()) for r in reqs] if has_enc else None
+    enc_slots = None
+    if encoder == "write":
+        enc_slots = [s for n, row in zip(enc_lens, enc_rows) for s in slots_of(row, range(n), page_size)]
+    return BatchMetadata(
+        mode=mode, page_size=page_size, seq_lens_cpu=[r.seq_len for r in reqs],
+        prefix_lens_cpu=[r.prefix_len for r in reqs], block_tables_cpu=rows,
+        slot_mapping_cpu=slots, device=device, encoder_lens_cpu=enc_lens,
+        encoder_block_tables_cpu=enc_rows, encoder_slot_mapping_cpu=enc_slots)
 
 
-def _add_encoder(meta: BatchMetadata, reqs: list[Request], *, write: bool, page_size: int,
-                 dev: torch.device) -> None:
-    lens = [r.encoder_len or 0 for r in reqs]
-    rows = [list(r.encoder_block_table or ()) for r in reqs]
-    meta.encoder_lens = torch.tensor(lens, dtype=torch.int32, device=dev)
-    meta.encoder_lens_cpu = lens
-    meta.encoder_block_tables, meta.encoder_block_tables_cpu = _table(rows, dev)
-    if write:
-        slots = [s for n, row in zip(lens, rows) for s in slots_of(row, range(n), page_size)]
-        meta.encoder_slot_mapping = torch.tensor(slots, dtype=torch.int64, device=dev)
+_RANGE = {torch.int32: (-2**31, 2**31 - 1), torch.int64: (-2**63, 2**63 - 1)}
+
+
+def device_tensors(meta: BatchMetadata) -> dict[str, torch.Tensor]:
+    """The device copies of ``meta``'s host values (called once, when it is made): the only
+    way its tensors come to be, so they always equal the host values the checks read."""
+    starts = [0]
+    for n in meta.query_lens_cpu:
+        starts.append(starts[-1] + n)
+    positions = [p for a, b in zip(meta.prefix_lens_cpu, meta.seq_lens_cpu) for p in range(a, b)]
+    i32, i64 = torch.int32, torch.int64
+    plan = {"query_start_loc": (starts, i32), "seq_lens": (meta.seq_lens_cpu, i32),
+            "prefix_lens": (meta.prefix_lens_cpu, i32), "block_tables": (meta.block_tables_cpu, i32),
+            "slot_mapping": (meta.slot_mapping_cpu, i64), "positions": (positions, i64)}
+    if meta.encoder_lens_cpu is not None:
+        plan["encoder_lens"] = (meta.encoder_lens_cpu, i32)
+        plan["encoder_block_tables"] = (meta.encoder_block_tables_cpu, i32)
+    if meta.encoder_slot_mapping_cpu is not None:
+        plan["encoder_slot_mapping"] = (meta.encoder_slot_mapping_cpu, i64)
+    for name, (values, dtype) in plan.items():       # so that only the device can fail below
+        flat = [v for row in values for v in row] if name.endswith("block_tables") else values
+        lo, hi = _RANGE[dtype]
+        bad = next((v for v in flat if not lo <= v <= hi), None)
+        if bad is not None:
+            fail("AK405", f"meta.{name} holds {bad}, outside the {dtype} range of its tensor",
+                 field=f"meta.{name}", expected=f"{lo} <= value <= {hi}", actual=bad)
+    try:
+        dev = torch.device(meta.device)
+        out = {name: torch.tensor(values, dtype=dtype, device=dev) for name, (values, dtype) in plan.items()}
+    except (AssertionError, RuntimeError, TypeError, ValueError) as exc:
+        fail("AK412", f"cannot build the batch's tensors on device {meta.device!r}: {exc}",
+             field="meta.device", expected="a torch device this process can use", actual=repr(meta.device))
+    for name in ("block_tables", "encoder_block_tables"):
+        if name in out:
+            rows = plan[name][0]
+            out[name] = out[name].reshape(len(rows), len(rows[0]) if rows else 0)
+    return out

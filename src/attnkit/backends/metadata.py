@@ -3,12 +3,23 @@
 Token order: requests are laid out one after another; request i owns query tokens
 ``query_start_loc[i] : query_start_loc[i+1]``. Its KV after this step has ``seq_lens[i]``
 tokens, of which ``prefix_lens[i]`` were cached before the step; the new tokens are the
-last ``seq_lens[i] - prefix_lens[i]`` positions (``extend_lens``).
+last ``seq_lens[i] - prefix_lens[i]`` positions (``query_lens_cpu``).
+
+One owner per fact: the host values (tuples) are what a ``BatchMetadata`` is made of; its
+device tensors are built from them once, when it is made, and cannot be set apart from them
+(no field can be set after that, and the tensors are read-only properties). So the checks in
+backends/validation.py, which read the host values (no device sync), check exactly what the
+kernels index with. To change a batch, build a new one (``build_batch``, or
+``dataclasses.replace`` on its host fields).
 """
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from attnkit.errors import fail
 
 
 class ForwardMode(enum.Enum):
@@ -30,41 +41,101 @@ class ForwardMode(enum.Enum):
 
 @dataclass(slots=True)
 class BatchMetadata:
-    """Everything a backend needs about one step. Tensors live on the compute device.
+    """Everything a backend needs about one step.
 
-    query_start_loc: [B+1] int32   cumulative new-token counts
-    seq_lens:        [B]   int32   KV length after this step
-    prefix_lens:     [B]   int32   KV length cached before this step
-    block_tables:    [B, P] int32  page ids per request, row padded with -1
-    slot_mapping:    [T]   int64   cache slot (page * page_size + offset) of each new token
-    positions:       [T]   int64   absolute position of each new token
-    encoder_lens:    [B]   int32 | None  encoder length per request (cross-attention)
-    encoder_block_tables: [B, Pe] int32 | None  pages holding encoder K/V (cross-attention)
-    encoder_slot_mapping: [Te] int64 | None  slots for encoder K/V written this step
-    The *_cpu fields are host copies (python lists) so loops need no device sync;
-    ``block_tables_cpu`` / ``encoder_block_tables_cpu`` / ``slot_mapping_cpu`` may be None
-    when the metadata was built by hand (readers then fall back to ``.tolist()``).
+    Host values (tuples of ints), the owners:
+      seq_lens_cpu [B], prefix_lens_cpu [B]    KV length after / before this step
+      block_tables_cpu [B][P]                  page ids per request (rows padded with -1 to P)
+      slot_mapping_cpu [T]                     cache slot (page * page_size + offset) of each
+                                               new token, request after request
+      encoder_lens_cpu [B], encoder_block_tables_cpu [B][Pe]   cross-attention: encoder tokens
+                                               and their pages (None without an encoder)
+      encoder_slot_mapping_cpu [Te]            slots for encoder K/V written this step (None:
+                                               the encoder K/V are already cached)
+    Device tensors on ``device``, built from them (read-only):
+      query_start_loc [B+1] int32, seq_lens [B] int32, prefix_lens [B] int32,
+      block_tables [B, P] int32, slot_mapping [T] int64, positions [T] int64 (absolute
+      position of each new token), encoder_lens [B] int32, encoder_block_tables [B, Pe] int32,
+      encoder_slot_mapping [Te] int64 (the encoder ones None without an encoder).
+    A malformed host value (not an int, a row count that differs, fewer slots than new
+    tokens) is AK405 here; whether it fits the cache is validate_batch's (backends/validation.py).
     """
     mode: ForwardMode
     page_size: int
-    query_start_loc: "object"
-    seq_lens: "object"
-    prefix_lens: "object"
-    block_tables: "object"
-    slot_mapping: "object"
-    positions: "object"
-    seq_lens_cpu: list[int]
-    prefix_lens_cpu: list[int]
-    query_lens_cpu: list[int]
-    max_query_len: int
-    max_seq_len: int
-    encoder_lens: "object | None" = None
-    encoder_block_tables: "object | None" = None
-    encoder_slot_mapping: "object | None" = None
-    encoder_lens_cpu: list[int] | None = None
-    block_tables_cpu: list[list[int]] | None = None
-    encoder_block_tables_cpu: list[list[int]] | None = None
-    slot_mapping_cpu: list[int] | None = None
+    seq_lens_cpu: Sequence[int]
+    prefix_lens_cpu: Sequence[int]
+    block_tables_cpu: Sequence[Sequence[int]]
+    slot_mapping_cpu: Sequence[int]
+    device: Any = "cpu"
+    encoder_lens_cpu: Sequence[int] | None = None
+    encoder_block_tables_cpu: Sequence[Sequence[int]] | None = None
+    encoder_slot_mapping_cpu: Sequence[int] | None = None
+    _tensors: dict = field(default=None, init=False, repr=False, compare=False)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Read-only once made (a frozen dataclass, with a coded error): a field set after the
+        tensors were built would part the host values from them."""
+        if getattr(self, "_tensors", None) is not None:
+            fail("AK405", f"BatchMetadata is read-only: meta.{name} cannot be set, since its "
+                          "device tensors are built from its host values when it is made. Build "
+                          f"a new one: build_batch(...), or dataclasses.replace(meta, {name}=...) "
+                          "for a host field", field=f"meta.{name}", expected="a new BatchMetadata",
+                 actual=repr(value)[:80])
+        object.__setattr__(self, name, value)
+
+    def __post_init__(self):
+        freeze = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
+        try:
+            freeze("mode", ForwardMode(self.mode))
+        except ValueError:
+            fail("AK406", f"mode must be a ForwardMode, got {self.mode!r}", field="meta.mode",
+                 expected=[m.value for m in ForwardMode], actual=repr(self.mode))
+        b = len(_ints("seq_lens_cpu", self.seq_lens_cpu))
+        for name in ("seq_lens_cpu", "prefix_lens_cpu", "slot_mapping_cpu"):
+            freeze(name, _ints(name, getattr(self, name)))
+        freeze("block_tables_cpu", _rows("block_tables_cpu", self.block_tables_cpu))
+        enc = self.encoder_lens_cpu is not None
+        if enc:
+            freeze("encoder_lens_cpu", _ints("encoder_lens_cpu", self.encoder_lens_cpu))
+            freeze("encoder_block_tables_cpu",
+                   _rows("encoder_block_tables_cpu", self.encoder_block_tables_cpu or ()))
+        if self.encoder_slot_mapping_cpu is not None:
+            freeze("encoder_slot_mapping_cpu",
+                   _ints("encoder_slot_mapping_cpu", self.encoder_slot_mapping_cpu))
+        counts = {"prefix_lens_cpu": len(self.prefix_lens_cpu),
+                  "block_tables_cpu": len(self.block_tables_cpu)}
+        if enc:
+            counts |= {"encoder_lens_cpu": len(self.encoder_lens_cpu),
+                       "encoder_block_tables_cpu": len(self.encoder_block_tables_cpu)}
+        for name, n in counts.items():
+            if n != b:
+                fail("AK405", f"meta.{name} has {n} entries but the batch has {b} requests "
+                              f"(len(seq_lens_cpu))", field=f"meta.{name}", expected=b, actual=n)
+        if not is_int(self.page_size) or self.page_size < 1:
+            fail("AK405", f"page_size must be an int >= 1, got {self.page_size!r}",
+                 field="meta.page_size", expected="int >= 1", actual=repr(self.page_size))
+        new = [s - p for s, p in zip(self.seq_lens_cpu, self.prefix_lens_cpu)]
+        if any(p < 0 for p in self.prefix_lens_cpu) or any(n < 1 for n in new):
+            fail("AK405", f"every request needs prefix_len >= 0 and at least one new token "
+                          f"(seq_len > prefix_len); got seq_lens {list(self.seq_lens_cpu)}, "
+                          f"prefix_lens {list(self.prefix_lens_cpu)}",
+                 field="meta.seq_lens_cpu", expected="seq_len > prefix_len >= 0",
+                 actual={"seq_lens": list(self.seq_lens_cpu), "prefix_lens": list(self.prefix_lens_cpu)})
+        if len(self.slot_mapping_cpu) != sum(new):
+            fail("AK405", f"meta.slot_mapping_cpu has {len(self.slot_mapping_cpu)} slots for "
+                          f"{sum(new)} new tokens", field="meta.slot_mapping_cpu",
+                 expected=sum(new), actual=len(self.slot_mapping_cpu))
+        from attnkit.backends.batch import device_tensors     # torch, imported on first use
+
+        tensors = device_tensors(self)
+        freeze("_tensors", tensors)
+        freeze("device", tensors["slot_mapping"].device)
+
+    # ---- host values derived from the owners ------------------------------------------
+    @property
+    def query_lens_cpu(self) -> tuple[int, ...]:
+        """New tokens per request (seq_len - prefix_len)."""
+        return tuple(s - p for s, p in zip(self.seq_lens_cpu, self.prefix_lens_cpu))
 
     @property
     def num_reqs(self) -> int:
@@ -72,8 +143,87 @@ class BatchMetadata:
 
     @property
     def num_tokens(self) -> int:
-        return sum(self.query_lens_cpu)
+        return len(self.slot_mapping_cpu)
+
+    @property
+    def max_query_len(self) -> int:
+        return max(self.query_lens_cpu, default=0)
+
+    @property
+    def max_seq_len(self) -> int:
+        return max(self.seq_lens_cpu, default=0)
 
     @property
     def has_encoder(self) -> bool:
-        return self.encoder_lens is not None
+        return self.encoder_lens_cpu is not None
+
+    # ---- device tensors, built from the host values -----------------------------------
+    @property
+    def query_start_loc(self):
+        return self._tensors["query_start_loc"]
+
+    @property
+    def seq_lens(self):
+        return self._tensors["seq_lens"]
+
+    @property
+    def prefix_lens(self):
+        return self._tensors["prefix_lens"]
+
+    @property
+    def block_tables(self):
+        return self._tensors["block_tables"]
+
+    @property
+    def slot_mapping(self):
+        return self._tensors["slot_mapping"]
+
+    @property
+    def positions(self):
+        return self._tensors["positions"]
+
+    @property
+    def encoder_lens(self):
+        return self._tensors.get("encoder_lens")
+
+    @property
+    def encoder_block_tables(self):
+        return self._tensors.get("encoder_block_tables")
+
+    @property
+    def encoder_slot_mapping(self):
+        return self._tensors.get("encoder_slot_mapping")
+
+
+def is_int(value: Any) -> bool:
+    """True for ints and int-like values (numpy/torch integers), False for bool and floats."""
+    if isinstance(value, bool):
+        return False
+    try:
+        operator.index(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _ints(name: str, values: Any) -> tuple[int, ...]:
+    try:
+        items = list(values)
+    except TypeError:
+        items = None
+    if items is None or not all(is_int(v) for v in items):
+        fail("AK405", f"meta.{name} must be a sequence of ints, got {values!r}",
+             field=f"meta.{name}", expected="a sequence of ints", actual=repr(values))
+    return tuple(operator.index(v) for v in items)
+
+
+def _rows(name: str, rows: Any) -> tuple[tuple[int, ...], ...]:
+    """A table of int rows, padded with -1 to the longest."""
+    try:
+        items = list(rows)
+    except TypeError:
+        fail("AK405", f"meta.{name} must be a sequence of page-id rows, got {rows!r}",
+             field=f"meta.{name}", expected="a sequence of int rows", actual=repr(rows))
+    out = [_ints(f"{name}[{i}]", row) for i, row in enumerate(items)]
+    width = max((len(r) for r in out), default=0)
+    return tuple(r + (-1,) * (width - len(r)) for r in out)

@@ -35,9 +35,9 @@ def write_step_kv(k, v, layer: AttentionLayer, cache, meta: BatchMetadata) -> No
             fail("AK442", f"layer {layer.layer_id}: cross-attention K/V of {k.shape[0]} encoder "
                           "token(s) passed, but meta.encoder_slot_mapping is None",
                  field="meta.encoder_slot_mapping", expected="[sum(encoder_lens)] int64", actual=None)
-        cache.write(layer.layer_id, meta.encoder_slot_mapping, k, v)
+        cache.store(layer.layer_id, meta.encoder_slot_mapping, k, v)
     else:
-        cache.write(layer.layer_id, meta.slot_mapping, k, v)
+        cache.store(layer.layer_id, meta.slot_mapping, k, v)
 
 
 def kv_source(layer: AttentionLayer, meta: BatchMetadata):
@@ -56,8 +56,9 @@ def read_pages(buf: torch.Tensor, tables: torch.Tensor, n: int) -> torch.Tensor:
     """The first ``n`` token rows of each request's pages.
 
     buf: [num_pages, page_size, *row]; tables: [B, P] (-1 padded) -> [B, n, *row].
-    Padding entries are clamped to page 0 so padded rows hold finite values (callers mask
-    them): a NaN there would survive a zero attention weight.
+    Padding entries are clamped to page 0, so rows past a request's own length hold whatever
+    those slots hold (NaN included): read one request at a time with ``n`` its length, or
+    select the extra rows out (``select_out``).
     """
     page_size = buf.shape[1]
     need = -(-n // page_size)
@@ -85,14 +86,19 @@ class KVIndex:
     in a layer's cache buffer viewed as rows [num_pages * page_size, *row].
 
     slots: [B, need * page_size] int64, need = ceil(kv_max / page_size): the slot of key j of
-           request b. Past a request's pages the -1 padding is clamped to page 0, as in
-           ``read_pages``, so padded rows hold finite values (callers mask them).
+           request b. Past a request's pages the -1 padding is clamped to page 0, so key rows
+           j >= lens[b] hold whatever those slots hold (another request's K/V, a freed
+           request's NaN): callers must select them out with ``padding``, not mask their
+           logits (a zero weight times NaN is NaN).
     lens:  KV length per request (host list); kv_max = max(lens); any_empty: some length is 0
+    padding: [B, kv_max] bool, True at key rows j >= lens[b]; None when no request is shorter
+           than kv_max (nothing is padded)
     """
     slots: torch.Tensor
     lens: list[int]
     kv_max: int
     any_empty: bool
+    padding: torch.Tensor | None = None
     _rows: list | None = None
 
     @classmethod
@@ -100,10 +106,15 @@ class KVIndex:
         """tables: [B, P] block tables (-1 padded); lens: KV length per request."""
         kv_max = max(lens, default=0)
         need = -(-kv_max // page_size)
+        dev = tables.device
         pages = tables[:, :need].clamp_min(0).to(torch.int64)                # [B, need]
-        offsets = torch.arange(page_size, dtype=torch.int64, device=tables.device)
+        offsets = torch.arange(page_size, dtype=torch.int64, device=dev)
         slots = (pages[:, :, None] * page_size + offsets).flatten(1)          # [B, need * ps]
-        return cls(slots, list(lens), kv_max, 0 in lens)
+        padding = None
+        if any(n != kv_max for n in lens):
+            padding = (torch.arange(kv_max, device=dev)[None, :]
+                       >= torch.tensor(lens, device=dev)[:, None])             # [B, kv_max]
+        return cls(slots, list(lens), kv_max, 0 in lens, padding)
 
     def request_slots(self, b: int) -> torch.Tensor:
         """[lens[b]] int64: the slots of request b's keys (built for all requests on first use)."""
@@ -123,6 +134,14 @@ def gather_kv(cache, layer: AttentionLayer, slots: torch.Tensor, dtype: torch.dt
     v = _gather(cache.v[lid], slots)
     return (_dequant(cache, k, cache.k_scales[lid], dtype),
             _dequant(cache, v, cache.v_scales[lid], dtype))
+
+
+def select_out(x: torch.Tensor, padding: torch.Tensor | None) -> torch.Tensor:
+    """Zero the padded key rows of a gathered batch, in place: x [B, S, ...] (a fresh gather),
+    padding [B, S] bool | None. Selected out, whatever the rows held (NaN and inf included)."""
+    if padding is not None:
+        x.masked_fill_(padding.view(*padding.shape, *(1,) * (x.dim() - 2)), 0)
+    return x
 
 
 def _gather(buf: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:

@@ -15,21 +15,15 @@ from typing import Any
 
 import torch
 
+from attnkit.backends.base import AttentionLayer
 from attnkit.backends.batch import slots_of
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
 from attnkit.errors import fail
-from attnkit.model.spec import KINDS, ROLES
+from attnkit.kvcache.checks import same_device
+from attnkit.kvcache.paged import PagedKVCache
+from attnkit.model.spec import KINDS, ROLES, LayerAttention
 
 COMPUTE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-INDEX_DTYPES = (torch.int32, torch.int64)
-
-
-def same_device(a: torch.device, b: torch.device) -> bool:
-    """'cuda' and 'cuda:0' are the same device here; an unset index matches any."""
-    if a == b:
-        return True
-    a, b = torch.device(a), torch.device(b)
-    return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
 
 
 def _shape(name: str, t: Any, expected: tuple, *, code: str = "AK411") -> None:
@@ -65,6 +59,12 @@ def _heads_tensor(name: str, t: Any, tokens: int, heads: int, dim: int, lid: int
 def validate_forward(q, k, v, layer, cache, meta: BatchMetadata) -> None:
     """q: [T, H_q, D] (dual chunk layers: [T, 3, H_q, D]); k: [N, H_kv, D], v: [N, H_kv, D_v] (MLA: k [N, L + R], v None), with
     N = T, or for cross layers N = sum(encoder_lens) and k = v = None when already cached."""
+    _check_cache(cache)
+    if not isinstance(layer, AttentionLayer) or not isinstance(layer.spec, LayerAttention):
+        fail("AK419", f"layer must be an AttentionLayer(spec=LayerAttention(...)), got "
+                      f"{type(layer).__name__}" + ("" if not isinstance(layer, AttentionLayer)
+                                                   else f" with spec {type(layer.spec).__name__}"),
+             field="layer", expected="AttentionLayer", actual=repr(layer)[:80])
     spec = layer.spec
     lid = spec.layer_id
     _check_spec(spec)
@@ -173,50 +173,36 @@ def _check_layer_tensors(layer, q: torch.Tensor) -> None:
 
 
 def validate_batch(meta: BatchMetadata, cache) -> None:
-    """Once per step: the metadata is self-consistent and fits the cache."""
+    """Once per step: the metadata fits the cache (page size, device, pages and slots)."""
+    if not isinstance(meta, BatchMetadata):
+        fail("AK411", f"the batch metadata must be a BatchMetadata (build_batch), got "
+                      f"{type(meta).__name__}", field="meta", expected="BatchMetadata",
+             actual=type(meta).__name__)
+    _check_cache(cache)
     if meta.page_size != cache.page_size:
         fail("AK418", f"batch built for page_size {meta.page_size}, cache has {cache.page_size}",
              field="meta.page_size", expected=cache.page_size, actual=meta.page_size)
-    b, t = meta.num_reqs, meta.num_tokens
-    index = {"query_start_loc": (b + 1,), "seq_lens": (b,), "prefix_lens": (b,),
-             "slot_mapping": (t,), "positions": (t,)}
-    for name, shape in index.items():
-        tensor = getattr(meta, name)
-        _shape(f"meta.{name}", tensor, shape)
-        _dtype(f"meta.{name}", tensor, INDEX_DTYPES)
-        _device(f"meta.{name}", tensor, cache.device)
-    _table_shape("meta.block_tables", meta.block_tables, b)
-    _dtype("meta.block_tables", meta.block_tables, INDEX_DTYPES)
-    _device("meta.block_tables", meta.block_tables, cache.device)
-    _check_lengths(meta)
+    _device("meta.device", meta.slot_mapping, cache.device)
     _check_mode(meta)
-    tables = meta.block_tables_cpu if meta.block_tables_cpu is not None else meta.block_tables.tolist()
-    slots = meta.slot_mapping_cpu if meta.slot_mapping_cpu is not None else meta.slot_mapping.tolist()
+    tables = meta.block_tables_cpu
     _check_tables("meta.block_tables", tables, meta.seq_lens_cpu, cache)
     expected = [s for row, p, n in zip(tables, meta.prefix_lens_cpu, meta.seq_lens_cpu)
                 for s in slots_of(row, range(p, n), cache.page_size)]
-    _check_slots("meta.slot_mapping", slots, expected, cache)
-    if meta.encoder_lens is not None:
+    _check_slots("meta.slot_mapping", meta.slot_mapping_cpu, expected, cache)
+    if meta.encoder_lens_cpu is not None:
         _check_encoder(meta, cache)
 
 
-def _table_shape(name: str, t: Any, rows: int) -> None:
-    """A block table is [rows, pages per row]; any page count, but one row per request."""
-    if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.shape[0] != rows:
-        actual = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-        fail("AK411", f"{name} must be [{rows}, pages] (one row per request), got {actual}",
-             field=name, expected=[rows, "pages"], actual=actual)
+def not_a_step(step) -> None:
+    """forward was handed something other than the StepState that prepare returned (AK411)."""
+    fail("AK411", f"forward takes the StepState that prepare returned, got {type(step).__name__}",
+         field="step", expected="StepState (backend.prepare(meta, cache))", actual=repr(step)[:80])
 
 
-def _check_lengths(meta: BatchMetadata) -> None:
-    starts = meta.query_start_loc.tolist()
-    qlens = [b - a for a, b in zip(starts, starts[1:])]
-    extend = [s - p for s, p in zip(meta.seq_lens_cpu, meta.prefix_lens_cpu)]
-    if starts[:1] != [0] or qlens != list(meta.query_lens_cpu) or qlens != extend:
-        fail("AK417", f"query_start_loc {starts} does not match the new-token counts "
-                      f"seq_lens - prefix_lens = {extend} (query_lens_cpu {meta.query_lens_cpu})",
-             field="meta.query_start_loc", expected=[0] + [sum(extend[:i + 1]) for i in range(len(extend))],
-             actual=starts)
+def _check_cache(cache) -> None:
+    if not isinstance(cache, PagedKVCache):
+        fail("AK430", f"the KV cache must be a PagedKVCache, got {type(cache).__name__}",
+             field="cache", expected="PagedKVCache", actual=repr(cache)[:80])
 
 
 def _check_mode(meta: BatchMetadata) -> None:
@@ -236,7 +222,7 @@ def _check_tables(name: str, tables: list[list[int]], lens: list[int], cache) ->
         if len(need) * cache.page_size < n or bad:
             fail("AK414", f"{name}[{i}] = {row} must name {-(-n // cache.page_size)} page(s) in "
                           f"[0, {cache.num_pages}) for {n} tokens; bad entries {bad}",
-                 field=f"{name}[{i}]", expected=f"pages in [0, {cache.num_pages})", actual=row)
+                 field=f"{name}[{i}]", expected=f"pages in [0, {cache.num_pages})", actual=list(row))
 
 
 def _check_slots(name: str, slots: list[int], expected: list[int], cache) -> None:
@@ -254,15 +240,13 @@ def _check_slots(name: str, slots: list[int], expected: list[int], cache) -> Non
 
 
 def _check_encoder(meta: BatchMetadata, cache) -> None:
-    lens = meta.encoder_lens_cpu if meta.encoder_lens_cpu is not None else meta.encoder_lens.tolist()
-    _shape("meta.encoder_lens", meta.encoder_lens, (meta.num_reqs,))
-    tables = (meta.encoder_block_tables_cpu if meta.encoder_block_tables_cpu is not None
-              else meta.encoder_block_tables.tolist())
-    _table_shape("meta.encoder_block_tables", meta.encoder_block_tables, meta.num_reqs)
-    _device("meta.encoder_block_tables", meta.encoder_block_tables, cache.device)
+    lens, tables = meta.encoder_lens_cpu, meta.encoder_block_tables_cpu
     _check_tables("meta.encoder_block_tables", tables, lens, cache)
-    if meta.encoder_slot_mapping is not None:
-        _device("meta.encoder_slot_mapping", meta.encoder_slot_mapping, cache.device)
+    if meta.encoder_slot_mapping_cpu is not None:
         expected = [s for row, n in zip(tables, lens) for s in slots_of(row, range(n), cache.page_size)]
-        _shape("meta.encoder_slot_mapping", meta.encoder_slot_mapping, (len(expected),))
-        _check_slots("meta.encoder_slot_mapping", meta.encoder_slot_mapping.tolist(), expected, cache)
+        if len(meta.encoder_slot_mapping_cpu) != len(expected):
+            fail("AK411", f"meta.encoder_slot_mapping has {len(meta.encoder_slot_mapping_cpu)} "
+                          f"slots for {len(expected)} encoder tokens",
+                 field="meta.encoder_slot_mapping", expected=[len(expected)],
+                 actual=[len(meta.encoder_slot_mapping_cpu)])
+        _check_slots("meta.encoder_slot_mapping", meta.encoder_slot_mapping_cpu, expected, cache)

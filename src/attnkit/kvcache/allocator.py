@@ -25,6 +25,15 @@ def _check_count(name: str, value: object, *, minimum: int) -> None:
              field=name, expected=f"int >= {minimum}", actual=repr(value))
 
 
+def _check_id(req_id: object) -> None:
+    """Request ids key a dict: AK405 for one that cannot (a list, a dict ...)."""
+    try:
+        hash(req_id)
+    except TypeError:
+        fail("AK405", f"request id {req_id!r} is not hashable (use an int, a str or a tuple)",
+             field="req_id", expected="a hashable id", actual=repr(req_id))
+
+
 @dataclass(slots=True)
 class _Owned:
     page_size: int
@@ -32,11 +41,17 @@ class _Owned:
     pages: list[int] = field(default_factory=list)
 
 
+# Shuffled orders are materialised (a list of every page id): more pages than this is refused.
+MAX_SHUFFLED_PAGES = 1 << 24
+
+
 class PageAllocator:
     """Free-list allocator over ``num_pages`` pages.
 
-    ``shuffle`` (a seed or ``random.Random``) randomises the initial free order so block
-    tables come out non-contiguous — what tests want; engines leave it None.
+    Pages are handed out first-in first-out: never-used pages in id order (counted, not
+    listed, so a large pool costs nothing up front), then freed pages in the order they came
+    back. ``shuffle`` (a seed or ``random.Random``) randomises the initial order instead so
+    block tables come out non-contiguous — what tests want; engines leave it None.
     """
 
     def __init__(self, num_pages: int, *, page_size: int | None = None,
@@ -44,26 +59,44 @@ class PageAllocator:
         _check_count("num_pages", num_pages, minimum=0)
         if page_size is not None:
             _check_count("page_size", page_size, minimum=1)
-        self.num_pages = num_pages
+        self.num_pages = operator.index(num_pages)
         self.page_size = page_size
-        order = list(range(num_pages))
+        self._fresh = 0                      # pages [_fresh, num_pages) were never handed out
+        self._free: deque[int] = deque()     # pages handed back, oldest first
         if shuffle is not None:
+            if self.num_pages > MAX_SHUFFLED_PAGES:
+                fail("AK405", f"a shuffled allocator lists every page id; {num_pages} pages is "
+                              f"more than {MAX_SHUFFLED_PAGES}", field="num_pages",
+                     expected=f"<= {MAX_SHUFFLED_PAGES} with shuffle", actual=num_pages)
+            if not isinstance(shuffle, (int, random.Random)) or isinstance(shuffle, bool):
+                fail("AK405", f"shuffle must be a seed (int) or a random.Random, got {shuffle!r}",
+                     field="shuffle", expected="int | random.Random | None", actual=repr(shuffle))
+            order = list(range(self.num_pages))
             rng = shuffle if isinstance(shuffle, random.Random) else random.Random(shuffle)
             rng.shuffle(order)
-        self._free: deque[int] = deque(order)
+            self._fresh, self._free = self.num_pages, deque(order)
         self._owned: dict[Hashable, _Owned] = {}
 
     @property
     def num_free(self) -> int:
-        return len(self._free)
+        return len(self._free) + self.num_pages - self._fresh
+
+    def free_pages(self) -> list[int]:
+        """Every free page id, in the order they will be handed out (lists the whole free
+        range: for tests and state checks, not the hot path)."""
+        return list(range(self._fresh, self.num_pages)) + list(self._free)
 
     def _take(self, req_id: Hashable, count: int) -> list[int]:
-        if count > len(self._free):
+        free = self.num_free
+        if count > free:
             fail("AK400", f"request {req_id!r} needs {count} more page(s) but only "
-                          f"{len(self._free)} of {self.num_pages} are free",
-                 field="num_pages", expected=f">= {count} free", actual=len(self._free),
-                 details={"requested": count, "free": len(self._free), "total": self.num_pages})
-        return [self._free.popleft() for _ in range(count)]
+                          f"{free} of {self.num_pages} are free",
+                 field="num_pages", expected=f">= {count} free", actual=free,
+                 details={"requested": count, "free": free, "total": self.num_pages})
+        fresh = min(count, self.num_pages - self._fresh)
+        pages = list(range(self._fresh, self._fresh + fresh))
+        self._fresh += fresh
+        return pages + [self._free.popleft() for _ in range(count - fresh)]
 
     def allocate(self, req_id: Hashable, num_tokens: int, page_size: int | None = None) -> list[int]:
         """Give ``req_id`` room for ``num_tokens`` tokens; returns its block-table row."""
@@ -73,6 +106,7 @@ class PageAllocator:
             fail("AK405", "page_size must be given: this allocator has no default page size",
                  field="page_size", expected="int >= 1", actual=None)
         _check_count("page_size", size, minimum=1)
+        _check_id(req_id)
         if req_id in self._owned:
             fail("AK401", f"request {req_id!r} already holds pages; free it before allocating again",
                  field="req_id", expected="a request without pages", actual=req_id)
@@ -106,11 +140,17 @@ class PageAllocator:
 
     def block_table(self, req_ids: list[Hashable]) -> list[list[int]]:
         """Rows of ``req_ids`` padded with -1 to the longest."""
-        rows = [self.row(r) for r in req_ids]
+        try:
+            ids = list(req_ids)
+        except TypeError:
+            fail("AK405", f"req_ids must be a list of request ids, got {req_ids!r}",
+                 field="req_ids", expected="a list of request ids", actual=repr(req_ids))
+        rows = [self.row(r) for r in ids]
         width = max((len(r) for r in rows), default=0)
         return [r + [-1] * (width - len(r)) for r in rows]
 
     def _get(self, req_id: Hashable, action: str) -> _Owned:
+        _check_id(req_id)
         owned = self._owned.get(req_id)
         if owned is None:
             fail("AK401", f"cannot {action} request {req_id!r}: it holds no pages "

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from attnkit.errors import fail
+from attnkit.kvcache.checks import check_fits, check_write, usable_device
 from attnkit.model.spec import LayerAttention
 
 TORCH_KV_DTYPES = {
@@ -63,8 +64,35 @@ def _check_scales(name: str, scales: dict[int, Any], layer_ids: set[int]) -> Non
                  field=f"{name}[{lid}]", expected="finite float > 0", actual=repr(scale))
 
 
+def _check_layers(layers: Any) -> list[LayerAttention]:
+    try:
+        items = list(layers)
+    except TypeError:
+        fail("AK430", f"layers must be a sequence of LayerAttention, got {type(layers).__name__}",
+             field="layers", expected="list[LayerAttention]", actual=repr(layers)[:80])
+    seen: set[int] = set()
+    for i, l in enumerate(items):
+        if not isinstance(l, LayerAttention):
+            fail("AK430", f"layers[{i}] is a {type(l).__name__}, not a LayerAttention",
+                 field=f"layers[{i}]", expected="LayerAttention", actual=repr(l)[:80])
+        if l.layer_id in seen:
+            fail("AK430", f"layer id {l.layer_id} appears twice in layers (one cache buffer per "
+                          "layer id)", field=f"layers[{i}].layer_id", expected="distinct layer ids",
+                 actual=l.layer_id)
+        seen.add(l.layer_id)
+        if l.kind == "mla" and l.mla is None:
+            fail("AK419", f"layer {l.layer_id} has kind 'mla' but no mla sizes (mla=None), "
+                          "so its latent cache width is unknown",
+                 field=f"layers[{l.layer_id}].mla", expected="MLAConfig", actual=None)
+    return items
+
+
 class PagedKVCache:
-    """All layers' pages. ``layers`` gives each layer's spec (per-rank head counts)."""
+    """All layers' pages. ``layers`` gives each layer's spec (per-rank head counts).
+
+    Refused before anything is allocated: a layer that is not a LayerAttention or a duplicate
+    layer id, a device this process cannot use (AK430), and pages that need more memory than
+    the device has free (AK431)."""
 
     def __init__(self, layers: list[LayerAttention] | tuple[LayerAttention, ...], *,
                  num_pages: int, page_size: int, dtype: torch.dtype | str = torch.bfloat16,
@@ -73,36 +101,45 @@ class PagedKVCache:
         self.dtype = _kv_dtype(dtype)
         _check_size("num_pages", num_pages)
         _check_size("page_size", page_size)
-        for l in layers:
-            if l.kind == "mla" and l.mla is None:
-                fail("AK419", f"layer {l.layer_id} has kind 'mla' but no mla sizes (mla=None), "
-                              "so its latent cache width is unknown",
-                     field=f"layers[{l.layer_id}].mla", expected="MLAConfig", actual=None)
+        layers = _check_layers(layers)
         ids = {l.layer_id for l in layers}
         for name, scales in (("k_scales", k_scales), ("v_scales", v_scales)):
             _check_scales(name, scales or {}, ids)
+        dev = usable_device(device)
+        shapes = {}
+        for l in layers:
+            if l.kind == "mla":
+                shapes[("latent", l.layer_id)] = (num_pages, page_size, l.mla.latent_dim)
+            else:
+                shapes[("k", l.layer_id)] = (num_pages, page_size, l.num_kv_heads, l.head_dim)
+                shapes[("v", l.layer_id)] = (num_pages, page_size, l.num_kv_heads, l.value_dim)
+        need = sum(math.prod(shape) for shape in shapes.values()) * self.dtype.itemsize
+        check_fits(need, dev, what=f"{num_pages} pages of {page_size} tokens for {len(layers)} layer(s)")
         self.num_pages = num_pages
         self.page_size = page_size
-        self.device = torch.device(device)
+        self.device = dev
         self.specs = {l.layer_id: l for l in layers}
         self.k: dict[int, torch.Tensor] = {}
         self.v: dict[int, torch.Tensor] = {}
         self.latent: dict[int, torch.Tensor] = {}
         self.k_scales = {l.layer_id: 1.0 for l in layers} | dict(k_scales or {})
         self.v_scales = {l.layer_id: 1.0 for l in layers} | dict(v_scales or {})
-        for l in layers:
-            if l.kind == "mla":
-                self.latent[l.layer_id] = torch.zeros(
-                    num_pages, page_size, l.mla.latent_dim, dtype=self.dtype, device=self.device)
-            else:
-                self.k[l.layer_id] = torch.zeros(
-                    num_pages, page_size, l.num_kv_heads, l.head_dim, dtype=self.dtype, device=self.device)
-                self.v[l.layer_id] = torch.zeros(
-                    num_pages, page_size, l.num_kv_heads, l.value_dim, dtype=self.dtype, device=self.device)
+        try:
+            for (name, lid), shape in shapes.items():
+                getattr(self, name)[lid] = torch.zeros(shape, dtype=self.dtype, device=dev)
+        except (RuntimeError, MemoryError) as exc:      # free memory moved under the estimate
+            self.k, self.v, self.latent = {}, {}, {}
+            fail("AK431", f"the KV cache ({need / 2**30:.3g} GiB) could not be allocated on "
+                          f"{dev}: {exc}", field="num_pages", expected="fewer pages", actual=num_pages,
+                 details={"bytes": need, "device": str(dev)})
 
     @property
     def is_fp8(self) -> bool:
         return self.dtype in FP8_DTYPES
+
+    @property
+    def num_slots(self) -> int:
+        return self.num_pages * self.page_size
 
     def _store(self, buf: torch.Tensor, slots: torch.Tensor, x: torch.Tensor, scale: float) -> None:
         flat = buf.view(-1, *buf.shape[2:])
@@ -111,7 +148,17 @@ class PagedKVCache:
         flat[slots.long()] = x.to(self.dtype)
 
     def write(self, layer_id: int, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None) -> None:
-        """k: [T, H_kv, D] (MLA: [T, L + R]); v: [T, H_kv, D_v] (MLA: None)."""
+        """Store new K/V at ``slot_mapping`` [T] (ints in [0, num_slots), distinct).
+        k: [T, H_kv, D] (MLA: [T, L + R]); v: [T, H_kv, D_v] (MLA: None).
+
+        Every argument is checked first (AK410-AK418), so a refusal writes nothing; the slots
+        of a tensor on a GPU are read back for that (one sync). A backend's forward calls
+        ``store`` instead: its batch passed validate_batch for this cache once per step."""
+        check_write(self, layer_id, slot_mapping, k, v)
+        self.store(layer_id, slot_mapping, k, v)
+
+    def store(self, layer_id: int, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None) -> None:
+        """``write`` without its checks, for slots and shapes already validated (no device sync)."""
         if layer_id in self.latent:
             self._store(self.latent[layer_id], slot_mapping, k, self.k_scales[layer_id])
             return

@@ -29,7 +29,8 @@ import torch.nn.functional as F
 from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState, check_option
 from attnkit.backends.metadata import BatchMetadata
 from attnkit.backends.paged_torch import (PagedStep, absorbed_is_cheaper, begin_forward,
-                                          decompress_latent, gather_kv, local_limits, visibility)
+                                          decompress_latent, gather_kv, local_limits, select_out,
+                                          visibility)
 from attnkit.backends.sdpa.declaration import DECLARATION
 
 _CAPS = DECLARATION.capabilities
@@ -115,8 +116,9 @@ class SdpaBackend(AttentionBackend):
         if kv_max == 0:
             return q.new_zeros(num_tokens, heads * dv)
         keys, values = gather_kv(cache, layer, index.slots, q.dtype)         # [B, need * ps, ...]
-        keys = keys[:, :kv_max]
-        values = values if values is None else values[:, :kv_max]          # [B, S, ...]
+        # rows past a request's length are selected out: a masked logit still multiplies them
+        keys = select_out(keys[:, :kv_max], index.padding)
+        values = values if values is None else select_out(values[:, :kv_max], index.padding)
         lift = None
         if spec.kind == "mla":
             q, keys, values, lift = self._mla_operands(q, keys, layer, q_max=grid.q_max)

@@ -186,14 +186,14 @@ def _store_kv_kernel(K, V, KC, VC, Slots, stride_kt, stride_vt,
 
 def write_kv(cache, layer_id: int, slot_mapping, k, v) -> None:
     """Write new K/V through the slot mapping: one launch for both when the rows are dense
-    and the cache is not fp8 (fp8 keeps PagedKVCache.write's scale-and-saturate rounding).
+    and the cache is not fp8 (fp8 keeps PagedKVCache.store's scale-and-saturate rounding).
 
     k: [T, H_kv, D]; v: [T, H_kv, D_v]; slot_mapping: [T] int64."""
     kc, vc = cache.k[layer_id], cache.v[layer_id]
     dense = (k.stride(2) == 1 and k.stride(1) == k.shape[2] and v.stride(2) == 1
              and v.stride(1) == v.shape[2] and kc.is_contiguous() and vc.is_contiguous())
     if cache.is_fp8 or not dense or k.shape[0] == 0:
-        cache.write(layer_id, slot_mapping, k, v)
+        cache.store(layer_id, slot_mapping, k, v)
         return
     row_k, row_v = k.shape[1] * k.shape[2], v.shape[1] * v.shape[2]
     _store_kv_kernel[(k.shape[0],)](

@@ -93,7 +93,7 @@ class TritonMLABackend(AttentionBackend):
         T, H = q.shape[0], q.shape[1]
         if T == 0:
             return q.new_empty(0, H * mla.v_head_dim)
-        cache.write(spec.layer_id, meta.slot_mapping, k, None)
+        cache.store(spec.layer_id, meta.slot_mapping, k, None)
         nope = mla.qk_nope_head_dim
         q = q if q.stride(-1) == 1 else q.contiguous()
         q_nope, q_pe = q[..., :nope], q[..., nope:]

@@ -36,8 +36,13 @@ ENTRIES = [
                 "a negative prefix, encoder length or token count, no new tokens, a page size "
                 "below 1, a count or page id that is not an int, a page id beyond the int32 "
                 "range of block tables, a request that is not a Request / dict / tuple of its "
-                "fields, or a block-table row too short for the KV length.",
-        trigger="build_batch, PageAllocator.allocate or PageAllocator.grow was given such an input.",
+                "fields, or a block-table row too short for the KV length. Also a BatchMetadata "
+                "made by hand with such values (not ints, per-request counts of different "
+                "lengths, a slot count other than the new tokens'), or one whose field was set "
+                "after it was made: it is read-only, since its device tensors are built from its "
+                "host values.",
+        trigger="build_batch, BatchMetadata(...), PageAllocator.allocate or PageAllocator.grow "
+                "was given such an input, or a BatchMetadata field was assigned.",
         situations=["The block-table row was not grown after new tokens were scheduled.",
                     "A request with zero new tokens was left in the batch.",
                     "A request tuple missing a field, or a dict with a misspelt field name.",
@@ -146,10 +151,14 @@ ENTRIES = [
     entry(
         "AK415", "Slot mapping out of range",
         meaning="A new token's cache slot is outside the cache or is not the slot its position maps "
-                "to through its request's block table.",
-        trigger="Runtime validation of the batch metadata (once per step).",
+                "to through its request's block table. A negative slot counts too: torch would "
+                "index from the end and write into another request's page.",
+        trigger="Runtime validation of the batch metadata (once per step), or "
+                "PagedKVCache.write(layer_id, slot_mapping, k, v) with such a slot (nothing is "
+                "written then).",
         situations=["Slots computed with another page size than the cache's.",
-                    "Slots computed from stale block tables."],
+                    "Slots computed from stale block tables.",
+                    "-1 used as a padding slot for tokens that should not be stored."],
         solutions=["Compute slot = page * page_size + offset from the current block table.",
                    _FIX_INPUTS],
         before="slot = position  # ignores paging",
@@ -171,8 +180,11 @@ ENTRIES = [
     entry(
         "AK417", "query_start_loc inconsistent",
         meaning="The cumulative query offsets do not agree with the per-request new-token counts "
-                "(seq_lens - prefix_lens) or with the number of query tokens.",
-        trigger="Runtime validation of the batch metadata (once per step).",
+                "(seq_lens - prefix_lens) or with the number of query tokens. No longer raised: "
+                "BatchMetadata builds query_start_loc from those counts, so the two cannot "
+                "disagree (a request without new tokens is AK405).",
+        trigger="Runtime validation of the batch metadata (once per step), before BatchMetadata "
+                "built its tensors from its host values.",
         situations=["query_start_loc built without the leading 0.",
                     "prefix_lens not updated after the previous step."],
         solutions=["query_start_loc = [0, cumsum(seq_lens - prefix_lens)...].", _FIX_INPUTS],
@@ -234,9 +246,11 @@ ENTRIES = [
                 "not an int >= 1, a dtype that is neither a torch dtype nor one of the names "
                 "fp32, fp16, bf16, fp8_e4m3, fp8_e5m2, or a k/v scale that is not a finite number > 0 or names a layer "
                 "the cache does not hold. fp8 pages store value / scale, so a zero, negative or "
-                "NaN scale would silently corrupt every value written.",
+                "NaN scale would silently corrupt every value written. Also layers that are not "
+                "LayerAttention values or repeat a layer id, and a device this process cannot "
+                "put tensors on (cuda without CUDA, mps without MPS, a misspelt name).",
         trigger="PagedKVCache(layers, num_pages=..., page_size=..., dtype=..., k_scales=..., "
-                "v_scales=...) with such a value.",
+                "v_scales=..., device=...) with such a value.",
         situations=["dtype='fp8' instead of 'fp8_e4m3' or 'fp8_e5m2'.",
                     "dtype='int8' (no such KV dtype name: there is no int8 dequantisation path).",
                     "A calibration that produced a scale of 0 for an all-zero layer.",
@@ -247,6 +261,24 @@ ENTRIES = [
                    "Give the cache at least one page of at least one token."],
         before="PagedKVCache(layers, num_pages=64, page_size=16, dtype='fp8')",
         after="PagedKVCache(layers, num_pages=64, page_size=16, dtype='fp8_e4m3')",
-        related=("AK418", "AK419", "AK304"),
+        related=("AK418", "AK419", "AK304", "AK431"),
+    ),
+    entry(
+        "AK431", "KV cache does not fit in memory",
+        meaning="The pages asked for need more memory than the device has free, so the cache was "
+                "not allocated (nothing was). The size is num_pages x page_size x the bytes of "
+                "one token's K/V (MLA: latent) row, summed over the layers.",
+        trigger="PagedKVCache(layers, num_pages=..., ...) whose buffers exceed the free memory of "
+                "the device (CUDA: torch.cuda.mem_get_info; CPU: MemAvailable), or whose "
+                "allocation failed.",
+        situations=["num_pages computed from a token budget meant for another model or GPU.",
+                    "Another process holds most of the GPU's memory.",
+                    "An fp32 cache where bf16 or fp8 was meant (2-4x the bytes)."],
+        solutions=["Ask for fewer pages (the message gives the bytes needed and free).",
+                   "Use a smaller KV dtype (bf16, fp8_e4m3).",
+                   "Free the device's memory, or run on a device with more."],
+        before="PagedKVCache(layers, num_pages=10**9, page_size=16)",
+        after="PagedKVCache(layers, num_pages=4096, page_size=16)",
+        related=("AK430", "AK400"),
     ),
 ]
