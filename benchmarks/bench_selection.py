@@ -25,6 +25,12 @@ import time
 
 TARGET = 0.95
 
+
+def _short(status: str) -> str:
+    """A status for a table cell: 'skipped: out of memory: CUDA out of ...' -> 'skipped (out of memory)'."""
+    kind, _, note = status.partition(": ")
+    return f"{kind} ({note.split(':')[0]})" if note else kind
+
 # (script, phase, batch, new, context, shape): the rows of the three benchmark scripts.
 MHA = {"d128": ("mha", 32, 8, 128), "d64": ("mha", 32, 8, 64), "d256": ("mha", 16, 8, 256)}
 TRITON_ROWS = ([("bench_triton", "decode", b, 1, c, "d128") for b in (1, 16, 64, 128) for c in (1024, 4096, 32768)]
@@ -116,7 +122,8 @@ def table(rows: list[dict]) -> str:
     fmt = lambda r: "n/a" if r is None else f"{r:.2f}"  # noqa: E731
     for r in rows:
         bucket = r.get("bucket") or f"B={r['batch']} new={r['new']} ctx={r['context']}"
-        rates = ", ".join(f"{n} {v:.0f}" if v else f"{n} {r['status'][n]}" for n, v in r.get("rates", {}).items())
+        rates = ", ".join(f"{n} {v:.0f}" if v else f"{n} {_short(r['status'][n])}"
+                          for n, v in r.get("rates", {}).items())
         rates = (rates + f" {r['unit']}") if rates else r.get("note", "")
         ok = "yes" if r["ratio"] is not None and r["ratio"] >= TARGET else "**no**"
         lines.append(f"| {r['script']} | {r['phase']} | {r.get('shape_label', r['shape'])} | "

@@ -43,5 +43,5 @@ def test_the_table_says_which_rows_miss_the_target():
             dict(script="bench_dual_chunk", phase="decode", batch=1, new=1, context=131073, shape="dca",
                  pick="dual_chunk", whole="dual_chunk", fastest="dual_chunk", ratio=1.0, note="only dual_chunk")]
     text = sel.table(rows)
-    assert "| 0.93 | **no** |" in text and "torch_native skipped: out of memory" in text
+    assert "| 0.93 | **no** |" in text and "torch_native skipped (out of memory)" in text
     assert text.endswith("1 of 2 rows within 5 % of the fastest valid backend.")

@@ -6,8 +6,13 @@ from attnkit.errors import AttnkitError
 
 
 def test_deepseek_v3_on_h100_plans_mla_backend():
-    p = plan("deepseek-v3", "h100", env={})
+    """The priority table (no profile) picks triton_mla for both phases; with the shipped H200
+    profile (same sm90 class) each phase takes an MLA-serving backend the profile ranks first."""
+    p = plan("deepseek-v3", "h100", env={}, profile=False)
     assert p.ok and p.prefill_backend == p.decode_backend == "triton_mla"
+    measured = plan("deepseek-v3", "h100", env={})
+    assert measured.ok and measured.decode_backend == "triton_mla"
+    assert measured.prefill_backend in ("triton_mla", "sdpa", "torch_native")
     assert p.settings["page_size"] == 16 and p.settings["kv_layout"] == "latent"
     assert {r.code for r in p.rejected["triton"]} >= {"AK101"}
 
