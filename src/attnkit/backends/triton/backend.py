@@ -22,9 +22,10 @@ from attnkit.backends.triton._common import interpreting, kernel_scales, padded_
 from attnkit.backends.triton.declaration import DECLARATION
 from attnkit.backends.triton.decode import (DECODE_VARIANTS, choose_splits, decode_attention,
                                              decode_config, pick_decode_variant)
-from attnkit.backends.triton.extend import (EXTEND_VARIANTS, extend_attention, extend_config,
-                                             pick_extend_variant)
+from attnkit.backends.triton.extend import (EXTEND_VARIANT, EXTEND_VARIANTS, extend_attention,
+                                             extend_config, pick_extend_variant)
 from attnkit.backends.triton.extend_v2 import extend_attention_v2
+from attnkit.backends.triton.tma_path import run_tma_extend, tma_config, tma_route
 from attnkit.errors import fail
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -44,6 +45,7 @@ class TritonStepPlan:
     blocks: dict = field(default_factory=dict)     # BLOCK_M -> (block_req [NB], block_m [NB])
     splits: dict = field(default_factory=dict)     # (H_kv, window, BLOCK_N) -> (splits, chunk)
     partials: dict = field(default_factory=dict)   # (H_q, BLOCK_DV, splits) -> 3 f32 buffers
+    rows: dict = field(default_factory=dict)       # tma_path.row_layout of the padded K/V rows
 
     def query_blocks(self, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Request index and first query row of every BLOCK_M-row query block, the blocks
@@ -158,6 +160,12 @@ class TritonBackend(AttentionBackend):
                              block_tables=plan.block_tables, num_splits=splits, chunk=chunk,
                              partials=partials, config=cfg, **common,
                              new_kv=(k, v, meta.slot_mapping) if fused_write else None)
+        elif (route := tma_route(self.extend_variant or EXTEND_VARIANT, q, k, v, layer, cache,
+                                 meta)) is not None:
+            cfg = tma_config(spec.head_dim, interpret=interpreting()) | self.extend_override
+            block_req, block_m = plan.query_blocks(cfg["BLOCK_M"])
+            run_tma_extend(route, q, k, v, out, cache, lid, plan, config=cfg, block_req=block_req,
+                           block_m=block_m, causal=spec.causal, **common)
         else:
             variant = pick_extend_variant(self.extend_variant, k, v, cache, lid,
                                           prefix_lens=meta.prefix_lens_cpu)
