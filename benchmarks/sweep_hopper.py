@@ -147,7 +147,7 @@ def attention_section(args, name, setup_kw, variants, peers, flex=False):
         s.new * s.prefix + s.new * (s.new + 1) / 2)
     units = lambda ms: flops / ms / 1e9  # noqa: E731
     # the reference needs this step's K/V in the cache: one forward of the default backend
-    base = TritonBackend()
+    base = TritonBackend(extend_variant="v1")
     base.forward(s.q, s.k, s.v, s.layer, s.cache, base.prepare(s.meta, s.cache))
     ref = reference(s, causal)
     info = dict(section=name, unit="TFLOP/s", flops=flops)
@@ -258,7 +258,7 @@ def mla(args):
         if over_budget(args):
             return
         s = bench_mla.Setup(128, 4095, 1, heads=heads)
-        first = TritonMLABackend()          # writes the step's latent row into the cache
+        first = TritonMLABackend(variant="v2")     # writes the step's latent row into the cache
         first.forward(s.q, s.k, None, s.layer, s.cache, first.prepare(s.meta, s.cache))
         ref = bench_mla.torch_bmm_decode(s).float()
         flops = 2 * heads * 4096 * (512 + 64 + 512) * 128
