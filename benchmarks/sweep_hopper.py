@@ -254,7 +254,9 @@ def race_check(args):
 
 
 def mla(args):
-    for heads, variants in ((128, ("v2", "tma")), (16, ("v2",))):
+    mla_variants = {128: [("v2", dict(variant="v2")), ("v2 2 stages", dict(variant="v2", num_stages=2)),
+                          ("tma", dict(variant="tma"))], 16: [("v2", dict(variant="v2"))]}
+    for heads, variants in mla_variants.items():
         if over_budget(args):
             return
         s = bench_mla.Setup(128, 4095, 1, heads=heads)
@@ -263,8 +265,8 @@ def mla(args):
         ref = bench_mla.torch_bmm_decode(s).float()
         flops = 2 * heads * 4096 * (512 + 64 + 512) * 128
         nbytes = 128 * 4096 * 576 * 2
-        for var in variants:
-            be = TritonMLABackend(variant=var)
+        for var, opts in variants:
+            be = TritonMLABackend(**opts)
             step = be.prepare(s.meta, s.cache)
             row = dict(section=f"MLA decode H={heads} B=128 ctx=4k", who=f"attnkit {var}",
                        unit="TFLOP/s (core)", flops=flops, bytes=nbytes)
