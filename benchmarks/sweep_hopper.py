@@ -3,14 +3,17 @@ checked first, then timed in one run on one GPU by one method (common.time_ms: w
 median of 20, L2 flushed; attnkit rows are CUDA-graph replays of ``backend.forward``, peers
 run on contiguous K/V).
 
-    PYTHONPATH=src python3 benchmarks/sweep_hopper.py [--out DIR] [--budget-s 330]
+    PYTHONPATH=src python3 benchmarks/sweep_hopper.py --only SECTION[,SECTION] [--out DIR]
 
-Sections, most important first; each writes its rows to sweep_hopper.json at once, so a run
-cut short still returns what it measured: prefill 16k (d128, d64, d256) with the
-tensor-descriptor kernel ("tma") at several tiles; extend 2048 over a 32k prefix; decode
-B=1 (ctx 4k, 32k) with the in-kernel merge ("fused") and split counts; MLA decode (v2 vs
-tma); a race check of the fused merge (bitwise-stable outputs over graph replays); last,
-FlexAttention on the extend row (its compile is slow).
+Sections (SECTIONS below): prefill 16k at d128 / d64 / d256 with the tensor-descriptor
+kernel ("tma") at several tiles; extend 2048 over a 32k prefix (with FlexAttention) and
+over 8k; decode B=1 (ctx 4k, 32k) and B=16 / 64 with the in-kernel merge ("fused") and split
+counts; MLA decode (v2 vs tma); a race check of the fused merge (bitwise-stable outputs).
+Run each section in its own process (see run_sweep_hopper.sh): rows are merged into
+$OUT/sweep_hopper.json as they come, and a watchdog ends a process whose kernel stops
+making progress (a hung launch cannot be interrupted otherwise), recording where.
+Warp-specialised variants run last in each section: the first GPU run of this script hung
+in one (a host descriptor whose box Triton 3.6 did not split with the tile; fixed since).
 
 Correctness: every attnkit variant is compared with a float32 reference (SDPA's efficient
 kernel on float32 inputs, K/V repeated per query head; MLA: the torch-bmm peer), its output
@@ -55,10 +58,29 @@ TMA = {
 }
 
 
+def _path():
+    return os.path.join(OUT, "sweep_hopper.json")
+
+
+def load_previous() -> dict:
+    """Rows and ceilings of the sections that ran before in earlier processes."""
+    try:
+        with open(_path()) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
 def save():
-    with open(os.path.join(OUT, "sweep_hopper.json"), "w") as f:
-        json.dump({"environment": ENV, "ceilings": CEIL, "wall_s": time.time() - START,
-                   "rows": ROWS}, f, indent=1, default=str)
+    data = dict(PREVIOUS, environment=ENV, ceilings=CEIL)
+    data["rows"] = PREVIOUS.get("rows", []) + ROWS
+    data["wall_s"] = PREVIOUS.get("wall_s", 0.0) + time.time() - START
+    with open(_path() + ".tmp", "w") as f:
+        json.dump(data, f, indent=1, default=str)
+    os.replace(_path() + ".tmp", _path())
+
+
+LAST = {"t": time.time(), "who": "start"}
 
 
 def emit(row):
@@ -66,15 +88,33 @@ def emit(row):
     print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}),
           flush=True)
     save()
+    LAST.update(t=time.time(), who=f"{row.get('section')} / {row.get('who')}")
 
 
-def over_budget(args, need_s=0):
-    return time.time() - START + need_s > args.budget_s
+def note(who):
+    """Mark what is about to run, for the watchdog's record."""
+    LAST.update(who=who)
+
+
+def watchdog(stall_s: float):
+    """End the process if nothing was emitted for stall_s seconds (a hung kernel)."""
+    import threading
+
+    def run():
+        while True:
+            time.sleep(2)
+            if time.time() - LAST["t"] > stall_s:
+                ROWS.append(dict(section=LAST.get("section"), who=LAST["who"],
+                                 result=f"STALLED: no progress for {stall_s:.0f} s; process ended"))
+                save()
+                print(f"WATCHDOG: stalled at {LAST['who']}", flush=True)
+                os._exit(3)
+    threading.Thread(target=run, daemon=True).start()
 
 
 def timed_ms(fn, *, graph=True):
-    run, note = graphed(fn) if graph else (fn, "eager")
-    return time_ms(run, warmup=3, reps=20, cold_l2=True), note or ("graph" if graph else "eager")
+    run, why = graphed(fn) if graph else (fn, "eager")
+    return time_ms(run, warmup=3, reps=20, cold_l2=True), why or ("graph" if graph else "eager")
 
 
 def poisoned(fn, shape, dtype):
@@ -99,6 +139,7 @@ def reference(s, causal):
 
 
 def attnkit_row(s, backend, ref, units, **info):
+    note(f"{info.get('section')} / {info.get('who')}")
     step = backend.prepare(s.meta, s.cache)
     fwd = lambda: backend.forward(s.q, s.k, s.v, s.layer, s.cache, step)  # noqa: E731
     row = dict(info)
@@ -121,6 +162,7 @@ def attnkit_row(s, backend, ref, units, **info):
 def peer_row(make, ref, units, **info):
     """make() -> fn; fn() -> [B, H, S, D]. An SDPA kernel with no GQA path for the call is
     retried by the caller with K/V repeated (noted)."""
+    note(f"{info.get('section')} / {info.get('who')}")
     row = dict(info)
     try:
         fn = make()
@@ -140,30 +182,33 @@ def peer_row(make, ref, units, **info):
 
 
 def attention_section(args, name, setup_kw, variants, peers, flex=False):
-    """One extend / prefill shape: reference, attnkit variants, peers."""
+    """One extend / prefill shape: reference, then the attnkit variants without warp
+    specialisation, the peers (FlexAttention too if asked), and last the warp-specialised
+    variants (the kind that hung once)."""
     s = Setup(**setup_kw)
-    causal = True
     flops = 4 * s.spec.head_dim * s.spec.num_heads * s.batch * (
         s.new * s.prefix + s.new * (s.new + 1) / 2)
     units = lambda ms: flops / ms / 1e9  # noqa: E731
-    # the reference needs this step's K/V in the cache: one forward of the default backend
+    # the reference needs this step's K/V in the cache: one forward of the v1 kernel
     base = TritonBackend(extend_variant="v1")
     base.forward(s.q, s.k, s.v, s.layer, s.cache, base.prepare(s.meta, s.cache))
-    ref = reference(s, causal)
+    note(f"{name} / float32 reference")
+    ref = reference(s, True)
     info = dict(section=name, unit="TFLOP/s", flops=flops)
-    for label, opts in variants:
-        if over_budget(args):
-            return
+    is_ws = lambda opts: (opts.get("extend_config") or {}).get("WS", False)  # noqa: E731
+    for label, opts in [v for v in variants if not is_ws(v[1])]:
         attnkit_row(s, TritonBackend(**opts), ref, units, who=f"attnkit {label}", **info)
     k_c, v_c = s.gather()
     q = s.q_bhsd()
     mask = causal_lower_right(s.new, s.prefix + s.new) if s.prefix else None
     sdpa_rows(peers, s, q, k_c, v_c, mask, not s.prefix, ref, units, info)
     if flex:
-        FLEX_LATER.append((s, ref, units, info, q, k_c, v_c))
-    else:
-        del s
-        torch.cuda.empty_cache()
+        LAST["t"] = time.time() + 120            # its compile takes a while: give it room
+        peer_row(lambda: flex_peer(q, k_c, v_c, s.prefix, True), ref, units, who="flex", **info)
+    for label, opts in [v for v in variants if is_ws(v[1])]:
+        attnkit_row(s, TritonBackend(**opts), ref, units, who=f"attnkit {label}", **info)
+    del s
+    torch.cuda.empty_cache()
 
 
 def sdpa_rows(peers, s, q, k_c, v_c, mask, is_causal, ref, units, info):
@@ -178,36 +223,30 @@ def sdpa_rows(peers, s, q, k_c, v_c, mask, is_causal, ref, units, info):
                      units, who=f"{pname} (K/V repeated: no GQA path)", **info)
 
 
-FLEX_LATER: list = []
 SDPA_PEERS = [("sdpa cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa flash", SDPBackend.FLASH_ATTENTION)]
 
 
-def prefill(args):
-    for dim, heads in ((128, 32), (64, 32), (256, 16)):
-        cands = TMA[dim]
-        variants = [("v2 (default before)", dict(extend_variant="v2"))]
-        variants += [(f"tma {c}", dict(extend_variant="tma", extend_config=c)) for c in cands]
-        attention_section(args, f"prefill 16k d{dim}",
-                          dict(batch=1, prefix=0, new=16384, heads=heads, dim=dim),
-                          variants, SDPA_PEERS)
+def prefill(args, dim):
+    heads = 16 if dim == 256 else 32
+    variants = [("v2 (default before)", dict(extend_variant="v2"))]
+    variants += [(f"tma {c}", dict(extend_variant="tma", extend_config=c)) for c in TMA[dim]]
+    attention_section(args, f"prefill 16k d{dim}",
+                      dict(batch=1, prefix=0, new=16384, heads=heads, dim=dim), variants, SDPA_PEERS)
 
 
-def extend(args):
-    cands = TMA[128][:1] + TMA[128][2:4]
-    for prefix in (32768, 8192):
-        variants = [("v1 (default before)", dict(extend_variant="v1"))]
-        variants += [(f"tma {c}", dict(extend_variant="tma", extend_config=c)) for c in cands]
-        attention_section(args, f"extend 2048 over {prefix // 1024}k d128",
-                          dict(batch=1, prefix=prefix, new=2048, heads=32, dim=128),
-                          variants, SDPA_PEERS + [("gather+sdpa", None)], flex=prefix == 32768)
+def extend(args, prefix):
+    variants = [("v1 (default before)", dict(extend_variant="v1"))]
+    variants += [(f"tma {c}", dict(extend_variant="tma", extend_config=c))
+                 for c in TMA[128][:1] + TMA[128][2:4]]
+    attention_section(args, f"extend 2048 over {prefix // 1024}k d128",
+                      dict(batch=1, prefix=prefix, new=2048, heads=32, dim=128),
+                      variants, SDPA_PEERS + [("gather+sdpa", None)], flex=prefix == 32768)
 
 
 def decode(args):
     shapes = [(1, 4096, (None, 32, 64)), (1, 32768, (None, 48, 64)), (16, 4096, (None,)),
               (64, 4096, (None,))]
     for batch, ctx, splits in shapes:
-        if over_budget(args):
-            return
         s = Setup(batch, ctx - 1, 1)
         nbytes = 2 * batch * ctx * 8 * 128 * 2
         units = lambda ms: nbytes / ms / 1e6  # noqa: E731
@@ -232,6 +271,7 @@ def race_check(args):
     """The fused merge picks its merging program at run time: replay one step 200 times and
     require bitwise-identical outputs (the merge sums the splits in a fixed order)."""
     for batch, ctx, splits in ((1, 4096, 32), (4, 32768, 64)):
+        note(f"race check B={batch} ctx={ctx}")
         s = Setup(batch, ctx - 1, 1)
         be = TritonBackend(decode_variant="fused", num_splits=splits)
         step = be.prepare(s.meta, s.cache)
@@ -257,8 +297,6 @@ def mla(args):
     mla_variants = {128: [("v2", dict(variant="v2")), ("v2 2 stages", dict(variant="v2", num_stages=2)),
                           ("tma", dict(variant="tma"))], 16: [("v2", dict(variant="v2"))]}
     for heads, variants in mla_variants.items():
-        if over_budget(args):
-            return
         s = bench_mla.Setup(128, 4095, 1, heads=heads)
         first = TritonMLABackend(variant="v2")     # writes the step's latent row into the cache
         first.forward(s.q, s.k, None, s.layer, s.cache, first.prepare(s.meta, s.cache))
@@ -268,6 +306,7 @@ def mla(args):
         for var, opts in variants:
             be = TritonMLABackend(**opts)
             step = be.prepare(s.meta, s.cache)
+            note(f"MLA H={heads} / {var}")
             row = dict(section=f"MLA decode H={heads} B=128 ctx=4k", who=f"attnkit {var}",
                        unit="TFLOP/s (core)", flops=flops, bytes=nbytes)
             try:
@@ -292,14 +331,6 @@ def mla(args):
         torch.cuda.empty_cache()
 
 
-def flex_rows(args):
-    for s, ref, units, info, q, k_c, v_c in FLEX_LATER:
-        if over_budget(args, need_s=60):
-            emit(dict(info, who="flex", result="skipped: time budget"))
-            continue
-        peer_row(lambda: flex_peer(q, k_c, v_c, s.prefix, True), ref, units, who="flex", **info)
-
-
 def table():
     lines = ["| section | variant / peer | rate | unit | ms | rel err | note |",
              "|---|---|---:|---|---:|---:|---|"]
@@ -314,39 +345,51 @@ def table():
     return "\n".join(lines)
 
 
+SECTIONS = {"prefill128": lambda a: prefill(a, 128), "prefill64": lambda a: prefill(a, 64),
+            "prefill256": lambda a: prefill(a, 256), "extend32k": lambda a: extend(a, 32768),
+            "extend8k": lambda a: extend(a, 8192), "decode": decode, "mla": mla,
+            "race": race_check}
+
+
 def main():
-    global OUT, ENV, CEIL
+    global OUT, ENV, CEIL, PREVIOUS
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    ap.add_argument("--budget-s", type=float, default=330.0)
-    ap.add_argument("--only", default="prefill,extend,decode,mla,race,flex")
+    ap.add_argument("--only", default=",".join(SECTIONS))
+    ap.add_argument("--stall-s", type=float, default=60.0,
+                    help="end the process after this long with no row (a hung kernel)")
+    ap.add_argument("--table", action="store_true", help="only print the merged table")
     args = ap.parse_args()
     OUT = args.out
     os.makedirs(OUT, exist_ok=True)
+    PREVIOUS = load_previous()
+    if args.table:
+        ROWS.extend(PREVIOUS.pop("rows", []))
+        ENV, CEIL = PREVIOUS.get("environment", ""), PREVIOUS.get("ceilings", {})
+        md = (f"{ENV}\nceilings: {json.dumps(CEIL)}; wall {PREVIOUS.get('wall_s', 0):.0f} s\n\n"
+              + table())
+        with open(os.path.join(OUT, "sweep_hopper.md"), "w") as f:
+            f.write(md + "\n")
+        print(md, flush=True)
+        return
     torch.manual_seed(0)
-    ENV, CEIL = environment(), ceilings()
+    ENV = environment()
+    CEIL = PREVIOUS.get("ceilings") or ceilings()     # measured once, by the first process
     print(ENV, json.dumps(CEIL), flush=True)
-    steps = dict(prefill=prefill, extend=extend, decode=decode, mla=mla, race=race_check,
-                 flex=flex_rows)
+    watchdog(args.stall_s)
     for name in args.only.split(","):
-        if over_budget(args):
-            emit(dict(section=name, who="-", result="skipped: time budget"))
-            continue
+        LAST.update(t=time.time(), section=name)
         t0 = time.time()
         try:
-            steps[name](args)
+            SECTIONS[name](args)
         except Exception as exc:  # noqa: BLE001 - the next section still runs
             torch.cuda.synchronize()
-            emit(dict(section=name, who="-", result=f"SECTION FAILED {type(exc).__name__}: {exc}"[:300]))
-        print(f"== {name}: {time.time() - t0:.0f} s (wall {time.time() - START:.0f} s)", flush=True)
-    md = (f"{ENV}\nceilings: copy {CEIL['copy_gbs']:.0f} GB/s, bf16 matmul "
-          f"{CEIL['matmul_tflops']:.0f} TFLOP/s; wall {time.time() - START:.0f} s\n\n" + table())
-    with open(os.path.join(OUT, "sweep_hopper.md"), "w") as f:
-        f.write(md + "\n")
+            emit(dict(section=name, who=LAST["who"],
+                      result=f"SECTION FAILED {type(exc).__name__}: {exc}"[:300]))
+        print(f"== {name}: {time.time() - t0:.0f} s", flush=True)
     save()
-    print(md, flush=True)
 
 
-ENV, CEIL = "", {}
+ENV, CEIL, PREVIOUS = "", {}, {}
 if __name__ == "__main__":
     main()

@@ -90,10 +90,13 @@ def test_auto_takes_the_route_only_on_sm90_with_enough_work(monkeypatch):
     odd_case = make_case(odd, prefix_lens=[0], new_lens=[8], page_size=4, dtype="fp16")
     assert tma_path.tma_route("tma", odd_case.q, odd_case.k, odd_case.v, odd, odd_case.cache,
                               odd_case.meta) is None               # not a power of two
-    # On an sm_90 device, auto copies a cached prefix only when the step has the work for it.
+    # On an sm_90 device, auto (once switched on) copies a cached prefix only when the step
+    # has the work for it.
     monkeypatch.setattr(tma_path, "interpreting", lambda: False)
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    assert tma_path.tma_route("auto", *args) == ("direct" if tma_path.AUTO_TMA else None)
+    monkeypatch.setattr(tma_path, "AUTO_TMA", True)
     assert tma_path.tma_route("auto", *args) == "direct"
     short = make_case(layer, prefix_lens=[60], new_lens=[4], page_size=4, dtype="fp16")
     assert tma_path.tma_route("auto", short.q, short.k, short.v, layer, short.cache,

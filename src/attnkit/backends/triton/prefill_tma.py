@@ -54,14 +54,22 @@ def _attend_tiles(q, m_i, l_i, acc, k_desc, v_desc, row0, k_col, v_col, n_lo, n_
 @triton.jit
 def _prefill_tma_kernel(
     q_desc, k_desc, v_desc, Out, Sinks, BlockReq, BlockM, QStart, KStart, SeqLens,
-    qk_scale, v_scale, softcap, window, stride_ot, stride_oh,
+    qk_scale, v_scale, softcap, window, stride_ot, stride_oh, num_q_rows, stride_qt,
     NUM_HEADS: tl.constexpr, GROUP: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
     HAS_WINDOW: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_SINKS: tl.constexpr,
     WS: tl.constexpr,
 ):
-    """q_desc: [T, H_q * D] blocks [BLOCK_M, D]; k_desc / v_desc: [rows, H_kv * D(V)] blocks
-    [BLOCK_N, D(V)]; Out: [T, H_q, DV]; KStart: [B] first key row of each request."""
+    """q_desc: [T, H_q * D] blocks [BLOCK_M, D] (with WS: q's pointer, the descriptor is made
+    here); k_desc / v_desc: [rows, H_kv * D(V)] blocks [BLOCK_N, D(V)]; Out: [T, H_q, DV];
+    KStart: [B] first key row of each request."""
+    if WS:
+        # Triton 3.6 splits the Q tile between the two computing warpgroups; a host
+        # descriptor keeps its [BLOCK_M, D] box, so each half-tile copy would write BLOCK_M
+        # rows into a BLOCK_M / 2 buffer (and overrun its transaction count: the GPU hung).
+        # A descriptor made in the kernel gets the split box.
+        q_desc = tl.make_tensor_descriptor(q_desc, [num_q_rows, NUM_HEADS * D], [stride_qt, 1],
+                                           [BLOCK_M, D])
     pid = tl.program_id(0)
     blk = pid // NUM_HEADS
     h = pid % NUM_HEADS
@@ -121,6 +129,20 @@ def _rows_2d(x, block_rows: int):
     return TensorDescriptor(x, [rows, heads * width], [x.stride(0), 1], [block_rows, width])
 
 
+def _scratch_allocator() -> None:
+    """A descriptor made inside a kernel lives in global scratch that Triton asks the process's
+    allocator for; give it torch's caching allocator unless the process has set one."""
+    import torch
+    try:
+        from triton.runtime._allocation import NullAllocator, _allocator
+        if not isinstance(_allocator.get(), NullAllocator):
+            return
+    except ImportError:     # a Triton without this module: set it (torch's allocator either way)
+        pass
+    triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8,
+                                                                 device="cuda"))
+
+
 def descriptor_ready(x) -> bool:
     """Whether x [R, heads, width] can back a tensor descriptor as it is: head rows dense and
     contiguous with each other, base and row stride 16-byte aligned (TMA's rules)."""
@@ -141,14 +163,16 @@ def prefill_tma_attention(q, k_rows, v_rows, out, *, block_req, block_m, query_s
     num_heads, head_dim = q.shape[1], q.shape[2]
     dv = v_rows.shape[2]
     cfg = dict(config)
-    block_m_rows, block_n = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N")
+    block_m_rows, block_n, ws = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("WS")
+    if ws:
+        _scratch_allocator()
     _prefill_tma_kernel[(block_req.shape[0] * num_heads,)](
-        _rows_2d(q, block_m_rows), _rows_2d(k_rows, block_n), _rows_2d(v_rows, block_n), out,
-        sinks if sinks is not None else q, block_req, block_m, query_start_loc, key_start,
-        seq_lens, qk_scale, v_scale, float(softcap or 1.0), int(window or 0),
-        out.stride(0), out.stride(1),
+        q if ws else _rows_2d(q, block_m_rows), _rows_2d(k_rows, block_n),
+        _rows_2d(v_rows, block_n), out, sinks if sinks is not None else q, block_req, block_m,
+        query_start_loc, key_start, seq_lens, qk_scale, v_scale, float(softcap or 1.0),
+        int(window or 0), out.stride(0), out.stride(1), q.shape[0], q.stride(0),
         NUM_HEADS=num_heads, GROUP=num_heads // k_rows.shape[1], D=head_dim, DV=dv,
         BLOCK_M=block_m_rows, BLOCK_N=block_n, CAUSAL=causal, HAS_WINDOW=window is not None,
-        HAS_SOFTCAP=softcap is not None, HAS_SINKS=sinks is not None, WS=cfg.pop("WS"), **cfg,
+        HAS_SOFTCAP=softcap is not None, HAS_SINKS=sinks is not None, WS=ws, **cfg,
     )
     return out

@@ -7,9 +7,10 @@ Two routes:
   descriptor's end and read as zeros);
 - "rows": anything else it serves (several requests, a cached prefix, fp8 pages): the gather
   kernel (gather_rows.py) first copies every key from the cache into a padded dense buffer.
-The copy moves 2 x (keys x H_kv x (D + DV)) elements; "auto" takes the route only where the
-step's FLOPs per copied byte make that small (``MIN_FLOPS_PER_BYTE``), and only on sm_90+,
-where the descriptors become TMA copies (the H200 measurements: benchmarks/NOTES-hopper.md).
+The copy moves 2 x (keys x H_kv x (D + DV)) elements; "auto" (once ``AUTO_TMA`` is on) takes
+the route only where the step's FLOPs per copied byte make that small
+(``MIN_FLOPS_PER_BYTE``), and only on sm_90+, where the descriptors become TMA copies
+(benchmarks/NOTES-hopper.md).
 """
 from __future__ import annotations
 
@@ -19,6 +20,10 @@ from attnkit.backends.triton._common import interpreting, padded_dim
 from attnkit.backends.triton.gather_rows import gather_rows
 from attnkit.backends.triton.prefill_tma import descriptor_ready, prefill_tma_attention
 
+# >>> Whether extend "auto" takes this kernel where tma_route allows it. Off until an H200
+# run of benchmarks/run_sweep_hopper.sh shows it faster than v1 / v2 on the same shapes
+# (benchmarks/NOTES-hopper.md); "tma" asks for it explicitly either way.
+AUTO_TMA = False
 PAD = 128                    # rows of a request's buffer segment: a multiple of every BLOCK_N
 MIN_FLOPS_PER_BYTE = 2000    # copy ~3 TB/s vs kernel ~500 TFLOP/s: the copy stays under ~4 %
 MAX_ROWS_BYTES = 1 << 30     # larger steps keep the paged kernels rather than a 1 GiB buffer
@@ -49,7 +54,8 @@ def tma_route(requested: str, q, k, v, layer, cache, meta) -> str | None:
     if not served:
         return None
     if requested == "auto":
-        if interpreting() or not q.is_cuda or torch.cuda.get_device_capability(q.device)[0] < 9:
+        if (not AUTO_TMA or interpreting() or not q.is_cuda
+                or torch.cuda.get_device_capability(q.device)[0] < 9):
             return None
     if (meta.num_reqs == 1 and not any(meta.prefix_lens_cpu) and not cache.is_fp8
             and k.dtype == q.dtype == cache.k[lid].dtype == cache.v[lid].dtype
