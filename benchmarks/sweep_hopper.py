@@ -138,19 +138,19 @@ def reference(s, causal):
     return o.transpose(1, 2).reshape(s.batch * s.new, -1)
 
 
-def attnkit_row(s, backend, ref, units, **info):
+def checked_row(make, ref, units, **info):
+    """make() -> (first(): the output as ref's shape, fn: what to time). A row whose output is
+    off the reference (or that raises) is reported, not timed."""
     note(f"{info.get('section')} / {info.get('who')}")
-    step = backend.prepare(s.meta, s.cache)
-    fwd = lambda: backend.forward(s.q, s.k, s.v, s.layer, s.cache, step)  # noqa: E731
     row = dict(info)
     try:
-        out = poisoned(fwd, (s.q.shape[0], s.spec.num_heads * s.spec.value_dim), s.q.dtype)
-        err = rel_err(out.view(ref.shape), ref)
+        first, fn = make()
+        err = rel_err(first(), ref)
         row["rel_err"] = err
         if not err < TOL:
             row["result"] = f"WRONG (rel err {err:.3g})"
         else:
-            ms, how = timed_ms(fwd)
+            ms, how = timed_ms(fn)
             row.update(ms=ms, rate=units(ms), timing=how)
     except Exception as exc:  # noqa: BLE001 - a variant that fails is reported, not fatal
         torch.cuda.synchronize()
@@ -159,26 +159,23 @@ def attnkit_row(s, backend, ref, units, **info):
     return row
 
 
-def peer_row(make, ref, units, **info):
-    """make() -> fn; fn() -> [B, H, S, D]. An SDPA kernel with no GQA path for the call is
+def attnkit_row(s, backend, ref, units, **info):
+    """backend.forward on setup s; its output buffer starts as NaN (poisoned)."""
+    def make():
+        step = backend.prepare(s.meta, s.cache)
+        fwd = lambda: backend.forward(s.q, s.k, s.v, s.layer, s.cache, step)  # noqa: E731
+        shape = (s.q.shape[0], s.spec.num_heads * s.spec.value_dim)
+        return (lambda: poisoned(fwd, shape, s.q.dtype).view(ref.shape)), fwd
+    return checked_row(make, ref, units, **info)
+
+
+def peer_row(make_fn, ref, units, **info):
+    """make_fn() -> fn; fn() -> [B, H, S, D]. An SDPA kernel with no GQA path for the call is
     retried by the caller with K/V repeated (noted)."""
-    note(f"{info.get('section')} / {info.get('who')}")
-    row = dict(info)
-    try:
-        fn = make()
-        got = fn()
-        err = rel_err(got.transpose(1, 2).reshape(ref.shape), ref)
-        row["rel_err"] = err
-        if not err < TOL:
-            row["result"] = f"WRONG (rel err {err:.3g})"
-        else:
-            ms, how = timed_ms(fn)
-            row.update(ms=ms, rate=units(ms), timing=how)
-    except Exception as exc:  # noqa: BLE001
-        torch.cuda.synchronize()
-        row["result"] = f"FAILED {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-    emit(row)
-    return row
+    def make():
+        fn = make_fn()
+        return (lambda: fn().transpose(1, 2).reshape(ref.shape)), fn
+    return checked_row(make, ref, units, **info)
 
 
 def attention_section(args, name, setup_kw, variants, peers, flex=False):

@@ -94,6 +94,19 @@ def online_softmax_step(m_i, l_i, acc, s, v, DOT_PREC: tl.constexpr):
 
 
 @triton.jit
+def softmax_start(Sinks, h, BLOCK_M: tl.constexpr, HAS_SINKS: tl.constexpr):
+    """(m_i, l_i) [BLOCK_M] before any key of head h: the sink is a logit with no value, so
+    it starts the softmax (max = sink in log2 units, denominator 1); else an empty state."""
+    if HAS_SINKS:
+        m_i = tl.zeros([BLOCK_M], tl.float32) + tl.load(Sinks + h).to(tl.float32) * 1.4426950408889634
+        l_i = tl.zeros([BLOCK_M], tl.float32) + 1.0
+    else:
+        m_i = tl.zeros([BLOCK_M], tl.float32) + NEG_BIG
+        l_i = tl.zeros([BLOCK_M], tl.float32)
+    return m_i, l_i
+
+
+@triton.jit
 def key_ranges(p0, p1, n_keys, window, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
                BLOCK_N: tl.constexpr):
     """(lo, mid_lo, mid_hi, hi) for keys [0, n_keys) seen by query positions p0..p1 (same

@@ -19,6 +19,19 @@ import triton.language as tl
 
 
 @triton.jit
+def _copy_head_rows(src, dst, page, off, dst_rows, live, keep, stride_p, stride_t, head_off,
+                    stride_r, dst_head, W: tl.constexpr, BLOCK_W: tl.constexpr):
+    """Rows of one head: cache (page, off) -> dst_rows; live rows copied, the rest of the
+    segment (keep) written as 0."""
+    offs = tl.arange(0, BLOCK_W)
+    w_ok = offs < W
+    x = tl.load(src + (page * stride_p + off * stride_t + head_off)[:, None] + offs[None, :],
+                mask=live[:, None] & w_ok[None, :], other=0.0)
+    tl.store(dst + (dst_rows * stride_r + dst_head)[:, None] + offs[None, :],
+             x.to(dst.dtype.element_ty), mask=keep[:, None] & w_ok[None, :])
+
+
+@triton.jit
 def _gather_rows_kernel(KC, VC, KR, VR, BlockTables, KStart, SeqLens,
                         stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_bt,
                         stride_kr, stride_krh, stride_vr, stride_vrh,
@@ -35,18 +48,10 @@ def _gather_rows_kernel(KC, VC, KR, VR, BlockTables, KStart, SeqLens,
     page = page.to(tl.int64)
     off = (t % PAGE).to(tl.int64)
     dst = (tl.load(KStart + b) + t).to(tl.int64)
-    offs_d = tl.arange(0, BLOCK_D)
-    d_ok = offs_d < D
-    k = tl.load(KC + (page * stride_kp + off * stride_kt + h * stride_kh)[:, None] + offs_d[None, :],
-                mask=live[:, None] & d_ok[None, :], other=0.0)
-    tl.store(KR + (dst * stride_kr + h * stride_krh)[:, None] + offs_d[None, :],
-             k.to(KR.dtype.element_ty), mask=keep[:, None] & d_ok[None, :])
-    offs_dv = tl.arange(0, BLOCK_DV)
-    dv_ok = offs_dv < DV
-    v = tl.load(VC + (page * stride_vp + off * stride_vt + h * stride_vh)[:, None] + offs_dv[None, :],
-                mask=live[:, None] & dv_ok[None, :], other=0.0)
-    tl.store(VR + (dst * stride_vr + h * stride_vrh)[:, None] + offs_dv[None, :],
-             v.to(VR.dtype.element_ty), mask=keep[:, None] & dv_ok[None, :])
+    _copy_head_rows(KC, KR, page, off, dst, live, keep, stride_kp, stride_kt, h * stride_kh,
+                    stride_kr, h * stride_krh, D, BLOCK_D)
+    _copy_head_rows(VC, VR, page, off, dst, live, keep, stride_vp, stride_vt, h * stride_vh,
+                    stride_vr, h * stride_vrh, DV, BLOCK_DV)
 
 
 def gather_rows(k_cache, v_cache, *, block_tables, key_start, seq_lens, total_rows: int,

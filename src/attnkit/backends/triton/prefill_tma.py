@@ -28,7 +28,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from attnkit.backends.triton._common import NEG_BIG, key_ranges, logits, online_softmax_step
+from attnkit.backends.triton._common import (key_ranges, logits, online_softmax_step,
+                                             softmax_start)
 
 
 @triton.jit
@@ -88,12 +89,7 @@ def _prefill_tma_kernel(
     r1 = tl.minimum(m0 + BLOCK_M, q_len) - 1          # last real query row of the block
     lo, mid_lo, mid_hi, hi = key_ranges(prefix + m0, prefix + r1, kv_len, window,
                                         CAUSAL, HAS_WINDOW, BLOCK_N)
-    if HAS_SINKS:   # the sink is a logit with no value: start the softmax from it
-        m_i = tl.zeros([BLOCK_M], tl.float32) + tl.load(Sinks + h).to(tl.float32) * 1.4426950408889634
-        l_i = tl.zeros([BLOCK_M], tl.float32) + 1.0
-    else:
-        m_i = tl.zeros([BLOCK_M], tl.float32) + NEG_BIG
-        l_i = tl.zeros([BLOCK_M], tl.float32)
+    m_i, l_i = softmax_start(Sinks, h, BLOCK_M, HAS_SINKS)
     acc = tl.zeros([BLOCK_M, DV], tl.float32)
     k_col = kvh * D
     v_col = kvh * DV

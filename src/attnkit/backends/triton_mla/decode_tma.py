@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 
 from attnkit.backends.triton._common import NEG_BIG, online_softmax_step
-from attnkit.backends.triton_mla.decode_v2 import work_rows
+from attnkit.backends.triton_mla.decode_v2 import load_queries, program_rows, split_range, store_split
 
 
 @triton.jit
@@ -59,28 +59,14 @@ def _absorbed_tma_kernel(
     [slots, L + R]: lat_desc blocks [BLOCK_N, L // V_SPLIT], pe_desc blocks [BLOCK_N, R]."""
     BLOCK_M: tl.constexpr = BLOCK_T * BLOCK_H
     BLOCK_V: tl.constexpr = L // V_SPLIT
-    hb = tl.program_id(0) // V_SPLIT
-    vb = tl.program_id(0) % V_SPLIT
-    w = tl.program_id(1)
-    split = tl.program_id(2)
-    req, tok, head, row_ok, kv_len, kv_max = work_rows(WorkReq, WorkTok, QStart, SeqLens, w, hb,
-                                                       H, BLOCK_M, BLOCK_H)
+    vb, split, req, tok, head, row_ok, kv_len, kv_max = program_rows(
+        WorkReq, WorkTok, QStart, SeqLens, H, BLOCK_M, BLOCK_H, V_SPLIT)
 
-    offs_v = vb * BLOCK_V + tl.arange(0, BLOCK_V)            # this program's columns
-    offs_r = tl.arange(0, R)
-    q_base = QL + head[:, None] * stride_qlh + tok[:, None] * stride_qlt
-    q_own = tl.load(q_base + offs_v[None, :], mask=row_ok[:, None], other=0.0)
-    if V_SPLIT == 2:
-        q_oth = tl.load(q_base + ((1 - vb) * BLOCK_V + tl.arange(0, BLOCK_V))[None, :],
-                        mask=row_ok[:, None], other=0.0)
-    else:
-        q_oth = q_own                                        # unused
-    q_pe = tl.load(QP + tok[:, None] * stride_qpt + head[:, None] * stride_qph + offs_r[None, :],
-                   mask=row_ok[:, None], other=0.0)
+    q_own, q_oth, q_pe, offs_v, _ = load_queries(QL, QP, head, tok, row_ok, vb, stride_qlh,
+                                                 stride_qlt, stride_qpt, stride_qph, R, BLOCK_V,
+                                                 V_SPLIT)
 
-    per_split = tl.cdiv(tl.cdiv(kv_max, num_splits), BLOCK_N) * BLOCK_N
-    start = split * per_split
-    end = tl.minimum(start + per_split, kv_max)
+    start, end = split_range(kv_max, num_splits, split, BLOCK_N)
 
     m_i = tl.zeros([BLOCK_M], tl.float32) + NEG_BIG
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -89,16 +75,8 @@ def _absorbed_tma_kernel(
                                   BlockTables + req * stride_bt, start, end, kv_len, kv_max,
                                   qk_scale, vb, L, PAGE_SIZE, BLOCK_N, BLOCK_V, V_SPLIT)
 
-    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
-    out = acc * (v_scale / l_safe)[:, None]
-    o_ptr = Out + tok[:, None] * stride_ot + head[:, None] * stride_oh + offs_v[None, :]
-    if DIRECT:
-        tl.store(o_ptr, out, mask=row_ok[:, None])
-    else:
-        tl.store(o_ptr + split * stride_os, out, mask=row_ok[:, None])
-        lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(l_safe))
-        tl.store(Lse + tok * stride_lt + head * stride_lh + split, lse,
-                 mask=row_ok & (tok * 0 + vb == 0))
+    store_split(Out, Lse, acc, m_i, l_i, tok, head, row_ok, vb, split, offs_v, v_scale,
+                stride_ot, stride_oh, stride_os, stride_lt, stride_lh, DIRECT)
 
 
 def tma_ready(q_lat, cache_flat, *, page_size: int, block_h: int, block_n: int) -> bool:
