@@ -291,8 +291,13 @@ def race_check(args):
 
 
 def mla(args):
+    # v1 at 64-key tiles: 64 heads a program, Q.K split by keys between the two warpgroups
+    # (no recomputed Q.K, unlike v2's column split); 254-255 registers, no spills (3.6, sm_90)
     mla_variants = {128: [("v2", dict(variant="v2")), ("v2 2 stages", dict(variant="v2", num_stages=2)),
-                          ("tma", dict(variant="tma"))], 16: [("v2", dict(variant="v2"))]}
+                          ("tma", dict(variant="tma")),
+                          ("v1 64 keys 2 stages", dict(variant="v1", block_n=64, num_stages=2)),
+                          ("v1 64 keys 3 stages", dict(variant="v1", block_n=64, num_stages=3))],
+                    16: [("v2", dict(variant="v2"))]}
     for heads, variants in mla_variants.items():
         s = bench_mla.Setup(128, 4095, 1, heads=heads)
         first = TritonMLABackend(variant="v2")     # writes the step's latent row into the cache
