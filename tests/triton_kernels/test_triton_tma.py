@@ -119,8 +119,7 @@ import re, triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from attnkit.backends.triton.prefill_tma import _prefill_tma_kernel as K
-from attnkit.backends.triton.tma_path import tma_config
-cfg = tma_config(128, interpret=False)
+cfg = dict(BLOCK_M=128, BLOCK_N=128, WS=True, num_warps=4, num_stages=2)   # the sweep's WS tile
 bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
 sig = {"q_desc": "*bf16", "k_desc": f"tensordesc<bf16[{bn}, 128]>",
        "v_desc": f"tensordesc<bf16[{bn}, 128]>", "Out": "*bf16", "Sinks": "*fp32"}
@@ -147,8 +146,8 @@ print("ok", len(copies))
 def test_warp_specialised_copies_fill_exactly_their_buffers():
     """The GPU hang of the first H200 run: with warp specialisation Triton splits the Q tile
     between two warpgroups, and a host descriptor kept the unsplit box, so each copy wrote a
-    whole tile into half a buffer. Compile the default d128 tile for sm_90 (no GPU needed)
-    and require every TMA copy's tile to equal its destination buffer."""
+    whole tile into half a buffer. Compile the warp-specialised d128 tile for sm_90 (no GPU
+    needed) and require every TMA copy's tile to equal its destination buffer."""
     import os
     import subprocess
     import sys
@@ -156,3 +155,46 @@ def test_warp_specialised_copies_fill_exactly_their_buffers():
     proc = subprocess.run([sys.executable, "-c", _BOX_CHECK], env=env, capture_output=True,
                           text=True, timeout=240)
     assert proc.returncode == 0 and proc.stdout.startswith("ok"), proc.stderr[-2000:]
+
+
+_WS_ON_GPU = r'''
+import sys, torch
+sys.path.insert(0, "tests")
+from factories import assert_close, make_case, make_layer
+from attnkit.backends.triton.backend import TritonBackend
+T = lambda bm, bn, s: dict(BLOCK_M=bm, BLOCK_N=bn, WS=True, num_warps=4, num_stages=s)
+for dim, cfgs in ((128, (T(128, 128, 2), T(128, 64, 3))), (64, (T(128, 128, 2),)),
+                  (256, (T(128, 32, 2),))):
+    for feats in (dict(), dict(sliding_window=300, logit_softcap=20.0, sinks=True)):
+        layer = make_layer(num_heads=16, num_kv_heads=4, head_dim=dim, dtype="bf16",
+                           device="cuda", **feats)
+        for pl, nl in (([0], [1500]), ([1037, 0, 5], [700, 1500, 3])):
+            case = make_case(layer, prefix_lens=pl, new_lens=nl, page_size=16, dtype="bf16",
+                             device="cuda", q_scale=4.0)
+            for cfg in cfgs:
+                be = TritonBackend(extend_variant="tma", extend_config=cfg)
+                out = be.forward(case.q, case.k, case.v, layer, case.cache,
+                                 be.prepare(case.meta, case.cache))
+                torch.cuda.synchronize()
+                assert_close(out, case.reference(), dtype="bf16",
+                             what=f"d{dim} {feats} {pl} {cfg}")
+print("ok")
+'''
+
+
+@pytest.mark.gpu
+def test_warp_specialised_tiles_on_gpu():
+    """The warp-specialised tiles (not the default until measured) against the reference at
+    bf16, with window + softcap + sinks, one prefill (direct route) and a batch with a prefix
+    (rows route). In a subprocess with a time limit: a hung kernel fails this test instead of
+    stalling the suite."""
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        proc = subprocess.run([sys.executable, "-c", _WS_ON_GPU], cwd=root, capture_output=True,
+                              text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the warp-specialised kernel did not finish in 300 s (hung?)")
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
