@@ -159,8 +159,12 @@ def test_a_step_matches_the_reference_or_is_refused_unchanged(case):
     cache = PagedKVCache([spec], num_pages=alloc.num_pages, page_size=ps, dtype=case["kv_dtype"],
                          k_scales={0: 0.5}, v_scales={0: 2.0})
     width = spec.mla.latent_dim if spec.kind == "mla" else None
-    # cached prefixes (real K/V), then NaN / inf everywhere else
-    prefix_slots = [s for (p, _), row in zip(reqs, rows) for s in slots_of(row, range(p), ps)]
+    # cached prefixes (real K/V) of the block tables the batch really uses (a "share"d row
+    # reads its prefix from the other request's page), then NaN / inf everywhere else
+    n_slots = alloc.num_pages * ps
+    prefix_slots = sorted({s for r in requests for s in slots_of(r.block_table, range(r.prefix_len), ps)
+                           if 0 <= s < n_slots} if all(len(r.block_table) * ps >= r.prefix_len for r in requests)
+                          else {s for (p, _), row in zip(reqs, rows) for s in slots_of(row, range(p), ps)})
     if prefix_slots:
         n = len(prefix_slots)
         pk = torch.randn(n, width, generator=gen) if width else torch.randn(n, spec.num_kv_heads, spec.head_dim, generator=gen)

@@ -104,6 +104,19 @@ def online_softmax_step(m_i, l_i, acc, s, v, DOT_PREC: tl.constexpr):
 
 
 @triton.jit
+def softmax_start(Sinks, h, BLOCK_M: tl.constexpr, HAS_SINKS: tl.constexpr):
+    """(m_i, l_i) [BLOCK_M] before any key of head h: the sink is a logit with no value, so
+    it starts the softmax (max = sink in log2 units, denominator 1); else an empty state."""
+    if HAS_SINKS:
+        m_i = tl.zeros([BLOCK_M], tl.float32) + tl.load(Sinks + h).to(tl.float32) * 1.4426950408889634
+        l_i = tl.zeros([BLOCK_M], tl.float32) + 1.0
+    else:
+        m_i = tl.zeros([BLOCK_M], tl.float32) + NEG_BIG
+        l_i = tl.zeros([BLOCK_M], tl.float32)
+    return m_i, l_i
+
+
+@triton.jit
 def first_key(p, window, attn_chunk, shift, HAS_WINDOW: tl.constexpr, HAS_CHUNK: tl.constexpr):
     """The first key visible to the query at ``p`` (>= 0): the window's left edge and/or its
     chunk's start. ``p`` and the result are in coordinates ``shift`` less than absolute

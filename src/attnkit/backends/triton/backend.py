@@ -20,11 +20,14 @@ from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState, c
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
 from attnkit.backends.triton._common import interpreting, kernel_scales, padded_dim, write_kv
 from attnkit.backends.triton.declaration import DECLARATION
-from attnkit.backends.triton.decode import (DECODE_VARIANTS, choose_splits, decode_attention,
-                                             decode_config, decode_span, pick_decode_variant)
-from attnkit.backends.triton.extend import (EXTEND_VARIANTS, extend_attention, extend_config,
-                                             pick_extend_variant)
+from attnkit.backends.triton.decode import (DECODE_VARIANT, DECODE_VARIANTS, auto_decode_variant,
+                                             choose_splits, decode_attention, decode_config,
+                                             decode_span, pick_decode_variant)
+from attnkit.backends.triton.decode_merge import merge_counters
+from attnkit.backends.triton.extend import (EXTEND_VARIANT, EXTEND_VARIANTS, extend_attention,
+                                             extend_config, pick_extend_variant)
 from attnkit.backends.triton.extend_v2 import extend_attention_v2
+from attnkit.backends.triton.tma_path import run_tma_extend, tma_config, tma_route
 from attnkit.errors import fail
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -44,6 +47,8 @@ class TritonStepPlan:
     blocks: dict = field(default_factory=dict)     # BLOCK_M -> (block_req [NB], block_m [NB])
     splits: dict = field(default_factory=dict)     # (H_kv, window, attn chunk, BLOCK_N) -> (splits, chunk)
     partials: dict = field(default_factory=dict)   # (H_q, BLOCK_DV, splits) -> 3 f32 buffers
+    rows: dict = field(default_factory=dict)       # tma_path.row_layout of the padded K/V rows
+    counters: torch.Tensor | None = None           # decode "fused": merge tickets, zeros
 
     def query_blocks(self, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Request index and first query row of every BLOCK_M-row query block, the blocks
@@ -127,6 +132,9 @@ class TritonBackend(AttentionBackend):
         plan = TritonStepPlan(meta=meta, query_start_loc=i32(meta.query_start_loc),
                               seq_lens=i32(meta.seq_lens), block_tables=i32(meta.block_tables),
                               num_sms=sm_count(dev))
+        want = self.decode_variant or DECODE_VARIANT
+        if meta.mode is ForwardMode.DECODE and "fused" in (want, auto_decode_variant(meta.num_reqs)):
+            plan.counters = merge_counters(meta.num_reqs, dev)   # zeroed outside any graph
         return StepState(meta=meta, plan=plan)
 
     def forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):
@@ -138,8 +146,9 @@ class TritonBackend(AttentionBackend):
             return q.new_empty(0, spec.num_heads * spec.value_dim)
         _check_device(q)
         decode = meta.mode is ForwardMode.DECODE
-        fused_write = decode and pick_decode_variant(self.decode_variant, k, v, cache, lid,
-                                                     num_reqs=meta.num_reqs) == "v2"
+        decode_variant = decode and pick_decode_variant(self.decode_variant, k, v, cache, lid,
+                                                        num_reqs=meta.num_reqs)
+        fused_write = decode_variant in ("v2", "fused")
         if not fused_write:     # decode v2 writes the new K/V inside its kernel
             write_kv(cache, lid, meta.slot_mapping, k, v)
         out = torch.empty(q.shape[0], spec.num_heads, spec.value_dim, dtype=q.dtype, device=q.device)
@@ -157,7 +166,15 @@ class TritonBackend(AttentionBackend):
             decode_attention(q, k_cache, v_cache, out, seq_lens=plan.seq_lens,
                              block_tables=plan.block_tables, num_splits=splits, chunk=chunk,
                              partials=partials, config=cfg, **common,
-                             new_kv=(k, v, meta.slot_mapping) if fused_write else None)
+                             new_kv=(k, v, meta.slot_mapping) if fused_write else None,
+                             counters=plan.counters if decode_variant == "fused" else None)
+        elif (route := tma_route(self.extend_variant or EXTEND_VARIANT, q, k, v, layer, cache,
+                                 meta)) is not None:
+            cfg = tma_config(spec.head_dim, interpret=interpreting()) | self.extend_override
+            block_req, block_m = plan.query_blocks(cfg["BLOCK_M"])
+            common.pop("attention_chunk")        # None here: tma_route refuses chunked layers
+            run_tma_extend(route, q, k, v, out, cache, lid, plan, config=cfg, block_req=block_req,
+                           block_m=block_m, causal=spec.causal, **common)
         else:
             variant = pick_extend_variant(self.extend_variant, k, v, cache, lid,
                                           prefix_lens=meta.prefix_lens_cpu)

@@ -22,21 +22,24 @@ import triton.language as tl
 
 from attnkit.backends.triton._common import (NEG_BIG, attend_range, first_key, logits,
                                              padded_dim, unit_stride_rows)
+from attnkit.backends.triton.decode_merge import merge_if_last, merge_shape
 
 # >>> Which decode path the backend runs by default. "v2": the decode kernel writes the new
 # K/V itself (one launch fewer per step); "v1": a separate write launch, then the kernel
 # reads every key from the cache. "auto" picks per step: v2 for at most
 # V2_MAX_BATCH requests, else v1. Measured on an H200 in one run (benchmarks/RESULTS.md,
 # triton, 2026-11-29): B=1 ctx 32k v2 2547 vs v1 2393 GB/s; B=64 ctx 4k v2 2995 vs v1 4084.
+# "fused" (decode_merge.py): v2 whose last split program per (request, KV head) also merges
+# the splits, so the step is one launch.
 DECODE_VARIANT = "auto"
-DECODE_VARIANTS = ("v1", "v2")
+DECODE_VARIANTS = ("v1", "v2", "fused")
 V2_MAX_BATCH = 16
 
 
 @triton.jit
 def _decode_kernel(
     Q, K, V, Out, MidO, MidM, MidL, Sinks, SeqLens, BlockTables, KN, VN, Slots,
-    PartStart, qk_scale, v_scale, softcap, window, attn_chunk, chunk,
+    PartStart, Counter, qk_scale, v_scale, softcap, window, attn_chunk, chunk,
     stride_qt, stride_qp, stride_qh, stride_ot, stride_oh,
     stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_sp, stride_bp,
     stride_bt, stride_mb, stride_mh, stride_ms, stride_knt, stride_knh, stride_vnt, stride_vnh,
@@ -45,7 +48,7 @@ def _decode_kernel(
     SPLIT: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_CHUNK: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
     HAS_SINKS: tl.constexpr, FUSED_WRITE: tl.constexpr, NUM_PARTS: tl.constexpr,
-    DOT_PREC: tl.constexpr,
+    DOT_PREC: tl.constexpr, MERGE_ROWS: tl.constexpr = 0, MERGE_CHUNK: tl.constexpr = 0,
 ):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -106,6 +109,10 @@ def _decode_kernel(
         tl.store(MidM + mid, m_i, mask=row_ok)
         tl.store(MidL + mid, l_i, mask=row_ok)
         tl.store(MidO + (mid * BLOCK_DV)[:, None] + offs_dv[None, :], acc, mask=row_ok[:, None])
+        if MERGE_ROWS > 0:     # variant "fused": the last split program merges (decode_merge.py)
+            merge_if_last(Out, MidO, MidM, MidL, Counter, Sinks, b, kvh, v_scale,
+                          tl.num_programs(2), stride_ot, stride_oh, stride_mb, stride_mh,
+                          stride_ms, GROUP, DV, BLOCK_DV, HAS_SINKS, MERGE_ROWS, MERGE_CHUNK)
     else:
         l_i = tl.where(l_i == 0.0, 1.0, l_i)
         out = acc * (v_scale / l_i)[:, None]
@@ -171,6 +178,11 @@ def _reduce_kernel(
              (acc * (v_scale / l)).to(Out.dtype.element_ty), mask=offs_dv < DV)
 
 
+def auto_decode_variant(num_reqs: int) -> str:
+    """What "auto" asks for at this batch size (see DECODE_VARIANT)."""
+    return "v2" if num_reqs <= V2_MAX_BATCH else "v1"
+
+
 def pick_decode_variant(requested: str | None, k, v, cache, layer_id: int, *,
                         num_reqs: int = 1) -> str:
     """"auto" means v2 for at most V2_MAX_BATCH requests (see DECODE_VARIANT); v2 only
@@ -178,12 +190,12 @@ def pick_decode_variant(requested: str | None, k, v, cache, layer_id: int, *,
     are dense in the head dim; else v1."""
     want = requested or DECODE_VARIANT
     if want == "auto":
-        want = "v2" if num_reqs <= V2_MAX_BATCH else "v1"
-    if want != "v2":
+        want = auto_decode_variant(num_reqs)
+    if want not in ("v2", "fused"):
         return "v1"
     exact = (not cache.is_fp8 and k.dtype == cache.k[layer_id].dtype
              and v.dtype == cache.v[layer_id].dtype)
-    return "v2" if exact and k.stride(-1) == 1 and v.stride(-1) == 1 else "v1"
+    return want if exact and k.stride(-1) == 1 and v.stride(-1) == 1 else "v1"
 
 
 def decode_config(head_dim: int, dtype: torch.dtype, *, interpret: bool) -> dict:
@@ -230,7 +242,7 @@ def choose_splits(max_kv: int, num_reqs: int, num_kv_heads: int, *, block_n: int
 
 def decode_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables, qk_scale, v_scale,
                      softcap, window, sinks, num_splits, chunk, partials, config, new_kv=None,
-                     part_starts=None, attention_chunk=None):
+                     part_starts=None, attention_chunk=None, counters=None):
     """q: [B, H_q, D]; k_cache: [P, page, H_kv, D]; v_cache: [P, page, H_kv, DV];
     out: [B, H_q, DV] (written); seq_lens: [B] int32; block_tables: [B, pages] int32;
     partials: (mid_o [B, H_q, S, BLOCK_DV] f32, mid_m [B, H_q, S] f32, mid_l [B, H_q, S] f32)
@@ -245,7 +257,11 @@ def decode_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables, qk_sca
     part_starts [parts + 1] int32: part p's splits are slots [part_starts[p],
     part_starts[p + 1]) of the num_splits. The reduction merges every split of every part,
     so a request's output is the softmax over the union of its parts' keys. With new_kv the
-    new key is the last key of part 0."""
+    new key is the last key of part 0.
+
+    counters (variant "fused"): decode_merge.merge_counters of the step, zeros; with splits
+    the kernel's last split program per (request, KV head) merges them (no reduce launch)
+    where decode_merge.merge_shape serves the group."""
     q = unit_stride_rows(q, k_cache, v_cache)
     parted = q.dim() == 4
     if not parted:
@@ -264,9 +280,11 @@ def decode_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables, qk_sca
         new_strides = (k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1))
     else:
         k_new, v_new, slots, new_strides = q, q, seq_lens, (0, 0, 0, 0)
+    merge = merge_shape(group, padded_dim(dv)) if split and counters is not None else None
     _decode_kernel[(num_reqs, num_kv_heads, total_splits)](
         q, k_cache, v_cache, out, mid_o, mid_m, mid_l, sinks_arg, seq_lens, block_tables,
         k_new, v_new, slots, seq_lens if part_starts is None else part_starts,
+        counters if merge else seq_lens,
         qk_scale, v_scale, float(softcap or 1.0), int(window or 0), int(attention_chunk or 1), chunk,
         q.stride(0), q.stride(1), q.stride(2), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
@@ -277,9 +295,10 @@ def decode_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables, qk_sca
         PAGE=k_cache.shape[1], BLOCK_N=cfg.pop("BLOCK_N"), BLOCK_D=padded_dim(head_dim),
         BLOCK_DV=padded_dim(dv), SPLIT=split, HAS_WINDOW=window is not None,
         HAS_CHUNK=attention_chunk is not None, HAS_SOFTCAP=softcap is not None, HAS_SINKS=sinks is not None,
-        FUSED_WRITE=new_kv is not None, NUM_PARTS=num_parts, DOT_PREC="ieee", **cfg,
+        FUSED_WRITE=new_kv is not None, NUM_PARTS=num_parts, DOT_PREC="ieee",
+        MERGE_ROWS=merge[0] if merge else 0, MERGE_CHUNK=merge[1] if merge else 0, **cfg,
     )
-    if split:
+    if split and not merge:
         _reduce_kernel[(num_reqs, num_heads)](
             out, mid_o, mid_m, mid_l, sinks_arg, v_scale, total_splits,
             out.stride(0), out.stride(1), *strides,

@@ -27,8 +27,10 @@ from attnkit.backends.triton._common import (NEG_BIG, attend_range, key_ranges, 
 # v2 when no request has a cached prefix, else v1. Measured on an H200 in one run
 # (benchmarks/RESULTS.md, triton, 2026-11-29): prefill 16k d128 without prefix v2 467 vs
 # v1 346 TFLOP/s; 2048 new over a 32k prefix v2 287 vs v1 365.
+# "tma" (prefill_tma.py, chosen in tma_path.py): K/V as dense rows read through tensor
+# descriptors; "auto" takes it first where tma_path.tma_route says so.
 EXTEND_VARIANT = "auto"
-EXTEND_VARIANTS = ("v1", "v2")
+EXTEND_VARIANTS = ("v1", "v2", "tma")
 
 
 @triton.jit

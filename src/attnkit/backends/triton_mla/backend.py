@@ -132,15 +132,16 @@ class TritonMLABackend(AttentionBackend):
         fp32 = q_lat.dtype == torch.float32
         rows = 16 if fp32 else 64         # fp32 tiles are twice the bytes: keep them small
         kw = dict(fp32=fp32, smem_kb=_smem_kb(q_lat.device))
-        wide = v2_block_h(H, layer.spec.mla.kv_lora_rank, **kw) if self.variant == "v2" else None
+        v2_tiles = self.variant in ("v2", "tma")       # tma runs v2's program shapes
+        wide = v2_block_h(H, layer.spec.mla.kv_lora_rank, **kw) if v2_tiles else None
         block_h = self.block_h or wide or min(rows, max(16, triton.next_power_of_2(H)))
         block_t = max(1, min(triton.next_power_of_2(part.max_query_len), rows // block_h))
         args = (block_h * block_t, layer.spec.mla.kv_lora_rank)
-        cfg = (absorbed_config_v2(*args, **kw) if self.variant == "v2" else None) \
+        cfg = (absorbed_config_v2(*args, **kw) if v2_tiles else None) \
             or dict(absorbed_config(*args, **kw), v_split=1)
         cfg.update({k: v for k, v in (("block_n", self.block_n), ("num_warps", self.num_warps),
                                       ("num_stages", self.num_stages),
-                                      ("v_split", self.v_split if self.variant == "v2" else None))
+                                      ("v_split", self.v_split if v2_tiles else None))
                     if v})
         per_sm = cfg.pop("programs_per_sm")
         work_req, work_tok = part.tiles(block_t)

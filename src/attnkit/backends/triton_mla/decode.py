@@ -20,6 +20,7 @@ import triton.language as tl
 from triton.runtime.errors import OutOfResources
 
 from attnkit.backends.triton._common import LOG2E, NEG_BIG, online_softmax_step
+from attnkit.backends.triton_mla.decode_tma import absorbed_tma, tma_ready
 from attnkit.backends.triton_mla.decode_v2 import _absorbed_v2_kernel, work_rows
 
 # ---------------------------------------------------------------------------------------
@@ -29,7 +30,9 @@ from attnkit.backends.triton_mla.decode_v2 import _absorbed_v2_kernel, work_rows
 # v2 230 vs v1 174 TFLOP/s; 16 heads 3556 vs 2975 GB/s. To revert, set "v1".
 DEFAULT_DECODE_VARIANT = "v2"
 # ---------------------------------------------------------------------------------------
-VARIANTS = ("v1", "v2")
+# "tma" (decode_tma.py): v2's program with the latent tiles read through tensor descriptors;
+# it serves 128-head programs of a 16-bit cache (decode_tma.tma_ready), else v2 runs.
+VARIANTS = ("v1", "v2", "tma")
 
 
 @triton.jit
@@ -179,7 +182,7 @@ def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok
     (compute dtype or fp8; ``kv_scale`` undoes fp8 storage); block_tables: [B, P] int32;
     work_req / work_tok: [W] int32 tiles of ``block_t`` tokens of one request;
     query_start_loc: [B+1] int32; seq_lens: [B] int32. ``variant`` picks the split kernel
-    ("v1" or "v2"); ``v_split`` (v2 only, 1 or 2) column blocks of L per head block.
+    ("v1", "v2" or "tma"); ``v_split`` (v2 / tma, 1 or 2) column blocks of L per head block.
     """
     import torch
 
@@ -200,7 +203,17 @@ def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok
         lse = torch.empty(T, H, num_splits, dtype=torch.float32, device=q_lat.device)
         sp = (partial.stride(0), partial.stride(1), partial.stride(2), lse.stride(0), lse.stride(1))
     dot_prec = "ieee" if q_lat.dtype == torch.float32 else "tf32"
-    if variant == "v2":
+    if variant == "tma" and not tma_ready(q_lat, cache_flat, page_size=page_size,
+                                          block_h=block_h, block_n=block_n):
+        variant = "v2"
+    if variant == "tma":
+        absorbed_tma((head_blocks * v_split, W, num_splits), q_lat, q_pe, cache_flat,
+                     block_tables, work_req, work_tok, query_start_loc, seq_lens, partial, lse,
+                     sp, qk_scale=scale * kv_scale * LOG2E, v_scale=kv_scale,
+                     num_splits=num_splits, page_size=page_size, block_t=block_t,
+                     block_h=block_h, block_n=block_n, v_split=v_split, direct=direct,
+                     num_warps=num_warps, num_stages=min(num_stages, 2))   # 3 stages spill
+    elif variant == "v2":
         def launch(stages):
             _absorbed_v2_kernel[(head_blocks * v_split, W, num_splits)](
                 q_lat, q_pe, cache_flat, block_tables, work_req, work_tok, query_start_loc,

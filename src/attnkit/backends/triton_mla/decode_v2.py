@@ -49,6 +49,64 @@ def work_rows(WorkReq, WorkTok, QStart, SeqLens, w, hb, H, BLOCK_M: tl.constexpr
 
 
 @triton.jit
+def program_rows(WorkReq, WorkTok, QStart, SeqLens, H, BLOCK_M: tl.constexpr,
+                 BLOCK_H: tl.constexpr, V_SPLIT: tl.constexpr):
+    """Grid (head block * V_SPLIT + column block, work tile, KV split) -> (column block,
+    split, then work_rows' request, tok, head, row_ok, kv_len, kv_max)."""
+    hb = tl.program_id(0) // V_SPLIT
+    vb = tl.program_id(0) % V_SPLIT
+    req, tok, head, row_ok, kv_len, kv_max = work_rows(WorkReq, WorkTok, QStart, SeqLens,
+                                                       tl.program_id(1), hb, H, BLOCK_M, BLOCK_H)
+    return vb, tl.program_id(2), req, tok, head, row_ok, kv_len, kv_max
+
+
+@triton.jit
+def split_range(kv_max, num_splits, split, BLOCK_N: tl.constexpr):
+    """Keys [start, end) of KV split ``split``: a whole number of BLOCK_N tiles each."""
+    per_split = tl.cdiv(tl.cdiv(kv_max, num_splits), BLOCK_N) * BLOCK_N
+    start = split * per_split
+    return start, tl.minimum(start + per_split, kv_max)
+
+
+@triton.jit
+def load_queries(QL, QP, head, tok, row_ok, vb, stride_qlh, stride_qlt, stride_qpt, stride_qph,
+                 R: tl.constexpr, BLOCK_V: tl.constexpr, V_SPLIT: tl.constexpr):
+    """The program's query rows: (q_own [M, BLOCK_V] on its own columns offs_v, q_oth on the
+    other half's columns offs_o (Q.K only; q_own and offs_v again when V_SPLIT == 1),
+    q_pe [M, R], offs_v, offs_o)."""
+    offs_v = vb * BLOCK_V + tl.arange(0, BLOCK_V)            # this program's columns
+    q_base = QL + head[:, None] * stride_qlh + tok[:, None] * stride_qlt
+    q_own = tl.load(q_base + offs_v[None, :], mask=row_ok[:, None], other=0.0)
+    if V_SPLIT == 2:
+        offs_o = (1 - vb) * BLOCK_V + tl.arange(0, BLOCK_V)  # the other half (Q.K only)
+        q_oth = tl.load(q_base + offs_o[None, :], mask=row_ok[:, None], other=0.0)
+    else:
+        offs_o = offs_v
+        q_oth = q_own
+    q_pe = tl.load(QP + tok[:, None] * stride_qpt + head[:, None] * stride_qph
+                   + tl.arange(0, R)[None, :], mask=row_ok[:, None], other=0.0)
+    return q_own, q_oth, q_pe, offs_v, offs_o
+
+
+@triton.jit
+def store_split(Out, Lse, acc, m_i, l_i, tok, head, row_ok, vb, split, offs_v, v_scale,
+                stride_ot, stride_oh, stride_os, stride_lt, stride_lh, DIRECT: tl.constexpr):
+    """Normalised fp32 output of this split on the program's columns (DIRECT: the final
+    output), and with splits the base-2 LSE (column block 0 writes it)."""
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    out = acc * (v_scale / l_safe)[:, None]
+    o_ptr = Out + tok[:, None] * stride_ot + head[:, None] * stride_oh + offs_v[None, :]
+    if DIRECT:
+        tl.store(o_ptr, out, mask=row_ok[:, None])
+    else:
+        tl.store(o_ptr + split * stride_os, out, mask=row_ok[:, None])
+        # the column blocks' LSEs agree up to the summation order of the score dots
+        lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(l_safe))
+        lse_ok = row_ok & (tok * 0 + vb == 0)
+        tl.store(Lse + tok * stride_lt + head * stride_lh + split, lse, mask=lse_ok)
+
+
+@triton.jit
 def _absorbed_v2_kernel(
     QL, QP, Cache, BlockTables, WorkReq, WorkTok, QStart, SeqLens, Out, Lse,
     stride_qlh, stride_qlt, stride_qpt, stride_qph, stride_bt,
@@ -65,26 +123,15 @@ def _absorbed_v2_kernel(
     BLOCK_V: tl.constexpr = L // V_SPLIT
     # column blocks of one head block, then head blocks, vary fastest: the programs that read
     # the same latent rows run together and all but the first read them from L2
-    hb = tl.program_id(0) // V_SPLIT
-    vb = tl.program_id(0) % V_SPLIT
-    w = tl.program_id(1)
-    split = tl.program_id(2)
-    req, tok, head, row_ok, kv_len, kv_max = work_rows(WorkReq, WorkTok, QStart, SeqLens, w, hb,
-                                                       H, BLOCK_M, BLOCK_H)
+    vb, split, req, tok, head, row_ok, kv_len, kv_max = program_rows(
+        WorkReq, WorkTok, QStart, SeqLens, H, BLOCK_M, BLOCK_H, V_SPLIT)
 
-    offs_v = vb * BLOCK_V + tl.arange(0, BLOCK_V)            # this program's columns
+    q_own, q_oth, q_pe, offs_v, offs_o = load_queries(QL, QP, head, tok, row_ok, vb, stride_qlh,
+                                                      stride_qlt, stride_qpt, stride_qph, R,
+                                                      BLOCK_V, V_SPLIT)
     offs_r = tl.arange(0, R)
-    q_base = QL + head[:, None] * stride_qlh + tok[:, None] * stride_qlt
-    q_own = tl.load(q_base + offs_v[None, :], mask=row_ok[:, None], other=0.0)
-    if V_SPLIT == 2:
-        offs_o = (1 - vb) * BLOCK_V + tl.arange(0, BLOCK_V)  # the other half (Q.K only)
-        q_oth = tl.load(q_base + offs_o[None, :], mask=row_ok[:, None], other=0.0)
-    q_pe = tl.load(QP + tok[:, None] * stride_qpt + head[:, None] * stride_qph + offs_r[None, :],
-                   mask=row_ok[:, None], other=0.0)
 
-    per_split = tl.cdiv(tl.cdiv(kv_max, num_splits), BLOCK_N) * BLOCK_N
-    start = split * per_split
-    end = tl.minimum(start + per_split, kv_max)
+    start, end = split_range(kv_max, num_splits, split, BLOCK_N)
 
     m_i = tl.zeros([BLOCK_M], tl.float32) + NEG_BIG
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -111,17 +158,8 @@ def _absorbed_v2_kernel(
         s = tl.where(pos[None, :] < kv_len[:, None], s * qk_scale, float("-inf"))
         m_i, l_i, acc = online_softmax_step(m_i, l_i, acc, s, c_own, DOT_PREC)
 
-    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
-    out = acc * (v_scale / l_safe)[:, None]
-    o_ptr = Out + tok[:, None] * stride_ot + head[:, None] * stride_oh + offs_v[None, :]
-    if DIRECT:
-        tl.store(o_ptr, out, mask=row_ok[:, None])
-    else:
-        tl.store(o_ptr + split * stride_os, out, mask=row_ok[:, None])
-        # the column blocks' LSEs agree up to the summation order of the score dots
-        lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(l_safe))
-        lse_ok = row_ok & (tok * 0 + vb == 0)
-        tl.store(Lse + tok * stride_lt + head * stride_lh + split, lse, mask=lse_ok)
+    store_split(Out, Lse, acc, m_i, l_i, tok, head, row_ok, vb, split, offs_v, v_scale,
+                stride_ot, stride_oh, stride_os, stride_lt, stride_lh, DIRECT)
 
 
 def v2_block_h(heads: int, latent_width: int, *, fp32: bool = False,

@@ -1,0 +1,79 @@
+"""Split merge inside the decode kernel: the last split program of a (request, KV head) merges.
+
+Decode variant "fused" (decode.py's kernel with MERGE) drops the separate reduce launch: each
+split program stores its partials (max, denominator, unnormalised output per query row),
+then takes a ticket from a per-(request, KV head) counter; the program that draws the last
+ticket reads every split's partials of its query heads, merges them (log-sum-exp, the sink
+added once), writes the output and resets the counter to 0 for the next launch.
+
+Ordering: the partial stores of all threads of a program happen before its ticket (a CTA
+barrier, then an acq_rel atomic at GPU scope, which is cumulative), and the merging program
+reads the partials after its own ticket (acquire), bypassing L1 (``.cg``), so it sees every
+other program's stores. No program waits for another, so there is no deadlock whatever
+order the programs run in.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+MAX_KV_HEADS = tl.constexpr(256)     # tickets per request in the step plan's counters
+
+
+@triton.jit
+def merge_if_last(Out, MidO, MidM, MidL, Counter, Sinks, b, kvh, v_scale, num_splits,
+                  stride_ot, stride_oh, stride_mb, stride_mh, stride_ms,
+                  GROUP: tl.constexpr, DV: tl.constexpr, BLOCK_DV: tl.constexpr,
+                  HAS_SINKS: tl.constexpr, ROWS: tl.constexpr, CHUNK_S: tl.constexpr):
+    """Called by every split program after storing its partials for heads
+    kvh * GROUP .. + GROUP of request b (ROWS = GROUP rounded up to a power of two); the last
+    of the num_splits programs merges them, CHUNK_S splits per load."""
+    tl.debug_barrier()                        # every thread's partial stores precede the ticket
+    counter = Counter + b * MAX_KV_HEADS + kvh
+    ticket = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+    if ticket == num_splits - 1:
+        rows = tl.arange(0, ROWS)
+        row_ok = rows < GROUP
+        heads = kvh * GROUP + rows
+        offs_dv = tl.arange(0, BLOCK_DV)
+        offs_s = tl.arange(0, CHUNK_S)
+        base = b.to(tl.int64) * stride_mb + heads * stride_mh                    # [ROWS]
+        if HAS_SINKS:   # the sink: a logit with no value, counted once
+            m = tl.load(Sinks + heads, mask=row_ok, other=0.0).to(tl.float32) * 1.4426950408889634
+            l = tl.where(row_ok, 1.0, 0.0)
+        else:
+            m = tl.full([ROWS], -1.0e30, tl.float32)
+            l = tl.zeros([ROWS], tl.float32)
+        acc = tl.zeros([ROWS, BLOCK_DV], tl.float32)
+        for s0 in range(0, num_splits, CHUNK_S):     # one load round per CHUNK_S splits
+            ok = row_ok[:, None] & ((s0 + offs_s) < num_splits)[None, :]
+            mid = base[:, None] + (s0 + offs_s)[None, :] * stride_ms             # [ROWS, S]
+            m_s = tl.load(MidM + mid, mask=ok, other=-1.0e30, cache_modifier=".cg")
+            l_s = tl.load(MidL + mid, mask=ok, other=0.0, cache_modifier=".cg")
+            a_s = tl.load(MidO + (mid * BLOCK_DV)[:, :, None] + offs_dv[None, None, :],
+                          mask=ok[:, :, None], other=0.0, cache_modifier=".cg")
+            m_new = tl.maximum(m, tl.max(m_s, 1))
+            alpha = tl.exp2(m - m_new)
+            w = tl.where(ok, tl.exp2(m_s - m_new[:, None]), 0.0)
+            l = l * alpha + tl.sum(l_s * w, 1)
+            acc = acc * alpha[:, None] + tl.sum(a_s * w[:, :, None], 1)
+            m = m_new
+        l = tl.where(l == 0.0, 1.0, l)
+        tl.store(Out + b.to(tl.int64) * stride_ot + heads[:, None] * stride_oh + offs_dv[None, :],
+                 (acc * (v_scale / l)[:, None]).to(Out.dtype.element_ty),
+                 mask=row_ok[:, None] & (offs_dv < DV)[None, :])
+        tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")     # ready for the next launch
+
+
+def merge_shape(group: int, block_dv: int) -> tuple[int, int] | None:
+    """(ROWS, CHUNK_S) for a KV-head group, or None where the merge's [ROWS, CHUNK_S, BLOCK_DV]
+    tile would pass 8192 elements with one split per load (the reduce launch serves it)."""
+    rows = triton.next_power_of_2(group)
+    chunk = min(16, 8192 // (rows * block_dv)) if rows * block_dv <= 8192 else 0
+    return (rows, chunk) if chunk >= 1 else None
+
+
+def merge_counters(num_reqs: int, device) -> torch.Tensor:
+    """Zeroed tickets for one step: [num_reqs * MAX_KV_HEADS] int32 (the kernel leaves them 0)."""
+    return torch.zeros(num_reqs * MAX_KV_HEADS.value, dtype=torch.int32, device=device)

@@ -1,0 +1,108 @@
+"""When an extend step runs the tensor-descriptor kernel (prefill_tma.py), and where its K/V
+rows come from.
+
+Two routes:
+- "direct": one request, no cached prefix, K/V cache of q's dtype: the kernel reads the
+  step's k / v inputs (the cache write still happens; rows past the request are past the
+  descriptor's end and read as zeros);
+- "rows": anything else it serves (several requests, a cached prefix, fp8 pages): the gather
+  kernel (gather_rows.py) first copies every key from the cache into a padded dense buffer.
+The copy moves 2 x (keys x H_kv x (D + DV)) elements; "auto" (once ``AUTO_TMA`` is on) takes
+the route only where the step's FLOPs per copied byte make that small
+(``MIN_FLOPS_PER_BYTE``), and only on sm_90+, where the descriptors become TMA copies
+(benchmarks/NOTES-hopper.md).
+"""
+from __future__ import annotations
+
+import torch
+
+from attnkit.backends.triton._common import interpreting, padded_dim
+from attnkit.backends.triton.gather_rows import gather_rows
+from attnkit.backends.triton.prefill_tma import descriptor_ready, prefill_tma_attention
+
+# >>> Whether extend "auto" takes this kernel where tma_route allows it. Off until an H200
+# run of benchmarks/run_sweep_hopper.sh shows it faster than v1 / v2 on the same shapes
+# (benchmarks/NOTES-hopper.md); "tma" asks for it explicitly either way.
+AUTO_TMA = False
+PAD = 128                    # rows of a request's buffer segment: a multiple of every BLOCK_N
+MIN_FLOPS_PER_BYTE = 2000    # copy ~3 TB/s vs kernel ~500 TFLOP/s: the copy stays under ~4 %
+MAX_ROWS_BYTES = 1 << 30     # larger steps keep the paged kernels rather than a 1 GiB buffer
+
+
+def tma_config(head_dim: int, *, interpret: bool) -> dict:
+    """BLOCK_M, BLOCK_N (<= PAD), WS (warp specialisation: 4 warps become 12), warps, stages.
+
+    The default is the three-loop form without warp specialisation (no spills with Triton
+    3.6 for sm_90: d64 127, d128 159, d256 241 registers). The warp-specialised tiles
+    (WS=True, 4 warps: 168 registers, no spills) are the faster candidates, but the first
+    H200 run hung in one (fixed since, not yet run: NOTES-hopper.md); they become the default
+    only after run_sweep_hopper.sh and the gpu tests pass with them."""
+    if interpret:
+        return dict(BLOCK_M=16, BLOCK_N=16, WS=False, num_warps=4, num_stages=1)
+    if head_dim > 128:
+        return dict(BLOCK_M=128, BLOCK_N=64, WS=False, num_warps=8, num_stages=2)
+    return dict(BLOCK_M=128, BLOCK_N=64, WS=False, num_warps=8, num_stages=3)
+
+
+def tma_route(requested: str, q, k, v, layer, cache, meta) -> str | None:
+    """"direct", "rows" or None (the paged kernels) for this step.
+
+    ``requested``: "tma" takes the route wherever the kernel serves the layer; "auto" also asks
+    for sm_90+ and enough work per copied byte; "v1" / "v2" never take it."""
+    if requested not in ("tma", "auto"):
+        return None
+    spec = layer.spec
+    lid = spec.layer_id
+    served = (q.dtype in (torch.float16, torch.bfloat16) and spec.head_dim == spec.value_dim
+              and padded_dim(spec.head_dim) == spec.head_dim and spec.head_dim <= 256
+              and getattr(spec, "attention_chunk", None) is None)
+    if not served:
+        return None
+    if requested == "auto":
+        if (not AUTO_TMA or interpreting() or not q.is_cuda
+                or torch.cuda.get_device_capability(q.device)[0] < 9):
+            return None
+    if (meta.num_reqs == 1 and not any(meta.prefix_lens_cpu) and not cache.is_fp8
+            and k.dtype == q.dtype == cache.k[lid].dtype == cache.v[lid].dtype
+            and descriptor_ready(k) and descriptor_ready(v)):
+        return "direct"
+    rows = sum(-(-n // PAD) * PAD for n in meta.seq_lens_cpu)
+    moved = 2 * rows * spec.num_kv_heads * (spec.head_dim + spec.value_dim) * q.element_size()
+    if requested == "auto":
+        flops = 4 * spec.num_heads * spec.head_dim * sum(
+            n * (p + (n + 1) / 2 if spec.causal else p + n)
+            for n, p in zip(meta.query_lens_cpu, meta.prefix_lens_cpu))
+        if moved > MAX_ROWS_BYTES or flops < MIN_FLOPS_PER_BYTE * moved:
+            return None
+    return "rows"
+
+
+def row_layout(memo: dict, meta, device) -> tuple[torch.Tensor, int, int]:
+    """(key_start [B] int32, total rows, longest segment) of the padded buffer, once a step."""
+    if "tma_rows" not in memo:
+        lens = [-(-n // PAD) * PAD for n in meta.seq_lens_cpu]
+        starts = [0]
+        for n in lens[:-1]:
+            starts.append(starts[-1] + n)
+        memo["tma_rows"] = (torch.tensor(starts, dtype=torch.int32, device=device), sum(lens),
+                            max(lens, default=0))
+    return memo["tma_rows"]
+
+
+def run_tma_extend(route: str, q, k, v, out, cache, layer_id: int, plan, *, config, block_req,
+                   block_m, **kernel_args):
+    """Stage the K/V rows for ``route`` and run the kernel; kernel_args as
+    prefill_tma_attention takes them (scales, softcap, window, sinks, causal)."""
+    if not descriptor_ready(q):
+        q = q.contiguous()
+    if route == "direct":
+        k_rows, v_rows, key_start = k, v, plan.query_start_loc[:-1]
+    else:
+        key_start, total, longest = row_layout(plan.rows, plan.meta, q.device)
+        k_rows, v_rows = gather_rows(cache.k[layer_id], cache.v[layer_id],
+                                     block_tables=plan.block_tables, key_start=key_start,
+                                     seq_lens=plan.seq_lens, total_rows=total, longest=longest,
+                                     pad=PAD, dtype=q.dtype)
+    return prefill_tma_attention(q, k_rows, v_rows, out, block_req=block_req, block_m=block_m,
+                                 query_start_loc=plan.query_start_loc, key_start=key_start,
+                                 seq_lens=plan.seq_lens, config=config, **kernel_args)
