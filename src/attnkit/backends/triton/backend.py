@@ -27,7 +27,7 @@ from attnkit.backends.triton.decode_merge import merge_counters
 from attnkit.backends.triton.extend import (EXTEND_VARIANT, EXTEND_VARIANTS, extend_attention,
                                              extend_config, pick_extend_variant)
 from attnkit.backends.triton.extend_v2 import extend_attention_v2
-from attnkit.backends.triton.tma_path import run_tma_extend, tma_config, tma_route
+from attnkit.backends.triton.tma_path import check_tma_override, run_tma_extend, tma_config, tma_route
 from attnkit.errors import fail
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -123,6 +123,7 @@ class TritonBackend(AttentionBackend):
         self.extend_variant = extend_variant
         self.decode_variant = decode_variant
         self.extend_override = dict(extend_config or {})
+        check_tma_override(self.extend_override)
         self.decode_override = dict(decode_config or {})
         self.num_splits = num_splits
 

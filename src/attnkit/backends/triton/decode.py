@@ -230,9 +230,15 @@ def choose_splits(max_kv: int, num_reqs: int, num_kv_heads: int, *, block_n: int
                   min_chunk: int = 256, max_splits: int = 64) -> tuple[int, int]:
     """(num_splits, chunk): enough programs to fill about two waves of the SMs, each split
     a whole number of tiles and at least ``min_chunk`` keys (below that the merge costs
-    more than the parallelism gains)."""
+    more than the parallelism gains). With few (request, KV head) pairs (at most half the
+    SMs) three waves of splits of at least 128 keys: on the H200 sweep of 2026-12-01
+    (benchmarks/results/sweep_hopper.md) B=1 decode ran 1032 vs 945 GB/s at 4k (32 splits vs
+    16) and 2683 vs 2534 at 32k (48 vs 33)."""
     base = max(1, num_reqs * num_kv_heads)
-    want = max(1, -(-2 * num_sms // base))
+    waves = 2
+    if 2 * base <= num_sms:
+        waves, min_chunk = 3, min(min_chunk, 128)
+    want = max(1, -(-waves * num_sms // base))
     most = max(1, -(-max_kv // max(min_chunk, block_n)))
     splits = min(want, most, max_splits)
     chunk = -(-max(max_kv, 1) // splits)

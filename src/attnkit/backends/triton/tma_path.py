@@ -18,12 +18,14 @@ import torch
 
 from attnkit.backends.triton._common import interpreting, padded_dim
 from attnkit.backends.triton.gather_rows import gather_rows
+from attnkit.errors import fail
 from attnkit.backends.triton.prefill_tma import descriptor_ready, prefill_tma_attention
 
-# >>> Whether extend "auto" takes this kernel where tma_route allows it. Off until an H200
-# run of benchmarks/run_sweep_hopper.sh shows it faster than v1 / v2 on the same shapes
-# (benchmarks/NOTES-hopper.md); "tma" asks for it explicitly either way.
-AUTO_TMA = False
+# >>> Whether extend "auto" takes this kernel where tma_route allows it (sm_90+). On the H200
+# sweep of 2026-12-01 (benchmarks/results/sweep_hopper.md; NOTES-hopper.md) the default tiles
+# beat the paged kernels on every row: prefill 16k d128 497 vs 492 TFLOP/s, d64 426 vs 424,
+# d256 572 vs 399, extend 2048 over a 32k prefix 484 vs 363 (FlexAttention 428).
+AUTO_TMA = True
 PAD = 128                    # rows of a request's buffer segment: a multiple of every BLOCK_N
 MIN_FLOPS_PER_BYTE = 2000    # copy ~3 TB/s vs kernel ~500 TFLOP/s: the copy stays under ~4 %
 MAX_ROWS_BYTES = 1 << 30     # larger steps keep the paged kernels rather than a 1 GiB buffer
@@ -34,14 +36,25 @@ def tma_config(head_dim: int, *, interpret: bool) -> dict:
 
     The default is the three-loop form without warp specialisation (no spills with Triton
     3.6 for sm_90: d64 127, d128 159, d256 241 registers). The warp-specialised tiles
-    (WS=True, 4 warps: 168 registers, no spills) are the faster candidates, but the first
-    H200 run hung in one (fixed since, not yet run: NOTES-hopper.md); they become the default
-    only after run_sweep_hopper.sh and the gpu tests pass with them."""
+    (WS=True, 4 warps: 168 registers, no spills) were slower on the H200 sweep of 2026-12-01
+    (d128 prefill 454 vs 497 TFLOP/s) and wrong (NaN) at 3 stages, which run_tma_extend
+    refuses; NOTES-hopper.md."""
     if interpret:
         return dict(BLOCK_M=16, BLOCK_N=16, WS=False, num_warps=4, num_stages=1)
     if head_dim > 128:
         return dict(BLOCK_M=128, BLOCK_N=64, WS=False, num_warps=8, num_stages=2)
     return dict(BLOCK_M=128, BLOCK_N=64, WS=False, num_warps=8, num_stages=3)
+
+
+def check_tma_override(config: dict) -> None:
+    """Refuse an extend config the tma kernel computes wrongly. H200 sweep 2026-12-01, Triton
+    3.6: every warp-specialised tile with 3 stages returned NaN (d64 and d128, prefill and
+    extend); 2 stages were right."""
+    if config.get("WS") and config.get("num_stages", 1) > 2:
+        fail("AK407", "the tma extend kernel with warp specialisation (WS=True) and more than 2 "
+                      "stages returned wrong results on the H200 (Triton 3.6); use num_stages <= 2 "
+                      "or WS=False", field="extend_config",
+             expected="WS=False, or num_stages <= 2", actual=dict(config))
 
 
 def tma_route(requested: str, q, k, v, layer, cache, meta) -> str | None:
