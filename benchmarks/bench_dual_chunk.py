@@ -134,7 +134,7 @@ def run_phase(case: Case, phase: str, *, timer) -> dict[str, tuple | str]:
     import torch.nn.functional as F
     from torch.nn.attention.bias import causal_lower_right
 
-    from attnkit.planning.registry import load_backend
+    from attnkit.registry import load_backend
 
     out: dict[str, tuple | str] = {}
     meta, q3, k_rot, v, _ = step_inputs(case, phase)

@@ -144,7 +144,7 @@ def time_row(row: Row, shape: Shape, *, reps: int) -> dict[str, float | str]:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import torch.nn.functional as F
 
-    from attnkit.planning.registry import load_backend
+    from attnkit.registry import load_backend
 
     out: dict[str, float | str] = {}
     cold = row.kind == "decode"

@@ -2,7 +2,7 @@
 import pytest
 
 from attnkit.errors import AttnkitError
-from attnkit.planning.registry import load_backend
+from attnkit.registry import load_backend
 
 
 @pytest.mark.parametrize("name", ["torch_native", "sdpa"])

@@ -7,7 +7,7 @@ from attnkit.backends.base import AttentionLayer
 from attnkit.errors import AttnkitError
 from attnkit.integrations.dense_step import DenseLayout
 from attnkit.model import LayerAttention
-from attnkit.planning.registry import load_backend
+from attnkit.registry import load_backend
 
 H, HKV, D = 4, 2, 8
 

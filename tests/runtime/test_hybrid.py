@@ -5,7 +5,7 @@ from attnkit.backends.base import AttentionBackend
 from attnkit.backends.hybrid import HybridBackend
 from attnkit.backends.metadata import ForwardMode
 from attnkit.errors import AttnkitError
-from attnkit.planning.registry import declarations, load_backend
+from attnkit.registry import declarations, load_backend
 from factories import assert_close, make_case, make_layer
 
 

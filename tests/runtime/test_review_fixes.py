@@ -4,7 +4,7 @@ import torch
 
 from attnkit.backends.base import StepState
 from attnkit.errors import AttnkitError
-from attnkit.planning.registry import load_backend
+from attnkit.registry import load_backend
 from factories import make_case, make_layer
 
 

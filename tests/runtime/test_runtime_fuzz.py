@@ -17,7 +17,7 @@ from attnkit.errors import AttnkitError
 from attnkit.kvcache.allocator import PageAllocator
 from attnkit.kvcache.paged import PagedKVCache
 from attnkit.model.spec import LayerAttention, MLAConfig
-from attnkit.planning.registry import load_backend
+from attnkit.registry import load_backend
 from factories import assert_close, fill_garbage
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -150,7 +150,7 @@ def test_device_tensors_are_built_from_the_host_values_and_cannot_be_set_apart(c
 def test_a_redirected_slot_is_refused_before_any_write(case):
     """A slot of another request's page (or out of range) fails validation, and the cache is
     byte-identical after the refusal: nothing was written."""
-    from attnkit.planning.registry import load_backend
+    from attnkit.registry import load_backend
 
     meta = case.meta
     theirs = meta.block_tables_cpu[1][0] * 4

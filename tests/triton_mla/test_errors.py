@@ -7,7 +7,7 @@ from attnkit.backends.base import AttentionLayer
 from attnkit.backends.triton_mla.backend import TritonMLABackend
 from attnkit.errors import CATALOG, AttnkitError
 from attnkit.model.spec import MLAConfig
-from attnkit.planning.registry import declarations, load_backend
+from attnkit.registry import declarations, load_backend
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -57,7 +57,7 @@ class HybridBackend(AttentionBackend):
 
 def _check_shared_cache(role: str, backend: AttentionBackend, cache) -> None:
     """The shared cache's layout must suit both halves, even the one idle this step."""
-    from attnkit.planning.registry import declarations
+    from attnkit.registry import declarations
 
     decl = declarations().get(backend.name)
     if decl is None:

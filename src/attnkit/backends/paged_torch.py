@@ -275,7 +275,7 @@ def refuse_unserved(backend: str, layer: AttentionLayer, *, kinds, features) -> 
     if spec.kind in kinds and spec.features() <= set(features):
         required_tensors(layer)
         return
-    from attnkit.planning.registry import declarations
+    from attnkit.registry import declarations
 
     if spec.kind not in kinds:
         others = sorted(n for n, d in declarations().items() if spec.kind in d.capabilities.kinds)

@@ -5,7 +5,7 @@ import textwrap
 from typing import Any
 
 from attnkit.planning.plan import Plan
-from attnkit.planning.reasons import layer_ranges
+from attnkit.model.summary import layer_ranges
 
 SHARED = "all rejected"
 

@@ -25,8 +25,8 @@ def add_parser(sub, common) -> None:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from attnkit.model import load_model
-    from attnkit.planning import names
-    from attnkit.planning.registry import declarations
+    from attnkit.registry import names
+    from attnkit.registry import declarations
     from attnkit.tune.run import tune
 
     models = [load_model(m) for m in args.models or ()]

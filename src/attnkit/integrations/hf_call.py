@@ -19,7 +19,7 @@ import torch
 from attnkit.backends.base import AttentionLayer
 from attnkit.errors import fail
 from attnkit.integrations import hf_plan
-from attnkit.planning.reasons import layer_ranges
+from attnkit.model.summary import layer_ranges
 
 # Keyword arguments some models pass that change what attention computes; attnkit has no
 # equivalent, so a call carrying one (not None) is refused.

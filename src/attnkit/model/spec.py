@@ -104,7 +104,7 @@ class LayerAttention:
         return self.num_heads // self.num_kv_heads
 
     def features(self) -> frozenset[str]:
-        """The capability-vocabulary features this layer needs (see planning/capabilities.py)."""
+        """The capability-vocabulary features this layer needs (see registry/capabilities.py)."""
         out = set()
         if self.sliding_window is not None:
             out.add("sliding_window")

@@ -13,7 +13,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 from attnkit.errors import _jsonable
 from attnkit.model.spec import ModelAttention
-from attnkit.planning.capabilities import BackendDeclaration, MultipleOf
+from attnkit.model.summary import layer_ranges
+from attnkit.registry.capabilities import BackendDeclaration, MultipleOf
 
 
 @dataclass(frozen=True)
@@ -163,18 +164,6 @@ def page_sizes_text(pages) -> str:
     if isinstance(pages, MultipleOf):
         return f"multiples of {pages.n}"
     return _words(pages)
-
-
-def layer_ranges(ids: Iterable[int]) -> str:
-    """[0, 1, 2, 5, 7, 8] -> "0-2, 5, 7-8" (long lists keep the first six runs)."""
-    runs: list[list[int]] = []
-    for i in sorted(set(ids)):
-        if runs and i == runs[-1][1] + 1:
-            runs[-1][1] = i
-        else:
-            runs.append([i, i])
-    parts = [f"{a}" if a == b else f"{a}-{b}" for a, b in runs]
-    return ", ".join(parts[:6]) + (f" (+{len(parts) - 6} more runs)" if len(parts) > 6 else "")
 
 
 def _words(items) -> str:

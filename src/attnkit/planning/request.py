@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
 from attnkit.errors import AttnkitError
-from attnkit.planning.capabilities import DTYPES, KV_CACHE_DTYPES
+from attnkit.registry.capabilities import DTYPES, KV_CACHE_DTYPES
 
 DUAL_CHUNK_MODES = ("auto", "on", "off")
 BACKEND_FIELDS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend")

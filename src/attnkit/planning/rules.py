@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator, Mapping
 from attnkit.errors import AttnkitError
 from attnkit.hardware.platform import compute_dtypes
 from attnkit.model.spec import ModelAttention
-from attnkit.planning.capabilities import DTYPES, BackendDeclaration
+from attnkit.registry.capabilities import DTYPES, BackendDeclaration
 from attnkit.planning.request import Request
 
 PHASE_FIELDS = {"prefill": "prefill_attention_backend", "decode": "decode_attention_backend"}

@@ -17,8 +17,9 @@ from typing import Any, Mapping
 
 from attnkit.errors import AttnkitError
 from attnkit.model.spec import ModelAttention
-from attnkit.planning import failures, names, priorities
-from attnkit.planning.capabilities import PHASES, BackendDeclaration
+from attnkit.planning import failures, priorities
+from attnkit.registry import names
+from attnkit.registry.capabilities import PHASES, BackendDeclaration
 from attnkit.planning.plan import Plan
 from attnkit.planning.profile_choice import ProfileChoice
 from attnkit.planning.reasons import Reason, check_backend, model_needs
@@ -57,7 +58,7 @@ def plan(model: Any, platform: Any = "auto", request: Any = None, *,
     target = _platform(platform)
     automatic = registry is None and profile is not False   # a custom registry is not what was timed
     if registry is None:
-        from attnkit.planning.registry import declarations
+        from attnkit.registry import declarations
         registry = declarations()
     env = os.environ if env is None else env
     solve = Solve(spec, label or spec.name, target, req, dict(registry), table)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from attnkit.errors import AttnkitError
-from attnkit.planning.reasons import layer_ranges
+from attnkit.model.summary import layer_ranges
 from attnkit.planning.rules import conflict
 
 if TYPE_CHECKING:

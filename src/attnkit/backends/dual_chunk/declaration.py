@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from attnkit.backends.gpu_runs import H200_2026_11_29
-from attnkit.planning.capabilities import BackendDeclaration, Capabilities
+from attnkit.registry.capabilities import BackendDeclaration, Capabilities
 
 DECLARATION = BackendDeclaration(
     name="dual_chunk",
@@ -38,7 +38,7 @@ DECLARATION = BackendDeclaration(
 def check(*, model, platform, phase: str, settings: Mapping[str, Any]) -> list[tuple]:
     """Planner hook (see planning/reasons.py): every reason this model cannot run here."""
     from attnkit.backends.dual_chunk.config import config_problems, page_size_problem
-    from attnkit.planning.reasons import layer_ranges
+    from attnkit.model.summary import layer_ranges
 
     plain = [l.layer_id for l in model.layers if l.dual_chunk is None]
     if plain:
