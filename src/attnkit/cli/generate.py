@@ -54,7 +54,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from attnkit.cli.render import plan_text
+    from attnkit.planning.render import plan_text
 
     request = request_from_args(args)           # AK306 on junk values, before any loading
     if not (Path(args.model) / "config.json").is_file():

@@ -104,7 +104,7 @@ def _print_failed(err: AttnkitError, **where: Any) -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from attnkit.cli.render import matrix_text, plan_text
+    from attnkit.planning.render import matrix_text, plan_text
     from attnkit.hardware import resolve_platform
     from attnkit.model import load_model
     from attnkit.planning.solver import plan
@@ -160,7 +160,7 @@ def _pair(model: str, device: str, models, platforms, failed, request, plan, *, 
 
 
 def cmd_backends(args: argparse.Namespace) -> int:
-    from attnkit.cli.render import backends_text
+    from attnkit.planning.render import backends_text
     from attnkit.hardware import resolve_platform
     from attnkit.planning.inventory import backends_report
 

@@ -1,4 +1,5 @@
-"""Plain-text views of plans, plan matrices and backend lists (the CLI's non-JSON output)."""
+"""Plain-text views of plans, plan matrices and backend lists: the CLI's non-JSON output, and the
+plan the transformers integration quotes when a model cannot be served. Torch-free."""
 from __future__ import annotations
 
 import textwrap
