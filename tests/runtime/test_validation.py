@@ -17,11 +17,11 @@ class Recorder(AttentionBackend):
     def __init__(self):
         self.calls = 0
 
-    def prepare(self, meta, cache):
+    def _prepare(self, meta, cache):
         self.calls += 1
-        return super().prepare(meta, cache)
+        return super()._prepare(meta, cache)
 
-    def forward(self, q, k, v, layer, cache, step):
+    def _forward(self, q, k, v, layer, cache, step):
         self.calls += 1
         return q.new_zeros(q.shape[0], q.shape[1] * layer.spec.value_dim)
 

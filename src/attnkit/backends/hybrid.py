@@ -40,13 +40,13 @@ class HybridBackend(AttentionBackend):
     def route(self, meta: BatchMetadata) -> AttentionBackend:
         return self.prefill if meta.mode.is_prefill_like else self.decode
 
-    def prepare(self, meta: BatchMetadata, cache) -> StepState:
+    def _prepare(self, meta: BatchMetadata, cache) -> StepState:
         for role, backend in (("prefill", self.prefill), ("decode", self.decode)):
             _check_shared_cache(role, backend, cache)
         inner = self.route(meta)
         return StepState(meta=meta, plan=HybridPlan(inner, inner.prepare(meta, cache)))
 
-    def forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):
+    def _forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):
         """q: [T, H_q, D]; k/v as for any backend. Returns [T, H_q * D_v]."""
         plan: Any = step.plan
         if not isinstance(plan, HybridPlan):

@@ -58,7 +58,7 @@ class DualChunkBackend(AttentionBackend):
         check_option("dual_chunk", "impl", impl, IMPLS)
         self.impl = impl
 
-    def prepare(self, meta, cache) -> StepState:
+    def _prepare(self, meta, cache) -> StepState:
         if meta.mode not in _MODES:
             fail("AK420", f"the dual_chunk backend serves EXTEND, DECODE and MIXED steps, not "
                           f"{meta.mode.name}",
@@ -89,7 +89,7 @@ class DualChunkBackend(AttentionBackend):
                      field="impl", expected=f"NVIDIA sm{low[0]}{low[1]}+", actual=gpu)
         return True
 
-    def forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):
+    def _forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):
         """q: [T, 3, H_q, D]; k: [T, H_kv, D]; v: [T, H_kv, D_v] -> [T, H_q * D_v]."""
         meta, spec = step.meta, layer.spec
         _check_cache_dtype(cache)

@@ -97,10 +97,10 @@ class SdpaBackend(AttentionBackend):
         check_option(self.name, "mla_form", mla_form, ("auto", "absorbed", "mha"))
         self.mla_form = mla_form
 
-    def prepare(self, meta: BatchMetadata, cache) -> StepState:
+    def _prepare(self, meta: BatchMetadata, cache) -> StepState:
         return StepState(meta=meta, plan=TokenGrid.build(meta, meta.query_start_loc.device))
 
-    def forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):
+    def _forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):
         """q: [T, H_q, D]; k/v: [T, H_kv, D|D_v] (MLA: latent [T, L + R], None; cross layers:
         encoder K/V [Te, ...] or None). Returns [T, H_q * D_v] in q.dtype."""
         meta, spec = step.meta, layer.spec

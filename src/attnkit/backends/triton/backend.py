@@ -8,7 +8,7 @@ Per layer ``forward`` writes the new K/V into the cache, then runs extend
 two variants (``EXTEND_VARIANT`` in extend.py, ``DECODE_VARIANT`` in decode.py): extend v2
 reads the new tokens' K/V from k / v instead of the cache, decode v2 does the K/V write
 inside its kernel (no separate launch); "auto" picks per step what measured faster.
-Inputs are validated by the base class (backends/validation.py) before ``forward`` runs.
+Inputs are validated by AttentionBackend.forward (base.py) before ``_forward`` runs.
 """
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ class TritonBackend(AttentionBackend):
         self.decode_override = dict(decode_config or {})
         self.num_splits = num_splits
 
-    def prepare(self, meta: BatchMetadata, cache) -> StepState:
+    def _prepare(self, meta: BatchMetadata, cache) -> StepState:
         dev = cache.device
         i32 = lambda x: torch.as_tensor(x, device=dev).to(torch.int32).contiguous()  # noqa: E731
         plan = TritonStepPlan(meta=meta, query_start_loc=i32(meta.query_start_loc),
@@ -129,7 +129,7 @@ class TritonBackend(AttentionBackend):
                               num_sms=sm_count(dev))
         return StepState(meta=meta, plan=plan)
 
-    def forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):
+    def _forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):
         """q: [T, H_q, D]; k: [T, H_kv, D]; v: [T, H_kv, D_v] -> [T, H_q * D_v] in q's dtype."""
         spec, meta, plan = layer.spec, step.meta, step.plan
         _check_supported(q, layer, cache)

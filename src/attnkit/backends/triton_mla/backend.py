@@ -82,11 +82,11 @@ class TritonMLABackend(AttentionBackend):
         self.v_split = v_split
 
     # ---- per step -------------------------------------------------------------------------
-    def prepare(self, meta: BatchMetadata, cache) -> StepState:
+    def _prepare(self, meta: BatchMetadata, cache) -> StepState:
         return StepState(meta=meta, plan=build_parts(meta, cache.device, self.mha_form_min_query))
 
     # ---- per layer ------------------------------------------------------------------------
-    def forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):
+    def _forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):
         """q: [T, H, nope + rope]; k: latent [T, L + R]; v: None. Returns [T, H * v_head_dim]."""
         spec, meta = layer.spec, step.meta
         mla = self._check(q, k, v, layer, cache)
