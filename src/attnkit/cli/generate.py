@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
 from attnkit.cli.common import (EXIT_NO_PLAN, EXIT_OK, USAGE_CODES, add_plan_flags, print_error,
-                                request_from_args)
+                                request_from_args, require_torch)
 from attnkit.errors import AttnkitError, fail
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -57,6 +57,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from attnkit.planning.render import plan_text
 
     request = request_from_args(args)           # AK306 on junk values, before any loading
+    require_torch("attnkit generate")
     if not (Path(args.model) / "config.json").is_file():
         from attnkit.runner.weights import read_checkpoint
 
