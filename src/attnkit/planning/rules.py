@@ -1,10 +1,11 @@
 """Rules: ordered functions that fill in what the user left unset, or reject what conflicts.
 
 A rule reads a read-only ``View`` (model, platform, request, settings and backends chosen so
-far) and yields ``Override``s (a field it fills, and why) or warning strings; it raises an
+far) and yields ``Fill``s (a field it fills, and why) or warning strings; it raises an
 ``AttnkitError`` (3xx) for a conflict, with every fix in ``solutions``. The solver applies
-overrides and records each as ``{field, from, to, rule, reason}``. A rule never changes a
-value the user set: the solver refuses such an override as an internal error.
+fills and records each as ``{field, from, to, rule, reason}``. A rule never changes a
+value the user set (a fill is never an override): the solver refuses such a fill as an
+internal error.
 
 ``BEFORE`` rules run before backends are chosen, ``AFTER`` rules once they are. Whether a
 backend supports the model's kind (MHA/MLA), every layer's features, verify (speculative)
@@ -38,7 +39,8 @@ class View:
 
 
 @dataclass(frozen=True)
-class Override:
+class Fill:
+    """A value a rule fills in where the user set none, and why."""
     field: str          # a settings key, or "prefill_backend" / "decode_backend"
     to: Any
     reason: str
@@ -47,7 +49,7 @@ class Override:
 @dataclass(frozen=True)
 class Rule:
     name: str
-    fn: Callable[[View], Iterator[Override | str]]
+    fn: Callable[[View], Iterator[Fill | str]]
 
 
 def conflict(code: str, message: str, *, field: str, actual: Any, expected: Any,
@@ -80,9 +82,9 @@ def _sm(platform: Any) -> str:
     return f"sm{cc[0]}{cc[1]}" if cc else platform.kind
 
 
-def dtype_rule(v: View) -> Iterator[Override | str]:
+def dtype_rule(v: View) -> Iterator[Fill | str]:
     if v.request.dtype is None:
-        yield Override("dtype", *config_dtype(v.model, v.platform))
+        yield Fill("dtype", *config_dtype(v.model, v.platform))
     elif v.request.dtype not in compute_dtypes(v.platform):
         have = compute_dtypes(v.platform)
         raise conflict("AK309", f"--dtype {v.request.dtype}: {v.platform.name} ({_sm(v.platform)}) cannot compute "
@@ -93,13 +95,13 @@ def dtype_rule(v: View) -> Iterator[Override | str]:
                        before=v.command(), after=v.command(dtype="fp16"))
 
 
-def kv_cache_dtype_rule(v: View) -> Iterator[Override | str]:
+def kv_cache_dtype_rule(v: View) -> Iterator[Fill | str]:
     if v.request.kv_cache_dtype is None:
-        yield Override("kv_cache_dtype", v.settings["dtype"], "KV cache stored in the compute dtype "
+        yield Fill("kv_cache_dtype", v.settings["dtype"], "KV cache stored in the compute dtype "
                        "unless --kv-cache-dtype is set")
 
 
-def tensor_parallel_rule(v: View) -> Iterator[Override | str]:
+def tensor_parallel_rule(v: View) -> Iterator[Fill | str]:
     """Split query heads over ranks; replicate KV heads (or the MLA latent) when ranks outnumber them."""
     tp = v.request.tp_size or 1
     layers = v.model.layers
@@ -121,20 +123,20 @@ def tensor_parallel_rule(v: View) -> Iterator[Override | str]:
                        solutions=[f"use --tp-size {t}" for t in sorted(valid, key=lambda t: (abs(t - tp), t))[:2]],
                        before=v.command(), after=v.command(tp_size=max(t for t in valid if t <= tp)))
     first = layers[0]
-    yield Override("heads_per_rank", first.num_heads // tp,
+    yield Fill("heads_per_rank", first.num_heads // tp,
                    f"{first.num_heads} query heads / tp {tp}" if tp > 1 else "no tensor parallelism")
     if first.kind == "mla":
-        yield Override("kv_heads_per_rank", 1, "MLA caches one latent row per token; every rank keeps "
+        yield Fill("kv_heads_per_rank", 1, "MLA caches one latent row per token; every rank keeps "
                        "the whole latent (replicated)" if tp > 1 else "MLA caches one latent row per token")
     elif tp > first.num_kv_heads:
-        yield Override("kv_heads_per_rank", 1, f"tp {tp} > {first.num_kv_heads} KV heads: each KV head is "
+        yield Fill("kv_heads_per_rank", 1, f"tp {tp} > {first.num_kv_heads} KV heads: each KV head is "
                        f"replicated on {tp // first.num_kv_heads} ranks")
     else:
-        yield Override("kv_heads_per_rank", first.num_kv_heads // tp,
+        yield Fill("kv_heads_per_rank", first.num_kv_heads // tp,
                        f"{first.num_kv_heads} KV heads / tp {tp}" if tp > 1 else "no tensor parallelism")
 
 
-def dual_chunk_rule(v: View) -> Iterator[Override | str]:
+def dual_chunk_rule(v: View) -> Iterator[Fill | str]:
     """Dual chunk attention (Qwen2.5-1M): pick a backend that implements it, or reject with both fixes."""
     dca = next((l.dual_chunk for l in v.model.layers if l.dual_chunk is not None), None)
     mode = v.request.dual_chunk or "auto"
@@ -146,9 +148,9 @@ def dual_chunk_rule(v: View) -> Iterator[Override | str]:
         yield (f"dual chunk attention is off: {v.model.name} was trained with it; contexts beyond "
                f"chunk_size {dca.chunk_size} tokens lose quality (plain RoPE attention is exact below it)")
         return
-    yield Override("dual_chunk", "on", f"model config sets dual_chunk_attention_config (chunk_size "
+    yield Fill("dual_chunk", "on", f"model config sets dual_chunk_attention_config (chunk_size "
                    f"{dca.chunk_size}, local_size {dca.local_size}) and --dual-chunk is {mode}")
-    yield Override("dual_chunk_len", dca.chunk_len, "chunk_size - local_size; a KV page must not "
+    yield Fill("dual_chunk_len", dca.chunk_len, "chunk_size - local_size; a KV page must not "
                    "straddle two chunks, so the page size must divide it")
     serving = [n for n, d in v.registry.items() if "dual_chunk" in d.capabilities.features
                and n not in v.request.deny]
@@ -183,7 +185,7 @@ def dual_chunk_rule(v: View) -> Iterator[Override | str]:
                            before=v.command(), after=v.command(dual_chunk="off"))
         for phase in ("prefill", "decode"):
             if v.explicit[phase] is None:
-                yield Override(f"{phase}_backend", serving[0], f"model uses dual chunk attention; "
+                yield Fill(f"{phase}_backend", serving[0], f"model uses dual chunk attention; "
                                f"{serving[0]} is the backend that implements it")
 
 
@@ -202,7 +204,7 @@ def _refused_settings(v: View, name: str) -> list[str]:
 
 # ---- after backends are chosen --------------------------------------------------------------
 
-def page_size_rule(v: View) -> Iterator[Override | str]:
+def page_size_rule(v: View) -> Iterator[Fill | str]:
     """One page size every chosen backend accepts: 16 if all do, else the smallest common one."""
     chosen = sorted({n for n in v.backends.values() if n})
     caps = [v.registry[n].capabilities for n in chosen]
@@ -228,7 +230,7 @@ def page_size_rule(v: View) -> Iterator[Override | str]:
                        before=v.command(), after=v.command())
     size = 16 if 16 in valid else valid[0]
     who = " and ".join(chosen)
-    yield Override("page_size", size, f"default 16, accepted by {who}" if size == 16
+    yield Fill("page_size", size, f"default 16, accepted by {who}" if size == 16
                    else f"smallest page size accepted by {who} (16 is not)")
 
 

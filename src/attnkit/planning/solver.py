@@ -24,7 +24,7 @@ from attnkit.planning.plan import Plan
 from attnkit.planning.profile_choice import ProfileChoice
 from attnkit.planning.reasons import Reason, check_backend, model_needs
 from attnkit.planning.request import BACKEND_FIELDS, Request, parse_request
-from attnkit.planning.rules import (AFTER, BEFORE, PHASE_FIELDS, Override, View, common_page_sizes,
+from attnkit.planning.rules import (AFTER, BEFORE, PHASE_FIELDS, Fill, View, common_page_sizes,
                                     config_dtype)
 from attnkit.planning.unserved import unserved_features
 from attnkit.planning.validate import validate_model
@@ -184,9 +184,9 @@ class Solve:
                 if isinstance(item, str):
                     self.warnings.append(item)
                 else:
-                    self._override(item, rule.name)
+                    self._fill(item, rule.name)
 
-    def _override(self, o: Override, rule: str) -> None:
+    def _fill(self, o: Fill, rule: str) -> None:
         if o.field.endswith("_backend"):
             phase = o.field.split("_")[0]
             if self.explicit[phase] is not None:
