@@ -14,48 +14,33 @@ and CUDA graphs is checked per candidate from its declaration (reasons.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator
 
-from attnkit.errors import AttnkitError
 from attnkit.hardware.platform import compute_dtypes
 from attnkit.model.spec import ModelAttention
-from attnkit.registry.capabilities import DTYPES, BackendDeclaration
-from attnkit.planning.request import Request
+from attnkit.planning.conflicts import conflict, page_size_refused
+from attnkit.planning.pages import accepts, common_page_sizes
+from attnkit.planning.view import Release, View
+from attnkit.registry.capabilities import DTYPES
 
 PHASE_FIELDS = {"prefill": "prefill_attention_backend", "decode": "decode_attention_backend"}
 
 
 @dataclass(frozen=True)
-class View:
-    """What a rule may read. ``settings``/``backends`` are read-only mappings."""
-    model: ModelAttention
-    platform: Any
-    request: Request
-    registry: Mapping[str, BackendDeclaration]
-    settings: Mapping[str, Any]
-    backends: Mapping[str, str | None]          # phase -> chosen backend (None = not yet)
-    explicit: Mapping[str, str | None]          # phase -> backend the user named
-    command: Callable[..., str]                 # command(**changes) -> "attnkit plan ..." line
-
-
-@dataclass(frozen=True)
 class Fill:
-    """A value a rule fills in where the user set none, and why."""
+    """A value a rule fills in where the user set none, and why. A rule that fills a
+    backend also says how the user takes that choice back (``release``), for the error
+    should the backend then not serve."""
     field: str          # a settings key, or "prefill_backend" / "decode_backend"
     to: Any
     reason: str
+    release: Release | None = None
 
 
 @dataclass(frozen=True)
 class Rule:
     name: str
     fn: Callable[[View], Iterator[Fill | str]]
-
-
-def conflict(code: str, message: str, *, field: str, actual: Any, expected: Any,
-             solutions: list[str], before: str, after: str, **details: Any) -> AttnkitError:
-    return AttnkitError(code, message, field=field, actual=actual, expected=expected,
-                        solutions=solutions, details={"example_fix": {"before": before, "after": after}, **details})
 
 
 # ---- before backends are chosen -------------------------------------------------------------
@@ -183,10 +168,12 @@ def dual_chunk_rule(v: View) -> Iterator[Fill | str]:
                            solutions=["use --dual-chunk off (plain attention; quality drops beyond "
                                       f"chunk_size {dca.chunk_size} tokens)"],
                            before=v.command(), after=v.command(dual_chunk="off"))
+        off = Release("AK302", "dual_chunk", "on", {"dual_chunk": "off"},
+                      "use --dual-chunk off (plain attention; quality drops beyond chunk_size)")
         for phase in ("prefill", "decode"):
             if v.explicit[phase] is None:
                 yield Fill(f"{phase}_backend", serving[0], f"model uses dual chunk attention; "
-                               f"{serving[0]} is the backend that implements it")
+                           f"{serving[0]} is the backend that implements it", off)
 
 
 def _refused_settings(v: View, name: str) -> list[str]:
@@ -207,21 +194,12 @@ def _refused_settings(v: View, name: str) -> list[str]:
 def page_size_rule(v: View) -> Iterator[Fill | str]:
     """One page size every chosen backend accepts: 16 if all do, else the smallest common one."""
     chosen = sorted({n for n in v.backends.values() if n})
-    caps = [v.registry[n].capabilities for n in chosen]
-    chunk = v.settings.get("dual_chunk_len")
-
-    def ok(size: int) -> bool:   # paged DCA needs whole pages per chunk: cl % page_size == 0
-        return all(c.accepts_page_size(size) for c in caps) and (not chunk or chunk % size == 0)
-
-    valid = common_page_sizes(caps, chunk)
+    decls = [v.registry[n] for n in chosen]
+    valid = common_page_sizes(decls, v.model)
     if v.request.page_size is not None:
-        if not ok(v.request.page_size):
-            valid = sorted(valid, key=lambda s: (abs(s - v.request.page_size), s))
-            raise conflict("AK303", f"--page-size {v.request.page_size} is not accepted by "
-                           f"{' + '.join(chosen)}; valid sizes: {', '.join(map(str, valid[:8])) or 'none'}",
-                           field="page_size", actual=v.request.page_size, expected=valid,
-                           solutions=[f"use --page-size {s}" for s in valid[:3]] + ["omit --page-size"],
-                           before=v.command(), after=v.command(page_size=valid[0] if valid else None))
+        if not accepts(decls, v.model, v.request.page_size):
+            raise page_size_refused(v, f"--page-size {v.request.page_size} is not accepted by "
+                                       f"{' + '.join(chosen)}; valid sizes: {{valid}}", valid, nearest_first=True)
         return
     if not valid:
         raise conflict("AK308", f"no page size is accepted by every chosen backend ({', '.join(chosen)})",
@@ -231,15 +209,7 @@ def page_size_rule(v: View) -> Iterator[Fill | str]:
     size = 16 if 16 in valid else valid[0]
     who = " and ".join(chosen)
     yield Fill("page_size", size, f"default 16, accepted by {who}" if size == 16
-                   else f"smallest page size accepted by {who} (16 is not)")
-
-
-def common_page_sizes(caps, chunk: int | None = None, *, limit: int = 4096) -> list[int]:
-    """Page sizes accepted by every capability set, ascending (powers of two and declared sizes)."""
-    sizes = {1 << i for i in range(13)} | {s for c in caps if isinstance(c.page_sizes, tuple)
-                                            for s in c.page_sizes}
-    return [s for s in sorted(sizes) if s <= limit and all(c.accepts_page_size(s) for c in caps)
-            and (not chunk or chunk % s == 0)]
+               else f"smallest page size accepted by {who} (16 is not)")
 
 
 BEFORE: tuple[Rule, ...] = (
