@@ -22,7 +22,7 @@ import torch
 
 from attnkit.backends.dual_chunk.parts import chunk_groups, fold_part, part_ranges
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
-from attnkit.backends.triton._common import interpreting, kernel_scales, padded_dim, write_kv
+from attnkit.backends._triton import interpreting, kernel_scales, padded_dim, write_kv
 from attnkit.backends.triton.backend import query_blocks, sm_count, split_buffers
 from attnkit.backends.triton.decode import (choose_splits, decode_attention, decode_config,
                                              pick_decode_variant)

@@ -18,7 +18,7 @@ import torch
 
 from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState, check_option
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
-from attnkit.backends.triton._common import interpreting, kernel_scales, padded_dim, write_kv
+from attnkit.backends._triton import interpreting, kernel_scales, padded_dim, write_kv
 from attnkit.backends.triton.declaration import DECLARATION
 from attnkit.backends.triton.decode import (DECODE_VARIANTS, choose_splits, decode_attention,
                                              decode_config, decode_span, pick_decode_variant)

@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from attnkit.backends.triton._common import (NEG_BIG, attend_range, first_key, logits,
+from attnkit.backends._triton import (NEG_BIG, attend_range, first_key, logits,
                                              padded_dim, unit_stride_rows)
 
 # >>> Which decode path the backend runs by default. "v2": the decode kernel writes the new

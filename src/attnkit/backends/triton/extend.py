@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from attnkit.backends.triton._common import (NEG_BIG, attend_range, key_ranges, padded_dim,
+from attnkit.backends._triton import (NEG_BIG, attend_range, key_ranges, padded_dim,
                                              store_lse, unit_stride_rows)
 
 # >>> Which extend kernel the backend runs by default. "v2" (extend_v2.py) reads the new

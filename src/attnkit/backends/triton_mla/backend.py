@@ -17,7 +17,7 @@ import triton
 
 from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState, check_option
 from attnkit.backends.metadata import BatchMetadata
-from attnkit.backends.triton._common import interpreting
+from attnkit.backends._triton import interpreting
 from attnkit.backends.triton_mla._plan import Part, build_parts
 from attnkit.backends.triton_mla.declaration import DECLARATION
 from attnkit.backends.triton_mla.decode import (DEFAULT_DECODE_VARIANT, VARIANTS, absorbed_attention,

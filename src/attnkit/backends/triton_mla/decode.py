@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 from triton.runtime.errors import OutOfResources
 
-from attnkit.backends.triton._common import LOG2E, NEG_BIG, online_softmax_step
+from attnkit.backends._triton import LOG2E, NEG_BIG, online_softmax_step
 from attnkit.backends.triton_mla.decode_v2 import _absorbed_v2_kernel, work_rows
 
 # ---------------------------------------------------------------------------------------
