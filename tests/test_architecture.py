@@ -246,3 +246,17 @@ def test_the_checks_see_real_edges():
     edges = _module_edges(import_time_only=False)
     assert "attnkit.registry.capabilities" in edges["attnkit.backends.triton.declaration"]
     assert "attnkit.planning.solver" in edges["attnkit"]                 # a lazy import is seen
+
+
+def _lazy_homes(module: str) -> dict[str, str]:
+    """The ``_HOMES`` table (name -> module) of a package that loads its names on first use."""
+    tree = ast.parse(modules()[module].read_text())
+    node = next(n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "_HOMES")
+    return ast.literal_eval(node.value)
+
+
+def test_the_runtime_entry_point_names_only_what_it_may_import():
+    homes = _lazy_homes("attnkit.runtime")
+    targets = {home or f"attnkit.{name}" for name, home in homes.items()}
+    assert targets <= set(modules())
+    assert {layer_of(t) for t in targets} <= ALLOWED["runtime"]
