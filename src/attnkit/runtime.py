@@ -1,6 +1,6 @@
 """What running a backend takes, in one import (docs/backends.md):
 
-    from attnkit.runtime import (AttentionLayer, LayerAttention, PageAllocator, PagedKVCache,
+    from attnkit.runtime import (RuntimeLayer, LayerAttention, PageAllocator, PagedKVCache,
                                  Request, build_batch, load_backend, reference)
 
 Importing this module imports nothing heavy; each name is loaded (with torch) on first use.
@@ -15,7 +15,7 @@ _HOMES = {
     "load_backend": "attnkit.registry",
     "declarations": "attnkit.registry",
     "AttentionBackend": "attnkit.backends.base",
-    "AttentionLayer": "attnkit.backends.base",
+    "RuntimeLayer": "attnkit.backends.base",
     "StepState": "attnkit.backends.base",
     "HybridBackend": "attnkit.backends.hybrid",
     "BatchMetadata": "attnkit.backends.metadata",

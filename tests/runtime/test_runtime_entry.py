@@ -7,14 +7,14 @@ import attnkit.runtime as runtime
 
 def test_every_name_resolves_to_its_home():
     from attnkit import reference
-    from attnkit.backends.base import AttentionLayer
+    from attnkit.backends.base import RuntimeLayer
     from attnkit.kvcache.paged import PagedKVCache
     from attnkit.registry import load_backend
 
     assert set(dir(runtime)) == set(runtime.__all__)
     assert all(getattr(runtime, n) is not None for n in runtime.__all__)
     assert runtime.PagedKVCache is PagedKVCache and runtime.load_backend is load_backend
-    assert runtime.AttentionLayer is AttentionLayer and runtime.reference is reference
+    assert runtime.RuntimeLayer is RuntimeLayer and runtime.reference is reference
 
 
 def test_unknown_name_is_an_attribute_error():

@@ -4,7 +4,7 @@ import dataclasses
 import pytest
 import torch
 
-from attnkit.backends.base import AttentionBackend, AttentionLayer
+from attnkit.backends.base import AttentionBackend, RuntimeLayer
 from attnkit.backends.metadata import ForwardMode
 from attnkit.errors import CATALOG, AttnkitError
 from factories import make_case, make_layer
@@ -74,7 +74,7 @@ def test_forward_inputs(case, over, code, field):
 
 
 def test_sinks_shape(case):
-    layer = AttentionLayer(spec=dataclasses.replace(case.layer.spec, sinks=True), sinks=torch.zeros(3))
+    layer = RuntimeLayer(spec=dataclasses.replace(case.layer.spec, sinks=True), sinks=torch.zeros(3))
     _expect("AK411", lambda: _forward(case, layer=layer), "layer.sinks")
 
 
@@ -185,5 +185,5 @@ def test_cross_and_mla_inputs():
     _forward(m)
     _expect("AK411", lambda: _forward(m, v=m.k), "v")
     _expect("AK411", lambda: _forward(m, k=m.k[:, :-1]), "k (MLA latent)")
-    bad_w = AttentionLayer(spec=mla.spec, w_kc=mla.w_kc.transpose(1, 2), w_vc=mla.w_vc)
+    bad_w = RuntimeLayer(spec=mla.spec, w_kc=mla.w_kc.transpose(1, 2), w_vc=mla.w_vc)
     _expect("AK411", lambda: _forward(m, layer=bad_w), "layer.w_kc")

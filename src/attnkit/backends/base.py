@@ -24,8 +24,9 @@ from attnkit.model.spec import LayerAttention
 
 
 @dataclass(slots=True)
-class AttentionLayer:
-    """One layer at run time: its spec plus per-layer tensors.
+class RuntimeLayer:
+    """One layer as a backend sees it at run time: its spec (``LayerAttention``, the model
+    side) plus per-layer tensors.
 
     sinks: [H_q] float32 | None       learned per-head sink logits (gpt-oss)
     w_kc:  [H_q, qk_nope, L] | None   MLA key up-projection (latent -> per-head nope key)
@@ -71,7 +72,7 @@ class AttentionBackend:
         step = self._prepare(meta, cache)
         return dataclasses.replace(step, validated=True) if isinstance(step, StepState) else step
 
-    def forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):
+    def forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):
         """q: [T, H_q, D]; k: [T, H_kv, D] (MLA: latent [T, L + R]); v: [T, H_kv, D_v] (MLA:
         None). Checks q/k/v and the layer (per layer: no device sync, and nothing ``prepare``
         already checked for the whole step), then writes k/v into ``cache`` for ``layer``
@@ -89,7 +90,7 @@ class AttentionBackend:
     def _prepare(self, meta: BatchMetadata, cache) -> StepState:
         return StepState(meta=meta)
 
-    def _forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):
+    def _forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):
         raise NotImplementedError
 
 

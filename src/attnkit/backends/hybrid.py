@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState
+from attnkit.backends.base import AttentionBackend, RuntimeLayer, StepState
 from attnkit.backends.metadata import BatchMetadata
 from attnkit.errors import fail
 from attnkit.kvcache.paged import TORCH_KV_DTYPES
@@ -46,7 +46,7 @@ class HybridBackend(AttentionBackend):
         inner = self.route(meta)
         return StepState(meta=meta, plan=HybridPlan(inner, inner.prepare(meta, cache)))
 
-    def _forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):
+    def _forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):
         """q: [T, H_q, D]; k/v as for any backend. Returns [T, H_q * D_v]."""
         plan: Any = step.plan
         if not isinstance(plan, HybridPlan):

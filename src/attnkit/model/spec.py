@@ -1,7 +1,7 @@
 """What a model needs from attention, as plain torch-free data.
 
 ``LayerAttention`` describes one attention layer; ``ModelAttention`` the whole model.
-The planner reads these; the runtime carries a ``LayerAttention`` in every ``AttentionLayer``.
+The planner reads these; the runtime carries a ``LayerAttention`` in every ``RuntimeLayer``.
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState, check_option
+from attnkit.backends.base import AttentionBackend, RuntimeLayer, StepState, check_option
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
 from attnkit.backends._triton import interpreting, kernel_scales, padded_dim, write_kv
 from attnkit.backends.triton.declaration import DECLARATION
@@ -129,7 +129,7 @@ class TritonBackend(AttentionBackend):
                               num_sms=sm_count(dev))
         return StepState(meta=meta, plan=plan)
 
-    def _forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):
+    def _forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):
         """q: [T, H_q, D]; k: [T, H_kv, D]; v: [T, H_kv, D_v] -> [T, H_q * D_v] in q's dtype."""
         spec, meta, plan = layer.spec, step.meta, step.plan
         _check_supported(q, layer, cache)
@@ -183,7 +183,7 @@ class TritonBackend(AttentionBackend):
         return -(-longest // chunk), chunk
 
 
-def _check_supported(q, layer: AttentionLayer, cache) -> None:
+def _check_supported(q, layer: RuntimeLayer, cache) -> None:
     """What the kernels cannot do at all (the declaration is the tested subset of the rest)."""
     spec = layer.spec
     if spec.kind != "mha" or spec.cross_attention or spec.dual_chunk is not None:

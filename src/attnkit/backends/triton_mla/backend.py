@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import triton
 
-from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState, check_option
+from attnkit.backends.base import AttentionBackend, RuntimeLayer, StepState, check_option
 from attnkit.backends.metadata import BatchMetadata
 from attnkit.backends._triton import interpreting
 from attnkit.backends.triton_mla._plan import Part, build_parts
@@ -86,7 +86,7 @@ class TritonMLABackend(AttentionBackend):
         return StepState(meta=meta, plan=build_parts(meta, cache.device, self.mha_form_min_query))
 
     # ---- per layer ------------------------------------------------------------------------
-    def _forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):
+    def _forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):
         """q: [T, H, nope + rope]; k: latent [T, L + R]; v: None. Returns [T, H * v_head_dim]."""
         spec, meta = layer.spec, step.meta
         mla = self._check(q, k, v, layer, cache)
@@ -119,7 +119,7 @@ class TritonMLABackend(AttentionBackend):
         out_lat = self._attend_latent(q_lat, q_pe, latent, layer, part, kv_scale)
         return torch.bmm(out_lat.transpose(0, 1), layer.w_vc.to(q_nope.dtype)).transpose(0, 1)
 
-    def attend_latent(self, q_lat, q_pe, latent, layer: AttentionLayer, step: StepState, *,
+    def attend_latent(self, q_lat, q_pe, latent, layer: RuntimeLayer, step: StepState, *,
                       kv_scale: float = 1.0):
         """The absorbed attention core alone, for a step whose requests all take the absorbed
         form (benchmarks time it apart from the projections).
@@ -179,7 +179,7 @@ class TritonMLABackend(AttentionBackend):
             num_warps=warps, num_stages=stages)
 
     # ---- checks ---------------------------------------------------------------------------
-    def _check(self, q, k, v, layer: AttentionLayer, cache):
+    def _check(self, q, k, v, layer: RuntimeLayer, cache):
         """Everything the declaration says, as AttnkitErrors in AK460-AK466."""
         spec = layer.spec
         mla = spec.mla
