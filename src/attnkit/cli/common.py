@@ -34,7 +34,7 @@ def add_plan_flags(p: argparse.ArgumentParser) -> None:
 
 
 def request_from_args(args: argparse.Namespace):
-    """The planning ``Request`` that ``attnkit plan``'s flags describe (AK306 on junk values)."""
+    """The ``PlanRequest`` that ``attnkit plan``'s flags describe (AK306 on junk values)."""
     from attnkit.planning.request import parse_request
 
     return parse_request({

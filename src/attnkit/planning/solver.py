@@ -23,7 +23,7 @@ from attnkit.planning.pages import common_page_sizes
 from attnkit.planning.plan import Plan
 from attnkit.planning.profile_choice import ProfileChoice
 from attnkit.planning.reasons import Reason, check_backend, model_needs
-from attnkit.planning.request import BACKEND_FIELDS, Request, parse_request
+from attnkit.planning.request import BACKEND_FIELDS, PlanRequest, parse_request
 from attnkit.planning.rules import AFTER, BEFORE, PHASE_FIELDS, Fill, config_dtype
 from attnkit.planning.unserved import unserved_features
 from attnkit.planning.validate import validate_model
@@ -43,7 +43,7 @@ def plan(model: Any, platform: Any = "auto", request: Any = None, *,
          workload: Mapping[str, Mapping[str, int]] | None = None, **settings: Any) -> Plan:
     """Plan prefill and decode backends for ``model`` on ``platform``.
 
-    ``request`` (a dict or Request) and keyword ``settings`` (``page_size=32`` ...) are the
+    ``request`` (a dict or PlanRequest) and keyword ``settings`` (``page_size=32`` ...) are the
     user's settings; an unknown one is AK306. ``registry`` (name -> declaration) defaults to
     every backend in the tree; ``env`` to ``os.environ``. ``strict=True`` raises the plan's
     error instead of returning ``ok=False``. ``label`` names the model in example command
@@ -91,7 +91,7 @@ def _platform(platform: Any):
 class Solve:
     """One planning run's state; ``run`` fills it and returns the Plan."""
 
-    def __init__(self, model: ModelAttention, label: str, platform, request: Request,
+    def __init__(self, model: ModelAttention, label: str, platform, request: PlanRequest,
                  registry: dict[str, BackendDeclaration], table):
         self.model, self.label, self.platform, self.registry, self.table = model, label, platform, registry, table
         self.phases = model.phases                  # encoder-only models have no decode phase

@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping
 
 from attnkit.model.spec import ModelAttention
 from attnkit.planning.reasons import ModelNeeds, Reason
-from attnkit.planning.request import Request
+from attnkit.planning.request import PlanRequest
 from attnkit.registry.capabilities import BackendDeclaration
 
 
@@ -38,8 +38,8 @@ class View:
     model: ModelAttention
     label: str                                   # the model as the user named it (commands)
     platform: Any
-    request: Request
-    typed: Request
+    request: PlanRequest
+    typed: PlanRequest
     registry: Mapping[str, BackendDeclaration]
     settings: Mapping[str, Any]
     backends: Mapping[str, str | None]           # phase -> chosen backend (None = not yet)
