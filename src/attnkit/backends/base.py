@@ -46,20 +46,21 @@ class RuntimeLayer:
 
 @dataclass(slots=True)
 class StepState:
-    """What ``prepare`` returns: the shared batch metadata plus a backend's own plan.
+    """What ``prepare`` returns: the shared batch metadata plus what the backend's
+    ``_prepare`` built from it for every layer (``prepared``: index tensors, split counts).
 
     ``validated`` is True when ``AttentionBackend.prepare`` made it (after checking ``meta``
     against the cache); a StepState made by hand is False, and ``forward`` checks its batch
     on every call."""
     meta: BatchMetadata
-    plan: Any = None
+    prepared: Any = None
     validated: bool = False
 
 
 class AttentionBackend:
     """Base class: the validating API. Subclasses set ``name`` and implement ``_forward``;
     ``_prepare`` may add backend-specific per-step state (split counts, index tensors) in
-    ``StepState.plan``."""
+    ``StepState.prepared``."""
 
     name: ClassVar[str] = "base"
     validate_inputs: ClassVar[bool] = True

@@ -21,7 +21,7 @@ _KV_NAMES = {dtype: name for name, dtype in TORCH_KV_DTYPES.items()}
 
 
 @dataclass(slots=True)
-class HybridPlan:
+class HybridStep:
     """Which inner backend serves this step, and the state its ``prepare`` built."""
     backend: AttentionBackend
     state: StepState
@@ -44,14 +44,14 @@ class HybridBackend(AttentionBackend):
         for role, backend in (("prefill", self.prefill), ("decode", self.decode)):
             _check_shared_cache(role, backend, cache)
         inner = self.route(meta)
-        return StepState(meta=meta, plan=HybridPlan(inner, inner.prepare(meta, cache)))
+        return StepState(meta=meta, prepared=HybridStep(inner, inner.prepare(meta, cache)))
 
     def _forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):
         """q: [T, H_q, D]; k/v as for any backend. Returns [T, H_q * D_v]."""
-        plan: Any = step.plan
-        if not isinstance(plan, HybridPlan):
+        plan: Any = step.prepared
+        if not isinstance(plan, HybridStep):
             fail("AK406", "HybridBackend.forward needs the StepState built by HybridBackend.prepare",
-                 field="step.plan", expected="HybridPlan", actual=type(plan).__name__)
+                 field="step.prepared", expected="HybridStep", actual=type(plan).__name__)
         return plan.backend.forward(q, k, v, layer, cache, plan.state)
 
 

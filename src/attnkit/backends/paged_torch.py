@@ -178,11 +178,11 @@ class PagedStep:
 
 
 def paged_step(step: StepState) -> PagedStep:
-    """``step.plan`` if it is a PagedStep built for ``step.meta``; else a new one, kept in
-    ``step.plan`` (a StepState made without ``prepare``, or one holding another step's plan)."""
-    plan = step.plan
+    """``step.prepared`` if it is a PagedStep built for ``step.meta``; else a new one, kept in
+    ``step.prepared`` (a StepState made without ``prepare``, or one holding another step's state)."""
+    plan = step.prepared
     if not isinstance(plan, PagedStep) or plan.meta is not step.meta:
-        plan = step.plan = PagedStep(step.meta)
+        plan = step.prepared = PagedStep(step.meta)
     return plan
 
 

@@ -65,8 +65,8 @@ class DualChunkBackend(AttentionBackend):
                  field="meta.mode", expected=[m.name for m in _MODES], actual=meta.mode.name)
         if not self._use_triton(cache.device):
             return StepState(meta=meta)
-        from attnkit.backends.dual_chunk.triton_parts import DcaTritonPlan
-        return StepState(meta=meta, plan=DcaTritonPlan.build(meta, cache.device))
+        from attnkit.backends.dual_chunk.triton_parts import DcaTritonStep
+        return StepState(meta=meta, prepared=DcaTritonStep.build(meta, cache.device))
 
     def _use_triton(self, device: torch.device) -> bool:
         if self.impl == "torch":
@@ -95,10 +95,10 @@ class DualChunkBackend(AttentionBackend):
         _check_cache_dtype(cache)
         cl = _check_layer(layer, meta.page_size)
         _check_queries(q, layer)          # shapes, dtypes, devices: validate_forward (base.py)
-        if step.plan is not None and meta.num_tokens:
+        if step.prepared is not None and meta.num_tokens:
             from attnkit.backends.dual_chunk.triton_parts import serves, triton_dual_chunk
             if serves(q, layer):
-                out = triton_dual_chunk(q, k, v, layer, cache, step.plan, cl)
+                out = triton_dual_chunk(q, k, v, layer, cache, step.prepared, cl)
                 return out.reshape(meta.num_tokens, spec.num_heads * spec.value_dim)
             if self.impl == "triton":     # an explicit choice is refused, not quietly changed
                 fail("AK453", f"dual_chunk impl='triton': layer {spec.layer_id} has head_dim "

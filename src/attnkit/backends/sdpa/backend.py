@@ -75,11 +75,11 @@ class TokenGrid:
 
     @classmethod
     def of(cls, step: StepState, device) -> "TokenGrid":
-        """``step.plan`` if it is the grid of ``step.meta``; else a new one, kept in step.plan
-        (a StepState made without ``prepare``, or one holding another step's plan)."""
-        grid = step.plan
+        """``step.prepared`` if it is the grid of ``step.meta``; else a new one, kept in step.prepared
+        (a StepState made without ``prepare``, or one holding another step's state)."""
+        grid = step.prepared
         if not isinstance(grid, TokenGrid) or grid.paged.meta is not step.meta:
-            grid = step.plan = cls.build(step.meta, device)
+            grid = step.prepared = cls.build(step.meta, device)
         return grid
 
 
@@ -98,7 +98,7 @@ class SdpaBackend(AttentionBackend):
         self.mla_form = mla_form
 
     def _prepare(self, meta: BatchMetadata, cache) -> StepState:
-        return StepState(meta=meta, plan=TokenGrid.build(meta, meta.query_start_loc.device))
+        return StepState(meta=meta, prepared=TokenGrid.build(meta, meta.query_start_loc.device))
 
     def _forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):
         """q: [T, H_q, D]; k/v: [T, H_kv, D|D_v] (MLA: latent [T, L + R], None; cross layers:

@@ -35,7 +35,7 @@ class TorchNativeBackend(AttentionBackend):
         self.mla_form = mla_form
 
     def _prepare(self, meta: BatchMetadata, cache) -> StepState:
-        return StepState(meta=meta, plan=PagedStep(meta))
+        return StepState(meta=meta, prepared=PagedStep(meta))
 
     def _forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):
         """q: [T, H_q, D]; k/v: [T, H_kv, D|D_v] (MLA: latent [T, L + R], None; cross layers:

@@ -34,7 +34,7 @@ _CAPS = DECLARATION.capabilities
 
 
 @dataclass(slots=True)
-class TritonStepPlan:
+class TritonStep:
     """Per-step state shared by every layer (tensors int32, on the compute device)."""
     meta: BatchMetadata
     query_start_loc: torch.Tensor     # [B+1]
@@ -124,14 +124,14 @@ class TritonBackend(AttentionBackend):
     def _prepare(self, meta: BatchMetadata, cache) -> StepState:
         dev = cache.device
         i32 = lambda x: torch.as_tensor(x, device=dev).to(torch.int32).contiguous()  # noqa: E731
-        plan = TritonStepPlan(meta=meta, query_start_loc=i32(meta.query_start_loc),
+        plan = TritonStep(meta=meta, query_start_loc=i32(meta.query_start_loc),
                               seq_lens=i32(meta.seq_lens), block_tables=i32(meta.block_tables),
                               num_sms=sm_count(dev))
-        return StepState(meta=meta, plan=plan)
+        return StepState(meta=meta, prepared=plan)
 
     def _forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):
         """q: [T, H_q, D]; k: [T, H_kv, D]; v: [T, H_kv, D_v] -> [T, H_q * D_v] in q's dtype."""
-        spec, meta, plan = layer.spec, step.meta, step.plan
+        spec, meta, plan = layer.spec, step.meta, step.prepared
         _check_supported(q, layer, cache)
         lid = spec.layer_id
         if meta.mode is ForwardMode.IDLE or q.shape[0] == 0:
@@ -173,7 +173,7 @@ class TritonBackend(AttentionBackend):
                 extend_attention(q, k_cache, v_cache, out, **common)
         return out.view(q.shape[0], spec.num_heads * spec.value_dim)
 
-    def _splits(self, plan: TritonStepPlan, spec, block_n: int) -> tuple[int, int]:
+    def _splits(self, plan: TritonStep, spec, block_n: int) -> tuple[int, int]:
         if self.num_splits is None:
             return plan.decode_splits(spec.num_kv_heads, spec.sliding_window, spec.attention_chunk,
                                       block_n)

@@ -8,7 +8,7 @@ Per step ``prepare`` turns the batch metadata into int32 index tensors once; per
 - MHA form (requests with at least ``mha_form_min_query`` new tokens): the latent of their
   KV is gathered and decompressed into per-head K/V by one GEMM each, then a causal Triton
   flash-attention kernel runs over them.
-A MIXED step runs each request in its own form (see _plan.py).
+A MIXED step runs each request in its own form (see _parts.py).
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import triton
 from attnkit.backends.base import AttentionBackend, RuntimeLayer, StepState, check_option
 from attnkit.backends.metadata import BatchMetadata
 from attnkit.backends._triton import interpreting
-from attnkit.backends.triton_mla._plan import Part, build_parts
+from attnkit.backends.triton_mla._parts import Part, build_parts
 from attnkit.backends.triton_mla.declaration import DECLARATION
 from attnkit.backends.triton_mla.decode import (DEFAULT_DECODE_VARIANT, VARIANTS, absorbed_attention,
                                                 absorbed_config, choose_splits)
@@ -83,7 +83,7 @@ class TritonMLABackend(AttentionBackend):
 
     # ---- per step -------------------------------------------------------------------------
     def _prepare(self, meta: BatchMetadata, cache) -> StepState:
-        return StepState(meta=meta, plan=build_parts(meta, cache.device, self.mha_form_min_query))
+        return StepState(meta=meta, prepared=build_parts(meta, cache.device, self.mha_form_min_query))
 
     # ---- per layer ------------------------------------------------------------------------
     def _forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):
@@ -100,7 +100,7 @@ class TritonMLABackend(AttentionBackend):
         kv_scale = float(cache.k_scales[spec.layer_id]) if cache.is_fp8 else 1.0
         latent = cache.latent[spec.layer_id]
         out = None
-        for form, part in step.plan.items():
+        for form, part in step.prepared.items():
             qn, qp = (q_nope, q_pe) if part.tokens is None else (q_nope[part.tokens], q_pe[part.tokens])
             if form == "mha":
                 res = self._mha_form(qn, qp, latent, layer, cache, part, kv_scale)
@@ -125,7 +125,7 @@ class TritonMLABackend(AttentionBackend):
         form (benchmarks time it apart from the projections).
 
         q_lat: [H, T, L]; q_pe: [T, H, R]; latent: [pages, page_size, L + R] -> out_lat [T, H, L]."""
-        return self._attend_latent(q_lat, q_pe, latent, layer, step.plan["absorbed"], kv_scale)
+        return self._attend_latent(q_lat, q_pe, latent, layer, step.prepared["absorbed"], kv_scale)
 
     def _attend_latent(self, q_lat, q_pe, latent, layer, part: Part, kv_scale: float):
         H = q_lat.shape[0]
