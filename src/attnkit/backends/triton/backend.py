@@ -24,7 +24,7 @@ from attnkit.backends.triton.decode import (DECODE_VARIANTS, choose_splits, deco
                                              decode_config, decode_span, pick_decode_variant)
 from attnkit.backends.triton.extend import (EXTEND_VARIANTS, extend_attention, extend_config,
                                              pick_extend_variant)
-from attnkit.backends.triton.extend_v2 import extend_attention_v2
+from attnkit.backends.triton.extend_new_kv import extend_attention_v2
 from attnkit.errors import fail
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)

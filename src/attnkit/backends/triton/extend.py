@@ -21,7 +21,7 @@ import triton.language as tl
 from attnkit.backends._triton import (NEG_BIG, attend_range, key_ranges, padded_dim,
                                              store_lse, unit_stride_rows)
 
-# >>> Which extend kernel the backend runs by default. "v2" (extend_v2.py) reads the new
+# >>> Which extend kernel the backend runs by default. "v2" (extend_new_kv.py) reads the new
 # tokens' K/V from the step's k / v inputs and only the cached prefix through the block
 # table; "v1" (this file) reads every key through the block table. "auto" picks per step:
 # v2 when no request has a cached prefix, else v1. Measured on an H200 in one run

@@ -22,7 +22,7 @@ from attnkit.backends.triton_mla._parts import Part, build_parts
 from attnkit.backends.triton_mla.declaration import DECLARATION
 from attnkit.backends.triton_mla.decode import (DEFAULT_DECODE_VARIANT, VARIANTS, absorbed_attention,
                                                 absorbed_config, choose_splits)
-from attnkit.backends.triton_mla.decode_v2 import absorbed_config_v2, v2_block_h
+from attnkit.backends.triton_mla.decode_column_split import absorbed_config_v2, v2_block_h
 from attnkit.backends.triton_mla.extend import mha_form_attention
 from attnkit.errors import fail
 

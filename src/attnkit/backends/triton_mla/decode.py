@@ -20,11 +20,11 @@ import triton.language as tl
 from triton.runtime.errors import OutOfResources
 
 from attnkit.backends._triton import LOG2E, NEG_BIG, online_softmax_step
-from attnkit.backends.triton_mla.decode_v2 import _absorbed_v2_kernel, work_rows
+from attnkit.backends.triton_mla.decode_column_split import _absorbed_v2_kernel, work_rows
 
 # ---------------------------------------------------------------------------------------
 # DEFAULT DECODE VARIANT of the absorbed split-KV kernel: "v1" (_absorbed_split_kernel) or
-# "v2" (decode_v2.py: output columns split across programs, page-local key tiles). Measured
+# "v2" (decode_column_split.py: output columns split across programs, page-local key tiles). Measured
 # in one H200 run (benchmarks/RESULTS.md, triton_mla, 2026-11-29): 128 heads B=128 ctx 4k
 # v2 230 vs v1 174 TFLOP/s; 16 heads 3556 vs 2975 GB/s. To revert, set "v1".
 DEFAULT_DECODE_VARIANT = "v2"
