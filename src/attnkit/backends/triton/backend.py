@@ -20,10 +20,11 @@ from attnkit.backends.base import AttentionBackend, RuntimeLayer, StepState, che
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
 from attnkit.backends._triton import interpreting, kernel_scales, padded_dim, write_kv
 from attnkit.backends.triton.declaration import DECLARATION
-from attnkit.backends.triton.decode import (DECODE_VARIANTS, choose_splits, decode_attention,
-                                             decode_config, decode_span, pick_decode_variant)
-from attnkit.backends.triton.extend import (EXTEND_VARIANTS, extend_attention, extend_config,
-                                             pick_extend_variant)
+from attnkit.backends.triton.decode import (DECODE_VARIANT_NAMES, DECODE_VARIANTS, choose_splits,
+                                             decode_attention, decode_config, decode_span,
+                                             pick_decode_variant)
+from attnkit.backends.triton.extend import (EXTEND_VARIANT_NAMES, EXTEND_VARIANTS, extend_attention,
+                                             extend_config, pick_extend_variant)
 from attnkit.backends.triton.extend_new_kv import extend_attention_v2
 from attnkit.errors import fail
 
@@ -104,7 +105,8 @@ class TritonBackend(AttentionBackend):
     """Options (keyword-only) override the per-shape launch heuristics, for tests and
     benchmarks: ``extend_config`` / ``decode_config`` dicts (BLOCK_M, BLOCK_N, num_warps,
     num_stages), ``num_splits`` (decode KV splits; the chunk follows from it) and
-    ``extend_variant`` / ``decode_variant`` ("v1" / "v2" / "auto"; defaults
+    ``extend_variant`` / ``decode_variant`` ("v1" / "v2" / "auto", or by what they do:
+    extend "paged_kv" / "new_kv_direct", decode "separate_write" / "fused_write"; defaults
     extend.EXTEND_VARIANT and decode.DECODE_VARIANT, both "auto": chosen per step from
     measurements)."""
 
@@ -113,8 +115,12 @@ class TritonBackend(AttentionBackend):
     def __init__(self, *, extend_config: dict | None = None, decode_config: dict | None = None,
                  num_splits: int | None = None, extend_variant: str | None = None,
                  decode_variant: str | None = None):
-        check_option("triton", "extend_variant", extend_variant, (None, "auto", *EXTEND_VARIANTS))
-        check_option("triton", "decode_variant", decode_variant, (None, "auto", *DECODE_VARIANTS))
+        extend_variant = EXTEND_VARIANT_NAMES.get(extend_variant, extend_variant)
+        decode_variant = DECODE_VARIANT_NAMES.get(decode_variant, decode_variant)
+        check_option("triton", "extend_variant", extend_variant,
+                     (None, "auto", *EXTEND_VARIANTS, *EXTEND_VARIANT_NAMES))
+        check_option("triton", "decode_variant", decode_variant,
+                     (None, "auto", *DECODE_VARIANTS, *DECODE_VARIANT_NAMES))
         self.extend_variant = extend_variant
         self.decode_variant = decode_variant
         self.extend_override = dict(extend_config or {})

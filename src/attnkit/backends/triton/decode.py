@@ -30,6 +30,9 @@ from attnkit.backends._triton import (NEG_BIG, attend_range, first_key, logits,
 # triton, 2026-11-29): B=1 ctx 32k v2 2547 vs v1 2393 GB/s; B=64 ctx 4k v2 2995 vs v1 4084.
 DECODE_VARIANT = "auto"
 DECODE_VARIANTS = ("v1", "v2")
+# The variants by what they do (the backend option takes either spelling):
+DECODE_VARIANT_NAMES = {"separate_write": "v1",  # K/V written by its own launch first
+                        "fused_write": "v2"}     # the decode kernel writes the new K/V
 V2_MAX_BATCH = 16
 
 

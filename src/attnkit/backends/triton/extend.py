@@ -29,6 +29,9 @@ from attnkit.backends._triton import (NEG_BIG, attend_range, key_ranges, padded_
 # v1 346 TFLOP/s; 2048 new over a 32k prefix v2 287 vs v1 365.
 EXTEND_VARIANT = "auto"
 EXTEND_VARIANTS = ("v1", "v2")
+# The variants by what they do (the backend option takes either spelling):
+EXTEND_VARIANT_NAMES = {"paged_kv": "v1",        # every key through the block table
+                        "new_kv_direct": "v2"}   # new tokens' K/V straight from k / v
 
 
 @triton.jit

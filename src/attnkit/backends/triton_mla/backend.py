@@ -20,8 +20,8 @@ from attnkit.backends.metadata import BatchMetadata
 from attnkit.backends._triton import interpreting
 from attnkit.backends.triton_mla._parts import Part, build_parts
 from attnkit.backends.triton_mla.declaration import DECLARATION
-from attnkit.backends.triton_mla.decode import (DEFAULT_DECODE_VARIANT, VARIANTS, absorbed_attention,
-                                                absorbed_config, choose_splits)
+from attnkit.backends.triton_mla.decode import (DEFAULT_DECODE_VARIANT, VARIANT_NAMES, VARIANTS,
+                                                absorbed_attention, absorbed_config, choose_splits)
 from attnkit.backends.triton_mla.decode_column_split import absorbed_config_v2, v2_block_h
 from attnkit.backends.triton_mla.extend import mha_form_attention
 from attnkit.errors import fail
@@ -58,7 +58,7 @@ class TritonMLABackend(AttentionBackend):
     ``num_splits`` (KV splits per tile), ``block_h``, ``block_n``, ``num_warps``,
     ``num_stages``, ``mha_form_min_query`` (new tokens from which extend uses the MHA form;
     None = always absorbed), ``extend_tiles`` (block_m, block_n, num_warps, num_stages of
-    the MHA-form kernel), ``variant`` of the absorbed split kernel ("v1" / "v2"; default
+    the MHA-form kernel), ``variant`` of the absorbed split kernel ("v1" / "v2", or "whole_rows" / "column_split"; default
     decode.DEFAULT_DECODE_VARIANT), ``v_split`` (v2: column blocks of the latent per head
     block, 1 or 2)."""
 
@@ -76,8 +76,8 @@ class TritonMLABackend(AttentionBackend):
         self.num_stages = num_stages
         self.mha_form_min_query = mha_form_min_query
         self.extend_tiles = extend_tiles
-        self.variant = variant or DEFAULT_DECODE_VARIANT
-        check_option(self.name, "variant", self.variant, VARIANTS)
+        self.variant = VARIANT_NAMES.get(variant, variant) or DEFAULT_DECODE_VARIANT
+        check_option(self.name, "variant", self.variant, (*VARIANTS, *VARIANT_NAMES))
         check_option(self.name, "v_split", v_split, (None, 1, 2))
         self.v_split = v_split
 

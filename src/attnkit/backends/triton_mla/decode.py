@@ -28,6 +28,9 @@ from attnkit.backends.triton_mla.decode_column_split import _absorbed_v2_kernel,
 # in one H200 run (benchmarks/RESULTS.md, triton_mla, 2026-11-29): 128 heads B=128 ctx 4k
 # v2 230 vs v1 174 TFLOP/s; 16 heads 3556 vs 2975 GB/s. To revert, set "v1".
 DEFAULT_DECODE_VARIANT = "v2"
+# The variants by what they do (the backend option takes either spelling):
+VARIANT_NAMES = {"whole_rows": "v1",        # one program holds a head block's whole latent row
+                 "column_split": "v2"}      # output columns split across programs (decode_column_split.py)
 # ---------------------------------------------------------------------------------------
 VARIANTS = ("v1", "v2")
 
