@@ -71,8 +71,6 @@ TORCH_PROBES = {"attnkit.hardware.detect": "--device auto asks torch (when insta
 KNOWN_LAZY_CYCLES: dict[frozenset[str], str] = {
     frozenset({"attnkit.backends.base", "attnkit.backends.validation"}):
         "base.py is torch-free and imports the checks (torch) when the first step runs",
-    frozenset({"attnkit.backends.batch", "attnkit.backends.metadata"}):
-        "metadata.py is torch-free and builds its device tensors with batch.py (torch) when made",
     frozenset({"attnkit.runner.engine", "attnkit.runner.scheduler"}):
         "the runner's restructure (engine/, layers/, models/) is issue 15's",
 }
