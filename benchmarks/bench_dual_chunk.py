@@ -68,7 +68,7 @@ class Case:
 
 
 def make_case(setup: Setup, *, device: str) -> Case:
-    from attnkit.backends.base import AttentionLayer
+    from attnkit.backends.base import RuntimeLayer
     from attnkit.backends.batch import slots_of
     from attnkit.kvcache.paged import PagedKVCache
     from attnkit.model.spec import DualChunkConfig, LayerAttention
@@ -94,7 +94,7 @@ def make_case(setup: Setup, *, device: str) -> Case:
     cache.write(0, torch.tensor(slots_of(row, range(c), ps), device=device),
                 rotary.keys(k[:c], torch.arange(c, device=device),
                             length_scale=dca_length_scale(c, setup.original_max)), v[:c])
-    return Case(setup, AttentionLayer(spec), AttentionLayer(plain), cache, row, q, k, v, rotary)
+    return Case(setup, RuntimeLayer(spec), RuntimeLayer(plain), cache, row, q, k, v, rotary)
 
 
 def step_inputs(case: Case, phase: str):
@@ -134,7 +134,7 @@ def run_phase(case: Case, phase: str, *, timer) -> dict[str, tuple | str]:
     import torch.nn.functional as F
     from torch.nn.attention.bias import causal_lower_right
 
-    from attnkit.planning.registry import load_backend
+    from attnkit.registry import load_backend
 
     out: dict[str, tuple | str] = {}
     meta, q3, k_rot, v, _ = step_inputs(case, phase)

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(__file__))
 from common import ceilings, environment, graphed, time_ms  # noqa: E402
 
-from attnkit.backends.base import AttentionLayer  # noqa: E402
+from attnkit.backends.base import RuntimeLayer  # noqa: E402
 from attnkit.backends.batch import Request, build_batch  # noqa: E402
 from attnkit.backends.torch_native.backend import TorchNativeBackend  # noqa: E402
 from attnkit.backends.triton_mla.backend import TritonMLABackend  # noqa: E402
@@ -53,7 +53,7 @@ class Setup:
         self.spec = LayerAttention(layer_id=0, num_heads=heads, num_kv_heads=1, head_dim=NOPE + R,
                                    v_head_dim=DV, kind="mla", mla=DSV3)
         g = lambda *s: torch.randn(*s, device=DEV, dtype=DT) / L ** 0.5  # noqa: E731
-        self.layer = AttentionLayer(spec=self.spec, w_kc=g(heads, NOPE, L), w_vc=g(heads, L, DV))
+        self.layer = RuntimeLayer(spec=self.spec, w_kc=g(heads, NOPE, L), w_vc=g(heads, L, DV))
         per = -(-(prefix + new) // page)
         self.cache = PagedKVCache([self.spec], num_pages=batch * per, page_size=page,
                                   dtype=kv_dtype or DT, device=DEV)

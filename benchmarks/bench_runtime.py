@@ -106,7 +106,7 @@ def format_table(results: dict[Row, dict[str, float | str]], shape: Shape, ceil:
 
 def make_case(row: Row, shape: Shape, gen: torch.Generator, *, device: str = "cuda"):
     """Random cache (shuffled pages), metadata, and this step's q/k/v on ``device``."""
-    from attnkit.backends.base import AttentionLayer
+    from attnkit.backends.base import RuntimeLayer
     from attnkit.backends.batch import Request, build_batch
     from attnkit.kvcache.paged import PagedKVCache
     from attnkit.model.spec import LayerAttention
@@ -125,7 +125,7 @@ def make_case(row: Row, shape: Shape, gen: torch.Generator, *, device: str = "cu
     q = torch.randn(t, shape.num_heads, shape.head_dim, device=device, dtype=shape.dtype)
     k = torch.randn(t, shape.num_kv_heads, shape.head_dim, device=device, dtype=shape.dtype)
     v = torch.randn_like(k)
-    return AttentionLayer(spec), cache, meta, q, k, v
+    return RuntimeLayer(spec), cache, meta, q, k, v
 
 
 def _contiguous(row: Row, shape: Shape):
@@ -144,7 +144,7 @@ def time_row(row: Row, shape: Shape, *, reps: int) -> dict[str, float | str]:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import torch.nn.functional as F
 
-    from attnkit.planning.registry import load_backend
+    from attnkit.registry import load_backend
 
     out: dict[str, float | str] = {}
     cold = row.kind == "decode"

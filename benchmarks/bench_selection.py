@@ -79,7 +79,7 @@ def run(rows, profile) -> list[dict]:
 
     from attnkit.planning.measured import rank
     from attnkit.planning.profile import UNITS, Profile
-    from attnkit.planning.registry import declarations, load_backend
+    from attnkit.registry import declarations, load_backend
     from attnkit.tune import grid
     from attnkit.tune.case import make_case
     from attnkit.tune.environment import platform_for

@@ -26,7 +26,7 @@ from torch.nn.attention.bias import causal_lower_right
 sys.path.insert(0, os.path.dirname(__file__))
 from common import ceilings, environment, graphed, time_ms  # noqa: E402
 
-from attnkit.backends.base import AttentionLayer  # noqa: E402
+from attnkit.backends.base import RuntimeLayer  # noqa: E402
 from attnkit.backends.batch import Request, build_batch  # noqa: E402
 from attnkit.backends.triton.backend import TritonBackend  # noqa: E402
 from attnkit.backends.triton.decode import DECODE_VARIANT as DECODE_DEFAULT  # noqa: E402
@@ -45,7 +45,7 @@ class Setup:
 
     def __init__(self, batch, prefix, new, *, heads=32, kv_heads=8, dim=128, page=16):
         self.spec = LayerAttention(layer_id=0, num_heads=heads, num_kv_heads=kv_heads, head_dim=dim)
-        self.layer = AttentionLayer(spec=self.spec)
+        self.layer = RuntimeLayer(spec=self.spec)
         per = -(-(prefix + new) // page)
         self.cache = PagedKVCache([self.spec], num_pages=batch * per, page_size=page, dtype=BF16,
                                   device="cuda")

@@ -285,7 +285,7 @@ def race_check(args):
         bad = sum(int(not o.equal(first)) for o in outs) + int(not g_out.equal(first))
         emit(dict(section="race check (fused decode)", who=f"B={batch} ctx={ctx} splits={splits}",
                   result="stable" if bad == 0 else f"UNSTABLE: {bad} of 51 outputs differ",
-                  counters_zero=int(step.plan.counters.abs().sum()) == 0))
+                  counters_zero=int(step.prepared.counters.abs().sum()) == 0))
         del s
         torch.cuda.empty_cache()
 

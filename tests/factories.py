@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import torch
 
 from attnkit import reference
-from attnkit.backends.base import AttentionLayer
+from attnkit.backends.base import RuntimeLayer
 from attnkit.backends.batch import Request, build_batch, slots_of
 from attnkit.backends.metadata import BatchMetadata
 from attnkit.errors import AttnkitError
@@ -46,8 +46,8 @@ def make_layer(*, kind: str = "mha", num_heads: int = 4, num_kv_heads: int | Non
                sinks: bool = False, scale: float | None = None, mla: MLAConfig | None = None,
                dual_chunk=None, attention_chunk: int | None = None, layer_id: int = 0,
                dtype: str | torch.dtype = "fp32", device: str | torch.device = "cpu",
-               seed: int = 0) -> AttentionLayer:
-    """An AttentionLayer with random per-layer tensors (sinks [H]; MLA w_kc/w_vc in ``dtype``).
+               seed: int = 0) -> RuntimeLayer:
+    """An RuntimeLayer with random per-layer tensors (sinks [H]; MLA w_kc/w_vc in ``dtype``).
 
     MLA: head_dim/v_head_dim/num_kv_heads come from ``mla`` (default DEFAULT_MLA)."""
     gen = torch.Generator().manual_seed(10_000 + seed)
@@ -66,13 +66,13 @@ def make_layer(*, kind: str = "mha", num_heads: int = 4, num_kv_heads: int | Non
         sliding_window=sliding_window, logit_softcap=logit_softcap, sinks=sinks,
         mla=mla if kind == "mla" else None, dual_chunk=dual_chunk, attention_chunk=attention_chunk)
     sink_t = _rand(gen, num_heads, dtype=torch.float32, device=device, scale=2.0) if sinks else None
-    return AttentionLayer(spec=spec, sinks=sink_t, w_kc=w_kc, w_vc=w_vc)
+    return RuntimeLayer(spec=spec, sinks=sink_t, w_kc=w_kc, w_vc=w_vc)
 
 
 @dataclass
 class Case:
     """One step of one layer: inputs, cache, metadata, and the reference computed on them."""
-    layer: AttentionLayer
+    layer: RuntimeLayer
     cache: PagedKVCache
     meta: BatchMetadata
     q: torch.Tensor
@@ -100,7 +100,7 @@ class Case:
         return self.q, self.k, self.v, self.layer, self.cache
 
 
-def make_case(layer: AttentionLayer, *, prefix_lens: Sequence[int], new_lens: Sequence[int],
+def make_case(layer: RuntimeLayer, *, prefix_lens: Sequence[int], new_lens: Sequence[int],
               page_size: int = 16, dtype: str | torch.dtype = "fp32",
               kv_dtype: str | torch.dtype | None = None, device: str | torch.device = "cpu",
               mode=None, encoder_lens: Sequence[int] | None = None, encoder: str = "cached",

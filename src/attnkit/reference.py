@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from attnkit.backends.base import AttentionLayer
+from attnkit.backends.base import RuntimeLayer
 from attnkit.backends.batch import slots_of
 from attnkit.backends.metadata import BatchMetadata
 from attnkit.backends.validation import validate_batch, validate_forward
@@ -31,7 +31,7 @@ _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None,
-              layer: AttentionLayer, cache: PagedKVCache, meta: BatchMetadata) -> torch.Tensor:
+              layer: RuntimeLayer, cache: PagedKVCache, meta: BatchMetadata) -> torch.Tensor:
     """q: [T, H_q, D]; k: [T, H_kv, D] / v: [T, H_kv, D_v] (MLA: k latent [T, L + R], v None;
     cross layers: k/v are the encoder K/V [Te, ...] or None when already cached).
     Returns float64 [T, H_q * D_v]."""
@@ -65,7 +65,7 @@ def attention(q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None,
     return out.reshape(meta.num_tokens, heads * dv)
 
 
-def stored_kv(k: torch.Tensor | None, v: torch.Tensor | None, layer: AttentionLayer,
+def stored_kv(k: torch.Tensor | None, v: torch.Tensor | None, layer: RuntimeLayer,
               cache: PagedKVCache, meta: BatchMetadata) -> tuple[torch.Tensor, ...]:
     """What the layer's cache must read back after this step, in float64, one row per slot
     [num_pages * page_size, ...]: (K, V), or (latent,) for MLA. The cache's current contents
@@ -124,7 +124,7 @@ def _self_mask(prefix: int, n_q: int, n_keys: int, spec, device) -> torch.Tensor
 
 
 def _scores_values(q: torch.Tensor, keys: tuple[torch.Tensor, ...], slots: torch.Tensor,
-                   layer: AttentionLayer) -> tuple[torch.Tensor, torch.Tensor]:
+                   layer: RuntimeLayer) -> tuple[torch.Tensor, torch.Tensor]:
     """q: [n, H, D] float64 -> scores [H, n, n_keys] (scaled), values [n_keys, H, D_v]."""
     spec = layer.spec
     if spec.kind == "mla":
@@ -145,7 +145,7 @@ def _scores_values(q: torch.Tensor, keys: tuple[torch.Tensor, ...], slots: torch
 
 
 def _softmax_pv(scores: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None,
-                layer: AttentionLayer) -> torch.Tensor:
+                layer: RuntimeLayer) -> torch.Tensor:
     """scores [H, n, K], values [K, H, D_v] -> [n, H, D_v]. Softcap, mask, then a softmax
     whose denominator also holds the per-head sink (which contributes no value)."""
     cap = layer.spec.logit_softcap

@@ -45,7 +45,7 @@ def test_table_reports_failures_and_ratios():
 @pytest.mark.parametrize("row", [bench.Row("decode", 3, 40), bench.Row("extend", 1, 20, new=9)],
                          ids=["decode", "extend"])
 def test_case_builder_runs_on_cpu(name, row):
-    from attnkit.planning.registry import load_backend
+    from attnkit.registry import load_backend
 
     shape = bench.Shape(num_heads=4, num_kv_heads=2, head_dim=16, page_size=4, dtype=torch.float32)
     layer, cache, meta, q, k, v = bench.make_case(row, shape, torch.Generator().manual_seed(0), device="cpu")

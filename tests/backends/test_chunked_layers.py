@@ -7,8 +7,8 @@ import pytest
 import torch
 from factories import assert_close, make_case, make_layer
 
-from attnkit.backends.triton._common import interpreting
-from attnkit.planning.registry import load_backend
+from attnkit.backends._triton import interpreting
+from attnkit.registry import load_backend
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 BACKENDS = ["torch_native", "sdpa", "triton"]

@@ -67,10 +67,10 @@ def test_plan_of_another_step_is_not_reused(backend_cls):
     backend = backend_cls()
     old = backend.prepare(first.meta, first.cache)
     backend.forward(*first.args(), old)
-    step = StepState(second.meta, plan=old.plan)             # a stale plan, by hand
+    step = StepState(second.meta, prepared=old.prepared)             # a stale plan, by hand
     assert_close(backend.forward(*second.args(), step), second.reference(), dtype="fp32")
-    assert step.plan is not old.plan
-    plan = step.plan.paged if isinstance(step.plan, TokenGrid) else step.plan
+    assert step.prepared is not old.prepared
+    plan = step.prepared.paged if isinstance(step.prepared, TokenGrid) else step.prepared
     assert plan.meta is second.meta
 
 

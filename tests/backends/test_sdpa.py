@@ -44,9 +44,9 @@ def test_mask_choice_per_step():
     even, _ = run(layer, prefix_lens=[9, 9], new_lens=[1, 1])
     square, _ = run(layer, prefix_lens=[0], new_lens=[7])
     ragged, _ = run(layer, **MIXED)
-    assert list(even.plan.masks.values()) == [(None, False)]
-    assert list(square.plan.masks.values()) == [(None, True)]
-    (mask, causal), = ragged.plan.masks.values()
+    assert list(even.prepared.masks.values()) == [(None, False)]
+    assert list(square.prepared.masks.values()) == [(None, True)]
+    (mask, causal), = ragged.prepared.masks.values()
     assert not causal and mask.shape == (3, 1, 9, 22) and mask.dtype == torch.bool
 
 
@@ -99,13 +99,13 @@ def test_forward_without_prepare_builds_its_plan():
     metadata and kept: a second layer reuses it (same object) and still matches."""
     layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=16)
     step, first = run(layer, prepare=False, **MIXED)
-    grid = step.plan
+    grid = step.prepared
     assert isinstance(grid, sdpa_backend.TokenGrid) and grid.paged.meta is step.meta
     assert not grid.uniform and grid.q_max == max(MIXED["new_lens"])
     case = make_case(layer, page_size=4, **MIXED)
     again = SdpaBackend().forward(case.q, case.k, case.v, case.layer, case.cache,
-                                  StepState(case.meta, plan=grid))
-    assert step.plan is grid and torch.equal(again, first)
+                                  StepState(case.meta, prepared=grid))
+    assert step.prepared is grid and torch.equal(again, first)
 
 
 def test_gqa_without_enable_gqa(monkeypatch):

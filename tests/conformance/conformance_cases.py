@@ -23,8 +23,8 @@ import os
 import zlib
 from dataclasses import dataclass, replace
 
-from attnkit.planning.capabilities import DTYPES, FEATURES, KINDS, KV_CACHE_DTYPES, MultipleOf
-from attnkit.planning.registry import declarations
+from attnkit.registry.capabilities import DTYPES, FEATURES, KINDS, KV_CACHE_DTYPES, MultipleOf
+from attnkit.registry import declarations
 
 # Features a layer carries (modes and engine features are separate axes or out of scope).
 LAYER_FEATURES = ("sliding_window", "logit_softcap", "sinks", "cross_attention", "non_causal",

@@ -13,7 +13,7 @@ from attnkit import reference
 from attnkit.errors import AttnkitError
 from attnkit.kvcache.paged import FP8_DTYPES
 from attnkit.model.spec import MLAConfig
-from attnkit.planning.registry import load_backend
+from attnkit.registry import load_backend
 from conformance_cases import (CHUNK_SIZES, DEFAULT_FP8_TOLERANCE, FP8_KV_TOLERANCE, NORM_TOLERANCE,
                                Conf, all_cases, torch_device)
 from factories import assert_close, make_case, make_layer, torch_dtype
@@ -156,7 +156,7 @@ def test_undeclared_input_is_refused(conf: Conf):
 
 def test_cases_cover_every_declared_value():
     """The covering set really covers: each declared value of each axis has a case."""
-    from attnkit.planning.registry import declarations
+    from attnkit.registry import declarations
     from conformance_cases import DUAL_CHUNK_SKIP, _axes, _devices
 
     for decl in declarations().values():
@@ -196,7 +196,7 @@ def test_chunked_cases_cross_chunk_boundaries():
 
 
 def test_chunked_cases_use_pages_that_do_not_divide_the_chunk():
-    from attnkit.planning.registry import declarations
+    from attnkit.registry import declarations
 
     for decl in declarations().values():
         if "chunked_local" not in decl.capabilities.features:

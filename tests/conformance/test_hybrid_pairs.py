@@ -11,7 +11,7 @@ import torch
 from attnkit import reference
 from attnkit.backends.batch import Request, build_batch
 from attnkit.backends.hybrid import HybridBackend
-from attnkit.planning.registry import declarations, load_backend
+from attnkit.registry import declarations, load_backend
 from conformance_cases import (_devices, _interpreter_skip, _missing_requirement, page_sizes,
                                torch_device)
 from factories import assert_close, make_case, make_layer

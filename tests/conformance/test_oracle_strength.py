@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from attnkit import reference
-from attnkit.backends.base import AttentionLayer
+from attnkit.backends.base import RuntimeLayer
 from attnkit.kvcache.paged import PagedKVCache
 from test_conformance import ACCURACY, _check_cache_written, build, check, run
 
@@ -35,7 +35,7 @@ def _fails(fn) -> bool:
     return False
 
 
-def _scaled(layer: AttentionLayer, factor: float) -> AttentionLayer:
+def _scaled(layer: RuntimeLayer, factor: float) -> RuntimeLayer:
     spec = layer.spec
     return dataclasses.replace(layer, spec=dataclasses.replace(spec, scale=spec.softmax_scale * factor))
 

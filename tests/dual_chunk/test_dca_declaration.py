@@ -18,7 +18,7 @@ from attnkit.hardware import get_preset
 from attnkit.kvcache.paged import PagedKVCache
 from attnkit.model.spec import DualChunkConfig, LayerAttention, ModelAttention
 from attnkit.planning.reasons import check_backend, model_needs
-from attnkit.planning.registry import declarations, load_backend
+from attnkit.registry import declarations, load_backend
 
 TOY = DualChunkConfig(chunk_size=8, local_size=2)                 # cl = 6
 QWEN = DualChunkConfig(262144, 8192, 262144)

@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from attnkit.backends.triton._common import LOG2E, padded_dim
+from attnkit.backends._triton import LOG2E, padded_dim
 from attnkit.backends.triton.backend import query_blocks, split_buffers
 from attnkit.backends.triton.decode import decode_attention, decode_config
 from attnkit.backends.triton.extend import extend_attention, extend_config

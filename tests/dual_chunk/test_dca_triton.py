@@ -75,7 +75,7 @@ def test_decode_splits_every_part_several_times(monkeypatch):
     part (part_starts), with the K/V write inside the kernel; prefill runs on the torch path.
     The SM count of an H200 makes the split chooser spread the keys as on the GPU."""
     from attnkit.backends.dual_chunk import triton_parts
-    from attnkit.backends.dual_chunk.triton_parts import DcaTritonPlan
+    from attnkit.backends.dual_chunk.triton_parts import DcaTritonStep
     from attnkit.backends.hybrid import HybridBackend
 
     monkeypatch.setattr(triton_parts, "sm_count", lambda device: 132)
@@ -92,7 +92,7 @@ def test_decode_splits_every_part_several_times(monkeypatch):
     # the layout those numbers came from: 3 parts, each split more than once
     from attnkit.backends.batch import Request, build_batch
     meta = build_batch([Request(n - 1, 1, list(range(-(-n // 4)))) for n in lengths], page_size=4)
-    groups = DcaTritonPlan.build(meta, "cpu").chunk_groups(300, 4)
+    groups = DcaTritonStep.build(meta, "cpu").chunk_groups(300, 4)
     slots, chunk, starts = groups.decode_splits(2, 16, num_sms=132)
     assert [b - a for a, b in zip(starts.tolist(), starts.tolist()[1:])] == [
         -(-max(p.kv_lens) // chunk) for p in groups.parts]

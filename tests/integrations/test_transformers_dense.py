@@ -3,11 +3,11 @@ the masked-softmax result exactly; masks of any other pattern are AK491."""
 import pytest
 import torch
 
-from attnkit.backends.base import AttentionLayer
+from attnkit.backends.base import RuntimeLayer
 from attnkit.errors import AttnkitError
 from attnkit.integrations.dense_step import DenseLayout
 from attnkit.model import LayerAttention
-from attnkit.planning.registry import load_backend
+from attnkit.registry import load_backend
 
 H, HKV, D = 4, 2, 8
 
@@ -48,7 +48,7 @@ def run(mask, q_len, kv_len, *, window=None, page_size=4, batch=None, backend="t
                           sliding_window=window)
     layout = DenseLayout.of(mask, batch=batch, q_len=q_len, kv_len=kv_len, window=window,
                             page_size=page_size, device=torch.device("cpu"))
-    out = layout.run(load_backend(backend), AttentionLayer(spec), q, k, v,
+    out = layout.run(load_backend(backend), RuntimeLayer(spec), q, k, v,
                      kv_dtype=torch.float32)
     return out, (q, k, v), layout
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from attnkit.hardware import Platform
 from attnkit.model.spec import DualChunkConfig, LayerAttention, MLAConfig, ModelAttention
-from attnkit.planning.capabilities import BackendDeclaration, Capabilities, MultipleOf
+from attnkit.registry.capabilities import BackendDeclaration, Capabilities, MultipleOf
 
 GPU = Platform(kind="cuda", name="Fake GPU", capability=(9, 0), packages={"torch": "2", "triton": "3"},
                preset="fakegpu")

@@ -8,7 +8,7 @@ from plan_fakes import CPU, FAKE, GPU, OLD_GPU, decl, mha, registry
 import attnkit
 from attnkit.model import load_model
 from attnkit.model.spec import LayerAttention, ModelAttention
-from attnkit.planning.registry import declarations
+from attnkit.registry import declarations
 from attnkit.planning.solver import plan
 
 REAL = declarations()

@@ -1,7 +1,7 @@
 """Priority tables are data; every registered backend is reachable."""
 from attnkit.planning import priorities
-from attnkit.planning.capabilities import PLATFORM_KINDS
-from attnkit.planning.registry import declarations
+from attnkit.registry.capabilities import PLATFORM_KINDS
+from attnkit.registry import declarations
 
 
 def test_every_registered_backend_is_reachable():

@@ -10,7 +10,7 @@ from attnkit.model import load_model, preset_names as model_presets
 from attnkit.model.spec import DualChunkConfig, LayerAttention, MLAConfig, ModelAttention
 from attnkit.planning.plan import Plan
 from attnkit.planning.reasons import check_backend, model_needs
-from attnkit.planning.registry import declarations
+from attnkit.registry import declarations
 from attnkit.planning.solver import plan
 
 PRESET_MODELS = {n: load_model(n) for n in model_presets()}

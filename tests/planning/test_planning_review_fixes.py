@@ -4,7 +4,8 @@ import shlex
 import pytest
 
 from attnkit import plan
-from attnkit.cli.main import build_parser, request_from_args
+from attnkit.cli.common import request_from_args
+from attnkit.cli.main import build_parser
 
 
 def replan(command: str, env=None):

@@ -1,7 +1,7 @@
 """Solver and rules against fake declarations (the registry is a parameter)."""
 from plan_fakes import BARE_CPU, CPU, FAKE, GPU, OLD_GPU, decl, dca, mha, mla, registry
 
-from attnkit.planning.capabilities import MultipleOf
+from attnkit.registry.capabilities import MultipleOf
 from attnkit.planning.solver import plan
 
 

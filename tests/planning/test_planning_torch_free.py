@@ -24,3 +24,33 @@ def test_plan_and_cli_do_not_import_torch():
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result == {"rc": 0, "heavy": []}
+
+
+BARE = """
+import contextlib, importlib.util, io, json, sys
+missing = [m for m in %r if importlib.util.find_spec(m) is not None]
+from attnkit.cli.main import main
+out, err = io.StringIO(), io.StringIO()
+with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    plan_rc = main(["plan", "deepseek-v3", "--device", "h100", "--json"])
+    generate_rc = main(["generate", sys.argv[1], "--prompt-ids", "1,2"])
+print(json.dumps({"found": missing, "plan_rc": plan_rc, "ok": json.loads(out.getvalue())["ok"],
+                  "generate_rc": generate_rc, "generate_err": err.getvalue().splitlines()[:1]}))
+""" % (HEAVY,)
+
+
+def test_bare_install_plans_without_any_third_party_package(tmp_path):
+    """What a bare ``pip install attnkit`` has: no site-packages at all (``python -S``), only
+    attnkit's own source. It plans; running (``generate``) is AK212 naming torch, not a traceback."""
+    import attnkit
+
+    (tmp_path / "config.json").write_text("{}")
+    src = os.path.dirname(os.path.dirname(attnkit.__file__))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ATTNKIT_", "PYTHON"))}
+    env["PYTHONPATH"] = src
+    proc = subprocess.run([sys.executable, "-S", "-c", BARE, str(tmp_path)], capture_output=True,
+                          text=True, timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result == {"found": [], "plan_rc": 0, "ok": True, "generate_rc": 2,
+                      "generate_err": ["error AK212: Required package not installed"]}

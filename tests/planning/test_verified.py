@@ -4,7 +4,7 @@ import json
 
 from attnkit.cli.main import main
 from attnkit.hardware import Platform
-from attnkit.planning.registry import declarations
+from attnkit.registry import declarations
 from attnkit.planning.solver import plan
 from attnkit.planning.verified import unverified_warnings
 

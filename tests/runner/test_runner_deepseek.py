@@ -88,7 +88,7 @@ def test_triton_mla_in_the_interpreter(tiny_model, page_size):
     skips the planner, which keeps triton_mla to CUDA. mha_form_min_query=4 sends prefills of
     4+ tokens to the MHA-form kernel, the 1-token one and every decode step to the absorbed
     split-KV kernel (one MIXED step)."""
-    from attnkit.planning.registry import load_backend
+    from attnkit.registry import load_backend
 
     path, hf = tiny_model("deepseek_v2_triton")
     backend = load_backend("triton_mla", mha_form_min_query=4)

@@ -68,7 +68,7 @@ def test_triton_mla_in_the_interpreter(tiny_model, page_size):
     """triton_mla (kv_lora_rank 64, rope 16) by the Triton interpreter, as for DeepSeek-V2: a
     backend object skips the planner (which keeps triton_mla to CUDA); prefills of 4+ tokens
     take the MHA-form kernel, the rest and every decode step the absorbed one."""
-    from attnkit.planning.registry import load_backend
+    from attnkit.registry import load_backend
 
     path, hf = tiny_model("deepseek_v3_triton")
     backend = load_backend("triton_mla", mha_form_min_query=4)

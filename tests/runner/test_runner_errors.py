@@ -109,7 +109,7 @@ def test_bad_requests_leave_the_engine_unchanged(llama):
 
 
 def test_a_step_refused_by_the_backend_is_rolled_back(tiny_model):
-    from attnkit.planning.registry import load_backend
+    from attnkit.registry import load_backend
 
     path = tiny_model("qwen2_dca")[0]
     assert code_of(lambda: Engine.from_pretrained(path, page_size=5)) == "AK303"   # planner

@@ -5,7 +5,7 @@ from attnkit.backends.base import AttentionBackend
 from attnkit.backends.hybrid import HybridBackend
 from attnkit.backends.metadata import ForwardMode
 from attnkit.errors import AttnkitError
-from attnkit.planning.registry import declarations, load_backend
+from attnkit.registry import declarations, load_backend
 from factories import assert_close, make_case, make_layer
 
 
@@ -16,11 +16,11 @@ class Tagged(AttentionBackend):
     def __init__(self, tag: float):
         self.tag, self.prepared = tag, 0
 
-    def prepare(self, meta, cache):
+    def _prepare(self, meta, cache):
         self.prepared += 1
-        return super().prepare(meta, cache)
+        return super()._prepare(meta, cache)
 
-    def forward(self, q, k, v, layer, cache, step):
+    def _forward(self, q, k, v, layer, cache, step):
         return torch.full((q.shape[0], q.shape[1] * layer.spec.value_dim), self.tag)
 
 

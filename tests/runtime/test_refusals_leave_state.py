@@ -12,7 +12,7 @@ from attnkit.errors import CATALOG, AttnkitError
 from attnkit.kvcache.allocator import PageAllocator
 from attnkit.kvcache.paged import PagedKVCache
 from attnkit.model.spec import LayerAttention, MLAConfig
-from attnkit.planning.registry import load_backend
+from attnkit.registry import load_backend
 
 MHA = LayerAttention(layer_id=0, num_heads=4, num_kv_heads=2, head_dim=8)
 MLA = LayerAttention(layer_id=1, num_heads=4, num_kv_heads=1, head_dim=24, kind="mla",

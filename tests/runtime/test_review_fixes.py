@@ -4,7 +4,7 @@ import torch
 
 from attnkit.backends.base import StepState
 from attnkit.errors import AttnkitError
-from attnkit.planning.registry import load_backend
+from attnkit.registry import load_backend
 from factories import make_case, make_layer
 
 
@@ -42,7 +42,7 @@ def test_dual_chunk_refuses_an_undeclared_cache_dtype(kv_dtype):
     from attnkit.kvcache.paged import PagedKVCache
     from attnkit.backends.batch import Request, build_batch
     from attnkit.model.spec import DualChunkConfig, LayerAttention
-    from attnkit.backends.base import AttentionLayer
+    from attnkit.backends.base import RuntimeLayer
 
     spec = LayerAttention(layer_id=0, num_heads=4, num_kv_heads=2, head_dim=16,
                           dual_chunk=DualChunkConfig(chunk_size=8, local_size=2))
@@ -53,5 +53,5 @@ def test_dual_chunk_refuses_an_undeclared_cache_dtype(kv_dtype):
     q = torch.randn(5, 3, 4, 16)
     k, v = torch.randn(5, 2, 16), torch.randn(5, 2, 16)
     with pytest.raises(AttnkitError) as info:
-        be.forward(q, k, v, AttentionLayer(spec), cache, step)
+        be.forward(q, k, v, RuntimeLayer(spec), cache, step)
     assert info.value.code == "AK420" and info.value.field == "cache.dtype"

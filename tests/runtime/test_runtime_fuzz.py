@@ -11,13 +11,13 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from attnkit import reference
-from attnkit.backends.base import AttentionLayer
+from attnkit.backends.base import RuntimeLayer
 from attnkit.backends.batch import Request, build_batch, slots_of
 from attnkit.errors import AttnkitError
 from attnkit.kvcache.allocator import PageAllocator
 from attnkit.kvcache.paged import PagedKVCache
 from attnkit.model.spec import LayerAttention, MLAConfig
-from attnkit.planning.registry import load_backend
+from attnkit.registry import load_backend
 from factories import assert_close, fill_garbage
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -191,7 +191,7 @@ def test_a_step_matches_the_reference_or_is_refused_unchanged(case):
         bad[0] = -1
         import dataclasses
         meta = dataclasses.replace(meta, slot_mapping_cpu=bad)
-    layer = AttentionLayer(spec, **_mla_weights(spec, gen))
+    layer = RuntimeLayer(spec, **_mla_weights(spec, gen))
     before = _buffers(cache)
     try:
         ref = reference.attention(q, k, v, layer, cache, meta)
@@ -235,7 +235,7 @@ def test_the_reference_ignores_what_a_batch_does_not_hold(case):
     requests = [Request(p, n, alloc.allocate(i, p + n)) for i, (p, n) in enumerate(reqs)]
     meta = build_batch(requests, page_size=ps)
     gen = torch.Generator().manual_seed(case["seed"])
-    layer = AttentionLayer(spec, **_mla_weights(spec, gen))
+    layer = RuntimeLayer(spec, **_mla_weights(spec, gen))
     width = spec.mla.latent_dim if spec.kind == "mla" else None
     t = meta.num_tokens
     q = torch.randn(t, spec.num_heads, spec.head_dim, generator=gen)

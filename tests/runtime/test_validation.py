@@ -4,7 +4,7 @@ import dataclasses
 import pytest
 import torch
 
-from attnkit.backends.base import AttentionBackend, AttentionLayer
+from attnkit.backends.base import AttentionBackend, RuntimeLayer
 from attnkit.backends.metadata import ForwardMode
 from attnkit.errors import CATALOG, AttnkitError
 from factories import make_case, make_layer
@@ -17,11 +17,11 @@ class Recorder(AttentionBackend):
     def __init__(self):
         self.calls = 0
 
-    def prepare(self, meta, cache):
+    def _prepare(self, meta, cache):
         self.calls += 1
-        return super().prepare(meta, cache)
+        return super()._prepare(meta, cache)
 
-    def forward(self, q, k, v, layer, cache, step):
+    def _forward(self, q, k, v, layer, cache, step):
         self.calls += 1
         return q.new_zeros(q.shape[0], q.shape[1] * layer.spec.value_dim)
 
@@ -74,7 +74,7 @@ def test_forward_inputs(case, over, code, field):
 
 
 def test_sinks_shape(case):
-    layer = AttentionLayer(spec=dataclasses.replace(case.layer.spec, sinks=True), sinks=torch.zeros(3))
+    layer = RuntimeLayer(spec=dataclasses.replace(case.layer.spec, sinks=True), sinks=torch.zeros(3))
     _expect("AK411", lambda: _forward(case, layer=layer), "layer.sinks")
 
 
@@ -150,7 +150,7 @@ def test_device_tensors_are_built_from_the_host_values_and_cannot_be_set_apart(c
 def test_a_redirected_slot_is_refused_before_any_write(case):
     """A slot of another request's page (or out of range) fails validation, and the cache is
     byte-identical after the refusal: nothing was written."""
-    from attnkit.planning.registry import load_backend
+    from attnkit.registry import load_backend
 
     meta = case.meta
     theirs = meta.block_tables_cpu[1][0] * 4
@@ -185,5 +185,5 @@ def test_cross_and_mla_inputs():
     _forward(m)
     _expect("AK411", lambda: _forward(m, v=m.k), "v")
     _expect("AK411", lambda: _forward(m, k=m.k[:, :-1]), "k (MLA latent)")
-    bad_w = AttentionLayer(spec=mla.spec, w_kc=mla.w_kc.transpose(1, 2), w_vc=mla.w_vc)
+    bad_w = RuntimeLayer(spec=mla.spec, w_kc=mla.w_kc.transpose(1, 2), w_vc=mla.w_vc)
     _expect("AK411", lambda: _forward(m, layer=bad_w), "layer.w_kc")

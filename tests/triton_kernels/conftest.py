@@ -6,7 +6,7 @@ import pytest
 @pytest.fixture
 def run_triton():
     """run_triton(case, **backend_options) -> [T, H_q * D_v]: one prepare + forward."""
-    from attnkit.backends.triton._common import interpreting
+    from attnkit.backends._triton import interpreting
     from attnkit.backends.triton.backend import TritonBackend
 
     def run(case, **options):

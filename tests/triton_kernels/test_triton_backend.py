@@ -89,7 +89,7 @@ def test_unserved_cache_dtype_is_refused_with_ak451():
 
 def test_codes_are_catalogued_and_the_declaration_names_this_backend():
     from attnkit.backends.triton.declaration import DECLARATION
-    from attnkit.planning.registry import declarations
+    from attnkit.registry import declarations
 
     assert all(f"AK45{i}" in CATALOG for i in range(4))
     assert declarations()["triton"] is DECLARATION

@@ -9,7 +9,7 @@ from factories import assert_close, make_case, make_layer
 
 from attnkit.backends.triton.decode import DECODE_VARIANTS
 from attnkit.backends.triton.extend import EXTEND_VARIANTS
-from attnkit.planning.registry import load_backend
+from attnkit.registry import load_backend
 
 pytestmark = pytest.mark.gpu
 SCOUT = dict(num_heads=40, num_kv_heads=8, head_dim=128)

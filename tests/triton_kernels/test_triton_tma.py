@@ -32,7 +32,7 @@ CASES = {
 def _interpreter_only(request):
     """These run the tiny interpreter tiles on CPU tensors; on a CUDA machine the gpu tests
     (test_triton_gpu.py, variant "tma") cover the kernel at real tiles."""
-    from attnkit.backends.triton._common import interpreting
+    from attnkit.backends._triton import interpreting
     if not interpreting() and "warp_specialised" not in request.node.name:
         pytest.skip("interpreter test on a CUDA machine: test_triton_gpu.py covers the GPU")
 

@@ -88,7 +88,7 @@ def test_mixed_step_splits_forms(threshold):
                      dtype="fp32", device=DEV, seed=8)
     backend = TritonMLABackend(mha_form_min_query=threshold)
     step = backend.prepare(case.meta, case.cache)
-    assert sorted(step.plan) == (["absorbed", "mha"] if threshold else ["absorbed"])
+    assert sorted(step.prepared) == (["absorbed", "mha"] if threshold else ["absorbed"])
     out = backend.forward(case.q, case.k, case.v, case.layer, case.cache, step)
     assert_close(out, case.reference(), dtype="fp32", what=f"mixed threshold={threshold}")
 

@@ -3,11 +3,11 @@ import pytest
 import torch
 from factories import make_case, make_layer
 
-from attnkit.backends.base import AttentionLayer
+from attnkit.backends.base import RuntimeLayer
 from attnkit.backends.triton_mla.backend import TritonMLABackend
 from attnkit.errors import CATALOG, AttnkitError
 from attnkit.model.spec import MLAConfig
-from attnkit.planning.registry import declarations, load_backend
+from attnkit.registry import declarations, load_backend
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -34,7 +34,7 @@ def test_registered_and_loadable():
 
 def test_missing_up_projection_rejected():
     case = _case()
-    _raises("AK460", case, layer=AttentionLayer(spec=case.layer.spec, w_kc=case.layer.w_kc))
+    _raises("AK460", case, layer=RuntimeLayer(spec=case.layer.spec, w_kc=case.layer.w_kc))
 
 
 def test_undeclared_mla_dims_rejected():
@@ -64,7 +64,7 @@ def test_chunked_local_rejected_not_ignored():
 
 def test_shape_mismatch_rejected():
     case = _case()
-    bad = AttentionLayer(spec=case.layer.spec, w_kc=case.layer.w_kc.transpose(1, 2),
+    bad = RuntimeLayer(spec=case.layer.spec, w_kc=case.layer.w_kc.transpose(1, 2),
                          w_vc=case.layer.w_vc)
     _raises("AK411", case, layer=bad)   # caught by the shared validation before the backend
 

@@ -94,7 +94,7 @@ def test_mixed_step_default_forms(heads, variant):
                      page_size=64, dtype="bf16", device="cuda", seed=6)
     backend = TritonMLABackend(variant=variant)
     step = backend.prepare(case.meta, case.cache)
-    assert sorted(step.plan) == ["absorbed", "mha"]
+    assert sorted(step.prepared) == ["absorbed", "mha"]
     out = backend.forward(case.q, case.k, case.v, case.layer, case.cache, step)
     assert_close(out, case.reference(), dtype="bf16", what=f"mixed H={heads}")
 

@@ -27,7 +27,7 @@ def test_tiles_fit_shared_memory():
 def test_v2_tiles():
     """v2 splits the latent columns only for 64-row programs on ~227 KB parts; elsewhere the
     launcher falls back to version 1's tile (None)."""
-    from attnkit.backends.triton_mla.decode_v2 import absorbed_config_v2, v2_block_h
+    from attnkit.backends.triton_mla.decode_column_split import absorbed_config_v2, v2_block_h
     assert absorbed_config_v2(128, 512, smem_kb=227) == dict(block_n=32, num_warps=8, num_stages=3,
                                                              programs_per_sm=1, v_split=2)
     assert v2_block_h(128, 512, smem_kb=227) == 128

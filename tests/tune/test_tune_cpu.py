@@ -11,7 +11,7 @@ from attnkit.errors import AttnkitError
 from attnkit.model import load_model
 from attnkit.planning.measured import model_shape
 from attnkit.planning.profile import load_profile
-from attnkit.planning.registry import declarations
+from attnkit.registry import declarations
 from attnkit.planning.solver import plan
 from attnkit.tune import grid
 from attnkit.tune.case import make_case

@@ -4,15 +4,17 @@ Per step: ``step = backend.prepare(meta, cache)`` once; then per layer
 ``out = backend.forward(q, k, v, layer, cache, step)``, which writes the new K/V into the
 cache through ``meta.slot_mapping`` and returns ``[T, H_q * D_v]``.
 
-Inputs are validated before any backend code runs (backends/validation.py): every
-subclass's ``prepare`` is wrapped with ``validate_batch`` (the metadata against the cache,
-once per step) and its ``forward`` with ``validate_forward`` (shapes, dtypes, devices and
-head counts of q/k/v and the layer; metadata only, no device sync). Backends write plain
-``prepare``/``forward`` and add only their own refusals. ``validate_inputs = False`` on a
-class turns the wrapping off (e.g. a wrapper whose inner backends already check).
+The public ``prepare`` and ``forward`` below are the API: each validates the inputs
+(backends/validation.py), then calls the implementation. ``prepare`` runs ``validate_batch``
+(the metadata against the cache, once per step) and then ``_prepare``; ``forward`` runs
+``validate_forward`` (shapes, dtypes, devices and head counts of q/k/v and the layer;
+metadata only, no device sync) and then ``_forward``. Backends implement ``_prepare`` /
+``_forward`` and add only their own refusals. ``validate_inputs = False`` on a class skips
+the checks (a wrapper whose inner backends check what they are handed).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -22,8 +24,9 @@ from attnkit.model.spec import LayerAttention
 
 
 @dataclass(slots=True)
-class AttentionLayer:
-    """One layer at run time: its spec plus per-layer tensors.
+class RuntimeLayer:
+    """One layer as a backend sees it at run time: its spec (``LayerAttention``, the model
+    side) plus per-layer tensors.
 
     sinks: [H_q] float32 | None       learned per-head sink logits (gpt-oss)
     w_kc:  [H_q, qk_nope, L] | None   MLA key up-projection (latent -> per-head nope key)
@@ -43,32 +46,52 @@ class AttentionLayer:
 
 @dataclass(slots=True)
 class StepState:
-    """What ``prepare`` returns: the shared batch metadata plus a backend's own plan."""
+    """What ``prepare`` returns: the shared batch metadata plus what the backend's
+    ``_prepare`` built from it for every layer (``prepared``: index tensors, split counts).
+
+    ``validated`` is True when ``AttentionBackend.prepare`` made it (after checking ``meta``
+    against the cache); a StepState made by hand is False, and ``forward`` checks its batch
+    on every call."""
     meta: BatchMetadata
-    plan: Any = None
-    checked: bool = False      # validate_batch has run for this step (set by prepare)
+    prepared: Any = None
+    validated: bool = False
 
 
 class AttentionBackend:
-    """Base class. Subclasses set ``name`` and implement ``forward``; ``prepare`` may add
-    backend-specific per-step state (split counts, index tensors) in ``StepState.plan``."""
+    """Base class: the validating API. Subclasses set ``name`` and implement ``_forward``;
+    ``_prepare`` may add backend-specific per-step state (split counts, index tensors) in
+    ``StepState.prepared``."""
 
     name: ClassVar[str] = "base"
     validate_inputs: ClassVar[bool] = True
 
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        if "prepare" in cls.__dict__:
-            cls.prepare = _checked_prepare(cls.__dict__["prepare"])
-        if "forward" in cls.__dict__:
-            cls.forward = _checked_forward(cls.__dict__["forward"])
-
     def prepare(self, meta: BatchMetadata, cache) -> StepState:
+        """Check the batch against the cache (once per step), then build the step."""
+        if not self.validate_inputs:
+            return self._prepare(meta, cache)
+        _validation().validate_batch(meta, cache)
+        step = self._prepare(meta, cache)
+        return dataclasses.replace(step, validated=True) if isinstance(step, StepState) else step
+
+    def forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):
+        """q: [T, H_q, D]; k: [T, H_kv, D] (MLA: latent [T, L + R]); v: [T, H_kv, D_v] (MLA:
+        None). Checks q/k/v and the layer (per layer: no device sync, and nothing ``prepare``
+        already checked for the whole step), then writes k/v into ``cache`` for ``layer``
+        and returns [T, H_q * D_v]."""
+        if self.validate_inputs:
+            validation = _validation()
+            if not isinstance(step, StepState):
+                validation.not_a_step(step)
+            if not step.validated:        # a StepState made by hand, without prepare
+                validation.validate_batch(step.meta, cache)
+            validation.validate_forward(q, k, v, layer, cache, step.meta)
+        return self._forward(q, k, v, layer, cache, step)
+
+    # ---- what a backend implements --------------------------------------------------------
+    def _prepare(self, meta: BatchMetadata, cache) -> StepState:
         return StepState(meta=meta)
 
-    def forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):
-        """q: [T, H_q, D]; k: [T, H_kv, D] (MLA: latent [T, L + R]); v: [T, H_kv, D_v] (MLA:
-        None). Writes k/v into ``cache`` for ``layer`` and returns [T, H_q * D_v]."""
+    def _forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):
         raise NotImplementedError
 
 
@@ -78,40 +101,6 @@ def _validation():
     from attnkit.backends import validation
 
     return validation
-
-
-def _checked_prepare(prepare):
-    """Check the batch against the cache before ``prepare`` runs (once per step; a subclass
-    that calls ``super().prepare`` checks twice, which is cheap)."""
-    @functools.wraps(prepare)
-    def wrapper(self, meta: BatchMetadata, cache, *args, **kwargs):
-        if self.validate_inputs:
-            _validation().validate_batch(meta, cache)
-        step = prepare(self, meta, cache, *args, **kwargs)
-        if self.validate_inputs and isinstance(step, StepState):
-            step.checked = True
-        return step
-    return wrapper
-
-
-def _checked_forward(forward):
-    """Check q/k/v and the layer before ``forward`` runs (per layer: no device sync, and
-    nothing that ``prepare`` already checked for the whole step)."""
-    @functools.wraps(forward)
-    def wrapper(self, q, k, v, layer: AttentionLayer, cache, step: StepState, *args, **kwargs):
-        if self.validate_inputs:
-            validation = _validation()
-            if not isinstance(step, StepState):
-                validation.not_a_step(step)
-            if not step.checked:        # a StepState made by hand, without prepare
-                validation.validate_batch(step.meta, cache)
-                step.checked = True
-            validation.validate_forward(q, k, v, layer, cache, step.meta)
-        return forward(self, q, k, v, layer, cache, step, *args, **kwargs)
-    return wrapper
-
-
-AttentionBackend.prepare = _checked_prepare(AttentionBackend.prepare)
 
 
 def check_option(backend: str, option: str, value, choices) -> None:

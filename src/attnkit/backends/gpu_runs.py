@@ -5,7 +5,7 @@ every registered backend against the float64 reference, plus each backend's own 
 written down in benchmarks/RESULTS.md. Add a record here when the suite has passed on
 another architecture, and cite it from the declarations it covers.
 """
-from attnkit.planning.capabilities import Verified
+from attnkit.registry.capabilities import Verified
 
 H200_2026_11_29 = Verified(
     "cuda", (9, 0), "NVIDIA H200", "2026-11-29",

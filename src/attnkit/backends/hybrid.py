@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState
+from attnkit.backends.base import AttentionBackend, RuntimeLayer, StepState
 from attnkit.backends.metadata import BatchMetadata
 from attnkit.errors import fail
 from attnkit.kvcache.paged import TORCH_KV_DTYPES
@@ -21,7 +21,7 @@ _KV_NAMES = {dtype: name for name, dtype in TORCH_KV_DTYPES.items()}
 
 
 @dataclass(slots=True)
-class HybridPlan:
+class HybridStep:
     """Which inner backend serves this step, and the state its ``prepare`` built."""
     backend: AttentionBackend
     state: StepState
@@ -40,24 +40,24 @@ class HybridBackend(AttentionBackend):
     def route(self, meta: BatchMetadata) -> AttentionBackend:
         return self.prefill if meta.mode.is_prefill_like else self.decode
 
-    def prepare(self, meta: BatchMetadata, cache) -> StepState:
+    def _prepare(self, meta: BatchMetadata, cache) -> StepState:
         for role, backend in (("prefill", self.prefill), ("decode", self.decode)):
             _check_shared_cache(role, backend, cache)
         inner = self.route(meta)
-        return StepState(meta=meta, plan=HybridPlan(inner, inner.prepare(meta, cache)))
+        return StepState(meta=meta, prepared=HybridStep(inner, inner.prepare(meta, cache)))
 
-    def forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):
+    def _forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):
         """q: [T, H_q, D]; k/v as for any backend. Returns [T, H_q * D_v]."""
-        plan: Any = step.plan
-        if not isinstance(plan, HybridPlan):
+        plan: Any = step.prepared
+        if not isinstance(plan, HybridStep):
             fail("AK406", "HybridBackend.forward needs the StepState built by HybridBackend.prepare",
-                 field="step.plan", expected="HybridPlan", actual=type(plan).__name__)
+                 field="step.prepared", expected="HybridStep", actual=type(plan).__name__)
         return plan.backend.forward(q, k, v, layer, cache, plan.state)
 
 
 def _check_shared_cache(role: str, backend: AttentionBackend, cache) -> None:
     """The shared cache's layout must suit both halves, even the one idle this step."""
-    from attnkit.planning.registry import declarations
+    from attnkit.registry import declarations
 
     decl = declarations().get(backend.name)
     if decl is None:

@@ -125,7 +125,7 @@ class BatchMetadata:
             fail("AK405", f"meta.slot_mapping_cpu has {len(self.slot_mapping_cpu)} slots for "
                           f"{sum(new)} new tokens", field="meta.slot_mapping_cpu",
                  expected=sum(new), actual=len(self.slot_mapping_cpu))
-        from attnkit.backends.batch import device_tensors     # torch, imported on first use
+        from attnkit.backends.metadata_tensors import device_tensors   # torch, on first use
 
         tensors = device_tensors(self)
         freeze("_tensors", tensors)

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from attnkit.backends.base import AttentionLayer, StepState
+from attnkit.backends.base import RuntimeLayer, StepState
 from attnkit.backends.metadata import BatchMetadata
 from attnkit.errors import fail
 
 
-def write_step_kv(k, v, layer: AttentionLayer, cache, meta: BatchMetadata) -> None:
+def write_step_kv(k, v, layer: RuntimeLayer, cache, meta: BatchMetadata) -> None:
     """Store this step's new K/V. Cross layers get the encoder K/V (if any this step) at
     ``meta.encoder_slot_mapping``; every other layer its new tokens at ``meta.slot_mapping``.
 
@@ -40,7 +40,7 @@ def write_step_kv(k, v, layer: AttentionLayer, cache, meta: BatchMetadata) -> No
         cache.store(layer.layer_id, meta.slot_mapping, k, v)
 
 
-def kv_source(layer: AttentionLayer, meta: BatchMetadata):
+def kv_source(layer: RuntimeLayer, meta: BatchMetadata):
     """(block tables [B, P] on device, KV length per request as a host list) that ``layer``
     attends over: the encoder's pages for cross layers, the request's own otherwise."""
     if layer.spec.role != "cross":
@@ -66,7 +66,7 @@ def read_pages(buf: torch.Tensor, tables: torch.Tensor, n: int) -> torch.Tensor:
     return pages.flatten(1, 2)[:, :n]
 
 
-def read_kv(cache, layer: AttentionLayer, tables: torch.Tensor, n: int, dtype: torch.dtype):
+def read_kv(cache, layer: RuntimeLayer, tables: torch.Tensor, n: int, dtype: torch.dtype):
     """K and V (MLA: latent, None) of ``n`` tokens per request, dequantised to ``dtype``.
 
     -> k [B, n, H_kv, D], v [B, n, H_kv, D_v]; MLA: latent [B, n, L + R], None
@@ -123,7 +123,7 @@ class KVIndex:
         return self._rows[b]
 
 
-def gather_kv(cache, layer: AttentionLayer, slots: torch.Tensor, dtype: torch.dtype):
+def gather_kv(cache, layer: RuntimeLayer, slots: torch.Tensor, dtype: torch.dtype):
     """K and V (MLA: latent, None) at ``slots`` [S] or [B, S], dequantised to ``dtype``: the
     rows ``read_kv`` reads, in one index_select per tensor (cheaper to launch than indexing
     with a tensor). -> k [(B,) S, H_kv, D], v [(B,) S, H_kv, D_v]; MLA: latent [(B,) S, L + R], None."""
@@ -169,7 +169,7 @@ class PagedStep:
     kv: dict = field(default_factory=dict)
     masks: dict = field(default_factory=dict)
 
-    def kv_index(self, layer: AttentionLayer, page_size: int) -> KVIndex:
+    def kv_index(self, layer: RuntimeLayer, page_size: int) -> KVIndex:
         cross = layer.spec.role == "cross"
         if cross not in self.kv:
             tables, lens = kv_source(layer, self.meta)
@@ -178,15 +178,15 @@ class PagedStep:
 
 
 def paged_step(step: StepState) -> PagedStep:
-    """``step.plan`` if it is a PagedStep built for ``step.meta``; else a new one, kept in
-    ``step.plan`` (a StepState made without ``prepare``, or one holding another step's plan)."""
-    plan = step.plan
+    """``step.prepared`` if it is a PagedStep built for ``step.meta``; else a new one, kept in
+    ``step.prepared`` (a StepState made without ``prepare``, or one holding another step's state)."""
+    plan = step.prepared
     if not isinstance(plan, PagedStep) or plan.meta is not step.meta:
-        plan = step.plan = PagedStep(step.meta)
+        plan = step.prepared = PagedStep(step.meta)
     return plan
 
 
-def visibility(layer: AttentionLayer, q_lens: list[int], kv_lens: list[int],
+def visibility(layer: RuntimeLayer, q_lens: list[int], kv_lens: list[int],
                first_pos: list[int], *, device: torch.device, q_max: int | None = None,
                kv_max: int | None = None):
     """bool [B, q_max, kv_max]: may query j of request b (at position first_pos[b] + j) see
@@ -220,7 +220,7 @@ def visibility(layer: AttentionLayer, q_lens: list[int], kv_lens: list[int],
     return ok | (j >= qn)
 
 
-def local_limits(layer: AttentionLayer) -> tuple[int | None, int | None]:
+def local_limits(layer: RuntimeLayer) -> tuple[int | None, int | None]:
     """(sliding window, attention chunk) of a self-attention layer; (None, None) for cross
     layers. What a visibility mask depends on besides causality, so masks are memoised by it."""
     spec = layer.spec
@@ -229,7 +229,7 @@ def local_limits(layer: AttentionLayer) -> tuple[int | None, int | None]:
     return spec.sliding_window, spec.attention_chunk
 
 
-def required_tensors(layer: AttentionLayer) -> None:
+def required_tensors(layer: RuntimeLayer) -> None:
     """Raise AK443 if the spec needs a per-layer tensor the layer lacks (validation checks
     the shapes of those that are set; a missing one is the backend's to name)."""
     spec = layer.spec
@@ -237,7 +237,7 @@ def required_tensors(layer: AttentionLayer) -> None:
     missing = [name for name in needed if getattr(layer, name) is None]
     if missing:
         fail("AK443", f"layer {spec.layer_id} ({spec.kind.upper()}{', sinks' if spec.sinks else ''}) "
-                      f"needs {', '.join(missing)}, which the AttentionLayer does not carry",
+                      f"needs {', '.join(missing)}, which the RuntimeLayer does not carry",
              field=f"layer.{missing[0]}", expected="a tensor", actual=None,
              details={"missing": missing})
 
@@ -267,7 +267,7 @@ def decompress_latent(latent: torch.Tensor, w_kc: torch.Tensor, w_vc: torch.Tens
     return torch.cat([k_nope, k_pe], dim=-1), v
 
 
-def refuse_unserved(backend: str, layer: AttentionLayer, *, kinds, features) -> None:
+def refuse_unserved(backend: str, layer: RuntimeLayer, *, kinds, features) -> None:
     """Raise AK441/AK440 if ``layer`` needs a kind or feature ``backend`` does not serve
     (the message names the registered backends that do), AK443 if it lacks a tensor.
     Runs per layer: the registry is only read to word a refusal."""
@@ -275,7 +275,7 @@ def refuse_unserved(backend: str, layer: AttentionLayer, *, kinds, features) -> 
     if spec.kind in kinds and spec.features() <= set(features):
         required_tensors(layer)
         return
-    from attnkit.planning.registry import declarations
+    from attnkit.registry import declarations
 
     if spec.kind not in kinds:
         others = sorted(n for n, d in declarations().items() if spec.kind in d.capabilities.kinds)
@@ -294,7 +294,7 @@ def refuse_unserved(backend: str, layer: AttentionLayer, *, kinds, features) -> 
     required_tensors(layer)
 
 
-def begin_forward(backend: str, caps, k, v, layer: AttentionLayer, cache, meta: BatchMetadata) -> int:
+def begin_forward(backend: str, caps, k, v, layer: RuntimeLayer, cache, meta: BatchMetadata) -> int:
     """What every pure-torch forward does first: refuse an unserved layer, store the step's
     K/V, and return the value width per head (MLA: v_head_dim)."""
     refuse_unserved(backend, layer, kinds=caps.kinds, features=caps.features)

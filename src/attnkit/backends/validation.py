@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from attnkit.backends.base import AttentionLayer
+from attnkit.backends.base import RuntimeLayer
 from attnkit.backends.batch import slots_of
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
 from attnkit.errors import fail
@@ -60,11 +60,11 @@ def validate_forward(q, k, v, layer, cache, meta: BatchMetadata) -> None:
     """q: [T, H_q, D] (dual chunk layers: [T, 3, H_q, D]); k: [N, H_kv, D], v: [N, H_kv, D_v] (MLA: k [N, L + R], v None), with
     N = T, or for cross layers N = sum(encoder_lens) and k = v = None when already cached."""
     _check_cache(cache)
-    if not isinstance(layer, AttentionLayer) or not isinstance(layer.spec, LayerAttention):
-        fail("AK419", f"layer must be an AttentionLayer(spec=LayerAttention(...)), got "
-                      f"{type(layer).__name__}" + ("" if not isinstance(layer, AttentionLayer)
+    if not isinstance(layer, RuntimeLayer) or not isinstance(layer.spec, LayerAttention):
+        fail("AK419", f"layer must be an RuntimeLayer(spec=LayerAttention(...)), got "
+                      f"{type(layer).__name__}" + ("" if not isinstance(layer, RuntimeLayer)
                                                    else f" with spec {type(layer.spec).__name__}"),
-             field="layer", expected="AttentionLayer", actual=repr(layer)[:80])
+             field="layer", expected="RuntimeLayer", actual=repr(layer)[:80])
     spec = layer.spec
     lid = spec.layer_id
     _check_spec(spec)

@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
-from attnkit.cli.main import (EXIT_NO_PLAN, EXIT_OK, USAGE_CODES, _error, add_plan_flags,
-                              request_from_args)
+from attnkit.cli.common import (EXIT_NO_PLAN, EXIT_OK, USAGE_CODES, add_plan_flags, print_error,
+                                request_from_args, require_torch)
 from attnkit.errors import AttnkitError, fail
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -54,9 +54,10 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from attnkit.cli.render import plan_text
+    from attnkit.planning.render import plan_text
 
     request = request_from_args(args)           # AK306 on junk values, before any loading
+    require_torch("attnkit generate")
     if not (Path(args.model) / "config.json").is_file():
         from attnkit.runner.weights import read_checkpoint
 
@@ -74,7 +75,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
                   max_tokens=args.max_tokens, max_num_batched_tokens=args.max_batched_tokens, **flags)
     except AttnkitError as err:
         if "plan" in err.details and err.code not in USAGE_CODES:
-            _error(err)                          # the planner found no backend: as `attnkit plan`
+            print_error(err)                        # the planner found no backend: as `attnkit plan`
             return EXIT_NO_PLAN
         raise
     if not args.json:

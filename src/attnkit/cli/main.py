@@ -16,13 +16,10 @@ import sys
 import traceback
 from typing import Any, Sequence
 
+from attnkit.cli.common import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_NO_PLAN, EXIT_OK, EXIT_USAGE,
+                                USAGE_CODES, add_plan_flags, print_error, request_from_args)
 from attnkit.errors import CATALOG, AttnkitError
 
-EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_NO_PLAN = 0, 1, 2, 3
-EXIT_INTERRUPTED = 130                         # the shell's 128 + SIGINT
-# Plan errors that mean the command itself is wrong (a name attnkit lacks, an invalid value), not
-# that no backend fits: unknown backend name, another engine's backend name, invalid setting value.
-USAGE_CODES = ("AK300", "AK301", "AK306")
 
 
 class UsageError(Exception):
@@ -57,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--device", default="auto", metavar="D")
     b.add_argument("--json", action="store_true")
 
-    from attnkit.cli.generate import add_parser as add_generate   # torch-free; needs add_plan_flags
+    from attnkit.cli.generate import add_parser as add_generate   # torch-free; needs cli.common
     add_generate(sub, common)
     from attnkit.cli.tune import add_parser as add_tune
     add_tune(sub, common)
@@ -67,22 +64,6 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("models", parents=[common], help="list model presets")
     sub.add_parser("devices", parents=[common], help="list device presets")
     return parser
-
-
-def add_plan_flags(p: argparse.ArgumentParser) -> None:
-    """The planning settings, shared by ``plan`` and ``generate`` (see request_from_args)."""
-    p.add_argument("--attention-backend", metavar="B")
-    p.add_argument("--prefill-attention-backend", metavar="B")
-    p.add_argument("--decode-attention-backend", metavar="B")
-    # integers are checked by parse_request (AK306 names the flag), not by argparse
-    p.add_argument("--page-size", metavar="N")
-    p.add_argument("--kv-cache-dtype", metavar="T")
-    p.add_argument("--dtype", metavar="T")
-    p.add_argument("--tp-size", metavar="N")
-    p.add_argument("--speculative-tokens", metavar="N")
-    p.add_argument("--dual-chunk", choices=("auto", "on", "off"))
-    p.add_argument("--deny", action="append", metavar="B", help="never choose B (repeatable, or comma list)")
-    p.add_argument("--cuda-graph", action="store_true", default=None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -101,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AttnkitError as err:
         if json_plan:
             _print_failed(err)
-        _error(err)
+        print_error(err)
         return EXIT_USAGE
     except KeyboardInterrupt:                  # Ctrl-C (a long `generate`): no traceback
         sys.stderr.write("interrupted\n")
@@ -123,7 +104,7 @@ def _print_failed(err: AttnkitError, **where: Any) -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from attnkit.cli.render import matrix_text, plan_text
+    from attnkit.planning.render import matrix_text, plan_text
     from attnkit.hardware import resolve_platform
     from attnkit.model import load_model
     from attnkit.planning.solver import plan
@@ -178,20 +159,8 @@ def _pair(model: str, device: str, models, platforms, failed, request, plan, *, 
     return Plan.failed(err, model=model, platform=platform, request=request.to_dict())
 
 
-def request_from_args(args: argparse.Namespace):
-    """The planning ``Request`` that ``attnkit plan``'s flags describe (AK306 on junk values)."""
-    from attnkit.planning.request import parse_request
-
-    return parse_request({
-        "attention_backend": args.attention_backend, "prefill_attention_backend": args.prefill_attention_backend,
-        "decode_attention_backend": args.decode_attention_backend, "page_size": args.page_size,
-        "kv_cache_dtype": args.kv_cache_dtype, "dtype": args.dtype, "tp_size": args.tp_size,
-        "speculative_tokens": args.speculative_tokens, "dual_chunk": args.dual_chunk,
-        "cuda_graph": args.cuda_graph, "deny": [n for d in (args.deny or []) for n in d.split(",")]})
-
-
 def cmd_backends(args: argparse.Namespace) -> int:
-    from attnkit.cli.render import backends_text
+    from attnkit.planning.render import backends_text
     from attnkit.hardware import resolve_platform
     from attnkit.planning.inventory import backends_report
 
@@ -228,13 +197,6 @@ def cmd_devices(args: argparse.Namespace) -> int:
         cc = f"sm{p.capability[0]}{p.capability[1]}" if p.capability else "-"
         sys.stdout.write(f"{name:<9} {p.kind:<5} {cc:<6} {p.name}\n")
     return EXIT_OK
-
-
-def _error(err: AttnkitError) -> None:
-    lines = [f"error {err.code}: {err.title}", f"  {err.message}"]
-    lines += [f"  fix: {s}" for s in err.solutions]
-    lines.append(f"  more: attnkit explain {err.code}")
-    sys.stderr.write("\n".join(lines) + "\n")
 
 
 def cmd_generate(args: argparse.Namespace) -> int:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from attnkit.cli.common import require_torch
+
 
 def add_parser(sub, common) -> None:
     t = sub.add_parser("tune", parents=[common], help="time the backends on this device, write a profile",
@@ -25,8 +27,9 @@ def add_parser(sub, common) -> None:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from attnkit.model import load_model
-    from attnkit.planning import names
-    from attnkit.planning.registry import declarations
+    from attnkit.registry import declarations, names
+
+    require_torch("attnkit tune")
     from attnkit.tune.run import tune
 
     models = [load_model(m) for m in args.models or ()]

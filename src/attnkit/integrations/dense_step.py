@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState
+from attnkit.backends.base import AttentionBackend, RuntimeLayer, StepState
 from attnkit.backends.batch import Request, build_batch
 from attnkit.backends.metadata import BatchMetadata
 from attnkit.integrations.dense_mask import MaskPlan, plan_mask, plan_unmasked, visible
@@ -96,7 +96,7 @@ class DenseLayout:
                    q_rows=t64(q_rows), q_cols=t64(q_cols), q_keys=t64(q_keys),
                    kv_rows=t64(kv_rows), kv_cols=t64(kv_cols), kv_slots=t64(kv_slots), meta=meta)
 
-    def run(self, backend: AttentionBackend, layer: AttentionLayer, query: torch.Tensor,
+    def run(self, backend: AttentionBackend, layer: RuntimeLayer, query: torch.Tensor,
             key: torch.Tensor, value: torch.Tensor, *, kv_dtype: torch.dtype) -> torch.Tensor:
         """query: [B, H, Lq, D]; key: [B, H_kv, Lk, D]; value: [B, H_kv, Lk, D_v].
         Returns [B, Lq, H, D_v] in query's dtype (zeros for query rows that see no key)."""

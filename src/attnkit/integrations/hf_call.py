@@ -1,4 +1,4 @@
-"""One transformers attention call -> the ``AttentionLayer`` attnkit runs, or AK491.
+"""One transformers attention call -> the ``RuntimeLayer`` attnkit runs, or AK491.
 
 transformers calls an attention function with the layer's tensors and keyword arguments
 (``scaling``, ``sliding_window``, ``softcap``, ``s_aux``, ``dropout``, ``is_causal`` and
@@ -16,10 +16,10 @@ from typing import Any
 
 import torch
 
-from attnkit.backends.base import AttentionLayer
+from attnkit.backends.base import RuntimeLayer
 from attnkit.errors import fail
 from attnkit.integrations import hf_plan
-from attnkit.planning.reasons import layer_ranges
+from attnkit.model.summary import layer_ranges
 
 # Keyword arguments some models pass that change what attention computes; attnkit has no
 # equivalent, so a call carrying one (not None) is refused.
@@ -38,7 +38,7 @@ NO_WEIGHTS_WARNING = (
 def call_layer(module: torch.nn.Module, planned: hf_plan.Planned, query: torch.Tensor,
                key: torch.Tensor, value: torch.Tensor, *, dropout: float, scaling: float | None,
                sliding_window: int | None, softcap: float | None, s_aux: torch.Tensor | None,
-               kwargs: dict[str, Any]) -> AttentionLayer:
+               kwargs: dict[str, Any]) -> RuntimeLayer:
     """The call's layer: the planned spec with the call's scale, window, softcap and sinks.
 
     query: [B, H, Lq, D]; key: [B, H_kv, Lk, D]; value: [B, H_kv, Lk, D_v]; s_aux: [H] or None.
@@ -79,7 +79,7 @@ def call_layer(module: torch.nn.Module, planned: hf_plan.Planned, query: torch.T
     extra = sorted(spec.features() - base.features())
     if extra:
         _unplanned(module, idx, extra, base, spec)
-    return AttentionLayer(spec=spec, sinks=None if s_aux is None else s_aux.float())
+    return RuntimeLayer(spec=spec, sinks=None if s_aux is None else s_aux.float())
 
 
 def check_dense(idx: Any, query: Any, key: Any, value: Any) -> None:

@@ -87,7 +87,7 @@ def attnkit_plan(model: Any) -> Plan:
 
 def explain(model: Any) -> str:
     """``attnkit_plan(model)`` as text: backends and why, settings, rejected candidates."""
-    from attnkit.cli.render import plan_text
+    from attnkit.planning.render import plan_text
 
     return plan_text(attnkit_plan(model))
 

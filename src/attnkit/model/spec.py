@@ -1,7 +1,7 @@
 """What a model needs from attention, as plain torch-free data.
 
 ``LayerAttention`` describes one attention layer; ``ModelAttention`` the whole model.
-The planner reads these; the runtime carries a ``LayerAttention`` in every ``AttentionLayer``.
+The planner reads these; the runtime carries a ``LayerAttention`` in every ``RuntimeLayer``.
 """
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ class LayerAttention:
         return self.num_heads // self.num_kv_heads
 
     def features(self) -> frozenset[str]:
-        """The capability-vocabulary features this layer needs (see planning/capabilities.py)."""
+        """The capability-vocabulary features this layer needs (see registry/capabilities.py)."""
         out = set()
         if self.sliding_window is not None:
             out.add("sliding_window")

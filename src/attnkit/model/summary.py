@@ -7,7 +7,7 @@ window, chunk, DSA sizes, features), so a plan shows per-layer detail only where
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Iterable
 
 from attnkit.model.spec import LayerAttention, ModelAttention
 
@@ -44,3 +44,15 @@ def _describe(layer: LayerAttention) -> dict[str, Any]:
     d["sparse_topk"] = dataclasses.asdict(layer.sparse_topk) if layer.sparse_topk else None
     d["dual_chunk"] = dataclasses.asdict(layer.dual_chunk) if layer.dual_chunk else None
     return d
+
+
+def layer_ranges(ids: Iterable[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> "0-2, 5, 7-8" (long lists keep the first six runs)."""
+    runs: list[list[int]] = []
+    for i in sorted(set(ids)):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    parts = [f"{a}" if a == b else f"{a}-{b}" for a, b in runs]
+    return ", ".join(parts[:6]) + (f" (+{len(parts) - 6} more runs)" if len(parts) > 6 else "")

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from attnkit.planning.capabilities import BackendDeclaration
+from attnkit.registry.capabilities import BackendDeclaration
 from attnkit.planning.reasons import platform_reasons
 
 
 def backends_report(platform, registry: Mapping[str, BackendDeclaration] | None = None) -> dict[str, Any]:
     """``{"platform": {...}, "backends": [{name, aliases, installed, usable, why_not, capabilities}]}``."""
     if registry is None:
-        from attnkit.planning.registry import declarations
+        from attnkit.registry import declarations
         registry = declarations()
     rows = []
     for name, decl in sorted(registry.items()):

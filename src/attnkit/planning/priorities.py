@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnkit.planning.capabilities import KINDS, PHASES
+from attnkit.registry.capabilities import KINDS, PHASES
 
 Capability = tuple[int, int]
 

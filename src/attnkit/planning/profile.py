@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from attnkit.errors import AttnkitError
-from attnkit.planning.capabilities import DTYPES, KINDS, KV_CACHE_DTYPES
+from attnkit.registry.capabilities import DTYPES, KINDS, KV_CACHE_DTYPES
 
 SCHEMA = "attnkit-profile"
 VERSION = 1

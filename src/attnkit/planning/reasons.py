@@ -6,14 +6,16 @@ declaration's data (``Capabilities``) and the model/platform/settings; a declara
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Mapping
 
 from attnkit.errors import _jsonable
 from attnkit.model.spec import ModelAttention
-from attnkit.planning.capabilities import BackendDeclaration, MultipleOf
+from attnkit.model.summary import layer_ranges
+from attnkit.registry.capabilities import BackendDeclaration, MultipleOf
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,7 @@ def check_backend(decl: BackendDeclaration, *, model: ModelAttention, needs: Mod
     if phase == "decode" and settings.get("cuda_graph") and "cuda_graph" not in caps.features:
         add("AK109", "cuda_graph", "cuda_graph", True, "cannot be captured in a CUDA graph")
     if decl.check:
-        for item in _check_fn(decl.check)(model=model, platform=platform, phase=phase, settings=settings) or ():
+        for item in load_hook(decl.check)(model=model, platform=platform, phase=phase, settings=settings) or ():
             field, required, actual, message = (("check", None, None, item) if isinstance(item, str) else item)
             add("AK110", field, required, actual, message)
     return out
@@ -152,7 +154,8 @@ def platform_reasons(decl: BackendDeclaration, platform, *, phase: str | None = 
 
 
 @lru_cache(maxsize=None)
-def _check_fn(path: str) -> Callable[..., Iterable]:
+def load_hook(path: str) -> Callable[..., Any]:
+    """A declaration's "module:function" hook (``check``, ``page_sizes_for``), imported once."""
     module, _, fn = path.partition(":")
     return getattr(importlib.import_module(module), fn)
 
@@ -163,18 +166,6 @@ def page_sizes_text(pages) -> str:
     if isinstance(pages, MultipleOf):
         return f"multiples of {pages.n}"
     return _words(pages)
-
-
-def layer_ranges(ids: Iterable[int]) -> str:
-    """[0, 1, 2, 5, 7, 8] -> "0-2, 5, 7-8" (long lists keep the first six runs)."""
-    runs: list[list[int]] = []
-    for i in sorted(set(ids)):
-        if runs and i == runs[-1][1] + 1:
-            runs[-1][1] = i
-        else:
-            runs.append([i, i])
-    parts = [f"{a}" if a == b else f"{a}-{b}" for a, b in runs]
-    return ", ".join(parts[:6]) + (f" (+{len(parts) - 6} more runs)" if len(parts) > 6 else "")
 
 
 def _words(items) -> str:
@@ -190,3 +181,15 @@ def _hashable(value: Any) -> Any:
         return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
     return value
 
+
+def merge(reasons: list[Reason]) -> list[Reason]:
+    """One reason per cause, with the phases it applies to."""
+    out: dict[tuple, Reason] = {}
+    for r in reasons:
+        key = (r.backend,) + r.key()
+        if key in out:
+            phases = tuple(dict.fromkeys(out[key].phases + r.phases))
+            out[key] = dataclasses.replace(out[key], phases=phases)
+        else:
+            out[key] = r
+    return list(out.values())

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
 from attnkit.errors import AttnkitError
-from attnkit.planning.capabilities import DTYPES, KV_CACHE_DTYPES
+from attnkit.registry.capabilities import DTYPES, KV_CACHE_DTYPES
 
 DUAL_CHUNK_MODES = ("auto", "on", "off")
 BACKEND_FIELDS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend")
@@ -26,7 +26,9 @@ _DTYPE_SPELLINGS = {
 
 
 @dataclass(frozen=True)
-class Request:
+class PlanRequest:
+    """The settings a user asks the planner for (None = not set). Not the runtime's
+    ``backends.batch.Request``, which is one sequence's share of a step."""
     attention_backend: str | None = None
     prefill_attention_backend: str | None = None
     decode_attention_backend: str | None = None
@@ -50,7 +52,7 @@ class Request:
         own = f"{phase}_attention_backend"
         return own if getattr(self, own) else "attention_backend"
 
-    def with_values(self, source: str, **values: Any) -> "Request":
+    def with_values(self, source: str, **values: Any) -> "PlanRequest":
         return replace(self, **values, sources={**self.sources, **{k: source for k in values}})
 
     def to_dict(self) -> dict[str, Any]:
@@ -58,11 +60,11 @@ class Request:
                 for f in fields(self) if f.name != "sources"}
 
 
-def parse_request(request: Any = None, **overrides: Any) -> Request:
-    """A ``Request`` from None, a dict or a Request (plus keyword overrides); AK306 on junk."""
+def parse_request(request: Any = None, **overrides: Any) -> PlanRequest:
+    """A ``PlanRequest`` from None, a dict or a PlanRequest (plus keyword overrides); AK306 on junk."""
     if request is None:
         raw: dict[str, Any] = {}
-    elif isinstance(request, Request):
+    elif isinstance(request, PlanRequest):
         raw = request.to_dict()
     elif isinstance(request, Mapping):
         raw = dict(request)
@@ -72,7 +74,7 @@ def parse_request(request: Any = None, **overrides: Any) -> Request:
     raw.update(overrides)
     if "speculative" in raw and "speculative_tokens" not in raw:
         raw["speculative_tokens"] = raw.pop("speculative")
-    known = {f.name for f in fields(Request)} - {"sources"}
+    known = {f.name for f in fields(PlanRequest)} - {"sources"}
     unknown = sorted(set(raw) - known, key=repr)
     if unknown:
         import difflib
@@ -80,7 +82,7 @@ def parse_request(request: Any = None, **overrides: Any) -> Request:
         raise AttnkitError("AK306", f"unknown request setting(s) {', '.join(map(str, unknown))}"
                            + (f"; did you mean {', '.join(hints)}?" if hints else ""),
                            field="request", actual=unknown, expected=sorted(known))
-    return Request(
+    return PlanRequest(
         **{name: _backend_name(name, raw.get(name)) for name in BACKEND_FIELDS},
         page_size=_int("page_size", raw.get("page_size"), minimum=1),
         kv_cache_dtype=_dtype("kv_cache_dtype", raw.get("kv_cache_dtype"), KV_CACHE_DTYPES),

@@ -1,10 +1,11 @@
 """Rules: ordered functions that fill in what the user left unset, or reject what conflicts.
 
 A rule reads a read-only ``View`` (model, platform, request, settings and backends chosen so
-far) and yields ``Override``s (a field it fills, and why) or warning strings; it raises an
+far) and yields ``Fill``s (a field it fills, and why) or warning strings; it raises an
 ``AttnkitError`` (3xx) for a conflict, with every fix in ``solutions``. The solver applies
-overrides and records each as ``{field, from, to, rule, reason}``. A rule never changes a
-value the user set: the solver refuses such an override as an internal error.
+fills and records each as ``{field, from, to, rule, reason}``. A rule never changes a
+value the user set (a fill is never an override): the solver refuses such a fill as an
+internal error.
 
 ``BEFORE`` rules run before backends are chosen, ``AFTER`` rules once they are. Whether a
 backend supports the model's kind (MHA/MLA), every layer's features, verify (speculative)
@@ -13,47 +14,33 @@ and CUDA graphs is checked per candidate from its declaration (reasons.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator
 
-from attnkit.errors import AttnkitError
 from attnkit.hardware.platform import compute_dtypes
 from attnkit.model.spec import ModelAttention
-from attnkit.planning.capabilities import DTYPES, BackendDeclaration
-from attnkit.planning.request import Request
+from attnkit.planning.conflicts import conflict, page_size_refused
+from attnkit.planning.pages import accepts, common_page_sizes
+from attnkit.planning.view import Release, View
+from attnkit.registry.capabilities import DTYPES
 
 PHASE_FIELDS = {"prefill": "prefill_attention_backend", "decode": "decode_attention_backend"}
 
 
 @dataclass(frozen=True)
-class View:
-    """What a rule may read. ``settings``/``backends`` are read-only mappings."""
-    model: ModelAttention
-    platform: Any
-    request: Request
-    registry: Mapping[str, BackendDeclaration]
-    settings: Mapping[str, Any]
-    backends: Mapping[str, str | None]          # phase -> chosen backend (None = not yet)
-    explicit: Mapping[str, str | None]          # phase -> backend the user named
-    command: Callable[..., str]                 # command(**changes) -> "attnkit plan ..." line
-
-
-@dataclass(frozen=True)
-class Override:
+class Fill:
+    """A value a rule fills in where the user set none, and why. A rule that fills a
+    backend also says how the user takes that choice back (``release``), for the error
+    should the backend then not serve."""
     field: str          # a settings key, or "prefill_backend" / "decode_backend"
     to: Any
     reason: str
+    release: Release | None = None
 
 
 @dataclass(frozen=True)
 class Rule:
     name: str
-    fn: Callable[[View], Iterator[Override | str]]
-
-
-def conflict(code: str, message: str, *, field: str, actual: Any, expected: Any,
-             solutions: list[str], before: str, after: str, **details: Any) -> AttnkitError:
-    return AttnkitError(code, message, field=field, actual=actual, expected=expected,
-                        solutions=solutions, details={"example_fix": {"before": before, "after": after}, **details})
+    fn: Callable[[View], Iterator[Fill | str]]
 
 
 # ---- before backends are chosen -------------------------------------------------------------
@@ -80,9 +67,9 @@ def _sm(platform: Any) -> str:
     return f"sm{cc[0]}{cc[1]}" if cc else platform.kind
 
 
-def dtype_rule(v: View) -> Iterator[Override | str]:
+def dtype_rule(v: View) -> Iterator[Fill | str]:
     if v.request.dtype is None:
-        yield Override("dtype", *config_dtype(v.model, v.platform))
+        yield Fill("dtype", *config_dtype(v.model, v.platform))
     elif v.request.dtype not in compute_dtypes(v.platform):
         have = compute_dtypes(v.platform)
         raise conflict("AK309", f"--dtype {v.request.dtype}: {v.platform.name} ({_sm(v.platform)}) cannot compute "
@@ -93,13 +80,13 @@ def dtype_rule(v: View) -> Iterator[Override | str]:
                        before=v.command(), after=v.command(dtype="fp16"))
 
 
-def kv_cache_dtype_rule(v: View) -> Iterator[Override | str]:
+def kv_cache_dtype_rule(v: View) -> Iterator[Fill | str]:
     if v.request.kv_cache_dtype is None:
-        yield Override("kv_cache_dtype", v.settings["dtype"], "KV cache stored in the compute dtype "
+        yield Fill("kv_cache_dtype", v.settings["dtype"], "KV cache stored in the compute dtype "
                        "unless --kv-cache-dtype is set")
 
 
-def tensor_parallel_rule(v: View) -> Iterator[Override | str]:
+def tensor_parallel_rule(v: View) -> Iterator[Fill | str]:
     """Split query heads over ranks; replicate KV heads (or the MLA latent) when ranks outnumber them."""
     tp = v.request.tp_size or 1
     layers = v.model.layers
@@ -121,20 +108,20 @@ def tensor_parallel_rule(v: View) -> Iterator[Override | str]:
                        solutions=[f"use --tp-size {t}" for t in sorted(valid, key=lambda t: (abs(t - tp), t))[:2]],
                        before=v.command(), after=v.command(tp_size=max(t for t in valid if t <= tp)))
     first = layers[0]
-    yield Override("heads_per_rank", first.num_heads // tp,
+    yield Fill("heads_per_rank", first.num_heads // tp,
                    f"{first.num_heads} query heads / tp {tp}" if tp > 1 else "no tensor parallelism")
     if first.kind == "mla":
-        yield Override("kv_heads_per_rank", 1, "MLA caches one latent row per token; every rank keeps "
+        yield Fill("kv_heads_per_rank", 1, "MLA caches one latent row per token; every rank keeps "
                        "the whole latent (replicated)" if tp > 1 else "MLA caches one latent row per token")
     elif tp > first.num_kv_heads:
-        yield Override("kv_heads_per_rank", 1, f"tp {tp} > {first.num_kv_heads} KV heads: each KV head is "
+        yield Fill("kv_heads_per_rank", 1, f"tp {tp} > {first.num_kv_heads} KV heads: each KV head is "
                        f"replicated on {tp // first.num_kv_heads} ranks")
     else:
-        yield Override("kv_heads_per_rank", first.num_kv_heads // tp,
+        yield Fill("kv_heads_per_rank", first.num_kv_heads // tp,
                        f"{first.num_kv_heads} KV heads / tp {tp}" if tp > 1 else "no tensor parallelism")
 
 
-def dual_chunk_rule(v: View) -> Iterator[Override | str]:
+def dual_chunk_rule(v: View) -> Iterator[Fill | str]:
     """Dual chunk attention (Qwen2.5-1M): pick a backend that implements it, or reject with both fixes."""
     dca = next((l.dual_chunk for l in v.model.layers if l.dual_chunk is not None), None)
     mode = v.request.dual_chunk or "auto"
@@ -146,9 +133,9 @@ def dual_chunk_rule(v: View) -> Iterator[Override | str]:
         yield (f"dual chunk attention is off: {v.model.name} was trained with it; contexts beyond "
                f"chunk_size {dca.chunk_size} tokens lose quality (plain RoPE attention is exact below it)")
         return
-    yield Override("dual_chunk", "on", f"model config sets dual_chunk_attention_config (chunk_size "
+    yield Fill("dual_chunk", "on", f"model config sets dual_chunk_attention_config (chunk_size "
                    f"{dca.chunk_size}, local_size {dca.local_size}) and --dual-chunk is {mode}")
-    yield Override("dual_chunk_len", dca.chunk_len, "chunk_size - local_size; a KV page must not "
+    yield Fill("dual_chunk_len", dca.chunk_len, "chunk_size - local_size; a KV page must not "
                    "straddle two chunks, so the page size must divide it")
     serving = [n for n, d in v.registry.items() if "dual_chunk" in d.capabilities.features
                and n not in v.request.deny]
@@ -181,10 +168,12 @@ def dual_chunk_rule(v: View) -> Iterator[Override | str]:
                            solutions=["use --dual-chunk off (plain attention; quality drops beyond "
                                       f"chunk_size {dca.chunk_size} tokens)"],
                            before=v.command(), after=v.command(dual_chunk="off"))
+        off = Release("AK302", "dual_chunk", "on", {"dual_chunk": "off"},
+                      "use --dual-chunk off (plain attention; quality drops beyond chunk_size)")
         for phase in ("prefill", "decode"):
             if v.explicit[phase] is None:
-                yield Override(f"{phase}_backend", serving[0], f"model uses dual chunk attention; "
-                               f"{serving[0]} is the backend that implements it")
+                yield Fill(f"{phase}_backend", serving[0], f"model uses dual chunk attention; "
+                           f"{serving[0]} is the backend that implements it", off)
 
 
 def _refused_settings(v: View, name: str) -> list[str]:
@@ -202,24 +191,15 @@ def _refused_settings(v: View, name: str) -> list[str]:
 
 # ---- after backends are chosen --------------------------------------------------------------
 
-def page_size_rule(v: View) -> Iterator[Override | str]:
+def page_size_rule(v: View) -> Iterator[Fill | str]:
     """One page size every chosen backend accepts: 16 if all do, else the smallest common one."""
     chosen = sorted({n for n in v.backends.values() if n})
-    caps = [v.registry[n].capabilities for n in chosen]
-    chunk = v.settings.get("dual_chunk_len")
-
-    def ok(size: int) -> bool:   # paged DCA needs whole pages per chunk: cl % page_size == 0
-        return all(c.accepts_page_size(size) for c in caps) and (not chunk or chunk % size == 0)
-
-    valid = common_page_sizes(caps, chunk)
+    decls = [v.registry[n] for n in chosen]
+    valid = common_page_sizes(decls, v.model)
     if v.request.page_size is not None:
-        if not ok(v.request.page_size):
-            valid = sorted(valid, key=lambda s: (abs(s - v.request.page_size), s))
-            raise conflict("AK303", f"--page-size {v.request.page_size} is not accepted by "
-                           f"{' + '.join(chosen)}; valid sizes: {', '.join(map(str, valid[:8])) or 'none'}",
-                           field="page_size", actual=v.request.page_size, expected=valid,
-                           solutions=[f"use --page-size {s}" for s in valid[:3]] + ["omit --page-size"],
-                           before=v.command(), after=v.command(page_size=valid[0] if valid else None))
+        if not accepts(decls, v.model, v.request.page_size):
+            raise page_size_refused(v, f"--page-size {v.request.page_size} is not accepted by "
+                                       f"{' + '.join(chosen)}; valid sizes: {{valid}}", valid, nearest_first=True)
         return
     if not valid:
         raise conflict("AK308", f"no page size is accepted by every chosen backend ({', '.join(chosen)})",
@@ -228,16 +208,8 @@ def page_size_rule(v: View) -> Iterator[Override | str]:
                        before=v.command(), after=v.command())
     size = 16 if 16 in valid else valid[0]
     who = " and ".join(chosen)
-    yield Override("page_size", size, f"default 16, accepted by {who}" if size == 16
-                   else f"smallest page size accepted by {who} (16 is not)")
-
-
-def common_page_sizes(caps, chunk: int | None = None, *, limit: int = 4096) -> list[int]:
-    """Page sizes accepted by every capability set, ascending (powers of two and declared sizes)."""
-    sizes = {1 << i for i in range(13)} | {s for c in caps if isinstance(c.page_sizes, tuple)
-                                            for s in c.page_sizes}
-    return [s for s in sorted(sizes) if s <= limit and all(c.accepts_page_size(s) for c in caps)
-            and (not chunk or chunk % s == 0)]
+    yield Fill("page_size", size, f"default 16, accepted by {who}" if size == 16
+               else f"smallest page size accepted by {who} (16 is not)")
 
 
 BEFORE: tuple[Rule, ...] = (

@@ -17,17 +17,20 @@ from typing import Any, Mapping
 
 from attnkit.errors import AttnkitError
 from attnkit.model.spec import ModelAttention
-from attnkit.planning import failures, names, priorities
-from attnkit.planning.capabilities import PHASES, BackendDeclaration
+from attnkit.planning import failures, priorities
+from attnkit.planning.outcome import build_plan
+from attnkit.planning.pages import common_page_sizes
 from attnkit.planning.plan import Plan
 from attnkit.planning.profile_choice import ProfileChoice
 from attnkit.planning.reasons import Reason, check_backend, model_needs
-from attnkit.planning.request import BACKEND_FIELDS, Request, parse_request
-from attnkit.planning.rules import (AFTER, BEFORE, PHASE_FIELDS, Override, View, common_page_sizes,
-                                    config_dtype)
+from attnkit.planning.request import BACKEND_FIELDS, PlanRequest, parse_request
+from attnkit.planning.rules import AFTER, BEFORE, PHASE_FIELDS, Fill, config_dtype
 from attnkit.planning.unserved import unserved_features
 from attnkit.planning.validate import validate_model
 from attnkit.planning.verified import unverified_warnings
+from attnkit.planning.view import Release, View
+from attnkit.registry import names
+from attnkit.registry.capabilities import PHASES, BackendDeclaration
 
 SETTING_FIELDS = ("dtype", "kv_cache_dtype", "page_size", "tp_size", "speculative_tokens",
                   "cuda_graph", "dual_chunk")
@@ -40,7 +43,7 @@ def plan(model: Any, platform: Any = "auto", request: Any = None, *,
          workload: Mapping[str, Mapping[str, int]] | None = None, **settings: Any) -> Plan:
     """Plan prefill and decode backends for ``model`` on ``platform``.
 
-    ``request`` (a dict or Request) and keyword ``settings`` (``page_size=32`` ...) are the
+    ``request`` (a dict or PlanRequest) and keyword ``settings`` (``page_size=32`` ...) are the
     user's settings; an unknown one is AK306. ``registry`` (name -> declaration) defaults to
     every backend in the tree; ``env`` to ``os.environ``. ``strict=True`` raises the plan's
     error instead of returning ``ok=False``. ``label`` names the model in example command
@@ -57,7 +60,7 @@ def plan(model: Any, platform: Any = "auto", request: Any = None, *,
     target = _platform(platform)
     automatic = registry is None and profile is not False   # a custom registry is not what was timed
     if registry is None:
-        from attnkit.planning.registry import declarations
+        from attnkit.registry import declarations
         registry = declarations()
     env = os.environ if env is None else env
     solve = Solve(spec, label or spec.name, target, req, dict(registry), table)
@@ -88,7 +91,7 @@ def _platform(platform: Any):
 class Solve:
     """One planning run's state; ``run`` fills it and returns the Plan."""
 
-    def __init__(self, model: ModelAttention, label: str, platform, request: Request,
+    def __init__(self, model: ModelAttention, label: str, platform, request: PlanRequest,
                  registry: dict[str, BackendDeclaration], table):
         self.model, self.label, self.platform, self.registry, self.table = model, label, platform, registry, table
         self.phases = model.phases                  # encoder-only models have no decode phase
@@ -97,12 +100,13 @@ class Solve:
         self.backends: dict[str, str | None] = {p: None for p in PHASES}
         self.explicit: dict[str, str | None] = {p: None for p in PHASES}
         self.chosen_by: dict[str, str] = {}        # phase -> rule name, for rule-chosen backends
+        self.releases: dict[str, Release] = {}     # phase -> how to undo that rule's choice
         self.why: dict[str, str] = {}
         self.adjustments: list[dict[str, Any]] = []
         self.warnings: list[str] = []
         self.alternatives: dict[str, list[str]] = {}
         self._reasons: dict[tuple[str, str], list[Reason]] = {}
-        self.needs = None
+        self.needs = self._needs()               # what every layer asks of attention
         self.env_used: dict[str, str] = {}       # ATTNKIT_* variables that changed the request
         self.measured: ProfileChoice | None = None   # the device profile's ranking (set by plan)
 
@@ -122,7 +126,16 @@ class Solve:
             self.warnings += unverified_warnings(self.registry, self.backends.values(), self.platform)
         except AttnkitError as err:
             error = err
-        return failures.build_plan(self, error)
+        return build_plan(self.view(), error, table=self.table, adjustments=self.adjustments,
+                          warnings=self.warnings, alternatives=self.alternatives)
+
+    def view(self) -> View:
+        """A read-only snapshot of this run, for rules and failure builders."""
+        ro = lambda d: MappingProxyType(dict(d))  # noqa: E731
+        return View(self.model, self.label, self.platform, self.request, self.typed,
+                    MappingProxyType(self.registry), ro(self.settings), ro(self.backends), ro(self.explicit),
+                    ro(self.chosen_by), ro(self.releases), ro(self.why), tuple(self.phases), self.needs,
+                    ro(self.env_used), self.command, self.reasons, self.pool, self.entry)
 
     def _env(self, env: Mapping[str, str]) -> None:
         name = (env.get("ATTNKIT_ATTENTION_BACKEND") or "").strip()
@@ -163,35 +176,34 @@ class Solve:
                                      f"for {phase}")
             self.explicit[phase] = own or both
             if self.explicit[phase] in self.request.deny:
-                raise failures.denied_but_named(self, phase)
+                raise failures.denied_but_named(self.view(), phase)
 
     def _resolve(self, field: str, name: str) -> str:
         try:
             canonical, note = names.resolve(name, self.registry)
         except AttnkitError as err:
-            raise failures.bad_name(self, field, name, err) from None
+            raise failures.bad_name(self.view(), field, name, err) from None
         if note:
             self.warnings.append(note)
         return canonical
 
     def _apply(self, rules) -> None:
         for rule in rules:
-            view = View(self.model, self.platform, self.request, MappingProxyType(self.registry),
-                        MappingProxyType(dict(self.settings)), MappingProxyType(dict(self.backends)),
-                        MappingProxyType(dict(self.explicit)), self.command)
-            for item in rule.fn(view):
+            for item in rule.fn(self.view()):
                 if isinstance(item, str):
                     self.warnings.append(item)
                 else:
-                    self._override(item, rule.name)
+                    self._fill(item, rule.name)
 
-    def _override(self, o: Override, rule: str) -> None:
+    def _fill(self, o: Fill, rule: str) -> None:
         if o.field.endswith("_backend"):
             phase = o.field.split("_")[0]
             if self.explicit[phase] is not None:
                 raise AttnkitError("AK900", f"rule {rule} tried to replace the user's {phase} backend")
+            if o.release is None:
+                raise AttnkitError("AK900", f"rule {rule} chose the {phase} backend without saying how to undo it")
             old, self.backends[phase] = self.backends[phase], o.to
-            self.chosen_by[phase], self.why[phase] = rule, o.reason
+            self.chosen_by[phase], self.why[phase], self.releases[phase] = rule, o.reason, o.release
         else:
             if o.field in SETTING_FIELDS and self.request.is_set(o.field) and self.settings.get(o.field) != o.to:
                 raise AttnkitError("AK900", f"rule {rule} tried to change the user's {o.field}")
@@ -204,11 +216,10 @@ class Solve:
 
     def _choose(self) -> None:
         """Fixed phases (named or rule-chosen) must serve; open phases walk the priority table."""
-        self.needs = self._needs()
         unserved = [f for f in self.needs.features
                     if not any(f in d.capabilities.features for d in self.registry.values())]
         if unserved:
-            raise unserved_features(self, unserved)
+            raise unserved_features(self.view(), unserved)
         if "decode" not in self.phases:
             self.why["decode"] = (f"{self.model.name} is encoder-only: every layer attends both ways over "
                                   "the whole input, so there is no decode phase and no decode backend")
@@ -222,7 +233,7 @@ class Solve:
                 failing[name] = phases
                 reasons += found
         if failing:
-            raise failures.fixed_backends_fail(self, failing, reasons)
+            raise failures.fixed_backends_fail(self.view(), failing, reasons)
         options: dict[str, list[str]] = {}
         for phase in self.phases:
             if fixed[phase]:
@@ -231,19 +242,18 @@ class Solve:
             pool = self.pool(phase)
             options[phase] = [n for n in pool if not self.reasons(phase, n)]
             if not options[phase]:
-                raise failures.nothing_serves(self, phase, pool)
+                raise failures.nothing_serves(self.view(), phase, pool)
             if self.measured is not None:
                 options[phase] = self.measured.order(phase, options[phase], self.model, self.settings)
-        chunk = self.settings.get("dual_chunk_len")
         # one backend per phase; the pair earliest in both priority orders that shares a page size
         combos = sorted(itertools.product(*(list(enumerate(options[p])) for p in self.phases)),
                         key=lambda c: (sum(i for i, _ in c), c[0][0]))
         for combo in combos:
             names = [n for _, n in combo]
-            if common_page_sizes([self.registry[n].capabilities for n in set(names)], chunk):
+            if common_page_sizes([self.registry[n] for n in set(names)], self.model):
                 break
         else:
-            raise failures.no_common_layout(self, options)
+            raise failures.no_common_layout(self.view(), options)
         for phase, name in zip(self.phases, names):
             self.alternatives[phase] = [n for n in options[phase] if n != name]
             if fixed[phase]:
@@ -273,7 +283,7 @@ class Solve:
                          f"first that serves every layer in the {self.platform.kind}/{self.model.kind} "
                          f"priority order ({', '.join(entry.backends)})")
 
-    # ---- helpers the failure builders use too ----------------------------------------------
+    # ---- what the view hands rules and failure builders ----------------------------------------------
     def entry(self, phase: str):
         return priorities.lookup(self.platform.kind, self.platform.capability, self.model.kind, phase,
                                  table=self.table)
@@ -287,8 +297,6 @@ class Solve:
     def reasons(self, phase: str, name: str) -> list[Reason]:
         key = (phase, name)
         if key not in self._reasons:
-            if self.needs is None:       # failed before the choice: judge with the defaults
-                self.needs = self._needs()
             default = config_dtype(self.model, self.platform)[0]
             settings = {"dtype": default, **{k: v for k, v in self.settings.items() if v is not None}}
             settings.setdefault("kv_cache_dtype", settings["dtype"])

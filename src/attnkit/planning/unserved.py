@@ -5,14 +5,10 @@ served outside attnkit (names checked against those projects' docs and pull requ
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from attnkit.errors import AttnkitError
-from attnkit.planning.reasons import layer_ranges
-from attnkit.planning.rules import conflict
-
-if TYPE_CHECKING:
-    from attnkit.planning.solver import Solve
+from attnkit.model.summary import layer_ranges
+from attnkit.planning.conflicts import conflict
+from attnkit.planning.view import View
 
 ELSEWHERE: dict[str, tuple[str, str]] = {
     "sparse_topk": ("DeepSeek sparse attention (DSA)",
@@ -25,23 +21,23 @@ ELSEWHERE: dict[str, tuple[str, str]] = {
 }
 
 
-def unserved_features(s: "Solve", features: list[str]) -> AttnkitError:
+def unserved_features(v: View, features: list[str]) -> AttnkitError:
     parts, fixes = [], []
     for feat in features:
-        layers = s.needs.features[feat]
+        layers = v.needs.features[feat]
         what, where = ELSEWHERE.get(feat, (feat, ""))
-        detail = (what if what != feat else "") + _detail(s, feat)
+        detail = (what if what != feat else "") + _detail(v, feat)
         parts.append(f"{feat} ({detail + '; ' if detail else ''}layers {layer_ranges(layers)})")
-        fixes.append(f"serve {s.model.name} with an engine that implements {what}" + (f": {where}" if where else ""))
+        fixes.append(f"serve {v.model.name} with an engine that implements {what}" + (f": {where}" if where else ""))
     fixes.append("plan a model without " + " and ".join(features))
-    return conflict("AK122", f"{s.model.name} needs {'; '.join(parts)}, which no attnkit backend implements: "
+    return conflict("AK122", f"{v.model.name} needs {'; '.join(parts)}, which no attnkit backend implements: "
                     "no device or flag makes attnkit serve it", field="features", actual=features,
-                    expected=sorted({f for d in s.registry.values() for f in d.capabilities.features}),
-                    solutions=fixes, before=s.command(), after=s.command(), features=features)
+                    expected=sorted({f for d in v.registry.values() for f in d.capabilities.features}),
+                    solutions=fixes, before=v.command(), after=v.command(), features=features)
 
 
-def _detail(s: "Solve", feat: str) -> str:
-    layer = next(l for l in s.model.layers if feat in l.features())
+def _detail(v: View, feat: str) -> str:
+    layer = next(l for l in v.model.layers if feat in l.features())
     if feat == "sparse_topk":
         t = layer.sparse_topk
         return (f": each query attends to the {t.topk} keys an indexer of {t.index_n_heads} heads x "

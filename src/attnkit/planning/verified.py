@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-from attnkit.planning.capabilities import BackendDeclaration
+from attnkit.registry.capabilities import BackendDeclaration
 
 
 def unverified_warnings(registry: Mapping[str, BackendDeclaration], backends: Iterable[str | None],

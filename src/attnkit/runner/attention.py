@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState
+from attnkit.backends.base import AttentionBackend, RuntimeLayer, StepState
 from attnkit.backends.metadata import BatchMetadata
 from attnkit.errors import fail
 from attnkit.model.spec import LayerAttention
@@ -63,7 +63,7 @@ class AttentionContext:
 
 
 class MHAAttention:
-    """One MHA/GQA/MQA layer. gpt-oss sinks go to the backend in ``AttentionLayer.sinks``;
+    """One MHA/GQA/MQA layer. gpt-oss sinks go to the backend in ``RuntimeLayer.sinks``;
     a dual chunk layer is rotated by ``DualChunkRotary`` and needs the ``dual_chunk`` backend."""
 
     def __init__(self, w: Weights, prefix: str, spec: LayerAttention, *, hidden: int,
@@ -78,7 +78,7 @@ class MHAAttention:
         self.q_norm = w.maybe(f"{prefix}q_norm.weight", shape=(d,))
         self.k_norm = w.maybe(f"{prefix}k_norm.weight", shape=(d,))
         sinks = w.get(f"{prefix}sinks", shape=(heads,)).float() if spec.sinks else None
-        self.layer = AttentionLayer(spec=spec, sinks=sinks)
+        self.layer = RuntimeLayer(spec=spec, sinks=sinks)
 
     def __call__(self, x: torch.Tensor, backend: AttentionBackend, cache, step: StepState,
                  ctx: AttentionContext) -> torch.Tensor:

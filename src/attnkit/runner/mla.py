@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState
+from attnkit.backends.base import AttentionBackend, RuntimeLayer, StepState
 from attnkit.model.spec import LayerAttention
 from attnkit.runner.attention import AttentionContext
 from attnkit.runner.layers import Linear, NormStyle, rms_norm
@@ -55,7 +55,7 @@ class MLAAttention:
         self.kv_a_norm = w.get(f"{prefix}kv_a_layernorm.weight", shape=(rank,))
         kv_b = w.get(f"{prefix}kv_b_proj.weight", shape=(heads * (nope + dv), rank))
         kv_b = kv_b.view(heads, nope + dv, rank)
-        self.layer = AttentionLayer(spec=spec, w_kc=kv_b[:, :nope].contiguous(),
+        self.layer = RuntimeLayer(spec=spec, w_kc=kv_b[:, :nope].contiguous(),
                                     w_vc=kv_b[:, nope:].transpose(1, 2).contiguous())
         self.o = Linear.load(w, f"{prefix}o_proj", hidden, heads * dv)
 

@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState
+from attnkit.backends.base import AttentionBackend, RuntimeLayer, StepState
 from attnkit.errors import fail
 from attnkit.model.spec import LayerAttention
 from attnkit.runner.arch import Architecture
@@ -41,7 +41,7 @@ class Block:
     post_mlp_norm: torch.Tensor | None = None
 
     @property
-    def attn(self) -> AttentionLayer:
+    def attn(self) -> RuntimeLayer:
         """The layer as the backend sees it (spec, sinks, MLA up-projections)."""
         return self.attention.layer
 

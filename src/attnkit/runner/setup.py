@@ -222,7 +222,7 @@ def platform_of(device: torch.device):
 
 def backend_of(result, options: Mapping[str, Any] | None) -> AttentionBackend:
     """The planned backend object: one backend, or a hybrid when prefill and decode differ."""
-    from attnkit.planning.registry import load_backend
+    from attnkit.registry import load_backend
 
     if options is not None and not isinstance(options, Mapping):
         fail("AK483", f"backend_options must be a dict of keyword options, not "

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from attnkit import reference
-from attnkit.backends.base import AttentionLayer
+from attnkit.backends.base import RuntimeLayer
 from attnkit.backends.batch import Request, build_batch
 from attnkit.backends.metadata import BatchMetadata
 from attnkit.kvcache.paged import FP8_DTYPES, TORCH_KV_DTYPES, PagedKVCache
@@ -29,7 +29,7 @@ TOLERANCE = {"fp32": 1e-5, "fp16": 1e-2, "bf16": 1e-2}
 @dataclass
 class Case:
     bucket: Bucket
-    layer: AttentionLayer
+    layer: RuntimeLayer
     cache: PagedKVCache
     meta: BatchMetadata
     q: torch.Tensor                   # [T, H_q, D]
@@ -55,11 +55,11 @@ def make_case(b: Bucket, device: str, *, seed: int = 0) -> Case:
     s = b.shape
     dt = TORCH_KV_DTYPES[s.dtype]
     spec = layer_spec(s)
-    layer = AttentionLayer(spec=spec)
+    layer = RuntimeLayer(spec=spec)
     if s.kind == "mla":
         mla = spec.mla
         w = lambda *d: torch.randn(*d, generator=gen, device=device, dtype=dt) / math.sqrt(mla.kv_lora_rank)  # noqa: E731
-        layer = AttentionLayer(spec=spec, w_kc=w(s.heads, mla.qk_nope_head_dim, mla.kv_lora_rank),
+        layer = RuntimeLayer(spec=spec, w_kc=w(s.heads, mla.qk_nope_head_dim, mla.kv_lora_rank),
                                w_vc=w(s.heads, mla.kv_lora_rank, mla.v_head_dim))
     per = -(-b.context // b.page_size)
     cache = PagedKVCache([spec], num_pages=b.batch * per, page_size=b.page_size,

@@ -61,7 +61,7 @@ def tune(*, device: str = "cuda", quick: bool = False, models: Sequence[ModelAtt
     old = resume(path, head)
     entries = list(old.entries) if old else []
     done = {e.key() for e in entries}
-    from attnkit.planning.registry import declarations, load_backend
+    from attnkit.registry import declarations, load_backend
     registry = declarations()
     jobs = [(b, n) for b in grids.buckets(shapes) for n in serving(b, registry, platform, backends)
             if (n, b) not in done]

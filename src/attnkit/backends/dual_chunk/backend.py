@@ -27,7 +27,7 @@ import os
 
 import torch
 
-from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState, check_option
+from attnkit.backends.base import AttentionBackend, RuntimeLayer, StepState, check_option
 from attnkit.backends.dual_chunk.config import require_page_size, require_valid_config
 from attnkit.backends.dual_chunk.declaration import DECLARATION
 from attnkit.backends.dual_chunk.parts import dual_chunk_attend
@@ -58,15 +58,15 @@ class DualChunkBackend(AttentionBackend):
         check_option("dual_chunk", "impl", impl, IMPLS)
         self.impl = impl
 
-    def prepare(self, meta, cache) -> StepState:
+    def _prepare(self, meta, cache) -> StepState:
         if meta.mode not in _MODES:
             fail("AK420", f"the dual_chunk backend serves EXTEND, DECODE and MIXED steps, not "
                           f"{meta.mode.name}",
                  field="meta.mode", expected=[m.name for m in _MODES], actual=meta.mode.name)
         if not self._use_triton(cache.device):
             return StepState(meta=meta)
-        from attnkit.backends.dual_chunk.triton_parts import DcaTritonPlan
-        return StepState(meta=meta, plan=DcaTritonPlan.build(meta, cache.device))
+        from attnkit.backends.dual_chunk.triton_parts import DcaTritonStep
+        return StepState(meta=meta, prepared=DcaTritonStep.build(meta, cache.device))
 
     def _use_triton(self, device: torch.device) -> bool:
         if self.impl == "torch":
@@ -89,16 +89,16 @@ class DualChunkBackend(AttentionBackend):
                      field="impl", expected=f"NVIDIA sm{low[0]}{low[1]}+", actual=gpu)
         return True
 
-    def forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):
+    def _forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):
         """q: [T, 3, H_q, D]; k: [T, H_kv, D]; v: [T, H_kv, D_v] -> [T, H_q * D_v]."""
         meta, spec = step.meta, layer.spec
         _check_cache_dtype(cache)
         cl = _check_layer(layer, meta.page_size)
         _check_queries(q, layer)          # shapes, dtypes, devices: validate_forward (base.py)
-        if step.plan is not None and meta.num_tokens:
+        if step.prepared is not None and meta.num_tokens:
             from attnkit.backends.dual_chunk.triton_parts import serves, triton_dual_chunk
             if serves(q, layer):
-                out = triton_dual_chunk(q, k, v, layer, cache, step.plan, cl)
+                out = triton_dual_chunk(q, k, v, layer, cache, step.prepared, cl)
                 return out.reshape(meta.num_tokens, spec.num_heads * spec.value_dim)
             if self.impl == "triton":     # an explicit choice is refused, not quietly changed
                 fail("AK453", f"dual_chunk impl='triton': layer {spec.layer_id} has head_dim "
@@ -131,7 +131,7 @@ def _triton_declared_gpu(device: torch.device) -> tuple[str, tuple[int, int]] | 
     return None if cc >= low else (f"sm{cc[0]}{cc[1]}", low)
 
 
-def _check_layer(layer: AttentionLayer, page_size: int) -> int:
+def _check_layer(layer: RuntimeLayer, page_size: int) -> int:
     """The layer's chunk length cl, after refusing what this backend cannot serve."""
     config = layer.spec.dual_chunk
     if config is None:
@@ -144,7 +144,7 @@ def _check_layer(layer: AttentionLayer, page_size: int) -> int:
     return cl
 
 
-def _check_queries(q, layer: AttentionLayer) -> None:
+def _check_queries(q, layer: RuntimeLayer) -> None:
     """The one input check specific to DCA: the three query variants are there."""
     if q is None or q.dim() != 4 or q.shape[1] != 3:
         fail("AK472", f"dual chunk attention needs q as [T, 3, H_q, D] (intra, successor, inter "

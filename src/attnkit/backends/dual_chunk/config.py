@@ -33,7 +33,7 @@ def page_size_problem(chunk_len: int, page_size: int) -> Problem | None:
     """A reason if ``page_size`` does not divide the chunk length, else None."""
     if chunk_len % page_size == 0:
         return None
-    near = sorted((d for d in _divisors(chunk_len) if d <= 4 * page_size),
+    near = sorted((d for d in divisors(chunk_len) if d <= 4 * page_size),
                   key=lambda d: (abs(d - page_size), d))[:3]
     return ("page_size", f"a divisor of the dual-chunk length {chunk_len}", page_size,
             f"page size {page_size} does not divide the dual-chunk length {chunk_len} "
@@ -59,7 +59,8 @@ def require_page_size(chunk_len: int, page_size: int) -> None:
              details={"chunk_len": chunk_len, "page_size": page_size})
 
 
-def _divisors(n: int) -> list[int]:
+def divisors(n: int) -> list[int]:
+    """Every d >= 1 with n % d == 0, ascending."""
     small = [d for d in range(1, int(n ** 0.5) + 1) if n % d == 0]
     return sorted(set(small + [n // d for d in small]))
 

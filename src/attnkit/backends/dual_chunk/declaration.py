@@ -2,7 +2,8 @@
 
 Torch-free: the planner reads this module. ``check`` says what the capability data cannot:
 the backend serves only layers with a ``dual_chunk_attention_config``, and its page size must
-divide the chunk length ``cl = chunk_size - local_size`` (a page never straddles two chunks).
+divide the chunk length ``cl = chunk_size - local_size`` (a page never straddles two chunks);
+``page_sizes`` tells the planner those sizes, so the page size it picks or suggests divides cl.
 The rules themselves live in config.py (also torch-free), shared with the runtime.
 """
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from attnkit.backends.gpu_runs import H200_2026_11_29
-from attnkit.planning.capabilities import BackendDeclaration, Capabilities
+from attnkit.registry.capabilities import BackendDeclaration, Capabilities
 
 DECLARATION = BackendDeclaration(
     name="dual_chunk",
@@ -25,20 +26,31 @@ DECLARATION = BackendDeclaration(
         head_dims="any",
         dtypes=("fp32", "fp16", "bf16"),
         kv_cache_dtypes=("fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2"),
-        page_sizes="any",            # any divisor of the chunk length: see check()
+        page_sizes="any",            # any divisor of the chunk length: see page_sizes(), check()
         phases=("prefill", "decode"),
         features=frozenset({"dual_chunk"}),
         requires=("torch",),
         verified=(H200_2026_11_29,),      # the Triton path (CUDA) and the torch path
     ),
     check="attnkit.backends.dual_chunk.declaration:check",
+    page_sizes_for="attnkit.backends.dual_chunk.declaration:page_sizes",
 )
+
+
+def page_sizes(model) -> frozenset[int] | None:
+    """Planner hook: a page never straddles two chunks, so its size divides the chunk length
+    ``chunk_size - local_size`` of every dual chunk layer (None: the model has none)."""
+    from attnkit.backends.dual_chunk.config import config_problems, divisors
+
+    lens = {l.dual_chunk.chunk_len for l in model.layers
+            if l.dual_chunk is not None and not config_problems(l.dual_chunk)}
+    return frozenset.intersection(*(frozenset(divisors(n)) for n in lens)) if lens else None
 
 
 def check(*, model, platform, phase: str, settings: Mapping[str, Any]) -> list[tuple]:
     """Planner hook (see planning/reasons.py): every reason this model cannot run here."""
     from attnkit.backends.dual_chunk.config import config_problems, page_size_problem
-    from attnkit.planning.reasons import layer_ranges
+    from attnkit.model.summary import layer_ranges
 
     plain = [l.layer_id for l in model.layers if l.dual_chunk is None]
     if plain:

@@ -22,7 +22,7 @@ import torch
 
 from attnkit.backends.dual_chunk.parts import chunk_groups, fold_part, part_ranges
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
-from attnkit.backends.triton._common import interpreting, kernel_scales, padded_dim, write_kv
+from attnkit.backends._triton import interpreting, kernel_scales, padded_dim, write_kv
 from attnkit.backends.triton.backend import query_blocks, sm_count, split_buffers
 from attnkit.backends.triton.decode import (choose_splits, decode_attention, decode_config,
                                              pick_decode_variant)
@@ -87,7 +87,7 @@ class ChunkGroups:
 
 
 @dataclass(slots=True)
-class DcaTritonPlan:
+class DcaTritonStep:
     meta: BatchMetadata
     block_tables: torch.Tensor          # [B, P] int32
     num_sms: int
@@ -95,7 +95,7 @@ class DcaTritonPlan:
     partials: dict = field(default_factory=dict)   # (H_q, BLOCK_DV, splits) -> 3 f32 buffers
 
     @classmethod
-    def build(cls, meta: BatchMetadata, device) -> "DcaTritonPlan":
+    def build(cls, meta: BatchMetadata, device) -> "DcaTritonStep":
         tables = torch.as_tensor(meta.block_tables, device=device).to(I32)
         return cls(meta=meta, block_tables=tables, num_sms=sm_count(torch.device(device)))
 
@@ -140,7 +140,7 @@ def serves(q: torch.Tensor, layer) -> bool:
         torch.float32, torch.float16, torch.bfloat16)
 
 
-def triton_dual_chunk(q3, k, v, layer, cache, plan: DcaTritonPlan, cl: int) -> torch.Tensor:
+def triton_dual_chunk(q3, k, v, layer, cache, plan: DcaTritonStep, cl: int) -> torch.Tensor:
     """q3: [T, 3, H_q, D]; k: [T, H_kv, D]; v: [T, H_kv, D_v] -> [T, H_q, D_v] in q3's dtype.
     Writes the step's K/V into the cache (decode: inside the kernel, as the triton backend's
     decode v2 where that is its choice); the parts read every other key from the cache."""

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState, check_option
+from attnkit.backends.base import AttentionBackend, RuntimeLayer, StepState, check_option
 from attnkit.backends.metadata import BatchMetadata
 from attnkit.backends.paged_torch import (PagedStep, absorbed_is_cheaper, begin_forward,
                                           decompress_latent, gather_kv, local_limits, select_out,
@@ -75,11 +75,11 @@ class TokenGrid:
 
     @classmethod
     def of(cls, step: StepState, device) -> "TokenGrid":
-        """``step.plan`` if it is the grid of ``step.meta``; else a new one, kept in step.plan
-        (a StepState made without ``prepare``, or one holding another step's plan)."""
-        grid = step.plan
+        """``step.prepared`` if it is the grid of ``step.meta``; else a new one, kept in step.prepared
+        (a StepState made without ``prepare``, or one holding another step's state)."""
+        grid = step.prepared
         if not isinstance(grid, TokenGrid) or grid.paged.meta is not step.meta:
-            grid = step.plan = cls.build(step.meta, device)
+            grid = step.prepared = cls.build(step.meta, device)
         return grid
 
 
@@ -97,10 +97,10 @@ class SdpaBackend(AttentionBackend):
         check_option(self.name, "mla_form", mla_form, ("auto", "absorbed", "mha"))
         self.mla_form = mla_form
 
-    def prepare(self, meta: BatchMetadata, cache) -> StepState:
-        return StepState(meta=meta, plan=TokenGrid.build(meta, meta.query_start_loc.device))
+    def _prepare(self, meta: BatchMetadata, cache) -> StepState:
+        return StepState(meta=meta, prepared=TokenGrid.build(meta, meta.query_start_loc.device))
 
-    def forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):
+    def _forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):
         """q: [T, H_q, D]; k/v: [T, H_kv, D|D_v] (MLA: latent [T, L + R], None; cross layers:
         encoder K/V [Te, ...] or None). Returns [T, H_q * D_v] in q.dtype."""
         meta, spec = step.meta, layer.spec
@@ -141,7 +141,7 @@ class SdpaBackend(AttentionBackend):
         return out.reshape(num_tokens, heads * dv)
 
     @staticmethod
-    def _keys_are_new(grid: TokenGrid, layer: AttentionLayer, meta: BatchMetadata, cache, k) -> bool:
+    def _keys_are_new(grid: TokenGrid, layer: RuntimeLayer, meta: BatchMetadata, cache, k) -> bool:
         """No request has a cached prefix (its keys are exactly its new tokens), the cache holds
         them unrounded (same dtype, so not fp8), requests are of equal length (q is the grid),
         and the layer attends over its own tokens with per-head K/V (MHA self-attention)."""
@@ -149,7 +149,7 @@ class SdpaBackend(AttentionBackend):
         return (grid.uniform and spec.kind == "mha" and spec.role != "cross" and k is not None
                 and k.dtype == cache.dtype and not any(meta.prefix_lens_cpu))
 
-    def _attend_new(self, q, k, v, grid: TokenGrid, layer: AttentionLayer, meta: BatchMetadata):
+    def _attend_new(self, q, k, v, grid: TokenGrid, layer: RuntimeLayer, meta: BatchMetadata):
         """SDPA over the step's own K/V: q [T, H_q, D], k/v [T, H_kv, D|D_v] -> [T, H_q * D_v]."""
         spec, b = layer.spec, len(meta.query_lens_cpu)
         mask, is_causal = self._mask(grid, layer, meta, meta.seq_lens_cpu, q.device)
@@ -158,7 +158,7 @@ class SdpaBackend(AttentionBackend):
                    scale=spec.softmax_scale)                      # [B, H_q, q_max, D_v]
         return out.transpose(1, 2).reshape(meta.num_tokens, spec.num_heads * spec.value_dim)
 
-    def _mla_operands(self, q, latent, layer: AttentionLayer, *, q_max: int):
+    def _mla_operands(self, q, latent, layer: RuntimeLayer, *, q_max: int):
         """SDPA operands for MLA over latent [B, S, L + R]; -> (q, keys [B, S, H, *], values
         [B, S, H, *], lift), lift = w_vc [H, L, D_v] in absorbed form, else None.
 
@@ -179,7 +179,7 @@ class SdpaBackend(AttentionBackend):
         return torch.cat([q_lat, q_pe], dim=-1), keys, keys[..., :mla.kv_lora_rank], w_vc
 
     @staticmethod
-    def _mask(grid: TokenGrid, layer: AttentionLayer, meta: BatchMetadata, kv_lens, device):
+    def _mask(grid: TokenGrid, layer: RuntimeLayer, meta: BatchMetadata, kv_lens, device):
         """(mask [B, 1, q_max, kv_max] | None, is_causal); memoised per step."""
         spec = layer.spec
         limits = local_limits(layer)                # (window, chunk): None, None = no local limit

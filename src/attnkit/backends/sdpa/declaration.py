@@ -6,7 +6,7 @@ logit softcap and no attention sinks, so neither is declared: such layers are re
 time (AK440). Torch-free: this module is read by the planner.
 """
 from attnkit.backends.gpu_runs import H200_2026_11_29
-from attnkit.planning.capabilities import BackendDeclaration, Capabilities
+from attnkit.registry.capabilities import BackendDeclaration, Capabilities
 
 DECLARATION = BackendDeclaration(
     name="sdpa",

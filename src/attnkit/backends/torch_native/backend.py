@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 
-from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState, check_option
+from attnkit.backends.base import AttentionBackend, RuntimeLayer, StepState, check_option
 from attnkit.backends.metadata import BatchMetadata
 from attnkit.backends.paged_torch import (PagedStep, begin_forward, gather_kv, local_limits,
                                           paged_step, visibility)
@@ -34,10 +34,10 @@ class TorchNativeBackend(AttentionBackend):
         check_option(self.name, "mla_form", mla_form, ("auto", "absorbed", "mha"))
         self.mla_form = mla_form
 
-    def prepare(self, meta: BatchMetadata, cache) -> StepState:
-        return StepState(meta=meta, plan=PagedStep(meta))
+    def _prepare(self, meta: BatchMetadata, cache) -> StepState:
+        return StepState(meta=meta, prepared=PagedStep(meta))
 
-    def forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):
+    def _forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):
         """q: [T, H_q, D]; k/v: [T, H_kv, D|D_v] (MLA: latent [T, L + R], None; cross layers:
         encoder K/V [Te, ...] or None). Returns [T, H_q * D_v] in q.dtype."""
         meta, spec = step.meta, layer.spec
@@ -60,13 +60,13 @@ class TorchNativeBackend(AttentionBackend):
             start += n
         return out.reshape(num_tokens, spec.num_heads * dv)
 
-    def _attend_fn(self, layer: AttentionLayer):
+    def _attend_fn(self, layer: RuntimeLayer):
         if layer.spec.kind != "mla":
             return attend_mha
         return functools.partial(attend_mla, form=self.mla_form)
 
 
-def _mask(paged: PagedStep, layer: AttentionLayer, i: int, n: int, s: int, device):
+def _mask(paged: PagedStep, layer: RuntimeLayer, i: int, n: int, s: int, device):
     """Request i's visibility [n, S] bool | None (n queries, S keys), built once per step for
     each kind of layer (self or cross, causal, window, chunk)."""
     spec = layer.spec

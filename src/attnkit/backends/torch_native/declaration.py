@@ -5,7 +5,7 @@ float32. Slow on GPUs next to fused kernels, but it serves every layer shape att
 except dual chunk attention. Torch-free: this module is read by the planner.
 """
 from attnkit.backends.gpu_runs import H200_2026_11_29
-from attnkit.planning.capabilities import BackendDeclaration, Capabilities
+from attnkit.registry.capabilities import BackendDeclaration, Capabilities
 
 DECLARATION = BackendDeclaration(
     name="torch_native",

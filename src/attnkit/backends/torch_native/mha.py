@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from attnkit.backends.base import AttentionLayer
+from attnkit.backends.base import RuntimeLayer
 
 F32 = torch.float32
 
 
-def attend_mha(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask, layer: AttentionLayer):
+def attend_mha(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask, layer: RuntimeLayer):
     """One request, float32. q: [n, H_q, D]; k: [S, H_kv, D]; v: [S, H_kv, D_v];
     mask: [n, S] bool | None -> [n, H_q, D_v]. GQA/MQA by viewing q heads as [H_kv, G]."""
     n, hq, d = q.shape
@@ -21,7 +21,7 @@ def attend_mha(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask, layer: A
     return out.reshape(n, hq, dv)
 
 
-def softmax_probs(scores: torch.Tensor, mask, layer: AttentionLayer) -> torch.Tensor:
+def softmax_probs(scores: torch.Tensor, mask, layer: RuntimeLayer) -> torch.Tensor:
     """scores: [H, n, S] scaled float32 -> probabilities [H, n, S].
 
     Softcap (cap * tanh(s / cap)) first, then the mask, then a softmax whose denominator

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import torch
 
-from attnkit.backends.base import AttentionLayer
+from attnkit.backends.base import RuntimeLayer
 from attnkit.backends.paged_torch import absorbed_is_cheaper, decompress_latent
 from attnkit.backends.torch_native.mha import F32, attend_mha, softmax_probs
 
 
-def attend_mla(q: torch.Tensor, latent: torch.Tensor, _v, mask, layer: AttentionLayer, *,
+def attend_mla(q: torch.Tensor, latent: torch.Tensor, _v, mask, layer: RuntimeLayer, *,
                form: str = "auto") -> torch.Tensor:
     """One request, float32. q: [n, H, nope + R] (rope part rotated); latent: [S, L + R];
     mask: [n, S] bool | None -> [n, H, D_v]. ``_v`` is unused (MLA has no separate V)."""

@@ -8,7 +8,7 @@ Per layer ``forward`` writes the new K/V into the cache, then runs extend
 two variants (``EXTEND_VARIANT`` in extend.py, ``DECODE_VARIANT`` in decode.py): extend v2
 reads the new tokens' K/V from k / v instead of the cache, decode v2 does the K/V write
 inside its kernel (no separate launch); "auto" picks per step what measured faster.
-Inputs are validated by the base class (backends/validation.py) before ``forward`` runs.
+Inputs are validated by AttentionBackend.forward (base.py) before ``_forward`` runs.
 """
 from __future__ import annotations
 
@@ -16,17 +16,17 @@ from dataclasses import dataclass, field
 
 import torch
 
-from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState, check_option
+from attnkit.backends.base import AttentionBackend, RuntimeLayer, StepState, check_option
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
-from attnkit.backends.triton._common import interpreting, kernel_scales, padded_dim, write_kv
+from attnkit.backends._triton import interpreting, kernel_scales, padded_dim, write_kv
 from attnkit.backends.triton.declaration import DECLARATION
-from attnkit.backends.triton.decode import (DECODE_VARIANT, DECODE_VARIANTS, auto_decode_variant,
-                                             choose_splits, decode_attention, decode_config,
-                                             decode_span, pick_decode_variant)
+from attnkit.backends.triton.decode import (DECODE_VARIANT, DECODE_VARIANT_NAMES, DECODE_VARIANTS,
+                                             auto_decode_variant, choose_splits, decode_attention,
+                                             decode_config, decode_span, pick_decode_variant)
 from attnkit.backends.triton.decode_merge import merge_counters
-from attnkit.backends.triton.extend import (EXTEND_VARIANT, EXTEND_VARIANTS, extend_attention,
-                                             extend_config, pick_extend_variant)
-from attnkit.backends.triton.extend_v2 import extend_attention_v2
+from attnkit.backends.triton.extend import (EXTEND_VARIANT, EXTEND_VARIANT_NAMES, EXTEND_VARIANTS,
+                                             extend_attention, extend_config, pick_extend_variant)
+from attnkit.backends.triton.extend_new_kv import extend_attention_v2
 from attnkit.backends.triton.tma_path import check_tma_override, run_tma_extend, tma_config, tma_route
 from attnkit.errors import fail
 
@@ -37,7 +37,7 @@ _CAPS = DECLARATION.capabilities
 
 
 @dataclass(slots=True)
-class TritonStepPlan:
+class TritonStep:
     """Per-step state shared by every layer (tensors int32, on the compute device)."""
     meta: BatchMetadata
     query_start_loc: torch.Tensor     # [B+1]
@@ -109,7 +109,8 @@ class TritonBackend(AttentionBackend):
     """Options (keyword-only) override the per-shape launch heuristics, for tests and
     benchmarks: ``extend_config`` / ``decode_config`` dicts (BLOCK_M, BLOCK_N, num_warps,
     num_stages), ``num_splits`` (decode KV splits; the chunk follows from it) and
-    ``extend_variant`` / ``decode_variant`` ("v1" / "v2" / "auto"; defaults
+    ``extend_variant`` / ``decode_variant`` ("v1" / "v2" / "auto", or by what they do:
+    extend "paged_kv" / "new_kv_direct", decode "separate_write" / "fused_write"; defaults
     extend.EXTEND_VARIANT and decode.DECODE_VARIANT, both "auto": chosen per step from
     measurements)."""
 
@@ -118,8 +119,12 @@ class TritonBackend(AttentionBackend):
     def __init__(self, *, extend_config: dict | None = None, decode_config: dict | None = None,
                  num_splits: int | None = None, extend_variant: str | None = None,
                  decode_variant: str | None = None):
-        check_option("triton", "extend_variant", extend_variant, (None, "auto", *EXTEND_VARIANTS))
-        check_option("triton", "decode_variant", decode_variant, (None, "auto", *DECODE_VARIANTS))
+        extend_variant = EXTEND_VARIANT_NAMES.get(extend_variant, extend_variant)
+        decode_variant = DECODE_VARIANT_NAMES.get(decode_variant, decode_variant)
+        check_option("triton", "extend_variant", extend_variant,
+                     (None, "auto", *EXTEND_VARIANTS, *EXTEND_VARIANT_NAMES))
+        check_option("triton", "decode_variant", decode_variant,
+                     (None, "auto", *DECODE_VARIANTS, *DECODE_VARIANT_NAMES))
         self.extend_variant = extend_variant
         self.decode_variant = decode_variant
         self.extend_override = dict(extend_config or {})
@@ -127,20 +132,20 @@ class TritonBackend(AttentionBackend):
         self.decode_override = dict(decode_config or {})
         self.num_splits = num_splits
 
-    def prepare(self, meta: BatchMetadata, cache) -> StepState:
+    def _prepare(self, meta: BatchMetadata, cache) -> StepState:
         dev = cache.device
         i32 = lambda x: torch.as_tensor(x, device=dev).to(torch.int32).contiguous()  # noqa: E731
-        plan = TritonStepPlan(meta=meta, query_start_loc=i32(meta.query_start_loc),
+        plan = TritonStep(meta=meta, query_start_loc=i32(meta.query_start_loc),
                               seq_lens=i32(meta.seq_lens), block_tables=i32(meta.block_tables),
                               num_sms=sm_count(dev))
         want = self.decode_variant or DECODE_VARIANT
         if meta.mode is ForwardMode.DECODE and "fused" in (want, auto_decode_variant(meta.num_reqs)):
             plan.counters = merge_counters(meta.num_reqs, dev)   # zeroed outside any graph
-        return StepState(meta=meta, plan=plan)
+        return StepState(meta=meta, prepared=plan)
 
-    def forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):
+    def _forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):
         """q: [T, H_q, D]; k: [T, H_kv, D]; v: [T, H_kv, D_v] -> [T, H_q * D_v] in q's dtype."""
-        spec, meta, plan = layer.spec, step.meta, step.plan
+        spec, meta, plan = layer.spec, step.meta, step.prepared
         _check_supported(q, layer, cache)
         lid = spec.layer_id
         if meta.mode is ForwardMode.IDLE or q.shape[0] == 0:
@@ -191,7 +196,7 @@ class TritonBackend(AttentionBackend):
                 extend_attention(q, k_cache, v_cache, out, **common)
         return out.view(q.shape[0], spec.num_heads * spec.value_dim)
 
-    def _splits(self, plan: TritonStepPlan, spec, block_n: int) -> tuple[int, int]:
+    def _splits(self, plan: TritonStep, spec, block_n: int) -> tuple[int, int]:
         if self.num_splits is None:
             return plan.decode_splits(spec.num_kv_heads, spec.sliding_window, spec.attention_chunk,
                                       block_n)
@@ -201,7 +206,7 @@ class TritonBackend(AttentionBackend):
         return -(-longest // chunk), chunk
 
 
-def _check_supported(q, layer: AttentionLayer, cache) -> None:
+def _check_supported(q, layer: RuntimeLayer, cache) -> None:
     """What the kernels cannot do at all (the declaration is the tested subset of the rest)."""
     spec = layer.spec
     if spec.kind != "mha" or spec.cross_attention or spec.dual_chunk is not None:

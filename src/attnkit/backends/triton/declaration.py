@@ -5,7 +5,7 @@ Every entry below is run on a GPU by tests/conformance and tests/triton_kernels 
 benchmarks/NOTES-triton.md for what was measured where. Torch-free: the planner reads it.
 """
 from attnkit.backends.gpu_runs import H200_2026_11_29
-from attnkit.planning.capabilities import BackendDeclaration, Capabilities
+from attnkit.registry.capabilities import BackendDeclaration, Capabilities
 
 DECLARATION = BackendDeclaration(
     name="triton",

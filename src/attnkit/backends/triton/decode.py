@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from attnkit.backends.triton._common import (NEG_BIG, attend_range, first_key, logits,
+from attnkit.backends._triton import (NEG_BIG, attend_range, first_key, logits,
                                              padded_dim, unit_stride_rows)
 from attnkit.backends.triton.decode_merge import merge_if_last, merge_shape
 
@@ -33,6 +33,10 @@ from attnkit.backends.triton.decode_merge import merge_if_last, merge_shape
 # the splits, so the step is one launch.
 DECODE_VARIANT = "auto"
 DECODE_VARIANTS = ("v1", "v2", "fused")
+# The variants by what they do (the backend option takes either spelling):
+DECODE_VARIANT_NAMES = {"separate_write": "v1",  # K/V written by its own launch first
+                        "fused_write": "v2",     # the decode kernel writes the new K/V
+                        "merge_in_kernel": "fused"}   # v2 + the last split program merges
 V2_MAX_BATCH = 16
 
 

@@ -18,10 +18,10 @@ import torch
 import triton
 import triton.language as tl
 
-from attnkit.backends.triton._common import (NEG_BIG, attend_range, key_ranges, padded_dim,
+from attnkit.backends._triton import (NEG_BIG, attend_range, key_ranges, padded_dim,
                                              store_lse, unit_stride_rows)
 
-# >>> Which extend kernel the backend runs by default. "v2" (extend_v2.py) reads the new
+# >>> Which extend kernel the backend runs by default. "v2" (extend_new_kv.py) reads the new
 # tokens' K/V from the step's k / v inputs and only the cached prefix through the block
 # table; "v1" (this file) reads every key through the block table. "auto" picks per step:
 # v2 when no request has a cached prefix, else v1. Measured on an H200 in one run
@@ -31,6 +31,10 @@ from attnkit.backends.triton._common import (NEG_BIG, attend_range, key_ranges, 
 # descriptors; "auto" takes it first where tma_path.tma_route says so.
 EXTEND_VARIANT = "auto"
 EXTEND_VARIANTS = ("v1", "v2", "tma")
+# The variants by what they do (the backend option takes either spelling):
+EXTEND_VARIANT_NAMES = {"paged_kv": "v1",        # every key through the block table
+                        "new_kv_direct": "v2",   # new tokens' K/V straight from k / v
+                        "dense_rows_tma": "tma"} # K/V as dense rows through tensor descriptors
 
 
 @triton.jit

@@ -28,7 +28,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from attnkit.backends.triton._common import (key_ranges, logits, online_softmax_step,
+from attnkit.backends._triton import (key_ranges, logits, online_softmax_step,
                                              softmax_start)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from attnkit.backends.triton._common import interpreting, padded_dim
+from attnkit.backends._triton import interpreting, padded_dim
 from attnkit.backends.triton.gather_rows import gather_rows
 from attnkit.errors import fail
 from attnkit.backends.triton.prefill_tma import descriptor_ready, prefill_tma_attention

@@ -8,21 +8,21 @@ Per step ``prepare`` turns the batch metadata into int32 index tensors once; per
 - MHA form (requests with at least ``mha_form_min_query`` new tokens): the latent of their
   KV is gathered and decompressed into per-head K/V by one GEMM each, then a causal Triton
   flash-attention kernel runs over them.
-A MIXED step runs each request in its own form (see _plan.py).
+A MIXED step runs each request in its own form (see _parts.py).
 """
 from __future__ import annotations
 
 import torch
 import triton
 
-from attnkit.backends.base import AttentionBackend, AttentionLayer, StepState, check_option
+from attnkit.backends.base import AttentionBackend, RuntimeLayer, StepState, check_option
 from attnkit.backends.metadata import BatchMetadata
-from attnkit.backends.triton._common import interpreting
-from attnkit.backends.triton_mla._plan import Part, build_parts
+from attnkit.backends._triton import interpreting
+from attnkit.backends.triton_mla._parts import Part, build_parts
 from attnkit.backends.triton_mla.declaration import DECLARATION
-from attnkit.backends.triton_mla.decode import (DEFAULT_DECODE_VARIANT, VARIANTS, absorbed_attention,
-                                                absorbed_config, choose_splits)
-from attnkit.backends.triton_mla.decode_v2 import absorbed_config_v2, v2_block_h
+from attnkit.backends.triton_mla.decode import (DEFAULT_DECODE_VARIANT, VARIANT_NAMES, VARIANTS,
+                                                absorbed_attention, absorbed_config, choose_splits)
+from attnkit.backends.triton_mla.decode_column_split import absorbed_config_v2, v2_block_h
 from attnkit.backends.triton_mla.extend import mha_form_attention
 from attnkit.errors import fail
 
@@ -58,7 +58,7 @@ class TritonMLABackend(AttentionBackend):
     ``num_splits`` (KV splits per tile), ``block_h``, ``block_n``, ``num_warps``,
     ``num_stages``, ``mha_form_min_query`` (new tokens from which extend uses the MHA form;
     None = always absorbed), ``extend_tiles`` (block_m, block_n, num_warps, num_stages of
-    the MHA-form kernel), ``variant`` of the absorbed split kernel ("v1" / "v2"; default
+    the MHA-form kernel), ``variant`` of the absorbed split kernel ("v1" / "v2", or "whole_rows" / "column_split"; default
     decode.DEFAULT_DECODE_VARIANT), ``v_split`` (v2: column blocks of the latent per head
     block, 1 or 2)."""
 
@@ -76,17 +76,17 @@ class TritonMLABackend(AttentionBackend):
         self.num_stages = num_stages
         self.mha_form_min_query = mha_form_min_query
         self.extend_tiles = extend_tiles
-        self.variant = variant or DEFAULT_DECODE_VARIANT
-        check_option(self.name, "variant", self.variant, VARIANTS)
+        self.variant = VARIANT_NAMES.get(variant, variant) or DEFAULT_DECODE_VARIANT
+        check_option(self.name, "variant", self.variant, (*VARIANTS, *VARIANT_NAMES))
         check_option(self.name, "v_split", v_split, (None, 1, 2))
         self.v_split = v_split
 
     # ---- per step -------------------------------------------------------------------------
-    def prepare(self, meta: BatchMetadata, cache) -> StepState:
-        return StepState(meta=meta, plan=build_parts(meta, cache.device, self.mha_form_min_query))
+    def _prepare(self, meta: BatchMetadata, cache) -> StepState:
+        return StepState(meta=meta, prepared=build_parts(meta, cache.device, self.mha_form_min_query))
 
     # ---- per layer ------------------------------------------------------------------------
-    def forward(self, q, k, v, layer: AttentionLayer, cache, step: StepState):
+    def _forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):
         """q: [T, H, nope + rope]; k: latent [T, L + R]; v: None. Returns [T, H * v_head_dim]."""
         spec, meta = layer.spec, step.meta
         mla = self._check(q, k, v, layer, cache)
@@ -100,7 +100,7 @@ class TritonMLABackend(AttentionBackend):
         kv_scale = float(cache.k_scales[spec.layer_id]) if cache.is_fp8 else 1.0
         latent = cache.latent[spec.layer_id]
         out = None
-        for form, part in step.plan.items():
+        for form, part in step.prepared.items():
             qn, qp = (q_nope, q_pe) if part.tokens is None else (q_nope[part.tokens], q_pe[part.tokens])
             if form == "mha":
                 res = self._mha_form(qn, qp, latent, layer, cache, part, kv_scale)
@@ -119,13 +119,13 @@ class TritonMLABackend(AttentionBackend):
         out_lat = self._attend_latent(q_lat, q_pe, latent, layer, part, kv_scale)
         return torch.bmm(out_lat.transpose(0, 1), layer.w_vc.to(q_nope.dtype)).transpose(0, 1)
 
-    def attend_latent(self, q_lat, q_pe, latent, layer: AttentionLayer, step: StepState, *,
+    def attend_latent(self, q_lat, q_pe, latent, layer: RuntimeLayer, step: StepState, *,
                       kv_scale: float = 1.0):
         """The absorbed attention core alone, for a step whose requests all take the absorbed
         form (benchmarks time it apart from the projections).
 
         q_lat: [H, T, L]; q_pe: [T, H, R]; latent: [pages, page_size, L + R] -> out_lat [T, H, L]."""
-        return self._attend_latent(q_lat, q_pe, latent, layer, step.plan["absorbed"], kv_scale)
+        return self._attend_latent(q_lat, q_pe, latent, layer, step.prepared["absorbed"], kv_scale)
 
     def _attend_latent(self, q_lat, q_pe, latent, layer, part: Part, kv_scale: float):
         H = q_lat.shape[0]
@@ -180,7 +180,7 @@ class TritonMLABackend(AttentionBackend):
             num_warps=warps, num_stages=stages)
 
     # ---- checks ---------------------------------------------------------------------------
-    def _check(self, q, k, v, layer: AttentionLayer, cache):
+    def _check(self, q, k, v, layer: RuntimeLayer, cache):
         """Everything the declaration says, as AttnkitErrors in AK460-AK466."""
         spec = layer.spec
         mla = spec.mla

@@ -1,6 +1,6 @@
 """What the triton_mla backend serves, as torch-free data (checked by tests/conformance)."""
 from attnkit.backends.gpu_runs import H200_2026_11_29
-from attnkit.planning.capabilities import BackendDeclaration, Capabilities
+from attnkit.registry.capabilities import BackendDeclaration, Capabilities
 
 # Latent widths are tl.arange extents, so each must be a power of two; these are the pairs
 # the tests run: DeepSeek-V2/V3 and Kimi-K2 (512, 64) on the GPU, a toy size on the interpreter.

@@ -19,16 +19,20 @@ import triton
 import triton.language as tl
 from triton.runtime.errors import OutOfResources
 
-from attnkit.backends.triton._common import LOG2E, NEG_BIG, online_softmax_step
+from attnkit.backends._triton import LOG2E, NEG_BIG, online_softmax_step
+from attnkit.backends.triton_mla.decode_column_split import _absorbed_v2_kernel, work_rows
 from attnkit.backends.triton_mla.decode_tma import absorbed_tma, tma_ready
-from attnkit.backends.triton_mla.decode_v2 import _absorbed_v2_kernel, work_rows
 
 # ---------------------------------------------------------------------------------------
 # DEFAULT DECODE VARIANT of the absorbed split-KV kernel: "v1" (_absorbed_split_kernel) or
-# "v2" (decode_v2.py: output columns split across programs, page-local key tiles). Measured
+# "v2" (decode_column_split.py: output columns split across programs, page-local key tiles). Measured
 # in one H200 run (benchmarks/RESULTS.md, triton_mla, 2026-11-29): 128 heads B=128 ctx 4k
 # v2 230 vs v1 174 TFLOP/s; 16 heads 3556 vs 2975 GB/s. To revert, set "v1".
 DEFAULT_DECODE_VARIANT = "v2"
+# The variants by what they do (the backend option takes either spelling):
+VARIANT_NAMES = {"whole_rows": "v1",        # one program holds a head block's whole latent row
+                 "column_split": "v2",      # output columns split across programs (decode_column_split.py)
+                 "column_split_tma": "tma"} # v2 with the latent tiles through tensor descriptors
 # ---------------------------------------------------------------------------------------
 # "tma" (decode_tma.py): v2's program with the latent tiles read through tensor descriptors;
 # it serves 128-head programs of a 16-bit cache (decode_tma.tma_ready), else v2 runs.

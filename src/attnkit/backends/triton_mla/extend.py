@@ -14,7 +14,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from attnkit.backends.triton._common import LOG2E, NEG_BIG, online_softmax_step, padded_dim
+from attnkit.backends._triton import LOG2E, NEG_BIG, online_softmax_step, padded_dim
 
 
 @triton.jit

@@ -33,8 +33,8 @@ ENTRIES = [
                    "(let `attnkit plan` choose).",
                    "Build the layer spec with dual_chunk=DualChunkConfig(chunk_size, local_size, "
                    "original_max_position_embeddings)."],
-        before="DualChunkBackend().forward(q, k, v, AttentionLayer(llama_spec), cache, step)",
-        after="TorchNativeBackend().forward(q, k, v, AttentionLayer(llama_spec), cache, step)",
+        before="DualChunkBackend().forward(q, k, v, RuntimeLayer(llama_spec), cache, step)",
+        after="TorchNativeBackend().forward(q, k, v, RuntimeLayer(llama_spec), cache, step)",
         related=("AK472",),
     ),
     entry(

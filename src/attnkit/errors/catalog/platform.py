@@ -41,8 +41,10 @@ ENTRIES = [
                 "reports installed, usable-here and supports-this-input separately: this is 'installed'.",
         trigger="A candidate whose `requires` names a package missing from Platform.packages.",
         situations=["A CUDA box without triton.", "A detected platform (--device auto) in a venv "
-                    "without torch."],
-        solutions=["Install the package named in the message (pip install triton).",
+                    "without torch.", "attnkit generate or attnkit tune after a bare "
+                    "`pip install attnkit` (planning needs no torch; running does)."],
+        solutions=["Install the package named in the message (pip install triton; for torch: "
+                   "pip install 'attnkit[torch]').",
                    "Use a backend whose requirements are installed."],
         before="attnkit plan llama-3.1-8b --attention-backend triton   # triton not installed",
         after="pip install triton && attnkit plan llama-3.1-8b --attention-backend triton",

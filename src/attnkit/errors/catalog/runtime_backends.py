@@ -57,19 +57,19 @@ ENTRIES = [
     ),
     entry(
         "AK443", "Layer tensor missing",
-        meaning="The layer's spec needs a per-layer tensor that its AttentionLayer does not carry: "
+        meaning="The layer's spec needs a per-layer tensor that its RuntimeLayer does not carry: "
                 "an MLA layer is computed from the cached latent and needs the key and value "
                 "up-projections (w_kc [H, qk_nope, L], w_vc [H, L, v_head_dim]); a layer with "
                 "sinks needs its per-head sink logits (sinks [H]). Running without them would "
                 "give wrong numbers, so the backend refuses.",
         trigger="forward on an MLA layer whose w_kc or w_vc is None, or on a layer with "
                 "spec.sinks=True whose sinks tensor is None.",
-        situations=["An AttentionLayer built from the spec alone, weights not attached.",
+        situations=["An RuntimeLayer built from the spec alone, weights not attached.",
                     "A checkpoint loader that did not split kv_b_proj into w_kc / w_vc."],
-        solutions=["Attach the tensors with per-rank shapes: AttentionLayer(spec, w_kc=..., "
-                   "w_vc=...) for MLA, AttentionLayer(spec, sinks=...) for sinks."],
-        before="AttentionLayer(spec)",
-        after="AttentionLayer(spec, w_kc=w_kc, w_vc=w_vc)",
+        solutions=["Attach the tensors with per-rank shapes: RuntimeLayer(spec, w_kc=..., "
+                   "w_vc=...) for MLA, RuntimeLayer(spec, sinks=...) for sinks."],
+        before="RuntimeLayer(spec)",
+        after="RuntimeLayer(spec, w_kc=w_kc, w_vc=w_vc)",
         related=("AK411",),
     ),
 ]

@@ -9,7 +9,7 @@ ENTRIES = [
         meaning="triton_mla attends over a latent cache in the absorbed or decompressed MLA form; "
                 "the layer is not an MLA layer, or lacks its w_kc / w_vc up-projections.",
         trigger="TritonMLABackend.forward with a layer whose spec.kind is not 'mla', or whose "
-                "AttentionLayer has w_kc or w_vc unset.",
+                "RuntimeLayer has w_kc or w_vc unset.",
         situations=["A multi-head (MHA/GQA) model forced onto --attention-backend triton_mla.",
                     "An MLA layer built without its kv_b_proj split into w_kc and w_vc."],
         solutions=["Use an MHA backend (triton, sdpa, torch_native) for MHA models.",
@@ -90,8 +90,8 @@ ENTRIES = [
                     "w_kc passed as [H, L, qk_nope] (transposed)."],
         solutions=["Slice w_kc and w_vc to this rank's heads.",
                    "Pass w_kc as [H, qk_nope, L]: nope key = latent_L @ w_kc[h].T."],
-        before="AttentionLayer(spec, w_kc=kv_b_proj_k)             # [H, L, qk_nope]",
-        after="AttentionLayer(spec, w_kc=kv_b_proj_k.transpose(1, 2))  # [H, qk_nope, L]",
+        before="RuntimeLayer(spec, w_kc=kv_b_proj_k)             # [H, L, qk_nope]",
+        after="RuntimeLayer(spec, w_kc=kv_b_proj_k.transpose(1, 2))  # [H, qk_nope, L]",
         related=("AK411", "AK413"),
     ),
 ]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from attnkit.backends.triton._common import (NEG_BIG, attend_range, key_ranges, logits,
+from attnkit.backends._triton import (NEG_BIG, attend_range, key_ranges, logits,
                                              online_softmax_step, padded_dim, unit_stride_rows)
 
 

@@ -9,7 +9,7 @@ import difflib
 from typing import Mapping
 
 from attnkit.errors import AttnkitError
-from attnkit.planning.capabilities import BackendDeclaration
+from attnkit.registry.capabilities import BackendDeclaration
 
 # Names other engines accept that attnkit has no backend for, with what they are.
 FOREIGN_BACKENDS: dict[str, str] = {

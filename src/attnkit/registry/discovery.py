@@ -11,7 +11,7 @@ import pkgutil
 import warnings
 from functools import lru_cache
 
-from attnkit.planning.capabilities import BackendDeclaration
+from attnkit.registry.capabilities import BackendDeclaration
 
 
 @lru_cache(maxsize=1)
@@ -48,7 +48,7 @@ def load_backend(name: str, **kwargs):
     A package the backend needs that is missing is AK212; an option its constructor does not
     take is AK407."""
     from attnkit.errors import fail
-    from attnkit.planning.names import resolve
+    from attnkit.registry.names import resolve
 
     if not isinstance(name, str):
         fail("AK300", f"a backend name must be a string, got {name!r}", field="attention_backend",

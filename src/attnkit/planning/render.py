@@ -1,11 +1,12 @@
-"""Plain-text views of plans, plan matrices and backend lists (the CLI's non-JSON output)."""
+"""Plain-text views of plans, plan matrices and backend lists: the CLI's non-JSON output, and the
+plan the transformers integration quotes when a model cannot be served. Torch-free."""
 from __future__ import annotations
 
 import textwrap
 from typing import Any
 
 from attnkit.planning.plan import Plan
-from attnkit.planning.reasons import layer_ranges
+from attnkit.model.summary import layer_ranges
 
 SHARED = "all rejected"
 

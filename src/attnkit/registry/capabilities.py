@@ -125,3 +125,7 @@ class BackendDeclaration:
     # check(*, model, platform, phase, settings) -> iterable of messages (str) or
     # (field, required, actual, message) tuples; each becomes an AK110 reason.
     check: str | None = None
+    # Optional "module:function" for page sizes that depend on the model, called by the planner
+    # as page_sizes_for(model) -> the sizes allowed for it (any iterable), or None for no limit
+    # beyond ``capabilities.page_sizes``; every page size the planner picks or suggests obeys it.
+    page_sizes_for: str | None = None

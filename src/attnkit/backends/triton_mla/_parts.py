@@ -1,4 +1,4 @@
-"""Per-step plan of the triton_mla backend: which requests take which MLA form, and the
+"""Per-step parts of the triton_mla backend: which requests take which MLA form, and the
 index tensors each form's kernels read. Built once per step, shared by every layer.
 
 A step whose requests all take one form has one part covering the whole batch (no token

@@ -1,4 +1,4 @@
-"""Shared Triton helpers for the extend and decode kernels (private to this package).
+"""Triton helpers shared by the triton, triton_mla and dual_chunk backends' kernels and launchers.
 
 Index math, once: KV token ``t`` of a request lives in page ``block_table[t // PAGE]`` at
 offset ``t % PAGE``; its K row for KV head ``h`` starts at

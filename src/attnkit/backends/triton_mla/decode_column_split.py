@@ -26,7 +26,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from attnkit.backends.triton._common import NEG_BIG, online_softmax_step
+from attnkit.backends._triton import NEG_BIG, online_softmax_step
 
 
 @triton.jit

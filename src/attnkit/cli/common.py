@@ -1,0 +1,63 @@
+"""What the ``attnkit`` subcommands share: exit codes, the planning flags, printing an error.
+
+Torch-free; ``main`` (the parser and ``plan``/``backends``/...) and ``generate`` both import it.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+
+from attnkit.errors import AttnkitError, fail
+
+EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_NO_PLAN = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130                         # the shell's 128 + SIGINT
+# Plan errors that mean the command itself is wrong (a name attnkit lacks, an invalid value), not
+# that no backend fits: unknown backend name, another engine's backend name, invalid setting value.
+USAGE_CODES = ("AK300", "AK301", "AK306")
+
+
+def add_plan_flags(p: argparse.ArgumentParser) -> None:
+    """The planning settings, shared by ``plan`` and ``generate`` (see request_from_args)."""
+    p.add_argument("--attention-backend", metavar="B")
+    p.add_argument("--prefill-attention-backend", metavar="B")
+    p.add_argument("--decode-attention-backend", metavar="B")
+    # integers are checked by parse_request (AK306 names the flag), not by argparse
+    p.add_argument("--page-size", metavar="N")
+    p.add_argument("--kv-cache-dtype", metavar="T")
+    p.add_argument("--dtype", metavar="T")
+    p.add_argument("--tp-size", metavar="N")
+    p.add_argument("--speculative-tokens", metavar="N")
+    p.add_argument("--dual-chunk", choices=("auto", "on", "off"))
+    p.add_argument("--deny", action="append", metavar="B", help="never choose B (repeatable, or comma list)")
+    p.add_argument("--cuda-graph", action="store_true", default=None)
+
+
+def request_from_args(args: argparse.Namespace):
+    """The ``PlanRequest`` that ``attnkit plan``'s flags describe (AK306 on junk values)."""
+    from attnkit.planning.request import parse_request
+
+    return parse_request({
+        "attention_backend": args.attention_backend, "prefill_attention_backend": args.prefill_attention_backend,
+        "decode_attention_backend": args.decode_attention_backend, "page_size": args.page_size,
+        "kv_cache_dtype": args.kv_cache_dtype, "dtype": args.dtype, "tp_size": args.tp_size,
+        "speculative_tokens": args.speculative_tokens, "dual_chunk": args.dual_chunk,
+        "cuda_graph": args.cuda_graph, "deny": [n for d in (args.deny or []) for n in d.split(",")]})
+
+
+def print_error(err: AttnkitError) -> None:
+    """The error as ``attnkit`` prints it on stderr: code, title, message, fixes, where to read more."""
+    lines = [f"error {err.code}: {err.title}", f"  {err.message}"]
+    lines += [f"  fix: {s}" for s in err.solutions]
+    lines.append(f"  more: attnkit explain {err.code}")
+    sys.stderr.write("\n".join(lines) + "\n")
+
+
+def require_torch(command: str) -> None:
+    """AK212 unless torch is importable: planning needs no torch, running a model does (a bare
+    ``pip install attnkit`` plans; ``pip install 'attnkit[torch]'`` brings the runtime)."""
+    if importlib.util.find_spec("torch") is None:
+        fail("AK212", f"{command} runs attention with torch, which is not installed (planning needs no "
+                      "torch; running does)", field="requires", expected=["torch"], actual="torch",
+             solutions=["pip install 'attnkit[torch]' (on a GPU machine install your CUDA build of "
+                        "torch first)", "or plan only: attnkit plan MODEL --device D"])

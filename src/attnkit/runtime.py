@@ -1,0 +1,45 @@
+"""What running a backend takes, in one import (docs/backends.md):
+
+    from attnkit.runtime import (RuntimeLayer, LayerAttention, PageAllocator, PagedKVCache,
+                                 Request, build_batch, load_backend, reference)
+
+Importing this module imports nothing heavy; each name is loaded (with torch) on first use.
+``reference`` is the float64 reference module (``reference.attention(...)``).
+"""
+from __future__ import annotations
+
+import importlib
+
+# name -> the module that defines it ("" = the name is that module itself)
+_HOMES = {
+    "load_backend": "attnkit.registry",
+    "declarations": "attnkit.registry",
+    "AttentionBackend": "attnkit.backends.base",
+    "RuntimeLayer": "attnkit.backends.base",
+    "StepState": "attnkit.backends.base",
+    "HybridBackend": "attnkit.backends.hybrid",
+    "BatchMetadata": "attnkit.backends.metadata",
+    "ForwardMode": "attnkit.backends.metadata",
+    "Request": "attnkit.backends.batch",
+    "build_batch": "attnkit.backends.batch",
+    "PagedKVCache": "attnkit.kvcache.paged",
+    "PageAllocator": "attnkit.kvcache.allocator",
+    "LayerAttention": "attnkit.model.spec",
+    "MLAConfig": "attnkit.model.spec",
+    "DualChunkConfig": "attnkit.model.spec",
+    "reference": "",
+}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'attnkit.runtime' has no attribute {name!r}")
+    if home == "":
+        return importlib.import_module(f"attnkit.{name}")
+    return getattr(importlib.import_module(home), name)
+
+
+def __dir__() -> list[str]:
+    return __all__
