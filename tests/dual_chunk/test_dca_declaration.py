@@ -33,7 +33,7 @@ def model(config=QWEN, layers=2):
 def test_registered_and_loadable():
     assert declarations()["dual_chunk"] is DECLARATION
     caps = DECLARATION.capabilities.to_dict()
-    assert caps["features"] == ["dual_chunk"] and caps["kinds"] == ["mha"]
+    assert caps["features"] == ["cuda_graph", "dual_chunk"] and caps["kinds"] == ["mha"]
     assert isinstance(load_backend("dual_chunk"), DualChunkBackend)
 
 
