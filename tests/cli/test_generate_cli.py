@@ -126,7 +126,7 @@ def test_tiny_temperature_samples_the_argmax(capsys, model_dir, greedy):
 
 
 def test_ctrl_c_exits_quietly(capsys, model_dir, monkeypatch):
-    from attnkit.runner.llm import LLM
+    from attnkit.runner.engine.llm import LLM
 
     def interrupted(self, *args, **kwargs):
         raise KeyboardInterrupt

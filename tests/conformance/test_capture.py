@@ -154,7 +154,7 @@ class Rig:
     def _dual_chunk_round(self, reqs, gen):
         """Raw sequences: the cache holds their keys rotated at chunk-local positions; the
         step's queries go in three rotations; the oracle rotates on its own in float64."""
-        from attnkit.runner.rotary import DualChunkRotary
+        from attnkit.runner.layers.rotary import DualChunkRotary
 
         s, lid = self.spec, self.spec.layer_id
         rotary = DualChunkRotary(DCA, base=ROPE_BASE)

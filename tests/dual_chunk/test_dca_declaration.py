@@ -76,7 +76,7 @@ def test_planner_turns_check_into_reasons():
 
 def test_every_code_raised_has_a_catalog_entry():
     root = Path(__file__).resolve().parents[2] / "src" / "attnkit"
-    files = [*root.joinpath("backends", "dual_chunk").glob("*.py"), root / "runner" / "rotary.py"]
+    files = [*root.joinpath("backends", "dual_chunk").glob("*.py"), root / "runner" / "layers" / "rotary.py"]
     codes = {c for f in files for c in re.findall(r'"(AK\d{3})"', f.read_text())}
     assert {"AK470", "AK471", "AK472", "AK473", "AK474"} <= codes
     assert codes <= set(CATALOG)

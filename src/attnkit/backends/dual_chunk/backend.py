@@ -1,6 +1,6 @@
 """dual_chunk: dual chunk attention (DCA, Qwen2.5-1M) over the paged KV cache.
 
-Interface (the model's side is attnkit.runner.rotary.DualChunkRotary):
+Interface (the model's side is attnkit.runner.layers.rotary.DualChunkRotary):
     q3, k = rotary(q, k, meta.positions, length_scale=step_length_scales(meta, cfg))
     out = backend.forward(q3, k, v, layer, cache, step)
 - q3: [T, 3, H_q, D] — each new token's query rotated three ways, stacked on dim 1 in the

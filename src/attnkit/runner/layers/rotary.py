@@ -34,8 +34,8 @@ import torch
 from attnkit.backends.dual_chunk.config import require_valid_config
 from attnkit.errors import fail
 from attnkit.model.spec import DualChunkConfig
-from attnkit.runner.layers import cast
-from attnkit.runner.rope import RopeConfig, inv_freq
+from attnkit.runner.layers.norm import cast
+from attnkit.runner.layers.rope import RopeConfig, inv_freq
 
 VARIANTS = ("intra", "successor", "inter")      # order of dim 1 of the DCA queries
 
@@ -163,6 +163,17 @@ def step_length_scales(meta, config: DualChunkConfig, *,
     per_req = [dca_length_scale(n, omax) for n in lens]
     per_tok = [s for s, n in zip(per_req, meta.query_lens_cpu) for _ in range(n)]
     return torch.tensor(per_tok, dtype=torch.float32, device=meta.seq_lens.device)
+
+
+def decode_length_scales(meta, config: DualChunkConfig) -> torch.Tensor:
+    """``step_length_scales`` of a DECODE step (one token per request, L its KV length) from
+    the device's seq_lens, with no host list: what a captured step computes. The same
+    float64 formula, so the same float32 values up to the last bit of a logarithm."""
+    omax = config.original_max_position_embeddings
+    if omax <= 0:
+        return torch.ones(meta.seq_lens.shape[0], dtype=torch.float32, device=meta.seq_lens.device)
+    s = 0.1 * torch.log(meta.seq_lens.to(torch.float64) / omax) + 1.0
+    return s.clamp(min=1.0).to(torch.float32)
 
 
 class DualChunkRotary:
