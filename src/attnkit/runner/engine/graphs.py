@@ -84,6 +84,8 @@ class GraphRunner:
         self.stats = {"buckets": list(self.buckets), "captured": capture, "capture_s": 0.0,
                       "memory_bytes": 0, "replays": 0, "eager_decodes": 0}
         try:
+            for size in reversed(self.buckets):         # every static plan, checked now
+                self._prepare(size)
             if capture:
                 self._capture_all(progress)
         except AttnkitError as err:
@@ -127,7 +129,7 @@ class GraphRunner:
 
     # -- buckets -----------------------------------------------------------------------
     def _prepare(self, size: int) -> _Bucket:
-        """The bucket's static step (capture=False builds it on first use)."""
+        """The bucket's static step (built once)."""
         if size not in self._bucket:
             eng = self.engine
             meta = self.static.meta(size)
