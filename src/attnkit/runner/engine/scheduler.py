@@ -161,19 +161,17 @@ class Scheduler:
         decode = sum(1 for r in plan if r.decoding)
         prefill = sum(n for r, n in plan.items() if not r.decoding)
         ready = [r for r, n in plan.items() if r.computed + n == r.num_tokens]
-        greedy = bool(ready) and all(r.params.greedy for r in ready)
+        greedy = all(r.params.greedy for r in ready)
+        # greedy: token ids chosen on the device, read back (a host sync: the step time is
+        # real); else logits, and sampling ends in a host sync
         out = self.engine.step(batch, logits="argmax" if greedy else "last", prompt_lens=lens)
         for r, n in plan.items():       # the engine advanced each record's computed count
             r.stats.num_computed_tokens += n
-        if greedy:                      # chosen on the device; reading them back syncs
+        if greedy:
             tokens = [out[r.seq_id] for r in ready]
-        elif ready:                     # sampling ends in a host sync: the step time is real
+        else:
             tokens = sample(torch.cat([out[r.seq_id] for r in ready]),
                             [r.params for r in ready], [r.generator for r in ready])
-        else:
-            tokens = []
-            if self.engine.device.type == "cuda":
-                torch.cuda.synchronize(self.engine.device)
         now = time.perf_counter()
         self.stats.add_step(prefill=prefill, decode=decode, seconds=now - start)
         done = []
