@@ -1,12 +1,13 @@
 """``Engine.from_pretrained``: checkpoint -> plan -> KV cache -> model (-> decode graphs)."""
 from __future__ import annotations
 
+import warnings
 from typing import Any, Mapping, TextIO
 
 import torch
 
 from attnkit.backends.base import AttentionBackend
-from attnkit.errors import fail
+from attnkit.errors import AttnkitError, fail
 from attnkit.kvcache.paged import TORCH_KV_DTYPES, PagedKVCache
 from attnkit.runner.engine.checks import COMPUTE_DTYPES, check_count, coded_args, device_of, dtype_name
 from attnkit.runner.engine.ledger import PageLedger
@@ -95,6 +96,13 @@ def from_pretrained(cls, source: Any, *, backend: str | AttentionBackend | None 
                  PageLedger(num_pages, page_size, scratch=scratch))
     engine.plan = plan
     if graphs:
-        engine.graphs = GraphRunner(engine, max_batch=max_num_seqs, capture=graph_capture,
-                                    explicit=cuda_graph is True, progress=progress)
+        try:
+            engine.graphs = GraphRunner(engine, max_batch=max_num_seqs, capture=graph_capture,
+                                        explicit=cuda_graph is True, progress=progress)
+        except AttnkitError as err:
+            if cuda_graph is True or err.code != "AK489":
+                raise
+            # --cuda-graph auto: the plan said these backends capture; decode eagerly, loudly
+            warnings.warn(f"decode graphs not captured, decoding eagerly: {err}", UserWarning,
+                          stacklevel=3)
     return engine

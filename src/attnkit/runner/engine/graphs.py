@@ -83,6 +83,7 @@ class GraphRunner:
         self._pool = torch.cuda.graph_pool_handle() if capture else None
         self.stats = {"buckets": list(self.buckets), "captured": capture, "capture_s": 0.0,
                       "memory_bytes": 0, "replays": 0, "eager_decodes": 0}
+        self._copied = None                              # CUDA event after the token copy
         try:
             for size in reversed(self.buckets):         # every static plan, checked now
                 self._prepare(size)
@@ -93,6 +94,13 @@ class GraphRunner:
                 fail("AK489", f"decode steps cannot be captured: {err}", field="cuda_graph",
                      expected="a decode backend that declares cuda_graph", actual=True)
             raise
+        except Exception as exc:  # noqa: BLE001 - a capture that fails is refused, coded
+            self._bucket.clear()
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+                torch.cuda.empty_cache()
+            fail("AK489", f"capturing the decode graphs failed ({type(exc).__name__}: {exc})",
+                 field="cuda_graph", expected="a capturable decode step", actual=True)
 
     @staticmethod
     def scratch_pages_for(max_batch: int, page_size: int) -> int:
@@ -116,8 +124,13 @@ class GraphRunner:
         bucket = self._prepare(self.bucket_for(n))
         self.static.fill(bucket.size, reqs)
         host = self._host_tokens
+        if self._copied is not None:
+            self._copied.synchronize()                  # the last copy out of ``host`` is done
         host[:n] = torch.tensor(tokens, dtype=torch.int64)
         self.tokens[:n].copy_(host[:n], non_blocking=host.is_pinned())
+        if host.is_pinned():
+            self._copied = torch.cuda.Event()
+            self._copied.record()
         if bucket.graph is not None:
             bucket.graph.replay()
             logits, argmax = bucket.logits, bucket.argmax
