@@ -36,5 +36,11 @@ class GatedMLP:
         return cls(gate_up, Linear.load(w, f"{prefix}down_proj", hidden, inter), activation(act))
 
     def __call__(self, x: torch.Tensor, ctx=None) -> torch.Tensor:
-        gate, up = self.gate_up(x).split(self.inter, dim=-1)
+        gate_up = self.gate_up(x)
+        if self.act is F.silu and gate_up.dim() == 2:
+            from attnkit.runner.layers import fused
+
+            if fused.enabled(gate_up):                # one kernel for silu(gate) * up
+                return self.down(fused.silu_mul(gate_up))
+        gate, up = gate_up.split(self.inter, dim=-1)
         return self.down(self.act(gate) * up)

@@ -17,7 +17,28 @@ class NormStyle:
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, style: NormStyle) -> torch.Tensor:
     """x: [..., N]; weight: [N] -> (offset + weight) * x / rms(x), normalised in float32 like
     transformers. Llama casts back to x's dtype before the weight; Gemma and gpt-oss after it
-    (``weight_in_fp32``). Only low-precision results differ."""
+    (``weight_in_fp32``). Only low-precision results differ. On CUDA one fused kernel
+    (fused.py) computes the same."""
+    from attnkit.runner.layers import fused
+
+    if fused.enabled(x):
+        return fused.rms_norm(x, weight, style)
+    return _rms_norm(x, weight, style)
+
+
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                 style: NormStyle) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rms_norm(residual + x), residual + x): the residual add and the next norm, one kernel
+    on CUDA. x, residual: [..., N] in one dtype."""
+    from attnkit.runner.layers import fused
+
+    if fused.enabled(x):
+        return fused.rms_norm(x, weight, style, residual=residual)
+    h = residual + x
+    return _rms_norm(h, weight, style), h
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, style: NormStyle) -> torch.Tensor:
     xf = x.float()
     xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + style.eps)
     if style.weight_in_fp32:

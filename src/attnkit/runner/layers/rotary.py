@@ -86,6 +86,11 @@ class RopeTable:
                           f"{x.shape[0]} token(s)", field="x.shape[0]",
                  expected=self.cos.shape[0], actual=x.shape[0])
         rd = self.cos.shape[-1]
+        if not isinstance(scale, torch.Tensor) and scale == 1.0 and x.stride(-1) == 1:
+            from attnkit.runner.layers import fused
+
+            if fused.enabled(x):
+                return fused.rope(x, self.cos, self.sin, interleaved=self.interleaved)
         xf = x.float()
         part = xf if rd == xf.shape[-1] else xf[..., :rd]
         if self.interleaved:

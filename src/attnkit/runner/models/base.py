@@ -25,7 +25,7 @@ from attnkit.model.spec import LayerAttention
 from attnkit.runner.layers.attention import MHAAttention
 from attnkit.runner.layers.context import StepContext
 from attnkit.runner.layers.moe import feed_forward
-from attnkit.runner.layers.norm import rms_norm
+from attnkit.runner.layers.norm import add_rms_norm, rms_norm
 from attnkit.runner.layers.rotary import DualChunkRotary, Rotary
 from attnkit.runner.models.config import Architecture
 from attnkit.runner.models.weights import Weights
@@ -47,13 +47,14 @@ class Block:
         """The layer as the backend sees it (spec, sinks, MLA up-projections)."""
         return self.attention.layer
 
-    def __call__(self, h: torch.Tensor, ctx: StepContext, norm) -> torch.Tensor:
-        a = self.attention(norm(h, self.input_norm), ctx)
+    def __call__(self, h: torch.Tensor, ctx: StepContext, style) -> torch.Tensor:
+        """h: [T, hidden] residual stream -> [T, hidden]; ``style``: the family's NormStyle."""
+        a = self.attention(rms_norm(h, self.input_norm, style), ctx)
         if self.pre_mlp_norm is not None:
-            h = h + norm(a, self.post_attn_norm)
-            return h + norm(self.mlp(norm(h, self.pre_mlp_norm), ctx), self.post_mlp_norm)
-        h = h + a
-        return h + self.mlp(norm(h, self.post_attn_norm), ctx)
+            x, h = add_rms_norm(rms_norm(a, self.post_attn_norm, style), h, self.pre_mlp_norm, style)
+            return h + rms_norm(self.mlp(x, ctx), self.post_mlp_norm, style)
+        x, h = add_rms_norm(a, h, self.post_attn_norm, style)
+        return h + self.mlp(x, ctx)
 
 
 def norms(arch: Architecture, w: Weights, prefix: str) -> tuple:
@@ -134,7 +135,7 @@ class DecoderModel:
         if self.arch.embed_scale is not None:
             h = h * torch.tensor(self.arch.embed_scale, dtype=h.dtype)  # rounded like transformers
         for block in self.blocks:
-            h = block(h, ctx, self.norm)
+            h = block(h, ctx, self.norm_style)
         if rows is not None:
             h = h[rows]
         logits = F.linear(self.norm(h, self.final_norm), self.lm_head).float()
