@@ -71,7 +71,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     try:
         llm = LLM(args.model, device=args.device, dtype=request.dtype or "auto",
-                  max_tokens=args.max_tokens, max_num_batched_tokens=args.max_batched_tokens, **flags)
+                  max_tokens=args.max_tokens, max_num_batched_tokens=args.max_batched_tokens,
+                  progress=not args.no_progress, **flags)
     except AttnkitError as err:
         if "plan" in err.details and err.code not in USAGE_CODES:
             _error(err)                          # the planner found no backend: as `attnkit plan`
