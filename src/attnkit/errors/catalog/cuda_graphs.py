@@ -51,16 +51,16 @@ ENTRIES = [
     ),
     entry(
         "AK489", "CUDA graphs not available for this engine",
-        meaning="The runner captures decode steps as CUDA graphs only on a CUDA device, with a "
-                "decode backend that declares 'cuda_graph' (planned with --cuda-graph on, or "
-                "chosen by --cuda-graph auto), and for a model whose every decode layer it can "
-                "run without a host round trip. It refuses rather than silently decoding "
-                "eagerly when graphs were asked for.",
-        trigger="LLM(..., cuda_graph=True) or Engine.from_pretrained(..., cuda_graph=True) on "
-                "the CPU or MPS, with an AttentionBackend object that cannot be captured, or "
-                "for a dual chunk model (its length scale is built on the host per step); "
-                "capture=False (the eager rehearsal of the graph runner) outside CPU tests is "
-                "allowed anywhere.",
+        meaning="The runner captures decode steps as CUDA graphs only on a CUDA device and with "
+                "a decode backend that implements the capture contract (declares 'cuda_graph'; "
+                "planned with --cuda-graph on, or chosen by --cuda-graph auto). It refuses "
+                "rather than silently decoding eagerly when graphs were asked for.",
+        trigger="LLM(..., cuda_graph='on') or Engine.from_pretrained(..., cuda_graph=True) on "
+                "the CPU or MPS; graphs asked for with a decode backend that cannot be captured "
+                "(an AttentionBackend object such as torch_native or sdpa, which refuses "
+                "prepare_static with AK457); a capture that fails on the GPU (with "
+                "--cuda-graph auto the engine then decodes eagerly and warns instead). "
+                "graph_capture=False (the static path run eagerly, for tests) runs anywhere.",
         situations=["`attnkit generate ./model --device cpu --cuda-graph on`.",
                     "A hand-made backend object passed as attention_backend with cuda_graph=True."],
         solutions=["Use --cuda-graph auto (graphs where they can run, eager elsewhere) or off.",

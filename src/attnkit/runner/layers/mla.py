@@ -13,7 +13,7 @@ The backend attends with per-head keys [c @ w_kc[h]^T, k_pe] and values c @ w_vc
 kv_b_proj.weight [H * (nope + D_v), L] splits per head into w_kc [H, nope, L] (rows 0..nope)
 and w_vc (the other D_v rows, transposed to [H, L, D_v]); whether it decompresses or absorbs
 them is the backend's choice. It returns [T, H * D_v] for o_proj. Rotation uses DeepSeek's
-interleaved pairs, or neox halves for a V3 config with rope_interleave false (runner/rotary.py);
+interleaved pairs, or neox halves for a V3 config with rope_interleave false (rotary.py);
 the softmax scale, with YaRN's mscale, is the layer spec's (attnkit.model.config). The inner
 norms use eps 1e-6 whatever rms_norm_eps says, as transformers' DeepseekV2Attention and
 DeepseekV3Attention do. V2 and V3 attention differ in nothing else the runner computes.

@@ -2,7 +2,7 @@
 (DCA) rotation.
 
 RoPE rotates the first ``rotary_dim`` features of each head. Feature pair j turns by the angle
-t * f_j at position t, with f_j from runner/rope.py (default, linear, llama3, yarn), and cos
+t * f_j at position t, with f_j from rope.py (default, linear, llama3, yarn), and cos
 and sin are multiplied by the rope type's attention factor. Two layouts of the pairs:
 - neox (rotate-half; Llama, Qwen, Gemma, gpt-oss): pair j is features (j, j + rotary_dim / 2);
 - interleaved (DeepSeek-V2 as transformers runs it): pair j is features (2j, 2j + 1).
