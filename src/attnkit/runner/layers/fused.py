@@ -59,6 +59,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, style, residual: torch.Tenso
     y = torch.empty(rows.shape, dtype=x.dtype, device=x.device)
     h = torch.empty_like(y) if residual is not None else y
     r = residual.reshape(-1, n).contiguous() if residual is not None else rows
+    if rows.shape[0] == 0:
+        return y.view(x.shape) if residual is None else (y.view(x.shape), h.view(x.shape))
     _rms_norm_kernel[(rows.shape[0],)](
         rows, r, weight, y, h, rows.stride(0), r.stride(0), y.stride(0), h.stride(0),
         style.eps, style.offset, N=n, BLOCK=triton.next_power_of_2(n),
