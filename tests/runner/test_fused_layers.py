@@ -46,6 +46,10 @@ def test_rope(interleaved, rotary_dim, dtype):
     other = fused.rope(x, table.cos, table.sin, interleaved=not interleaved)
     with pytest.raises(AssertionError):                          # the pair layout matters
         torch.testing.assert_close(other, want, **TOL[dtype])
+    k = qkv[:, 64:80].view(4, 1, 16)                             # queries and keys, one launch
+    got_q, got_k = fused.rope(x, table.cos, table.sin, interleaved=interleaved, other=k)
+    assert torch.equal(got_q, got) and torch.equal(got_k, fused.rope(k, table.cos, table.sin,
+                                                                     interleaved=interleaved))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])

@@ -47,7 +47,8 @@ def test_other_buckets_see_the_same_buffers_and_their_host_lists_follow():
     s = static()
     small = s.meta(2)
     s.fill(4, [Request(1, 1, [2]), Request(2, 1, [4]), Request(3, 1, [6])])
-    assert small.seq_lens_cpu == [2, 3] and small.seq_lens.tolist() == [2, 3]
+    assert small.seq_lens.tolist() == [2, 3]                       # the same buffers
+    assert s.meta(2) is small and small.seq_lens_cpu == [2, 3]      # host lists on asking
     assert small.seq_lens.data_ptr() == s.meta(4).seq_lens.data_ptr()
 
 

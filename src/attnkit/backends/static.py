@@ -11,7 +11,8 @@
 
 A bucket's ``BatchMetadata`` is built once and its tensors never move: ``fill`` rewrites
 their contents (one host-to-device copy per buffer, from pinned staging) and the host lists
-of the same metadata from the same values, so the two copies cannot disagree. Rows past
+of the same metadata from the same values, so the two copies cannot disagree (another
+bucket's metadata shares the buffers; ``meta`` brings its host lists up to date). Rows past
 the real requests are *padded*: row j decodes position ``j % page_size`` of scratch page
 ``scratch_pages[j // page_size]``, pages the caller never hands to a request, so a padded row
 reads and writes nothing a real request owns and no two rows write one slot; its output is
@@ -81,6 +82,7 @@ class StaticDecode:
                               torch.full((max_batch, max_pages), -1, dtype=I32, pin_memory=pin))
         self._metas: dict[int, BatchMetadata] = {}
         self._rows: list[Request | None] = [None] * max_batch   # what each row holds (None: padded)
+        self._stale: set[int] = set()           # buckets whose host lists lag the buffers
         self.fill(max_batch, [])                        # every row padded: a valid batch
 
     @staticmethod
@@ -100,6 +102,8 @@ class StaticDecode:
     def meta(self, batch: int) -> BatchMetadata:
         """The DECODE metadata of a bucket of ``batch`` rows (built once; ``fill`` updates it)."""
         self._check_batch(batch)
+        if batch in self._stale:
+            self._sync_host_lists(batch)
         if batch not in self._metas:
             lens, slots = self._lens, self._slots
             self._metas[batch] = BatchMetadata(
@@ -143,8 +147,9 @@ class StaticDecode:
             tables[j, 0] = page
         self._copy(batch)
         self._rows[:batch] = reqs + [None] * (batch - n)
-        for b in self._metas:
-            self._sync_host_lists(b)
+        self._stale.update(self._metas)         # other buckets follow when next asked for
+        if batch in self._metas:
+            self._sync_host_lists(batch)
         return self.meta(batch)
 
     # -- internals ----------------------------------------------------------------------
@@ -168,6 +173,7 @@ class StaticDecode:
                                  for r, (page, _) in zip(rows, padded)]
         meta.slot_mapping_cpu = self._host.slots[0, :batch].tolist()
         meta.max_seq_len = max(meta.seq_lens_cpu)
+        self._stale.discard(batch)
 
     def _padded(self, row: int) -> tuple[int, int]:
         """(scratch page, position) that padded row ``row`` decodes."""

@@ -279,6 +279,8 @@ class Engine:
     # -- checks -------------------------------------------------------------------------
     def _check_tokens(self, seq_id: Hashable, tokens: Seq[int]) -> list[int]:
         vocab = self.model.arch.vocab_size
+        if type(tokens) is list and tokens and all(type(t) is int and 0 <= t < vocab for t in tokens):
+            return tokens                       # the common case (the scheduler's), checked fast
         toks = token_ids(tokens)
         if toks is None:
             fail("AK483", f"sequence {seq_id!r}: tokens must be a list of int token ids (text "

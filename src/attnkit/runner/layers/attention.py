@@ -56,5 +56,5 @@ class MHAAttention:
             q, k = self.dca(q, k, ctx.meta.positions, length_scale=scale,
                             tables=tables)                                 # q: [T, 3, H_q, D]
         else:
-            q, k = self.rotary(q, ctx.rope), self.rotary(k, ctx.rope)
+            q, k = self.rotary.pair(q, k, ctx.rope)
         return self.o(ctx.attend(q, k, v, self.layer))                    # [T, H_q * D_v] in

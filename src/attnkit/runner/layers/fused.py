@@ -71,14 +71,11 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, style, residual: torch.Tenso
 
 
 @triton.jit
-def _rope_kernel(X, COS, SIN, Y, stride_xt, stride_xh, stride_ct, stride_yt, stride_yh,
-                 D: tl.constexpr, RD: tl.constexpr, BLOCK: tl.constexpr,
-                 INTERLEAVED: tl.constexpr):
+def _rope_row(X, COS, SIN, Y, t, h, stride_xt, stride_xh, stride_ct, stride_yt, stride_yh,
+              D: tl.constexpr, RD: tl.constexpr, BLOCK: tl.constexpr, INTERLEAVED: tl.constexpr):
     """Token t, head h: y = x * cos + swap(x) * sin on the first RD features (the RopeTable
     layout: sin signed per pair), x on the rest. swap exchanges the two features of a pair:
     neighbours (INTERLEAVED) or the halves (neox)."""
-    t = tl.program_id(0)
-    h = tl.program_id(1)
     d = tl.arange(0, BLOCK)
     ok = d < D
     base = X + t.to(tl.int64) * stride_xt + h * stride_xh
@@ -95,19 +92,37 @@ def _rope_kernel(X, COS, SIN, Y, stride_xt, stride_xh, stride_ct, stride_yt, str
     tl.store(Y + t.to(tl.int64) * stride_yt + h * stride_yh + d, y.to(Y.dtype.element_ty), mask=ok)
 
 
-def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: bool) -> torch.Tensor:
-    """x: [T, H, D] (last dim dense); cos, sin: [T, 1, RD] float32 (RopeTable) -> [T, H, D]."""
+@triton.jit
+def _rope_kernel(X1, Y1, X2, Y2, COS, SIN, H1, s1t, s1h, y1t, y1h, s2t, s2h, y2t, y2h, stride_ct,
+                 D: tl.constexpr, RD: tl.constexpr, BLOCK: tl.constexpr,
+                 INTERLEAVED: tl.constexpr):
+    """Grid (T, H1 + H2): heads below H1 rotate X1 into Y1 (queries), the rest X2 into Y2
+    (keys), one launch for both."""
+    t = tl.program_id(0)
+    h = tl.program_id(1)
+    if h < H1:
+        _rope_row(X1, COS, SIN, Y1, t, h, s1t, s1h, stride_ct, y1t, y1h, D, RD, BLOCK, INTERLEAVED)
+    else:
+        _rope_row(X2, COS, SIN, Y2, t, h - H1, s2t, s2h, stride_ct, y2t, y2h, D, RD, BLOCK,
+                  INTERLEAVED)
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: bool,
+         other: torch.Tensor | None = None):
+    """x: [T, H, D] (last dim dense); cos, sin: [T, 1, RD] float32 (RopeTable) -> [T, H, D];
+    with ``other`` ([T, H2, D], e.g. the keys) both rotated in one launch -> (x', other')."""
     t, heads, d = x.shape
     rd = cos.shape[-1]
     y = torch.empty(t, heads, d, dtype=x.dtype, device=x.device)
-    if t == 0:
-        return y
-    cos, sin = cos.reshape(t, rd), sin.reshape(t, rd)
-    _rope_kernel[(t, heads)](x, cos, sin, y, x.stride(0), x.stride(1), cos.stride(0),
-                             y.stride(0), y.stride(1), D=d, RD=rd,
-                             BLOCK=triton.next_power_of_2(d), INTERLEAVED=interleaved,
-                             num_warps=1)
-    return y
+    o = other if other is not None else x
+    yo = torch.empty(o.shape, dtype=o.dtype, device=o.device) if other is not None else y
+    if t:
+        cos, sin = cos.reshape(t, rd), sin.reshape(t, rd)
+        _rope_kernel[(t, heads + (o.shape[1] if other is not None else 0))](
+            x, y, o, yo, cos, sin, heads, x.stride(0), x.stride(1), y.stride(0), y.stride(1),
+            o.stride(0), o.stride(1), yo.stride(0), yo.stride(1), cos.stride(0), D=d, RD=rd,
+            BLOCK=triton.next_power_of_2(d), INTERLEAVED=interleaved, num_warps=1)
+    return y if other is None else (y, yo)
 
 
 @triton.jit

@@ -143,6 +143,15 @@ class Rotary:
     def __call__(self, x: torch.Tensor, table: RopeTable) -> torch.Tensor:
         return table.rotate(x)
 
+    def pair(self, q: torch.Tensor, k: torch.Tensor, table: RopeTable):
+        """(rotate(q), rotate(k)): one fused launch for both on CUDA."""
+        from attnkit.runner.layers import fused
+
+        if q.shape[-1] == k.shape[-1] and q.stride(-1) == k.stride(-1) == 1 \
+                and q.shape[0] == table.cos.shape[0] and fused.enabled(q):
+            return fused.rope(q, table.cos, table.sin, interleaved=table.interleaved, other=k)
+        return table.rotate(q), table.rotate(k)
+
 
 def dca_length_scale(length: int, original_max_position_embeddings: int) -> float:
     """s = max(1, 0.1 * ln(L / omax) + 1); 1 when omax is 0 (scale off)."""
