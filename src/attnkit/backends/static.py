@@ -155,8 +155,10 @@ class StaticDecode:
     # -- internals ----------------------------------------------------------------------
     def _copy(self, batch: int) -> None:
         host, cuda = self._host, self.device.type == "cuda"
-        self._lens[:, :batch].copy_(host.lens[:, :batch], non_blocking=cuda)
-        self._slots[:, :batch].copy_(host.slots[:, :batch], non_blocking=cuda)
+        # whole (dense) length buffers: staging and device agree on every row, and a dense
+        # pinned source copies asynchronously
+        self._lens.copy_(host.lens, non_blocking=cuda)
+        self._slots.copy_(host.slots, non_blocking=cuda)
         self.block_tables[:batch].copy_(host.tables[:batch], non_blocking=cuda)
         if cuda:
             host.done = torch.cuda.Event()
