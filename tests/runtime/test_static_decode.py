@@ -100,3 +100,26 @@ def test_max_decode_span_bounds_every_span():
                 bound = max_decode_span(max_kv, window, chunk, block_n)
                 spans = [decode_span(n, window, chunk, block_n) for n in range(1, max_kv + 1)]
                 assert bound >= max(spans) and bound <= max_kv
+
+
+def test_a_hybrid_captures_its_decode_backend():
+    """HybridBackend's static step is its decode backend's: the same output as that backend's
+    own static step; a hybrid whose decode half cannot be captured refuses (AK457)."""
+    from attnkit.backends.hybrid import HybridBackend
+
+    layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=64)
+    outs = []
+    for backend in (load_backend("triton"),
+                    HybridBackend(prefill=load_backend("sdpa"), decode=load_backend("triton"))):
+        cache = PagedKVCache([layer.spec], num_pages=20, page_size=4)
+        s = static()
+        step = backend.prepare_static(s.meta(4), cache, max_seq_len=16)
+        s.fill(4, [Request(5, 1, [3, 7]), Request(2, 1, [9])])
+        gen = torch.Generator().manual_seed(0)
+        q, k, v = (torch.randn(4, h, 64, generator=gen) for h in (4, 2, 2))
+        backend.refill_static(step)
+        outs.append(backend.forward(q, k, v, layer, cache, step))
+    torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=0)
+    eager_decode = HybridBackend(prefill=load_backend("triton"), decode=load_backend("sdpa"))
+    cache = PagedKVCache([layer.spec], num_pages=20, page_size=4)
+    assert code(lambda: eager_decode.prepare_static(static().meta(4), cache, max_seq_len=16)) == "AK457"
