@@ -18,7 +18,6 @@ from attnkit.backends.batch import Request, build_batch
 from attnkit.errors import AttnkitError
 from attnkit.runner import Engine
 from attnkit.runner.layers import context as context_mod
-from attnkit.runner.layers.context import StepContext
 from attnkit.runner.layers.linear import Linear
 from attnkit.runner.layers.norm import NormStyle, rms_norm
 from attnkit.runner.layers.rotary import DualChunkRotary, RopeTable, Rotary, rope_cos_sin

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from attnkit.backends.batch import Request, build_batch, slots_of
+from attnkit.backends.batch import Request, build_batch
 from attnkit.backends.static import StaticDecode
 from attnkit.backends.triton.decode import decode_span, max_decode_span
 from attnkit.errors import AttnkitError
