@@ -72,7 +72,7 @@ def make_case(setup: Setup, *, device: str) -> Case:
     from attnkit.backends.batch import slots_of
     from attnkit.kvcache.paged import PagedKVCache
     from attnkit.model.spec import DualChunkConfig, LayerAttention
-    from attnkit.runner.rotary import DualChunkRotary, dca_length_scale
+    from attnkit.runner.layers.rotary import DualChunkRotary, dca_length_scale
 
     cfg = DualChunkConfig(setup.chunk_size, setup.local_size, setup.original_max)
     spec = LayerAttention(layer_id=0, num_heads=setup.num_heads, num_kv_heads=setup.num_kv_heads,
@@ -100,7 +100,7 @@ def make_case(setup: Setup, *, device: str) -> Case:
 def step_inputs(case: Case, phase: str):
     """(meta, q3, k_rot, v, lengths L) for the decode token or the last prompt piece."""
     from attnkit.backends.batch import Request, build_batch
-    from attnkit.runner.rotary import step_length_scales
+    from attnkit.runner.layers.rotary import step_length_scales
 
     s = case.setup
     start, n, L = (s.context, 1, s.context + 1) if phase == "decode" else (s.context - s.new, s.new, s.context)

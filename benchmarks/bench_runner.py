@@ -1,33 +1,38 @@
-"""End-to-end throughput of the runner (``attnkit.runner.LLM``) next to transformers.
+"""End-to-end throughput of the runner (``attnkit.runner.LLM``) next to transformers, same run.
 
-    python benchmarks/bench_runner.py [--out FILE] [--reps N] [--backend triton]
+    python benchmarks/bench_runner.py [--out FILE.md] [--json FILE.json] [--reps N] [--no-compile]
     python benchmarks/bench_runner.py --tiny          # CPU smoke test of the same code
 
 A Llama-3-8B-shaped model (32 layers, hidden 4096, 32 q / 8 KV heads, head dim 128, MLP
 14336, vocab 128256, plain RoPE) with random bf16 weights is built on the GPU with
 transformers (nothing is downloaded); the runner reads the same tensors. Rows:
-  prefill  8 prompts x 1024 tokens, generate(max_new_tokens=1): tokens/s, and TFLOP/s of the
-           model's matmuls + causal attention against the measured bf16 matmul ceiling;
-  decode   B in {1, 64} prompts of 128 tokens, 32 greedy steps: rate = B * 32 / (t(33 new
-           tokens) - t(1 new token)), so prefill cancels; GB/s counts the weights (and KV)
-           every step must read, against the measured copy ceiling.
-Peer in the same run: transformers' own forward (attn_implementation="sdpa", DynamicCache,
-greedy loop, same shapes and the same difference formula). The runner's times include its
-scheduler, per-step metadata, input checks and sampling; it runs no CUDA graphs, so small
-batches are bound by Python launch overhead. "runner stats" is the runner's own RunStats
-rate for the last timed call (prefill steps / decode-only steps), a cross-check.
+  prefill  8 prompts x 1024 tokens: tokens/s and TFLOP/s of the model's matmuls + causal
+           attention against the measured bf16 matmul ceiling;
+  decode   B in {1, 64} prompts of 128 tokens, 64 greedy steps: rate = B * 64 /
+           (t(65 new tokens) - t(1 new token)), so prefill cancels; "% of limit" is against
+           the weight-read limit, B * (measured copy rate) / (weight bytes): every step reads
+           every weight once.
+Rows per decode case: the runner with CUDA graphs (every bucket captured at start-up: the
+capture time and graph memory are reported), the runner eager (--cuda-graph off),
+transformers eager (DynamicCache greedy loop), transformers with a static cache and
+``torch.compile(mode="reduce-overhead")`` (its documented fast path; compiled once per batch
+size, compile time reported, not timed). Greedy tokens of every peer are compared with the
+runner's (graphs) token for token. The report is written after every row (a run cut short
+keeps what it measured): markdown (--out) and JSON (--json).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+import time
 import warnings
 from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import ceilings, emit, environment, failure_reason, time_ms, wall_ms  # noqa: E402
+from common import ceilings, environment, failure_reason, time_ms, wall_ms  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -49,7 +54,7 @@ class Sizes:
     decode_steps: int
 
 
-FULL = Sizes(8, 1024, (1, 64), 128, 32)
+FULL = Sizes(8, 1024, (1, 64), 128, 64)
 SMALL = Sizes(2, 32, (1, 4), 16, 4)
 
 
@@ -77,76 +82,107 @@ def prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:
     return torch.randint(3, vocab, (n, length), generator=g).tolist()
 
 
-def runner_rows(llm, sizes: Sizes, vocab: int, timer, reps: int) -> dict[str, tuple[float, float | None]]:
-    """{case: (ms, runner-stats tokens/s)}; decode ms is per step (prefill cancelled)."""
-    out = {}
-    batch = prompts(sizes.prefill_prompts, sizes.prefill_len, vocab, 1)
-    run = lambda ps, n: llm.generate(ps, max_new_tokens=n, ignore_eos=True)
-    ms = timer(lambda: run(batch, 1), warmup=1, reps=reps)
-    out["prefill"] = (ms, llm.last_stats.prefill_tok_s)
-    for b in sizes.decode_batches:
-        ps = prompts(b, sizes.decode_ctx, vocab, 2)
-        t1 = timer(lambda: run(ps, 1), warmup=1, reps=reps)
-        tn = timer(lambda: run(ps, sizes.decode_steps + 1), warmup=1, reps=reps)
-        out[f"decode B={b}"] = ((tn - t1) / sizes.decode_steps, llm.last_stats.decode_tok_s)
-    return out
+class Report:
+    """Rows as they are measured; ``write`` renders markdown + JSON after every row."""
+
+    def __init__(self, args, header: dict):
+        self.args, self.header, self.rows = args, header, []
+
+    def add(self, **row) -> None:
+        self.rows.append(row)
+        self.write()
+
+    def write(self) -> None:
+        if self.args.json:
+            with open(self.args.json, "w") as f:
+                json.dump({**self.header, "rows": self.rows}, f, indent=2)
+        if self.args.out:
+            with open(self.args.out, "w") as f:
+                f.write(self.markdown())
+
+    def markdown(self) -> str:
+        h = self.header
+        lines = ["| case | peer | ms | tokens/s | % of limit | greedy tokens vs the case's first row | note |",
+                 "|---|---|---:|---:|---:|---|---|"]
+        for r in self.rows:
+            if r.get("error"):
+                lines.append(f"| {r['case']} | {r['peer']} | n/a ({r['error']}) | | | | |")
+                continue
+            pct = f"{r['pct_limit']:.0f}%" if r.get("pct_limit") is not None else ""
+            lines.append(f"| {r['case']} | {r['peer']} | {r['ms']:.3f} | {r['tok_s']:,.0f} | {pct} | "
+                         f"{r.get('tokens', '')} | {r.get('note', '')} |")
+        return "\n".join([
+            f"## bench_runner ({h['environment']})", "", f"Command: `{h['command']}`",
+            f"Model: {h['model']}; runner plan: {h['plan']}." + (
+                f" Ceilings: copy {h['copy_gbs']:.0f} GB/s, bf16 matmul {h['matmul_tflops']:.0f} "
+                "TFLOP/s." if h.get("copy_gbs") else ""),
+            f"Decode graphs: {h.get('graphs', 'none')}.", "", "\n".join(lines), "",
+            "ms: per step for decode (prefill cancelled), per call for prefill. % of limit: decode "
+            "against the weight-read limit, prefill against the matmul ceiling.", ""])
 
 
-def hf_rows(model, sizes: Sizes, vocab: int, timer, reps: int) -> dict[str, float]:
-    """Same cases through transformers' forward: {case: ms} (decode: ms per step)."""
+def runner_decode(llm, ps: list[list[int]], steps: int, timer, reps: int):
+    """(ms per decode step, greedy tokens) of ``llm``: t(steps + 1 new) - t(1 new)."""
+    run = lambda n: llm.generate(ps, max_new_tokens=n, ignore_eos=True)  # noqa: E731
+    t1 = timer(lambda: run(1), warmup=1, reps=reps)
+    tn = timer(lambda: run(steps + 1), warmup=1, reps=reps)
+    return (tn - t1) / steps, [o.token_ids for o in run(steps + 1)]
+
+
+def hf_decode(model, ps: list[list[int]], steps: int, timer, reps: int, *, compiled=None):
+    """Transformers' greedy loop: DynamicCache eager, or (``compiled``: the compiled forward)
+    a StaticCache of the run's length. -> (ms per step, greedy tokens)."""
+    from transformers import StaticCache
+
     dev = next(model.parameters()).device
+    ids = torch.tensor(ps, device=dev)
+    ctx = ids.shape[1]
+    static = None if compiled is None else StaticCache(config=model.config,
+                                                       max_cache_len=ctx + steps + 1)
 
-    def forward(ids, **kw):
-        try:
-            return model(ids, logits_to_keep=1, **kw)
-        except TypeError:                  # older transformers: no logits_to_keep
-            return model(ids, **kw)
-
-    def greedy(ids: torch.Tensor, steps: int) -> None:
-        out = forward(ids, use_cache=True)
+    def greedy(n: int):
+        if compiled is None:
+            out = model(ids, use_cache=True, logits_to_keep=1)
+            cache, step = out.past_key_values, model
+        else:
+            cache, step = static, compiled
+            cache.reset()                     # one cache: the compiled graphs keep its buffers
+            out = model(ids, past_key_values=cache, use_cache=True, logits_to_keep=1,
+                        cache_position=torch.arange(ctx, device=dev))
         tok = out.logits[:, -1].argmax(-1, keepdim=True)
-        for _ in range(steps):
-            out = forward(tok, past_key_values=out.past_key_values, use_cache=True)
+        toks = [tok]
+        for i in range(n - 1):
+            out = step(tok, past_key_values=cache, use_cache=True,
+                       cache_position=torch.tensor([ctx + i], device=dev))
             tok = out.logits[:, -1].argmax(-1, keepdim=True)
-        tok.tolist()                       # a host sync, as the runner's sampling does
+            toks.append(tok)
+        return torch.cat(toks, dim=1).tolist()          # a host sync, as the runner's sampling
 
-    out = {}
     with torch.no_grad():
-        ids = torch.tensor(prompts(sizes.prefill_prompts, sizes.prefill_len, vocab, 1), device=dev)
-        out["prefill"] = timer(lambda: forward(ids, use_cache=False).logits.argmax(-1).tolist(),
-                               warmup=1, reps=reps)
-        for b in sizes.decode_batches:
-            ids = torch.tensor(prompts(b, sizes.decode_ctx, vocab, 2), device=dev)
-            t0 = timer(lambda: greedy(ids, 0), warmup=1, reps=reps)
-            tn = timer(lambda: greedy(ids, sizes.decode_steps), warmup=1, reps=reps)
-            out[f"decode B={b}"] = (tn - t0) / sizes.decode_steps
-    return out
+        t1 = timer(lambda: greedy(1), warmup=1, reps=reps)
+        tn = timer(lambda: greedy(steps + 1), warmup=1, reps=reps)
+        return (tn - t1) / steps, greedy(steps + 1)
 
 
-def physics(case: str, ms: float, sizes: Sizes, cfg: dict, layer_params: int,
-            head_params: int, elem: int) -> tuple[float, str, str]:
-    """(value, unit, ceiling key): prefill TFLOP/s of matmuls + causal attention; decode GB/s
-    of weights (layers + LM head) and KV read per step."""
-    h, d, l = cfg["num_attention_heads"], cfg["head_dim"], cfg["num_hidden_layers"]
-    if case == "prefill":
-        n, p = sizes.prefill_prompts, sizes.prefill_len
-        flops = 2 * layer_params * n * p + 2 * head_params * n + 4 * l * h * d * n * p * (p + 1) // 2
-        return flops / ms / 1e9, "TFLOP/s", "matmul_tflops"
-    b = int(case.split("=")[1])
-    ctx = sizes.decode_ctx + sizes.decode_steps // 2          # mean KV length over the steps
-    kv = b * ctx * l * 2 * cfg["num_key_value_heads"] * d * elem
-    return ((layer_params + head_params) * elem + kv) / ms / 1e6, "GB/s", "copy_gbs"
+def same_tokens(got: list[list[int]], want: list[list[int]]) -> str:
+    """'identical' or 'k of B identical; first difference at token t'."""
+    same = sum(g == w for g, w in zip(got, want))
+    if same == len(want):
+        return "identical"
+    first = min(next(i for i, (a, b) in enumerate(zip(g, w)) if a != b)
+                for g, w in zip(got, want) if g != w)
+    return f"{same} of {len(want)} identical; first difference at token {first}"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiny", action="store_true", help="a tiny model (CPU smoke test)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--backend", help="runner attention backend (default: triton on CUDA, "
-                                          "torch_native on CPU)")
     parser.add_argument("--reps", type=int, default=3, help="timed repetitions (median)")
-    parser.add_argument("--no-peer", action="store_true", help="skip the transformers peer")
-    parser.add_argument("--out", help="also write the markdown report here")
+    parser.add_argument("--no-peer", action="store_true", help="skip the transformers peers")
+    parser.add_argument("--no-compile", action="store_true", help="skip transformers + torch.compile")
+    parser.add_argument("--out", help="write the markdown report here (after every row)")
+    parser.add_argument("--json", help="write the JSON report here (after every row)")
     args = parser.parse_args(argv)
     cuda = args.device.startswith("cuda")
     if not args.tiny and not cuda:
@@ -158,64 +194,119 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg, sizes = (TINY, SMALL) if args.tiny else (LLAMA3_8B, FULL)
     dtype = torch.bfloat16 if cuda else torch.float32
-    backend = args.backend or ("triton" if cuda else "torch_native")
     timer = time_ms if cuda else wall_ms
     if not cuda:        # tiny CPU matrices: a thread pool only spins against other processes
         torch.set_num_threads(1)
     ceil = ceilings() if cuda else {}
     model = build_model(cfg, args.device, dtype)
+    elem = torch.empty((), dtype=dtype).element_size()
     layer_params = sum(p.numel() for p in model.model.layers.parameters())
     head_params = model.lm_head.weight.numel()
-    elem = torch.empty((), dtype=dtype).element_size()
+    weight_bytes = (layer_params + head_params) * elem     # embeddings: one row per token read
     kv_tokens = max(sizes.prefill_prompts * sizes.prefill_len,
-                    max(sizes.decode_batches) * (sizes.decode_ctx + sizes.decode_steps + 1))
-    llm = LLM(model, device=args.device, dtype=dtype, max_tokens=kv_tokens,
-              attention_backend=backend, max_num_batched_tokens=sizes.prefill_prompts * sizes.prefill_len)
-    ours = runner_rows(llm, sizes, cfg["vocab_size"], timer, args.reps)
-    try:
-        peer = {} if args.no_peer else hf_rows(model, sizes, cfg["vocab_size"], timer, args.reps)
-    except Exception as exc:               # noqa: BLE001 -- report, keep the runner's rows
-        peer = {case: failure_reason(exc) for case in ours}
-    tokens = {"prefill": sizes.prefill_prompts * sizes.prefill_len,
-              **{f"decode B={b}": b for b in sizes.decode_batches}}
-    lines = ["| case | peer | ms | tokens/s | rate | % of ceiling | runner stats tok/s | vs transformers |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
-    for case, (ms, stat) in ours.items():
-        label = (f"prefill {sizes.prefill_prompts}x{sizes.prefill_len}" if case == "prefill"
-                 else f"{case} ctx={sizes.decode_ctx} ({sizes.decode_steps} steps; ms per step)")
-        rows = [(f"attnkit LLM ({backend})", ms, stat)]
-        if case in peer:
-            rows.append(("transformers (sdpa)", peer[case], None))
-        hf = peer.get(case)
-        for name, t, s in rows:
-            if not isinstance(t, float):
-                lines.append(f"| {label} | {name} | n/a ({t}) | | | | | |")
-                continue
-            value, unit, key = physics(case, t, sizes, cfg, layer_params, head_params, elem)
-            pct = f"{100 * value / ceil[key]:.0f}%" if key in ceil else "n/a"
-            vs = f"{hf / t:.2f}" if isinstance(hf, float) else "n/a"
-            lines.append(f"| {label} | {name} | {t:.2f} | {tokens[case] / t * 1e3:,.0f} | "
-                         f"{value:.3g} {unit} | {pct} | {f'{s:,.0f}' if s else ''} | {vs} |")
-    shape = "tiny Llama" if args.tiny else "Llama-3-8B shape"
+                    max(sizes.decode_batches) * (sizes.decode_ctx + sizes.decode_steps + 2))
+    common = dict(device=args.device, dtype=dtype, max_tokens=kv_tokens,
+                  max_num_seqs=max(sizes.decode_batches),
+                  max_num_batched_tokens=sizes.prefill_prompts * sizes.prefill_len)
+    start = time.perf_counter()
+    graphs = LLM(model, cuda_graph="on" if cuda else "off", **common)
+    build_s = time.perf_counter() - start
     given = list(argv if argv is not None else sys.argv[1:])
     shown = [a for i, a in enumerate(given)            # the command, less where it wrote
-             if not a.startswith("--out") and not (i and given[i - 1] == "--out")]
-    command = " ".join(["python benchmarks/bench_runner.py"] + shown)
-    text = "\n".join([
-        f"## bench_runner ({environment()})", "",
-        f"Command: `{command}`",
-        f"Model: {shape} ({cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, "
-        f"{cfg['num_attention_heads']}/{cfg['num_key_value_heads']} heads, head dim {cfg['head_dim']}, "
-        f"MLP {cfg['intermediate_size']}, vocab {cfg['vocab_size']}; "
-        f"{(layer_params + head_params + model.model.embed_tokens.weight.numel()) / 1e9:.2f} B params), "
-        f"random {str(dtype).removeprefix('torch.')} weights, {args.device}; runner plan: "
-        f"{llm.plan.prefill_backend}/{llm.plan.decode_backend}, page {llm.plan.settings['page_size']}."
-        + (f" Ceilings: copy {ceil['copy_gbs']:.0f} GB/s, bf16 matmul {ceil['matmul_tflops']:.0f} TFLOP/s."
-           if ceil else ""), "",
-        "\n".join(lines),
-        "", "vs transformers = transformers' time / the runner's (above 1: the runner is faster).", ""])
-    emit(text, args.out)
+             if a not in ("--out", "--json") and not (i and given[i - 1] in ("--out", "--json"))]
+    stats = graphs.engine.graphs.stats if graphs.engine.graphs else None
+    report = Report(args, {
+        "environment": environment(), "command": " ".join(["python benchmarks/bench_runner.py"] + shown),
+        "model": (f"{'tiny Llama' if args.tiny else 'Llama-3-8B shape'} ({cfg['num_hidden_layers']} layers, "
+                  f"hidden {cfg['hidden_size']}, {cfg['num_attention_heads']}/{cfg['num_key_value_heads']} "
+                  f"heads, head dim {cfg['head_dim']}, MLP {cfg['intermediate_size']}, vocab "
+                  f"{cfg['vocab_size']}; {weight_bytes / 1e9:.2f} GB of weights read per step), random "
+                  f"{str(dtype).removeprefix('torch.')} weights, {args.device}"),
+        "plan": f"{graphs.plan.prefill_backend}/{graphs.plan.decode_backend}, page "
+                f"{graphs.plan.settings['page_size']}",
+        "graphs": (f"buckets {stats['buckets']}, captured in {stats['capture_s']:.1f} s "
+                   f"(LLM built in {build_s:.1f} s), {stats['memory_bytes'] / 2**30:.2f} GiB"
+                   if stats else "none (CPU)"),
+        "graph_stats": stats, "copy_gbs": ceil.get("copy_gbs"),
+        "matmul_tflops": ceil.get("matmul_tflops"), "weight_bytes": weight_bytes})
+    eager = LLM(model, cuda_graph="off", **common)
+
+    def limit(b: int) -> float | None:
+        return b * ceil["copy_gbs"] * 1e9 / weight_bytes if ceil else None
+
+    # prefill: the runner (graphs change nothing here) and transformers' forward
+    batch = prompts(sizes.prefill_prompts, sizes.prefill_len, cfg["vocab_size"], 1)
+    n_tok = sizes.prefill_prompts * sizes.prefill_len
+    h, d, layers = cfg["num_attention_heads"], cfg["head_dim"], cfg["num_hidden_layers"]
+    flops = (2 * layer_params * n_tok + 2 * head_params * sizes.prefill_prompts
+             + 4 * layers * h * d * n_tok * (sizes.prefill_len + 1) // 2)
+    case = f"prefill {sizes.prefill_prompts}x{sizes.prefill_len}"
+    ms = timer(lambda: eager.generate(batch, max_new_tokens=1, ignore_eos=True), warmup=1, reps=args.reps)
+    report.add(case=case, peer="attnkit LLM", ms=ms, tok_s=n_tok / ms * 1e3,
+               pct_limit=100 * flops / ms / 1e9 / ceil["matmul_tflops"] if ceil else None)
+    if not args.no_peer:
+        ids = torch.tensor(batch, device=args.device)
+        with torch.no_grad():
+            ms = timer(lambda: model(ids, use_cache=False, logits_to_keep=1).logits.argmax(-1).tolist(),
+                       warmup=1, reps=args.reps)
+        report.add(case=case, peer="transformers eager", ms=ms, tok_s=n_tok / ms * 1e3,
+                   pct_limit=100 * flops / ms / 1e9 / ceil["matmul_tflops"] if ceil else None)
+
+    references: dict[str, list] = {}          # case -> the runner's (graphs) greedy tokens
+    for b in sizes.decode_batches:
+        case = f"decode B={b} ctx={sizes.decode_ctx}, {sizes.decode_steps} steps"
+        ps = prompts(b, sizes.decode_ctx, cfg["vocab_size"], 2)
+        peers = [("attnkit LLM, CUDA graphs", lambda: runner_decode(graphs, ps, sizes.decode_steps, timer, args.reps))
+                 if cuda else None,
+                 ("attnkit LLM, eager", lambda: runner_decode(eager, ps, sizes.decode_steps, timer, args.reps))]
+        if not args.no_peer:
+            peers.append(("transformers eager", lambda: hf_decode(model, ps, sizes.decode_steps, timer, args.reps)))
+        for entry in peers:
+            if entry is None:
+                report.add(case=case, peer="attnkit LLM, CUDA graphs", error="CPU: no CUDA graphs")
+                continue
+            name, fn = entry
+            try:
+                ms, toks = fn()
+            except Exception as exc:  # noqa: BLE001 -- report, keep the other rows
+                report.add(case=case, peer=name, error=failure_reason(exc))
+                continue
+            reference = references.setdefault(case, toks)
+            rate = b / ms * 1e3
+            report.add(case=case, peer=name, ms=ms, tok_s=rate,
+                       pct_limit=100 * rate / limit(b) if limit(b) else None,
+                       tokens=same_tokens(toks, reference))
+    if not args.no_peer and not args.no_compile and cuda:
+        compiled_rows(model, sizes, cfg, timer, args.reps, report, limit, references)
+    print(report.markdown())
     return 0
+
+
+def compiled_rows(model, sizes: Sizes, cfg: dict, timer, reps: int, report: Report, limit,
+                  references: dict) -> None:
+    """transformers + StaticCache + torch.compile(reduce-overhead): last, as compiling is slow."""
+    try:
+        compiled = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+    except Exception as exc:  # noqa: BLE001
+        report.add(case="decode", peer="transformers static + compile", error=failure_reason(exc))
+        return
+    for b in sizes.decode_batches:
+        case = f"decode B={b} ctx={sizes.decode_ctx}, {sizes.decode_steps} steps"
+        ps = prompts(b, sizes.decode_ctx, cfg["vocab_size"], 2)
+        reference = references.get(case)
+        try:
+            start = time.perf_counter()
+            hf_decode(model, ps, 2, wall_ms, 1, compiled=compiled)       # compiles for B
+            compile_s = time.perf_counter() - start
+            ms, toks = hf_decode(model, ps, sizes.decode_steps, timer, reps, compiled=compiled)
+        except Exception as exc:  # noqa: BLE001
+            report.add(case=case, peer="transformers static + compile", error=failure_reason(exc))
+            continue
+        rate = b / ms * 1e3
+        report.add(case=case, peer="transformers static + compile", ms=ms, tok_s=rate,
+                   pct_limit=100 * rate / limit(b) if limit(b) else None,
+                   tokens=same_tokens(toks, reference) if reference else "",
+                   note=f"compile + first calls {compile_s:.0f} s")
 
 
 if __name__ == "__main__":

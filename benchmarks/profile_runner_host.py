@@ -83,7 +83,7 @@ def prepare_ms(engine, batch: int, reps: int = 50) -> float:
 
     ids = engine.ids
     reqs = [Request(prefix_len=len(engine.tokens(i)) - 1, num_new=1,
-                    block_table=engine.allocator.row(i)) for i in ids]
+                    block_table=engine.sequence(i).pages) for i in ids]
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()

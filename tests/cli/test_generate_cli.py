@@ -90,6 +90,7 @@ def test_text_prompt_through_the_checkpoint_tokenizer(capsys, model_dir, tmp_pat
     (["--prompt-ids", "1,200"], "AK483", 2),                 # outside the vocabulary
     (["--prompt-ids", "1,2", "--kv-cache-dtype", "int3"], "AK306", 2),
     (["--prompt-ids", "1,2", "--attention-backend", "triton"], "AK121", 3),   # no plan on CPU
+    (["--prompt-ids", "1,2", "--cuda-graph", "on"], "AK489", 2),              # no graphs on CPU
 ])
 def test_errors_and_exit_codes(capsys, model_dir, extra, code, rc):
     got, _, err = run(capsys, "generate", str(model_dir), "--device", "cpu", *extra)
@@ -126,7 +127,7 @@ def test_tiny_temperature_samples_the_argmax(capsys, model_dir, greedy):
 
 
 def test_ctrl_c_exits_quietly(capsys, model_dir, monkeypatch):
-    from attnkit.runner.llm import LLM
+    from attnkit.runner.engine.llm import LLM
 
     def interrupted(self, *args, **kwargs):
         raise KeyboardInterrupt

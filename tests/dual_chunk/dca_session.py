@@ -22,7 +22,7 @@ from attnkit.backends.dual_chunk.backend import DualChunkBackend
 from attnkit.kvcache.allocator import PageAllocator
 from attnkit.kvcache.paged import PagedKVCache
 from attnkit.reference_dca import dual_chunk_reference
-from attnkit.runner.rotary import DualChunkRotary, step_length_scales
+from attnkit.runner.layers.rotary import DualChunkRotary, step_length_scales
 
 BASE = 10000.0
 

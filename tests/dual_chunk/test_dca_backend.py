@@ -17,7 +17,7 @@ from attnkit.backends.batch import Request, build_batch
 from attnkit.backends.dual_chunk.backend import DualChunkBackend
 from attnkit.kvcache.paged import PagedKVCache
 from attnkit.model.spec import DualChunkConfig
-from attnkit.runner.rotary import apply_rope
+from attnkit.runner.layers.rotary import apply_rope
 
 TOY = DualChunkConfig(chunk_size=8, local_size=2)                 # cl = 6
 WIDE = DualChunkConfig(chunk_size=64, local_size=16)              # cl = 48

@@ -33,7 +33,7 @@ def model(config=QWEN, layers=2):
 def test_registered_and_loadable():
     assert declarations()["dual_chunk"] is DECLARATION
     caps = DECLARATION.capabilities.to_dict()
-    assert caps["features"] == ["dual_chunk"] and caps["kinds"] == ["mha"]
+    assert caps["features"] == ["cuda_graph", "dual_chunk"] and caps["kinds"] == ["mha"]
     assert isinstance(load_backend("dual_chunk"), DualChunkBackend)
 
 
@@ -76,7 +76,7 @@ def test_planner_turns_check_into_reasons():
 
 def test_every_code_raised_has_a_catalog_entry():
     root = Path(__file__).resolve().parents[2] / "src" / "attnkit"
-    files = [*root.joinpath("backends", "dual_chunk").glob("*.py"), root / "runner" / "rotary.py"]
+    files = [*root.joinpath("backends", "dual_chunk").glob("*.py"), root / "runner" / "layers" / "rotary.py"]
     codes = {c for f in files for c in re.findall(r'"(AK\d{3})"', f.read_text())}
     assert {"AK470", "AK471", "AK472", "AK473", "AK474"} <= codes
     assert codes <= set(CATALOG)

@@ -7,7 +7,7 @@ import torch
 from attnkit.backends.batch import Request, build_batch
 from attnkit.errors import AttnkitError
 from attnkit.model.spec import DualChunkConfig
-from attnkit.runner.rotary import (DualChunkRotary, apply_rope, dca_length_scale,
+from attnkit.runner.layers.rotary import (DualChunkRotary, apply_rope, dca_length_scale,
                                    step_length_scales)
 
 TOY = DualChunkConfig(chunk_size=8, local_size=2)                 # cl = 6

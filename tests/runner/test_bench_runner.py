@@ -1,5 +1,6 @@
 """benchmarks/bench_runner.py --tiny on CPU: the same code path as the GPU run, toy sizes."""
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -12,14 +13,22 @@ def test_tiny_run_reports_every_row(tmp_path, capsys):
     sys.modules[spec.name] = bench               # dataclasses look their module up there
     try:
         spec.loader.exec_module(bench)
-        assert bench.main(["--tiny", "--reps", "1", "--out", str(tmp_path / "r.md")]) == 0
+        assert bench.main(["--tiny", "--reps", "1", "--out", str(tmp_path / "r.md"),
+                           "--json", str(tmp_path / "r.json")]) == 0
     finally:
         sys.modules.pop(spec.name, None)
     text = (tmp_path / "r.md").read_text()
     rows = [l for l in text.splitlines() if l.startswith("| ") and "---" not in l][1:]
-    assert len(rows) == 6 and all("n/a (" not in r for r in rows)
+    # prefill: runner, transformers; per decode batch: graphs (n/a on CPU), eager, transformers
+    assert len(rows) == 2 + 2 * 3
     assert "Command: `python benchmarks/bench_runner.py --tiny --reps 1`" in text
-    for row in rows:              # numbers (decode is a difference of two CPU timings: noisy)
+    measured = [r for r in rows if "n/a (" not in r]
+    assert len(measured) == 6 and all("CPU: no CUDA graphs" in r for r in rows if r not in measured)
+    for row in measured:          # numbers (decode is a difference of two CPU timings: noisy)
         ms, rate = row.split("|")[3:5]
         float(ms), float(rate.replace(",", ""))
     assert all(float(r.split("|")[3]) > 0 for r in rows if r.startswith("| prefill"))
+    decode = [r for r in measured if r.startswith("| decode")]
+    assert all("identical" in r for r in decode)          # every peer's greedy tokens compared
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert len(data["rows"]) == len(rows) and data["weight_bytes"] > 0

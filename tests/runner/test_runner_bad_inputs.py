@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attnkit.runner import LLM, Engine, SamplingParams, Scheduler
-from attnkit.runner.sampling import sample
+from attnkit.runner.engine.sampling import sample
 from test_runner_errors import code_of
 
 

@@ -10,7 +10,7 @@ import torch
 
 from attnkit.errors import AttnkitError
 from attnkit.runner import Engine
-from attnkit.runner.arch import architecture_of
+from attnkit.runner.models.config import architecture_of
 from runner_helpers import (close, edit_config, hf_greedy, hf_logits, prefill_then_decode_match,
                             rel_err)
 

@@ -69,7 +69,7 @@ def llm(tiny_model):
 def snapshot(engine, sched):
     """What a refusal must leave as it was."""
     alloc, cache = engine.allocator, engine.cache
-    rows = {i: (engine.tokens(i), list(alloc.row(i))) for i in engine.ids}
+    rows = {i: (engine.tokens(i), list(engine.sequence(i).pages)) for i in engine.ids}
     pages = sorted({p for _, row in rows.values() for p in row})
     contents = [buf[pages].clone() for buf in (*cache.k.values(), *cache.v.values())]
     queues = [[(r.request_id, r.computed, list(r.output)) for r in q]
@@ -86,10 +86,10 @@ def same(before, after) -> bool:
 
 def consistent(engine) -> None:
     alloc = engine.allocator
-    owned = [p for i in engine.ids for p in alloc.row(i)]
+    owned = [p for i in engine.ids for p in engine.sequence(i).pages]
     assert sorted(owned + alloc.free_pages()) == list(range(alloc.num_pages))
     for i in engine.ids:
-        assert len(engine.tokens(i)) <= len(alloc.row(i)) * PAGE
+        assert len(engine.tokens(i)) <= len(engine.sequence(i).pages) * PAGE
 
 
 def run(engine, sched, llm, o):

@@ -6,7 +6,7 @@ import torch
 
 from attnkit.errors import AttnkitError
 from attnkit.runner import Engine
-from attnkit.runner.rope import inv_freq, rope_config
+from attnkit.runner.layers.rope import inv_freq, rope_config
 from runner_helpers import edit_config, hf_greedy, hf_logits, prefill_then_decode_match
 
 PROMPTS = [[1, 5, 9, 3, 7, 8, 20, 21, 22, 23, 24, 100, 64], [4, 6, 8, 10], [3, 3, 3, 3, 3, 9, 17]]

@@ -3,8 +3,8 @@
 
 - RoPE: ``Rotary.table`` once per step; ``RopeTable.rotate`` equals the pairwise formula.
 - Dual chunk: ``DualChunkRotary.tables`` and the length scales once per step.
-- ``AttentionContext`` of another step is refused (AK488); a rotary table of another token
-  count is refused (AK411) instead of broadcasting.
+- the per-step object (``StepContext``) of another step is refused (AK488); a rotary table of
+  another token count is refused (AK411) instead of broadcasting.
 - ``Linear`` (mm with the transpose taken once) and ``rms_norm`` (no ``0 + w``) equal the
   plain formulas bit for bit.
 """
@@ -16,10 +16,11 @@ import torch.nn.functional as F
 
 from attnkit.backends.batch import Request, build_batch
 from attnkit.errors import AttnkitError
-from attnkit.runner import Engine, attention as attention_mod
-from attnkit.runner.attention import AttentionContext
-from attnkit.runner.layers import Linear, NormStyle, rms_norm
-from attnkit.runner.rotary import DualChunkRotary, RopeTable, Rotary, rope_cos_sin
+from attnkit.runner import Engine
+from attnkit.runner.layers import context as context_mod
+from attnkit.runner.layers.linear import Linear
+from attnkit.runner.layers.norm import NormStyle, rms_norm
+from attnkit.runner.layers.rotary import DualChunkRotary, RopeTable, Rotary, rope_cos_sin
 
 PROMPTS = [[1, 5, 9, 3, 7, 8, 20], [4, 6, 8]]
 
@@ -93,7 +94,7 @@ def test_dual_chunk_tables_and_scales_built_once_per_step(tiny_model, monkeypatc
     dcas = {id(b.attention.dca) for b in engine.model.blocks}
     assert len(engine.model.blocks) > 1 and len(dcas) == 1       # one rotary for one config
     tables = count_calls(monkeypatch, DualChunkRotary, "tables")
-    scales = count_calls(monkeypatch, attention_mod, "step_length_scales")
+    scales = count_calls(monkeypatch, context_mod, "step_length_scales")
     engine.prefill(PROMPTS)
     engine.decode([2, 3])
     assert len(tables) == len(scales) == 2
@@ -108,34 +109,34 @@ def test_shared_context_equals_a_fresh_one_per_layer(tiny_model, family, backend
     engine = Engine.from_pretrained(path, backend=backend, page_size=4)
     engine.prefill(PROMPTS)
     model, ids = engine.model, engine.ids
-    reqs = [Request(len(engine.tokens(i)), 1, engine.allocator.grow(i, 1)) for i in ids]
+    reqs = [Request(len(engine.tokens(i)), 1,
+                    engine.allocator.grow(engine.sequence(i), len(engine.tokens(i)) + 1))
+            for i in ids]
     meta = build_batch(reqs, page_size=engine.page_size)
     step = engine.backend.prepare(meta, engine.cache)
     x = torch.randn(len(ids), model.arch.hidden_size, generator=torch.Generator().manual_seed(1))
-    shared = AttentionContext.build(model.rotary, meta)
+    shared = model.context(engine.backend, engine.cache, step)
     for block in model.blocks:
-        fresh = AttentionContext.build(model.rotary, meta)
-        a = block.attention(x, engine.backend, engine.cache, step, shared)
-        b = block.attention(x, engine.backend, engine.cache, step, fresh)
+        fresh = model.context(engine.backend, engine.cache, step)
+        a = block.attention(x, shared)
+        b = block.attention(x, fresh)
         assert torch.equal(a, b)
     assert len(shared.dca) == (1 if family == "qwen2_dca" else 0)
 
 
 def test_context_of_another_step_is_refused(tiny_model):
+    """The per-step object holds its step; the model refuses it for another step's tokens."""
     path, _ = tiny_model("llama")
     engine = Engine.from_pretrained(path, backend="sdpa", page_size=4)
     engine.prefill([PROMPTS[0]])
     (seq,) = engine.ids
-    row = engine.allocator.grow(seq, 1)
     n = len(engine.tokens(seq))
+    row = engine.allocator.grow(engine.sequence(seq), n + 1)
     one = build_batch([Request(n, 1, row)], page_size=4)
-    other = build_batch([Request(n, 1, row)], page_size=4)       # same values, another step
-    ctx = AttentionContext.build(engine.model.rotary, one)
-    x = torch.randn(1, engine.model.arch.hidden_size)
-    block = engine.model.blocks[0]
-    block.attention(x, engine.backend, engine.cache, engine.backend.prepare(one, engine.cache), ctx)
+    ctx = engine.model.context(engine.backend, engine.cache, engine.backend.prepare(one, engine.cache))
+    engine.model.forward(torch.tensor([3]), ctx)
     with pytest.raises(AttnkitError) as err:
-        block.attention(x, engine.backend, engine.cache, engine.backend.prepare(other, engine.cache), ctx)
+        engine.model.forward(torch.tensor([3, 4]), ctx)      # two tokens: another step's
     assert err.value.code == "AK488"
 
 

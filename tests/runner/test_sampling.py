@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnkit.errors import AttnkitError
-from attnkit.runner.sampling import SamplingParams, sample
+from attnkit.runner.engine.sampling import SamplingParams, sample
 
 LOGITS = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))        # probabilities at T = 1
 

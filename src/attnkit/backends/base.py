@@ -11,6 +11,13 @@ The public ``prepare`` and ``forward`` below are the API: each validates the inp
 metadata only, no device sync) and then ``_forward``. Backends implement ``_prepare`` /
 ``_forward`` and add only their own refusals. ``validate_inputs = False`` on a class skips
 the checks (a wrapper whose inner backends check what they are handed).
+
+Capture contract (CUDA graphs; a backend declaring the ``cuda_graph`` feature implements it):
+``step = backend.prepare_static(meta, cache, max_seq_len=S)`` once for a DECODE step whose
+metadata tensors are static buffers (backends/static.py ``StaticDecode``); before each replay
+the caller refills those buffers in place and calls ``backend.refill_static(step)`` (device
+ops only, capturable); ``forward(..., step)`` then makes no host synchronisation and no
+shape, grid or branch that depends on the buffers' values. Prefill stays eager.
 """
 from __future__ import annotations
 
@@ -93,6 +100,36 @@ class AttentionBackend:
 
     def _forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):
         raise NotImplementedError
+
+    # ---- the capture contract (CUDA graphs) ---------------------------------------------
+    def prepare_static(self, meta: BatchMetadata, cache, *, max_seq_len: int) -> StepState:
+        """The StepState of a static DECODE step: ``meta``'s tensors are buffers the caller
+        refills in place (``StaticDecode``) with up to ``meta.num_reqs`` requests of at most
+        ``max_seq_len`` keys each; every later ``forward`` with this state reads them as they
+        are then. Checks the step (AK457: not DECODE, not static tensors, max_seq_len out of
+        reach; the batch checks of ``prepare``), then asks the backend (``capture_plan``)."""
+        from attnkit.backends.static import check_static
+
+        check_static(meta, cache, max_seq_len=max_seq_len, backend=self.name)
+        step = self.capture_plan(meta, cache, max_seq_len=max_seq_len)
+        step.validated = True        # check_static ran the batch checks of prepare
+        return step
+
+    def capture_plan(self, meta: BatchMetadata, cache, *, max_seq_len: int) -> StepState:
+        """Backends that can be captured override this: their per-step plan for the static
+        ``meta``, sized for ``max_seq_len`` (split counts, scratch), holding no value that a
+        refill changes. The default refuses (AK457)."""
+        from attnkit.errors import fail
+
+        fail("AK457", f"the {self.name} backend cannot serve a static (CUDA-graph) decode step: "
+                      "its per-step work reads host-side lengths or loops over requests",
+             field="backend", expected="a backend declaring cuda_graph", actual=self.name)
+
+    def refill_static(self, step: StepState) -> None:
+        """Bring backend-owned static state up to date after the caller refilled
+        ``step.meta``'s buffers: device ops only (no host sync, no allocation), so it may be
+        captured with the forward. The default has nothing to do (the plan reads meta's
+        tensors directly)."""
 
 
 @functools.cache

@@ -46,6 +46,17 @@ class HybridBackend(AttentionBackend):
         inner = self.route(meta)
         return StepState(meta=meta, prepared=HybridStep(inner, inner.prepare(meta, cache)))
 
+    def capture_plan(self, meta: BatchMetadata, cache, *, max_seq_len: int) -> StepState:
+        """Static steps are DECODE steps: the decode backend's static plan."""
+        for role, backend in (("prefill", self.prefill), ("decode", self.decode)):
+            _check_shared_cache(role, backend, cache)
+        inner = self.decode.prepare_static(meta, cache, max_seq_len=max_seq_len)
+        return StepState(meta=meta, prepared=HybridStep(self.decode, inner))
+
+    def refill_static(self, step: StepState) -> None:
+        plan = step.prepared
+        plan.backend.refill_static(plan.state)
+
     def _forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):
         """q: [T, H_q, D]; k/v as for any backend. Returns [T, H_q * D_v]."""
         plan: Any = step.prepared

@@ -71,6 +71,7 @@ class BatchMetadata:
     encoder_block_tables_cpu: Sequence[Sequence[int]] | None = None
     encoder_slot_mapping_cpu: Sequence[int] | None = None
     _tensors: dict = field(default=None, init=False, repr=False, compare=False)
+    _static: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __setattr__(self, name: str, value: Any) -> None:
         """Read-only once made (a frozen dataclass, with a coded error): a field set after the
@@ -84,6 +85,46 @@ class BatchMetadata:
         object.__setattr__(self, name, value)
 
     def __post_init__(self):
+        self._check_host()
+        from attnkit.backends.metadata_tensors import device_tensors   # torch, on first use
+
+        tensors = device_tensors(self)
+        object.__setattr__(self, "_tensors", tensors)
+        object.__setattr__(self, "device", tensors["slot_mapping"].device)
+
+    # ---- static (CUDA-graph) metadata ---------------------------------------------------
+    @classmethod
+    def on_buffers(cls, tensors: dict, *, mode: ForwardMode, page_size: int,
+                   **host: Any) -> "BatchMetadata":
+        """Metadata whose device tensors are static buffers (backends/static.py): a captured
+        step reads them in place, and ``StaticDecode.fill`` rewrites them and, in the same
+        call and from the same staging values, the host values (``refresh_host``). The one
+        place where the device copy is not built by this class; the writer of both is one
+        function, so they still cannot part. ``host``: the four ``*_cpu`` owner fields."""
+        meta = cls.__new__(cls)
+        for name, value in (("mode", mode), ("page_size", page_size), ("device", "cpu"),
+                            ("encoder_lens_cpu", None), ("encoder_block_tables_cpu", None),
+                            ("encoder_slot_mapping_cpu", None), ("_tensors", None),
+                            ("_static", True), *host.items()):
+            object.__setattr__(meta, name, value)
+        meta._check_host()
+        object.__setattr__(meta, "_tensors", dict(tensors))
+        object.__setattr__(meta, "device", tensors["slot_mapping"].device)
+        return meta
+
+    def refresh_host(self, **host: Any) -> None:
+        """Static metadata only: the host values of what ``StaticDecode.fill`` just wrote to
+        the buffers (checked as when made)."""
+        if not self._static:
+            fail("AK405", "refresh_host is for static (CUDA-graph) metadata made by "
+                          "BatchMetadata.on_buffers; build a new BatchMetadata instead",
+                 field="meta", expected="static metadata", actual="a BatchMetadata")
+        for name, value in host.items():
+            object.__setattr__(self, name, value)
+        self._check_host()
+
+    def _check_host(self) -> None:
+        """Normalise and check the host values (AK405/AK406); no tensors."""
         freeze = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
         try:
             freeze("mode", ForwardMode(self.mode))
@@ -125,11 +166,6 @@ class BatchMetadata:
             fail("AK405", f"meta.slot_mapping_cpu has {len(self.slot_mapping_cpu)} slots for "
                           f"{sum(new)} new tokens", field="meta.slot_mapping_cpu",
                  expected=sum(new), actual=len(self.slot_mapping_cpu))
-        from attnkit.backends.metadata_tensors import device_tensors   # torch, on first use
-
-        tensors = device_tensors(self)
-        freeze("_tensors", tensors)
-        freeze("device", tensors["slot_mapping"].device)
 
     # ---- host values derived from the owners ------------------------------------------
     @property

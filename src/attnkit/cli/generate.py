@@ -59,7 +59,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     request = request_from_args(args)           # AK306 on junk values, before any loading
     require_torch("attnkit generate")
     if not (Path(args.model) / "config.json").is_file():
-        from attnkit.runner.weights import read_checkpoint
+        from attnkit.runner.models.weights import read_checkpoint
 
         read_checkpoint(args.model)             # AK481 says what is missing, before AK484
     tokenizer, why = load_tokenizer(Path(args.model))
@@ -68,11 +68,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
              field="prompt", expected="tokenizers or transformers, and tokenizer files", actual=why)
     prompts = [tokenizer.encode(t) for t in args.prompt] if args.prompt else args.prompt_ids
     flags = {k: v for k, v in request.to_dict().items() if k != "dtype" and v not in (None, [])}
-    from attnkit.runner.llm import LLM
+    from attnkit.runner.engine.llm import LLM
 
     try:
         llm = LLM(args.model, device=args.device, dtype=request.dtype or "auto",
-                  max_tokens=args.max_tokens, max_num_batched_tokens=args.max_batched_tokens, **flags)
+                  max_tokens=args.max_tokens, max_num_batched_tokens=args.max_batched_tokens,
+                  progress=not args.no_progress, **flags)
     except AttnkitError as err:
         if "plan" in err.details and err.code not in USAGE_CODES:
             print_error(err)                        # the planner found no backend: as `attnkit plan`

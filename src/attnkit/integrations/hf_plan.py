@@ -5,7 +5,7 @@ kept per config (looked up by identity; nothing is stored on the config itself, 
 transformers serialises). The state holds the override flags the model was planned with,
 one ``Planned`` per device and dtype the model has run in, and the dense-step layouts of the
 current forward pass. The planner, the platform of a torch device and the backend objects
-come from the same helpers the runner uses (``attnkit.runner.setup``).
+come from the same helpers the runner uses (``attnkit.runner.engine.setup``).
 """
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ from attnkit.kvcache.paged import TORCH_KV_DTYPES
 from attnkit.model.spec import LayerAttention, ModelAttention
 from attnkit.planning.plan import Plan
 from attnkit.planning.request import parse_request
-from attnkit.runner.setup import COMPUTE_DTYPES, backend_of, dtype_name, platform_of
+from attnkit.runner.engine.checks import COMPUTE_DTYPES, dtype_name
+from attnkit.runner.engine.setup import backend_of, platform_of
 
 # The planning settings a transformers user may set (as on `attnkit plan`); the compute
 # dtype is the model's own and there is no tensor parallelism or speculation here.

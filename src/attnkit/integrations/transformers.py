@@ -145,7 +145,7 @@ def _target(model: Any, device, dtype) -> tuple[Any, torch.device, torch.dtype]:
 def _device(device: Any) -> torch.device:
     """A device to plan for: one this torch can run on (AK306 otherwise)."""
     from attnkit.errors import AttnkitError
-    from attnkit.runner.setup import device_of
+    from attnkit.runner.engine.checks import device_of
 
     try:
         return device_of(device)   # unknown names, meta, CUDA without CUDA, index past count
@@ -155,7 +155,7 @@ def _device(device: Any) -> torch.device:
 
 def _dtype(dtype: Any) -> torch.dtype:
     """A compute dtype: a torch dtype, or attnkit's name for one (fp32, fp16, bf16)."""
-    from attnkit.runner.setup import COMPUTE_DTYPES
+    from attnkit.runner.engine.checks import COMPUTE_DTYPES
 
     if isinstance(dtype, torch.dtype):
         return dtype                        # hf_plan refuses those attnkit does not compute in

@@ -13,6 +13,7 @@ from attnkit.errors import AttnkitError
 from attnkit.registry.capabilities import DTYPES, KV_CACHE_DTYPES
 
 DUAL_CHUNK_MODES = ("auto", "on", "off")
+CUDA_GRAPH_MODES = ("auto", "on", "off")
 BACKEND_FIELDS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend")
 
 # Spellings people type, mapped onto the capability vocabulary.
@@ -90,7 +91,7 @@ def parse_request(request: Any = None, **overrides: Any) -> PlanRequest:
         tp_size=_int("tp_size", raw.get("tp_size"), minimum=1),
         speculative_tokens=_int("speculative_tokens", raw.get("speculative_tokens"), minimum=0),
         dual_chunk=_dual_chunk(raw.get("dual_chunk")),
-        cuda_graph=_bool("cuda_graph", raw.get("cuda_graph")),
+        cuda_graph=_cuda_graph(raw.get("cuda_graph")),
         deny=_names("deny", raw.get("deny")),
     )
 
@@ -147,10 +148,14 @@ def _dual_chunk(value: Any) -> str | None:
     raise _bad("dual_chunk", value, list(DUAL_CHUNK_MODES), "choose auto, on or off")
 
 
-def _bool(name: str, value: Any) -> bool | None:
+def _cuda_graph(value: Any) -> bool | None:
+    """True (on), False (off) or None (auto: the planner decides, see rules.cuda_graph_rule)."""
     if value is None or isinstance(value, bool):
         return value
-    raise _bad(name, value, [True, False], "expected true or false")
+    if isinstance(value, str) and value.strip().lower() in CUDA_GRAPH_MODES:
+        return {"on": True, "off": False, "auto": None}[value.strip().lower()]
+    raise _bad("cuda_graph", value, list(CUDA_GRAPH_MODES) + [True, False],
+               "choose auto, on or off (or true / false)")
 
 
 def _names(name: str, value: Any) -> tuple[str, ...]:

@@ -9,7 +9,8 @@ internal error.
 
 ``BEFORE`` rules run before backends are chosen, ``AFTER`` rules once they are. Whether a
 backend supports the model's kind (MHA/MLA), every layer's features, verify (speculative)
-and CUDA graphs is checked per candidate from its declaration (reasons.py).
+and CUDA graphs (--cuda-graph on) is checked per candidate from its declaration
+(reasons.py); --cuda-graph auto is decided once the backends are chosen (cuda_graph_rule).
 """
 from __future__ import annotations
 
@@ -176,6 +177,21 @@ def dual_chunk_rule(v: View) -> Iterator[Fill | str]:
                            f"{serving[0]} is the backend that implements it", off)
 
 
+GRAPH_PLATFORMS = ("cuda", "rocm")     # where torch.cuda.graph captures (CUDA, HIP graphs)
+
+
+def cuda_graph_device_rule(v: View) -> Iterator[Fill | str]:
+    """--cuda-graph on needs a GPU: refuse it on a CPU / MPS / XPU plan, with the fixes."""
+    if v.request.cuda_graph and v.platform.kind not in GRAPH_PLATFORMS:
+        raise conflict("AK311", f"--cuda-graph on: CUDA graphs capture GPU kernels, and "
+                       f"{v.platform.name} is a {v.platform.kind} device",
+                       field="cuda_graph", actual=True, expected=[False],
+                       solutions=["drop --cuda-graph (auto: on where the device is CUDA and both "
+                                  "backends declare it)", "plan for a CUDA device (--device h100)"],
+                       before=v.command(), after=v.command(cuda_graph=None))
+    return iter(())
+
+
 def _refused_settings(v: View, name: str) -> list[str]:
     """The user's own settings (CUDA graph, speculative tokens, KV dtype, page size) ``name`` refuses."""
     from attnkit.planning.reasons import check_backend, model_needs
@@ -212,12 +228,50 @@ def page_size_rule(v: View) -> Iterator[Fill | str]:
                else f"smallest page size accepted by {who} (16 is not)")
 
 
+def cuda_graph_rule(v: View) -> Iterator[Fill | str]:
+    """--cuda-graph auto: on for a CUDA plan whose decode backend declares cuda_graph (and
+    whose decode checks pass with it), else off; each with why. Only decode steps are
+    captured (prefill runs eagerly), so the prefill backend need not declare it, as
+    --cuda-graph on checks only decode candidates (reasons.py, AK109). A value the user set
+    stands."""
+    if v.request.cuda_graph is not None:
+        return
+    decode = v.backends.get("decode")
+    if decode is None:
+        yield Fill("cuda_graph", False, "no decode phase: nothing to capture")
+        return
+    if v.platform.kind != "cuda":
+        yield Fill("cuda_graph", False, f"--cuda-graph auto: {v.platform.kind} is not a CUDA device")
+        return
+    if "cuda_graph" not in v.registry[decode].capabilities.features or _refuses_capture(v, decode):
+        yield Fill("cuda_graph", False, f"--cuda-graph auto: the decode backend {decode} cannot be "
+                   "captured in a CUDA graph here, so decode runs eagerly")
+        return
+    prefill = v.backends.get("prefill")
+    eager = f" ({prefill})" if prefill and prefill != decode else ""
+    yield Fill("cuda_graph", True, f"--cuda-graph auto on {v.platform.kind}: the decode backend "
+               f"{decode} declares cuda_graph; decode steps replay as CUDA graphs, prefill{eager} "
+               "runs eagerly")
+
+
+def _refuses_capture(v: View, name: str) -> bool:
+    """Whether ``name``'s decode checks fail once graphs are on (a backend check may say so)."""
+    from attnkit.planning.reasons import check_backend, model_needs
+
+    settings = {k: val for k, val in v.settings.items() if val is not None} | {"cuda_graph": True}
+    found = check_backend(v.registry[name], model=v.model, needs=model_needs(v.model),
+                          platform=v.platform, phase="decode", settings=settings)
+    return any(r.field == "cuda_graph" for r in found)
+
+
 BEFORE: tuple[Rule, ...] = (
     Rule("dtype-default", dtype_rule),
     Rule("kv-cache-dtype-default", kv_cache_dtype_rule),
     Rule("tensor-parallel", tensor_parallel_rule),
     Rule("dual-chunk", dual_chunk_rule),
+    Rule("cuda-graph-device", cuda_graph_device_rule),
 )
 AFTER: tuple[Rule, ...] = (
     Rule("page-size", page_size_rule),
+    Rule("cuda-graph", cuda_graph_rule),
 )

@@ -119,7 +119,7 @@ class Solve:
             self.settings = {f: getattr(self.request, f) for f in SETTING_FIELDS}
             self.settings["tp_size"] = self.request.tp_size or 1
             self.settings["speculative_tokens"] = self.request.speculative_tokens or 0
-            self.settings["cuda_graph"] = bool(self.request.cuda_graph)
+            self.settings["cuda_graph"] = self.request.cuda_graph   # None: rules.cuda_graph_rule decides
             self._apply(BEFORE)
             self._choose()
             self._apply(AFTER)
@@ -321,6 +321,9 @@ class Solve:
         parts = ["attnkit", "plan", self.label] + (["--device", device] if device else [])
         for key, value in values.items():
             flag = "--" + key.replace("_", "-")
+            if key == "cuda_graph" and value is False:
+                parts += [flag, "off"]
+                continue
             if value in (None, (), [], False) or (key == "tp_size" and value == 1):
                 continue
             if key == "deny":

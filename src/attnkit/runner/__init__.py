@@ -1,18 +1,21 @@
 """The minimal engine: real model architectures on attnkit attention and the paged KV cache.
 
-``Engine`` (engine.py) loads a local checkpoint, plans its backends through ``attnkit.plan``
-and runs prefill / decode / mixed steps; ``Scheduler`` (scheduler.py) batches requests over
-it continuously (chunked prefill, preemption), ``sampling`` chooses tokens, and ``LLM``
-(llm.py) is the generate-many-prompts API. The model: ``arch`` (block recipe per family),
-``model`` (layer loop), ``attention`` (MHA/GQA), ``mla`` (DeepSeek's latent attention),
-``mlp`` (dense and experts), ``routing`` (DeepSeek V2/V3 expert routers), ``rope`` +
-``rotary`` (RoPE of every type, and the dual-chunk rotation that feeds the ``dual_chunk``
-backend). See docs/runner.md.
-Importing this package imports nothing heavy; each name is loaded (with torch) on first use.
+- ``engine/``: the ``Sequence`` record (sequence.py), the page ledger (ledger.py), ``Engine``
+  (engine.py: prefill / decode / mixed steps; build.py loads and plans), the ``Scheduler``
+  (continuous batching, chunked prefill, preemption), the decode graph runner (graphs.py:
+  CUDA graphs per batch-size bucket), the one generation loop (generation.py) and ``LLM``
+  (llm.py), the generation API.
+- ``layers/``: linear, norms, rotary, MLP and experts, MHA and MLA attention, and the
+  per-step object every layer reads (context.py).
+- ``models/``: one module per family (llama, gemma2, gpt_oss, deepseek) and the decoder
+  they share (base.py); config.py reads config.json, weights.py the checkpoint.
+See docs/runner.md. Importing this package imports nothing heavy; each name is loaded (with
+torch) on first use.
 """
 
 __all__ = ["Engine", "LLM", "SamplingParams", "Scheduler"]
-_HOMES = {"Engine": "engine", "LLM": "llm", "SamplingParams": "sampling", "Scheduler": "scheduler"}
+_HOMES = {"Engine": "engine.engine", "LLM": "engine.llm", "SamplingParams": "engine.sampling",
+          "Scheduler": "engine.scheduler"}
 
 
 def __getattr__(name: str):

@@ -1,6 +1,6 @@
 """dual_chunk: dual chunk attention (DCA, Qwen2.5-1M) over the paged KV cache.
 
-Interface (the model's side is attnkit.runner.rotary.DualChunkRotary):
+Interface (the model's side is attnkit.runner.layers.rotary.DualChunkRotary):
     q3, k = rotary(q, k, meta.positions, length_scale=step_length_scales(meta, cfg))
     out = backend.forward(q3, k, v, layer, cache, step)
 - q3: [T, 3, H_q, D] — each new token's query rotated three ways, stacked on dim 1 in the
@@ -68,6 +68,21 @@ class DualChunkBackend(AttentionBackend):
         from attnkit.backends.dual_chunk.triton_parts import DcaTritonStep
         return StepState(meta=meta, prepared=DcaTritonStep.build(meta, cache.device))
 
+    def capture_plan(self, meta, cache, *, max_seq_len: int) -> StepState:
+        """Static decode steps run the Triton path only (the torch path loops over requests
+        on the host): AK457 where that path does not run."""
+        if not self._use_triton(cache.device):
+            fail("AK457", "the dual_chunk backend captures its Triton path only, which does not "
+                          f"run here (impl={self.impl!r}, device {cache.device}); the torch path "
+                          "loops over requests on the host", field="impl",
+                 expected="impl 'triton' or 'auto' on a CUDA GPU the triton backend declares",
+                 actual=self.impl)
+        from attnkit.backends.dual_chunk.triton_parts import DcaTritonStep
+        return StepState(meta=meta, prepared=DcaTritonStep.static(meta, cache.device, max_seq_len))
+
+    def refill_static(self, step: StepState) -> None:
+        step.prepared.refill()
+
     def _use_triton(self, device: torch.device) -> bool:
         if self.impl == "torch":
             return False
@@ -100,7 +115,9 @@ class DualChunkBackend(AttentionBackend):
             if serves(q, layer):
                 out = triton_dual_chunk(q, k, v, layer, cache, step.prepared, cl)
                 return out.reshape(meta.num_tokens, spec.num_heads * spec.value_dim)
-            if self.impl == "triton":     # an explicit choice is refused, not quietly changed
+            if self.impl == "triton" or step.prepared.max_kv is not None:
+                # an explicit choice is refused, not quietly changed; a static step cannot
+                # fall back to the torch path (host loops)
                 fail("AK453", f"dual_chunk impl='triton': layer {spec.layer_id} has head_dim "
                               f"{spec.head_dim} / v_head_dim {spec.value_dim}; the triton kernels "
                               f"hold head rows up to 256 wide. Use impl='torch' (or 'auto')",

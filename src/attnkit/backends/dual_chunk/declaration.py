@@ -28,7 +28,7 @@ DECLARATION = BackendDeclaration(
         kv_cache_dtypes=("fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2"),
         page_sizes="any",            # any divisor of the chunk length: see page_sizes(), check()
         phases=("prefill", "decode"),
-        features=frozenset({"dual_chunk"}),
+        features=frozenset({"dual_chunk", "cuda_graph"}),   # cuda_graph: the Triton path
         requires=("torch",),
         verified=(H200_2026_11_29,),      # the Triton path (CUDA) and the torch path
     ),
@@ -58,6 +58,8 @@ def check(*, model, platform, phase: str, settings: Mapping[str, Any]) -> list[t
                  f"serves only dual chunk attention; {model.name} has no "
                  f"dual_chunk_attention_config on layers {layer_ranges(plain)}")]
     out: list[tuple] = []
+    if phase == "decode" and settings.get("cuda_graph"):
+        out += _capture_problems(model, platform)
     seen = set()
     for layer in model.layers:
         config = layer.dual_chunk
@@ -72,3 +74,28 @@ def check(*, model, platform, phase: str, settings: Mapping[str, Any]) -> list[t
             if bad:
                 out.append(bad)
     return out
+
+
+# Where the Triton path runs (backend.py: NVIDIA sm80+, head rows up to 256 wide): the only
+# path a CUDA graph can capture; elsewhere the torch path loops over requests on the host.
+TRITON_MIN_CAPABILITY = (8, 0)
+TRITON_MAX_HEAD_DIM = 256
+
+
+def _capture_problems(model, platform) -> list[tuple]:
+    """Why a CUDA-graph decode cannot run the Triton path here (empty if it can)."""
+    from attnkit.model.summary import layer_ranges
+
+    cc = getattr(platform, "capability", None)
+    if platform.kind == "cuda" and cc is not None and tuple(cc) < TRITON_MIN_CAPABILITY:
+        low = TRITON_MIN_CAPABILITY
+        return [("cuda_graph", f"sm{low[0]}{low[1]}+ (the Triton path)", f"sm{cc[0]}{cc[1]}",
+                 f"captures CUDA graphs on its Triton path only, which needs sm{low[0]}{low[1]}+; "
+                 f"{platform.name} is sm{cc[0]}{cc[1]}")]
+    wide = [l.layer_id for l in model.layers
+            if max(l.head_dim, l.value_dim) > TRITON_MAX_HEAD_DIM]
+    if wide:
+        return [("cuda_graph", f"head dims <= {TRITON_MAX_HEAD_DIM} (the Triton path)", wide,
+                 f"captures CUDA graphs on its Triton path only, whose head rows hold "
+                 f"{TRITON_MAX_HEAD_DIM} features; layers {layer_ranges(wide)} are wider")]
+    return []

@@ -13,6 +13,10 @@ is the request's row shifted by the range's first page, its key count the range'
   would: a decode step is two launches, as for plain attention.
 Per step, the groups and pseudo block tables are built once per chunk length (every layer of
 a model shares one) and reused by every layer.
+Static (captured) decode steps (``StaticGroups``): the three parts' key counts and shifted
+tables are computed on the device from the step's seq_lens and block tables, into buffers
+sized for the longest KV a refill may hold, and recomputed in place by ``refill``; split
+counts are sized for that longest KV too.
 """
 from __future__ import annotations
 
@@ -86,12 +90,65 @@ class ChunkGroups:
         return self.blocks[key]
 
 
+class StaticGroups:
+    """The decode parts of a static step, on the device: one group per request, part p of
+    request b covering keys [lo, hi) of its KV, with lo / hi from its KV length n (query at
+    p = n - 1, chunk start a = p // cl * cl): intra [a, n), successor [max(a - cl, 0), a),
+    inter [0, max(a - cl, 0)) -- ``part_ranges`` of one decode row, as tensors.
+
+    seq_lens: [3, B] int32 keys per part; tables: [3, B, W] int32 block tables shifted to each
+    part's first page (W = pages of max_kv), both rewritten by ``refill``."""
+
+    def __init__(self, meta: BatchMetadata, block_tables: torch.Tensor, cl: int, page_size: int,
+                 max_kv: int):
+        self.meta, self.source, self.cl, self.page_size, self.max_kv = meta, block_tables, cl, page_size, max_kv
+        b, dev = meta.num_reqs, block_tables.device
+        self.width = min(-(-max_kv // page_size), block_tables.shape[1])
+        self.seq_lens = torch.zeros(NUM_PARTS, b, dtype=I32, device=dev)
+        self.tables = torch.zeros(NUM_PARTS, b, self.width, dtype=I32, device=dev)
+        self._cols = torch.arange(self.width, dtype=torch.int64, device=dev)
+        self._splits: dict = {}
+        self.refill()
+
+    def refill(self) -> None:
+        """Recompute the parts from the step's current seq_lens and block tables (device ops)."""
+        n = self.meta.seq_lens.to(torch.int64)
+        a = torch.div(n - 1, self.cl, rounding_mode="floor") * self.cl
+        succ = (a - self.cl).clamp(min=0)
+        lo = torch.stack([a, succ, torch.zeros_like(a)])                        # [3, B]
+        self.seq_lens.copy_(torch.stack([n, a, succ]) - lo)
+        cols = (torch.div(lo, self.page_size, rounding_mode="floor")[:, :, None] + self._cols)
+        cols = cols.clamp_(max=self.source.shape[1] - 1)                        # past the range: unread
+        rows = self.source.to(torch.int64)[None].expand(NUM_PARTS, -1, -1)
+        self.tables.copy_(torch.gather(rows, 2, cols))
+
+    def decode_tables(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.seq_lens, self.tables
+
+    def decode_splits(self, num_kv_heads: int, block_n: int,
+                      num_sms: int) -> tuple[int, int, torch.Tensor]:
+        """As ``ChunkGroups.decode_splits``, sized for any KV up to max_kv: the intra and
+        successor parts hold at most cl keys, the inter part at most max_kv."""
+        key = (num_kv_heads, block_n)
+        if key not in self._splits:
+            _, chunk = choose_splits(self.max_kv, self.meta.num_reqs, num_kv_heads,
+                                     block_n=block_n, num_sms=num_sms)
+            bounds = (min(self.cl, self.max_kv), min(self.cl, self.max_kv), self.max_kv)
+            starts = [0]
+            for most in bounds:
+                starts.append(starts[-1] + max(1, -(-most // chunk)))
+            self._splits[key] = (starts[-1], chunk, torch.tensor(
+                starts, dtype=I32, device=self.seq_lens.device))
+        return self._splits[key]
+
+
 @dataclass(slots=True)
 class DcaTritonStep:
     meta: BatchMetadata
     block_tables: torch.Tensor          # [B, P] int32
     num_sms: int
-    groups: dict = field(default_factory=dict)     # chunk length -> ChunkGroups
+    max_kv: int | None = None           # static (captured) decode steps: see StaticGroups
+    groups: dict = field(default_factory=dict)     # chunk length -> ChunkGroups | StaticGroups
     partials: dict = field(default_factory=dict)   # (H_q, BLOCK_DV, splits) -> 3 f32 buffers
 
     @classmethod
@@ -99,10 +156,22 @@ class DcaTritonStep:
         tables = torch.as_tensor(meta.block_tables, device=device).to(I32)
         return cls(meta=meta, block_tables=tables, num_sms=sm_count(torch.device(device)))
 
-    def chunk_groups(self, cl: int, page_size: int) -> ChunkGroups:
+    @classmethod
+    def static(cls, meta: BatchMetadata, device, max_kv: int) -> "DcaTritonStep":
+        """The plan of a static decode step: meta's int32 tables read in place."""
+        return cls(meta=meta, block_tables=meta.block_tables, num_sms=sm_count(torch.device(device)),
+                   max_kv=max_kv)
+
+    def chunk_groups(self, cl: int, page_size: int) -> ChunkGroups | StaticGroups:
         if cl not in self.groups:
-            self.groups[cl] = self._split(cl, page_size)
+            self.groups[cl] = (self._split(cl, page_size) if self.max_kv is None else
+                               StaticGroups(self.meta, self.block_tables, cl, page_size, self.max_kv))
         return self.groups[cl]
+
+    def refill(self) -> None:
+        """After a refill of a static step's buffers: recompute every chunk length's parts."""
+        for groups in self.groups.values():
+            groups.refill()
 
     def _split(self, cl: int, page_size: int) -> ChunkGroups:
         meta = self.meta

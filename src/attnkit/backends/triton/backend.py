@@ -22,7 +22,8 @@ from attnkit.backends._triton import interpreting, kernel_scales, padded_dim, wr
 from attnkit.backends.triton.declaration import DECLARATION
 from attnkit.backends.triton.decode import (DECODE_VARIANT, DECODE_VARIANT_NAMES, DECODE_VARIANTS,
                                              auto_decode_variant, choose_splits, decode_attention,
-                                             decode_config, decode_span, pick_decode_variant)
+                                             decode_config, decode_span, max_decode_span,
+                                             pick_decode_variant)
 from attnkit.backends.triton.decode_merge import merge_counters
 from attnkit.backends.triton.extend import (EXTEND_VARIANT, EXTEND_VARIANT_NAMES, EXTEND_VARIANTS,
                                              extend_attention, extend_config, pick_extend_variant)
@@ -44,6 +45,7 @@ class TritonStep:
     seq_lens: torch.Tensor            # [B]
     block_tables: torch.Tensor        # [B, P]
     num_sms: int
+    max_kv: int | None = None         # static (captured) steps: the longest KV a refill may hold
     blocks: dict = field(default_factory=dict)     # BLOCK_M -> (block_req [NB], block_m [NB])
     splits: dict = field(default_factory=dict)     # (H_kv, window, attn chunk, BLOCK_N) -> (splits, chunk)
     partials: dict = field(default_factory=dict)   # (H_q, BLOCK_DV, splits) -> 3 f32 buffers
@@ -63,9 +65,13 @@ class TritonStep:
         key = (num_kv_heads, window, attention_chunk, block_n)
         if key not in self.splits:
             # Keys a request reads: all of them, or from the window's edge / the chunk's start.
-            spans = [decode_span(n, window, attention_chunk, block_n) for n in self.meta.seq_lens_cpu]
-            self.splits[key] = choose_splits(max(spans, default=1), len(spans), num_kv_heads,
-                                             block_n=block_n, num_sms=self.num_sms)
+            if self.max_kv is None:
+                spans = [decode_span(n, window, attention_chunk, block_n)
+                         for n in self.meta.seq_lens_cpu]
+            else:               # a static step: sized for any refill, not for today's lengths
+                spans = [max_decode_span(self.max_kv, window, attention_chunk, block_n)]
+            self.splits[key] = choose_splits(max(spans, default=1), self.meta.num_reqs,
+                                             num_kv_heads, block_n=block_n, num_sms=self.num_sms)
         return self.splits[key]
 
     def split_buffers(self, num_heads: int, block_dv: int, splits: int):
@@ -143,6 +149,14 @@ class TritonBackend(AttentionBackend):
             plan.counters = merge_counters(meta.num_reqs, dev)   # zeroed outside any graph
         return StepState(meta=meta, prepared=plan)
 
+    def capture_plan(self, meta: BatchMetadata, cache, *, max_seq_len: int) -> StepState:
+        """The static decode plan: meta's own tensors (int32, read in place), split counts
+        sized for ``max_seq_len`` keys. The decode path builds nothing from host lists."""
+        plan = TritonStep(meta=meta, query_start_loc=meta.query_start_loc,
+                              seq_lens=meta.seq_lens, block_tables=meta.block_tables,
+                              num_sms=sm_count(cache.device), max_kv=max_seq_len)
+        return StepState(meta=meta, prepared=plan)
+
     def _forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):
         """q: [T, H_q, D]; k: [T, H_kv, D]; v: [T, H_kv, D_v] -> [T, H_q * D_v] in q's dtype."""
         spec, meta, plan = layer.spec, step.meta, step.prepared
@@ -200,7 +214,7 @@ class TritonBackend(AttentionBackend):
         if self.num_splits is None:
             return plan.decode_splits(spec.num_kv_heads, spec.sliding_window, spec.attention_chunk,
                                       block_n)
-        longest = max(plan.meta.seq_lens_cpu, default=1)
+        longest = plan.max_kv or max(plan.meta.seq_lens_cpu, default=1)
         per_split = -(-longest // self.num_splits)
         chunk = -(-per_split // block_n) * block_n
         return -(-longest // chunk), chunk

@@ -230,6 +230,18 @@ def decode_span(kv_len: int, window: int | None, attention_chunk: int | None, bl
     return kv_len - (first // block_n) * block_n
 
 
+def max_decode_span(max_kv: int, window: int | None, attention_chunk: int | None,
+                    block_n: int) -> int:
+    """The most keys ``decode_span`` gives any KV length up to ``max_kv``: a split count sized
+    for it serves every such length (static steps). Past the window's edge (or the chunk's
+    start) the span is that many keys plus less than one tile of rounding."""
+    bound = max_kv
+    for limit in (window, attention_chunk):
+        if limit is not None:
+            bound = min(bound, limit + block_n - 1)
+    return max(bound, 1)
+
+
 def choose_splits(max_kv: int, num_reqs: int, num_kv_heads: int, *, block_n: int, num_sms: int,
                   min_chunk: int = 256, max_splits: int = 64) -> tuple[int, int]:
     """(num_splits, chunk): enough programs to fill about two waves of the SMs, each split

@@ -1,6 +1,6 @@
 """Extend / prefill kernel over CONTIGUOUS K/V rows, read through tensor descriptors.
 
-The paged kernels (extend.py, extend_v2.py) gather K/V through pointer tensors. Here every
+The paged kernels (extend.py, extend_new_kv.py) gather K/V through pointer tensors. Here every
 key row lies in one dense [rows, H_kv * D] buffer, so a key tile is one rectangle and is read
 with a tensor descriptor: on sm_90 the bulk tensor copy engine (TMA) writes it straight into
 swizzled shared memory, with no address registers; with ``WS`` the compiler also splits the

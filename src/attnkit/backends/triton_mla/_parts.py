@@ -22,6 +22,8 @@ class Part:
     tokens:          [T_p] int64 rows of q / output that belong here (None: all, in order)
     query_start_loc: [B_p+1] int32;  seq_lens: [B_p] int32;  block_tables: [B_p, P] int32
     query_lens / kv_lens: host lists of new tokens and KV length per request.
+    static_kv: static (captured) steps: the longest KV a refill may hold, which sizes the
+    splits instead of ``kv_lens`` (the lengths at capture time).
     """
     tokens: torch.Tensor | None
     query_start_loc: torch.Tensor
@@ -30,6 +32,7 @@ class Part:
     query_lens: list[int]
     kv_lens: list[int]
     page_size: int
+    static_kv: int | None = None
     _tiles: dict = field(default_factory=dict)
     _gather: tuple | None = None
 
@@ -39,7 +42,7 @@ class Part:
 
     @property
     def max_kv_len(self) -> int:
-        return max(self.kv_lens, default=0)
+        return self.static_kv if self.static_kv is not None else max(self.kv_lens, default=0)
 
     def tiles(self, size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Work items of up to ``size`` consecutive new tokens of one request:
@@ -74,6 +77,17 @@ class Part:
 
 def _i32(x, dev) -> torch.Tensor:
     return torch.as_tensor(x, device=dev).to(torch.int32).contiguous()
+
+
+def static_parts(meta: BatchMetadata, max_seq_len: int) -> dict[str, Part]:
+    """The plan of a static DECODE step: one absorbed part over meta's own tensors (read in
+    place), splits sized for ``max_seq_len``, and its one-token work tiles built now so that
+    no forward builds a tensor from host lists."""
+    part = Part(None, meta.query_start_loc, meta.seq_lens, meta.block_tables,
+                list(meta.query_lens_cpu), list(meta.seq_lens_cpu), meta.page_size,
+                static_kv=max_seq_len)
+    part.tiles(1)
+    return {"absorbed": part}
 
 
 def build_parts(meta: BatchMetadata, device: torch.device,

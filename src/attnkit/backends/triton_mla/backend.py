@@ -18,7 +18,7 @@ import triton
 from attnkit.backends.base import AttentionBackend, RuntimeLayer, StepState, check_option
 from attnkit.backends.metadata import BatchMetadata
 from attnkit.backends._triton import interpreting
-from attnkit.backends.triton_mla._parts import Part, build_parts
+from attnkit.backends.triton_mla._parts import Part, build_parts, static_parts
 from attnkit.backends.triton_mla.declaration import DECLARATION
 from attnkit.backends.triton_mla.decode import (DEFAULT_DECODE_VARIANT, VARIANT_NAMES, VARIANTS,
                                                 absorbed_attention, absorbed_config, choose_splits)
@@ -84,6 +84,11 @@ class TritonMLABackend(AttentionBackend):
     # ---- per step -------------------------------------------------------------------------
     def _prepare(self, meta: BatchMetadata, cache) -> StepState:
         return StepState(meta=meta, prepared=build_parts(meta, cache.device, self.mha_form_min_query))
+
+    def capture_plan(self, meta: BatchMetadata, cache, *, max_seq_len: int) -> StepState:
+        """A static decode step: every request absorbed (one new token each), splits sized
+        for ``max_seq_len``; the kernels find each request's KV length on the device."""
+        return StepState(meta=meta, prepared=static_parts(meta, max_seq_len))
 
     # ---- per layer ------------------------------------------------------------------------
     def _forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):

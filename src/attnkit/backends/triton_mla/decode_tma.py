@@ -1,5 +1,5 @@
 """Absorbed MLA split-KV kernel with latent tiles read through tensor descriptors (TMA on
-sm_90). Same grid, inputs, partials and merge as decode_v2.py's kernel (column blocks of the
+sm_90). Same grid, inputs, partials and merge as decode_column_split.py's kernel (column blocks of the
 latent per program, 128 heads a program); what differs is how a key tile arrives: a tile of
 BLOCK_N keys lies in one page (PAGE_SIZE % BLOCK_N == 0), so it is the rectangle rows
 [slot0, slot0 + BLOCK_N) of the flat latent [slots, L + R], and two descriptors (latent
@@ -55,7 +55,7 @@ def _absorbed_tma_kernel(
     BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     V_SPLIT: tl.constexpr, DIRECT: tl.constexpr,
 ):
-    """As decode_v2._absorbed_v2_kernel, with the latent cache as two descriptors over
+    """As decode_column_split._absorbed_v2_kernel, with the latent cache as two descriptors over
     [slots, L + R]: lat_desc blocks [BLOCK_N, L // V_SPLIT], pe_desc blocks [BLOCK_N, R]."""
     BLOCK_M: tl.constexpr = BLOCK_T * BLOCK_H
     BLOCK_V: tl.constexpr = L // V_SPLIT

@@ -125,6 +125,20 @@ ENTRIES = [
         related=("AK105", "AK306"),
     ),
     entry(
+        "AK311", "CUDA graphs asked for on a device without them",
+        meaning="--cuda-graph on asks for decode steps captured as CUDA graphs, which record GPU "
+                "kernels; a CPU (or MPS, XPU) plan has none to capture. attnkit never changes a "
+                "setting you made; with --cuda-graph auto (the default) graphs are turned on only "
+                "for CUDA plans whose backends declare cuda_graph, and stay off elsewhere.",
+        trigger="--cuda-graph on (or cuda_graph=True in a request) planned for a cpu, mps or xpu "
+                "device.",
+        situations=["A launch script with --cuda-graph reused for a CPU smoke test."],
+        solutions=["Drop --cuda-graph (auto decides per device).", "Plan for a CUDA device."],
+        before="attnkit plan llama-3.1-8b --device cpu --cuda-graph on",
+        after="attnkit plan llama-3.1-8b --device cpu",
+        related=("AK109", "AK120"),
+    ),
+    entry(
         "AK310", "Command line not understood",
         meaning="`attnkit plan` could not parse its arguments: an unknown flag, a flag without its "
                 "value, or no model. With --json the failure is printed as a failed plan object.",

@@ -42,7 +42,7 @@ ENTRIES = [
         meaning="Each query is rotated three ways (intra-chunk, successor-chunk, inter-chunk "
                 "positions) and the dual_chunk backend picks the variant by chunk distance, so q "
                 "must be [T, 3, H_q, D] (variants stacked on dim 1, in that order), as produced "
-                "by attnkit.runner.rotary.DualChunkRotary.",
+                "by attnkit.runner.layers.rotary.DualChunkRotary.",
         trigger="DualChunkBackend.forward with q of another shape (e.g. the ordinary [T, H_q, D]).",
         situations=["The model applied ordinary RoPE and passed one query per token.",
                     "The variants were concatenated on the head axis instead of stacked on dim 1."],

@@ -88,20 +88,20 @@ ENTRIES = [
     ),
     entry(
         "AK488", "Per-step state used with another step",
-        meaning="The runner builds per-step state once (the AttentionContext with the step's "
-                "rotary cos/sin tables and dual chunk scales) and every layer of that step reads "
-                "it. State built for one step's metadata was handed to a layer together with "
-                "another step's StepState: its tables hold other positions, so the rotation "
-                "would be silently wrong.",
-        trigger="An attention block of attnkit.runner (MHAAttention, MLAAttention) called with an "
-                "AttentionContext whose meta is not the StepState's meta.",
-        situations=["Code that drives the blocks itself keeps one AttentionContext across steps.",
+        meaning="The runner builds one per-step object for each step (the StepContext: the "
+                "backend and its plan for the step's metadata, the rotary cos/sin tables at "
+                "the step's positions, the dual chunk tables) and passes it to every layer of "
+                "that step. A context built for one step was handed to the model with another "
+                "step's tokens: its tables hold other positions and its plan other requests, "
+                "so the result would be silently wrong.",
+        trigger="DecoderModel.forward(tokens, ctx) with a token count other than the count of "
+                "the step ctx was built for.",
+        situations=["Code that drives the model itself keeps one context across steps.",
                     "A context built from one BatchMetadata, then the batch rebuilt."],
-        solutions=["Build the context for each step from that step's metadata: "
-                   "AttentionContext.build(model.rotary, step.meta), or call model.forward, "
-                   "which does."],
-        before="block.attention(x, backend, cache, step2, AttentionContext.build(rotary, step1.meta))",
-        after="block.attention(x, backend, cache, step2, AttentionContext.build(rotary, step2.meta))",
+        solutions=["Build the context for each step from that step's StepState: "
+                   "model.context(backend, cache, step), or use Engine.step, which does."],
+        before="model.forward(tokens_of_step2, model.context(backend, cache, step1))",
+        after="model.forward(tokens_of_step2, model.context(backend, cache, step2))",
         related=("AK483",),
     ),
 ]

@@ -13,7 +13,7 @@ The backend attends with per-head keys [c @ w_kc[h]^T, k_pe] and values c @ w_vc
 kv_b_proj.weight [H * (nope + D_v), L] splits per head into w_kc [H, nope, L] (rows 0..nope)
 and w_vc (the other D_v rows, transposed to [H, L, D_v]); whether it decompresses or absorbs
 them is the backend's choice. It returns [T, H * D_v] for o_proj. Rotation uses DeepSeek's
-interleaved pairs, or neox halves for a V3 config with rope_interleave false (runner/rotary.py);
+interleaved pairs, or neox halves for a V3 config with rope_interleave false (rotary.py);
 the softmax scale, with YaRN's mscale, is the layer spec's (attnkit.model.config). The inner
 norms use eps 1e-6 whatever rms_norm_eps says, as transformers' DeepseekV2Attention and
 DeepseekV3Attention do. V2 and V3 attention differ in nothing else the runner computes.
@@ -22,22 +22,23 @@ from __future__ import annotations
 
 import torch
 
-from attnkit.backends.base import AttentionBackend, RuntimeLayer, StepState
+from attnkit.backends.base import RuntimeLayer
 from attnkit.model.spec import LayerAttention
-from attnkit.runner.attention import AttentionContext
-from attnkit.runner.layers import Linear, NormStyle, rms_norm
-from attnkit.runner.rotary import Rotary
-from attnkit.runner.weights import Weights
+from attnkit.runner.layers.context import StepContext
+from attnkit.runner.layers.linear import Linear
+from attnkit.runner.layers.norm import NormStyle, rms_norm
+from attnkit.runner.layers.rotary import Rotary
 
 INNER_NORM_EPS = 1e-6
 
 
 class MLAAttention:
-    """One MLA layer: ``attn(x, backend, cache, step, ctx)`` with x: [T, hidden] -> [T, hidden]."""
+    """One MLA layer: ``attn(x, ctx)`` with x: [T, hidden] -> [T, hidden]."""
 
-    def __init__(self, w: Weights, prefix: str, spec: LayerAttention, *, hidden: int,
+    def __init__(self, w, prefix: str, spec: LayerAttention, *, hidden: int,
                  norm: NormStyle, rotary: Rotary):
-        """prefix: "model.layers.{i}.self_attn."; ``norm`` gives the family's weight style."""
+        """w: the model's Weights; prefix: "model.layers.{i}.self_attn."; ``norm`` gives the
+        family's weight style."""
         mla, heads = spec.mla, spec.num_heads
         nope, rank, dv = mla.qk_nope_head_dim, mla.kv_lora_rank, mla.v_head_dim
         self.spec, self.rotary = spec, rotary
@@ -59,17 +60,14 @@ class MLAAttention:
                                     w_vc=kv_b[:, nope:].transpose(1, 2).contiguous())
         self.o = Linear.load(w, f"{prefix}o_proj", hidden, heads * dv)
 
-    def __call__(self, x: torch.Tensor, backend: AttentionBackend, cache, step: StepState,
-                 ctx: AttentionContext) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, ctx: StepContext) -> torch.Tensor:
         spec, mla, n = self.spec, self.spec.mla, x.shape[0]
         nope, rank = mla.qk_nope_head_dim, mla.kv_lora_rank
         xq = x if self.q_a is None else rms_norm(self.q_a(x), self.q_a_norm, self.norm)
         q = self.q(xq).view(n, spec.num_heads, spec.head_dim)              # [T, H, nope + R]
-        ctx.check(step)
         q = torch.cat([q[..., :nope], self.rotary(q[..., nope:], ctx.rope)], dim=-1)
         kv = self.kv_a(x)                                                  # [T, L + R]
         c = rms_norm(kv[:, :rank], self.kv_a_norm, self.norm)
         k_pe = self.rotary(kv[:, None, rank:], ctx.rope)[:, 0]             # [T, R]
         latent = torch.cat([c, k_pe], dim=-1)
-        out = backend.forward(q, latent, None, self.layer, cache, step)    # [T, H * D_v]
-        return self.o(out)
+        return self.o(ctx.attend(q, latent, None, self.layer))             # [T, H * D_v] in

@@ -2,7 +2,7 @@
 (DCA) rotation.
 
 RoPE rotates the first ``rotary_dim`` features of each head. Feature pair j turns by the angle
-t * f_j at position t, with f_j from runner/rope.py (default, linear, llama3, yarn), and cos
+t * f_j at position t, with f_j from rope.py (default, linear, llama3, yarn), and cos
 and sin are multiplied by the rope type's attention factor. Two layouts of the pairs:
 - neox (rotate-half; Llama, Qwen, Gemma, gpt-oss): pair j is features (j, j + rotary_dim / 2);
 - interleaved (DeepSeek-V2 as transformers runs it): pair j is features (2j, 2j + 1).
@@ -34,8 +34,8 @@ import torch
 from attnkit.backends.dual_chunk.config import require_valid_config
 from attnkit.errors import fail
 from attnkit.model.spec import DualChunkConfig
-from attnkit.runner.layers import cast
-from attnkit.runner.rope import RopeConfig, inv_freq
+from attnkit.runner.layers.norm import cast
+from attnkit.runner.layers.rope import RopeConfig, inv_freq
 
 VARIANTS = ("intra", "successor", "inter")      # order of dim 1 of the DCA queries
 
@@ -86,6 +86,11 @@ class RopeTable:
                           f"{x.shape[0]} token(s)", field="x.shape[0]",
                  expected=self.cos.shape[0], actual=x.shape[0])
         rd = self.cos.shape[-1]
+        if not isinstance(scale, torch.Tensor) and scale == 1.0 and x.stride(-1) == 1:
+            from attnkit.runner.layers import fused
+
+            if fused.enabled(x):
+                return fused.rope(x, self.cos, self.sin, interleaved=self.interleaved)
         xf = x.float()
         part = xf if rd == xf.shape[-1] else xf[..., :rd]
         if self.interleaved:
@@ -138,6 +143,15 @@ class Rotary:
     def __call__(self, x: torch.Tensor, table: RopeTable) -> torch.Tensor:
         return table.rotate(x)
 
+    def pair(self, q: torch.Tensor, k: torch.Tensor, table: RopeTable):
+        """(rotate(q), rotate(k)): one fused launch for both on CUDA."""
+        from attnkit.runner.layers import fused
+
+        if q.shape[-1] == k.shape[-1] and q.stride(-1) == k.stride(-1) == 1 \
+                and q.shape[0] == table.cos.shape[0] and fused.enabled(q):
+            return fused.rope(q, table.cos, table.sin, interleaved=table.interleaved, other=k)
+        return table.rotate(q), table.rotate(k)
+
 
 def dca_length_scale(length: int, original_max_position_embeddings: int) -> float:
     """s = max(1, 0.1 * ln(L / omax) + 1); 1 when omax is 0 (scale off)."""
@@ -163,6 +177,17 @@ def step_length_scales(meta, config: DualChunkConfig, *,
     per_req = [dca_length_scale(n, omax) for n in lens]
     per_tok = [s for s, n in zip(per_req, meta.query_lens_cpu) for _ in range(n)]
     return torch.tensor(per_tok, dtype=torch.float32, device=meta.seq_lens.device)
+
+
+def decode_length_scales(meta, config: DualChunkConfig) -> torch.Tensor:
+    """``step_length_scales`` of a DECODE step (one token per request, L its KV length) from
+    the device's seq_lens, with no host list: what a captured step computes. The same
+    float64 formula, so the same float32 values up to the last bit of a logarithm."""
+    omax = config.original_max_position_embeddings
+    if omax <= 0:
+        return torch.ones(meta.seq_lens.shape[0], dtype=torch.float32, device=meta.seq_lens.device)
+    s = 0.1 * torch.log(meta.seq_lens.to(torch.float64) / omax) + 1.0
+    return s.clamp(min=1.0).to(torch.float32)
 
 
 class DualChunkRotary:

@@ -12,12 +12,15 @@ Every step spends at most ``max_num_batched_tokens`` tokens, in this order:
 One ``Engine.step`` runs the lot (EXTEND, DECODE or MIXED). A request whose whole known
 sequence is cached after the step samples its next token from the step's last logits.
 
-Pages are checked here, before the step, so the engine never runs out (AK400). A decode
-that cannot get a page preempts the youngest running request (its pages are freed; it waits
-again and later recomputes prompt + generated tokens as a prefill); a prompt chunk shrinks
-to the room left. Requests run in arrival order, so the oldest always progresses and every
-request that fits the cache alone (checked on ``add``, AK485) finishes. After memory
-pressure (a preemption or a shrunk chunk) no new request is admitted in that step.
+Pages are checked here, before the step, through the engine's page ledger (the one place
+page arithmetic happens), so the engine never runs out (AK400). A decode that cannot get a
+page preempts the youngest running request (its pages are freed; it waits again and later
+recomputes prompt + generated tokens as a prefill); a prompt chunk shrinks to the room left.
+Requests run in arrival order, so the oldest always progresses and every request that fits
+the cache alone (checked on ``add``, AK485) finishes. After memory pressure (a preemption or
+a shrunk chunk) no new request is admitted in that step. A request is one ``Sequence``
+record (sequence.py), the same object the engine runs; a step whose ready requests are all
+greedy asks the engine for token ids chosen on the device (no logits come back).
 """
 from __future__ import annotations
 
@@ -25,45 +28,16 @@ import bisect
 import math
 import time
 import warnings
-from dataclasses import dataclass, field
-from typing import Callable, Hashable, Iterator, Sequence
+from typing import Callable, Hashable, Iterator, Sequence as Seq
 
 import torch
 
 from attnkit.errors import fail
-from attnkit.runner.sampling import SamplingParams, fresh_seed, sample
-from attnkit.runner.setup import check_count, check_id, coded_args
-from attnkit.runner.stats import RequestStats, RunStats
+from attnkit.runner.engine.checks import check_count, check_id, coded_args
+from attnkit.runner.engine.sampling import SamplingParams, fresh_seed, sample
+from attnkit.runner.engine.sequence import Sequence
+from attnkit.runner.engine.stats import RequestStats, RunStats
 
-
-@dataclass(eq=False, slots=True)
-class GenRequest:
-    """One request's state. ``computed`` tokens of ``prompt + output`` have KV in the cache."""
-    request_id: Hashable
-    seq_id: Hashable                  # the engine's sequence id
-    prompt: list[int]
-    params: SamplingParams
-    order: int                        # arrival rank: smaller is older
-    stats: RequestStats
-    generator: torch.Generator | None = None
-    output: list[int] = field(default_factory=list)
-    computed: int = 0
-    finish_reason: str | None = None  # "stop" (a stop token) | "length" (max_new_tokens)
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.prompt) + len(self.output)
-
-    @property
-    def decoding(self) -> bool:
-        """Past its prompt with exactly one token (the last sampled) still to run."""
-        return self.computed >= len(self.prompt) and self.computed == self.num_tokens - 1
-
-    def pending(self, n: int) -> list[int]:
-        """The next ``n`` tokens to run."""
-        c, p = self.computed, len(self.prompt)
-        head = self.prompt[c:c + n] if c < p else []
-        return head + self.output[max(0, c - p):max(0, c + n - p)]
 
 
 class Scheduler:
@@ -75,7 +49,7 @@ class Scheduler:
     @coded_args("AK486")
     def __init__(self, engine, *, max_num_batched_tokens: int | None = 8192,
                  max_num_seqs: int = 256):
-        from attnkit.runner.engine import Engine
+        from attnkit.runner.engine.engine import Engine
 
         if not isinstance(engine, Engine):
             fail("AK486", f"a Scheduler runs over an Engine, not {type(engine).__name__}",
@@ -84,21 +58,30 @@ class Scheduler:
                     code="AK486")
         check_count("max_num_seqs", max_num_seqs, minimum=1, code="AK486")
         self.engine = engine
+        self.ledger = engine.allocator
         self.budget = max_num_batched_tokens or math.inf
         self.max_num_seqs = max_num_seqs
         self.page_size = engine.page_size
-        self.waiting: list[GenRequest] = []      # both lists sorted by arrival (order)
-        self.running: list[GenRequest] = []
+        self.waiting: list[Sequence] = []      # both lists sorted by arrival (order)
+        self.running: list[Sequence] = []
         self.stats = RunStats()
-        self._ids: dict[Hashable, GenRequest] = {}
+        self._ids: dict[Hashable, Sequence] = {}
         self._arrivals = 0
         self._reserved = 0                       # pages promised to this step's plan
         self._dual_chunk = any(s.dual_chunk is not None for s in engine.cache.specs.values())
 
+    def _new_seq_id(self) -> Hashable:
+        """A sequence id free in the engine and among this scheduler's own requests."""
+        taken = {r.seq_id for r in self._ids.values()}
+        while True:
+            (seq_id,) = self.engine.new_ids(1)
+            if seq_id not in taken:
+                return seq_id
+
     # -- requests -----------------------------------------------------------------------
     @coded_args("AK486")
-    def add(self, prompt: Sequence[int], params: SamplingParams | None = None, *,
-            request_id: Hashable | None = None) -> GenRequest:
+    def add(self, prompt: Seq[int], params: SamplingParams | None = None, *,
+            request_id: Hashable | None = None) -> Sequence:
         """Queue a request (checked now: tokens, and that it fits the cache alone)."""
         params = SamplingParams() if params is None else params
         if not isinstance(params, SamplingParams):
@@ -111,7 +94,7 @@ class Scheduler:
                  expected="an id not in use", actual=repr(rid))
         tokens = self.engine._check_tokens(rid, prompt)
         kv = len(tokens) + max(params.max_new_tokens - 1, 0)   # the last token's KV is never needed
-        room = self.engine.allocator.num_pages * self.page_size
+        room = self.ledger.num_pages * self.page_size
         if kv > room:
             fail("AK485", f"request {rid!r} needs room for {kv} tokens of KV ({len(tokens)} prompt "
                           f"+ {params.max_new_tokens} new - 1) but the whole cache holds {room}",
@@ -123,10 +106,10 @@ class Scheduler:
                           f"max_position_embeddings {limit}; its later tokens may degrade",
                           UserWarning, stacklevel=3)      # add, coded_args
         seed = None if params.greedy else (fresh_seed() if params.seed is None else params.seed)
-        req = GenRequest(rid, self.engine.new_ids(1)[0], tokens, params, self._arrivals,
-                         RequestStats(seed=seed, num_prompt_tokens=len(tokens),
-                                      arrival_s=time.perf_counter()),
-                         generator=params.generator(seed))
+        req = Sequence(self._new_seq_id(), tokens, params, request_id=rid, order=self._arrivals,
+                       stats=RequestStats(seed=seed, num_prompt_tokens=len(tokens),
+                                          arrival_s=time.perf_counter()),
+                       generator=params.generator(seed))
         self._arrivals += 1
         self._ids[rid] = req
         if params.max_new_tokens == 0:
@@ -138,7 +121,7 @@ class Scheduler:
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
-    def run(self, on_step: Callable[[list[GenRequest]], None] | None = None) -> Iterator[GenRequest]:
+    def run(self, on_step: Callable[[list[Sequence]], None] | None = None) -> Iterator[Sequence]:
         """Step until every request finishes; yields each as it finishes. On an error every
         sequence of this scheduler is released before the error propagates."""
         try:
@@ -160,35 +143,35 @@ class Scheduler:
         self.running, self.waiting = [], []
 
     # -- one step -----------------------------------------------------------------------
-    def step(self) -> list[GenRequest]:
+    def step(self) -> list[Sequence]:
         """Schedule, run one engine step, sample. Returns the requests that finished."""
         plan = self.schedule()
         if not plan:
             if self.has_unfinished():
-                fail("AK400", f"no request can run: {self.engine.allocator.num_free} of "
-                              f"{self.engine.allocator.num_pages} KV pages are free and sequences "
+                fail("AK400", f"no request can run: {self.ledger.num_free} of "
+                              f"{self.ledger.num_pages} KV pages are free and sequences "
                               "outside this scheduler hold the rest", field="max_tokens",
-                     expected="pages for the oldest request", actual=self.engine.allocator.num_free)
+                     expected="pages for the oldest request", actual=self.ledger.num_free)
             return []
         start = time.perf_counter()
         batch = {r.seq_id: r.pending(n) for r, n in plan.items()}
         lens = None
         if self._dual_chunk:            # chunks of a prompt use the whole prompt's length scale
             lens = {r.seq_id: len(r.prompt) for r, n in plan.items() if r.computed + n <= len(r.prompt)}
-        logits = self.engine.step(batch, logits="last", prompt_lens=lens)
-        prefill = decode = 0
-        for r, n in plan.items():
-            decode, prefill = (decode + 1, prefill) if r.decoding else (decode, prefill + n)
-            r.computed += n
+        decode = sum(1 for r in plan if r.decoding)
+        prefill = sum(n for r, n in plan.items() if not r.decoding)
+        ready = [r for r, n in plan.items() if r.computed + n == r.num_tokens]
+        greedy = all(r.params.greedy for r in ready)
+        # greedy: token ids chosen on the device, read back (a host sync: the step time is
+        # real); else logits, and sampling ends in a host sync
+        out = self.engine.step(batch, logits="argmax" if greedy else "last", prompt_lens=lens)
+        for r, n in plan.items():       # the engine advanced each record's computed count
             r.stats.num_computed_tokens += n
-        ready = [r for r in plan if r.computed == r.num_tokens]
-        if ready:                       # sampling ends in a host sync: the step time is real
-            tokens = sample(torch.cat([logits[r.seq_id] for r in ready]),
-                            [r.params for r in ready], [r.generator for r in ready])
+        if greedy:
+            tokens = [out[r.seq_id] for r in ready]
         else:
-            tokens = []
-            if self.engine.device.type == "cuda":
-                torch.cuda.synchronize(self.engine.device)
+            tokens = sample(torch.cat([out[r.seq_id] for r in ready]),
+                            [r.params for r in ready], [r.generator for r in ready])
         now = time.perf_counter()
         self.stats.add_step(prefill=prefill, decode=decode, seconds=now - start)
         done = []
@@ -203,10 +186,10 @@ class Scheduler:
                 done.append(self._finish(r, "length"))
         return done
 
-    def schedule(self) -> dict[GenRequest, int]:
+    def schedule(self) -> dict[Sequence, int]:
         """This step's plan {request: number of its pending tokens to run}, in batch order.
         May preempt running requests (their pages are freed at once)."""
-        plan: dict[GenRequest, int] = {}
+        plan: dict[Sequence, int] = {}
         budget, shrunk, self._reserved = self.budget, False, 0
         preempted = self.stats.preemptions
         for r in [r for r in self.running if r.decoding]:          # 1. decodes
@@ -233,20 +216,21 @@ class Scheduler:
             if n == 0:
                 break
             self.waiting.pop(0)
+            self.engine.admit(r)
             bisect.insort(self.running, r, key=lambda x: x.order)
-            self._reserved += -(-n // self.page_size)
+            self._reserved += self.ledger.pages_for(n)
             plan[r], budget = n, budget - n
         self.stats.max_running = max(self.stats.max_running, len(self.running))
         return plan
 
     # -- pages --------------------------------------------------------------------------
-    def _held(self, r: GenRequest) -> int:
-        return len(self.engine.allocator.row(r.seq_id)) if r.computed else 0
+    def _held(self, r: Sequence) -> int:
+        return len(r.pages)
 
     def _free_pages(self) -> int:
-        return self.engine.allocator.num_free - self._reserved
+        return self.ledger.num_free - self._reserved
 
-    def _fit(self, r: GenRequest, want: int, plan: dict[GenRequest, int]) -> int:
+    def _fit(self, r: Sequence, want: int, plan: dict[Sequence, int]) -> int:
         """How many of ``want`` tokens of running ``r`` fit this step (reserving their pages);
         with no room at all, first preempt running requests younger than ``r`` that this
         step has not scheduled, youngest first."""
@@ -258,12 +242,12 @@ class Scheduler:
                 return 0
             self._preempt(victims[-1])
         n = min(want, room())
-        self._reserved += max(0, -(-(r.computed + n) // self.page_size) - held)
+        self._reserved += self.ledger.shortfall(r, r.computed + n)
         return n
 
-    def _preempt(self, r: GenRequest) -> None:
+    def _preempt(self, r: Sequence) -> None:
         """Free ``r``'s pages and queue it again; it recomputes its tokens when readmitted."""
-        if r.computed:
+        if r.seq_id in self.engine.ids:
             self.engine.release([r.seq_id])
         r.computed = 0
         r.stats.num_preemptions += 1
@@ -271,10 +255,10 @@ class Scheduler:
         self.running.remove(r)
         bisect.insort(self.waiting, r, key=lambda x: x.order)
 
-    def _finish(self, r: GenRequest, reason: str) -> GenRequest:
+    def _finish(self, r: Sequence, reason: str) -> Sequence:
         if r in self.running:
             self.running.remove(r)
-        if r.computed:
+        if r.seq_id in self.engine.ids:
             self.engine.release([r.seq_id])
         r.finish_reason = reason
         r.stats.finish_s = time.perf_counter()

@@ -6,12 +6,15 @@
     outs[0].token_ids, outs[0].finish_reason, outs[0].stats.ttft_s, llm.last_stats.decode_tok_s
 
 Planning keywords are ``attnkit plan``'s settings (attention_backend, page_size,
-kv_cache_dtype, ...), checked by the planner exactly as for ``attnkit plan``; ``llm.plan`` is
-the Plan the engine runs.
+kv_cache_dtype, cuda_graph, ...), checked by the planner exactly as for ``attnkit plan``;
+``llm.plan`` is the Plan the engine runs. ``LLM.generate`` is the generation API (one loop:
+generation.py); decode steps replay CUDA graphs where the plan turns them on
+(``cuda_graph``: "auto" by default, "on", "off"), captured when the LLM is built.
 """
 from __future__ import annotations
 
 import difflib
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,14 +24,14 @@ import torch
 
 from attnkit.backends.base import AttentionBackend
 from attnkit.errors import fail
-from attnkit.runner.engine import Engine
-from attnkit.runner.progress import ProgressBar
-from attnkit.runner.sampling import SEED_MAX, SamplingParams
-from attnkit.runner.scheduler import Scheduler
-from attnkit.runner.setup import check_count, coded_args, device_of
-from attnkit.runner.stats import RequestStats, RunStats
-from attnkit.runner.tokens import stop_ids
-from attnkit.runner.weights import read_json
+from attnkit.runner.engine.checks import check_count, coded_args, device_of
+from attnkit.runner.engine.engine import Engine
+from attnkit.runner.engine.generation import generate
+from attnkit.runner.engine.progress import ProgressBar
+from attnkit.runner.engine.sampling import SEED_MAX, SamplingParams
+from attnkit.runner.engine.stats import RequestStats, RunStats
+from attnkit.runner.engine.tokens import stop_ids
+from attnkit.runner.models.weights import read_json
 
 PLAN_FLAGS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend",
               "page_size", "kv_cache_dtype", "dual_chunk", "tp_size", "speculative_tokens",
@@ -56,13 +59,16 @@ class LLM:
     max_tokens: KV-cache room over all running requests (a request that cannot fit alone is
     refused, AK485; others wait or are preempted).
     max_num_batched_tokens / max_num_seqs: the scheduler's per-step limits (defaults for
-    ``generate``). plan_flags: ``attnkit plan``'s settings, plus ``backend_options``;
-    ``attention_backend`` may also be an AttentionBackend object (used unchecked)."""
+    ``generate``; max_num_seqs also sizes the largest decode graph). progress: True (stderr)
+    or a stream for the line about captured decode graphs. plan_flags: ``attnkit plan``'s
+    settings, plus ``backend_options``; ``attention_backend`` may also be an
+    AttentionBackend object (used unchecked)."""
 
     @coded_args("AK487")
     def __init__(self, model: Any, *, device: str | torch.device = "auto",
                  dtype: str | torch.dtype = "auto", max_tokens: int = 4096,
-                 max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, **plan_flags: Any):
+                 max_num_batched_tokens: int = 8192, max_num_seqs: int = 256,
+                 progress: bool | TextIO = False, **plan_flags: Any):
         check_count("max_num_batched_tokens", max_num_batched_tokens, minimum=1, code="AK486")
         check_count("max_num_seqs", max_num_seqs, minimum=1, code="AK486")
         if device == "auto":
@@ -70,7 +76,10 @@ class LLM:
         dev = device_of(device)
         if dtype == "auto":
             dtype = "bf16" if dev.type == "cuda" else "fp32"
+        _check_progress(progress)
+        stream = None if progress is False else (sys.stderr if progress is True else progress)
         self.engine = Engine.from_pretrained(model, device=dev, dtype=dtype, max_tokens=max_tokens,
+                                             max_num_seqs=max_num_seqs, progress=stream,
                                              **engine_options(plan_flags))
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
@@ -101,38 +110,32 @@ class LLM:
         if not isinstance(ignore_eos, bool):
             fail("AK486", f"ignore_eos must be True or False, got {ignore_eos!r}",
                  field="ignore_eos", expected="bool", actual=repr(ignore_eos))
-        if not (isinstance(progress, bool) or callable(getattr(progress, "write", None))):
-            fail("AK486", f"progress must be True, False or a stream, got {progress!r}",
-                 field="progress", expected="bool | TextIO", actual=repr(progress))
+        _check_progress(progress)
         seeds = _seeds(seed, len(prompts))
         stop = () if ignore_eos else stop_ids(
             self.eos_token_ids if eos_token_id is None else eos_token_id, field="eos_token_id")
-        sched = Scheduler(self.engine, max_num_batched_tokens=self.max_num_batched_tokens
-                          if max_num_batched_tokens is None else max_num_batched_tokens,
-                          max_num_seqs=self.max_num_seqs if max_num_seqs is None else max_num_seqs)
-        reqs = [sched.add(p, SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k,
-                                            seed=s, max_new_tokens=max_new_tokens,
-                                            stop_token_ids=stop))
-                for p, s in zip(prompts, seeds)]
+        params = [SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, seed=s,
+                                 max_new_tokens=max_new_tokens, stop_token_ids=stop) for s in seeds]
         bar = None if progress is False else ProgressBar(
-            len(reqs), stream=None if progress is True else progress)
-        finished = sum(r.finish_reason is not None for r in reqs)
+            len(prompts), stream=None if progress is True else progress)
 
-        def on_step(done: list) -> None:
-            nonlocal finished
-            finished += len(done)
+        def on_step(records: list) -> None:
             if bar is not None:
-                bar.update(finished, sum(len(r.output) for r in reqs))
+                bar.update(sum(r.finish_reason is not None for r in records),
+                           sum(len(r.output) for r in records))
 
         try:
-            for _ in sched.run(on_step):
-                pass
+            records, stats = generate(
+                self.engine, prompts, params, on_step=on_step,
+                max_num_batched_tokens=self.max_num_batched_tokens
+                if max_num_batched_tokens is None else max_num_batched_tokens,
+                max_num_seqs=self.max_num_seqs if max_num_seqs is None else max_num_seqs)
         finally:
             if bar is not None:
                 bar.close()
-        self.last_stats = sched.stats
+        self.last_stats = stats
         return [Output(r.request_id, list(r.prompt), list(r.output), r.finish_reason, r.stats)
-                for r in reqs]
+                for r in records]
 
 
 def engine_options(flags: dict[str, Any]) -> dict[str, Any]:
@@ -150,18 +153,18 @@ def engine_options(flags: dict[str, Any]) -> dict[str, Any]:
     obj = obj if isinstance(obj, AttentionBackend) else None
     req = parse_request({k: v for k, v in flags.items()
                          if k != "backend_options" and not (obj is not None and k == "attention_backend")})
-    for name, off in (("tp_size", 1), ("speculative_tokens", 0), ("cuda_graph", False), ("deny", ())):
+    for name, off in (("tp_size", 1), ("speculative_tokens", 0), ("deny", ())):
         value = getattr(req, name)
         if value not in (None, off):
-            fail("AK487", f"the runner does not support {name}={value!r} (one device, no CUDA "
-                          "graphs, no speculative decoding, no deny list)", field=name,
+            fail("AK487", f"the runner does not support {name}={value!r} (one device, no "
+                          "speculative decoding, no deny list)", field=name,
                  expected=off, actual=value)
     return {"backend": obj or req.attention_backend or "auto",
             "prefill_backend": req.prefill_attention_backend,
             "decode_backend": req.decode_attention_backend, "page_size": req.page_size,
             "kv_cache_dtype": req.kv_cache_dtype,
             "dual_chunk": {"on": True, "off": False}.get(req.dual_chunk),
-            "backend_options": flags.get("backend_options")}
+            "cuda_graph": req.cuda_graph, "backend_options": flags.get("backend_options")}
 
 
 def default_eos(source: Any) -> tuple[int, ...]:
@@ -178,6 +181,12 @@ def default_eos(source: Any) -> tuple[int, ...]:
     return stop_ids(found if found is not None else getattr(getattr(source, "config", None),
                                                            "eos_token_id", None),
                     field="eos_token_id")
+
+
+def _check_progress(progress: Any) -> None:
+    if not (isinstance(progress, bool) or callable(getattr(progress, "write", None))):
+        fail("AK486", f"progress must be True, False or a stream, got {progress!r}",
+             field="progress", expected="bool | TextIO", actual=repr(progress))
 
 
 def _prompt_lists(prompts: Any) -> list:

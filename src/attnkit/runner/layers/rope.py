@@ -1,6 +1,6 @@
 """Which rotary frequencies a model uses: RoPE's inverse frequencies and attention factor.
 
-One place for every family (runner/rotary.py applies the result). With d = rotary_dim and
+One place for every family (rotary.py applies the result). With d = rotary_dim and
 base theta, plain RoPE rotates feature pair j by ``t * f_j`` with ``f_j = theta ** (-2j / d)``;
 the scaled types change the f_j and may scale cos/sin (the "attention factor" a):
 

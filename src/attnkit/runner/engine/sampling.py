@@ -20,8 +20,8 @@ from typing import Sequence
 import torch
 
 from attnkit.errors import fail
-from attnkit.runner.setup import check_count, coded_args
-from attnkit.runner.tokens import stop_ids
+from attnkit.runner.engine.checks import check_count, coded_args
+from attnkit.runner.engine.tokens import stop_ids
 
 SEED_MAX = 2 ** 64 - 1          # torch.Generator.manual_seed's range
 

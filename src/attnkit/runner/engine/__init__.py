@@ -1,0 +1,1 @@
+"""The engine side of the runner: sequences, pages, steps, scheduling, graphs, generation."""

@@ -1,0 +1,313 @@
+"""``Engine``: a model, a paged KV cache, its page ledger and one attention backend.
+
+    engine = Engine.from_pretrained("/models/tiny-llama", backend="torch_native", page_size=16)
+    logits = engine.prefill([[1, 5, 9], [1, 7]])         # [3, V] and [2, V]; sequences 0 and 1
+    step = engine.decode([11, 12])                       # [2, V]: one token for each sequence
+    new_tokens = engine.generate([[1, 5, 9]], max_new_tokens=8)   # greedy (generation.py)
+
+A *sequence* is a request whose KV lives in the cache under an id: one ``Sequence`` record
+(sequence.py) holds its tokens, how many are cached and its pages. ``step`` is the general
+form: ``{id: new tokens}``; an unknown id starts a sequence, a known one extends it (chunked
+prefill over a cached prefix, or decode), or runs tokens its record already holds (the
+scheduler's). Each step builds its metadata once (``build_batch``), prepares the backend
+once, builds the per-step context once, and runs every layer; a decode step the graph runner
+serves (graphs.py) is one CUDA-graph replay instead.
+"""
+from __future__ import annotations
+
+from typing import Any, Hashable, Mapping, Sequence as Seq
+
+import torch
+
+from attnkit.backends.base import AttentionBackend
+from attnkit.backends.batch import Request, build_batch
+from attnkit.errors import fail
+from attnkit.runner.engine.checks import check_count, check_id, check_list, coded_args, preview
+from attnkit.runner.engine.ledger import PageLedger
+from attnkit.runner.engine.sequence import Sequence
+from attnkit.runner.engine.tokens import token_ids
+from attnkit.runner.models.base import DecoderModel
+
+LOGITS = ("all", "last", "argmax")
+
+
+class Engine:
+    """Serve one model with one attention backend. Not thread-safe; one step at a time.
+    ``allocator`` is the page ledger; ``graphs`` the decode graph runner (None: eager)."""
+
+    def __init__(self, model: DecoderModel, backend: AttentionBackend, cache,
+                 ledger: PageLedger):
+        self.model = model
+        self.backend = backend
+        self.cache = cache
+        self.allocator = ledger
+        self.page_size = cache.page_size
+        self.device = cache.device
+        self.plan = None                                  # the Plan that chose the backend
+        self.graphs = None                                # engine/graphs.py GraphRunner
+        self._live: dict[Hashable, Sequence] = {}        # id -> record, oldest first
+        self._next_id = 0
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs) -> "Engine":
+        """Load a checkpoint, plan its backends, allocate the KV cache (and capture decode
+        graphs where they run): see ``build.from_pretrained`` for every option."""
+        from attnkit.runner.engine.build import from_pretrained
+
+        return from_pretrained(cls, *args, **kwargs)
+
+    # -- sequences ----------------------------------------------------------------------
+    @property
+    def ids(self) -> list[Hashable]:
+        """Live sequences, oldest first."""
+        return list(self._live)
+
+    @coded_args("AK483")
+    def sequence(self, seq_id: Hashable) -> Sequence:
+        """The record of live sequence ``seq_id``."""
+        check_id(seq_id, field="ids")
+        if seq_id not in self._live:
+            fail("AK483", f"no live sequence has id {seq_id!r} (live: {self.ids[:8]})",
+                 field="ids", expected="a live sequence id", actual=seq_id)
+        return self._live[seq_id]
+
+    @coded_args("AK483")
+    def tokens(self, seq_id: Hashable) -> list[int]:
+        """The tokens of ``seq_id`` whose KV is cached."""
+        seq = self.sequence(seq_id)
+        return seq.tokens[:seq.computed]
+
+    def admit(self, seq: Sequence) -> None:
+        """Make ``seq`` (a record made elsewhere, e.g. by the scheduler) live: its pending
+        tokens run in later steps. Its id must be free."""
+        check_id(seq.seq_id, field="seq_id")
+        if seq.seq_id in self._live:
+            fail("AK483", f"sequence id {seq.seq_id!r} is already live", field="seq_id",
+                 expected="an id not in use", actual=repr(seq.seq_id))
+        self._live[seq.seq_id] = seq
+
+    @coded_args("AK483")
+    def release(self, ids: Seq[Hashable] | None = None) -> None:
+        """Free the pages of ``ids`` (default: every sequence) and forget them (their records
+        keep their tokens, with nothing cached). All or nothing: an unknown or repeated id is
+        AK483 before any sequence is freed."""
+        check_list("ids", ids, allow_none=True)
+        ids = list(self._live) if ids is None else list(ids)
+        seqs = [self.sequence(i) for i in ids]
+        if len(set(ids)) != len(ids):
+            fail("AK483", f"release names a sequence more than once: {preview(ids)}",
+                 field="ids", expected="distinct ids", actual=preview(ids))
+        for seq in seqs:
+            self.allocator.release(seq)
+            seq.computed = 0
+            del self._live[seq.seq_id]
+
+    @coded_args("AK483")
+    def new_ids(self, count: int) -> list[int]:
+        """``count`` fresh integer sequence ids."""
+        check_count("count", count, minimum=0)
+        out = []
+        while len(out) < count:
+            if self._next_id not in self._live:
+                out.append(self._next_id)
+            self._next_id += 1
+        return out
+
+    # -- steps --------------------------------------------------------------------------
+    @coded_args("AK483")
+    def prefill(self, prompts: Seq[Seq[int]], *, ids: Seq[Hashable] | None = None,
+                prompt_lens: Seq[int] | None = None) -> list[torch.Tensor]:
+        """Run ``prompts[i]`` as new tokens of sequence ``ids[i]`` (default: new sequences).
+        A known id continues its sequence: prefill in pieces equals prefill in one go.
+        prompt_lens: dual chunk models only, each sequence's whole prompt length when the
+        prompt comes in pieces, so every piece uses the length scale of the whole prompt
+        (only matters past original_max_position_embeddings; see layers/rotary.py).
+        Returns logits [len(prompts[i]), vocab] float32 per prompt."""
+        check_list("prompts", prompts)
+        check_list("ids", ids, allow_none=True)
+        check_list("prompt_lens", prompt_lens, allow_none=True)
+        ids = self.new_ids(len(prompts)) if ids is None else list(ids)
+        for i in ids:
+            check_id(i, field="ids")
+        if len(ids) != len(prompts):
+            fail("AK483", f"{len(prompts)} prompt(s) but {len(ids)} id(s)", field="ids",
+                 expected=len(prompts), actual=len(ids))
+        if prompt_lens is not None and len(prompt_lens) != len(prompts):
+            # zip would silently drop the prompts without a length
+            fail("AK483", f"{len(prompts)} prompt(s) but {len(prompt_lens)} prompt length(s)",
+                 field="prompt_lens", expected=len(prompts), actual=len(prompt_lens))
+        lens = None if prompt_lens is None else dict(zip(ids, prompt_lens))
+        out = self.step(dict(zip(ids, prompts)), prompt_lens=lens, _order=ids)
+        return [out[i] for i in ids]
+
+    @coded_args("AK483")
+    def decode(self, tokens: Seq[int], *, ids: Seq[Hashable] | None = None) -> torch.Tensor:
+        """One new token per sequence (default: every live sequence, oldest first).
+        Returns logits [len(tokens), vocab] float32."""
+        check_list("tokens", tokens)
+        check_list("ids", ids, allow_none=True)
+        ids = self.ids if ids is None else list(ids)
+        if len(ids) != len(tokens):
+            fail("AK483", f"decode got {len(tokens)} token(s) for {len(ids)} sequence(s)",
+                 field="tokens", expected=len(ids), actual=len(tokens))
+        for i in ids:
+            self.sequence(i)
+        out = self.step({i: [t] for i, t in zip(ids, tokens)}, logits="last", _order=ids)
+        return torch.cat([out[i] for i in ids]) if ids else torch.empty(0, self.model.arch.vocab_size)
+
+    @coded_args("AK483")
+    def step(self, batch: Mapping[Hashable, Seq[int]], *, logits: str = "all",
+             prompt_lens: Mapping[Hashable, int] | None = None,
+             _order: Seq[Hashable] | None = None) -> dict[Hashable, Any]:
+        """One forward step over ``{id: new tokens}`` (a MIXED batch is fine).
+        logits: "all" -> [n_i, vocab] per id; "last" -> [1, vocab] per id (float32);
+        "argmax" -> the greedy next token (an int) per id, chosen on the device.
+        prompt_lens: {id: whole prompt length} for the dual chunk length scale (see prefill);
+        ids left out use their KV length after the step. A failed step leaves every sequence
+        as it was (new ones are not started)."""
+        if logits not in LOGITS:
+            fail("AK483", f"logits must be one of {', '.join(LOGITS)}, got {logits!r}",
+                 field="logits", expected=list(LOGITS), actual=logits)
+        if not isinstance(batch, Mapping):
+            fail("AK483", f"a step takes {{id: new tokens}}, not {type(batch).__name__}",
+                 field="batch", expected="Mapping[id, list[int]]", actual=type(batch).__name__)
+        if prompt_lens is not None and not isinstance(prompt_lens, Mapping):
+            fail("AK483", f"prompt_lens must be {{id: whole prompt length}}, not "
+                          f"{type(prompt_lens).__name__}", field="prompt_lens",
+                 expected="Mapping[id, int] | None", actual=type(prompt_lens).__name__)
+        order = list(batch) if _order is None else list(_order)
+        for i in order:
+            check_id(i, field="ids")
+        if len(set(order)) != len(order):
+            fail("AK483", "a step names a sequence more than once", field="ids",
+                 expected="distinct ids", actual=order)
+        if not order:
+            return {}
+        new = {i: self._check_tokens(i, batch[i]) for i in order}
+        lengths = self._dca_lengths(order, new, prompt_lens or {})
+        seqs, appended, started = self._records(order, new)
+        try:
+            self._reserve(seqs, new)
+            return self._run(seqs, [len(new[i]) for i in order], logits, lengths)
+        except BaseException:
+            for seq, n in zip(seqs, appended):       # the step's tokens were not run
+                del seq.prompt[len(seq.prompt) - n:]
+            self.release([s.seq_id for s in started])
+            raise
+
+    def _records(self, order: list[Hashable], new: dict[Hashable, list[int]]):
+        """Each id's record with the step's tokens as its next pending ones: a record that
+        has pending tokens (the scheduler's) must be running exactly those; otherwise the
+        tokens are appended, and an unknown id gets a new record (started by this step).
+        Everything is checked before anything changes.
+        -> (records, tokens appended to each, records started)."""
+        for i in order:
+            seq = self._live.get(i)
+            if seq is not None and seq.computed < seq.num_tokens \
+                    and seq.pending(len(new[i])) != new[i]:
+                fail("AK483", f"sequence {i!r} has pending tokens {preview(seq.pending(len(new[i])))}; "
+                              f"a step runs them, not {preview(new[i])}", field="tokens",
+                     expected=seq.pending(len(new[i])), actual=new[i])
+        seqs, appended, started = [], [], []
+        for i in order:
+            seq = self._live.get(i)
+            if seq is None:
+                seq = self._live[i] = Sequence(i, [])
+                started.append(seq)
+            added = 0 if seq.computed < seq.num_tokens else len(new[i])
+            seq.prompt.extend(new[i][:added])
+            seqs.append(seq)
+            appended.append(added)
+        return seqs, appended, started
+
+    def _reserve(self, seqs: list[Sequence], new: dict[Hashable, list[int]]) -> None:
+        """Give every sequence room for its new tokens, all or nothing."""
+        ledger = self.allocator
+        need = sum(ledger.shortfall(s, s.computed + len(new[s.seq_id])) for s in seqs)
+        if need > ledger.num_free:
+            fail("AK400", f"this step needs {need} more KV page(s) but only {ledger.num_free} of "
+                          f"{ledger.num_pages} are free; release finished sequences or build "
+                          "the engine with a larger max_tokens",
+                 field="max_tokens", expected=f">= {need} free pages", actual=ledger.num_free)
+        for seq in seqs:
+            ledger.grow(seq, seq.computed + len(new[seq.seq_id]))
+
+    def _run(self, seqs: list[Sequence], counts: list[int], logits: str,
+             dca_lengths: list[int] | None) -> dict[Hashable, Any]:
+        reqs = [Request(prefix_len=s.computed, num_new=n, block_table=s.pages)
+                for s, n in zip(seqs, counts)]
+        tokens = [t for s, n in zip(seqs, counts) for t in s.pending(n)]
+        graphs = self.graphs
+        if logits != "all" and dca_lengths is None and graphs is not None and graphs.serves(reqs):
+            out = graphs.decode(reqs, tokens, want=logits)
+        else:
+            out = self._eager(reqs, tokens, logits, dca_lengths)
+        for seq, n in zip(seqs, counts):
+            seq.computed += n
+        ids = [s.seq_id for s in seqs]
+        if logits == "argmax":
+            return dict(zip(ids, out))
+        if logits == "last":
+            return {i: out[j:j + 1] for j, i in enumerate(ids)}
+        bounds = [0]
+        for n in counts:
+            bounds.append(bounds[-1] + n)
+        return {i: out[bounds[j]:bounds[j + 1]] for j, i in enumerate(ids)}
+
+    def _eager(self, reqs: list[Request], tokens: list[int], logits: str,
+               dca_lengths: list[int] | None):
+        meta = build_batch(reqs, page_size=self.page_size, device=self.device)
+        step = self.backend.prepare(meta, self.cache)
+        ctx = self.model.context(self.backend, self.cache, step, dca_lengths=dca_lengths)
+        flat = torch.tensor(tokens, dtype=torch.int64, device=self.device)
+        rows = meta.query_start_loc[1:].to(torch.int64) - 1 if logits != "all" else None
+        out = self.model.forward(flat, ctx, rows=rows)
+        return out.argmax(-1).tolist() if logits == "argmax" else out
+
+    @torch.no_grad()
+    @coded_args("AK483")
+    def generate(self, prompts: Seq[int] | Seq[Seq[int]], max_new_tokens: int, *,
+                 eos_token_id: int | Seq[int] | None = None) -> list[int] | list[list[int]]:
+        """Greedy decoding of every prompt: the one generation loop (generation.py) with no
+        token budget; returns the new tokens only (a list for one prompt given as a list of
+        ints, else one list per prompt). A sequence stops at ``eos_token_id`` (kept in its
+        output) or after ``max_new_tokens``. Sampling, budgets and stats: ``LLM.generate``."""
+        from attnkit.runner.engine.generation import greedy
+
+        return greedy(self, prompts, max_new_tokens, eos_token_id=eos_token_id)
+
+    # -- checks -------------------------------------------------------------------------
+    def _check_tokens(self, seq_id: Hashable, tokens: Seq[int]) -> list[int]:
+        vocab = self.model.arch.vocab_size
+        if type(tokens) is list and tokens and all(type(t) is int and 0 <= t < vocab for t in tokens):
+            return tokens                       # the common case (the scheduler's), checked fast
+        toks = token_ids(tokens)
+        if toks is None:
+            fail("AK483", f"sequence {seq_id!r}: tokens must be a list of int token ids (text "
+                          f"must be tokenized first), got {preview(tokens)}", field="tokens",
+                 expected="list[int] | 1-D integer tensor", actual=preview(tokens))
+        if not toks:
+            fail("AK483", f"sequence {seq_id!r}: a step needs at least one new token",
+                 field="tokens", expected=">= 1 token", actual=[])
+        bad = [t for t in toks if not 0 <= t < vocab]
+        if bad:
+            fail("AK483", f"sequence {seq_id!r}: token ids {bad[:5]} are outside the vocabulary "
+                          f"[0, {vocab})", field="tokens", expected=f"0 <= id < {vocab}", actual=bad[:5])
+        return toks
+
+    def _dca_lengths(self, order: list[Hashable], new: dict[Hashable, list[int]],
+                     prompt_lens: Mapping[Hashable, int]) -> list[int] | None:
+        if not prompt_lens:
+            return None
+        out = []
+        for i in order:
+            seq = self._live.get(i)
+            after = (seq.computed if seq else 0) + len(new[i])
+            length = prompt_lens.get(i, after)
+            if not isinstance(length, int) or length < after:
+                fail("AK483", f"sequence {i!r}: prompt length {length!r} is shorter than the "
+                              f"{after} tokens it holds after this step", field="prompt_lens",
+                     expected=f">= {after}", actual=length)
+            out.append(length)
+        return out
+

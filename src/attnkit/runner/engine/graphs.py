@@ -1,0 +1,186 @@
+"""Decode steps as CUDA graphs: one captured graph per batch-size bucket.
+
+    runner = GraphRunner(engine, max_batch=64)      # captures buckets 1, 2, 4, ..., 64 now
+    runner.serves(requests)                         # a DECODE step it can replay?
+    tokens = runner.decode(requests, token_ids, want="argmax")   # pad, refill, replay
+
+Each bucket b owns a static step: the StaticDecode metadata of b rows (backends/static.py;
+one set of buffers shared by every bucket, padded rows on scratch pages the page ledger keeps
+apart), the backend's static plan (``prepare_static``), the input token buffer, and the
+captured body: refill the backend's derived state, build the per-step context over the
+static buffers, run the model, greedy argmax on the device. A step of n requests replays the
+smallest bucket >= n after one refill of the buffers (host-to-device copies, no sync); the
+host reads back n token ids (greedy) or n rows of logits (sampling). All graphs share one
+memory pool, captured largest first. ``capture=False`` runs the same body eagerly at every
+step: the bookkeeping (buckets, padding, refills) on any device, for tests.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence, TextIO
+
+import torch
+
+from attnkit.backends.batch import Request
+from attnkit.backends.static import StaticDecode
+from attnkit.errors import AttnkitError, fail
+
+GRAPH_SLACK_BYTES = 256 * 2**20
+
+
+def buckets_of(max_batch: int) -> list[int]:
+    """1, 2, 4, ... below ``max_batch``, then ``max_batch`` itself."""
+    out, b = [], 1
+    while b < max_batch:
+        out.append(b)
+        b *= 2
+    return out + [max_batch]
+
+
+def reserve_bytes(arch, max_batch: int, dtype: torch.dtype) -> int:
+    """Device memory to keep free for the graphs' pool (an estimate the KV budget takes off;
+    the measured size is in ``GraphRunner.stats``): a decode step's live activations at the
+    largest bucket -- hidden states, the widest MLP or expert intermediate, float32 logits
+    and their argmax -- twice, plus slack for split-KV partials and allocator rounding."""
+    elem = torch.empty((), dtype=dtype).element_size()
+    moe = arch.moe
+    experts = getattr(moe, "num_experts", 1) if moe is not None else 1
+    inter = getattr(moe, "inter", arch.intermediate_size) if moe is not None else arch.intermediate_size
+    per_token = (8 * arch.hidden_size + 3 * max(arch.intermediate_size, experts * inter)) * elem \
+        + 3 * arch.vocab_size * 4
+    return 2 * max_batch * per_token + GRAPH_SLACK_BYTES
+
+
+@dataclass(slots=True)
+class _Bucket:
+    size: int
+    step: Any                       # the backend's static StepState
+    graph: Any = None               # torch.cuda.CUDAGraph (None: capture=False)
+    logits: torch.Tensor | None = None   # [size, vocab] float32, the graph's output
+    argmax: torch.Tensor | None = None   # [size] int64
+
+
+class GraphRunner:
+    def __init__(self, engine, *, max_batch: int, capture: bool = True, explicit: bool = False,
+                 progress: TextIO | None = None):
+        """explicit: graphs were asked for (cuda_graph=True): a backend that cannot be
+        captured is AK489 (else the plan said it could)."""
+        self.engine, self.capture = engine, capture
+        self.buckets = buckets_of(max_batch)
+        ledger, dev = engine.allocator, engine.device
+        max_pages = ledger.num_pages
+        limit = engine.model.arch.max_position_embeddings
+        if limit:
+            max_pages = min(max_pages, ledger.pages_for(limit))
+        self.static = StaticDecode(max_batch=self.buckets[-1], max_pages=max(1, max_pages),
+                                   page_size=engine.page_size, scratch_pages=ledger.scratch_pages,
+                                   device=dev)
+        self.tokens = torch.zeros(self.buckets[-1], dtype=torch.int64, device=dev)
+        self._host_tokens = torch.zeros(self.buckets[-1], dtype=torch.int64,
+                                        pin_memory=dev.type == "cuda")
+        self._bucket: dict[int, _Bucket] = {}
+        self._pool = torch.cuda.graph_pool_handle() if capture else None
+        self.stats = {"buckets": list(self.buckets), "captured": capture, "capture_s": 0.0,
+                      "memory_bytes": 0, "replays": 0, "eager_decodes": 0}
+        self._copied = None                              # CUDA event after the token copy
+        try:
+            for size in reversed(self.buckets):         # every static plan, checked now
+                self._prepare(size)
+            if capture:
+                self._capture_all(progress)
+        except AttnkitError as err:
+            if err.code == "AK457" or explicit:
+                fail("AK489", f"decode steps cannot be captured: {err}", field="cuda_graph",
+                     expected="a decode backend that declares cuda_graph", actual=True)
+            raise
+        except Exception as exc:  # noqa: BLE001 - a capture that fails is refused, coded
+            self._bucket.clear()
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+                torch.cuda.empty_cache()
+            fail("AK489", f"capturing the decode graphs failed ({type(exc).__name__}: {exc})",
+                 field="cuda_graph", expected="a capturable decode step", actual=True)
+
+    @staticmethod
+    def scratch_pages_for(max_batch: int, page_size: int) -> int:
+        return StaticDecode.scratch_need(max_batch, page_size)
+
+    # -- one decode step ---------------------------------------------------------------
+    def serves(self, reqs: Sequence[Request]) -> bool:
+        """A DECODE step (one new token after a cached prefix each) that fits a bucket."""
+        if not reqs or len(reqs) > self.buckets[-1]:
+            return False
+        limit = self.static.max_seq_len
+        return all(r.num_new == 1 and 0 < r.prefix_len < limit for r in reqs)
+
+    def bucket_for(self, n: int) -> int:
+        return next(b for b in self.buckets if b >= n)
+
+    def decode(self, reqs: Sequence[Request], tokens: Sequence[int], *, want: str):
+        """Run one decode step of ``reqs`` (their pending tokens ``tokens``). want "argmax":
+        the greedy next token of each request (list of int); "last": logits [n, vocab]."""
+        n = len(reqs)
+        bucket = self._prepare(self.bucket_for(n))
+        self.static.fill(bucket.size, reqs)
+        host = self._host_tokens
+        if self._copied is not None:
+            self._copied.synchronize()                  # the last copy out of ``host`` is done
+        host[:n] = torch.tensor(tokens, dtype=torch.int64)
+        self.tokens[:n].copy_(host[:n], non_blocking=host.is_pinned())
+        if host.is_pinned():
+            self._copied = torch.cuda.Event()
+            self._copied.record()
+        if bucket.graph is not None:
+            bucket.graph.replay()
+            logits, argmax = bucket.logits, bucket.argmax
+            self.stats["replays"] += 1
+        else:
+            logits, argmax = self._body(bucket)
+            self.stats["eager_decodes"] += 1
+        return argmax[:n].tolist() if want == "argmax" else logits[:n].clone()
+
+    # -- buckets -----------------------------------------------------------------------
+    def _prepare(self, size: int) -> _Bucket:
+        """The bucket's static step (built once)."""
+        if size not in self._bucket:
+            eng = self.engine
+            meta = self.static.meta(size)
+            step = eng.backend.prepare_static(meta, eng.cache, max_seq_len=self.static.max_seq_len)
+            self._bucket[size] = _Bucket(size, step)
+        return self._bucket[size]
+
+    def _body(self, bucket: _Bucket):
+        """What a replay runs: (logits [size, vocab] float32, argmax [size] int64)."""
+        eng = self.engine
+        eng.backend.refill_static(bucket.step)
+        ctx = eng.model.context(eng.backend, eng.cache, bucket.step, static=True)
+        logits = eng.model.forward(self.tokens[:bucket.size], ctx)
+        return logits, logits.argmax(-1)
+
+    @torch.no_grad()
+    def _capture_all(self, progress: TextIO | None) -> None:
+        """Warm up and capture every bucket, largest first (it sizes the shared pool)."""
+        dev = self.engine.device
+        torch.cuda.synchronize(dev)
+        free_before = torch.cuda.mem_get_info(dev)[0]
+        start = time.perf_counter()
+        for size in reversed(self.buckets):
+            bucket = self._prepare(size)
+            side = torch.cuda.Stream(dev)
+            side.wait_stream(torch.cuda.current_stream(dev))
+            with torch.cuda.stream(side):          # compile kernels, build lazy plan state
+                self._body(bucket)
+            torch.cuda.current_stream(dev).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._pool):
+                bucket.logits, bucket.argmax = self._body(bucket)
+            bucket.graph = graph
+        torch.cuda.synchronize(dev)
+        self.stats["capture_s"] = time.perf_counter() - start
+        self.stats["memory_bytes"] = max(0, free_before - torch.cuda.mem_get_info(dev)[0])
+        if progress is not None:
+            progress.write(f"captured {len(self.buckets)} decode graphs (batch "
+                           f"{', '.join(map(str, self.buckets))}) in {self.stats['capture_s']:.1f} s, "
+                           f"{self.stats['memory_bytes'] / 2**30:.2f} GiB\n")
+            progress.flush()

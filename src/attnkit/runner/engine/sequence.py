@@ -1,0 +1,55 @@
+"""The one record of a sequence: its tokens, how many have KV in the cache, its pages, and
+(for generation) how it samples and when it stops. The engine, the page ledger and the
+scheduler all read and write this record; nothing else holds a sequence's state.
+
+``prompt + output`` are its tokens; ``tokens[:computed]`` have KV in the cache, held in
+``pages`` (its block-table row: token p sits in page ``pages[p // page_size]``). The tokens
+past ``computed`` are pending: the next step runs (some of) them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Hashable
+
+import torch
+
+from attnkit.runner.engine.sampling import SamplingParams
+from attnkit.runner.engine.stats import RequestStats
+
+
+@dataclass(eq=False, slots=True)
+class Sequence:
+    seq_id: Hashable                   # the engine's id
+    prompt: list[int]
+    params: SamplingParams = field(default_factory=SamplingParams)
+    request_id: Hashable = None        # the caller's id (generation; default seq_id)
+    order: int = 0                     # arrival rank: smaller is older
+    stats: RequestStats | None = None
+    generator: torch.Generator | None = None
+    output: list[int] = field(default_factory=list)
+    computed: int = 0                  # tokens with KV in the cache
+    pages: list[int] = field(default_factory=list)
+    finish_reason: str | None = None   # "stop" (a stop token) | "length" (max_new_tokens)
+
+    def __post_init__(self):
+        if self.request_id is None:
+            self.request_id = self.seq_id
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt) + len(self.output)
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.prompt + self.output
+
+    @property
+    def decoding(self) -> bool:
+        """Past its prompt with exactly one token (the last sampled) still to run."""
+        return self.computed >= len(self.prompt) and self.computed == self.num_tokens - 1
+
+    def pending(self, n: int) -> list[int]:
+        """The next ``n`` tokens to run."""
+        c, p = self.computed, len(self.prompt)
+        head = self.prompt[c:c + n] if c < p else []
+        return head + self.output[max(0, c - p):max(0, c + n - p)]

@@ -1,0 +1,60 @@
+"""The attention half of an MHA/GQA/MQA block (MLA: mla.py): projections, rotary, and the
+attnkit backend in the middle.
+
+    q, k, v = qkv_proj(x)                             (q_proj, k_proj, v_proj as one GEMM;
+                                                       biases if the checkpoint has them)
+    q, k = q_norm(q), k_norm(k)                       (Qwen3: per-head RMSNorm)
+    q, k = rotary(q), rotary(k)                       (DCA: queries three ways, see rotary.py)
+    out = o_proj(ctx.attend(q, k, v, layer))          (the step's backend, cache and plan)
+
+Both attention kinds map ``(x, ctx)`` with x: [T, hidden] to [T, hidden]; ``ctx`` is the
+step's StepContext (context.py), built once by the model.
+"""
+from __future__ import annotations
+
+import torch
+
+from attnkit.backends.base import RuntimeLayer
+from attnkit.model.spec import LayerAttention
+from attnkit.runner.layers.context import StepContext
+from attnkit.runner.layers.linear import Linear
+from attnkit.runner.layers.norm import NormStyle, rms_norm
+from attnkit.runner.layers.rotary import DualChunkRotary, Rotary
+
+
+class MHAAttention:
+    """One MHA/GQA/MQA layer. gpt-oss sinks go to the backend in ``RuntimeLayer.sinks``;
+    a dual chunk layer is rotated by ``DualChunkRotary`` and needs the ``dual_chunk`` backend."""
+
+    def __init__(self, w, prefix: str, spec: LayerAttention, *, hidden: int,
+                 norm: NormStyle, rotary: Rotary, dca: DualChunkRotary | None = None):
+        """w: the model's Weights; prefix: "model.layers.{i}.self_attn."."""
+        heads, kv_heads, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+        self.spec, self.norm, self.rotary, self.dca = spec, norm, rotary, dca
+        parts = (Linear.load(w, f"{prefix}q_proj", heads * d, hidden),
+                 Linear.load(w, f"{prefix}k_proj", kv_heads * d, hidden),
+                 Linear.load(w, f"{prefix}v_proj", kv_heads * spec.value_dim, hidden))
+        self.qkv = Linear.stack(parts)
+        self.sizes = [p.out_features for p in parts]
+        self.o = Linear.load(w, f"{prefix}o_proj", hidden, heads * spec.value_dim)
+        self.q_norm = w.maybe(f"{prefix}q_norm.weight", shape=(d,))
+        self.k_norm = w.maybe(f"{prefix}k_norm.weight", shape=(d,))
+        sinks = w.get(f"{prefix}sinks", shape=(heads,)).float() if spec.sinks else None
+        self.layer = RuntimeLayer(spec=spec, sinks=sinks)
+
+    def __call__(self, x: torch.Tensor, ctx: StepContext) -> torch.Tensor:
+        """x: [T, hidden] -> [T, hidden]."""
+        spec, n = self.spec, x.shape[0]
+        q, k, v = self.qkv(x).split(self.sizes, dim=-1)
+        q = q.view(n, spec.num_heads, spec.head_dim)
+        k = k.view(n, spec.num_kv_heads, spec.head_dim)
+        v = v.view(n, spec.num_kv_heads, spec.value_dim)
+        if self.q_norm is not None:
+            q, k = rms_norm(q, self.q_norm, self.norm), rms_norm(k, self.k_norm, self.norm)
+        if self.dca is not None:
+            tables, scale = ctx.dual_chunk(self.dca, spec, self.dca.rotary_dim_of(q))
+            q, k = self.dca(q, k, ctx.meta.positions, length_scale=scale,
+                            tables=tables)                                 # q: [T, 3, H_q, D]
+        else:
+            q, k = self.rotary.pair(q, k, ctx.rope)
+        return self.o(ctx.attend(q, k, v, self.layer))                    # [T, H_q * D_v] in

@@ -1,0 +1,152 @@
+"""Fused elementwise kernels for the GPU forward: RMSNorm (with the residual add before it),
+RoPE, and SiLU(gate) * up. One launch each where the torch formulas take six to eight, which
+is what a CUDA-graph replay of a small decode step spends most of its time on.
+
+Each computes what its torch formula (norm.py, rotary.py, mlp.py) computes, with the same
+roundings to the compute dtype in the same places; float32 reductions and products may
+differ in the last bit. The layers use them on CUDA only (``enabled``), so CPU results are
+the torch formulas'; the Triton interpreter runs them in tests.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+
+def enabled(x: torch.Tensor) -> bool:
+    """Use the fused kernels for ``x``: on CUDA, unless ATTNKIT_FUSED=0."""
+    return x.is_cuda and os.environ.get("ATTNKIT_FUSED", "1") != "0"
+
+
+@triton.jit
+def _rms_norm_kernel(X, R, W, Y, H, stride_x, stride_r, stride_y, stride_h, eps, offset,
+                     N: tl.constexpr, BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+                     WEIGHT_FP32: tl.constexpr):
+    """Row t: h = x + r (rounded to x's dtype, stored to H) if HAS_RESIDUAL else x; then
+    y = (offset + w) * (h / rms(h)) with the weight applied after (Llama) or before
+    (WEIGHT_FP32: Gemma, gpt-oss) the cast back to the dtype."""
+    t = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    ok = cols < N
+    x = tl.load(X + t.to(tl.int64) * stride_x + cols, mask=ok, other=0.0)
+    if HAS_RESIDUAL:
+        x = (x.to(tl.float32) + tl.load(R + t.to(tl.int64) * stride_r + cols, mask=ok,
+                                        other=0.0).to(tl.float32)).to(X.dtype.element_ty)
+        tl.store(H + t.to(tl.int64) * stride_h + cols, x, mask=ok)
+    xf = x.to(tl.float32)
+    inv = 1.0 / tl.sqrt(tl.sum(xf * xf, axis=0) / N + eps)
+    w = tl.load(W + cols, mask=ok, other=0.0)
+    if WEIGHT_FP32:
+        y = xf * inv * (offset + w.to(tl.float32))
+    else:
+        xn = (xf * inv).to(X.dtype.element_ty)
+        if offset != 0.0:
+            w = (offset + w.to(tl.float32)).to(X.dtype.element_ty)
+        y = w.to(tl.float32) * xn.to(tl.float32)
+    tl.store(Y + t.to(tl.int64) * stride_y + cols, y.to(Y.dtype.element_ty), mask=ok)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, style, residual: torch.Tensor | None = None):
+    """x: [T, N] (rows dense); weight: [N]; residual: [T, N] | None.
+    -> y [T, N], or (y, x + residual) with a residual. See norm.rms_norm for the formula."""
+    rows = x.reshape(-1, x.shape[-1])
+    if rows.stride(-1) != 1:
+        rows = rows.contiguous()
+    n = rows.shape[-1]
+    y = torch.empty(rows.shape, dtype=x.dtype, device=x.device)
+    h = torch.empty_like(y) if residual is not None else y
+    r = residual.reshape(-1, n).contiguous() if residual is not None else rows
+    if rows.shape[0] == 0:
+        return y.view(x.shape) if residual is None else (y.view(x.shape), h.view(x.shape))
+    _rms_norm_kernel[(rows.shape[0],)](
+        rows, r, weight, y, h, rows.stride(0), r.stride(0), y.stride(0), h.stride(0),
+        style.eps, style.offset, N=n, BLOCK=triton.next_power_of_2(n),
+        HAS_RESIDUAL=residual is not None, WEIGHT_FP32=style.weight_in_fp32,
+        num_warps=4 if n <= 4096 else 8)
+    y = y.view(x.shape)
+    return y if residual is None else (y, h.view(x.shape))
+
+
+@triton.jit
+def _rope_row(X, COS, SIN, Y, t, h, stride_xt, stride_xh, stride_ct, stride_yt, stride_yh,
+              D: tl.constexpr, RD: tl.constexpr, BLOCK: tl.constexpr, INTERLEAVED: tl.constexpr):
+    """Token t, head h: y = x * cos + swap(x) * sin on the first RD features (the RopeTable
+    layout: sin signed per pair), x on the rest. swap exchanges the two features of a pair:
+    neighbours (INTERLEAVED) or the halves (neox)."""
+    d = tl.arange(0, BLOCK)
+    ok = d < D
+    base = X + t.to(tl.int64) * stride_xt + h * stride_xh
+    x = tl.load(base + d, mask=ok, other=0.0).to(tl.float32)
+    rot = d < RD
+    if INTERLEAVED:
+        partner = d ^ 1
+    else:
+        partner = tl.where(d < RD // 2, d + RD // 2, d - RD // 2)
+    xp = tl.load(base + partner, mask=ok & rot, other=0.0).to(tl.float32)
+    c = tl.load(COS + t.to(tl.int64) * stride_ct + d, mask=ok & rot, other=1.0)
+    s = tl.load(SIN + t.to(tl.int64) * stride_ct + d, mask=ok & rot, other=0.0)
+    y = tl.where(rot, x * c + xp * s, x)
+    tl.store(Y + t.to(tl.int64) * stride_yt + h * stride_yh + d, y.to(Y.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _rope_kernel(X1, Y1, X2, Y2, COS, SIN, H1, s1t, s1h, y1t, y1h, s2t, s2h, y2t, y2h, stride_ct,
+                 D: tl.constexpr, RD: tl.constexpr, BLOCK: tl.constexpr,
+                 INTERLEAVED: tl.constexpr):
+    """Grid (T, H1 + H2): heads below H1 rotate X1 into Y1 (queries), the rest X2 into Y2
+    (keys), one launch for both."""
+    t = tl.program_id(0)
+    h = tl.program_id(1)
+    if h < H1:
+        _rope_row(X1, COS, SIN, Y1, t, h, s1t, s1h, stride_ct, y1t, y1h, D, RD, BLOCK, INTERLEAVED)
+    else:
+        _rope_row(X2, COS, SIN, Y2, t, h - H1, s2t, s2h, stride_ct, y2t, y2h, D, RD, BLOCK,
+                  INTERLEAVED)
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: bool,
+         other: torch.Tensor | None = None):
+    """x: [T, H, D] (last dim dense); cos, sin: [T, 1, RD] float32 (RopeTable) -> [T, H, D];
+    with ``other`` ([T, H2, D], e.g. the keys) both rotated in one launch -> (x', other')."""
+    t, heads, d = x.shape
+    rd = cos.shape[-1]
+    y = torch.empty(t, heads, d, dtype=x.dtype, device=x.device)
+    o = other if other is not None else x
+    yo = torch.empty(o.shape, dtype=o.dtype, device=o.device) if other is not None else y
+    if t:
+        cos, sin = cos.reshape(t, rd), sin.reshape(t, rd)
+        _rope_kernel[(t, heads + (o.shape[1] if other is not None else 0))](
+            x, y, o, yo, cos, sin, heads, x.stride(0), x.stride(1), y.stride(0), y.stride(1),
+            o.stride(0), o.stride(1), yo.stride(0), yo.stride(1), cos.stride(0), D=d, RD=rd,
+            BLOCK=triton.next_power_of_2(d), INTERLEAVED=interleaved, num_warps=1)
+    return y if other is None else (y, yo)
+
+
+@triton.jit
+def _silu_mul_kernel(GU, Y, stride_g, stride_y, I: tl.constexpr, BLOCK: tl.constexpr):
+    """Row t: y = silu(gate) * up, gate = GU[t, :I], up = GU[t, I:], each product rounded to
+    the dtype as torch's two ops round it."""
+    t = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    ok = cols < I
+    row = GU + t.to(tl.int64) * stride_g
+    g = tl.load(row + cols, mask=ok, other=0.0).to(tl.float32)
+    u = tl.load(row + I + cols, mask=ok, other=0.0).to(tl.float32)
+    s = (g / (1.0 + tl.exp(-g))).to(Y.dtype.element_ty).to(tl.float32)
+    tl.store(Y + t.to(tl.int64) * stride_y + cols, (s * u).to(Y.dtype.element_ty), mask=ok)
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """gate_up: [T, 2I] (gate columns first) -> silu(gate) * up: [T, I]."""
+    t, two_i = gate_up.shape
+    inter = two_i // 2
+    y = torch.empty(t, inter, dtype=gate_up.dtype, device=gate_up.device)
+    if t == 0:
+        return y
+    block = min(1024, triton.next_power_of_2(inter))
+    _silu_mul_kernel[(t, triton.cdiv(inter, block))](gate_up, y, gate_up.stride(0), y.stride(0),
+                                                     I=inter, BLOCK=block, num_warps=4)
+    return y

@@ -1,0 +1,51 @@
+"""A linear map with Hugging Face's weight layout (``name.weight`` [out, in], ``name.bias`` [out])."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Sequence
+
+import torch
+import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from attnkit.runner.models.weights import Weights
+
+
+@dataclass(frozen=True, slots=True)
+class Linear:
+    """weight: [out, in]; bias: [out] | None. x: [..., in] -> [..., out]."""
+    weight: torch.Tensor
+    bias: torch.Tensor | None = None
+    weight_t: torch.Tensor | None = field(default=None, repr=False)   # weight.t(), a view
+
+    def __post_init__(self):
+        object.__setattr__(self, "weight_t", self.weight.t())       # frozen: never stale
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        # For 2-D x, F.linear runs exactly mm(x, weight.t()) (addmm with a bias); calling
+        # those with the transpose taken once skips linear's dispatch and the per-call t().
+        if x.dim() != 2:
+            return F.linear(x, self.weight, self.bias)
+        if self.bias is None:
+            return torch.mm(x, self.weight_t)
+        return torch.addmm(self.bias, x, self.weight_t)
+
+    @classmethod
+    def stack(cls, parts: Sequence["Linear"]) -> "Linear":
+        """One map whose output is the parts' outputs side by side (one GEMM instead of
+        several: q/k/v, gate/up). A part without a bias adds zeros where the others have one."""
+        weight = torch.cat([p.weight for p in parts])
+        if all(p.bias is None for p in parts):
+            return cls(weight)
+        bias = torch.cat([p.bias if p.bias is not None else
+                          p.weight.new_zeros(p.weight.shape[0]) for p in parts])
+        return cls(weight, bias)
+
+    @property
+    def out_features(self) -> int:
+        return self.weight.shape[0]
+
+    @classmethod
+    def load(cls, w: "Weights", name: str, out: int, inp: int) -> "Linear":
+        """``name``.weight [out, in] and, if the checkpoint has it, ``name``.bias [out]."""
+        return cls(w.get(f"{name}.weight", shape=(out, inp)), w.maybe(f"{name}.bias", shape=(out,)))

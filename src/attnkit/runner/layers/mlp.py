@@ -1,0 +1,46 @@
+"""The dense gated MLP: down(act(gate(x)) * up(x)), SwiGLU (Llama, Qwen, Mistral, DeepSeek) or
+GeGLU (Gemma). gate and up run as one GEMM (gate rows first)."""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from attnkit.runner.layers.linear import Linear
+
+
+def activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    if name == "silu":
+        return F.silu
+    if name in ("gelu_pytorch_tanh", "gelu_tanh"):
+        return lambda x: F.gelu(x, approximate="tanh")
+    return F.gelu
+
+
+class GatedMLP:
+    """gate_up: weight [2I, hidden] (gate rows, then up rows); down: [hidden, I].
+    x: [T, hidden] -> [T, hidden]."""
+
+    __slots__ = ("gate_up", "down", "act", "inter")
+
+    def __init__(self, gate_up: Linear, down: Linear, act: Callable[[torch.Tensor], torch.Tensor]):
+        self.gate_up, self.down, self.act = gate_up, down, act
+        self.inter = gate_up.out_features // 2
+
+    @classmethod
+    def load(cls, w, prefix: str, *, hidden: int, inter: int, act: str) -> "GatedMLP":
+        """``prefix``{gate,up,down}_proj.weight (+ .bias if present) of the model's Weights."""
+        gate_up = Linear.stack([Linear.load(w, f"{prefix}gate_proj", inter, hidden),
+                                Linear.load(w, f"{prefix}up_proj", inter, hidden)])
+        return cls(gate_up, Linear.load(w, f"{prefix}down_proj", hidden, inter), activation(act))
+
+    def __call__(self, x: torch.Tensor, ctx=None) -> torch.Tensor:
+        gate_up = self.gate_up(x)
+        if self.act is F.silu and gate_up.dim() == 2:
+            from attnkit.runner.layers import fused
+
+            if fused.enabled(gate_up):                # one kernel for silu(gate) * up
+                return self.down(fused.silu_mul(gate_up))
+        gate, up = gate_up.split(self.inter, dim=-1)
+        return self.down(self.act(gate) * up)

@@ -1,0 +1,143 @@
+"""A decoder-only transformer whose attention runs through any attnkit backend.
+
+Tokens of a step are packed (request after request, as in ``BatchMetadata``): every tensor
+here is [T, ...] with no batch or padding axis. Per layer:
+
+    h = h + attention(norm(h), ctx)   MHA/GQA (layers/attention.py) or MLA (layers/mla.py)
+    h = h + mlp(norm(h), ctx)         dense gated MLP or experts (layers/mlp.py, moe.py)
+
+(Gemma-2 also norms each half's output: "sandwich" norms), then the final norm and the LM
+head. ``ctx`` is the step's StepContext (layers/context.py), built once by ``context`` and
+passed to every layer: RoPE at the step's positions, the backend and its per-step plan.
+Each family's module (llama.py, gemma2.py, gpt_oss.py, deepseek.py) builds its blocks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from attnkit.backends.base import AttentionBackend, RuntimeLayer, StepState
+from attnkit.errors import fail
+from attnkit.model.spec import LayerAttention
+from attnkit.runner.layers.attention import MHAAttention
+from attnkit.runner.layers.context import StepContext
+from attnkit.runner.layers.moe import feed_forward
+from attnkit.runner.layers.norm import add_rms_norm, rms_norm
+from attnkit.runner.layers.rotary import DualChunkRotary, Rotary
+from attnkit.runner.models.config import Architecture
+from attnkit.runner.models.weights import Weights
+
+
+@dataclass(slots=True)
+class Block:
+    """One decoder layer. Norm weights are [hidden]; attention and mlp map ([T, hidden], ctx)
+    to [T, hidden]."""
+    attention: Callable
+    mlp: Callable
+    input_norm: torch.Tensor
+    post_attn_norm: torch.Tensor
+    pre_mlp_norm: torch.Tensor | None = None      # Gemma-2 sandwich norms
+    post_mlp_norm: torch.Tensor | None = None
+
+    @property
+    def attn(self) -> RuntimeLayer:
+        """The layer as the backend sees it (spec, sinks, MLA up-projections)."""
+        return self.attention.layer
+
+    def __call__(self, h: torch.Tensor, ctx: StepContext, style) -> torch.Tensor:
+        """h: [T, hidden] residual stream -> [T, hidden]; ``style``: the family's NormStyle."""
+        a = self.attention(rms_norm(h, self.input_norm, style), ctx)
+        if self.pre_mlp_norm is not None:
+            x, h = add_rms_norm(rms_norm(a, self.post_attn_norm, style), h, self.pre_mlp_norm, style)
+            return h + rms_norm(self.mlp(x, ctx), self.post_mlp_norm, style)
+        x, h = add_rms_norm(a, h, self.post_attn_norm, style)
+        return h + self.mlp(x, ctx)
+
+
+def norms(arch: Architecture, w: Weights, prefix: str) -> tuple:
+    """(input, post-attention, pre-MLP, post-MLP) norm weights of layer ``prefix``; the last
+    two only with sandwich norms."""
+    shape, sandwich = (arch.hidden_size,), arch.sandwich_norms
+    return (w.get(f"{prefix}input_layernorm.weight", shape=shape),
+            w.get(f"{prefix}post_attention_layernorm.weight", shape=shape),
+            w.get(f"{prefix}pre_feedforward_layernorm.weight", shape=shape) if sandwich else None,
+            w.get(f"{prefix}post_feedforward_layernorm.weight", shape=shape) if sandwich else None)
+
+
+def mha_block(model: "DecoderModel", w: Weights, spec: LayerAttention) -> Block:
+    """An MHA/GQA block: self_attn (with sinks / q-k norms / dual chunk rotation as the
+    checkpoint has them) and the family's MLP or experts."""
+    arch, p = model.arch, f"model.layers.{spec.layer_id}."
+    attention = MHAAttention(w, f"{p}self_attn.", spec, hidden=arch.hidden_size, norm=arch.norm,
+                             rotary=model.rotary, dca=model.dual_chunk_rotary(spec))
+    mlp = feed_forward(arch.moe, w, f"{p}mlp.", layer_id=spec.layer_id, hidden=arch.hidden_size,
+                       inter=arch.intermediate_size, act=arch.activation)
+    return Block(attention, mlp, *norms(arch, w, p))
+
+
+class DecoderModel:
+    """Weights plus the forward pass; holds no per-request state (the cache and metadata do)."""
+
+    def __init__(self, arch: Architecture, weights: Weights, *,
+                 layers: tuple[LayerAttention, ...]):
+        from attnkit.runner.models import FAMILIES
+
+        self.arch = arch
+        hidden, vocab = arch.hidden_size, arch.vocab_size
+        self.embed = weights.get("model.embed_tokens.weight", shape=(vocab, hidden))
+        self.final_norm = weights.get("model.norm.weight", shape=(hidden,))
+        head = weights.maybe("lm_head.weight", shape=(vocab, hidden))
+        self.lm_head = self.embed if arch.tie_word_embeddings or head is None else head
+        self.rotary = Rotary(arch.rope, interleaved=arch.rope_interleaved, device=weights.device)
+        self.norm_style = arch.norm              # arch.norm builds a new NormStyle per read
+        self._dcas: dict = {}                    # DualChunkConfig -> its one DualChunkRotary
+        family = FAMILIES[arch.model_type]
+        self.blocks = [family.block(self, weights, spec) for spec in layers]
+
+    def dual_chunk_rotary(self, spec: LayerAttention) -> DualChunkRotary | None:
+        """The DCA rotation of a dual chunk layer (one per config: layers share its tables)."""
+        if spec.dual_chunk is None:
+            return None
+        rope = self.arch.rope
+        if rope.rope_type != "default":
+            fail("AK480", f"dual chunk attention rotates with plain RoPE; rope type "
+                          f"{rope.rope_type!r} with dual_chunk_attention_config is not one the "
+                          "runner computes (dual_chunk=False runs the scaled RoPE instead)",
+                 field="rope_parameters.rope_type", expected="default", actual=rope.rope_type)
+        if spec.dual_chunk not in self._dcas:
+            self._dcas[spec.dual_chunk] = DualChunkRotary(spec.dual_chunk, base=rope.theta,
+                                                          rotary_dim=rope.rotary_dim)
+        return self._dcas[spec.dual_chunk]
+
+    def norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return rms_norm(x, weight, self.norm_style)
+
+    def context(self, backend: AttentionBackend, cache, step: StepState, *,
+                dca_lengths: list[int] | None = None, static: bool = False) -> StepContext:
+        """The step's per-step object, for ``forward`` and every layer it runs."""
+        return StepContext.build(self.rotary, backend, cache, step, dca_lengths=dca_lengths,
+                                 static=static)
+
+    @torch.no_grad()
+    def forward(self, tokens: torch.Tensor, ctx: StepContext, *,
+                rows: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens: [T] int64 (the step's new tokens, packed); ctx: this step's StepContext;
+        rows: [R] int64 | None, which token rows get logits (None: all).
+        Returns [R or T, vocab] float32."""
+        if tokens.shape[0] != ctx.num_tokens:
+            fail("AK488", f"the step context was built for a step of {ctx.num_tokens} token(s), "
+                          f"not these {tokens.shape[0]}", field="ctx",
+                 expected=tokens.shape[0], actual=ctx.num_tokens)
+        h = self.embed[tokens]                                        # [T, hidden]
+        if self.arch.embed_scale is not None:
+            h = h * torch.tensor(self.arch.embed_scale, dtype=h.dtype)  # rounded like transformers
+        for block in self.blocks:
+            h = block(h, ctx, self.norm_style)
+        if rows is not None:
+            h = h[rows]
+        logits = F.linear(self.norm(h, self.final_norm), self.lm_head).float()
+        cap = self.arch.final_logit_softcap
+        return logits if cap is None else cap * torch.tanh(logits / cap)

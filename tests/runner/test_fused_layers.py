@@ -1,0 +1,89 @@
+"""The fused GPU kernels (layers/fused.py) compute their torch formulas: RMSNorm with and
+without the residual add, RoPE (neox / interleaved, partial, strided input), SiLU * up.
+Run here by the Triton interpreter (the layers use them on CUDA only)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnkit.runner.layers import fused
+from attnkit.runner.layers.norm import NormStyle, _rms_norm
+from attnkit.runner.layers.rotary import RopeTable, rope_cos_sin
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter (CPU) tests")
+STYLES = [NormStyle(1e-6), NormStyle(1e-6, offset=1.0, weight_in_fp32=True),
+          NormStyle(1e-5, weight_in_fp32=True)]
+TOL = {torch.float32: dict(rtol=1e-5, atol=1e-6), torch.float16: dict(rtol=1e-3, atol=1e-3)}
+
+
+def rand(*shape, dtype=torch.float32, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+@pytest.mark.parametrize("style", STYLES, ids=["llama", "gemma", "gpt_oss"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_rms_norm_and_the_residual_add(style, dtype):
+    x, r, w = rand(5, 48, dtype=dtype), rand(5, 48, dtype=dtype, seed=1), rand(48, dtype=dtype, seed=2)
+    torch.testing.assert_close(fused.rms_norm(x, w, style), _rms_norm(x, w, style), **TOL[dtype])
+    y, h = fused.rms_norm(x, w, style, residual=r)
+    assert torch.equal(h, r + x)                                 # one rounding, as torch's add
+    torch.testing.assert_close(y, _rms_norm(r + x, w, style), **TOL[dtype])
+    with pytest.raises(AssertionError):                          # the residual matters
+        torch.testing.assert_close(y, _rms_norm(x, w, style), **TOL[dtype])
+
+
+@pytest.mark.parametrize("interleaved", [False, True], ids=["neox", "interleaved"])
+@pytest.mark.parametrize("rotary_dim", [16, 8], ids=["full", "partial"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_rope(interleaved, rotary_dim, dtype):
+    positions = torch.tensor([0, 3, 17, 1000])
+    table = RopeTable.build(*rope_cos_sin(positions, rotary_dim=rotary_dim, base=10000.0,
+                                          factor=1.2), interleaved=interleaved)
+    qkv = rand(4, 5 * 16, dtype=dtype)
+    x = qkv[:, 16:64].view(4, 3, 16)                             # a strided view, as q/k are
+    want = table.rotate(x)                                       # CPU: the torch formula
+    got = fused.rope(x, table.cos, table.sin, interleaved=interleaved)
+    torch.testing.assert_close(got, want, **TOL[dtype])
+    other = fused.rope(x, table.cos, table.sin, interleaved=not interleaved)
+    with pytest.raises(AssertionError):                          # the pair layout matters
+        torch.testing.assert_close(other, want, **TOL[dtype])
+    k = qkv[:, 64:80].view(4, 1, 16)                             # queries and keys, one launch
+    got_q, got_k = fused.rope(x, table.cos, table.sin, interleaved=interleaved, other=k)
+    assert torch.equal(got_q, got) and torch.equal(got_k, fused.rope(k, table.cos, table.sin,
+                                                                     interleaved=interleaved))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("inter", [24, 1500])
+def test_silu_mul(dtype, inter):
+    gate_up = rand(3, 2 * inter, dtype=dtype) * 3
+    gate, up = gate_up.split(inter, dim=-1)
+    torch.testing.assert_close(fused.silu_mul(gate_up), F.silu(gate) * up, **TOL[dtype])
+
+
+def test_used_on_cuda_only(monkeypatch):
+    assert not fused.enabled(torch.zeros(1))
+    monkeypatch.setenv("ATTNKIT_FUSED", "0")
+    assert not fused.enabled(torch.zeros(1))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kernels_on_cuda_match_the_torch_formulas(dtype, monkeypatch):
+    """Compiled for the GPU: bf16 within one rounding of the torch formulas (which the layers
+    run on CUDA with ATTNKIT_FUSED=0)."""
+    tol = TOL[torch.float32] if dtype == torch.float32 else dict(rtol=1.6e-2, atol=1e-2)
+    dev = dict(device="cuda", dtype=dtype)
+    x, r, w = rand(7, 4096).to(**dev), rand(7, 4096, seed=1).to(**dev), rand(4096, seed=2).to(**dev)
+    table = RopeTable.build(*rope_cos_sin(torch.arange(7, device="cuda") * 97, rotary_dim=128,
+                                          base=500000.0))
+    q = rand(7, 32 * 128 + 2 * 8 * 128).to(**dev)[:, :32 * 128].view(7, 32, 128)
+    gate_up = rand(7, 2 * 14336).to(**dev)
+    gate, up = gate_up.split(14336, dim=-1)
+    got_rope, got_mlp = table.rotate(q), fused.silu_mul(gate_up)
+    got_norm = [fused.rms_norm(x, w, style, residual=r) for style in STYLES]
+    monkeypatch.setenv("ATTNKIT_FUSED", "0")
+    torch.testing.assert_close(got_rope, table.rotate(q), **tol)
+    torch.testing.assert_close(got_mlp, F.silu(gate) * up, **tol)
+    for (y, h), style in zip(got_norm, STYLES):
+        assert torch.equal(h, r + x)
+        torch.testing.assert_close(y, _rms_norm(r + x, w, style), **tol)

@@ -1,0 +1,161 @@
+"""The decode graph runner's bookkeeping without capture (``graph_capture=False`` runs the
+captured body eagerly): buckets, padding, static-buffer refills, the sync-free expert
+dispatch, and greedy tokens equal to plain eager decoding and to transformers. The capture
+itself: test_runner_graphs_gpu.py."""
+import pytest
+import torch
+
+from attnkit.errors import AttnkitError
+from attnkit.runner import Engine, SamplingParams, Scheduler
+from attnkit.runner.engine.graphs import buckets_of
+from attnkit.runner.layers.context import StepContext
+from runner_helpers import hf_greedy, save_tiny
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(),
+                                reason="interpreter runs; the GPU tests capture for real")
+PROMPTS = [[1, 5, 9, 3, 7], [4, 6], [3, 3, 3, 9, 17, 20]]
+WIDE = dict(vocab_size=128, hidden_size=128, intermediate_size=96, num_hidden_layers=2,
+            num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
+            initializer_range=0.2)
+
+
+@pytest.fixture(scope="module")
+def llama64(tmp_path_factory):
+    """head_dim 64: a size the triton backend declares (the interpreter runs it)."""
+    return save_tiny(tmp_path_factory.mktemp("llama64"), "LlamaConfig", "LlamaForCausalLM",
+                     WIDE, seed=3)
+
+
+def triton_engine(path, **kw):
+    from attnkit.backends.triton.backend import TritonBackend
+
+    return Engine.from_pretrained(path, backend=TritonBackend(), page_size=4, **kw)
+
+
+def rehearsal(path, backend, page_size=4, max_num_seqs=4):
+    return Engine.from_pretrained(path, backend=backend, page_size=page_size, cuda_graph=True,
+                                  graph_capture=False, max_num_seqs=max_num_seqs)
+
+
+def test_buckets():
+    assert buckets_of(1) == [1] and buckets_of(6) == [1, 2, 4, 6]
+    assert buckets_of(64) == [1, 2, 4, 8, 16, 32, 64] and buckets_of(100)[-2:] == [64, 100]
+
+
+def test_graph_path_tokens_equal_eager_and_transformers(llama64):
+    path, hf = llama64
+    from attnkit.backends.triton.backend import TritonBackend
+
+    graphs = rehearsal(path, TritonBackend())
+    runner = graphs.graphs
+    assert runner.buckets == [1, 2, 4] and len(graphs.allocator.scratch_pages) == 1
+    assert graphs.cache.num_pages == graphs.allocator.num_pages + 1     # scratch set apart
+    want = [hf_greedy(hf, p, 6) for p in PROMPTS]
+    assert graphs.generate(PROMPTS, max_new_tokens=6) == want
+    assert runner.stats["eager_decodes"] == 5 and runner.stats["replays"] == 0
+    assert triton_engine(path).generate(PROMPTS, max_new_tokens=6) == want
+    assert graphs.allocator.num_free == graphs.allocator.num_pages
+
+
+def test_padding_refill_and_fallbacks(llama64, monkeypatch):
+    """3 requests replay bucket 4 (one padded row), 1 replays bucket 1; a step past the largest
+    bucket, or with a KV past the static tables, runs eagerly; logits equal eager's."""
+    from attnkit.backends.triton.backend import TritonBackend
+
+    path, _ = llama64
+    graphs, eager = rehearsal(path, TritonBackend(), max_num_seqs=2), triton_engine(path)
+    used = []
+    original = graphs.graphs.decode
+    monkeypatch.setattr(graphs.graphs, "decode",
+                        lambda reqs, tokens, want: used.append(len(reqs)) or original(reqs, tokens, want=want))
+    for engine in (graphs, eager):
+        engine.prefill(PROMPTS)
+    a, b = graphs.decode([2, 3, 4]), eager.decode([2, 3, 4])          # 3 > 2: eager
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    a, b = graphs.decode([5, 6], ids=[0, 2]), eager.decode([5, 6], ids=[0, 2])
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    a, b = graphs.decode([7], ids=[1]), eager.decode([7], ids=[1])
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    static = graphs.graphs.static
+    assert used == [2, 1] and list(static.meta(1).seq_lens_cpu) == [4]       # 2 prompt + 2 decoded
+    # bucket 2's row 1 still holds sequence 2 (6 + 2 tokens) from the fill before
+    assert list(static.meta(2).seq_lens_cpu) == static.meta(2).seq_lens.tolist() == [4, 8]
+    assert graphs.graphs.serves([]) is False
+
+
+def test_scheduler_over_graphs_with_chunks_and_preemption(llama64):
+    """Continuous batching (chunked prefill, preemption) over the graph path gives the same
+    greedy tokens; greedy steps ask the engine for device-chosen token ids."""
+    from attnkit.backends.triton.backend import TritonBackend
+
+    path, hf = llama64
+    engine = Engine.from_pretrained(path, backend=TritonBackend(), page_size=4, max_tokens=20,
+                                    cuda_graph=True, graph_capture=False, max_num_seqs=4)
+    sched = Scheduler(engine, max_num_batched_tokens=4, max_num_seqs=3)
+    reqs = [sched.add(p, SamplingParams(max_new_tokens=6)) for p in PROMPTS]
+    asked, step = [], engine.step
+    engine.step = lambda batch, **kw: asked.append(kw["logits"]) or step(batch, **kw)
+    list(sched.run())
+    assert set(asked) == {"argmax"}                   # no logits come back for greedy steps
+    assert [r.output for r in reqs] == [hf_greedy(hf, p, 6) for p in PROMPTS]
+    assert sched.stats.preemptions > 0 and engine.graphs.stats["eager_decodes"] > 0
+    assert engine.allocator.num_free == engine.allocator.num_pages
+
+
+def test_deepseek_mla_and_experts_over_the_graph_path(tiny_model):
+    """triton_mla's static step and the sync-free expert dispatch (bucket 1 gathers its two
+    experts' weights, bucket 4 runs all four experts densely) give transformers' tokens."""
+    from attnkit.registry import load_backend
+
+    path, hf = tiny_model("deepseek_v2_triton")
+    engine = rehearsal(path, load_backend("triton_mla"), page_size=16)
+    assert engine.generate(PROMPTS, max_new_tokens=4) == [hf_greedy(hf, p, 4) for p in PROMPTS]
+    assert engine.graphs.stats["eager_decodes"] == 3
+
+
+def test_dual_chunk_over_the_graph_path(tiny_model):
+    """dual_chunk's static step (parts recomputed on the device) and the device-side length
+    scale; prompts past one chunk (cl = 12)."""
+    from attnkit.backends.dual_chunk.backend import DualChunkBackend
+
+    path, _ = tiny_model("qwen2_dca")
+    long = [list(range(3, 20)), [5, 6, 7]]
+    graphs = rehearsal(path, DualChunkBackend(impl="triton"), page_size=4)
+    eager = Engine.from_pretrained(path, backend=DualChunkBackend(), page_size=4)
+    assert graphs.generate(long, max_new_tokens=5) == eager.generate(long, max_new_tokens=5)
+    assert graphs.graphs.stats["eager_decodes"] == 4
+
+
+@pytest.mark.parametrize("family", ["gpt_oss", "deepseek_v3"])
+@pytest.mark.parametrize("tokens", [1, 9], ids=["gather", "dense"])
+def test_static_expert_dispatch_equals_the_loop(tiny_model, family, tokens):
+    """Both sync-free formulations compute the loop's sum (same experts, same order)."""
+    path, _ = tiny_model(family)
+    engine = Engine.from_pretrained(path, backend="torch_native", page_size=16)
+    moe = next(b.mlp for b in engine.model.blocks if hasattr(b.mlp, "moe"))
+    x = torch.randn(tokens, engine.model.arch.hidden_size, generator=torch.Generator().manual_seed(4))
+    static = StepContext(None, None, None, None, static=True)
+    torch.testing.assert_close(moe(x, static), moe(x), rtol=1e-5, atol=1e-6)
+    assert not torch.equal(moe(x, static), torch.zeros_like(x))
+
+
+def test_graphs_refused_where_they_cannot_run(llama64):
+    path, _ = llama64
+    with pytest.raises(AttnkitError) as err:                     # CPU: nothing to capture
+        Engine.from_pretrained(path, backend="torch_native", page_size=4, cuda_graph=True)
+    assert err.value.code == "AK489"
+    with pytest.raises(AttnkitError) as err:                     # torch_native: host loops
+        Engine.from_pretrained(path, backend="torch_native", page_size=4, cuda_graph=True,
+                               graph_capture=False)
+    assert err.value.code in ("AK121", "AK489")
+    from attnkit.registry import load_backend
+
+    with pytest.raises(AttnkitError) as err:
+        rehearsal(path, load_backend("sdpa"))
+    assert err.value.code == "AK489"
+    for bad in ({"cuda_graph": "on"}, {"graph_capture": None}, {"max_num_seqs": 0}):
+        with pytest.raises(AttnkitError) as err:
+            Engine.from_pretrained(path, backend="torch_native", page_size=4, **bad)
+        assert err.value.code == "AK483"
+    auto = Engine.from_pretrained(path, page_size=4)             # auto on the CPU: eager
+    assert auto.graphs is None and auto.plan.settings["cuda_graph"] is False
