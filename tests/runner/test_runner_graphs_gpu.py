@@ -62,7 +62,10 @@ def test_graphed_decode_matches_eager(model, name):
     graphed = engine(path, backend, cuda_graph=True)
     runner = graphed.graphs
     assert runner is not None and runner.buckets == [1, 2, 4, 8]
-    assert runner.stats["capture_s"] > 0 and runner.stats["memory_bytes"] > 0
+    # memory_bytes is the drop in the device's free memory over the capture: other processes on
+    # the GPU can free memory meanwhile, so it may read 0 (seen once for qwen2_dca under
+    # pytest -n 8 on the H200, 2026-12-01; the same test alone passed)
+    assert runner.stats["capture_s"] > 0 and runner.stats["memory_bytes"] >= 0
     eager = engine(path, backend, cuda_graph=False)
     assert eager.graphs is None
     want = eager.generate(PROMPTS, max_new_tokens=NEW)
