@@ -44,6 +44,7 @@ from attnkit.errors import AttnkitError, fail
 from attnkit.runner.layers.parallel import TensorParallel
 
 CONTROL_TIMEOUT = timedelta(days=30)      # idle ranks wait for rank 0's next message this long
+START_TIMEOUT = 120.0                     # seconds a started rank may take to come up (at least)
 READY = "attnkit/ready/"
 ERROR = "attnkit/error/"
 CHILD = "ATTNKIT_TP_CHILD"                # set in the ranks this module starts
@@ -69,6 +70,7 @@ class RankGroup:
         self.failure: str | None = None           # why the group cannot be used any more
         self.busy_since: float | None = None      # rank 0 inside guard(): since when
         self.drops: list[int] = []                # keys of engines gone, told with the next message
+        self.owned = not launched                 # torch.distributed's groups are ours to end
         self._keys = itertools.count()
 
     # -- starting, joining, reusing ----------------------------------------------------
@@ -95,8 +97,8 @@ class RankGroup:
                           f"torch sees {torch.cuda.device_count()}", field="tp_size",
                  expected=f"<= {torch.cuda.device_count() - base}", actual=size)
         here = _CURRENT
-        if here is not None and not here.failure and here.size == size \
-                and here.device == torch.device(device.type, base if device.type == "cuda" else None):
+        if here is not None and not here.failure and here.size == size and here.timeout == timeout \
+                and here.device == _rank_device(device.type, base, 0):
             return here
         if here is not None:
             here.close()
@@ -109,7 +111,7 @@ class RankGroup:
 
         os.environ["NCCL_NVLS_ENABLE"] = "0"
         store = dist.TCPStore("127.0.0.1", 0, size, True, wait_for_workers=False,
-                              timeout=timedelta(seconds=timeout))
+                              timeout=timedelta(seconds=max(timeout, START_TIMEOUT)))
         base = device.index or 0
         env = {**os.environ, CHILD: str(os.getpid()), "WORLD_SIZE": str(size),
                "LOCAL_WORLD_SIZE": str(size), "MASTER_ADDR": "127.0.0.1",
@@ -126,12 +128,13 @@ class RankGroup:
         group = cls(rank=0, size=size, device=_rank_device(device.type, base, 0), ctrl=None,
                     store=store, timeout=timeout, launched=False, procs=procs)
         try:
-            deadline = time.monotonic() + timeout
+            wait = max(timeout, START_TIMEOUT)        # python + torch imports on a busy host
+            deadline = time.monotonic() + wait
             for r in range(1, size):                  # each rank says it is up, or dies
                 while not store.check([f"{READY}{r}"]):
                     group._check_procs()
                     if time.monotonic() > deadline:
-                        fail("AK482", f"tensor-parallel rank {r} did not start within {timeout:g} s",
+                        fail("AK482", f"tensor-parallel rank {r} did not start within {wait:g} s",
                              field="tp_size", expected="every rank up", actual=size)
                     time.sleep(0.01)
             dist.init_process_group(group.backend, store=dist.PrefixStore("pg", store), rank=0,
@@ -158,7 +161,8 @@ class RankGroup:
         backend = "nccl" if device.type == "cuda" else "gloo"
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        if not dist.is_initialized():
+        owned = not dist.is_initialized()
+        if owned:
             dist.init_process_group(backend, init_method="env://", rank=rank, world_size=size,
                                     timeout=timedelta(seconds=timeout))
         elif dist.get_backend() != backend:
@@ -171,6 +175,8 @@ class RankGroup:
             store = None                              # errors then name the rank, not its cause
         group = cls(rank=rank, size=size, device=device, store=store, timeout=timeout,
                     launched=True, ctrl=dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT))
+        group.owned = owned
+        atexit.register(group.close)
         if rank == 0:
             threading.Thread(target=group._watch, name="attnkit-tp-watchdog", daemon=True).start()
         return group
@@ -188,7 +194,7 @@ class RankGroup:
         if device.type == "cuda":
             torch.cuda.set_device(device)
         store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), size,
-                              False, timeout=timedelta(seconds=timeout))
+                              False, timeout=timedelta(seconds=max(timeout, START_TIMEOUT)))
         store.set(f"{READY}{rank}", "1")
         group = cls(rank=rank, size=size, device=device, ctrl=None, store=store,
                     timeout=timeout, launched=False)
@@ -261,10 +267,12 @@ class RankGroup:
             self._settle()
         except BaseException as exc:
             ours = isinstance(exc, (AttnkitError, KeyboardInterrupt)) and not self.failure
-            self._fail(self.failure or f"{what} failed ({type(exc).__name__}: {exc})")
+            if not ours:
+                self._await_exit()          # name the rank that died, if one did
+            self._fail(f"{what} failed ({type(exc).__name__}: {_short(exc)})")
             if ours:
                 raise                       # rank 0's own coded error or Ctrl-C, as it is
-            fail("AK482", f"{what}: {self.failure}", field="tp_size", actual=self.size)
+            fail("AK482", self.failure, field="tp_size", actual=self.size)
         finally:
             self.busy_since = None
 
@@ -299,19 +307,29 @@ class RankGroup:
         for r, proc in enumerate(self.procs, start=1):
             code = proc.poll()
             if code is not None:
-                said = self._reported(r)
-                self._fail(f"tensor-parallel rank {r} of {self.size} exited (code {code})"
-                           + (f": {said}" if said else ""))
+                self._fail(f"tensor-parallel rank {r} of {self.size} exited (code {code})")
                 if raise_:
                     fail("AK482", self.failure, field="tp_size", actual=self.size)
                 return
 
+    def _await_exit(self, seconds: float = 2.0) -> None:
+        """After a failed collective: give a dying rank a moment to exit, so the error can
+        name it (a closed connection is seen before the process is reaped)."""
+        deadline = time.monotonic() + seconds
+        while self.procs and time.monotonic() < deadline and self.failure is None:
+            if any(p.poll() is not None for p in self.procs):
+                self._check_procs(raise_=False)
+                return
+            time.sleep(0.01)
+
     def _fail(self, reason: str) -> None:
-        """Mark the group unusable (the first reason stays) and stop the ranks it started."""
+        """Mark the group unusable (the first reason stays; what a rank reported comes
+        first) and stop the ranks it started."""
         if self.failure is None:
-            reported = [s for s in (self._reported(r) for r in range(1, self.size)) if s]
-            self.failure = reason if not reported or reported[0] in reason else \
-                f"{reason}; rank error: {reported[0]}"
+            said = next(((r, t) for r in range(self.size) if r != self.rank
+                         for t in [self._reported(r)] if t), None)
+            self.failure = reason if said is None else \
+                f"tensor-parallel rank {said[0]} of {self.size} failed: {said[1]} ({reason})"
         for proc in self.procs:
             if proc.poll() is None:
                 proc.kill()
@@ -362,14 +380,20 @@ class RankGroup:
                 proc.kill()
                 proc.wait()
         self.failure = self.failure or "the group was closed"
-        if dist.is_initialized() and not self.launched:
-            try:
-                dist.destroy_process_group()
+        if dist.is_initialized():
+            try:                 # all groups if this module made them, else just its own
+                dist.destroy_process_group(None if self.owned else self.ctrl)
             except Exception:  # noqa: BLE001 - a broken group may not tear down cleanly
                 pass
         if _CURRENT is self:
             _CURRENT = None
         atexit.unregister(self.close)
+
+
+def _short(exc: BaseException, limit: int = 160) -> str:
+    """An exception's first line, cut (gloo's run long)."""
+    text = (str(exc).strip().splitlines() or [""])[0]
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _rank_device(kind: str, base: int, rank: int) -> torch.device:

@@ -40,6 +40,9 @@ def serve(group, engines: dict[int, Any], *, until: tuple[str, ...] = ("stop",))
             if engine is not None:          # a failed load was reported to rank 0, which raises
                 engines[key] = engine
         elif kind == "step":
+            if key not in engines:
+                fail("AK482", f"tensor-parallel rank {group.rank} holds no engine {key!r} for "
+                              "rank 0's step", field="tp_size", actual=group.size)
             engines[key].follow_step(payload)
         elif kind in until:
             return kind, key, payload
