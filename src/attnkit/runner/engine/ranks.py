@@ -45,6 +45,7 @@ from attnkit.runner.layers.parallel import TensorParallel
 
 CONTROL_TIMEOUT = timedelta(days=30)      # idle ranks wait for rank 0's next message this long
 START_TIMEOUT = 120.0                     # seconds a started rank may take to come up (at least)
+BACKSTOP = 10.0                           # collectives time out this long after the watchdog's limit
 READY = "attnkit/ready/"
 ERROR = "attnkit/error/"
 CHILD = "ATTNKIT_TP_CHILD"                # set in the ranks this module starts
@@ -138,7 +139,7 @@ class RankGroup:
                              field="tp_size", expected="every rank up", actual=size)
                     time.sleep(0.01)
             dist.init_process_group(group.backend, store=dist.PrefixStore("pg", store), rank=0,
-                                    world_size=size, timeout=timedelta(seconds=timeout))
+                                    world_size=size, timeout=timedelta(seconds=timeout + BACKSTOP))
             group.ctrl = dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)
         except BaseException as exc:
             group._fail(f"starting the ranks failed ({type(exc).__name__}: {exc})")
@@ -164,7 +165,7 @@ class RankGroup:
         owned = not dist.is_initialized()
         if owned:
             dist.init_process_group(backend, init_method="env://", rank=rank, world_size=size,
-                                    timeout=timedelta(seconds=timeout))
+                                    timeout=timedelta(seconds=timeout + BACKSTOP))
         elif dist.get_backend() != backend:
             fail("AK483", f"torch.distributed is initialised with {dist.get_backend()}; "
                           f"tensor parallelism on {device.type} needs {backend}",
@@ -199,7 +200,7 @@ class RankGroup:
         group = cls(rank=rank, size=size, device=device, ctrl=None, store=store,
                     timeout=timeout, launched=False)
         dist.init_process_group(group.backend, store=dist.PrefixStore("pg", store), rank=rank,
-                                world_size=size, timeout=timedelta(seconds=timeout))
+                                world_size=size, timeout=timedelta(seconds=timeout + BACKSTOP))
         group.ctrl = dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)
         return group
 
