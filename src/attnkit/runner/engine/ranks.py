@@ -62,12 +62,12 @@ class RankGroup:
     ``tp`` the layers' view (rank, size, model group); ``launched``: torchrun's group."""
 
     def __init__(self, *, rank: int, size: int, device: torch.device, ctrl, store,
-                 timeout: float, launched: bool, procs: list | None = None):
+                 timeout: float, launched: bool):
         self.rank, self.size, self.device = rank, size, device
         self.backend = "nccl" if device.type == "cuda" else "gloo"
         self.tp = TensorParallel(rank, size)
         self.ctrl, self.store, self.timeout, self.launched = ctrl, store, timeout, launched
-        self.procs = procs or []                  # the ranks this process started (1..N-1)
+        self.procs: list[subprocess.Popen] = []   # the ranks this process started (1..N-1)
         self.failure: str | None = None           # why the group cannot be used any more
         self.busy_since: float | None = None      # rank 0 inside guard(): since when
         self.drops: list[int] = []                # keys of engines gone, told with the next message
@@ -110,6 +110,11 @@ class RankGroup:
     def _start(cls, size: int, device: torch.device, timeout: float) -> "RankGroup":
         import torch.distributed as dist
 
+        if dist.is_initialized():
+            fail("AK483", "torch.distributed is already initialised in this process, and not by "
+                          "torchrun (RANK / WORLD_SIZE unset): attnkit cannot start its ranks "
+                          "beside that group; launch with torchrun, or leave the group first",
+                 field="tp_size", expected="no process group, or torchrun's", actual=size)
         os.environ["NCCL_NVLS_ENABLE"] = "0"
         store = dist.TCPStore("127.0.0.1", 0, size, True, wait_for_workers=False,
                               timeout=timedelta(seconds=max(timeout, START_TIMEOUT)))
@@ -121,14 +126,15 @@ class RankGroup:
                "ATTNKIT_TP_THREADS": str(torch.get_num_threads()),
                "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[3])]
                                              + [p for p in [os.environ.get("PYTHONPATH")] if p])}
-        procs = []
-        for r in range(1, size):
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "attnkit.runner.engine.worker"],
-                env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}))
         group = cls(rank=0, size=size, device=_rank_device(device.type, base, 0), ctrl=None,
-                    store=store, timeout=timeout, launched=False, procs=procs)
+                    store=store, timeout=timeout, launched=False)
         try:
+            for r in range(1, size):
+                group.procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "attnkit.runner.engine.worker"],
+                    env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}))
+            if group.device.type == "cuda":
+                torch.cuda.set_device(group.device)
             wait = max(timeout, START_TIMEOUT)        # python + torch imports on a busy host
             deadline = time.monotonic() + wait
             for r in range(1, size):                  # each rank says it is up, or dies
