@@ -60,8 +60,8 @@ def from_pretrained(cls, source: Any, *, backend: str | AttentionBackend | None 
     tp_size: tensor-parallel ranks (ranks.py): N processes, this one rank 0, one per GPU
     from ``device`` on (NCCL) or N CPU processes (gloo); the source must be a model
     directory (each rank reads its shard) and the backend a name; decode runs eagerly
-    (cuda_graph=True is AK489). tp_timeout: seconds a rank may take to start or to finish a
-    step before the run ends with AK482."""
+    (cuda_graph=True is AK489). tp_timeout: seconds a step may take on the ranks before the
+    run ends with AK482 (starting a rank may take max(tp_timeout, 120 s))."""
     check_count("max_tokens", max_tokens, minimum=1)
     check_count("tp_size", tp_size, minimum=1)
     if isinstance(tp_timeout, bool) or not isinstance(tp_timeout, (int, float)) or not tp_timeout > 0:
