@@ -45,12 +45,13 @@ def check_sharded(engine, one):
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "qwen2_mqa", "gemma2", "deepseek_v2",
-                                    "gpt_oss"])
+                                    "gpt_oss", "qwen2_dca"])
 def test_tp2_logits_and_greedy_tokens_equal_tp1(tiny_model, family):
     """qwen2: 2 KV heads, one per rank; qwen2_mqa: 1 KV head replicated on both ranks, and an
     uneven vocabulary (125) and MLP width (95); deepseek_v2: MLA heads per rank with the
     latent replicated, tensor-parallel experts; gemma2: softcaps, sandwich norms, tied
-    vocab-parallel embedding; gpt_oss: sinks per rank and experts with output biases."""
+    vocab-parallel embedding; gpt_oss: sinks per rank and experts with output biases;
+    qwen2_dca: the dual_chunk backend (planned for it) with its heads per rank."""
     path, _ = tiny_model(family)
     one, two = pair(path)
     check_sharded(two, one)
