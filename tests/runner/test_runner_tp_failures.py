@@ -11,7 +11,7 @@ import pytest
 from attnkit.backends.torch_native.backend import TorchNativeBackend
 from attnkit.errors import AttnkitError
 from attnkit.runner import LLM, Engine, Scheduler, SamplingParams
-from attnkit.runner.engine import ranks
+from attnkit.runner.engine import launch
 
 
 def code_of(call):
@@ -26,7 +26,7 @@ def no_new_ranks(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a rank process was started")
 
-    monkeypatch.setattr(ranks.subprocess, "Popen", refuse)
+    monkeypatch.setattr(launch.subprocess, "Popen", refuse)
 
 
 def test_refused_before_any_process_starts(tiny_model, no_new_ranks, monkeypatch):

@@ -1,7 +1,7 @@
 """``Engine.from_pretrained``: checkpoint -> plan -> KV cache -> model (-> decode graphs).
 
 With ``tp_size`` N > 1 the plan is made (and a tp_size it rejects refused, AK305) before any
-process starts; then the N ranks (ranks.py) each build their shard from the same recipe
+process starts; then the N ranks (launch.py, ranks.py) each build their shard from the same recipe
 (``build_shard``: rank 0's plan, never re-planned), and the Engine on this process, rank 0,
 drives the others (engine.py ``_eager``).
 """
@@ -57,7 +57,7 @@ def from_pretrained(cls, source: Any, *, backend: str | AttentionBackend | None 
     capture and is AK489 where graphs cannot run; False decodes eagerly.
     graph_capture: False runs the graph runner's static-buffer path eagerly, without
     capturing (any device; for tests of its bookkeeping).
-    tp_size: tensor-parallel ranks (ranks.py): N processes, this one rank 0, one per GPU
+    tp_size: tensor-parallel ranks (launch.py): N processes, this one rank 0, one per GPU
     from ``device`` on (NCCL) or N CPU processes (gloo); the source must be a model
     directory (each rank reads its shard) and the backend a name; decode runs eagerly
     (cuda_graph=True is AK489). tp_timeout: seconds a step may take on the ranks before the
@@ -184,7 +184,7 @@ def _check_sharded(source: Any, backend: Any, cuda_graph: bool | None, tp_size: 
 def _sharded(cls, source, plan, *, compute: str, kv: str, dev: torch.device, dual_chunk: bool,
              max_tokens: int, backend_options: Mapping[str, Any] | None, timeout: float):
     """Start (or reuse) the ranks, build every rank's shard, return rank 0's Engine."""
-    from attnkit.runner.engine.ranks import RankGroup
+    from attnkit.runner.engine import launch
 
     if backend_options is not None and not isinstance(backend_options, Mapping):
         backend_of(plan, backend_options)           # AK483, worded once (setup.py)
@@ -198,7 +198,7 @@ def _sharded(cls, source, plan, *, compute: str, kv: str, dev: torch.device, dua
               "heads_per_rank": plan.settings["heads_per_rank"],
               "kv_heads_per_rank": plan.settings["kv_heads_per_rank"]}
     tp_size = plan.settings["tp_size"]
-    group = RankGroup.acquire(tp_size, dev, timeout=timeout)
+    group = launch.acquire(tp_size, dev, timeout=timeout)
     if group.rank == 0:
         key = group.new_key()
         with group.guard("loading the model on every rank"):

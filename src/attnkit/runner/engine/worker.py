@@ -1,6 +1,6 @@
 """A tensor-parallel rank > 0: follow rank 0's messages until it says stop.
 
-    python -m attnkit.runner.engine.worker     # started by ranks.RankGroup (never by hand)
+    python -m attnkit.runner.engine.worker     # started by launch.py, never by hand
 
 Messages (ranks.py ``send``): ("load", key, recipe) builds this rank's shard of an engine
 (build.build_shard; every rank reports how its load went, RankGroup.load); ("step", key,
@@ -60,11 +60,11 @@ def _watch_parent(parent: int) -> None:
 
 
 def main() -> None:
-    from attnkit.runner.engine.ranks import CHILD, RankGroup
+    from attnkit.runner.engine.launch import CHILD, connect_worker
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C is rank 0's to handle
     threading.Thread(target=_watch_parent, args=(int(os.environ[CHILD]),), daemon=True).start()
-    group = RankGroup.connect_worker()
+    group = connect_worker()
     try:
         with torch.no_grad():
             serve(group, {})
