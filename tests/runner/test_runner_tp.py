@@ -108,3 +108,20 @@ def test_torchrun_launch(tiny_model):
     out = json.loads(run.stdout)                          # one JSON document: rank 0's
     assert out["plan"]["settings"]["tp_size"] == 2
     assert out["outputs"][0]["token_ids"] == one.generate([1, 5, 9], 5)
+
+
+def test_engines_share_the_ranks_and_a_dropped_one_is_forgotten(tiny_model):
+    """A second engine of the same size reuses the ranks (a new key there); an engine gone on
+    rank 0 is dropped on the others with the next message."""
+    import gc
+
+    path, _ = tiny_model("llama")
+    first = Engine.from_pretrained(path, page_size=4, tp_size=2)
+    group, key = first.ranks, first.rank_key
+    del first
+    gc.collect()
+    assert key in group.drops
+    second = Engine.from_pretrained(path, page_size=4, tp_size=2)
+    assert second.ranks is group and second.rank_key != key and not group.drops
+    one = Engine.from_pretrained(path, page_size=4)
+    close(second.prefill([[1, 5, 9]])[0], one.prefill([[1, 5, 9]])[0], rtol=TOL)
