@@ -6,9 +6,9 @@
 Prints the plan the engine runs (``attnkit plan``'s renderer, short form), each prompt's new
 tokens (and text, with a tokenizer), and prefill / decode throughput; a progress bar goes to
 stderr. ``--tp-size N`` runs N tensor-parallel ranks (this process starts them; under
-torchrun every rank runs the command and rank 0 prints). ``--json`` prints {"plan", "outputs", "stats"}. Planning flags are ``attnkit
-plan``'s. Text prompts use the checkpoint's tokenizer (``tokenizers`` or ``transformers``,
-imported only then). Exit codes as ``attnkit plan``: 2 usage errors, 3 no valid plan.
+torchrun every rank runs the command and rank 0 prints). ``--json`` prints {"plan",
+"outputs", "stats"}. Planning flags are ``attnkit plan``'s. Text prompts use the
+checkpoint's tokenizer (``tokenizers`` or ``transformers``, imported only then). Exit codes as ``attnkit plan``: 2 usage errors, 3 no valid plan.
 """
 from __future__ import annotations
 

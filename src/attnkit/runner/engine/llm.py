@@ -11,10 +11,10 @@ kv_cache_dtype, cuda_graph, ...), checked by the planner exactly as for ``attnki
 generation.py); decode steps replay CUDA graphs where the plan turns them on
 (``cuda_graph``: "auto" by default, "on", "off"), captured when the LLM is built.
 
-``tp_size=N`` runs the model over N tensor-parallel ranks (engine/launch.py, ranks.py): this process is
-rank 0 and starts the others, or, launched by torchrun, every rank builds the LLM and calls
-``generate`` with the same arguments: rank 0 schedules and samples, the others follow its
-steps, and every rank returns rank 0's outputs.
+``tp_size=N`` runs the model over N tensor-parallel ranks (engine/launch.py, ranks.py):
+this process is rank 0 and starts the others, or, launched by torchrun, every rank builds the
+LLM and calls ``generate`` with the same arguments: rank 0 schedules and samples, the others
+follow its steps, and every rank returns rank 0's outputs.
 """
 from __future__ import annotations
 

@@ -162,7 +162,8 @@ class DeepseekMoE:
             one = lambda i, name, shape, dim: w.get(f"{p}{i}.{name}.weight", shape=shape,  # noqa: E731
                                                     span=(i0, i1), dim=dim)
             self.gate_up = torch.stack([torch.cat([one(i, "gate_proj", (inter, hidden), 0),
-                                                   one(i, "up_proj", (inter, hidden), 0)]) for i in range(e)])
+                                                   one(i, "up_proj", (inter, hidden), 0)])
+                                        for i in range(e)])
             self.down = torch.stack([one(i, "down_proj", (hidden, inter), 1) for i in range(e)])
         self.act: Callable[[torch.Tensor], torch.Tensor] = activation(act)
         self.experts = [GatedMLP(Linear(self.gate_up[i]), Linear(self.down[i]), self.act)
