@@ -303,12 +303,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def tp_llm(model, size: int, common: dict):
     """The runner over ``size`` tensor-parallel ranks: the model saved to a temporary
-    directory (each rank reads its shard), decode eager."""
+    directory (each rank reads its shard; removed at exit), decode eager."""
+    import atexit
+    import shutil
     import tempfile
 
     from attnkit.runner import LLM
 
     path = tempfile.mkdtemp(prefix="bench_runner_tp_")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
     model.save_pretrained(path)
     return LLM(path, tp_size=size, cuda_graph="off", **common)
 
