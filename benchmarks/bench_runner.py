@@ -2,6 +2,7 @@
 
     python benchmarks/bench_runner.py [--out FILE.md] [--json FILE.json] [--reps N] [--no-compile]
     python benchmarks/bench_runner.py --tiny          # CPU smoke test of the same code
+    python benchmarks/bench_runner.py --tp-size 2     # + the runner over 2 GPUs (tensor parallel)
 
 A Llama-3-8B-shaped model (32 layers, hidden 4096, 32 q / 8 KV heads, head dim 128, MLP
 14336, vocab 128256, plain RoPE) with random bf16 weights is built on the GPU with
@@ -19,6 +20,11 @@ transformers eager (DynamicCache greedy loop), transformers with a static cache 
 size, compile time reported, not timed). Greedy tokens of every peer are compared with the
 runner's (graphs) token for token. The report is written after every row (a run cut short
 keeps what it measured): markdown (--out) and JSON (--json).
+``--tp-size N`` adds rows of the runner over N tensor-parallel ranks (eager decode: graphs
+are not captured under tensor parallelism; the model is saved to a temporary directory
+first, since each rank reads its shard from safetensors), next to the tp 1 rows, their
+greedy tokens compared the same way. The "% of limit" of a tp N row is against N GPUs'
+copy rate (each rank reads its 1/N of the weights).
 """
 from __future__ import annotations
 
@@ -183,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-compile", action="store_true", help="skip transformers + torch.compile")
     parser.add_argument("--out", help="write the markdown report here (after every row)")
     parser.add_argument("--json", help="write the JSON report here (after every row)")
+    parser.add_argument("--tp-size", type=int, default=1, metavar="N",
+                        help="also time the runner over N tensor-parallel ranks (GPUs 0..N-1)")
     args = parser.parse_args(argv)
     cuda = args.device.startswith("cuda")
     if not args.tiny and not cuda:
@@ -230,9 +238,11 @@ def main(argv: list[str] | None = None) -> int:
         "graph_stats": stats, "copy_gbs": ceil.get("copy_gbs"),
         "matmul_tflops": ceil.get("matmul_tflops"), "weight_bytes": weight_bytes})
     eager = LLM(model, cuda_graph="off", **common)
+    tp = tp_llm(model, args.tp_size, common) if args.tp_size > 1 else None
+    tp_name = f"attnkit LLM, eager, tp {args.tp_size}"
 
-    def limit(b: int) -> float | None:
-        return b * ceil["copy_gbs"] * 1e9 / weight_bytes if ceil else None
+    def limit(b: int, ranks: int = 1) -> float | None:
+        return ranks * b * ceil["copy_gbs"] * 1e9 / weight_bytes if ceil else None
 
     # prefill: the runner (graphs change nothing here) and transformers' forward
     batch = prompts(sizes.prefill_prompts, sizes.prefill_len, cfg["vocab_size"], 1)
@@ -244,6 +254,12 @@ def main(argv: list[str] | None = None) -> int:
     ms = timer(lambda: eager.generate(batch, max_new_tokens=1, ignore_eos=True), warmup=1, reps=args.reps)
     report.add(case=case, peer="attnkit LLM", ms=ms, tok_s=n_tok / ms * 1e3,
                pct_limit=100 * flops / ms / 1e9 / ceil["matmul_tflops"] if ceil else None)
+    if tp is not None:
+        ms = timer(lambda: tp.generate(batch, max_new_tokens=1, ignore_eos=True), warmup=1,
+                   reps=args.reps)
+        report.add(case=case, peer=f"attnkit LLM, tp {args.tp_size}", ms=ms, tok_s=n_tok / ms * 1e3,
+                   pct_limit=100 * flops / ms / 1e9 / ceil["matmul_tflops"] / args.tp_size
+                   if ceil else None)
     if not args.no_peer:
         ids = torch.tensor(batch, device=args.device)
         with torch.no_grad():
@@ -259,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         peers = [("attnkit LLM, CUDA graphs", lambda: runner_decode(graphs, ps, sizes.decode_steps, timer, args.reps))
                  if cuda else None,
                  ("attnkit LLM, eager", lambda: runner_decode(eager, ps, sizes.decode_steps, timer, args.reps))]
+        if tp is not None:
+            peers.append((tp_name, lambda: runner_decode(tp, ps, sizes.decode_steps, timer, args.reps)))
         if not args.no_peer:
             peers.append(("transformers eager", lambda: hf_decode(model, ps, sizes.decode_steps, timer, args.reps)))
         for entry in peers:
@@ -273,13 +291,29 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             reference = references.setdefault(case, toks)
             rate = b / ms * 1e3
+            ranks = args.tp_size if name == tp_name else 1
             report.add(case=case, peer=name, ms=ms, tok_s=rate,
-                       pct_limit=100 * rate / limit(b) if limit(b) else None,
+                       pct_limit=100 * rate / limit(b, ranks) if limit(b) else None,
                        tokens=same_tokens(toks, reference))
     if not args.no_peer and not args.no_compile and cuda:
         compiled_rows(model, sizes, cfg, timer, args.reps, report, limit, references)
     print(report.markdown())
     return 0
+
+
+def tp_llm(model, size: int, common: dict):
+    """The runner over ``size`` tensor-parallel ranks: the model saved to a temporary
+    directory (each rank reads its shard; removed at exit), decode eager."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from attnkit.runner import LLM
+
+    path = tempfile.mkdtemp(prefix="bench_runner_tp_")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    model.save_pretrained(path)
+    return LLM(path, tp_size=size, cuda_graph="off", **common)
 
 
 def compiled_rows(model, sizes: Sizes, cfg: dict, timer, reps: int, report: Report, limit,

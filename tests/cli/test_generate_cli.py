@@ -84,7 +84,9 @@ def test_text_prompt_through_the_checkpoint_tokenizer(capsys, model_dir, tmp_pat
 
 @pytest.mark.parametrize("extra,code,rc", [
     (["--prompt", "hello"], "AK484", 2),                     # no tokenizer files
-    (["--prompt-ids", "1,2", "--tp-size", "2"], "AK487", 2),
+    (["--prompt-ids", "1,2", "--speculative-tokens", "2"], "AK487", 2),
+    (["--prompt-ids", "1,2", "--tp-size", "3"], "AK305", 3),     # 4 heads: the plan's refusal
+    (["--prompt-ids", "1,2", "--tp-size", "2", "--cuda-graph", "on"], "AK489", 2),
     (["--prompt-ids", "1,2", "--temperature", "-1"], "AK486", 2),
     (["--prompt-ids", "1,2", "--max-tokens", "8", "--max-new-tokens", "50"], "AK485", 2),
     (["--prompt-ids", "1,200"], "AK483", 2),                 # outside the vocabulary

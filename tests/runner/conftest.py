@@ -21,6 +21,10 @@ DEEPSEEK_V3 = {**DEEPSEEK, "n_routed_experts": 8, "n_group": 4, "topk_group": 2}
 FAMILIES = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),                 # q/k/v biases
+    # one KV head (replicated on every tensor-parallel rank); a vocabulary and an MLP width
+    # that 2 ranks split unevenly (test_runner_tp.py)
+    "qwen2_mqa": ("Qwen2Config", "Qwen2ForCausalLM",
+                  {"num_key_value_heads": 1, "vocab_size": 125, "intermediate_size": 95}),
     "mistral": ("MistralConfig", "MistralForCausalLM", {"sliding_window": 5}),
     # Qwen's window: only layers from max_window_layers on slide
     "qwen2_swa": ("Qwen2Config", "Qwen2ForCausalLM",

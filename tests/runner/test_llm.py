@@ -79,7 +79,8 @@ def test_progress_bar_on_a_stream(tiny_model):
     assert "3/3 requests" in stream.getvalue() and stream.getvalue().count("\n") == 1
 
 
-@pytest.mark.parametrize("kw,code", [({"tp_size": 2}, "AK487"), ({"cuda_graph": True}, "AK489"),
+@pytest.mark.parametrize("kw,code", [({"tp_size": 3}, "AK305"), ({"speculative_tokens": 2}, "AK487"),
+                                     ({"cuda_graph": True}, "AK489"),
                                      ({"deny": ["sdpa"]}, "AK487"), ({"atention_backend": "sdpa"}, "AK487"),
                                      ({"page_size": "big"}, "AK306"), ({"kv_cache_dtype": "int3"}, "AK306"),
                                      ({"attention_backend": "triton"}, "AK121")])

@@ -5,9 +5,10 @@
 
 Prints the plan the engine runs (``attnkit plan``'s renderer, short form), each prompt's new
 tokens (and text, with a tokenizer), and prefill / decode throughput; a progress bar goes to
-stderr. ``--json`` prints {"plan", "outputs", "stats"}. Planning flags are ``attnkit
-plan``'s. Text prompts use the checkpoint's tokenizer (``tokenizers`` or ``transformers``,
-imported only then). Exit codes as ``attnkit plan``: 2 usage errors, 3 no valid plan.
+stderr. ``--tp-size N`` runs N tensor-parallel ranks (this process starts them; under
+torchrun every rank runs the command and rank 0 prints). ``--json`` prints {"plan",
+"outputs", "stats"}. Planning flags are ``attnkit plan``'s. Text prompts use the
+checkpoint's tokenizer (``tokenizers`` or ``transformers``, imported only then). Exit codes as ``attnkit plan``: 2 usage errors, 3 no valid plan.
 """
 from __future__ import annotations
 
@@ -79,12 +80,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
             print_error(err)                        # the planner found no backend: as `attnkit plan`
             return EXIT_NO_PLAN
         raise
-    if not args.json:
+    if not args.json and llm.rank == 0:
         sys.stdout.write(plan_text(llm.plan, short=True) + "\n")
         sys.stdout.flush()
     outputs = llm.generate(prompts, max_new_tokens=args.max_new_tokens,
                            temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                            seed=args.seed, ignore_eos=args.ignore_eos, progress=not args.no_progress)
+    if llm.rank:                                # launched by torchrun: rank 0 prints
+        return EXIT_OK
     texts = [tokenizer.decode(o.token_ids) if tokenizer else None for o in outputs]
     if args.json:
         data = {"plan": llm.plan.to_dict(),

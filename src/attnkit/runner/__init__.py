@@ -4,9 +4,10 @@
   (engine.py: prefill / decode / mixed steps; build.py loads and plans), the ``Scheduler``
   (continuous batching, chunked prefill, preemption), the decode graph runner (graphs.py:
   CUDA graphs per batch-size bucket), the one generation loop (generation.py) and ``LLM``
-  (llm.py), the generation API.
-- ``layers/``: linear, norms, rotary, MLP and experts, MHA and MLA attention, and the
-  per-step object every layer reads (context.py).
+  (llm.py), the generation API; tensor-parallel ranks (launch.py, ranks.py, worker.py).
+- ``layers/``: linear, norms, rotary, MLP and experts, MHA and MLA attention, the
+  per-step object every layer reads (context.py), and tensor-parallel slices and
+  collectives (parallel.py).
 - ``models/``: one module per family (llama, gemma2, gpt_oss, deepseek) and the decoder
   they share (base.py); config.py reads config.json, weights.py the checkpoint.
 See docs/runner.md. Importing this package imports nothing heavy; each name is loaded (with

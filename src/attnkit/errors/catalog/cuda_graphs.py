@@ -59,10 +59,15 @@ ENTRIES = [
                 "the CPU or MPS; graphs asked for with a decode backend that cannot be captured "
                 "(an AttentionBackend object such as torch_native or sdpa, which refuses "
                 "prepare_static with AK457); a capture that fails on the GPU (with "
-                "--cuda-graph auto the engine then decodes eagerly and warns instead). "
-                "graph_capture=False (the static path run eagerly, for tests) runs anywhere.",
+                "--cuda-graph auto the engine then decodes eagerly and warns instead); "
+                "cuda_graph=True with tp_size > 1 (the runner does not capture decode graphs "
+                "under tensor parallelism: collectives inside a graph need NCCL's capture "
+                "support, and it is not proven here; --cuda-graph auto decodes eagerly with a "
+                "warning). graph_capture=False (the static path run eagerly, for tests) runs "
+                "anywhere.",
         situations=["`attnkit generate ./model --device cpu --cuda-graph on`.",
-                    "A hand-made backend object passed as attention_backend with cuda_graph=True."],
+                    "A hand-made backend object passed as attention_backend with cuda_graph=True.",
+                    "`attnkit generate ./llama --tp-size 2 --cuda-graph on`."],
         solutions=["Use --cuda-graph auto (graphs where they can run, eager elsewhere) or off.",
                    "Run on a CUDA GPU with a decode backend that declares cuda_graph."],
         before="attnkit generate ./tiny-llama --device cpu --cuda-graph on --prompt-ids 1,2",

@@ -58,22 +58,21 @@ ENTRIES = [
     ),
     entry(
         "AK487", "Setting the runner does not support",
-        meaning="The runner plans its backends with attnkit's planner, but runs one process on "
-                "one device without CUDA graphs or speculative decoding, and plans with the "
-                "backends it is given. Planning flags that describe those features are refused "
-                "rather than ignored.",
-        trigger="LLM(...) or attnkit generate with tp_size > 1, speculative_tokens > 0, "
-                "cuda_graph, deny, or a keyword that is neither a planning setting nor an "
-                "Engine option; LLM.generate with a keyword it does not take (or the prompts "
+        meaning="The runner plans its backends with attnkit's planner, but runs without "
+                "speculative decoding and plans with the backends it is given. Planning flags "
+                "that describe those features are refused rather than ignored.",
+        trigger="LLM(...) or attnkit generate with speculative_tokens > 0, deny, or a keyword "
+                "that is neither a planning setting nor an Engine option (backend_options, "
+                "tp_timeout); LLM.generate with a keyword it does not take (or the prompts "
                 "missing, or extra positional arguments).",
-        situations=["A fleet-wide flag set copied from `attnkit plan` (--tp-size 8).",
+        situations=["A fleet-wide flag set copied from `attnkit plan` (--speculative-tokens 4).",
                     "A misspelt keyword (attention_backed=...).",
                     "LLM's max_tokens passed to generate (meant: max_new_tokens)."],
         solutions=["Drop the flag for runner runs; check the full-engine setting with "
-                   "`attnkit plan MODEL --device D --tp-size N`.",
+                   "`attnkit plan MODEL --device D --speculative-tokens N`.",
                    "Pick the backend directly (--attention-backend NAME) instead of --deny."],
-        before="attnkit generate ./llama --prompt-ids 1,2 --tp-size 2",
-        after="attnkit generate ./llama --prompt-ids 1,2",
+        before="attnkit generate ./llama --prompt-ids 1,2 --deny sdpa",
+        after="attnkit generate ./llama --prompt-ids 1,2 --attention-backend torch_native",
         related=("AK306", "AK483"),
     ),
 ]

@@ -1,7 +1,16 @@
-"""``Engine.from_pretrained``: checkpoint -> plan -> KV cache -> model (-> decode graphs)."""
+"""``Engine.from_pretrained``: checkpoint -> plan -> KV cache -> model (-> decode graphs).
+
+With ``tp_size`` N > 1 the plan is made (and a tp_size it rejects refused, AK305) before any
+process starts; then the N ranks (launch.py, ranks.py) each build their shard from the same recipe
+(``build_shard``: rank 0's plan, never re-planned), and the Engine on this process, rank 0,
+drives the others (engine.py ``_eager``).
+"""
 from __future__ import annotations
 
+import os
 import warnings
+import weakref
+from types import SimpleNamespace
 from typing import Any, Mapping, TextIO
 
 import torch
@@ -12,6 +21,7 @@ from attnkit.kvcache.paged import TORCH_KV_DTYPES, PagedKVCache
 from attnkit.runner.engine.checks import COMPUTE_DTYPES, check_count, coded_args, device_of, dtype_name
 from attnkit.runner.engine.ledger import PageLedger
 from attnkit.runner.engine.setup import backend_of, check_cache_room, model_layers, plan_for
+from attnkit.runner.layers.parallel import SINGLE, TensorParallel
 from attnkit.runner.models.base import DecoderModel
 from attnkit.runner.models.config import architecture_of
 from attnkit.runner.models.weights import Weights, read_checkpoint
@@ -26,7 +36,8 @@ def from_pretrained(cls, source: Any, *, backend: str | AttentionBackend | None 
                     prefill_backend: str | None = None, decode_backend: str | None = None,
                     backend_options: Mapping[str, Any] | None = None,
                     cuda_graph: bool | None = None, graph_capture: bool = True,
-                    max_num_seqs: int = 256, progress: TextIO | None = None):
+                    max_num_seqs: int = 256, progress: TextIO | None = None,
+                    tp_size: int = 1, tp_timeout: float = 300.0):
     """source: a local model directory (config.json + *.safetensors) or an in-memory
     transformers model.
     backend: a registered name or alias, checked by attnkit's planner against the model,
@@ -45,8 +56,19 @@ def from_pretrained(cls, source: Any, *, backend: str | AttentionBackend | None 
     declare cuda_graph; off with a backend object); True asks the planner for backends that
     capture and is AK489 where graphs cannot run; False decodes eagerly.
     graph_capture: False runs the graph runner's static-buffer path eagerly, without
-    capturing (any device; for tests of its bookkeeping)."""
+    capturing (any device; for tests of its bookkeeping).
+    tp_size: tensor-parallel ranks (launch.py): N processes, this one rank 0, one per GPU
+    from ``device`` on (NCCL) or N CPU processes (gloo); the source must be a model
+    directory (each rank reads its shard) and the backend a name; decode runs eagerly
+    (cuda_graph=True is AK489). tp_timeout: seconds a step may take on the ranks before the
+    run ends with AK482 (starting a rank may take max(tp_timeout, 120 s))."""
     check_count("max_tokens", max_tokens, minimum=1)
+    check_count("tp_size", tp_size, minimum=1)
+    if isinstance(tp_timeout, bool) or not isinstance(tp_timeout, (int, float)) or not tp_timeout > 0:
+        fail("AK483", f"tp_timeout must be a number of seconds > 0, got {tp_timeout!r}",
+             field="tp_timeout", expected="> 0", actual=repr(tp_timeout))
+    if tp_size > 1:
+        _check_sharded(source, backend, cuda_graph, tp_size)
     check_count("page_size", page_size, minimum=1, allow_none=True)
     check_count("max_num_seqs", max_num_seqs, minimum=1)
     for name, value in (("cuda_graph", cuda_graph), ("graph_capture", graph_capture)):
@@ -74,26 +96,26 @@ def from_pretrained(cls, source: Any, *, backend: str | AttentionBackend | None 
         plan = plan_for(arch, backend=None if backend == "auto" else backend, device=dev,
                         page_size=page_size, dtype=compute, kv_cache_dtype=kv,
                         dual_chunk=dual_chunk, prefill_backend=prefill_backend,
-                        decode_backend=decode_backend,
+                        decode_backend=decode_backend, tp_size=tp_size,
                         cuda_graph=cuda_graph if graph_capture else None)
-        attn = backend_of(plan, backend_options)
         dual_chunk = plan.settings.get("dual_chunk") != "off"
         page_size = plan.settings["page_size"]
+        if tp_size > 1:                     # the plan is good: now start the ranks
+            return _sharded(cls, source, plan, compute=compute, kv=kv, dev=dev,
+                            dual_chunk=dual_chunk, max_tokens=max_tokens,
+                            backend_options=backend_options, timeout=float(tp_timeout))
+        attn = backend_of(plan, backend_options)
         graphs = bool(cuda_graph) if cuda_graph is not None else bool(plan.settings.get("cuda_graph"))
     graphs = graphs and cuda_graph is not False and (dev.type == "cuda" or not graph_capture)
     layers = model_layers(arch, dual_chunk=dual_chunk)
-    weights = Weights(tensors, dtype=COMPUTE_DTYPES[compute], device=dev)
     num_pages = -(-max_tokens // page_size)
     from attnkit.runner.engine.graphs import GraphRunner, buckets_of, reserve_bytes
 
     scratch = GraphRunner.scratch_pages_for(max(buckets_of(max_num_seqs)), page_size) if graphs else 0
     reserve = reserve_bytes(arch, max_num_seqs, COMPUTE_DTYPES[compute]) if graphs and graph_capture else 0
-    check_cache_room(layers, num_pages=num_pages + scratch, page_size=page_size,
-                     kv_dtype=TORCH_KV_DTYPES[kv], device=dev, reserve=reserve)
-    cache = PagedKVCache(layers, num_pages=num_pages + scratch, page_size=page_size,
-                         dtype=TORCH_KV_DTYPES[kv], device=dev)
-    engine = cls(DecoderModel(arch, weights, layers=layers), attn, cache,
-                 PageLedger(num_pages, page_size, scratch=scratch))
+    engine = assemble(cls, arch, tensors, layers=layers, backend=attn, page_size=page_size,
+                      compute=compute, kv=kv, device=dev, num_pages=num_pages, scratch=scratch,
+                      reserve=reserve)
     engine.plan = plan
     if graphs:
         try:
@@ -105,4 +127,93 @@ def from_pretrained(cls, source: Any, *, backend: str | AttentionBackend | None 
             # --cuda-graph auto: the plan said these backends capture; decode eagerly, loudly
             warnings.warn(f"decode graphs not captured, decoding eagerly: {err}", UserWarning,
                           stacklevel=3)
+    return engine
+
+
+def assemble(cls, arch, tensors, *, layers, backend: AttentionBackend, page_size: int,
+             compute: str, kv: str, device: torch.device, num_pages: int, scratch: int = 0,
+             reserve: int = 0, tp: TensorParallel = SINGLE):
+    """The Engine of this rank: its shard of the model (``tp``), a KV cache of its heads
+    (num_pages + scratch pages, checked to fit with ``reserve`` bytes to spare), the ledger."""
+    local = tuple(tp.local(l) for l in layers)
+    check_cache_room(local, num_pages=num_pages + scratch, page_size=page_size,
+                     kv_dtype=TORCH_KV_DTYPES[kv], device=device, reserve=reserve)
+    cache = PagedKVCache(local, num_pages=num_pages + scratch, page_size=page_size,
+                         dtype=TORCH_KV_DTYPES[kv], device=device)
+    weights = Weights(tensors, dtype=COMPUTE_DTYPES[compute], device=device)
+    return cls(DecoderModel(arch, weights, layers=layers, tp=tp), backend, cache,
+               PageLedger(num_pages, page_size, scratch=scratch))
+
+
+def build_shard(cls, recipe: dict, group):
+    """One rank's Engine from rank 0's recipe (its plan's choices; every rank the same)."""
+    cfg, tensors = read_checkpoint(recipe["source"])
+    arch = architecture_of(cfg)
+    layers = model_layers(arch, dual_chunk=recipe["dual_chunk"])
+    local = group.tp.local(layers[0])
+    planned = (recipe["heads_per_rank"], recipe["kv_heads_per_rank"])
+    if (local.num_heads, local.num_kv_heads) != planned:
+        fail("AK900", f"rank {group.rank} would hold {local.num_heads} heads / "
+                      f"{local.num_kv_heads} KV heads per layer; the plan says {planned}",
+             field="heads_per_rank", expected=planned, actual=(local.num_heads, local.num_kv_heads))
+    names = SimpleNamespace(prefill_backend=recipe["prefill"], decode_backend=recipe["decode"])
+    return assemble(cls, arch, tensors, layers=layers, backend=backend_of(names, recipe["options"]),
+                    page_size=recipe["page_size"], compute=recipe["compute"], kv=recipe["kv"],
+                    device=group.device, num_pages=-(-recipe["max_tokens"] // recipe["page_size"]),
+                    tp=group.tp)
+
+
+def _check_sharded(source: Any, backend: Any, cuda_graph: bool | None, tp_size: int) -> None:
+    """What tp_size > 1 cannot take, refused before anything is read or started."""
+    if not isinstance(source, (str, os.PathLike)):
+        fail("AK483", f"tp_size {tp_size}: each rank reads its shard of the checkpoint from a "
+                      f"model directory; an in-memory model ({type(source).__name__}) cannot be "
+                      "split that way (save_pretrained it first)", field="source",
+             expected="a model directory", actual=type(source).__name__)
+    if isinstance(backend, AttentionBackend):
+        fail("AK483", f"tp_size {tp_size}: every rank builds its own backend, so name it "
+                      f"(backend={backend.name!r}) instead of passing an object", field="backend",
+             expected="a backend name or 'auto'", actual=type(backend).__name__)
+    if cuda_graph is True:
+        fail("AK489", f"cuda_graph=True with tp_size {tp_size}: the runner does not capture "
+                      "decode graphs under tensor parallelism (it decodes eagerly); use "
+                      "cuda_graph=None (auto) or False", field="cuda_graph", expected=False,
+             actual=True)
+
+
+def _sharded(cls, source, plan, *, compute: str, kv: str, dev: torch.device, dual_chunk: bool,
+             max_tokens: int, backend_options: Mapping[str, Any] | None, timeout: float):
+    """Start (or reuse) the ranks, build every rank's shard, return rank 0's Engine."""
+    from attnkit.runner.engine import launch
+
+    if backend_options is not None and not isinstance(backend_options, Mapping):
+        backend_of(plan, backend_options)           # AK483, worded once (setup.py)
+    if plan.settings.get("cuda_graph"):
+        warnings.warn("tensor parallelism decodes eagerly: the decode graphs the plan allows "
+                      "are not captured with tp_size > 1", UserWarning, stacklevel=4)
+    recipe = {"source": os.fspath(source), "prefill": plan.prefill_backend,
+              "decode": plan.decode_backend, "options": dict(backend_options or {}),
+              "page_size": plan.settings["page_size"], "compute": compute, "kv": kv,
+              "dual_chunk": dual_chunk, "max_tokens": max_tokens,
+              "heads_per_rank": plan.settings["heads_per_rank"],
+              "kv_heads_per_rank": plan.settings["kv_heads_per_rank"]}
+    tp_size = plan.settings["tp_size"]
+    group = launch.acquire(tp_size, dev, timeout=timeout)
+    if group.rank == 0:
+        key = group.new_key()
+        with group.guard("loading the model on every rank"):
+            group.send("load", key, recipe)
+            engine, err = group.load(lambda: build_shard(cls, recipe, group))
+    else:                                           # torchrun: rank 0's recipe, not ours
+        kind, key, recipe, _ = group.receive()
+        if kind != "load":
+            fail("AK482", f"tensor-parallel rank {group.rank} expected rank 0's model, got a "
+                          f"{kind!r} message (the ranks run different programs)", field="tp_size",
+                 actual=tp_size)
+        engine, err = group.load(lambda: build_shard(cls, recipe, group))
+    if err is not None:
+        raise err
+    engine.plan, engine.ranks, engine.rank_key = plan, group, key
+    if group.rank == 0:
+        weakref.finalize(engine, group.forget, key)
     return engine

@@ -11,7 +11,12 @@ form: ``{id: new tokens}``; an unknown id starts a sequence, a known one extends
 prefill over a cached prefix, or decode), or runs tokens its record already holds (the
 scheduler's). Each step builds its metadata once (``build_batch``), prepares the backend
 once, builds the per-step context once, and runs every layer; a decode step the graph runner
-serves (graphs.py) is one CUDA-graph replay instead.
+serves (graphs.py) is one CUDA-graph replay instead. Under tensor parallelism (``ranks``,
+ranks.py) this engine is rank 0: it keeps every sequence and page, checks and builds each
+step, sends it to the other ranks (token ids, positions' requests with their block-table
+rows, the logits wanted) and runs its own shard with them; the others run the same step
+(``follow_step``) on their shards and caches, so every rank's KV stays in step with rank 0's
+page decisions, preemptions included. Sampling happens here, once.
 """
 from __future__ import annotations
 
@@ -45,6 +50,8 @@ class Engine:
         self.device = cache.device
         self.plan = None                                  # the Plan that chose the backend
         self.graphs = None                                # engine/graphs.py GraphRunner
+        self.ranks = None                                 # engine/ranks.py RankGroup (tp > 1)
+        self.rank_key = None                              # this engine's key on the other ranks
         self._live: dict[Hashable, Sequence] = {}        # id -> record, oldest first
         self._next_id = 0
 
@@ -257,7 +264,27 @@ class Engine:
     def _eager(self, reqs: list[Request], tokens: list[int], logits: str,
                dca_lengths: list[int] | None):
         meta = build_batch(reqs, page_size=self.page_size, device=self.device)
-        step = self.backend.prepare(meta, self.cache)
+        step = self.backend.prepare(meta, self.cache)     # checked here before any rank runs
+        if self.ranks is None:
+            return self._forward(meta, step, tokens, logits, dca_lengths)
+        payload = ([(r.prefix_len, r.num_new, list(r.block_table)) for r in reqs], tokens,
+                   logits, dca_lengths)
+        with self.ranks.guard("a tensor-parallel step"):     # a failing rank: AK482
+            self.ranks.send("step", self.rank_key, payload)
+            return self._forward(meta, step, tokens, logits, dca_lengths)
+
+    def follow_step(self, payload) -> None:
+        """A rank > 0: run rank 0's step (``_eager``'s payload) on this rank's shard."""
+        rows, tokens, logits, dca_lengths = payload
+        reqs = [Request(prefix_len=p, num_new=n, block_table=pages) for p, n, pages in rows]
+        meta = build_batch(reqs, page_size=self.page_size, device=self.device)
+        want = "last" if logits == "argmax" else logits          # rank 0 picks the tokens
+        self._forward(meta, self.backend.prepare(meta, self.cache), tokens, want, dca_lengths)
+
+    def _forward(self, meta, step, tokens: list[int], logits: str,
+                 dca_lengths: list[int] | None) -> torch.Tensor:
+        """The model over one prepared step: logits [T or B, vocab] float32 ("all" / "last"),
+        or each request's greedy token (a list of int) for "argmax"."""
         ctx = self.model.context(self.backend, self.cache, step, dca_lengths=dca_lengths)
         flat = torch.tensor(tokens, dtype=torch.int64, device=self.device)
         rows = meta.query_start_loc[1:].to(torch.int64) - 1 if logits != "all" else None

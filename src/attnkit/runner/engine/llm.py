@@ -10,6 +10,11 @@ kv_cache_dtype, cuda_graph, ...), checked by the planner exactly as for ``attnki
 ``llm.plan`` is the Plan the engine runs. ``LLM.generate`` is the generation API (one loop:
 generation.py); decode steps replay CUDA graphs where the plan turns them on
 (``cuda_graph``: "auto" by default, "on", "off"), captured when the LLM is built.
+
+``tp_size=N`` runs the model over N tensor-parallel ranks (engine/launch.py, ranks.py):
+this process is rank 0 and starts the others, or, launched by torchrun, every rank builds the
+LLM and calls ``generate`` with the same arguments: rank 0 schedules and samples, the others
+follow its steps, and every rank returns rank 0's outputs.
 """
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ from typing import Any, Hashable, Sequence, TextIO
 import torch
 
 from attnkit.backends.base import AttentionBackend
-from attnkit.errors import fail
+from attnkit.errors import AttnkitError, fail
 from attnkit.runner.engine.checks import check_count, coded_args, device_of
 from attnkit.runner.engine.engine import Engine
 from attnkit.runner.engine.generation import generate
@@ -36,6 +41,7 @@ from attnkit.runner.models.weights import read_json
 PLAN_FLAGS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend",
               "page_size", "kv_cache_dtype", "dual_chunk", "tp_size", "speculative_tokens",
               "cuda_graph", "deny")
+ENGINE_FLAGS = ("backend_options", "tp_timeout")       # Engine.from_pretrained options
 
 
 @dataclass(slots=True)
@@ -61,8 +67,8 @@ class LLM:
     max_num_batched_tokens / max_num_seqs: the scheduler's per-step limits (defaults for
     ``generate``; max_num_seqs also sizes the largest decode graph). progress: True (stderr)
     or a stream for the line about captured decode graphs. plan_flags: ``attnkit plan``'s
-    settings, plus ``backend_options``; ``attention_backend`` may also be an
-    AttentionBackend object (used unchecked)."""
+    settings (``tp_size`` among them), plus ``backend_options`` and ``tp_timeout``;
+    ``attention_backend`` may also be an AttentionBackend object (used unchecked)."""
 
     @coded_args("AK487")
     def __init__(self, model: Any, *, device: str | torch.device = "auto",
@@ -91,6 +97,11 @@ class LLM:
         """The Plan that chose the engine's backends (None with a backend object)."""
         return self.engine.plan
 
+    @property
+    def rank(self) -> int:
+        """This process's tensor-parallel rank (0 without tensor parallelism)."""
+        return 0 if self.engine.ranks is None else self.engine.ranks.rank
+
     @torch.no_grad()
     @coded_args("AK487")
     def generate(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int = 16,
@@ -105,7 +116,44 @@ class LLM:
         checkpoint's (generation_config.json, else config.json); ignore_eos runs every
         request to max_new_tokens. progress: True (stderr) or a stream for a progress bar.
         Run totals (prefill / decode tokens per second) land in ``self.last_stats``.
-        An unknown keyword is AK487 (did you mean ...), as for ``LLM()``."""
+        An unknown keyword is AK487 (did you mean ...), as for ``LLM()``. Under torchrun
+        every rank calls this with the same arguments and returns rank 0's outputs."""
+        ranks = self.engine.ranks
+        run = lambda: self._generate(prompts, max_new_tokens=max_new_tokens,  # noqa: E731
+                                     temperature=temperature, top_p=top_p, top_k=top_k,
+                                     seed=seed, eos_token_id=eos_token_id, ignore_eos=ignore_eos,
+                                     max_num_batched_tokens=max_num_batched_tokens,
+                                     max_num_seqs=max_num_seqs, progress=progress)
+        if ranks is not None and ranks.launched:
+            return self._launched(ranks, run)
+        return run()
+
+    def _launched(self, ranks, run) -> list[Output]:
+        """One generate call of every torchrun rank: rank 0 runs it and ends it with its
+        outputs (or its error), which every other rank, following its steps, returns."""
+        key = self.engine.rank_key
+        if ranks.rank:
+            from attnkit.runner.engine.worker import serve
+
+            _, _, (outputs, stats, error) = serve(ranks, {key: self.engine}, until=("end",))
+            if error is not None:
+                raise AttnkitError(*error)
+            self.last_stats = stats
+            return outputs
+        try:
+            outputs = run()
+        except AttnkitError as err:
+            if not ranks.failure:
+                with ranks.guard("ending a generate call"):
+                    ranks.send("end", key, (None, None, (err.code, err.message)))
+            raise
+        with ranks.guard("ending a generate call"):
+            ranks.send("end", key, (outputs, self.last_stats, None))
+        return outputs
+
+    def _generate(self, prompts, *, max_new_tokens, temperature, top_p, top_k, seed,
+                  eos_token_id, ignore_eos, max_num_batched_tokens, max_num_seqs,
+                  progress) -> list[Output]:
         prompts = _prompt_lists(prompts)
         if not isinstance(ignore_eos, bool):
             fail("AK486", f"ignore_eos must be True or False, got {ignore_eos!r}",
@@ -143,23 +191,24 @@ def engine_options(flags: dict[str, Any]) -> dict[str, Any]:
     values, AK487 on settings the runner cannot honour or names it does not know)."""
     from attnkit.planning.request import parse_request
 
-    unknown = sorted(set(flags) - set(PLAN_FLAGS) - {"backend_options"})
+    known = PLAN_FLAGS + ENGINE_FLAGS
+    unknown = sorted(set(flags) - set(known))
     if unknown:
-        hints = [m for u in unknown for m in difflib.get_close_matches(u, PLAN_FLAGS, n=1)]
+        hints = [m for u in unknown for m in difflib.get_close_matches(u, known, n=1)]
         fail("AK487", f"unknown keyword(s) {', '.join(unknown)}"
                       + (f"; did you mean {', '.join(hints)}?" if hints else ""),
-             field="plan_flags", expected=list(PLAN_FLAGS) + ["backend_options"], actual=unknown)
+             field="plan_flags", expected=list(known), actual=unknown)
     obj = flags.get("attention_backend")
     obj = obj if isinstance(obj, AttentionBackend) else None
-    req = parse_request({k: v for k, v in flags.items()
-                         if k != "backend_options" and not (obj is not None and k == "attention_backend")})
-    for name, off in (("tp_size", 1), ("speculative_tokens", 0), ("deny", ())):
+    req = parse_request({k: v for k, v in flags.items() if k not in ENGINE_FLAGS
+                         and not (obj is not None and k == "attention_backend")})
+    for name, off in (("speculative_tokens", 0), ("deny", ())):
         value = getattr(req, name)
         if value not in (None, off):
-            fail("AK487", f"the runner does not support {name}={value!r} (one device, no "
-                          "speculative decoding, no deny list)", field=name,
-                 expected=off, actual=value)
-    return {"backend": obj or req.attention_backend or "auto",
+            fail("AK487", f"the runner does not support {name}={value!r} (no speculative "
+                          "decoding, no deny list)", field=name, expected=off, actual=value)
+    extra = {"tp_timeout": flags["tp_timeout"]} if "tp_timeout" in flags else {}
+    return {**extra, "tp_size": req.tp_size or 1, "backend": obj or req.attention_backend or "auto",
             "prefill_backend": req.prefill_attention_backend,
             "decode_backend": req.decode_attention_backend, "page_size": req.page_size,
             "kv_cache_dtype": req.kv_cache_dtype,

@@ -8,7 +8,10 @@ attnkit backend in the middle.
     out = o_proj(ctx.attend(q, k, v, layer))          (the step's backend, cache and plan)
 
 Both attention kinds map ``(x, ctx)`` with x: [T, hidden] to [T, hidden]; ``ctx`` is the
-step's StepContext (context.py), built once by the model.
+step's StepContext (context.py), built once by the model. Under tensor parallelism
+(parallel.py) a rank holds its query heads' rows of q_proj, its KV heads' rows of k_proj /
+v_proj (replicated when ranks outnumber KV heads), and o_proj's matching input columns; the
+o_proj partials are summed over ranks (one all-reduce).
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from attnkit.model.spec import LayerAttention
 from attnkit.runner.layers.context import StepContext
 from attnkit.runner.layers.linear import Linear
 from attnkit.runner.layers.norm import NormStyle, rms_norm
+from attnkit.runner.layers.parallel import SINGLE, TensorParallel
 from attnkit.runner.layers.rotary import DualChunkRotary, Rotary
 
 
@@ -27,20 +31,24 @@ class MHAAttention:
     a dual chunk layer is rotated by ``DualChunkRotary`` and needs the ``dual_chunk`` backend."""
 
     def __init__(self, w, prefix: str, spec: LayerAttention, *, hidden: int,
-                 norm: NormStyle, rotary: Rotary, dca: DualChunkRotary | None = None):
-        """w: the model's Weights; prefix: "model.layers.{i}.self_attn."."""
-        heads, kv_heads, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
-        self.spec, self.norm, self.rotary, self.dca = spec, norm, rotary, dca
-        parts = (Linear.load(w, f"{prefix}q_proj", heads * d, hidden),
-                 Linear.load(w, f"{prefix}k_proj", kv_heads * d, hidden),
-                 Linear.load(w, f"{prefix}v_proj", kv_heads * spec.value_dim, hidden))
+                 norm: NormStyle, rotary: Rotary, dca: DualChunkRotary | None = None,
+                 tp: TensorParallel = SINGLE):
+        """w: the model's Weights; prefix: "model.layers.{i}.self_attn."; spec: the whole
+        layer (this rank's share of it: ``tp.local(spec)``)."""
+        heads, kv_heads, d, dv = spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.value_dim
+        (h0, h1), (k0, k1) = tp.heads(heads), tp.kv_heads(kv_heads)
+        self.spec, self.norm, self.rotary, self.dca = tp.local(spec), norm, rotary, dca
+        parts = (Linear.load(w, f"{prefix}q_proj", heads * d, hidden, rows=(h0 * d, h1 * d)),
+                 Linear.load(w, f"{prefix}k_proj", kv_heads * d, hidden, rows=(k0 * d, k1 * d)),
+                 Linear.load(w, f"{prefix}v_proj", kv_heads * dv, hidden, rows=(k0 * dv, k1 * dv)))
         self.qkv = Linear.stack(parts)
         self.sizes = [p.out_features for p in parts]
-        self.o = Linear.load(w, f"{prefix}o_proj", hidden, heads * spec.value_dim)
+        self.o = Linear.load_row_parallel(w, f"{prefix}o_proj", hidden, heads * dv, tp=tp,
+                                          cols=(h0 * dv, h1 * dv))
         self.q_norm = w.maybe(f"{prefix}q_norm.weight", shape=(d,))
         self.k_norm = w.maybe(f"{prefix}k_norm.weight", shape=(d,))
-        sinks = w.get(f"{prefix}sinks", shape=(heads,)).float() if spec.sinks else None
-        self.layer = RuntimeLayer(spec=spec, sinks=sinks)
+        sinks = w.get(f"{prefix}sinks", shape=(heads,), span=(h0, h1)).float() if spec.sinks else None
+        self.layer = RuntimeLayer(spec=self.spec, sinks=sinks)
 
     def __call__(self, x: torch.Tensor, ctx: StepContext) -> torch.Tensor:
         """x: [T, hidden] -> [T, hidden]."""

@@ -46,6 +46,22 @@ class Linear:
         return self.weight.shape[0]
 
     @classmethod
-    def load(cls, w: "Weights", name: str, out: int, inp: int) -> "Linear":
-        """``name``.weight [out, in] and, if the checkpoint has it, ``name``.bias [out]."""
-        return cls(w.get(f"{name}.weight", shape=(out, inp)), w.maybe(f"{name}.bias", shape=(out,)))
+    def load(cls, w: "Weights", name: str, out: int, inp: int, *,
+             rows: tuple[int, int] | None = None) -> "Linear":
+        """``name``.weight [out, in] and, if the checkpoint has it, ``name``.bias [out].
+        rows: only output features [start, stop) (a column-parallel shard), read alone."""
+        return cls(w.get(f"{name}.weight", shape=(out, inp), span=rows),
+                   w.maybe(f"{name}.bias", shape=(out,), span=rows))
+
+    @classmethod
+    def load_row_parallel(cls, w: "Weights", name: str, out: int, inp: int, *, tp,
+                          cols: tuple[int, int], reduce: bool = True):
+        """The row-parallel map of ``name`` [out, in]: this rank's input features ``cols``
+        (layers/parallel.py RowParallel: partial products summed over ranks, the bias added
+        once). With one rank, the whole map, as ``load``."""
+        if tp.size == 1:
+            return cls.load(w, name, out, inp)
+        from attnkit.runner.layers.parallel import RowParallel
+
+        part = cls(w.get(f"{name}.weight", shape=(out, inp), span=cols, dim=1))
+        return RowParallel(part, w.maybe(f"{name}.bias", shape=(out,)), tp, reduce=reduce)

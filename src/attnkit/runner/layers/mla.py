@@ -17,6 +17,10 @@ interleaved pairs, or neox halves for a V3 config with rope_interleave false (ro
 the softmax scale, with YaRN's mscale, is the layer spec's (attnkit.model.config). The inner
 norms use eps 1e-6 whatever rms_norm_eps says, as transformers' DeepseekV2Attention and
 DeepseekV3Attention do. V2 and V3 attention differ in nothing else the runner computes.
+Under tensor parallelism (parallel.py) a rank holds its heads' rows of q_proj / q_b_proj and
+kv_b_proj and o_proj's matching input columns; q_a_proj, kv_a_proj_with_mqa and their norms
+are replicated, so every rank caches the same whole latent; o_proj's partials are summed
+over ranks (one all-reduce).
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from attnkit.model.spec import LayerAttention
 from attnkit.runner.layers.context import StepContext
 from attnkit.runner.layers.linear import Linear
 from attnkit.runner.layers.norm import NormStyle, rms_norm
+from attnkit.runner.layers.parallel import SINGLE, TensorParallel
 from attnkit.runner.layers.rotary import Rotary
 
 INNER_NORM_EPS = 1e-6
@@ -36,29 +41,32 @@ class MLAAttention:
     """One MLA layer: ``attn(x, ctx)`` with x: [T, hidden] -> [T, hidden]."""
 
     def __init__(self, w, prefix: str, spec: LayerAttention, *, hidden: int,
-                 norm: NormStyle, rotary: Rotary):
+                 norm: NormStyle, rotary: Rotary, tp: TensorParallel = SINGLE):
         """w: the model's Weights; prefix: "model.layers.{i}.self_attn."; ``norm`` gives the
-        family's weight style."""
+        family's weight style; spec: the whole layer (this rank's heads: ``tp.local``)."""
         mla, heads = spec.mla, spec.num_heads
         nope, rank, dv = mla.qk_nope_head_dim, mla.kv_lora_rank, mla.v_head_dim
-        self.spec, self.rotary = spec, rotary
+        h0, h1 = tp.heads(heads)
+        self.spec, self.rotary = tp.local(spec), rotary
         self.norm = NormStyle(eps=INNER_NORM_EPS, offset=norm.offset,
                               weight_in_fp32=norm.weight_in_fp32)
-        q_out = heads * spec.head_dim
+        q_out, q_rows = heads * spec.head_dim, (h0 * spec.head_dim, h1 * spec.head_dim)
         if mla.q_lora_rank:
             self.q_a = Linear.load(w, f"{prefix}q_a_proj", mla.q_lora_rank, hidden)
             self.q_a_norm = w.get(f"{prefix}q_a_layernorm.weight", shape=(mla.q_lora_rank,))
-            self.q = Linear.load(w, f"{prefix}q_b_proj", q_out, mla.q_lora_rank)
+            self.q = Linear.load(w, f"{prefix}q_b_proj", q_out, mla.q_lora_rank, rows=q_rows)
         else:
             self.q_a = self.q_a_norm = None
-            self.q = Linear.load(w, f"{prefix}q_proj", q_out, hidden)
+            self.q = Linear.load(w, f"{prefix}q_proj", q_out, hidden, rows=q_rows)
         self.kv_a = Linear.load(w, f"{prefix}kv_a_proj_with_mqa", mla.latent_dim, hidden)
         self.kv_a_norm = w.get(f"{prefix}kv_a_layernorm.weight", shape=(rank,))
-        kv_b = w.get(f"{prefix}kv_b_proj.weight", shape=(heads * (nope + dv), rank))
-        kv_b = kv_b.view(heads, nope + dv, rank)
-        self.layer = RuntimeLayer(spec=spec, w_kc=kv_b[:, :nope].contiguous(),
-                                    w_vc=kv_b[:, nope:].transpose(1, 2).contiguous())
-        self.o = Linear.load(w, f"{prefix}o_proj", hidden, heads * dv)
+        kv_b = w.get(f"{prefix}kv_b_proj.weight", shape=(heads * (nope + dv), rank),
+                     span=(h0 * (nope + dv), h1 * (nope + dv)))
+        kv_b = kv_b.view(h1 - h0, nope + dv, rank)
+        self.layer = RuntimeLayer(spec=self.spec, w_kc=kv_b[:, :nope].contiguous(),
+                                  w_vc=kv_b[:, nope:].transpose(1, 2).contiguous())
+        self.o = Linear.load_row_parallel(w, f"{prefix}o_proj", hidden, heads * dv, tp=tp,
+                                          cols=(h0 * dv, h1 * dv))
 
     def __call__(self, x: torch.Tensor, ctx: StepContext) -> torch.Tensor:
         spec, mla, n = self.spec, self.spec.mla, x.shape[0]

@@ -1,5 +1,7 @@
 """The dense gated MLP: down(act(gate(x)) * up(x)), SwiGLU (Llama, Qwen, Mistral, DeepSeek) or
-GeGLU (Gemma). gate and up run as one GEMM (gate rows first)."""
+GeGLU (Gemma). gate and up run as one GEMM (gate rows first). Under tensor parallelism
+(parallel.py) a rank holds its slice of the intermediate: those rows of gate / up and those
+columns of down, whose partials are summed over ranks (one all-reduce)."""
 from __future__ import annotations
 
 from typing import Callable
@@ -8,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from attnkit.runner.layers.linear import Linear
+from attnkit.runner.layers.parallel import SINGLE, TensorParallel
 
 
 def activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -19,21 +22,27 @@ def activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
 
 
 class GatedMLP:
-    """gate_up: weight [2I, hidden] (gate rows, then up rows); down: [hidden, I].
-    x: [T, hidden] -> [T, hidden]."""
+    """gate_up: weight [2I, hidden] (gate rows, then up rows); down: [hidden, I] (a Linear,
+    or a RowParallel over this rank's I). x: [T, hidden] -> [T, hidden]."""
 
     __slots__ = ("gate_up", "down", "act", "inter")
 
-    def __init__(self, gate_up: Linear, down: Linear, act: Callable[[torch.Tensor], torch.Tensor]):
+    def __init__(self, gate_up: Linear, down, act: Callable[[torch.Tensor], torch.Tensor]):
         self.gate_up, self.down, self.act = gate_up, down, act
         self.inter = gate_up.out_features // 2
 
     @classmethod
-    def load(cls, w, prefix: str, *, hidden: int, inter: int, act: str) -> "GatedMLP":
-        """``prefix``{gate,up,down}_proj.weight (+ .bias if present) of the model's Weights."""
-        gate_up = Linear.stack([Linear.load(w, f"{prefix}gate_proj", inter, hidden),
-                                Linear.load(w, f"{prefix}up_proj", inter, hidden)])
-        return cls(gate_up, Linear.load(w, f"{prefix}down_proj", hidden, inter), activation(act))
+    def load(cls, w, prefix: str, *, hidden: int, inter: int, act: str,
+             tp: TensorParallel = SINGLE, reduce: bool = True) -> "GatedMLP":
+        """``prefix``{gate,up,down}_proj.weight (+ .bias if present) of the model's Weights:
+        this rank's ``tp.span(inter)`` of the intermediate. reduce False: the output is this
+        rank's partial (the caller sums it with others, e.g. the routed experts')."""
+        rows = tp.span(inter)
+        gate_up = Linear.stack([Linear.load(w, f"{prefix}gate_proj", inter, hidden, rows=rows),
+                                Linear.load(w, f"{prefix}up_proj", inter, hidden, rows=rows)])
+        down = Linear.load_row_parallel(w, f"{prefix}down_proj", hidden, inter, tp=tp, cols=rows,
+                                        reduce=reduce)
+        return cls(gate_up, down, activation(act))
 
     def __call__(self, x: torch.Tensor, ctx=None) -> torch.Tensor:
         gate_up = self.gate_up(x)

@@ -9,6 +9,13 @@ weighted, accumulated in the compute dtype):
   each pair gathers its expert's weights (reads T * k experts), otherwise every expert runs
   on every token as one batched GEMM and each token keeps its own experts' rows (reads every
   expert once). Unchosen experts' rows are selected out, never multiplied by zero.
+
+Under tensor parallelism (parallel.py) the experts are tensor-parallel, not expert-parallel:
+every rank holds every expert's slice ``tp.span(I)`` of the intermediate (those gate / up
+rows, those down columns; the shared experts likewise) and the whole router, so every rank
+routes every token identically from the same replicated hidden state and runs the same
+dispatch; each block's partial output (routed + shared) is summed over ranks with one
+all-reduce. An expert bias on the output (gpt-oss) is added by rank 0 only.
 """
 from __future__ import annotations
 
@@ -20,6 +27,7 @@ import torch.nn.functional as F
 
 from attnkit.runner.layers.linear import Linear
 from attnkit.runner.layers.mlp import GatedMLP, activation
+from attnkit.runner.layers.parallel import SINGLE, TensorParallel
 from attnkit.runner.layers.routing import route
 
 
@@ -61,15 +69,21 @@ class GptOssMoE:
     down_proj: [E, I, hidden] (+ [E, hidden]).
     """
 
-    def __init__(self, w, prefix: str, *, hidden: int, inter: int, moe: GptOssMoEConfig):
+    def __init__(self, w, prefix: str, *, hidden: int, inter: int, moe: GptOssMoEConfig,
+                 tp: TensorParallel = SINGLE):
         e = moe.num_experts
-        self.moe = moe
+        self.moe, self.tp = moe, tp
         self.router = Linear.load(w, f"{prefix}router", e, hidden)
         p = f"{prefix}experts."
-        self.gate_up = w.get(f"{p}gate_up_proj", shape=(e, hidden, 2 * inter))
-        self.gate_up_bias = w.get(f"{p}gate_up_proj_bias", shape=(e, 2 * inter))
-        self.down = w.get(f"{p}down_proj", shape=(e, inter, hidden))
+        i0, i1 = tp.span(inter)                  # gate / up columns interleave: pairs i0..i1
+        self.gate_up = w.get(f"{p}gate_up_proj", shape=(e, hidden, 2 * inter),
+                             span=(2 * i0, 2 * i1), dim=2)
+        self.gate_up_bias = w.get(f"{p}gate_up_proj_bias", shape=(e, 2 * inter),
+                                  span=(2 * i0, 2 * i1), dim=1)
+        self.down = w.get(f"{p}down_proj", shape=(e, inter, hidden), span=(i0, i1), dim=1)
         self.down_bias = w.get(f"{p}down_proj_bias", shape=(e, hidden))
+        if tp.rank:
+            self.down_bias = torch.zeros_like(self.down_bias)    # rank 0 adds it
 
     def _swiglu(self, gate_up: torch.Tensor) -> torch.Tensor:
         gate = gate_up[..., ::2].clamp(max=self.moe.swiglu_limit)
@@ -80,14 +94,14 @@ class GptOssMoE:
         top, chosen = torch.topk(self.router(x), self.moe.top_k, dim=-1)     # [T, k]
         weights = torch.softmax(top, dim=-1)
         if ctx is not None and ctx.static:
-            return self._static(x, *_in_expert_order(weights, chosen))
+            return self.tp.all_reduce(self._static(x, *_in_expert_order(weights, chosen)))
         out = torch.zeros_like(x)
         for expert in chosen.unique().tolist():          # only experts some token picked
             token, slot = torch.where(chosen == expert)
             h = self._swiglu(x[token] @ self.gate_up[expert] + self.gate_up_bias[expert])
             y = h @ self.down[expert] + self.down_bias[expert]
             out.index_add_(0, token, y * weights[token, slot, None])
-        return out
+        return self.tp.all_reduce(out)
 
     def _static(self, x: torch.Tensor, weights: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
         if chosen.numel() < self.moe.num_experts:        # gather the chosen experts' weights
@@ -127,9 +141,12 @@ class DeepseekMoE:
     gate_up [E, 2I, hidden] and down [E, hidden, I]; ``experts[e]`` are GatedMLPs over views.
     """
 
-    def __init__(self, w, prefix: str, *, hidden: int, moe: DeepseekMoEConfig, act: str):
-        self.moe = moe
+    def __init__(self, w, prefix: str, *, hidden: int, moe: DeepseekMoEConfig, act: str,
+                 tp: TensorParallel = SINGLE):
+        self.moe, self.tp = moe, tp
         e, inter = moe.num_experts, moe.inter
+        i0, i1 = tp.span(inter)
+        self.inter = i1 - i0                     # this rank's slice of each expert
         self.router = w.get(f"{prefix}gate.weight", shape=(e, hidden), dtype=torch.float32)
         self.bias = None
         if moe.topk_method == "noaux_tc":
@@ -137,20 +154,25 @@ class DeepseekMoE:
                               dtype=torch.float32)
         p = f"{prefix}experts."
         if w.has(f"{p}gate_up_proj"):
-            self.gate_up = w.get(f"{p}gate_up_proj", shape=(e, 2 * inter, hidden))
-            self.down = w.get(f"{p}down_proj", shape=(e, hidden, inter))
+            fused = lambda a, b: w.get(f"{p}gate_up_proj", shape=(e, 2 * inter, hidden),  # noqa: E731
+                                       span=(a, b), dim=1)
+            self.gate_up = torch.cat([fused(i0, i1), fused(inter + i0, inter + i1)], dim=1)
+            self.down = w.get(f"{p}down_proj", shape=(e, hidden, inter), span=(i0, i1), dim=2)
         else:
-            one = lambda i, name, shape: w.get(f"{p}{i}.{name}.weight", shape=shape)  # noqa: E731
-            self.gate_up = torch.stack([torch.cat([one(i, "gate_proj", (inter, hidden)),
-                                                   one(i, "up_proj", (inter, hidden))]) for i in range(e)])
-            self.down = torch.stack([one(i, "down_proj", (hidden, inter)) for i in range(e)])
+            one = lambda i, name, shape, dim: w.get(f"{p}{i}.{name}.weight", shape=shape,  # noqa: E731
+                                                    span=(i0, i1), dim=dim)
+            self.gate_up = torch.stack([torch.cat([one(i, "gate_proj", (inter, hidden), 0),
+                                                   one(i, "up_proj", (inter, hidden), 0)])
+                                        for i in range(e)])
+            self.down = torch.stack([one(i, "down_proj", (hidden, inter), 1) for i in range(e)])
         self.act: Callable[[torch.Tensor], torch.Tensor] = activation(act)
         self.experts = [GatedMLP(Linear(self.gate_up[i]), Linear(self.down[i]), self.act)
                         for i in range(e)]
         self.shared = None
         if moe.num_shared:
             self.shared = GatedMLP.load(w, f"{prefix}shared_experts.", hidden=hidden,
-                                        inter=inter * moe.num_shared, act=act)
+                                        inter=inter * moe.num_shared, act=act, tp=tp,
+                                        reduce=False)
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x: [T, hidden] -> (weights [T, k] float32, experts [T, k] int64)."""
@@ -166,10 +188,10 @@ class DeepseekMoE:
                 token, slot = torch.where(chosen == expert)
                 y = self.experts[expert](x[token]) * weights[token, slot, None]
                 out.index_add_(0, token, y.to(x.dtype))
-        return out if self.shared is None else out + self.shared(x)
+        return self.tp.all_reduce(out if self.shared is None else out + self.shared(x))
 
     def _static(self, x: torch.Tensor, weights: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
-        inter = self.moe.inter
+        inter = self.inter
         if chosen.numel() < self.moe.num_experts:            # gather the chosen experts' weights
             h = torch.einsum("th,tkjh->tkj", x, self.gate_up[chosen])           # [T, k, 2I]
             y = torch.einsum("tki,tkhi->tkh", self.act(h[..., :inter]) * h[..., inter:],
@@ -181,11 +203,12 @@ class DeepseekMoE:
         return _weighted_sum(y, weights, x.dtype)
 
 
-def feed_forward(moe, w, prefix: str, *, layer_id: int, hidden: int, inter: int, act: str):
+def feed_forward(moe, w, prefix: str, *, layer_id: int, hidden: int, inter: int, act: str,
+                 tp: TensorParallel = SINGLE):
     """The MLP of layer ``layer_id`` (``prefix`` = "model.layers.{i}.mlp."); ``moe`` is the
-    architecture's experts config or None; ``inter`` the dense MLP width."""
+    architecture's experts config or None; ``inter`` the dense MLP width; ``tp`` this rank."""
     if isinstance(moe, GptOssMoEConfig):
-        return GptOssMoE(w, prefix, hidden=hidden, inter=inter, moe=moe)
+        return GptOssMoE(w, prefix, hidden=hidden, inter=inter, moe=moe, tp=tp)
     if isinstance(moe, DeepseekMoEConfig) and layer_id >= moe.first_dense:
-        return DeepseekMoE(w, prefix, hidden=hidden, moe=moe, act=act)
-    return GatedMLP.load(w, prefix, hidden=hidden, inter=inter, act=act)
+        return DeepseekMoE(w, prefix, hidden=hidden, moe=moe, act=act, tp=tp)
+    return GatedMLP.load(w, prefix, hidden=hidden, inter=inter, act=act, tp=tp)

@@ -10,6 +10,12 @@ here is [T, ...] with no batch or padding axis. Per layer:
 head. ``ctx`` is the step's StepContext (layers/context.py), built once by ``context`` and
 passed to every layer: RoPE at the step's positions, the backend and its per-step plan.
 Each family's module (llama.py, gemma2.py, gpt_oss.py, deepseek.py) builds its blocks.
+
+Under tensor parallelism (``tp``, layers/parallel.py) the model holds this rank's shard: its
+slice of the vocabulary (embedding rows, LM head rows; the logits of every rank's slice are
+all-gathered, so every rank returns the whole [R, vocab]), and each layer its heads and its
+slice of the MLP / experts. Norms and rotary are replicated; the residual stream is whole
+on every rank.
 """
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ from attnkit.runner.layers.attention import MHAAttention
 from attnkit.runner.layers.context import StepContext
 from attnkit.runner.layers.moe import feed_forward
 from attnkit.runner.layers.norm import add_rms_norm, rms_norm
+from attnkit.runner.layers.parallel import SINGLE, TensorParallel, vocab_lookup
 from attnkit.runner.layers.rotary import DualChunkRotary, Rotary
 from attnkit.runner.models.config import Architecture
 from attnkit.runner.models.weights import Weights
@@ -72,9 +79,9 @@ def mha_block(model: "DecoderModel", w: Weights, spec: LayerAttention) -> Block:
     checkpoint has them) and the family's MLP or experts."""
     arch, p = model.arch, f"model.layers.{spec.layer_id}."
     attention = MHAAttention(w, f"{p}self_attn.", spec, hidden=arch.hidden_size, norm=arch.norm,
-                             rotary=model.rotary, dca=model.dual_chunk_rotary(spec))
+                             rotary=model.rotary, dca=model.dual_chunk_rotary(spec), tp=model.tp)
     mlp = feed_forward(arch.moe, w, f"{p}mlp.", layer_id=spec.layer_id, hidden=arch.hidden_size,
-                       inter=arch.intermediate_size, act=arch.activation)
+                       inter=arch.intermediate_size, act=arch.activation, tp=model.tp)
     return Block(attention, mlp, *norms(arch, w, p))
 
 
@@ -82,14 +89,18 @@ class DecoderModel:
     """Weights plus the forward pass; holds no per-request state (the cache and metadata do)."""
 
     def __init__(self, arch: Architecture, weights: Weights, *,
-                 layers: tuple[LayerAttention, ...]):
+                 layers: tuple[LayerAttention, ...], tp: TensorParallel = SINGLE):
+        """layers: the whole model's layer specs (each block takes its rank's share);
+        tp: this process's rank of the tensor-parallel group."""
         from attnkit.runner.models import FAMILIES
 
-        self.arch = arch
+        self.arch, self.tp = arch, tp
         hidden, vocab = arch.hidden_size, arch.vocab_size
-        self.embed = weights.get("model.embed_tokens.weight", shape=(vocab, hidden))
+        self.vocab_span = tp.span(vocab)                     # this rank's token ids
+        self.embed = weights.get("model.embed_tokens.weight", shape=(vocab, hidden),
+                                 span=self.vocab_span)
         self.final_norm = weights.get("model.norm.weight", shape=(hidden,))
-        head = weights.maybe("lm_head.weight", shape=(vocab, hidden))
+        head = weights.maybe("lm_head.weight", shape=(vocab, hidden), span=self.vocab_span)
         self.lm_head = self.embed if arch.tie_word_embeddings or head is None else head
         self.rotary = Rotary(arch.rope, interleaved=arch.rope_interleaved, device=weights.device)
         self.norm_style = arch.norm              # arch.norm builds a new NormStyle per read
@@ -131,13 +142,14 @@ class DecoderModel:
             fail("AK488", f"the step context was built for a step of {ctx.num_tokens} token(s), "
                           f"not these {tokens.shape[0]}", field="ctx",
                  expected=tokens.shape[0], actual=ctx.num_tokens)
-        h = self.embed[tokens]                                        # [T, hidden]
+        h = vocab_lookup(self.embed, tokens, self.tp, self.vocab_span[0])   # [T, hidden]
         if self.arch.embed_scale is not None:
             h = h * torch.tensor(self.arch.embed_scale, dtype=h.dtype)  # rounded like transformers
         for block in self.blocks:
             h = block(h, ctx, self.norm_style)
         if rows is not None:
             h = h[rows]
-        logits = F.linear(self.norm(h, self.final_norm), self.lm_head).float()
+        logits = self.tp.all_gather(F.linear(self.norm(h, self.final_norm), self.lm_head),
+                                    self.arch.vocab_size).float()
         cap = self.arch.final_logit_softcap
         return logits if cap is None else cap * torch.tanh(logits / cap)

@@ -44,9 +44,9 @@ def recipe(r: ConfigReader, model_type: str, *, hidden: int) -> dict:
 def block(model, w, spec) -> Block:
     arch, p = model.arch, f"model.layers.{spec.layer_id}."
     attention = MLAAttention(w, f"{p}self_attn.", spec, hidden=arch.hidden_size, norm=arch.norm,
-                             rotary=model.rotary)
+                             rotary=model.rotary, tp=model.tp)
     mlp = feed_forward(arch.moe, w, f"{p}mlp.", layer_id=spec.layer_id, hidden=arch.hidden_size,
-                       inter=arch.intermediate_size, act=arch.activation)
+                       inter=arch.intermediate_size, act=arch.activation, tp=model.tp)
     return Block(attention, mlp, *norms(arch, w, p))
 
 
