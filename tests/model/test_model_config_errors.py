@@ -55,6 +55,8 @@ _DROP = object()
     (dict(layer_types="full_attention"), "AK504", "layer_types"),
     (dict(attn_logit_softcapping=-1.0), "AK505", "attn_logit_softcapping"),
     (dict(query_pre_attn_scalar="256"), "AK504", "query_pre_attn_scalar"),
+    (dict(query_pre_attn_scalar=10**400), "AK505", "query_pre_attn_scalar"),   # was OverflowError
+    (dict(attn_logit_softcapping=-10**400), "AK505", "attn_logit_softcapping"),
     (dict(dual_chunk_attention_config=[1]), "AK504", "dual_chunk_attention_config"),
     (dict(dual_chunk_attention_config={"chunk_size": 8, "local_size": 8}), "AK505",
      "dual_chunk_attention_config.local_size"),

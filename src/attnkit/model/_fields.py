@@ -86,11 +86,14 @@ class ConfigReader:
         value, found = self._raw(key, default)
         if not found:
             return value
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.type_error(key, "a finite number", value)
+        # before isfinite: an integer past float's range (10**400) cannot even be converted
         if isinstance(value, int) and abs(value) > MAX_INT:
             raise self.error("AK505", key, f"{self.path(key)} = {_short(value)} is implausibly large",
                              expected=f"|value| <= {MAX_INT}", actual=_short(value))
+        if not math.isfinite(value):
+            raise self.type_error(key, "a finite number", value)
         if positive and value <= 0:
             raise self.error("AK505", key, f"{self.path(key)} must be > 0, got {value}",
                              expected="> 0", actual=value)
