@@ -166,3 +166,18 @@ def test_every_code_raised_in_model_and_hardware_is_catalogued():
 def test_unknown_hub_repo_id_says_no_download():
     err = _err("some-org/some-model")
     assert err.code == "AK500" and "does not download" in err.message
+
+
+@pytest.mark.parametrize("preset", ["deepseek-v3", "deepseek-v2-lite", "kimi-k2", "deepseek-v3.2"])
+@pytest.mark.parametrize("value", [None, _DROP])
+def test_an_mla_family_without_kv_lora_rank_is_refused_not_planned_as_mha(preset, value):
+    """Without kv_lora_rank an MLA family's config was planned as 128-head MHA (head_dim
+    hidden / heads): a confident wrong plan. transformers cannot build such a model either."""
+    from attnkit.model.presets import preset_config
+    cfg = dict(preset_config(preset))
+    if value is _DROP:
+        cfg.pop("kv_lora_rank")
+    else:
+        cfg["kv_lora_rank"] = value
+    err = _err(cfg)
+    assert (err.code, err.field) == ("AK503", "kv_lora_rank"), err
