@@ -192,6 +192,19 @@ def cuda_graph_device_rule(v: View) -> Iterator[Fill | str]:
     return iter(())
 
 
+def decode_only_rule(v: View) -> Iterator[Fill | str]:
+    """Settings that act on decode steps only (CUDA graphs capture decode steps; draft tokens
+    are verified in decode), set for a model without a decode phase (an encoder): a warning
+    says they change nothing, as for a --decode-attention-backend (the value stands)."""
+    if "decode" in v.phases:
+        return
+    for flag, on in (("--cuda-graph on", v.request.cuda_graph is True),
+                     (f"--speculative-tokens {v.request.speculative_tokens}", bool(v.request.speculative_tokens))):
+        if on:
+            yield (f"{flag} ignored: {v.model.name} is encoder-only and has no decode phase "
+                   "(it acts on decode steps only)")
+
+
 def _refused_settings(v: View, name: str) -> list[str]:
     """The user's own settings (CUDA graph, speculative tokens, KV dtype, page size) ``name`` refuses."""
     from attnkit.planning.reasons import check_backend, model_needs
@@ -270,6 +283,7 @@ BEFORE: tuple[Rule, ...] = (
     Rule("tensor-parallel", tensor_parallel_rule),
     Rule("dual-chunk", dual_chunk_rule),
     Rule("cuda-graph-device", cuda_graph_device_rule),
+    Rule("decode-only", decode_only_rule),
 )
 AFTER: tuple[Rule, ...] = (
     Rule("page-size", page_size_rule),
