@@ -19,3 +19,19 @@ def test_decode_only_settings_on_an_encoder_are_named_as_ignored(settings, flag)
 def test_decoder_settings_are_not_warned_about():
     p = plan("llama-3.1-8b", "h100", cuda_graph="on", speculative_tokens=2, attention_backend="triton")
     assert not any("ignored" in w for w in p.warnings), p.warnings
+
+
+def test_what_cuda_graph_auto_is_said_to_need_is_what_it_needs():
+    """--cuda-graph's help and AK311's fix said auto needs *both* backends to declare
+    cuda_graph; the rule needs the decode backend only (prefill runs eagerly)."""
+    from attnkit.cli.main import build_parser
+    from attnkit.registry import declarations
+
+    auto = plan("deepseek-v3", "h100")
+    assert auto.settings["cuda_graph"] is True
+    assert "cuda_graph" not in declarations()[auto.prefill_backend].capabilities.features
+    refused = plan("llama-3.1-8b", "cpu", cuda_graph="on")
+    assert refused.error["code"] == "AK311"
+    help_text = build_parser()._subparsers._group_actions[0].choices["plan"].format_help()
+    for text in (" ".join(refused.error["solutions"]), " ".join(help_text.split())):
+        assert "decode backend declares it" in text and "both backends" not in text, text

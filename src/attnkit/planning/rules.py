@@ -186,8 +186,8 @@ def cuda_graph_device_rule(v: View) -> Iterator[Fill | str]:
         raise conflict("AK311", f"--cuda-graph on: CUDA graphs capture GPU kernels, and "
                        f"{v.platform.name} is a {v.platform.kind} device",
                        field="cuda_graph", actual=True, expected=[False],
-                       solutions=["drop --cuda-graph (auto: on where the device is CUDA and both "
-                                  "backends declare it)", "plan for a CUDA device (--device h100)"],
+                       solutions=["drop --cuda-graph (auto: on where the device is CUDA and the "
+                                  "decode backend declares it)", "plan for a CUDA device (--device h100)"],
                        before=v.command(), after=v.command(cuda_graph=None))
     return iter(())
 
