@@ -181,3 +181,18 @@ def test_an_mla_family_without_kv_lora_rank_is_refused_not_planned_as_mha(preset
         cfg["kv_lora_rank"] = value
     err = _err(cfg)
     assert (err.code, err.field) == ("AK503", "kv_lora_rank"), err
+
+
+@pytest.mark.parametrize("cfg, wrong", [
+    (_with(layer_types=["full_attention"] * 3), "num_key_value_heads"),
+    ({"model_type": "nemotron_h", "num_attention_heads": 8, "num_key_value_heads": 2, "hidden_size": 512,
+      "num_hidden_layers": 6, "hybrid_override_pattern": "M*"}, "num_key_value_heads"),
+    ({"model_type": "nemotron_h", "num_attention_heads": 8, "num_key_value_heads": 2, "hidden_size": 512,
+      "num_hidden_layers": 4, "hybrid_override_pattern": "M-M-"}, "num_attention_heads, num_hidden_layers"),
+])
+def test_the_fixes_offered_fit_the_error(cfg, wrong):
+    """A layer list of the wrong length was offered the catalog's head-count fixes first, and a
+    hybrid without one attention layer was told to add num_attention_heads."""
+    err = _err(cfg)
+    text = " ".join(err.solutions)
+    assert err.solutions and wrong not in text, err.solutions

@@ -90,7 +90,11 @@ def parse_traced(cfg: object, *, name: str | None = None, source: str = "<dict>"
     if not layers:
         raise reader.error("AK510", None, f"model_type {model_type!r}: no layer of this config attends "
                            "(every layer is " + ", ".join(sorted({k for _, k in other})) + "); attnkit "
-                           "plans attention only", expected="at least one attention layer", actual=0)
+                           "plans attention only", expected="at least one attention layer", actual=0,
+                           solutions=["a model without attention layers needs no attention backend: "
+                                      "there is nothing to plan",
+                                      "if some layers do attend, mark them in the config's layer list "
+                                      "(layer_types, hybrid_override_pattern, attn_layer_indices ...)"])
     max_pos = reader.int(max_pos_key, default=None)
     notes = check_keys(reader, model_type)
     notes = [f"{reader.path(k)} not in config; used transformers' default {reader.defaults[k]!r}"
