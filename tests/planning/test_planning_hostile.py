@@ -35,3 +35,17 @@ def test_what_cuda_graph_auto_is_said_to_need_is_what_it_needs():
     help_text = build_parser()._subparsers._group_actions[0].choices["plan"].format_help()
     for text in (" ".join(refused.error["solutions"]), " ".join(help_text.split())):
         assert "decode backend declares it" in text and "both backends" not in text, text
+
+
+@pytest.mark.parametrize("settings", [dict(page_size="abc"), dict(tp_size=0), dict(dtype="fp64"),
+                                      dict(bogus=1), dict(speculative_tokens=-1)])
+def test_an_invalid_setting_is_not_sent_to_a_list_the_message_lacks(settings):
+    """AK306's fix read "Use a value from the message's list" under messages with no list
+    ("expected an integer")."""
+    from attnkit.errors import AttnkitError
+    with pytest.raises(AttnkitError) as err:
+        plan("llama-3.1-8b", "h100", settings)
+    e = err.value
+    assert e.code == "AK306"
+    for fix in e.solutions:
+        assert "message's list" not in fix, (e.message, fix)
