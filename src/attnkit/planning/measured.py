@@ -113,7 +113,8 @@ class Ranking:
         where = p.name
         if p.device.get("name", "").lower() != str(getattr(platform, "name", "")).lower():
             cap = p.device.get("capability")
-            where += (f" (same sm{cap[0]}{cap[1]} architecture as {platform.name})"
+            where += (f" (measured on {p.device.get('name')}, not on {platform.name}: same sm{cap[0]}{cap[1]} "
+                      "architecture, so its order is used)"
                       if cap and tuple(cap) == tuple(platform.capability or ()) else f" (not {platform.name})")
         how = "CUDA-graph replays" if self.method == "graph" else "eager calls"
         near = f" (the nearest measured to {self.shape.label()})" if self.shape else ""
