@@ -49,3 +49,34 @@ def test_an_invalid_setting_is_not_sent_to_a_list_the_message_lacks(settings):
     assert e.code == "AK306"
     for fix in e.solutions:
         assert "message's list" not in fix, (e.message, fix)
+
+
+@pytest.mark.parametrize("kwargs, code, field", [
+    (dict(env=5), "AK306", "env"),
+    (dict(env={"ATTNKIT_ATTENTION_BACKEND": 5}), "AK306", "env['ATTNKIT_ATTENTION_BACKEND']"),
+    (dict(env={"ATTNKIT_PROFILE": b"/tmp/x"}), "AK306", "env['ATTNKIT_PROFILE']"),
+    (dict(registry=5), "AK306", "registry"),
+    (dict(registry={"x": 1}), "AK306", "registry"),
+    (dict(table=5), "AK306", "table"),
+    (dict(table=[1]), "AK306", "table"),
+    (dict(profile=[]), "AK306", "profile"),           # was: silently "find one"
+    (dict(profile=123), "AK306", "profile"),
+    (dict(profile=""), "AK230", "profile"),           # was: silently "find one"
+    (dict(workload={"decode": {"batch": 1, "context": 10**400}}), "AK306", "workload['decode']"),  # ValueError
+    (dict(workload={"decode": {"batch": 10**5000}}), "AK306", "workload['decode']"),
+])
+def test_plan_keyword_arguments_of_the_wrong_kind_are_coded(kwargs, code, field):
+    """These reached AttributeError / TypeError / ValueError inside the solver, or were
+    silently read as "no profile named"."""
+    from attnkit.errors import AttnkitError
+    with pytest.raises(AttnkitError) as err:
+        plan("llama-3.1-8b", "h100", **kwargs)
+    assert (err.value.code, err.value.field) == (code, field), err.value
+
+
+def test_a_platform_that_lists_no_packages_plans():
+    """Platform(packages=None) passed validation, then to_dict() raised AttributeError."""
+    import dataclasses
+    from attnkit.hardware import get_preset
+    p = plan("llama-3.1-8b", dataclasses.replace(get_preset("cpu"), packages=None), env={})
+    assert p.platform["packages"] == {}

@@ -34,7 +34,7 @@ class Platform:
     arch: str | None = None
 
     def has_package(self, name: str) -> bool:
-        return name in self.packages
+        return name in (self.packages or {})
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -42,7 +42,7 @@ class Platform:
             "name": self.name,
             "capability": list(self.capability) if self.capability is not None else None,
             "memory_gb": self.memory_gb,
-            "packages": dict(sorted(self.packages.items())),
+            "packages": dict(sorted((self.packages or {}).items())),   # None: none known
             "preset": self.preset,
             "arch": self.arch,
         }
@@ -57,7 +57,7 @@ class Platform:
 
     def __hash__(self) -> int:  # packages is a dict; hash the rest plus its items
         return hash((self.kind, self.name, self.capability, self.memory_gb,
-                     tuple(sorted(self.packages.items())), self.preset, self.arch))
+                     tuple(sorted((self.packages or {}).items())), self.preset, self.arch))
 
 
 def compute_dtypes(platform: Any) -> tuple[str, ...]:

@@ -28,6 +28,7 @@ from attnkit.planning.profile import UNITS, Bucket, Entry, Profile, Shape
 
 HALF = ("fp16", "bf16")
 WORKLOAD_KEYS = ("batch", "new", "context")
+MAX_WORKLOAD = 1 << 31       # far above any batch or context; 10**400 broke the log2 distance
 
 
 def model_shape(model, settings: Mapping[str, Any]) -> Shape | None:
@@ -58,16 +59,20 @@ def check_workload(workload: Any) -> dict[str, dict[str, int]]:
         vals.setdefault("context", vals["new"])
         if vals["new"] is None:
             vals["new"] = vals["context"]
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in vals.values()) \
-                or vals["new"] > vals["context"]:
-            raise _bad_workload(f"workload[{phase!r}]", dict(w), "integers >= 1, new <= context")
+        if not all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_WORKLOAD
+                   for v in vals.values()) or vals["new"] > vals["context"]:
+            raise _bad_workload(f"workload[{phase!r}]", dict(w), "integers 1 .. 2**31, new <= context")
         out[phase] = vals
     return out
 
 
 def _bad_workload(field_: str, value: Any, expected: str) -> AttnkitError:
-    return AttnkitError("AK306", f"invalid {field_}: {value!r}; expected {expected}",
-                        field=field_, expected=expected, actual=value)
+    try:
+        shown = repr(value)[:80]
+    except (RecursionError, ValueError):     # a 5000-digit integer cannot be printed
+        shown = f"a {type(value).__name__} too large to print"
+    return AttnkitError("AK306", f"invalid {field_}: {shown}; expected {expected}",
+                        field=field_, expected=expected, actual=shown)
 
 
 @dataclass
