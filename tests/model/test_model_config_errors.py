@@ -196,3 +196,16 @@ def test_the_fixes_offered_fit_the_error(cfg, wrong):
     err = _err(cfg)
     text = " ".join(err.solutions)
     assert err.solutions and wrong not in text, err.solutions
+
+
+@pytest.mark.parametrize("cfg", [
+    {"model_type": "xlm-roberta", "num_attention_heads": 4, "num_hidden_layers": 4, "hidden_size": 256,
+     "sliding_window": 8, "use_sliding_window": True},
+    {"model_type": "roberta", "num_attention_heads": 4, "num_hidden_layers": 4, "hidden_size": 256,
+     "sliding_window": 8, "use_sliding_window": True, "max_window_layers": 2},
+])
+def test_an_encoder_turned_sliding_by_use_sliding_window_is_refused(cfg):
+    """Found by the structural fuzz: StopIteration (the refusal looked for the key that made the
+    layers slide among four others, not use_sliding_window)."""
+    err = _err(cfg)
+    assert err.code == "AK513" and err.field in ("use_sliding_window", "sliding_window"), err

@@ -35,8 +35,8 @@ def decoder(r: ConfigReader, model_type: str) -> Layers:
     kinds = {s.attention for s in slots}
     encoder = model_type in ENCODERS or r.bool("use_bidirectional_attention", default=False)
     if encoder and "sliding" in kinds:
-        key = next(k for k in ("use_bidirectional_attention", "layer_types", "global_attn_every_n_layers",
-                               "sliding_window_pattern") if r.known(k))
+        key = next((k for k in ("use_bidirectional_attention", "layer_types", "global_attn_every_n_layers",
+                                "sliding_window_pattern", "use_sliding_window") if r.known(k)), "sliding_window")
         raise r.error("AK513", key, f"{r.path(key)}: this model's local layers attend both ways within a "
                       "window (|p - k| within half of it); attnkit's sliding windows count keys before the "
                       "query only, so it would need a two-sided window mask", expected="a causal model, or "
