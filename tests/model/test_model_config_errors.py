@@ -209,3 +209,23 @@ def test_an_encoder_turned_sliding_by_use_sliding_window_is_refused(cfg):
     layers slide among four others, not use_sliding_window)."""
     err = _err(cfg)
     assert err.code == "AK513" and err.field in ("use_sliding_window", "sliding_window"), err
+
+
+def test_bidirectional_chunked_layers_are_refused():
+    """Planned as chunked_local + non_causal, which the runtime refuses (a chunked layer is a
+    decoder layer: validation's AK419): plan and runtime disagreed."""
+    from attnkit.model.presets import preset_config
+    cfg = preset_config("llama-4-scout")
+    cfg["text_config"] = {**cfg["text_config"], "use_bidirectional_attention": True}
+    err = _err(cfg)
+    assert (err.code, err.field) == ("AK513", "text_config.use_bidirectional_attention"), err
+
+
+@pytest.mark.parametrize("key, value", [("is_causal", 0), ("is_causal", "false"), ("use_sliding_window", 1),
+                                        ("use_bidirectional_attention", "yes"), ("alibi", 1),
+                                        ("use_qk_norm", [])])
+def test_a_switch_that_is_not_true_or_false_is_a_type_error(key, value):
+    """The key table matches switches by value and type (true, false), but model code tests
+    them by truthiness: is_causal: 0 turns the causal mask off there and was planned causal."""
+    err = _err(_with(**{key: value}, sliding_window=8))
+    assert (err.code, err.field) == ("AK504", key), err

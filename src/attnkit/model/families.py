@@ -42,6 +42,13 @@ def decoder(r: ConfigReader, model_type: str) -> Layers:
                       "query only, so it would need a two-sided window mask", expected="a causal model, or "
                       "every layer global", actual=r.cfg.get(key, r.defaults.get(key)),
                       details={"needs": "a two-sided (bidirectional) sliding window"})
+    if encoder and "chunked" in kinds:
+        key = "use_bidirectional_attention" if r.known("use_bidirectional_attention") else "layer_types"
+        raise r.error("AK513", key, f"{r.path(key)}: bidirectional attention with chunked local layers; "
+                      "attnkit's chunk mask is causal (a key in the query's chunk and not after it), so "
+                      "a two-way chunk would need a mask of its own", expected="a causal model, or no "
+                      "chunked_attention layers", actual=r.cfg.get(key, r.defaults.get(key)),
+                      details={"needs": "a bidirectional chunked local mask"})
     window = r.int("sliding_window") if "sliding" in kinds else None
     chunk = attention_chunk(r) if "chunked" in kinds else None
     if "chunked" in kinds and chunk is None:
