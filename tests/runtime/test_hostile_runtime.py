@@ -1,0 +1,65 @@
+"""Runtime inputs a hostile user tries (the adversarial review of 2026-12-02): each runs and
+matches the reference, or is refused with a coded error that leaves the state unchanged."""
+import pytest
+import torch
+
+from attnkit.backends.base import StepState
+from attnkit.errors import AttnkitError
+from attnkit.kvcache.paged import PagedKVCache
+from attnkit.registry import load_backend
+from factories import assert_close, make_case, make_layer
+
+BACKENDS = ["torch_native", "sdpa", "triton"]     # triton through the interpreter on CPU
+
+
+def _case(**kw):
+    layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=64, dtype="fp32")
+    return make_case(layer, prefix_lens=[5, 9], new_lens=[3, 1], page_size=4, dtype="fp32", **kw)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_step_forwarded_with_a_cache_of_fewer_pages_is_checked_against_it(backend):
+    """prepare checked the step against one cache; forward with another of fewer pages indexed
+    past its end (IndexError on CPU, an illegal access on a GPU)."""
+    case = _case()
+    be = load_backend(backend)
+    step = be.prepare(case.meta, case.cache)
+    small = PagedKVCache([case.layer.spec], num_pages=1, page_size=4, dtype=torch.float32)
+    with pytest.raises(AttnkitError) as err:
+        be.forward(*case.args()[:3], case.layer, small, step)
+    assert err.value.code == "AK414"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_step_forwarded_with_a_cache_of_another_page_size_is_refused(backend):
+    """Written into the other cache at slots computed for page size 4 (wrong pages, no error)."""
+    case = _case()
+    be = load_backend(backend)
+    step = be.prepare(case.meta, case.cache)
+    other = PagedKVCache([case.layer.spec], num_pages=case.cache.num_pages, page_size=8, dtype=torch.float32)
+    before = other.k[0].clone()
+    with pytest.raises(AttnkitError) as err:
+        be.forward(*case.args()[:3], case.layer, other, step)
+    assert err.value.code == "AK418" and torch.equal(other.k[0], before)
+
+
+@pytest.mark.parametrize("maker", ["sdpa", "torch_native", "by hand"])
+def test_triton_runs_a_step_it_did_not_prepare(maker):
+    """Another backend's plan or none at all: AttributeError deep in triton's forward."""
+    case = _case()
+    step = StepState(case.meta) if maker == "by hand" else load_backend(maker).prepare(case.meta, case.cache)
+    out = load_backend("triton").forward(*case.args(), step)
+    assert_close(out, case.reference(), dtype="fp32")
+
+
+def test_a_step_with_the_same_cache_layout_is_not_prepared_again():
+    """The transformers integration prepares once and forwards with fresh caches of one layout."""
+    case = _case()
+    be = load_backend("sdpa")
+    step = be.prepare(case.meta, case.cache)
+    plan = step.prepared
+    twin = PagedKVCache([case.layer.spec], num_pages=case.cache.num_pages, page_size=4, dtype=torch.float32)
+    twin.k[0].copy_(case.cache.k[0])
+    twin.v[0].copy_(case.cache.v[0])
+    assert_close(be.forward(*case.args()[:4], twin, step), case.reference(), dtype="fp32")
+    assert step.prepared is plan
