@@ -63,3 +63,15 @@ def test_a_step_with_the_same_cache_layout_is_not_prepared_again():
     twin.v[0].copy_(case.cache.v[0])
     assert_close(be.forward(*case.args()[:4], twin, step), case.reference(), dtype="fp32")
     assert step.prepared is plan
+
+
+@pytest.mark.parametrize("backend", ["torch_native", "triton"])
+def test_a_sinks_layer_without_its_sink_logits_is_ak443(backend):
+    """triton raised AttributeError ('NoneType' has no attribute 'to'); torch_native said AK443."""
+    layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=64, sinks=True, dtype="fp32")
+    layer.sinks = None
+    case = make_case(layer, prefix_lens=[5], new_lens=[1], page_size=4, dtype="fp32")
+    be = load_backend(backend)
+    with pytest.raises(AttnkitError) as err:
+        be.forward(*case.args(), be.prepare(case.meta, case.cache))
+    assert (err.value.code, err.value.field) == ("AK443", "layer.sinks")

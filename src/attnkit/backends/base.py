@@ -165,6 +165,21 @@ def _validation():
     return validation
 
 
+def required_tensors(layer: RuntimeLayer) -> None:
+    """Raise AK443 if the spec needs a per-layer tensor the layer lacks (validation checks
+    the shapes of those that are set; a missing one is the backend's to name)."""
+    spec = layer.spec
+    needed = (["w_kc", "w_vc"] if spec.kind == "mla" else []) + (["sinks"] if spec.sinks else [])
+    missing = [name for name in needed if getattr(layer, name) is None]
+    if missing:
+        from attnkit.errors import fail
+
+        fail("AK443", f"layer {spec.layer_id} ({spec.kind.upper()}{', sinks' if spec.sinks else ''}) "
+                      f"needs {', '.join(missing)}, which the RuntimeLayer does not carry",
+             field=f"layer.{missing[0]}", expected="a tensor", actual=None,
+             details={"missing": missing})
+
+
 def check_option(backend: str, option: str, value, choices) -> None:
     """Refuse a backend constructor option outside ``choices`` (AK407)."""
     if value not in choices:

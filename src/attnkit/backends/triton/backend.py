@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from attnkit.backends.base import AttentionBackend, RuntimeLayer, StepState, check_option
+from attnkit.backends.base import AttentionBackend, RuntimeLayer, StepState, check_option, required_tensors
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
 from attnkit.backends._triton import interpreting, kernel_scales, padded_dim, write_kv
 from attnkit.backends.triton.declaration import DECLARATION
@@ -246,6 +246,7 @@ def _check_supported(q, layer: RuntimeLayer, cache) -> None:
                       f"{list(_CAPS.head_dims)} and value dims up to {MAX_HEAD_DIM}",
              field="layer.spec.head_dim", expected=list(_CAPS.head_dims),
              actual=[spec.head_dim, spec.value_dim])
+    required_tensors(layer)     # a sinks layer without its sink logits (was AttributeError)
 
 
 def _check_device(q) -> None:
