@@ -75,3 +75,15 @@ def test_a_sinks_layer_without_its_sink_logits_is_ak443(backend):
     with pytest.raises(AttnkitError) as err:
         be.forward(*case.args(), be.prepare(case.meta, case.cache))
     assert (err.value.code, err.value.field) == ("AK443", "layer.sinks")
+
+
+@pytest.mark.parametrize("encoder", [dict(encoder_lens_cpu=[-4], encoder_block_tables_cpu=[[2]]),
+                                     dict(encoder_slot_mapping_cpu=[8, 9])])
+def test_hand_made_metadata_with_impossible_encoder_fields_is_ak405(encoder):
+    """build_batch refuses a negative encoder length; BatchMetadata made directly took it (and
+    encoder slots without encoder lengths), and prepare + forward ran with it."""
+    from attnkit.backends.metadata import BatchMetadata, ForwardMode
+    with pytest.raises(AttnkitError) as err:
+        BatchMetadata(mode=ForwardMode.DECODE, page_size=4, seq_lens_cpu=[3], prefix_lens_cpu=[2],
+                      block_tables_cpu=[[1]], slot_mapping_cpu=[6], **encoder)
+    assert err.value.code == "AK405" and err.value.field.startswith("meta.encoder_")

@@ -141,8 +141,15 @@ class BatchMetadata:
             freeze("encoder_block_tables_cpu",
                    _rows("encoder_block_tables_cpu", self.encoder_block_tables_cpu or ()))
         if self.encoder_slot_mapping_cpu is not None:
+            if not enc:
+                fail("AK405", "meta.encoder_slot_mapping_cpu is set but encoder_lens_cpu is None: encoder "
+                              "K/V slots without encoder lengths", field="meta.encoder_slot_mapping_cpu",
+                     expected="None without encoder_lens_cpu", actual=repr(self.encoder_slot_mapping_cpu)[:80])
             freeze("encoder_slot_mapping_cpu",
                    _ints("encoder_slot_mapping_cpu", self.encoder_slot_mapping_cpu))
+        if enc and any(n < 0 for n in self.encoder_lens_cpu):
+            fail("AK405", f"meta.encoder_lens_cpu must be >= 0, got {list(self.encoder_lens_cpu)}",
+                 field="meta.encoder_lens_cpu", expected=">= 0", actual=list(self.encoder_lens_cpu))
         counts = {"prefix_lens_cpu": len(self.prefix_lens_cpu),
                   "block_tables_cpu": len(self.block_tables_cpu)}
         if enc:
