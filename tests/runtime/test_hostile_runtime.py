@@ -87,3 +87,61 @@ def test_hand_made_metadata_with_impossible_encoder_fields_is_ak405(encoder):
         BatchMetadata(mode=ForwardMode.DECODE, page_size=4, seq_lens_cpu=[3], prefix_lens_cpu=[2],
                       block_tables_cpu=[[1]], slot_mapping_cpu=[6], **encoder)
     assert err.value.code == "AK405" and err.value.field.startswith("meta.encoder_")
+
+
+def _static_meta():
+    from attnkit.backends.static import StaticDecode
+    return StaticDecode(max_batch=4, max_pages=4, page_size=4, scratch_pages=[7], device="cpu").meta(2)
+
+
+def _host(meta):
+    return (meta.seq_lens_cpu, meta.prefix_lens_cpu, meta.block_tables_cpu, meta.slot_mapping_cpu,
+            meta.mode, meta.page_size)
+
+
+@pytest.mark.parametrize("values, code", [
+    (dict(seq_lens_cpu=[3, 4, 5]), "AK405"),          # three requests over buffers of two: was set, then refused
+    (dict(mode="prefill"), "AK405"),                  # not a host value: mode was changed, then refused
+    (dict(page_size=0), "AK405"),
+    (dict(_static=False), "AK405"),
+    (dict(foo=1), "AK405"),                           # was AttributeError
+    (dict(prefix_lens_cpu=[-1, 0]), "AK405"),
+])
+def test_refresh_host_refuses_and_leaves_the_metadata_unchanged(values, code):
+    meta = _static_meta()
+    before = _host(meta)
+    with pytest.raises(AttnkitError) as err:
+        meta.refresh_host(**values)
+    assert err.value.code == code and _host(meta) == before and meta._static
+
+
+def _buffers(b=1):
+    i32 = torch.int32
+    return dict(query_start_loc=torch.arange(b + 1, dtype=i32), seq_lens=torch.full((b,), 3, dtype=i32),
+                prefix_lens=torch.full((b,), 2, dtype=i32), block_tables=torch.ones(b, 1, dtype=i32),
+                slot_mapping=torch.full((b,), 6), positions=torch.full((b,), 2))
+
+
+HOST = dict(seq_lens_cpu=[3], prefix_lens_cpu=[2], block_tables_cpu=[[1]], slot_mapping_cpu=[6])
+
+
+@pytest.mark.parametrize("tensors, host", [
+    ({k: v for k, v in _buffers().items() if k != "slot_mapping"}, HOST),   # KeyError
+    (5, HOST),                                                              # TypeError
+    ({**_buffers(), "slot_mapping": [6]}, HOST),                           # AttributeError
+    (_buffers(), {}),                                                       # AttributeError
+    (_buffers(), {**HOST, "foo": 1}),                                       # AttributeError
+    ({**_buffers(), "seq_lens": torch.tensor([3, 4], dtype=torch.int32)}, HOST),   # accepted
+    (_buffers(2), HOST),                                                    # accepted
+])
+def test_on_buffers_refuses_buffers_that_do_not_fit_its_host_values(tensors, host):
+    from attnkit.backends.metadata import BatchMetadata, ForwardMode
+    with pytest.raises(AttnkitError) as err:
+        BatchMetadata.on_buffers(tensors, mode=ForwardMode.DECODE, page_size=4, **host)
+    assert err.value.code == "AK405"
+
+
+def test_on_buffers_still_makes_static_metadata():
+    from attnkit.backends.metadata import BatchMetadata, ForwardMode
+    meta = BatchMetadata.on_buffers(_buffers(), mode=ForwardMode.DECODE, page_size=4, **HOST)
+    assert meta._static and meta.seq_lens_cpu == (3,) and meta.slot_mapping.tolist() == [6]
