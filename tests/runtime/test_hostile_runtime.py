@@ -145,3 +145,48 @@ def test_on_buffers_still_makes_static_metadata():
     from attnkit.backends.metadata import BatchMetadata, ForwardMode
     meta = BatchMetadata.on_buffers(_buffers(), mode=ForwardMode.DECODE, page_size=4, **HOST)
     assert meta._static and meta.seq_lens_cpu == (3,) and meta.slot_mapping.tolist() == [6]
+
+
+@pytest.mark.parametrize("changes, code", [
+    (dict(device="bogus"), "AK430"), (dict(device=None), "AK430"),          # RuntimeError / TypeError
+    (dict(scratch_pages=None), "AK458"),                                     # TypeError
+    (dict(scratch_pages=[2**70]), "AK458"),                                  # OverflowError
+    (dict(max_pages=2**40), "AK431"),                                        # RuntimeError (16 TiB)
+])
+def test_static_decode_arguments_are_coded(changes, code):
+    from attnkit.backends.static import StaticDecode
+    args = dict(max_batch=4, max_pages=4, page_size=4, scratch_pages=[7], device="cpu") | changes
+    with pytest.raises(AttnkitError) as err:
+        StaticDecode(**args)
+    assert err.value.code == code
+
+
+def _requests(*rows, prefix=2):
+    from attnkit.backends.batch import Request
+    return [Request(prefix, 1, row) for row in rows]
+
+
+@pytest.mark.parametrize("requests", [
+    None,                                          # TypeError
+    _requests([2**40]),                            # OverflowError (int32 table)
+    _requests([1], [1]),                           # two rows write slot 6: a race in the captured kernel
+])
+def test_a_fill_that_cannot_be_staged_is_refused_and_changes_nothing(requests):
+    from attnkit.backends.static import StaticDecode
+    s = StaticDecode(max_batch=4, max_pages=4, page_size=4, scratch_pages=[7], device="cpu")
+    s.fill(2, _requests([3], [5]))
+    meta = s.meta(2)
+    before = (s._lens.clone(), s._slots.clone(), s.block_tables.clone(), _host(meta))
+    with pytest.raises(AttnkitError) as err:
+        s.fill(2, requests)
+    assert err.value.code == "AK458"
+    after = (s._lens, s._slots, s.block_tables, _host(s.meta(2)))
+    assert all(torch.equal(a, b) for a, b in zip(before[:3], after[:3])) and before[3] == after[3]
+
+
+def test_requests_sharing_a_prefix_page_still_fill():
+    """Only the slot a new token is written to must be distinct; a shared read-only page is fine."""
+    from attnkit.backends.static import StaticDecode
+    s = StaticDecode(max_batch=4, max_pages=4, page_size=4, scratch_pages=[7], device="cpu")
+    meta = s.fill(2, _requests([1, 2], [1, 3], prefix=5))
+    assert meta.slot_mapping_cpu == (9, 13)
