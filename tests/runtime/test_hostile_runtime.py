@@ -190,3 +190,16 @@ def test_requests_sharing_a_prefix_page_still_fill():
     s = StaticDecode(max_batch=4, max_pages=4, page_size=4, scratch_pages=[7], device="cpu")
     meta = s.fill(2, _requests([1, 2], [1, 3], prefix=5))
     assert meta.slot_mapping_cpu == (9, 13)
+
+
+@pytest.mark.parametrize("layer_id", [[0], {0: 1}, True, 0.0])
+def test_cache_write_with_a_layer_id_that_is_not_an_int_is_ak418(layer_id):
+    """A list raised TypeError (unhashable); True and 0.0 are equal to layer ids 1 and 0."""
+    layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=64, dtype="fp32", layer_id=1)
+    cache = PagedKVCache([layer.spec, make_layer(layer_id=0).spec], num_pages=4, page_size=4,
+                         dtype=torch.float32)
+    before = [t.clone() for t in (*cache.k.values(), *cache.v.values())]
+    with pytest.raises(AttnkitError) as err:
+        cache.write(layer_id, torch.tensor([1]), torch.randn(1, 4, 64), torch.randn(1, 4, 64))
+    assert err.value.code == "AK418"
+    assert all(torch.equal(a, b) for a, b in zip(before, (*cache.k.values(), *cache.v.values())))
