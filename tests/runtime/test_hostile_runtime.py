@@ -203,3 +203,26 @@ def test_cache_write_with_a_layer_id_that_is_not_an_int_is_ak418(layer_id):
         cache.write(layer_id, torch.tensor([1]), torch.randn(1, 4, 64), torch.randn(1, 4, 64))
     assert err.value.code == "AK418"
     assert all(torch.equal(a, b) for a, b in zip(before, (*cache.k.values(), *cache.v.values())))
+
+
+@pytest.mark.parametrize("name, options", [
+    ("triton", dict(decode_config={"BLOCK_N": 3})),      # InterpreterError at the first decode
+    ("triton", dict(extend_config={"BLOCK_M": 0})),      # ValueError at the first extend
+    ("triton", dict(decode_config=5)),                   # TypeError
+    ("triton", dict(num_splits=0)),
+    ("triton_mla", dict(block_n=3)), ("triton_mla", dict(block_h=5)),        # InterpreterError
+    ("triton_mla", dict(mha_form_min_query="a")),                             # TypeError
+    ("triton_mla", dict(mha_form_min_query=-1)), ("triton_mla", dict(num_splits=0)),
+    ("triton_mla", dict(num_warps=3)), ("triton_mla", dict(extend_tiles=(1, 2))),
+    ("triton_mla", dict(extend_tiles=(64, 48, 4, 2))),
+])
+def test_launch_options_a_kernel_cannot_take_are_ak407_when_the_backend_is_made(name, options):
+    with pytest.raises(AttnkitError) as err:
+        load_backend(name, **options)
+    assert err.value.code == "AK407"
+
+
+def test_valid_launch_options_still_load():
+    load_backend("triton", decode_config={"BLOCK_N": 32, "num_warps": 4, "num_stages": 2}, num_splits=2)
+    load_backend("triton_mla", block_n=16, block_h=64, num_splits=3, mha_form_min_query=None,
+                 extend_tiles=(64, 32, 4, 2))

@@ -188,3 +188,40 @@ def check_option(backend: str, option: str, value, choices) -> None:
         fail("AK407", f"{backend}: {option}={value!r} is not one of {', '.join(map(repr, choices))}",
              field=option, expected=list(choices), actual=value)
 
+
+def check_int_option(backend: str, option: str, value, *, minimum: int = 1, power_of_two: bool = False,
+                     maximum: int | None = None) -> None:
+    """Refuse a launch option (a tile size, a warp or split count) that is not None or an int
+    >= ``minimum`` (a power of two where the kernel's tl.arange needs one): AK407 when the
+    backend is made, not an interpreter or compiler error at the first forward."""
+    if value is None:
+        return
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= minimum and (
+        maximum is None or value <= maximum) and (not power_of_two or value & (value - 1) == 0)
+    if not ok:
+        from attnkit.errors import fail
+
+        what = f"an int >= {minimum}" + (" and a power of two" if power_of_two else "") + (
+            f", <= {maximum}" if maximum is not None else "")
+        fail("AK407", f"{backend}: {option}={value!r} is not {what} (or None)", field=option,
+             expected=what, actual=repr(value))
+
+
+def check_launch_config(backend: str, option: str, config) -> dict:
+    """A Triton launch override (``{"BLOCK_M": 64, "num_warps": 4, ...}``): a dict whose tile
+    sizes and warp counts are powers of two, stage counts >= 1 (AK407). Returns a copy."""
+    if config is None:
+        return {}
+    if not isinstance(config, dict):
+        from attnkit.errors import fail
+
+        fail("AK407", f"{backend}: {option} must be a dict of launch settings, got {type(config).__name__}",
+             field=option, expected="dict", actual=repr(config)[:80])
+    for key, value in config.items():
+        if isinstance(key, str) and key.startswith("BLOCK_"):
+            check_int_option(backend, f"{option}[{key!r}]", value, power_of_two=True)
+        elif key == "num_warps":
+            check_int_option(backend, f"{option}[{key!r}]", value, power_of_two=True, maximum=32)
+        elif key == "num_stages":
+            check_int_option(backend, f"{option}[{key!r}]", value)
+    return dict(config)
