@@ -23,7 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from attnkit.errors import AttnkitError
+from attnkit.errors import AttnkitError, preview
 from attnkit.planning.profile import UNITS, Bucket, Entry, Profile, Shape
 
 HALF = ("fp16", "bf16")
@@ -67,10 +67,7 @@ def check_workload(workload: Any) -> dict[str, dict[str, int]]:
 
 
 def _bad_workload(field_: str, value: Any, expected: str) -> AttnkitError:
-    try:
-        shown = repr(value)[:80]
-    except (RecursionError, ValueError):     # a 5000-digit integer cannot be printed
-        shown = f"a {type(value).__name__} too large to print"
+    shown = preview(value)
     return AttnkitError("AK306", f"invalid {field_}: {shown}; expected {expected}",
                         field=field_, expected=expected, actual=shown)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
-from attnkit.errors import AttnkitError
+from attnkit.errors import AttnkitError, preview
 from attnkit.planning.priorities import Priority
 from attnkit.registry.capabilities import BackendDeclaration
 
@@ -37,9 +37,6 @@ def check_options(*, env: Any, registry: Any, table: Any, profile: Any) -> None:
 
 
 def _bad(field: str, expected: str, value: Any) -> AttnkitError:
-    try:
-        shown = repr(value)[:60]
-    except (RecursionError, ValueError):          # a very deep structure, a huge integer
-        shown = "(too large to print)"
+    shown = preview(value, 60)
     return AttnkitError("AK306", f"plan(): {field} must be {expected}, got {type(value).__name__} {shown}",
                         field=field, expected=expected, actual=shown)
