@@ -80,3 +80,15 @@ def test_a_platform_that_lists_no_packages_plans():
     from attnkit.hardware import get_preset
     p = plan("llama-3.1-8b", dataclasses.replace(get_preset("cpu"), packages=None), env={})
     assert p.platform["packages"] == {}
+
+
+def test_a_hand_built_layer_with_a_5000_digit_head_count_is_ak130():
+    """math.log2 failed (ValueError) in the profile ranking; the validator took any int >= 1."""
+    import dataclasses
+    from attnkit.errors import AttnkitError
+    from attnkit.model import load_model
+    m = load_model("llama-3.1-8b")
+    model = dataclasses.replace(m, layers=(dataclasses.replace(m.layers[0], num_heads=10**5000),))
+    with pytest.raises(AttnkitError) as err:
+        plan(model, "h100")
+    assert (err.value.code, err.value.field) == ("AK130", "num_heads")

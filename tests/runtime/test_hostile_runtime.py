@@ -151,7 +151,7 @@ def test_on_buffers_still_makes_static_metadata():
     (dict(device="bogus"), "AK430"), (dict(device=None), "AK430"),          # RuntimeError / TypeError
     (dict(scratch_pages=None), "AK458"),                                     # TypeError
     (dict(scratch_pages=[2**70]), "AK458"),                                  # OverflowError
-    (dict(max_pages=2**40), "AK431"),                                        # RuntimeError (16 TiB)
+    (dict(max_batch=64, page_size=64, max_pages=2**30), "AK431"),            # RuntimeError (256 GiB)
 ])
 def test_static_decode_arguments_are_coded(changes, code):
     from attnkit.backends.static import StaticDecode
@@ -226,3 +226,42 @@ def test_valid_launch_options_still_load():
     load_backend("triton", decode_config={"BLOCK_N": 32, "num_warps": 4, "num_stages": 2}, num_splits=2)
     load_backend("triton_mla", block_n=16, block_h=64, num_splits=3, mha_form_min_query=None,
                  extend_tiles=(64, 32, 4, 2))
+
+
+HUGE = 10**5000     # past Python's 4300-digit limit: formatting it into a message raised ValueError
+
+
+@pytest.mark.parametrize("call, code", [
+    (lambda r: r.BatchMetadata(mode=r.ForwardMode.EXTEND, page_size=4, seq_lens_cpu=[HUGE],
+                               prefix_lens_cpu=[HUGE - 1], block_tables_cpu=[[1]], slot_mapping_cpu=[6]), "AK405"),
+    (lambda r: r.BatchMetadata(mode=r.ForwardMode.DECODE, page_size=4, seq_lens_cpu=[3], prefix_lens_cpu=[2],
+                               block_tables_cpu=[[1]], slot_mapping_cpu=[HUGE]), "AK405"),
+    (lambda r: r.build_batch([r.Request(HUGE, 1, [1])], page_size=4), "AK405"),
+    (lambda r: r.build_batch([r.Request(2, 1, [HUGE])], page_size=4), "AK405"),
+    (lambda r: r.build_batch([r.Request(2, 1, [1])], page_size=HUGE), "AK405"),
+    (lambda r: r.PagedKVCache([r.LayerAttention(0, 4, 2, 64)], num_pages=HUGE, page_size=4), "AK430"),
+    (lambda r: r.PagedKVCache([r.LayerAttention(0, 4, 2, 64)], num_pages=4, page_size=HUGE), "AK430"),
+    (lambda r: r.PageAllocator(8, page_size=4).allocate("a", HUGE), "AK405"),
+    (lambda r: r.PageAllocator(HUGE).allocate("a", HUGE, page_size=1), "AK405"),       # OverflowError
+])
+def test_a_5000_digit_integer_is_refused_with_its_code(call, code):
+    import attnkit.runtime as r
+    with pytest.raises(AttnkitError) as err:
+        call(r)
+    assert err.value.code == code and "too large to print" in err.value.message
+
+
+@pytest.mark.parametrize("args", [dict(max_batch=HUGE), dict(max_pages=HUGE)])
+def test_static_decode_sizes_past_int32_are_ak458(args):
+    from attnkit.backends.static import StaticDecode
+    with pytest.raises(AttnkitError) as err:
+        StaticDecode(**(dict(max_batch=2, max_pages=4, page_size=4, scratch_pages=[7], device="cpu") | args))
+    assert err.value.code == "AK458"
+
+
+def test_a_static_fill_with_a_5000_digit_prefix_is_ak458():
+    from attnkit.backends.static import StaticDecode
+    s = StaticDecode(max_batch=2, max_pages=4, page_size=4, scratch_pages=[7], device="cpu")
+    with pytest.raises(AttnkitError) as err:
+        s.fill(2, _requests([1], prefix=HUGE))
+    assert err.value.code == "AK458"

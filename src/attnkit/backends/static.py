@@ -34,7 +34,7 @@ import torch
 
 from attnkit.backends.batch import Request, slots_of
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
-from attnkit.errors import fail
+from attnkit.errors import fail, preview
 from attnkit.kvcache.checks import check_fits, usable_device
 
 I32, I64 = torch.int32, torch.int64
@@ -59,9 +59,9 @@ class StaticDecode:
                  scratch_pages: Sequence[int], device: torch.device | str):
         for name, value in (("max_batch", max_batch), ("max_pages", max_pages),
                             ("page_size", page_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                fail("AK458", f"{name} must be an int >= 1, got {value!r}", field=name,
-                     expected="int >= 1", actual=repr(value))
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**31:
+                fail("AK458", f"{name} must be an int >= 1 (and < 2**31), got {preview(value)}", field=name,
+                     expected="int >= 1", actual=preview(value))
         self.max_batch, self.max_pages, self.page_size = max_batch, max_pages, page_size
         need = self.scratch_need(max_batch, page_size)
         self.scratch_pages = list(scratch_pages) if isinstance(scratch_pages, (list, tuple, range)) else None
@@ -201,13 +201,13 @@ class StaticDecode:
         ints = (r.prefix_len, r.num_new, *row)
         if any(isinstance(x, bool) or not isinstance(x, int) for x in ints):
             fail("AK458", f"request {i}: prefix_len, num_new and page ids must be ints, got "
-                          f"{r.prefix_len!r}, {r.num_new!r}, {row!r}", field=f"requests[{i}]",
-                 expected="ints", actual=repr(r))
+                          f"{preview(r.prefix_len)}, {preview(r.num_new)}, {preview(row)}", field=f"requests[{i}]",
+                 expected="ints", actual=preview(r))
         need = -(-r.seq_len // self.page_size)
         problem = None
         if r.num_new != 1 or not 0 <= r.prefix_len < 2**31:
-            problem = ("num_new", "one new token after prefix_len >= 0",
-                       f"prefix_len={r.prefix_len}, num_new={r.num_new}")
+            problem = ("num_new", "one new token after prefix_len >= 0 (and < 2**31)",
+                       f"prefix_len={preview(r.prefix_len)}, num_new={preview(r.num_new)}")
         elif need > self.max_pages:
             problem = ("block_table", f"<= {self.max_pages} pages ({self.max_seq_len} tokens)",
                        f"{r.seq_len} tokens")
@@ -216,10 +216,10 @@ class StaticDecode:
                                       f"{self.scratch_pages}", row)
         if problem:
             field, expected, actual = problem
+            shown = actual if isinstance(actual, str) else preview(actual)
             fail("AK458", f"request {i} does not fit the static decode buffers: {field} must be "
-                          f"{expected}, got {actual}", field=f"requests[{i}].{field}",
-                 expected=expected, actual=actual)
-
+                          f"{expected}, got {shown}", field=f"requests[{i}].{field}",
+                 expected=expected, actual=shown)
 
     def _check_distinct_slots(self, reqs: list[Request], rows: list[list[int]]) -> None:
         """Two rows that write one cache slot race in the captured kernel (eager steps: AK416)."""

@@ -66,7 +66,7 @@ def preview(value: Any, limit: int = 80) -> str:
     try:
         text = repr(value)
     except (RecursionError, ValueError):
-        return f"a {type(value).__name__} too large to print"
+        return f"<{type(value).__name__} too large to print>"
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
