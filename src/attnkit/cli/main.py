@@ -196,9 +196,10 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def cmd_devices(args: argparse.Namespace) -> int:
     from attnkit.hardware import get_preset, preset_names
+    from attnkit.hardware.platform import arch_label
     for name in preset_names():
         p = get_preset(name)
-        cc = f"sm{p.capability[0]}{p.capability[1]}" if p.capability else "-"
+        cc = arch_label(p.kind, p.capability, p.arch) or "-"
         sys.stdout.write(f"{name:<9} {p.kind:<5} {cc:<6} {p.name}\n")
     return EXIT_OK
 

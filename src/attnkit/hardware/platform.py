@@ -69,6 +69,14 @@ def compute_dtypes(platform: Any) -> tuple[str, ...]:
     return ("fp32", "fp16", "bf16")
 
 
+def arch_label(kind: str, capability, arch: str | None) -> str | None:
+    """How the architecture is named: ``sm90`` for CUDA, the gfx target (``gfx942``) for ROCm,
+    whose "capability" is only torch's (major, minor) reading of it; None without one."""
+    if kind == "rocm" and arch:
+        return arch
+    return f"sm{capability[0]}{capability[1]}" if capability else None
+
+
 def validate_platform(platform: Any) -> None:
     """AK201 naming the first field of ``platform`` (a Platform or a look-alike) that planning
     cannot use."""
