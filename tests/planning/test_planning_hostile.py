@@ -92,3 +92,14 @@ def test_a_hand_built_layer_with_a_5000_digit_head_count_is_ak130():
     with pytest.raises(AttnkitError) as err:
         plan(model, "h100")
     assert (err.value.code, err.value.field) == ("AK130", "num_heads")
+
+
+def test_a_missing_feature_reason_says_what_the_backend_accepts():
+    """AK103 gave required == actual == the feature (docs/plan-json.md: required is what the
+    declaration accepts), so the JSON named no difference."""
+    from attnkit.registry import declarations
+    p = plan("llama-4-scout", "h100")
+    reason = next(r for r in p.rejected["triton_mla"] if r.code == "AK103")
+    assert reason.actual == "chunked_local"
+    assert reason.required == sorted(declarations()["triton_mla"].capabilities.features)
+    assert "chunked_local" not in reason.required
