@@ -70,3 +70,22 @@ def test_without_json_nothing_changes(capsys):
     assert cli.main(["plan", "nope-model", "--device", "h100"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and "AK507" in captured.err
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+@pytest.mark.parametrize("content, code", [(None, "AK230"), ("{not json", "AK231"), ("[1, 2]", "AK231")])
+def test_an_unreadable_profile_exits_the_same_with_and_without_json(capsys, monkeypatch, tmp_path,
+                                                                     how, content, code):
+    """Text mode exits 2 for an unreadable profile (the command is wrong); --json exited 3."""
+    path = tmp_path / "p.json"
+    if content is not None:
+        path.write_text(content)
+    argv = ["llama-3.1-8b", "--device", "h200"]
+    if how == "flag":
+        argv += ["--profile", str(path)]
+    else:
+        monkeypatch.setenv("ATTNKIT_PROFILE", str(path))
+    assert cli.main(["plan", *argv]) == 2
+    assert f"error {code}" in capsys.readouterr().err
+    rc, data = run(capsys, *argv)
+    assert (rc, data["error"]["code"]) == (2, code)

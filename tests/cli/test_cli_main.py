@@ -128,3 +128,13 @@ def test_bad_backend_names_are_usage_errors(capsys, monkeypatch, flag):
     monkeypatch.delenv("ATTNKIT_DENY_BACKENDS", raising=False)
     rc, _, _ = run(capsys, "plan", "llama-3.1-8b", "--device", "h100", *flag)
     assert rc == 2
+
+
+def test_a_rocm_device_is_named_by_its_gfx_target_not_an_sm_number(capsys):
+    """MI300X read 'rocm, sm94': sm numbers are CUDA's; its architecture is gfx942."""
+    from attnkit.cli.main import main
+    main(["plan", "llama-3.1-8b", "--device", "mi300x"])
+    assert "(rocm, gfx942)" in capsys.readouterr().out.splitlines()[0]
+    main(["devices"])
+    out = capsys.readouterr().out
+    assert "gfx942" in out and "sm94" not in out and "sm90" in out

@@ -55,6 +55,8 @@ _DROP = object()
     (dict(layer_types="full_attention"), "AK504", "layer_types"),
     (dict(attn_logit_softcapping=-1.0), "AK505", "attn_logit_softcapping"),
     (dict(query_pre_attn_scalar="256"), "AK504", "query_pre_attn_scalar"),
+    (dict(query_pre_attn_scalar=10**400), "AK505", "query_pre_attn_scalar"),   # was OverflowError
+    (dict(attn_logit_softcapping=-10**400), "AK505", "attn_logit_softcapping"),
     (dict(dual_chunk_attention_config=[1]), "AK504", "dual_chunk_attention_config"),
     (dict(dual_chunk_attention_config={"chunk_size": 8, "local_size": 8}), "AK505",
      "dual_chunk_attention_config.local_size"),
@@ -164,3 +166,66 @@ def test_every_code_raised_in_model_and_hardware_is_catalogued():
 def test_unknown_hub_repo_id_says_no_download():
     err = _err("some-org/some-model")
     assert err.code == "AK500" and "does not download" in err.message
+
+
+@pytest.mark.parametrize("preset", ["deepseek-v3", "deepseek-v2-lite", "kimi-k2", "deepseek-v3.2"])
+@pytest.mark.parametrize("value", [None, _DROP])
+def test_an_mla_family_without_kv_lora_rank_is_refused_not_planned_as_mha(preset, value):
+    """Without kv_lora_rank an MLA family's config was planned as 128-head MHA (head_dim
+    hidden / heads): a confident wrong plan. transformers cannot build such a model either."""
+    from attnkit.model.presets import preset_config
+    cfg = dict(preset_config(preset))
+    if value is _DROP:
+        cfg.pop("kv_lora_rank")
+    else:
+        cfg["kv_lora_rank"] = value
+    err = _err(cfg)
+    assert (err.code, err.field) == ("AK503", "kv_lora_rank"), err
+
+
+@pytest.mark.parametrize("cfg, wrong", [
+    (_with(layer_types=["full_attention"] * 3), "num_key_value_heads"),
+    ({"model_type": "nemotron_h", "num_attention_heads": 8, "num_key_value_heads": 2, "hidden_size": 512,
+      "num_hidden_layers": 6, "hybrid_override_pattern": "M*"}, "num_key_value_heads"),
+    ({"model_type": "nemotron_h", "num_attention_heads": 8, "num_key_value_heads": 2, "hidden_size": 512,
+      "num_hidden_layers": 4, "hybrid_override_pattern": "M-M-"}, "num_attention_heads, num_hidden_layers"),
+])
+def test_the_fixes_offered_fit_the_error(cfg, wrong):
+    """A layer list of the wrong length was offered the catalog's head-count fixes first, and a
+    hybrid without one attention layer was told to add num_attention_heads."""
+    err = _err(cfg)
+    text = " ".join(err.solutions)
+    assert err.solutions and wrong not in text, err.solutions
+
+
+@pytest.mark.parametrize("cfg", [
+    {"model_type": "xlm-roberta", "num_attention_heads": 4, "num_hidden_layers": 4, "hidden_size": 256,
+     "sliding_window": 8, "use_sliding_window": True},
+    {"model_type": "roberta", "num_attention_heads": 4, "num_hidden_layers": 4, "hidden_size": 256,
+     "sliding_window": 8, "use_sliding_window": True, "max_window_layers": 2},
+])
+def test_an_encoder_turned_sliding_by_use_sliding_window_is_refused(cfg):
+    """Found by the structural fuzz: StopIteration (the refusal looked for the key that made the
+    layers slide among four others, not use_sliding_window)."""
+    err = _err(cfg)
+    assert err.code == "AK513" and err.field in ("use_sliding_window", "sliding_window"), err
+
+
+def test_bidirectional_chunked_layers_are_refused():
+    """Planned as chunked_local + non_causal, which the runtime refuses (a chunked layer is a
+    decoder layer: validation's AK419): plan and runtime disagreed."""
+    from attnkit.model.presets import preset_config
+    cfg = preset_config("llama-4-scout")
+    cfg["text_config"] = {**cfg["text_config"], "use_bidirectional_attention": True}
+    err = _err(cfg)
+    assert (err.code, err.field) == ("AK513", "text_config.use_bidirectional_attention"), err
+
+
+@pytest.mark.parametrize("key, value", [("is_causal", 0), ("is_causal", "false"), ("use_sliding_window", 1),
+                                        ("use_bidirectional_attention", "yes"), ("alibi", 1),
+                                        ("use_qk_norm", [])])
+def test_a_switch_that_is_not_true_or_false_is_a_type_error(key, value):
+    """The key table matches switches by value and type (true, false), but model code tests
+    them by truthiness: is_causal: 0 turns the causal mask off there and was planned causal."""
+    err = _err(_with(**{key: value}, sliding_window=8))
+    assert (err.code, err.field) == ("AK504", key), err

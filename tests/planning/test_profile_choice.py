@@ -43,7 +43,13 @@ def test_each_phase_takes_its_fastest_measured_backend(h200):
 def test_another_sm90_device_says_where_it_was_measured(h200):
     p = plan("llama-3.1-8b", "h100", profile=h200)
     assert p.prefill_backend == "sdpa"
-    assert "NVIDIA H200 profile 2026-12-02 (same sm90 architecture as NVIDIA H100 80GB HBM3)" in p.why["prefill"]
+    # the rates are the H200's, and every reason that quotes them says so (the adjustment's too)
+    assert ("NVIDIA H200 profile 2026-12-02 (measured on NVIDIA H200, not on NVIDIA H100 80GB HBM3: same "
+            "sm90 architecture, so its order is used)") in p.why["prefill"]
+    profile_fills = [a for a in p.adjustments if a["rule"] == "profile"]
+    assert profile_fills and all("measured on NVIDIA H200, not on NVIDIA H100" in a["reason"] for a in profile_fills)
+    same = plan("llama-3.1-8b", "h200", profile=h200)
+    assert not any("measured on" in a["reason"] for a in same.adjustments) and "measured on" not in same.why["prefill"]
 
 
 def test_an_explicit_choice_always_wins(h200):

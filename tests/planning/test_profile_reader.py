@@ -117,3 +117,11 @@ def test_shipped_profiles_parse_and_were_written_by_tune():
         p = load_profile(path)
         assert not p.smoke and p.header.get("runs"), f"{path}: not written by attnkit tune"
         assert all(r["command"].startswith("attnkit tune") for r in p.header["runs"])
+
+
+def test_a_named_profile_of_another_platform_kind_says_which_kind(tmp_path):
+    """Same device name, other kind: the warning read 'measured on NVIDIA H200 (sm90), not on
+    NVIDIA H200', naming no difference."""
+    rocm = write(tmp_path / "r.json", profile(MHA_H200, device={**H200, "kind": "rocm"}))
+    found, warnings = find_profile(get_preset("h200"), path=rocm, env={})
+    assert found is None and "NVIDIA H200 (rocm, sm90), not on NVIDIA H200 (cuda, sm90)" in warnings[0], warnings

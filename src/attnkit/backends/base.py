@@ -57,11 +57,14 @@ class StepState:
     ``_prepare`` built from it for every layer (``prepared``: index tensors, split counts).
 
     ``validated`` is True when ``AttentionBackend.prepare`` made it (after checking ``meta``
-    against the cache); a StepState made by hand is False, and ``forward`` checks its batch
-    on every call."""
+    against the cache); ``made_for`` then records for which backend class and cache layout
+    (page size, pages, device). A StepState made by hand, by another backend, or handed to
+    ``forward`` with a cache of another layout is checked against that cache and prepared
+    again by the backend on every call (slow, but never an out-of-range page or a foreign plan)."""
     meta: BatchMetadata
     prepared: Any = None
     validated: bool = False
+    made_for: Any = field(default=None, repr=False, compare=False)
 
 
 class AttentionBackend:
@@ -78,7 +81,8 @@ class AttentionBackend:
             return self._prepare(meta, cache)
         _validation().validate_batch(meta, cache)
         step = self._prepare(meta, cache)
-        return dataclasses.replace(step, validated=True) if isinstance(step, StepState) else step
+        return (dataclasses.replace(step, validated=True, made_for=self._made_for(cache))
+                if isinstance(step, StepState) else step)
 
     def forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):
         """q: [T, H_q, D]; k: [T, H_kv, D] (MLA: latent [T, L + R]); v: [T, H_kv, D_v] (MLA:
@@ -89,10 +93,30 @@ class AttentionBackend:
             validation = _validation()
             if not isinstance(step, StepState):
                 validation.not_a_step(step)
-            if not step.validated:        # a StepState made by hand, without prepare
-                validation.validate_batch(step.meta, cache)
+            if not step.validated or step.made_for != self._made_for(cache):
+                self._prepare_again(step, cache)
             validation.validate_forward(q, k, v, layer, cache, step.meta)
         return self._forward(q, k, v, layer, cache, step)
+
+    def _prepare_again(self, step: StepState, cache) -> None:
+        """A step made by hand, by another backend, or for a cache of another layout: its plan
+        may index pages this cache lacks, or be another backend's. Check its batch against
+        this cache and plan it here, in place (later layers then reuse it). A static step is
+        bound to the buffers and cache it was captured with (AK457)."""
+        from attnkit.errors import fail
+
+        if step.validated and getattr(step.meta, "_static", False):
+            fail("AK457", f"{self.name}: a static (CUDA-graph) step runs with the backend and cache "
+                          "prepare_static made it for, not another", field="step",
+                 expected="the cache of prepare_static", actual="another backend or cache layout")
+        fresh = self.prepare(step.meta, cache)
+        step.prepared, step.validated, step.made_for = fresh.prepared, True, fresh.made_for
+
+    def _made_for(self, cache) -> tuple:
+        """What a prepared step depends on besides its metadata: this backend's class and the
+        cache's layout (validate_batch checks the tables against its pages and page size)."""
+        return (type(self), getattr(cache, "page_size", None), getattr(cache, "num_pages", None),
+                str(getattr(cache, "device", None)))
 
     # ---- what a backend implements --------------------------------------------------------
     def _prepare(self, meta: BatchMetadata, cache) -> StepState:
@@ -113,6 +137,7 @@ class AttentionBackend:
         check_static(meta, cache, max_seq_len=max_seq_len, backend=self.name)
         step = self.capture_plan(meta, cache, max_seq_len=max_seq_len)
         step.validated = True        # check_static ran the batch checks of prepare
+        step.made_for = self._made_for(cache)
         return step
 
     def capture_plan(self, meta: BatchMetadata, cache, *, max_seq_len: int) -> StepState:
@@ -140,6 +165,21 @@ def _validation():
     return validation
 
 
+def required_tensors(layer: RuntimeLayer) -> None:
+    """Raise AK443 if the spec needs a per-layer tensor the layer lacks (validation checks
+    the shapes of those that are set; a missing one is the backend's to name)."""
+    spec = layer.spec
+    needed = (["w_kc", "w_vc"] if spec.kind == "mla" else []) + (["sinks"] if spec.sinks else [])
+    missing = [name for name in needed if getattr(layer, name) is None]
+    if missing:
+        from attnkit.errors import fail
+
+        fail("AK443", f"layer {spec.layer_id} ({spec.kind.upper()}{', sinks' if spec.sinks else ''}) "
+                      f"needs {', '.join(missing)}, which the RuntimeLayer does not carry",
+             field=f"layer.{missing[0]}", expected="a tensor", actual=None,
+             details={"missing": missing})
+
+
 def check_option(backend: str, option: str, value, choices) -> None:
     """Refuse a backend constructor option outside ``choices`` (AK407)."""
     if value not in choices:
@@ -148,3 +188,40 @@ def check_option(backend: str, option: str, value, choices) -> None:
         fail("AK407", f"{backend}: {option}={value!r} is not one of {', '.join(map(repr, choices))}",
              field=option, expected=list(choices), actual=value)
 
+
+def check_int_option(backend: str, option: str, value, *, minimum: int = 1, power_of_two: bool = False,
+                     maximum: int | None = None) -> None:
+    """Refuse a launch option (a tile size, a warp or split count) that is not None or an int
+    >= ``minimum`` (a power of two where the kernel's tl.arange needs one): AK407 when the
+    backend is made, not an interpreter or compiler error at the first forward."""
+    if value is None:
+        return
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= minimum and (
+        maximum is None or value <= maximum) and (not power_of_two or value & (value - 1) == 0)
+    if not ok:
+        from attnkit.errors import fail
+
+        what = f"an int >= {minimum}" + (" and a power of two" if power_of_two else "") + (
+            f", <= {maximum}" if maximum is not None else "")
+        fail("AK407", f"{backend}: {option}={value!r} is not {what} (or None)", field=option,
+             expected=what, actual=repr(value))
+
+
+def check_launch_config(backend: str, option: str, config) -> dict:
+    """A Triton launch override (``{"BLOCK_M": 64, "num_warps": 4, ...}``): a dict whose tile
+    sizes and warp counts are powers of two, stage counts >= 1 (AK407). Returns a copy."""
+    if config is None:
+        return {}
+    if not isinstance(config, dict):
+        from attnkit.errors import fail
+
+        fail("AK407", f"{backend}: {option} must be a dict of launch settings, got {type(config).__name__}",
+             field=option, expected="dict", actual=repr(config)[:80])
+    for key, value in config.items():
+        if isinstance(key, str) and key.startswith("BLOCK_"):
+            check_int_option(backend, f"{option}[{key!r}]", value, power_of_two=True)
+        elif key == "num_warps":
+            check_int_option(backend, f"{option}[{key!r}]", value, power_of_two=True, maximum=32)
+        elif key == "num_stages":
+            check_int_option(backend, f"{option}[{key!r}]", value)
+    return dict(config)

@@ -16,7 +16,7 @@ import torch
 
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
 from attnkit.backends.metadata import is_int as _is_int
-from attnkit.errors import fail
+from attnkit.errors import fail, preview
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,9 +76,10 @@ def _check_types(i: int, r: Request) -> None:
     if r.encoder_len is not None:
         counts.append(("encoder_len", r.encoder_len))
     for name, value in counts:
-        if not _is_int(value):
-            fail("AK405", f"request {i}: {name} must be an int, got {value!r}",
-                 field=f"requests[{i}].{name}", expected="int", actual=repr(value))
+        # lengths go into int32 tensors: a larger one cannot be represented (nor printed, past 4300 digits)
+        if not _is_int(value) or not -_INT32_MAX - 1 <= value <= _INT32_MAX:
+            fail("AK405", f"request {i}: {name} must be an int below 2**31, got {preview(value)}",
+                 field=f"requests[{i}].{name}", expected="int", actual=preview(value))
     if r.encoder_len is not None and r.encoder_len < 0:
         fail("AK405", f"request {i}: encoder_len must be >= 0 (or None without an encoder), "
                       f"got {r.encoder_len}",
@@ -97,9 +98,9 @@ def _check_types(i: int, r: Request) -> None:
         # Block tables are int32 tensors: a larger id would overflow rather than index a page.
         huge = next((p for p in entries if not -_INT32_MAX - 1 <= p <= _INT32_MAX), None)
         if huge is not None:
-            fail("AK405", f"request {i}: {name} holds page id {huge}, beyond the int32 range of "
+            fail("AK405", f"request {i}: {name} holds page id {preview(huge)}, beyond the int32 range of "
                           f"block tables (page ids must be < 2**31 = {_INT32_MAX + 1})",
-                 field=f"requests[{i}].{name}", expected=f"0 <= page id <= {_INT32_MAX}", actual=huge)
+                 field=f"requests[{i}].{name}", expected=f"0 <= page id <= {_INT32_MAX}", actual=preview(huge))
 
 
 def _check_request(i: int, r: Request, page_size: int) -> None:
@@ -151,9 +152,9 @@ def build_batch(requests: Sequence[Any], *, page_size: int, device: torch.device
         fail("AK405", f"requests must be a sequence of requests, got {type(requests).__name__}",
              field="requests", expected="a list of Request / dict / tuple", actual=repr(requests)[:80])
     reqs = [Request.of(r, i) for i, r in enumerate(requests)]
-    if not _is_int(page_size) or page_size < 1:
-        fail("AK405", f"page_size must be an int >= 1, got {page_size!r}",
-             field="page_size", expected="int >= 1", actual=repr(page_size))
+    if not _is_int(page_size) or not 1 <= page_size <= _INT32_MAX:
+        fail("AK405", f"page_size must be an int >= 1 (and < 2**31), got {preview(page_size)}",
+             field="page_size", expected="int >= 1", actual=preview(page_size))
     for i, r in enumerate(reqs):
         _check_request(i, r, page_size)
     mode = _parse_mode(mode) if mode is not None else infer_mode(reqs)

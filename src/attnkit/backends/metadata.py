@@ -101,6 +101,12 @@ class BatchMetadata:
         call and from the same staging values, the host values (``refresh_host``). The one
         place where the device copy is not built by this class; the writer of both is one
         function, so they still cannot part. ``host``: the four ``*_cpu`` owner fields."""
+        _host_names(host, every=True)
+        if not isinstance(tensors, dict) or sorted(tensors) != sorted(BUFFERS) or not all(
+                hasattr(t, "shape") and hasattr(t, "device") for t in tensors.values()):
+            fail("AK405", f"on_buffers takes a dict of the tensors {', '.join(BUFFERS)}, got "
+                          f"{sorted(tensors) if isinstance(tensors, dict) else type(tensors).__name__}",
+                 field="tensors", expected=list(BUFFERS), actual=repr(tensors)[:80])
         meta = cls.__new__(cls)
         for name, value in (("mode", mode), ("page_size", page_size), ("device", "cpu"),
                             ("encoder_lens_cpu", None), ("encoder_block_tables_cpu", None),
@@ -109,19 +115,42 @@ class BatchMetadata:
             object.__setattr__(meta, name, value)
         meta._check_host()
         object.__setattr__(meta, "_tensors", dict(tensors))
+        meta._check_buffer_shapes()
         object.__setattr__(meta, "device", tensors["slot_mapping"].device)
         return meta
 
     def refresh_host(self, **host: Any) -> None:
         """Static metadata only: the host values of what ``StaticDecode.fill`` just wrote to
-        the buffers (checked as when made)."""
+        the buffers (the four ``*_cpu`` owner fields, checked as when made). A refusal leaves
+        the metadata as it was."""
         if not self._static:
             fail("AK405", "refresh_host is for static (CUDA-graph) metadata made by "
                           "BatchMetadata.on_buffers; build a new BatchMetadata instead",
                  field="meta", expected="static metadata", actual="a BatchMetadata")
-        for name, value in host.items():
-            object.__setattr__(self, name, value)
-        self._check_host()
+        _host_names(host, every=False)
+        old = {name: getattr(self, name) for name in HOST_FIELDS}
+        try:
+            for name, value in host.items():
+                object.__setattr__(self, name, value)
+            self._check_host()
+            self._check_buffer_shapes()
+        except BaseException:
+            for name, value in old.items():
+                object.__setattr__(self, name, value)
+            raise
+
+    def _check_buffer_shapes(self) -> None:
+        """Static metadata: each buffer has the length the host values give it (no device
+        sync; its values are the writer's, StaticDecode.fill)."""
+        b, t = self.num_reqs, self.num_tokens
+        want = {"query_start_loc": b + 1, "seq_lens": b, "prefix_lens": b, "block_tables": b,
+                "slot_mapping": t, "positions": t}
+        for name, n in want.items():
+            shape = tuple(self._tensors[name].shape)
+            if not shape or shape[0] != n or len(shape) != (2 if name == "block_tables" else 1):
+                fail("AK405", f"buffer {name} has shape {list(shape)} but the host values describe "
+                              f"{b} request(s) and {t} token(s)", field=f"tensors.{name}",
+                     expected=n, actual=list(shape))
 
     def _check_host(self) -> None:
         """Normalise and check the host values (AK405/AK406); no tensors."""
@@ -141,8 +170,15 @@ class BatchMetadata:
             freeze("encoder_block_tables_cpu",
                    _rows("encoder_block_tables_cpu", self.encoder_block_tables_cpu or ()))
         if self.encoder_slot_mapping_cpu is not None:
+            if not enc:
+                fail("AK405", "meta.encoder_slot_mapping_cpu is set but encoder_lens_cpu is None: encoder "
+                              "K/V slots without encoder lengths", field="meta.encoder_slot_mapping_cpu",
+                     expected="None without encoder_lens_cpu", actual=repr(self.encoder_slot_mapping_cpu)[:80])
             freeze("encoder_slot_mapping_cpu",
                    _ints("encoder_slot_mapping_cpu", self.encoder_slot_mapping_cpu))
+        if enc and any(n < 0 for n in self.encoder_lens_cpu):
+            fail("AK405", f"meta.encoder_lens_cpu must be >= 0, got {list(self.encoder_lens_cpu)}",
+                 field="meta.encoder_lens_cpu", expected=">= 0", actual=list(self.encoder_lens_cpu))
         counts = {"prefix_lens_cpu": len(self.prefix_lens_cpu),
                   "block_tables_cpu": len(self.block_tables_cpu)}
         if enc:
@@ -229,6 +265,19 @@ class BatchMetadata:
     @property
     def encoder_slot_mapping(self):
         return self._tensors.get("encoder_slot_mapping")
+
+
+HOST_FIELDS = ("seq_lens_cpu", "prefix_lens_cpu", "block_tables_cpu", "slot_mapping_cpu")
+BUFFERS = ("query_start_loc", "seq_lens", "prefix_lens", "block_tables", "slot_mapping", "positions")
+
+
+def _host_names(host: dict, *, every: bool) -> None:
+    """on_buffers / refresh_host take the four host owner fields (all of them when made)."""
+    unknown, missing = sorted(set(host) - set(HOST_FIELDS)), sorted(set(HOST_FIELDS) - set(host))
+    if unknown or (every and missing):
+        fail("AK405", f"static metadata's host values are {', '.join(HOST_FIELDS)}; "
+                      + (f"unknown: {', '.join(unknown)}" if unknown else f"missing: {', '.join(missing)}"),
+             field="host", expected=list(HOST_FIELDS), actual=unknown or missing)
 
 
 def is_int(value: Any) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from attnkit.errors import fail
+from attnkit.errors import fail, preview
 
 _RANGE = {torch.int32: (-2**31, 2**31 - 1), torch.int64: (-2**63, 2**63 - 1)}
 
@@ -32,8 +32,8 @@ def device_tensors(meta) -> dict[str, torch.Tensor]:
         lo, hi = _RANGE[dtype]
         bad = next((v for v in flat if not lo <= v <= hi), None)
         if bad is not None:
-            fail("AK405", f"meta.{name} holds {bad}, outside the {dtype} range of its tensor",
-                 field=f"meta.{name}", expected=f"{lo} <= value <= {hi}", actual=bad)
+            fail("AK405", f"meta.{name} holds {preview(bad)}, outside the {dtype} range of its tensor",
+                 field=f"meta.{name}", expected=f"{lo} <= value <= {hi}", actual=preview(bad))
     try:
         dev = torch.device(meta.device)
         out = {name: torch.tensor(values, dtype=dtype, device=dev) for name, (values, dtype) in host.items()}

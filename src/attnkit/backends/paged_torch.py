@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from attnkit.backends.base import RuntimeLayer, StepState
+from attnkit.backends.base import RuntimeLayer, StepState, required_tensors
 from attnkit.backends.metadata import BatchMetadata
 from attnkit.errors import fail
 
@@ -227,19 +227,6 @@ def local_limits(layer: RuntimeLayer) -> tuple[int | None, int | None]:
     if spec.role == "cross":
         return None, None
     return spec.sliding_window, spec.attention_chunk
-
-
-def required_tensors(layer: RuntimeLayer) -> None:
-    """Raise AK443 if the spec needs a per-layer tensor the layer lacks (validation checks
-    the shapes of those that are set; a missing one is the backend's to name)."""
-    spec = layer.spec
-    needed = (["w_kc", "w_vc"] if spec.kind == "mla" else []) + (["sinks"] if spec.sinks else [])
-    missing = [name for name in needed if getattr(layer, name) is None]
-    if missing:
-        fail("AK443", f"layer {spec.layer_id} ({spec.kind.upper()}{', sinks' if spec.sinks else ''}) "
-                      f"needs {', '.join(missing)}, which the RuntimeLayer does not carry",
-             field=f"layer.{missing[0]}", expected="a tensor", actual=None,
-             details={"missing": missing})
 
 
 def absorbed_is_cheaper(n: int, s: int, mla) -> bool:

@@ -34,7 +34,8 @@ import torch
 
 from attnkit.backends.batch import Request, slots_of
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
-from attnkit.errors import fail
+from attnkit.errors import fail, preview
+from attnkit.kvcache.checks import check_fits, usable_device
 
 I32, I64 = torch.int32, torch.int64
 
@@ -58,19 +59,24 @@ class StaticDecode:
                  scratch_pages: Sequence[int], device: torch.device | str):
         for name, value in (("max_batch", max_batch), ("max_pages", max_pages),
                             ("page_size", page_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                fail("AK458", f"{name} must be an int >= 1, got {value!r}", field=name,
-                     expected="int >= 1", actual=repr(value))
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**31:
+                fail("AK458", f"{name} must be an int >= 1 (and < 2**31), got {preview(value)}", field=name,
+                     expected="int >= 1", actual=preview(value))
         self.max_batch, self.max_pages, self.page_size = max_batch, max_pages, page_size
-        self.scratch_pages = list(scratch_pages)
         need = self.scratch_need(max_batch, page_size)
-        if len(self.scratch_pages) < need or len(set(self.scratch_pages)) != len(self.scratch_pages) \
-                or any(isinstance(p, bool) or not isinstance(p, int) or p < 0 for p in self.scratch_pages):
+        self.scratch_pages = list(scratch_pages) if isinstance(scratch_pages, (list, tuple, range)) else None
+        if self.scratch_pages is None or len(self.scratch_pages) < need \
+                or len(set(self.scratch_pages)) != len(self.scratch_pages) \
+                or not all(_page_id(p) for p in self.scratch_pages):
             fail("AK458", f"{max_batch} rows of page size {page_size} need {need} distinct scratch "
-                          f"page id(s), got {self.scratch_pages!r}", field="scratch_pages",
-                 expected=f"{need} distinct page ids >= 0", actual=self.scratch_pages)
+                          f"page id(s) in [0, 2**31), got {scratch_pages!r:.80}", field="scratch_pages",
+                 expected=f"{need} distinct page ids >= 0", actual=repr(scratch_pages)[:80])
         self._scratch = set(self.scratch_pages)
-        self.device = torch.device(device)
+        self.device = usable_device(device)
+        # device buffers and their pinned host mirrors, checked before any is allocated
+        nbytes = max_batch * (max_pages * 4 + 2 * 4 + 2 * 8) + 4 * (max_batch + 1)
+        check_fits(nbytes, self.device, what=f"static decode buffers for {max_batch} rows of {max_pages} pages")
+        check_fits(nbytes, torch.device("cpu"), what=f"their host staging copies")
         dev = dict(device=self.device)
         self.query_start_loc = torch.arange(max_batch + 1, dtype=I32, **dev)  # one token each
         self._lens = torch.zeros(2, max_batch, dtype=I32, **dev)
@@ -120,6 +126,9 @@ class StaticDecode:
         object every time). In place: no device allocation, no host synchronisation past
         the previous fill's copy. AK458 for a batch or a request the buffers cannot hold."""
         self._check_batch(batch)
+        if isinstance(requests, (str, bytes)) or not hasattr(requests, "__iter__"):
+            fail("AK458", f"requests must be a sequence of requests, got {type(requests).__name__}",
+                 field="requests", expected="a list of Request", actual=repr(requests)[:80])
         reqs = [Request.of(r, i) for i, r in enumerate(requests)]
         if len(reqs) > batch:
             fail("AK458", f"{len(reqs)} request(s) do not fit a static bucket of {batch} rows",
@@ -130,6 +139,7 @@ class StaticDecode:
         rows = [list(r.block_table) for r in reqs]
         for i, (r, row) in enumerate(zip(reqs, rows)):
             self._check_request(i, r, row)          # all of them before anything is written
+        self._check_distinct_slots(reqs, rows)
         lens, slots, tables = host.lens.numpy(), host.slots.numpy(), host.tables.numpy()
         for i, (r, row) in enumerate(zip(reqs, rows)):
             need = -(-r.seq_len // self.page_size)
@@ -191,24 +201,41 @@ class StaticDecode:
         ints = (r.prefix_len, r.num_new, *row)
         if any(isinstance(x, bool) or not isinstance(x, int) for x in ints):
             fail("AK458", f"request {i}: prefix_len, num_new and page ids must be ints, got "
-                          f"{r.prefix_len!r}, {r.num_new!r}, {row!r}", field=f"requests[{i}]",
-                 expected="ints", actual=repr(r))
+                          f"{preview(r.prefix_len)}, {preview(r.num_new)}, {preview(row)}", field=f"requests[{i}]",
+                 expected="ints", actual=preview(r))
         need = -(-r.seq_len // self.page_size)
         problem = None
-        if r.num_new != 1 or r.prefix_len < 0:
-            problem = ("num_new", "one new token after prefix_len >= 0",
-                       f"prefix_len={r.prefix_len}, num_new={r.num_new}")
+        if r.num_new != 1 or not 0 <= r.prefix_len < 2**31:
+            problem = ("num_new", "one new token after prefix_len >= 0 (and < 2**31)",
+                       f"prefix_len={preview(r.prefix_len)}, num_new={preview(r.num_new)}")
         elif need > self.max_pages:
             problem = ("block_table", f"<= {self.max_pages} pages ({self.max_seq_len} tokens)",
                        f"{r.seq_len} tokens")
-        elif len(row) < need or any(p < 0 or p in self._scratch for p in row[:need]):
+        elif len(row) < need or any(not _page_id(p) or p in self._scratch for p in row[:need]):
             problem = ("block_table", f"{need} page(s) >= 0, none a scratch page "
                                       f"{self.scratch_pages}", row)
         if problem:
             field, expected, actual = problem
+            shown = actual if isinstance(actual, str) else preview(actual)
             fail("AK458", f"request {i} does not fit the static decode buffers: {field} must be "
-                          f"{expected}, got {actual}", field=f"requests[{i}].{field}",
-                 expected=expected, actual=actual)
+                          f"{expected}, got {shown}", field=f"requests[{i}].{field}",
+                 expected=expected, actual=shown)
+
+    def _check_distinct_slots(self, reqs: list[Request], rows: list[list[int]]) -> None:
+        """Two rows that write one cache slot race in the captured kernel (eager steps: AK416)."""
+        seen: dict[int, int] = {}
+        for i, (r, row) in enumerate(zip(reqs, rows)):
+            slot = slots_of(row, (r.prefix_len,), self.page_size)[0]
+            if slot in seen:
+                fail("AK458", f"requests {seen[slot]} and {i} write their new token to the same cache "
+                              f"slot {slot} (page {slot // self.page_size})", field=f"requests[{i}].block_table",
+                     expected="distinct slots", actual=slot)
+            seen[slot] = i
+
+
+def _page_id(p) -> bool:
+    """A page id an int32 block table holds."""
+    return not isinstance(p, bool) and isinstance(p, int) and 0 <= p < 2**31
 
 
 def static_tensors(meta: BatchMetadata, backend: str) -> None:

@@ -32,7 +32,7 @@ def add_plan_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--deny", action="append", metavar="B", help="never choose B (repeatable, or comma list)")
     p.add_argument("--cuda-graph", nargs="?", const="on", choices=("auto", "on", "off"),
                    help="capture decode steps as CUDA graphs: on (a bare --cuda-graph), off, or "
-                        "auto (default: on where the device is CUDA and the decode backend declares it)")
+                        "auto (default: on where the device is CUDA and the decode backend declares it; prefill runs eagerly)")
 
 
 def request_from_args(args: argparse.Namespace):

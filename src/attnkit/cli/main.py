@@ -116,8 +116,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     models, platforms, failed = _read_all(args.models, devices, load_model, resolve_platform)
     if failed and not args.json:
         raise next(iter(failed.values()))
-    plans = [_pair(m, d, models, platforms, failed, request, plan, profile=args.profile, catch=args.json)
+    pairs = [_pair(m, d, models, platforms, failed, request, plan, profile=args.profile, catch=args.json)
              for m in args.models for d in devices]
+    plans = [p for p, _ in pairs]
     single = len(plans) == 1
     if args.json:
         data: Any = plans[0].to_dict() if single else [p.to_dict() for p in plans]
@@ -126,7 +127,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         sys.stdout.write(plan_text(plans[0]))
     else:
         sys.stdout.write(matrix_text(plans, list(args.models), devices))
-    if failed or any(p.error and p.error["code"] in USAGE_CODES for p in plans):
+    # an error the planner raised (an unreadable --profile ...) is a usage error, as without --json
+    if failed or any(raised for _, raised in pairs) or any(p.error and p.error["code"] in USAGE_CODES
+                                                          for p in plans):
         return EXIT_USAGE
     return EXIT_OK if all(p.ok for p in plans) else EXIT_NO_PLAN
 
@@ -143,20 +146,21 @@ def _read_all(names: list[str], devices: list[str], load_model, resolve_platform
 
 
 def _pair(model: str, device: str, models, platforms, failed, request, plan, *, profile, catch):
-    """One model x device plan; under --json (``catch``) an error the planner raises (e.g. an
-    unreadable --profile file) becomes a failed-plan object too."""
+    """(one model x device plan, whether it failed by an error rather than a plan); under
+    --json (``catch``) an error the planner raises (e.g. an unreadable --profile file)
+    becomes a failed-plan object too."""
     from attnkit.planning.plan import Plan
 
     err = failed.get(model) or failed.get(("device", device))
     if err is None:
         try:
-            return plan(models[model], platforms[device], request, label=model, profile=profile)
+            return plan(models[model], platforms[device], request, label=model, profile=profile), False
         except AttnkitError as exc:
             if not catch:
                 raise
             err = exc
     platform = platforms[device].to_dict() if device in platforms else None
-    return Plan.failed(err, model=model, platform=platform, request=request.to_dict())
+    return Plan.failed(err, model=model, platform=platform, request=request.to_dict()), True
 
 
 def cmd_backends(args: argparse.Namespace) -> int:
@@ -192,9 +196,10 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def cmd_devices(args: argparse.Namespace) -> int:
     from attnkit.hardware import get_preset, preset_names
+    from attnkit.hardware.platform import arch_label
     for name in preset_names():
         p = get_preset(name)
-        cc = f"sm{p.capability[0]}{p.capability[1]}" if p.capability else "-"
+        cc = arch_label(p.kind, p.capability, p.arch) or "-"
         sys.stdout.write(f"{name:<9} {p.kind:<5} {cc:<6} {p.name}\n")
     return EXIT_OK
 

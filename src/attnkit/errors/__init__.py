@@ -9,7 +9,7 @@ from typing import Any
 
 from attnkit.errors.catalog import CATALOG, ErrorEntry, entry
 
-__all__ = ["AttnkitError", "fail", "CATALOG", "ErrorEntry", "entry"]
+__all__ = ["AttnkitError", "fail", "preview", "CATALOG", "ErrorEntry", "entry"]
 
 
 class AttnkitError(Exception):
@@ -58,6 +58,16 @@ class AttnkitError(Exception):
 def fail(code: str, message: str, **kwargs: Any) -> "AttnkitError":
     """Raise ``AttnkitError``; written as ``raise fail(...)`` reads too, so both work."""
     raise AttnkitError(code, message, **kwargs)
+
+
+def preview(value: Any, limit: int = 80) -> str:
+    """repr(value) cut to ``limit`` characters, for a message, whatever the value: a very deep
+    list or a 5000-digit integer cannot be printed (RecursionError, ValueError)."""
+    try:
+        text = repr(value)
+    except (RecursionError, ValueError):
+        return f"<{type(value).__name__} too large to print>"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _jsonable(value: Any) -> Any:

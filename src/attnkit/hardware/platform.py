@@ -34,7 +34,7 @@ class Platform:
     arch: str | None = None
 
     def has_package(self, name: str) -> bool:
-        return name in self.packages
+        return name in (self.packages or {})
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -42,7 +42,7 @@ class Platform:
             "name": self.name,
             "capability": list(self.capability) if self.capability is not None else None,
             "memory_gb": self.memory_gb,
-            "packages": dict(sorted(self.packages.items())),
+            "packages": dict(sorted((self.packages or {}).items())),   # None: none known
             "preset": self.preset,
             "arch": self.arch,
         }
@@ -57,7 +57,7 @@ class Platform:
 
     def __hash__(self) -> int:  # packages is a dict; hash the rest plus its items
         return hash((self.kind, self.name, self.capability, self.memory_gb,
-                     tuple(sorted(self.packages.items())), self.preset, self.arch))
+                     tuple(sorted((self.packages or {}).items())), self.preset, self.arch))
 
 
 def compute_dtypes(platform: Any) -> tuple[str, ...]:
@@ -67,6 +67,14 @@ def compute_dtypes(platform: Any) -> tuple[str, ...]:
     if getattr(platform, "kind", None) == "cuda" and cc is not None and tuple(cc) < BF16_MIN_CUDA:
         return ("fp32", "fp16")
     return ("fp32", "fp16", "bf16")
+
+
+def arch_label(kind: str, capability, arch: str | None) -> str | None:
+    """How the architecture is named: ``sm90`` for CUDA, the gfx target (``gfx942``) for ROCm,
+    whose "capability" is only torch's (major, minor) reading of it; None without one."""
+    if kind == "rocm" and arch:
+        return arch
+    return f"sm{capability[0]}{capability[1]}" if capability else None
 
 
 def validate_platform(platform: Any) -> None:

@@ -11,7 +11,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Hashable
 
-from attnkit.errors import fail
+from attnkit.errors import fail, preview
 
 
 def _check_count(name: str, value: object, *, minimum: int) -> None:
@@ -21,8 +21,8 @@ def _check_count(name: str, value: object, *, minimum: int) -> None:
     except TypeError:
         ok = False
     if not ok:
-        fail("AK405", f"{name} must be an int >= {minimum}, got {value!r}",
-             field=name, expected=f"int >= {minimum}", actual=repr(value))
+        fail("AK405", f"{name} must be an int >= {minimum}, got {preview(value)}",
+             field=name, expected=f"int >= {minimum}", actual=preview(value))
 
 
 def _check_id(req_id: object) -> None:
@@ -43,6 +43,7 @@ class _Owned:
 
 # Shuffled orders are materialised (a list of every page id): more pages than this is refused.
 MAX_SHUFFLED_PAGES = 1 << 24
+MAX_ROW_PAGES = 1 << 31        # page ids are int32 in block tables: no request can use more
 
 
 class PageAllocator:
@@ -87,11 +88,15 @@ class PageAllocator:
         return list(range(self._fresh, self.num_pages)) + list(self._free)
 
     def _take(self, req_id: Hashable, count: int) -> list[int]:
+        if count > MAX_ROW_PAGES:            # no cache holds more pages (int32 block tables)
+            fail("AK405", f"request {preview(req_id)} would need {preview(count)} pages; a block-table "
+                          f"row holds at most 2**31", field="num_tokens", expected=f"<= {MAX_ROW_PAGES} pages",
+                 actual=preview(count))
         free = self.num_free
         if count > free:
-            fail("AK400", f"request {req_id!r} needs {count} more page(s) but only "
-                          f"{free} of {self.num_pages} are free",
-                 field="num_pages", expected=f">= {count} free", actual=free,
+            fail("AK400", f"request {preview(req_id)} needs {preview(count)} more page(s) but only "
+                          f"{preview(free)} of {preview(self.num_pages)} are free",
+                 field="num_pages", expected=f">= {preview(count)} free", actual=free,
                  details={"requested": count, "free": free, "total": self.num_pages})
         fresh = min(count, self.num_pages - self._fresh)
         pages = list(range(self._fresh, self._fresh + fresh))

@@ -63,7 +63,8 @@ def check_fits(nbytes: int, dev: torch.device, *, what: str) -> None:
 
 def check_write(cache, layer_id: Any, slots: Any, k: Any, v: Any) -> None:
     """Everything ``PagedKVCache.write`` needs, before it writes a byte."""
-    if layer_id not in cache.specs:
+    # an int (or numpy int) only: a list is unhashable, and True / 0.0 equal layers 1 / 0
+    if isinstance(layer_id, bool) or not hasattr(type(layer_id), "__index__") or layer_id not in cache.specs:
         fail("AK418", f"the KV cache holds no layer {layer_id!r} (layers {sorted(cache.specs)})",
              field="layer_id", expected=sorted(cache.specs), actual=repr(layer_id))
     if (not isinstance(slots, torch.Tensor) or slots.dtype == torch.bool

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from attnkit.errors import fail
+from attnkit.errors import fail, preview
 from attnkit.kvcache.checks import check_fits, check_write, usable_device
 from attnkit.model.spec import LayerAttention
 
@@ -38,13 +38,15 @@ def _kv_dtype(dtype: Any) -> torch.dtype:
 
 
 def _check_size(name: str, value: Any) -> None:
+    """An int >= 1, below 2**62 so that slots (page * page_size) and byte counts stay numbers
+    (larger ones are refused for memory, AK431, or cannot even be printed)."""
     try:
-        ok = not isinstance(value, bool) and operator.index(value) >= 1
+        ok = not isinstance(value, bool) and 1 <= operator.index(value) < 2**62
     except TypeError:
         ok = False
     if not ok:
-        fail("AK430", f"{name} must be an int >= 1, got {value!r}",
-             field=name, expected="int >= 1", actual=repr(value))
+        fail("AK430", f"{name} must be an int >= 1 (and < 2**62), got {preview(value)}",
+             field=name, expected="int >= 1", actual=preview(value))
 
 
 def _check_scales(name: str, scales: dict[int, Any], layer_ids: set[int]) -> None:

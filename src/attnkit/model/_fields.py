@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from attnkit.errors import AttnkitError
+from attnkit.errors import AttnkitError, preview
 
 _MISSING = object()
 # No config size, count or window comes near 2**31; larger integers are typos or attacks (and a
@@ -86,11 +86,14 @@ class ConfigReader:
         value, found = self._raw(key, default)
         if not found:
             return value
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.type_error(key, "a finite number", value)
+        # before isfinite: an integer past float's range (10**400) cannot even be converted
         if isinstance(value, int) and abs(value) > MAX_INT:
             raise self.error("AK505", key, f"{self.path(key)} = {_short(value)} is implausibly large",
                              expected=f"|value| <= {MAX_INT}", actual=_short(value))
+        if not math.isfinite(value):
+            raise self.type_error(key, "a finite number", value)
         if positive and value <= 0:
             raise self.error("AK505", key, f"{self.path(key)} must be > 0, got {value}",
                              expected="> 0", actual=value)
@@ -154,8 +157,4 @@ def _short(value: Any) -> str:
     """A repr short enough for a message, for any value a JSON file can hold."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
         return f"an integer of about {int(abs(value).bit_length() * 0.30103) + 1} digits"
-    try:
-        text = repr(value)
-    except (RecursionError, ValueError):   # very deep nesting; an integer too long to print
-        return f"a {type(value).__name__} too deep or too long to print"
-    return text if len(text) <= 60 else text[:57] + "..."
+    return preview(value, 60)

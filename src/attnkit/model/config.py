@@ -12,7 +12,7 @@ from attnkit.errors import AttnkitError
 from attnkit.model import families
 from attnkit.model._fields import ConfigReader
 from attnkit.model.enforce import check_keys, refuse_keys
-from attnkit.model.keys import ENCODERS
+from attnkit.model.keys import ENCODERS, YARN_MLA
 from attnkit.model.layouts import LAYERS
 from attnkit.model.spec import ModelAttention
 
@@ -35,6 +35,7 @@ MODEL_DEFAULTS: dict[str, dict] = {
     "deepseek_v32": {"index_topk": 2048, "index_n_heads": 64, "index_head_dim": 128},
     "glm_moe_dsa": {"index_topk": 2048, "index_n_heads": 32, "index_head_dim": 128},
 }
+MLA_FAMILIES = YARN_MLA     # model types whose attention is always multi-head latent attention
 RELATIVE_BIAS_FAMILIES = {"t5", "mt5", "umt5", "longt5", "switch_transformers", "pop2piano"}
 # Encoder families whose attention adds position terms no attnkit backend computes.
 DISENTANGLED = {"deberta", "deberta-v2", "sew-d"}
@@ -74,7 +75,8 @@ def parse_traced(cfg: object, *, name: str | None = None, source: str = "<dict>"
     max_pos_key = "max_position_embeddings"
     if reader.has("encoder_layers") and reader.has("decoder_layers"):
         (layers, other), max_pos_key = families.encoder_decoder(reader), "max_target_positions"
-    elif reader.has("kv_lora_rank"):
+    elif reader.has("kv_lora_rank") or model_type in MLA_FAMILIES:
+        # an MLA family without kv_lora_rank is a broken config, not an MHA one (mla() names it)
         layers, other = families.mla(reader, model_type)
     elif reader.first(*families.HEADS, *LAYERS) is not None or model_type == "nemotron_h":
         layers, other = families.decoder(reader, model_type)   # it names whichever field is missing
@@ -88,7 +90,11 @@ def parse_traced(cfg: object, *, name: str | None = None, source: str = "<dict>"
     if not layers:
         raise reader.error("AK510", None, f"model_type {model_type!r}: no layer of this config attends "
                            "(every layer is " + ", ".join(sorted({k for _, k in other})) + "); attnkit "
-                           "plans attention only", expected="at least one attention layer", actual=0)
+                           "plans attention only", expected="at least one attention layer", actual=0,
+                           solutions=["a model without attention layers needs no attention backend: "
+                                      "there is nothing to plan",
+                                      "if some layers do attend, mark them in the config's layer list "
+                                      "(layer_types, hybrid_override_pattern, attn_layer_indices ...)"])
     max_pos = reader.int(max_pos_key, default=None)
     notes = check_keys(reader, model_type)
     notes = [f"{reader.path(k)} not in config; used transformers' default {reader.defaults[k]!r}"

@@ -10,11 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 from attnkit.model._fields import ConfigReader, _short
-from attnkit.model.keys import RULES, KeyRule, classify
+from attnkit.model.keys import RULES, KeyRule, classify, is_flag
 
 
 def refuse_keys(r: ConfigReader, family: str) -> None:
     for key, value in r.cfg.items():
+        if value is not None and not isinstance(value, bool) and is_flag(key, family):
+            raise r.type_error(key, "true or false", value)   # is_causal: 0 is a switch, read by truthiness
         status, rule = classify(key, family, value)
         if status == "refused":
             raise _refusal(r, rule, key, value, f"{rule.what}. attnkit does not model this; it would need "

@@ -35,13 +35,16 @@ def decoder(r: ConfigReader, model_type: str) -> Layers:
     kinds = {s.attention for s in slots}
     encoder = model_type in ENCODERS or r.bool("use_bidirectional_attention", default=False)
     if encoder and "sliding" in kinds:
-        key = next(k for k in ("use_bidirectional_attention", "layer_types", "global_attn_every_n_layers",
-                               "sliding_window_pattern") if r.known(k))
-        raise r.error("AK513", key, f"{r.path(key)}: this model's local layers attend both ways within a "
-                      "window (|p - k| within half of it); attnkit's sliding windows count keys before the "
-                      "query only, so it would need a two-sided window mask", expected="a causal model, or "
-                      "every layer global", actual=r.cfg.get(key, r.defaults.get(key)),
-                      details={"needs": "a two-sided (bidirectional) sliding window"})
+        raise _two_sided(r, ("use_bidirectional_attention", "layer_types", "global_attn_every_n_layers",
+                             "sliding_window_pattern", "use_sliding_window", "sliding_window"),
+                         "this model's local layers attend both ways within a window (|p - k| within half "
+                         "of it); attnkit's sliding windows count keys before the query only",
+                         "a two-sided (bidirectional) sliding window mask", "every layer global")
+    if encoder and "chunked" in kinds:
+        raise _two_sided(r, ("use_bidirectional_attention", "layer_types"),
+                         "bidirectional attention with chunked local layers; attnkit's chunk mask is "
+                         "causal (a key in the query's chunk and not after it)",
+                         "a bidirectional chunked local mask", "no chunked_attention layers")
     window = r.int("sliding_window") if "sliding" in kinds else None
     chunk = attention_chunk(r) if "chunked" in kinds else None
     if "chunked" in kinds and chunk is None:
@@ -134,6 +137,15 @@ def _yarn_mla_scale(r: ConfigReader, head_dim: int) -> float:
                              f"with factor {factor} makes the softmax scale {scale} (it must be finite "
                              "and > 0)", expected="a finite positive softmax scale", actual=mscale_all_dim)
     return scale
+
+
+def _two_sided(r: ConfigReader, keys: tuple[str, ...], what: str, needs: str, instead: str):
+    """AK513 for local layers (windows, chunks) that an encoder would attend both ways: the
+    error names the first of ``keys`` the config sets (the last is the fallback)."""
+    key = next((k for k in keys if r.known(k)), keys[-1])
+    return r.error("AK513", key, f"{r.path(key)}: {what}, so it would need {needs}",
+                   expected=f"a causal model, or {instead}", actual=r.cfg.get(key, r.defaults.get(key)),
+                   details={"needs": needs})
 
 
 def _kv_heads(r: ConfigReader, heads: int) -> int:

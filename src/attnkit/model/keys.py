@@ -195,6 +195,16 @@ def rules_for(key: str) -> list[KeyRule]:
     return [r for r in RULES if r.key == key]
 
 
+def is_flag(key: str, family: str) -> bool:
+    """Whether ``key`` is a true/false switch in ``family``: every rule of the family (or "*")
+    for it names only booleans. Python code tests it with ``if config.key:``, so a 0, "x" or
+    [] would switch it by truthiness where the table matches only true and false."""
+    rules = rules_for(key)
+    own = [r for r in rules if family in r.families] or [r for r in rules if "*" in r.families]
+    options = [tuple(o for o in (r.values if r.values is not None else r.inactive) if o is not None) for r in own]
+    return bool(own) and all(opts and all(isinstance(o, bool) for o in opts) for opts in options)
+
+
 def classify(key: str, family: str, value: Any) -> tuple[str, KeyRule | None]:
     """What ``key`` = ``value`` means in ``family``: (a rule's status, the rule); ("inactive", None)
     when it changes nothing; ("foreign", a rule) when only other families' rules know it;

@@ -67,7 +67,7 @@ def _from_layer_types(r: ConfigReader, model_type: str, n: int) -> list[Slot]:
     types = r.list("layer_types")
     if len(types) != n:
         raise r.error("AK506", "layer_types", f"layer_types has {len(types)} entries but the model has "
-                      f"{n} layers", expected=n, actual=len(types))
+                      f"{n} layers", expected=n, actual=len(types), solutions=_one_per_layer("layer_types", n))
     # layer_types is what transformers runs; the keys it was derived from are settled by it
     r.considered("sliding_window_pattern", "use_sliding_window", "max_window_layers",
                  "global_attn_every_n_layers", "full_attention_interval")
@@ -121,7 +121,8 @@ def _nemotron(r: ConfigReader) -> list[Slot]:
     declared = r.first(*LAYERS)
     if declared is not None and r.int(declared, maximum=MAX_LAYERS) != len(types):
         raise r.error("AK506", key, f"{r.path(key)} describes {len(types)} layers but {declared} is "
-                      f"{r.cfg[declared]}", expected=len(types), actual=r.cfg[declared])
+                      f"{r.cfg[declared]}", expected=len(types), actual=r.cfg[declared],
+                      solutions=_one_per_layer(key, r.cfg[declared]))
     return typed_slots(r, key, types, "nemotron_h")
 
 
@@ -134,7 +135,8 @@ def _llama4_rope_layers(r: ConfigReader, n: int) -> list[bool]:
         return [(i + 1) % k != 0 for i in range(n)]
     if len(given) < n or any(v not in (0, 1) or isinstance(v, bool) for v in given):
         raise r.error("AK506", "no_rope_layers", f"no_rope_layers must hold a 0 or 1 for each of the {n} "
-                      "layers (1 = RoPE layer)", expected=f"{n} entries of 0/1", actual=given[:20])
+                      "layers (1 = RoPE layer)", expected=f"{n} entries of 0/1", actual=given[:20],
+                      solutions=_one_per_layer("no_rope_layers", n))
     return [v == 1 for v in given[:n]]
 
 
@@ -177,3 +179,10 @@ def _sliding(r: ConfigReader, model_type: str, n: int) -> list[bool]:
     if r.has("sliding_window") and (model_type in ALL_LAYER_WINDOW or on):
         return [True] * n
     return [False] * n
+
+
+def _one_per_layer(key: str, n: int) -> list[str]:
+    """The fix for a per-layer list whose length is not the model's layer count (AK506's
+    catalog entry also lists the head-count fixes, which do not apply here)."""
+    return [f"give {key} exactly one entry per layer (the model has {n})",
+            "or correct the layer count (num_hidden_layers) if the list is right"]

@@ -23,11 +23,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from attnkit.errors import AttnkitError
+from attnkit.errors import AttnkitError, preview
 from attnkit.planning.profile import UNITS, Bucket, Entry, Profile, Shape
 
 HALF = ("fp16", "bf16")
 WORKLOAD_KEYS = ("batch", "new", "context")
+MAX_WORKLOAD = 1 << 31       # far above any batch or context; 10**400 broke the log2 distance
 
 
 def model_shape(model, settings: Mapping[str, Any]) -> Shape | None:
@@ -58,16 +59,17 @@ def check_workload(workload: Any) -> dict[str, dict[str, int]]:
         vals.setdefault("context", vals["new"])
         if vals["new"] is None:
             vals["new"] = vals["context"]
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in vals.values()) \
-                or vals["new"] > vals["context"]:
-            raise _bad_workload(f"workload[{phase!r}]", dict(w), "integers >= 1, new <= context")
+        if not all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_WORKLOAD
+                   for v in vals.values()) or vals["new"] > vals["context"]:
+            raise _bad_workload(f"workload[{phase!r}]", dict(w), "integers 1 .. 2**31, new <= context")
         out[phase] = vals
     return out
 
 
 def _bad_workload(field_: str, value: Any, expected: str) -> AttnkitError:
-    return AttnkitError("AK306", f"invalid {field_}: {value!r}; expected {expected}",
-                        field=field_, expected=expected, actual=value)
+    shown = preview(value)
+    return AttnkitError("AK306", f"invalid {field_}: {shown}; expected {expected}",
+                        field=field_, expected=expected, actual=shown)
 
 
 @dataclass
@@ -113,7 +115,8 @@ class Ranking:
         where = p.name
         if p.device.get("name", "").lower() != str(getattr(platform, "name", "")).lower():
             cap = p.device.get("capability")
-            where += (f" (same sm{cap[0]}{cap[1]} architecture as {platform.name})"
+            where += (f" (measured on {p.device.get('name')}, not on {platform.name}: same sm{cap[0]}{cap[1]} "
+                      "architecture, so its order is used)"
                       if cap and tuple(cap) == tuple(platform.capability or ()) else f" (not {platform.name})")
         how = "CUDA-graph replays" if self.method == "graph" else "eager calls"
         near = f" (the nearest measured to {self.shape.label()})" if self.shape else ""

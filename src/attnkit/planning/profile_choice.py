@@ -13,7 +13,7 @@ import os
 from typing import Any, Mapping
 
 from attnkit.planning import measured
-from attnkit.planning.profile_search import find_profile, shipped_profiles
+from attnkit.planning.profile_search import find_profile, same_device, shipped_profiles
 
 
 class ProfileChoice:
@@ -59,7 +59,9 @@ class ProfileChoice:
     def summary(self, phase: str, chosen: str) -> str:
         """One line for the plan's adjustments: what ranked ``chosen`` first."""
         ranking = self.rankings[phase]
-        return f"{ranking.profile.name} ranks {', '.join(ranking.measured)} (fastest first)"
+        other = "" if same_device(ranking.profile, self.platform) else \
+            f" (measured on {ranking.profile.device.get('name')}, not on {self.platform.name})"
+        return f"{ranking.profile.name}{other} ranks {', '.join(ranking.measured)} (fastest first)"
 
     def evidence(self, phase: str, backends: list[str], model, settings) -> str:
         """For a priority-table choice: the newest shipped profile's rates of ``backends`` (same

@@ -40,6 +40,12 @@ def same_device(profile: Profile, platform) -> bool:
     return covers(profile, platform) and _norm(profile.device.get("name")) == _norm(platform.name)
 
 
+def _where(device: Mapping[str, Any]) -> str:
+    """``NVIDIA H200 (cuda, sm90)``: what ``covers`` compares, so a refusal names the difference."""
+    cap = device.get("capability")
+    return f"{device.get('name')} ({device.get('kind')}" + (f", sm{cap[0]}{cap[1]})" if cap else ")")
+
+
 def _norm(name: Any) -> str:
     return " ".join(str(name or "").lower().split())
 
@@ -67,9 +73,8 @@ def find_profile(platform, *, path: str | os.PathLike | None = None, env: Mappin
         if covers(prof, platform):
             return prof, ([f"{named[1]} {named[0]} is a smoke profile (tiny shapes, tests the tune "
                            "code path): its rankings say little about real workloads"] if prof.smoke else [])
-        cap = prof.device.get("capability")
-        return None, [f"{named[1]} {named[0]} was measured on {prof.device['name']}"
-                      + (f" (sm{cap[0]}{cap[1]})" if cap else "") + f", not on {platform.name}: not used"]
+        return None, [f"{named[1]} {named[0]} was measured on {_where(prof.device)}, not on "
+                      f"{_where({a: getattr(platform, a) for a in ('name', 'kind', 'capability')})}: not used"]
     if not automatic:
         return None, []
     warnings: list[str] = []

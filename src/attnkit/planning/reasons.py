@@ -115,7 +115,7 @@ def check_backend(decl: BackendDeclaration, *, model: ModelAttention, needs: Mod
             f"accepts page sizes {page_sizes_text(caps.page_sizes)}, not {page}")
     for feat, layers in sorted(needs.features.items()):
         if feat not in caps.features:
-            add("AK103", "features", feat, feat,
+            add("AK103", "features", sorted(caps.features), feat,     # what it serves / what the model needs
                 f"does not support {feat}, needed by layers {layer_ranges(layers)}", layers)
     if phase == "decode" and settings.get("speculative_tokens", 0) > 0 and "verify" not in caps.features:
         add("AK108", "speculative_tokens", "verify", settings["speculative_tokens"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
+from attnkit.hardware.platform import arch_label
 from attnkit.planning.plan import Plan
 from attnkit.model.summary import layer_ranges
 
@@ -16,7 +17,8 @@ def plan_text(plan: Plan, *, short: bool = False) -> str:
     (no reasons, alternatives, adjustments or rejections)."""
     d = plan.to_dict()
     p = d["platform"]
-    cc = f", sm{p['capability'][0]}{p['capability'][1]}" if p.get("capability") else ""
+    arch = arch_label(p["kind"], p.get("capability"), p.get("arch"))
+    cc = f", {arch}" if arch else ""
     out = [f"{d['model']} on {p['name']} ({p['kind']}{cc}): {'planned' if d['ok'] else 'NO VALID PLAN'}", ""]
     if not short and d["model_info"]:
         out += model_lines(d["model_info"]) + [""]

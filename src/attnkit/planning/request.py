@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
-from attnkit.errors import AttnkitError
+from attnkit.errors import AttnkitError, preview
 from attnkit.registry.capabilities import DTYPES, KV_CACHE_DTYPES
 
 DUAL_CHUNK_MODES = ("auto", "on", "off")
@@ -97,11 +97,7 @@ def parse_request(request: Any = None, **overrides: Any) -> PlanRequest:
 
 
 def _bad(name: str, value: Any, expected: Any, why: str) -> AttnkitError:
-    try:
-        shown = repr(value)
-    except (ValueError, RecursionError):   # an int too long to print, a very deep list
-        shown = f"<{type(value).__name__} too large to print>"
-    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    shown = preview(value)
     return AttnkitError("AK306", f"{name}={shown} is not valid: {why}", field=name,
                         expected=expected, actual=shown)
 

@@ -186,10 +186,23 @@ def cuda_graph_device_rule(v: View) -> Iterator[Fill | str]:
         raise conflict("AK311", f"--cuda-graph on: CUDA graphs capture GPU kernels, and "
                        f"{v.platform.name} is a {v.platform.kind} device",
                        field="cuda_graph", actual=True, expected=[False],
-                       solutions=["drop --cuda-graph (auto: on where the device is CUDA and both "
-                                  "backends declare it)", "plan for a CUDA device (--device h100)"],
+                       solutions=["drop --cuda-graph (auto: on where the device is CUDA and the "
+                                  "decode backend declares it)", "plan for a CUDA device (--device h100)"],
                        before=v.command(), after=v.command(cuda_graph=None))
     return iter(())
+
+
+def decode_only_rule(v: View) -> Iterator[Fill | str]:
+    """Settings that act on decode steps only (CUDA graphs capture decode steps; draft tokens
+    are verified in decode), set for a model without a decode phase (an encoder): a warning
+    says they change nothing, as for a --decode-attention-backend (the value stands)."""
+    if "decode" in v.phases:
+        return
+    for flag, on in (("--cuda-graph on", v.request.cuda_graph is True),
+                     (f"--speculative-tokens {v.request.speculative_tokens}", bool(v.request.speculative_tokens))):
+        if on:
+            yield (f"{flag} ignored: {v.model.name} is encoder-only and has no decode phase "
+                   "(it acts on decode steps only)")
 
 
 def _refused_settings(v: View, name: str) -> list[str]:
@@ -270,6 +283,7 @@ BEFORE: tuple[Rule, ...] = (
     Rule("tensor-parallel", tensor_parallel_rule),
     Rule("dual-chunk", dual_chunk_rule),
     Rule("cuda-graph-device", cuda_graph_device_rule),
+    Rule("decode-only", decode_only_rule),
 )
 AFTER: tuple[Rule, ...] = (
     Rule("page-size", page_size_rule),

@@ -18,6 +18,7 @@ from typing import Any, Mapping
 from attnkit.errors import AttnkitError
 from attnkit.model.spec import ModelAttention
 from attnkit.planning import failures, priorities
+from attnkit.planning.options import check_options
 from attnkit.planning.outcome import build_plan
 from attnkit.planning.pages import common_page_sizes
 from attnkit.planning.plan import Plan
@@ -54,6 +55,7 @@ def plan(model: Any, platform: Any = "auto", request: Any = None, *,
     instead of all of them.
     """
     req = parse_request(request, **settings)
+    check_options(env=env, registry=registry, table=table, profile=profile)
     label = label if isinstance(label, str) and label else (model if isinstance(model, str) else None)
     spec = model if isinstance(model, ModelAttention) else _load_model(model)
     validate_model(spec)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from dataclasses import fields
 
-from attnkit.errors import AttnkitError
+from attnkit.errors import AttnkitError, preview
 from attnkit.model.spec import (KINDS, OTHER_KINDS, ROLES, DualChunkConfig, LayerAttention, MLAConfig,
                                 ModelAttention, SparseTopK)
 
@@ -40,8 +40,11 @@ def validate_model(model: object) -> None:
                            actual=repr(model.other_layers)[:80])
 
 
+MAX_SIZE = 1 << 31      # no head count, width or window comes near it (a larger one broke math.log2)
+
+
 def _positive_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_SIZE
 
 
 def _positive_number(value: object) -> bool:
@@ -52,19 +55,19 @@ def _positive_number(value: object) -> bool:
 def _layer_problem(layer: object) -> tuple[str, str] | None:
     if not isinstance(layer, LayerAttention):
         return "layers", f"a layer must be a LayerAttention, not {type(layer).__name__}"
-    if not isinstance(layer.layer_id, int) or isinstance(layer.layer_id, bool) or layer.layer_id < 0:
-        return "layer_id", f"layer_id must be an integer >= 0, not {layer.layer_id!r}"
+    if not isinstance(layer.layer_id, int) or isinstance(layer.layer_id, bool) or not 0 <= layer.layer_id < MAX_SIZE:
+        return "layer_id", f"layer_id must be an integer >= 0 (and < 2**31), not {preview(layer.layer_id)}"
     where = f"layer {layer.layer_id}"
     for name in ("num_heads", "num_kv_heads", "head_dim"):
         if not _positive_int(getattr(layer, name)):
-            return name, f"{where} has {name}={getattr(layer, name)!r}; expected an integer >= 1"
+            return name, f"{where} has {name}={preview(getattr(layer, name))}; expected an integer >= 1 (and <= 2**31)"
     if layer.num_heads % layer.num_kv_heads:
         return "num_kv_heads", (f"{where} has {layer.num_heads} query heads, not a multiple of "
                                 f"{layer.num_kv_heads} KV heads")
     for name in ("v_head_dim", "sliding_window", "attention_chunk"):
         value = getattr(layer, name)
         if value is not None and not _positive_int(value):
-            return name, f"{where} has {name}={value!r}; expected None or an integer >= 1"
+            return name, f"{where} has {name}={preview(value)}; expected None or an integer >= 1 (and <= 2**31)"
     if layer.kind not in KINDS:
         return "kind", f"{where} has kind {layer.kind!r}; expected one of {', '.join(KINDS)}"
     if layer.role not in ROLES:
@@ -98,8 +101,8 @@ def _sizes_problem(value: object, cls: type) -> str | None:
         if v is None and f.default is None:
             continue
         lowest = 0 if f.name == "original_max_position_embeddings" else 1
-        if isinstance(v, bool) or not isinstance(v, int) or v < lowest:
-            return f"{f.name}={v!r}; expected an integer >= {lowest}"
+        if isinstance(v, bool) or not isinstance(v, int) or not lowest <= v <= MAX_SIZE:
+            return f"{f.name}={preview(v)}; expected an integer >= {lowest} (and <= 2**31)"
     return None
 
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from attnkit.backends.base import AttentionBackend, RuntimeLayer, StepState, check_option
+from attnkit.backends.base import (AttentionBackend, RuntimeLayer, StepState, check_int_option,
+                                   check_launch_config, check_option, required_tensors)
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
 from attnkit.backends._triton import interpreting, kernel_scales, padded_dim, write_kv
 from attnkit.backends.triton.declaration import DECLARATION
@@ -133,9 +134,10 @@ class TritonBackend(AttentionBackend):
                      (None, "auto", *DECODE_VARIANTS, *DECODE_VARIANT_NAMES))
         self.extend_variant = extend_variant
         self.decode_variant = decode_variant
-        self.extend_override = dict(extend_config or {})
+        self.extend_override = check_launch_config(self.name, "extend_config", extend_config)
         check_tma_override(self.extend_override)
-        self.decode_override = dict(decode_config or {})
+        self.decode_override = check_launch_config(self.name, "decode_config", decode_config)
+        check_int_option(self.name, "num_splits", num_splits)
         self.num_splits = num_splits
 
     def _prepare(self, meta: BatchMetadata, cache) -> StepState:
@@ -246,6 +248,7 @@ def _check_supported(q, layer: RuntimeLayer, cache) -> None:
                       f"{list(_CAPS.head_dims)} and value dims up to {MAX_HEAD_DIM}",
              field="layer.spec.head_dim", expected=list(_CAPS.head_dims),
              actual=[spec.head_dim, spec.value_dim])
+    required_tensors(layer)     # a sinks layer without its sink logits (was AttributeError)
 
 
 def _check_device(q) -> None:

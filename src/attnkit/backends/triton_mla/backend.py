@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import triton
 
-from attnkit.backends.base import AttentionBackend, RuntimeLayer, StepState, check_option
+from attnkit.backends.base import AttentionBackend, RuntimeLayer, StepState, check_int_option, check_option
 from attnkit.backends.metadata import BatchMetadata
 from attnkit.backends._triton import interpreting
 from attnkit.backends.triton_mla._parts import Part, build_parts, static_parts
@@ -69,6 +69,19 @@ class TritonMLABackend(AttentionBackend):
                  num_stages: int | None = None, mha_form_min_query: int | None = MHA_FORM_MIN_QUERY,
                  extend_tiles: tuple[int, int, int, int] | None = None,
                  variant: str | None = None, v_split: int | None = None):
+        for option, value, pow2 in (("num_splits", num_splits, False), ("block_h", block_h, True),
+                                    ("block_n", block_n, True), ("num_stages", num_stages, False)):
+            check_int_option(self.name, option, value, power_of_two=pow2)
+        check_int_option(self.name, "num_warps", num_warps, power_of_two=True, maximum=32)
+        check_int_option(self.name, "mha_form_min_query", mha_form_min_query, minimum=0)
+        if extend_tiles is not None:
+            if not isinstance(extend_tiles, (tuple, list)) or len(extend_tiles) != 4:
+                fail("AK407", f"triton_mla: extend_tiles must be (block_m, block_n, num_warps, num_stages), "
+                              f"got {extend_tiles!r}", field="extend_tiles", expected="4 ints",
+                     actual=repr(extend_tiles))
+            for option, value in zip(("block_m", "block_n", "num_warps"), extend_tiles):
+                check_int_option(self.name, f"extend_tiles.{option}", value, power_of_two=True)
+            check_int_option(self.name, "extend_tiles.num_stages", extend_tiles[3])
         self.num_splits = num_splits
         self.block_h = block_h
         self.block_n = block_n

@@ -82,7 +82,7 @@ ENTRIES = [
                 "< 1, an unknown dtype, --dual-chunk maybe, an unknown request key).",
         trigger="plan() or `attnkit plan` with a malformed request; checked before planning.",
         situations=["--kv-cache-dtype fp7", "--page-size 0", "a request dict with a misspelt key"],
-        solutions=["Use a value from the message's list."],
+        solutions=["Use a value the message allows (its list of choices, or the type and range it names)."],
         before="attnkit plan llama-3.1-8b --kv-cache-dtype fp7",
         after="attnkit plan llama-3.1-8b --kv-cache-dtype fp8_e4m3",
         related=(),

@@ -75,11 +75,13 @@ ENTRIES = [
     entry(
         "AK407", "Invalid backend option",
         meaning="A backend was constructed with an option value it does not know (for example "
-                "torch_native's mla_form or a Triton kernel variant).",
+                "torch_native's mla_form or a Triton kernel variant), or a launch setting its "
+                "kernels cannot take (a tile size that is not a power of two, zero splits or "
+                "warps): refused when the backend is made, not at its first forward.",
         trigger="load_backend(name, option=value) or the backend class called with such a value.",
         situations=["A typo in an option value.",
                     "An option value from a newer attnkit version."],
-        solutions=["Use one of the values the message lists.",
+        solutions=["Use a value the message allows (one it lists, or of the kind it names).",
                    "Leave the option out to get the backend's default."],
         before='load_backend("torch_native", mla_form="absorb")',
         after='load_backend("torch_native", mla_form="absorbed")',
