@@ -149,3 +149,24 @@ def test_unreadable_checkpoint_files(tiny_model, tmp_path):
     assert code_of(lambda: LLM(case, device="cpu")) == "AK481"
     (case / "generation_config.json").write_text(json.dumps({"eos_token_id": "</s>"}))
     assert code_of(lambda: LLM(case, device="cpu")) == "AK486"
+
+
+def test_a_5000_digit_count_is_a_coded_error():
+    """The message's preview of the value printed a 5000-digit int (ValueError past Python's
+    digit limit) instead of refusing it."""
+    from attnkit.errors import AttnkitError
+    from attnkit.runner.engine.checks import check_count
+
+    with pytest.raises(AttnkitError) as err:
+        check_count("max_new_tokens", 10 ** 5000, minimum=1, maximum=1 << 20)
+    assert err.value.code == "AK483"
+
+
+def test_5000_digit_sampling_values_and_token_ids_are_coded_errors():
+    from attnkit.errors import AttnkitError
+    from attnkit.runner.engine.sampling import SamplingParams
+    from attnkit.runner.engine.tokens import stop_ids
+
+    for make in (lambda: SamplingParams(temperature=10 ** 5000), lambda: stop_ids([-10 ** 5000])):
+        with pytest.raises(AttnkitError):
+            make()

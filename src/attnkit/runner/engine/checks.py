@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 import torch
 
+from attnkit.errors import preview as _preview
 from attnkit.errors import fail
 
 COMPUTE_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -105,9 +106,9 @@ def coded_args(code: str) -> Callable:
 
 
 def preview(value: Any, limit: int = 60) -> str:
-    """repr(value), cut to ``limit`` characters, for messages."""
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "..."
+    """repr(value), cut to ``limit`` characters, for messages (attnkit.errors.preview: a
+    5000-digit integer or a very deep list prints as a placeholder, not a ValueError)."""
+    return _preview(value, limit)
 
 
 def check_count(name: str, value: Any, *, minimum: int, maximum: int | None = None,
@@ -120,8 +121,8 @@ def check_count(name: str, value: Any, *, minimum: int, maximum: int | None = No
             or (maximum is not None and value > maximum):
         expected = f"int >= {minimum}" + (f" and <= {maximum}" if maximum is not None else "") \
             + (" or None" if allow_none else "")
-        fail(code, f"{name} must be an {expected}, got {value!r}", field=name,
-             expected=expected, actual=repr(value))
+        fail(code, f"{name} must be an {expected}, got {preview(value)}", field=name,
+             expected=expected, actual=preview(value))
 
 
 def check_list(name: str, value: object, *, allow_none: bool = False) -> None:

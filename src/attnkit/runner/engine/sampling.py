@@ -19,7 +19,7 @@ from typing import Sequence
 
 import torch
 
-from attnkit.errors import fail
+from attnkit.errors import fail, preview
 from attnkit.runner.engine.checks import check_count, coded_args
 from attnkit.runner.engine.tokens import stop_ids
 
@@ -46,7 +46,7 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         t = self.temperature
-        if isinstance(t, bool) or not isinstance(t, numbers.Real) or not math.isfinite(t) or t < 0:
+        if isinstance(t, bool) or not isinstance(t, numbers.Real) or not _finite(t) or t < 0:
             _bad("temperature", t, "a finite number >= 0 (0 = greedy)")
         p = self.top_p
         if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0 < p <= 1:
@@ -123,6 +123,14 @@ def _draw(logits: torch.Tensor, params: list[SamplingParams],
     return order.gather(-1, pos)[:, 0].tolist()
 
 
+def _finite(x: numbers.Real) -> bool:
+    """math.isfinite, False for an int too large for a float (10**5000) instead of OverflowError."""
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
+
+
 def _bad(name: str, value: object, expected: str) -> None:
-    fail("AK486", f"{name}={value!r} is not valid: expected {expected}", field=name,
-         expected=expected, actual=repr(value))
+    fail("AK486", f"{name}={preview(value)} is not valid: expected {expected}", field=name,
+         expected=expected, actual=preview(value))

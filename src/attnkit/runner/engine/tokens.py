@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from attnkit.errors import fail
+from attnkit.errors import fail, preview
 
 
 def token_id(value: Any) -> int | None:
@@ -56,6 +56,6 @@ def stop_ids(value: Any, *, field: str = "stop_token_ids") -> tuple[int, ...]:
     one = token_id(value)
     ids = [one] if one is not None else token_ids(value)
     if ids is None or any(i < 0 for i in ids):
-        fail("AK486", f"{field}={value!r} is not valid: expected a token id >= 0 or a list of them",
-             field=field, expected="int >= 0 | list[int >= 0] | None", actual=repr(value))
+        fail("AK486", f"{field}={preview(value)} is not valid: expected a token id >= 0 or a list of them",
+             field=field, expected="int >= 0 | list[int >= 0] | None", actual=preview(value))
     return tuple(ids)
