@@ -14,12 +14,18 @@ transformers (nothing is downloaded); the runner reads the same tensors. Rows:
            the weight-read limit, B * (measured copy rate) / (weight bytes): every step reads
            every weight once.
 Rows per decode case: the runner with CUDA graphs (every bucket captured at start-up: the
-capture time and graph memory are reported), the runner eager (--cuda-graph off),
+capture time and graph memory are reported), the runner eager (--cuda-graph off: the same
+static decode steps launched one kernel at a time, uncaptured),
 transformers eager (DynamicCache greedy loop), transformers with a static cache and
 ``torch.compile(mode="reduce-overhead")`` (its documented fast path; compiled once per batch
 size, compile time reported, not timed). Greedy tokens of every peer are compared with the
 runner's (graphs) token for token. The report is written after every row (a run cut short
 keeps what it measured): markdown (--out) and JSON (--json).
+Greedy check (last, CUDA): random bf16 weights give near-tied logits (the top two of 128k
+differ by ~0.3 on average, bf16 rounding moves them by ~0.01), so tokens of two correct bf16
+implementations part within a few dozen tokens. The same shape in float32 (TF32 off: errors
+~1e-6) is decoded by the runner with graphs and by transformers eager, and their greedy tokens
+compared (not timed): that is the check that both compute the same model.
 ``--tp-size N`` adds rows of the runner over N tensor-parallel ranks (eager decode: graphs
 are not captured under tensor parallelism; the model is saved to a temporary directory
 first, since each rank reads its shard from safetensors), next to the tp 1 rows, their
@@ -115,7 +121,9 @@ class Report:
                 lines.append(f"| {r['case']} | {r['peer']} | n/a ({r['error']}) | | | | |")
                 continue
             pct = f"{r['pct_limit']:.0f}%" if r.get("pct_limit") is not None else ""
-            lines.append(f"| {r['case']} | {r['peer']} | {r['ms']:.3f} | {r['tok_s']:,.0f} | {pct} | "
+            ms = f"{r['ms']:.3f}" if r.get("ms") is not None else ""
+            rate = f"{r['tok_s']:,.0f}" if r.get("tok_s") is not None else ""
+            lines.append(f"| {r['case']} | {r['peer']} | {ms} | {rate} | {pct} | "
                          f"{r.get('tokens', '')} | {r.get('note', '')} |")
         return "\n".join([
             f"## bench_runner ({h['environment']})", "", f"Command: `{h['command']}`",
@@ -187,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=3, help="timed repetitions (median)")
     parser.add_argument("--no-peer", action="store_true", help="skip the transformers peers")
     parser.add_argument("--no-compile", action="store_true", help="skip transformers + torch.compile")
+    parser.add_argument("--no-greedy-check", action="store_true",
+                        help="skip the float32 greedy-token check against transformers")
     parser.add_argument("--out", help="write the markdown report here (after every row)")
     parser.add_argument("--json", help="write the JSON report here (after every row)")
     parser.add_argument("--tp-size", type=int, default=1, metavar="N",
@@ -297,8 +307,39 @@ def main(argv: list[str] | None = None) -> int:
                        tokens=same_tokens(toks, reference))
     if not args.no_peer and not args.no_compile and cuda:
         compiled_rows(model, sizes, cfg, timer, args.reps, report, limit, references)
+    if cuda and not args.no_peer and not args.no_greedy_check:
+        del model, graphs, eager, tp
+        torch.cuda.empty_cache()
+        greedy_check_rows(cfg, sizes, common, report)
     print(report.markdown())
     return 0
+
+
+def greedy_check_rows(cfg: dict, sizes: Sizes, common: dict, report: Report) -> None:
+    """float32 weights of the same shape: the runner (CUDA graphs) and transformers eager,
+    greedy tokens compared (see the module docstring)."""
+    from attnkit.runner import LLM
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        model = build_model(cfg, "cuda", torch.float32)
+        llm = LLM(model, cuda_graph="on", **{**common, "dtype": torch.float32})
+    except Exception as exc:  # noqa: BLE001
+        report.add(case="greedy check fp32", peer="attnkit LLM, CUDA graphs", error=failure_reason(exc))
+        return
+    for b in sizes.decode_batches:
+        case = f"greedy check fp32 B={b} ctx={sizes.decode_ctx}, {sizes.decode_steps} steps"
+        ps = prompts(b, sizes.decode_ctx, cfg["vocab_size"], 2)
+        try:
+            ours = [o.token_ids for o in llm.generate(ps, max_new_tokens=sizes.decode_steps + 1,
+                                                       ignore_eos=True)]
+            _, theirs = hf_decode(model, ps, sizes.decode_steps, wall_ms, 1)
+        except Exception as exc:  # noqa: BLE001
+            report.add(case=case, peer="transformers eager", error=failure_reason(exc))
+            continue
+        report.add(case=case, peer="transformers eager vs attnkit LLM, CUDA graphs", ms=None,
+                   tok_s=None, tokens=same_tokens(theirs, ours), note="not timed")
 
 
 def tp_llm(model, size: int, common: dict):

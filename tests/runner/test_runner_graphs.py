@@ -159,3 +159,52 @@ def test_graphs_refused_where_they_cannot_run(llama64):
         assert err.value.code == "AK483"
     auto = Engine.from_pretrained(path, page_size=4)             # auto on the CPU: eager
     assert auto.graphs is None and auto.plan.settings["cuda_graph"] is False
+
+
+def test_decode_ahead_equals_single_steps_and_stops_where_they_would(llama64, monkeypatch):
+    """Greedy decode steps run several at a time on the device (Scheduler.decode_ahead) give
+    the tokens of one step at a time; a stop token part-way ends its request there, the
+    others go on; every page comes back."""
+    from attnkit.backends.triton.backend import TritonBackend
+
+    path, hf = llama64
+    engine = rehearsal(path, TritonBackend(), max_num_seqs=4)
+    calls = []
+    original = engine.decode_ahead
+    monkeypatch.setattr(engine, "decode_ahead",
+                        lambda seqs, steps: calls.append((len(seqs), steps)) or original(seqs, steps))
+
+    def run(ahead, stop=()):
+        sched = Scheduler(engine, max_num_batched_tokens=None, max_num_seqs=4, decode_ahead=ahead)
+        reqs = [sched.add(p, SamplingParams(max_new_tokens=9, stop_token_ids=stop)) for p in PROMPTS]
+        list(sched.run())
+        assert engine.allocator.num_free == engine.allocator.num_pages
+        return [(r.output, r.finish_reason) for r in reqs]
+
+    single = run(1)
+    assert calls == [] and [o for o, _ in single] == [hf_greedy(hf, p, 9) for p in PROMPTS]
+    assert run(4) == single and calls == [(3, 4), (3, 4)]        # 1 from prefill + 4 + 4
+    calls.clear()
+    stop = single[1][0][3]                        # request 1's 4th token, mid-way through a call
+    stopped = run(16, stop=(stop,))
+    assert calls and all(steps == 8 for _, steps in calls)
+    for (out, reason), (want, _) in zip(stopped, single):
+        cut = want.index(stop) + 1 if stop in want else len(want)
+        assert out == want[:cut] and reason == ("stop" if stop in want else "length")
+
+
+def test_decode_ahead_refuses_what_it_cannot_run(llama64):
+    from attnkit.backends.triton.backend import TritonBackend
+
+    path, _ = llama64
+    engine = rehearsal(path, TritonBackend(), max_num_seqs=2)
+    engine.prefill(PROMPTS[:1])
+    seq = engine.sequence(engine.ids[0])
+    before = (seq.computed, list(seq.pages), engine.allocator.num_free)
+    with pytest.raises(AttnkitError) as err:                      # not decoding: nothing pending
+        engine.decode_ahead([seq], 4)
+    assert err.value.code == "AK483"
+    assert (seq.computed, list(seq.pages), engine.allocator.num_free) == before
+    with pytest.raises(AttnkitError) as err:
+        Scheduler(engine, decode_ahead=0)
+    assert err.value.code == "AK486"

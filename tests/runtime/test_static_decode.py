@@ -131,3 +131,38 @@ def test_a_hybrid_captures_its_decode_backend():
     eager_decode = HybridBackend(prefill=load_backend("triton"), decode=load_backend("sdpa"))
     cache = PagedKVCache([layer.spec], num_pages=20, page_size=4)
     assert code(lambda: eager_decode.prepare_static(static().meta(4), cache, max_seq_len=16)) == "AK457"
+
+
+def test_advance_moves_real_rows_on_the_device_as_a_fill_of_the_next_step_would():
+    """fill(ahead=k) then advance() k times: every buffer (and the host lists) equal a fresh
+    fill of the requests k tokens on; padded rows stay; a page boundary is crossed (5 -> 8)."""
+    s, fresh = static(), static()
+    reqs = [Request(5, 1, [3, 7, 11]), Request(0, 1, [9])]
+    meta = s.fill(4, reqs, ahead=3)
+    assert meta.block_tables[0, :3].tolist() == [3, 7, 11]        # the pages of the steps ahead
+    for _ in range(3):
+        s.advance(4)
+    want = fresh.fill(4, [Request(8, 1, [3, 7, 11]), Request(3, 1, [9])])
+    got = s.meta(4)
+    for name in ("seq_lens", "prefix_lens", "positions", "slot_mapping"):
+        assert getattr(got, name).tolist() == getattr(want, name).tolist(), name
+        assert list(getattr(got, f"{name}_cpu", getattr(got, name).tolist())) == \
+            getattr(want, name).tolist(), name
+    assert got.slot_mapping.tolist()[:2] == [11 * 4 + 0, 9 * 4 + 3]
+    assert got.seq_lens.tolist()[2:] == [3, 4]                     # padded rows did not move
+
+
+def test_advance_is_refused_past_the_steps_the_fill_covered():
+    s = static()
+    assert code(lambda: s.fill(2, [Request(5, 1, [3, 7])], ahead=3)) == "AK458"   # page 3 missing
+    assert code(lambda: s.fill(2, [Request(1, 1, [2])], ahead=-1)) == "AK458"
+    assert code(lambda: s.fill(2, [Request(1, 1, [2])], ahead=True)) == "AK458"
+    # the first step's slots differ, a later one's collide: refused before anything is written
+    before = s.meta(2).seq_lens.tolist()
+    assert code(lambda: s.fill(2, [Request(0, 1, [2]), Request(1, 1, [3, 2])], ahead=3)) == "AK458"
+    assert s.meta(2).seq_lens.tolist() == before
+    s.fill(2, [Request(1, 1, [2])], ahead=1)
+    assert code(lambda: s.advance(4)) == "AK458"                   # not the filled bucket
+    s.advance(2)
+    assert code(lambda: s.advance(2)) == "AK458"                   # one step ahead, used
+    assert s.meta(2).seq_lens.tolist()[0] == 3

@@ -8,6 +8,8 @@
     ... warm up, then capture backend.refill_static(step); backend.forward(..., step) ...
     static.fill(8, requests)                      # in place: 5 real requests, 3 padded rows
     graph.replay()
+    static.fill(8, requests, ahead=3)             # the tables also cover 3 more tokens each
+    graph.replay(); static.advance(8); graph.replay()   # ... so steps can follow on the device
 
 A bucket's ``BatchMetadata`` is built once and its tensors never move: ``fill`` rewrites
 their contents (one host-to-device copy per buffer, from pinned staging) and the host lists
@@ -16,8 +18,14 @@ bucket's metadata shares the buffers; ``meta`` brings its host lists up to date)
 the real requests are *padded*: row j decodes position ``j % page_size`` of scratch page
 ``scratch_pages[j // page_size]``, pages the caller never hands to a request, so a padded row
 reads and writes nothing a real request owns and no two rows write one slot; its output is
-junk the caller drops. Block-table entries past ``ceil(seq_len / page_size)`` are unspecified
-(stale from earlier steps): kernels read a row's pages only below its KV length.
+junk the caller drops. Block-table entries past ``ceil((seq_len + ahead) / page_size)`` are
+unspecified (stale from earlier steps): kernels read a row's pages only below its KV length.
+
+``advance`` moves every real row one token on, on the device (lengths, position, the new
+token's slot from the row's block table; padded rows stay): the next decode step of the same
+requests without a fill, so several steps run back to back with no host work between them
+(GraphRunner.decode with ``steps``). ``fill(..., ahead=k)`` checks and writes the pages of
+k such steps first; ``advance`` past them is refused (AK458) before anything moves.
 
 The contract a backend signs by declaring ``cuda_graph`` (see ``AttentionBackend``):
 ``prepare_static`` once per bucket, ``refill_static`` after each ``fill`` (device ops only,
@@ -43,7 +51,7 @@ I32, I64 = torch.int32, torch.int64
 @dataclass(slots=True)
 class _Staging:
     """Pinned host mirrors of the device buffers (CPU: plain tensors) and their numpy views."""
-    lens: torch.Tensor            # [2, max_batch] int32: seq_lens, prefix_lens
+    lens: torch.Tensor            # [3, max_batch] int32: seq_lens, prefix_lens, real row (1/0)
     slots: torch.Tensor           # [2, max_batch] int64: slot_mapping, positions
     tables: torch.Tensor          # [max_batch, max_pages] int32
     done: object = None           # CUDA event after the last copy out of these buffers
@@ -74,21 +82,22 @@ class StaticDecode:
         self._scratch = set(self.scratch_pages)
         self.device = usable_device(device)
         # device buffers and their pinned host mirrors, checked before any is allocated
-        nbytes = max_batch * (max_pages * 4 + 2 * 4 + 2 * 8) + 4 * (max_batch + 1)
+        nbytes = max_batch * (max_pages * 4 + 3 * 4 + 2 * 8) + 4 * (max_batch + 1)
         check_fits(nbytes, self.device, what=f"static decode buffers for {max_batch} rows of {max_pages} pages")
         check_fits(nbytes, torch.device("cpu"), what=f"their host staging copies")
         dev = dict(device=self.device)
         self.query_start_loc = torch.arange(max_batch + 1, dtype=I32, **dev)  # one token each
-        self._lens = torch.zeros(2, max_batch, dtype=I32, **dev)
+        self._lens = torch.zeros(3, max_batch, dtype=I32, **dev)
         self._slots = torch.zeros(2, max_batch, dtype=I64, **dev)
         self.block_tables = torch.full((max_batch, max_pages), -1, dtype=I32, **dev)
         pin = self.device.type == "cuda"
-        self._host = _Staging(torch.zeros(2, max_batch, dtype=I32, pin_memory=pin),
+        self._host = _Staging(torch.zeros(3, max_batch, dtype=I32, pin_memory=pin),
                               torch.zeros(2, max_batch, dtype=I64, pin_memory=pin),
                               torch.full((max_batch, max_pages), -1, dtype=I32, pin_memory=pin))
         self._metas: dict[int, BatchMetadata] = {}
         self._rows: list[Request | None] = [None] * max_batch   # what each row holds (None: padded)
         self._stale: set[int] = set()           # buckets whose host lists lag the buffers
+        self._ahead = (0, 0, 0)                  # last fill: (rows, steps ahead, advances since)
         self.fill(max_batch, [])                        # every row padded: a valid batch
 
     @staticmethod
@@ -120,12 +129,17 @@ class StaticDecode:
             self._stale.discard(batch)
         return self._metas[batch]
 
-    def fill(self, batch: int, requests: Sequence[Request]) -> BatchMetadata:
+    def fill(self, batch: int, requests: Sequence[Request], *, ahead: int = 0) -> BatchMetadata:
         """Write ``requests`` (each one new token: ``num_new == 1``) into rows 0.., pad the
         rest of the bucket of ``batch`` rows, and return the bucket's metadata (the same
-        object every time). In place: no device allocation, no host synchronisation past
-        the previous fill's copy. AK458 for a batch or a request the buffers cannot hold."""
+        object every time). ``ahead``: each request's block table also holds the pages of
+        that many further tokens (written too), for as many ``advance`` steps. In place: no
+        device allocation, no host synchronisation past the previous fill's copy. AK458 for
+        a batch or a request the buffers cannot hold."""
         self._check_batch(batch)
+        if isinstance(ahead, bool) or not isinstance(ahead, int) or not 0 <= ahead < 2**31:
+            fail("AK458", f"ahead must be an int >= 0, got {preview(ahead)}", field="ahead",
+                 expected="int >= 0", actual=preview(ahead))
         if isinstance(requests, (str, bytes)) or not hasattr(requests, "__iter__"):
             fail("AK458", f"requests must be a sequence of requests, got {type(requests).__name__}",
                  field="requests", expected="a list of Request", actual=repr(requests)[:80])
@@ -138,27 +152,52 @@ class StaticDecode:
             host.done.synchronize()             # the previous copy out of staging has finished
         rows = [list(r.block_table) for r in reqs]
         for i, (r, row) in enumerate(zip(reqs, rows)):
-            self._check_request(i, r, row)          # all of them before anything is written
-        self._check_distinct_slots(reqs, rows)
+            self._check_request(i, r, row, ahead)   # all of them before anything is written
+        self._check_distinct_slots(reqs, rows, ahead)
         lens, slots, tables = host.lens.numpy(), host.slots.numpy(), host.tables.numpy()
         for i, (r, row) in enumerate(zip(reqs, rows)):
-            need = -(-r.seq_len // self.page_size)
-            lens[0, i], lens[1, i] = r.seq_len, r.prefix_len
+            need = -(-(r.seq_len + ahead) // self.page_size)
+            lens[0, i], lens[1, i], lens[2, i] = r.seq_len, r.prefix_len, 1
             slots[0, i] = slots_of(row, (r.prefix_len,), self.page_size)[0]
             slots[1, i] = r.prefix_len
             tables[i, :need] = row[:need]
         n = len(reqs)
         for j in range(n, batch):
             page, pos = self._padded(j)
-            lens[0, j], lens[1, j] = pos + 1, pos
+            lens[0, j], lens[1, j], lens[2, j] = pos + 1, pos, 0
             slots[0, j], slots[1, j] = page * self.page_size + pos, pos
             tables[j, 0] = page
         self._copy(batch)
         self._rows[:batch] = reqs + [None] * (batch - n)
+        self._ahead = (batch, ahead, 0)
         self._stale.update(self._metas)         # other buckets follow when next asked for
         if batch in self._metas:
             self._sync_host_lists(batch)
         return self.meta(batch)
+
+    def advance(self, batch: int) -> None:
+        """The next decode step of the last fill's requests: every real row of the bucket of
+        ``batch`` rows one token on (KV length, prefix, position; its new token's slot read
+        from its block table), on the device only (capturable: no host synchronisation, no
+        allocation that depends on values). Padded rows stay where they are. AK458 past the
+        ``ahead`` steps the last fill covered, or for another bucket than that fill's."""
+        self._check_batch(batch)
+        filled, ahead, done = self._ahead
+        if batch != filled or done >= ahead:
+            fail("AK458", f"advance({batch}): the last fill was of {filled} rows and covered "
+                          f"{ahead} step(s) ahead, {done} of which ran; fill again first",
+                 field="ahead", expected=f"batch {filled}, fewer than {ahead} advances",
+                 actual={"batch": batch, "advances": done})
+        live = self._lens[2, :batch]
+        self._lens[:2, :batch] += live
+        pos = self._slots[1, :batch]
+        pos += live
+        index = torch.div(pos, self.page_size, rounding_mode="floor").clamp_(max=self.max_pages - 1)
+        page = self.block_tables[:batch].gather(1, index[:, None]).squeeze(1).to(I64)
+        fresh = page * self.page_size + pos % self.page_size
+        self._slots[0, :batch] = torch.where(live.bool(), fresh, self._slots[0, :batch])
+        self._ahead = (filled, ahead, done + 1)
+        self._stale.update(self._metas)
 
     # -- internals ----------------------------------------------------------------------
     def _copy(self, batch: int) -> None:
@@ -179,14 +218,23 @@ class StaticDecode:
         self._stale.discard(batch)
 
     def _host_values(self, batch: int) -> dict:
-        rows = self._rows[:batch]
+        """Host lists of a bucket: the last fill's requests, each moved on by the advances
+        since (padded rows never move)."""
+        filled, _, moved = self._ahead          # rows [0, filled) moved on ``moved`` steps
         padded = [self._padded(j) for j in range(batch)]
+        reqs = [r if r is None or j >= filled or not moved else
+                Request(r.prefix_len + moved, 1, r.block_table)
+                for j, r in enumerate(self._rows[:batch])]
+        slots = self._host.slots[0, :batch].tolist() if not moved else [
+            page * self.page_size + pos if r is None else
+            slots_of(r.block_table, (r.prefix_len,), self.page_size)[0]
+            for r, (page, pos) in zip(reqs, padded)]    # rows past ``filled``: as copied
         return dict(
-            seq_lens_cpu=[pos + 1 if r is None else r.seq_len for r, (_, pos) in zip(rows, padded)],
-            prefix_lens_cpu=[pos if r is None else r.prefix_len for r, (_, pos) in zip(rows, padded)],
+            seq_lens_cpu=[pos + 1 if r is None else r.seq_len for r, (_, pos) in zip(reqs, padded)],
+            prefix_lens_cpu=[pos if r is None else r.prefix_len for r, (_, pos) in zip(reqs, padded)],
             block_tables_cpu=[[page] if r is None else list(r.block_table)
-                              for r, (page, _) in zip(rows, padded)],
-            slot_mapping_cpu=self._host.slots[0, :batch].tolist())
+                              for r, (page, _) in zip(reqs, padded)],
+            slot_mapping_cpu=slots)
 
     def _padded(self, row: int) -> tuple[int, int]:
         """(scratch page, position) that padded row ``row`` decodes."""
@@ -197,20 +245,20 @@ class StaticDecode:
             fail("AK458", f"a static bucket holds 1 to {self.max_batch} rows, not {batch!r}",
                  field="batch", expected=f"1 <= batch <= {self.max_batch}", actual=repr(batch))
 
-    def _check_request(self, i: int, r: Request, row: list[int]) -> None:
+    def _check_request(self, i: int, r: Request, row: list[int], ahead: int = 0) -> None:
         ints = (r.prefix_len, r.num_new, *row)
         if any(isinstance(x, bool) or not isinstance(x, int) for x in ints):
             fail("AK458", f"request {i}: prefix_len, num_new and page ids must be ints, got "
                           f"{preview(r.prefix_len)}, {preview(r.num_new)}, {preview(row)}", field=f"requests[{i}]",
                  expected="ints", actual=preview(r))
-        need = -(-r.seq_len // self.page_size)
+        need = -(-(r.seq_len + ahead) // self.page_size)
         problem = None
         if r.num_new != 1 or not 0 <= r.prefix_len < 2**31:
             problem = ("num_new", "one new token after prefix_len >= 0 (and < 2**31)",
                        f"prefix_len={preview(r.prefix_len)}, num_new={preview(r.num_new)}")
         elif need > self.max_pages:
             problem = ("block_table", f"<= {self.max_pages} pages ({self.max_seq_len} tokens)",
-                       f"{r.seq_len} tokens")
+                       f"{r.seq_len} tokens" + (f" + {ahead} ahead" if ahead else ""))
         elif len(row) < need or any(not _page_id(p) or p in self._scratch for p in row[:need]):
             problem = ("block_table", f"{need} page(s) >= 0, none a scratch page "
                                       f"{self.scratch_pages}", row)
@@ -221,16 +269,17 @@ class StaticDecode:
                           f"{expected}, got {shown}", field=f"requests[{i}].{field}",
                  expected=expected, actual=shown)
 
-    def _check_distinct_slots(self, reqs: list[Request], rows: list[list[int]]) -> None:
-        """Two rows that write one cache slot race in the captured kernel (eager steps: AK416)."""
+    def _check_distinct_slots(self, reqs: list[Request], rows: list[list[int]],
+                              ahead: int = 0) -> None:
+        """Two rows that write one cache slot race in the captured kernel (eager steps: AK416),
+        in this step or in any of the ``ahead`` steps after it."""
         seen: dict[int, int] = {}
         for i, (r, row) in enumerate(zip(reqs, rows)):
-            slot = slots_of(row, (r.prefix_len,), self.page_size)[0]
-            if slot in seen:
-                fail("AK458", f"requests {seen[slot]} and {i} write their new token to the same cache "
-                              f"slot {slot} (page {slot // self.page_size})", field=f"requests[{i}].block_table",
-                     expected="distinct slots", actual=slot)
-            seen[slot] = i
+            for slot in slots_of(row, range(r.prefix_len, r.prefix_len + ahead + 1), self.page_size):
+                if seen.setdefault(slot, i) != i:
+                    fail("AK458", f"requests {seen[slot]} and {i} write a new token to the same "
+                                  f"cache slot {slot} (page {slot // self.page_size})",
+                         field=f"requests[{i}].block_table", expected="distinct slots", actual=slot)
 
 
 def _page_id(p) -> bool:

@@ -54,7 +54,9 @@ def from_pretrained(cls, source: Any, *, backend: str | AttentionBackend | None 
     batch-size bucket (graphs.py), captured now (``progress``: a stream for a line about
     it). None follows the plan (--cuda-graph auto: on for CUDA plans whose backends
     declare cuda_graph; off with a backend object); True asks the planner for backends that
-    capture and is AK489 where graphs cannot run; False decodes eagerly.
+    capture and is AK489 where graphs cannot run; False decodes eagerly (on CUDA, with a decode
+    backend that implements the capture contract, through the same static steps, uncaptured:
+    graphs on or off give the same tokens).
     graph_capture: False runs the graph runner's static-buffer path eagerly, without
     capturing (any device; for tests of its bookkeeping).
     tp_size: tensor-parallel ranks (launch.py): N processes, this one rank 0, one per GPU
@@ -107,6 +109,10 @@ def from_pretrained(cls, source: Any, *, backend: str | AttentionBackend | None 
         attn = backend_of(plan, backend_options)
         graphs = bool(cuda_graph) if cuda_graph is not None else bool(plan.settings.get("cuda_graph"))
     graphs = graphs and cuda_graph is not False and (dev.type == "cuda" or not graph_capture)
+    # graphs off on CUDA: a decode backend with the capture contract still decodes through the
+    # graph runner's static steps, run eagerly, so graphs on and off compute the same tokens
+    uncaptured = not graphs and dev.type == "cuda" and graph_capture and captures(attn)
+    graphs, graph_capture = graphs or uncaptured, graph_capture and not uncaptured
     layers = model_layers(arch, dual_chunk=dual_chunk)
     num_pages = -(-max_tokens // page_size)
     from attnkit.runner.engine.graphs import GraphRunner, buckets_of, reserve_bytes
@@ -122,12 +128,19 @@ def from_pretrained(cls, source: Any, *, backend: str | AttentionBackend | None 
             engine.graphs = GraphRunner(engine, max_batch=max_num_seqs, capture=graph_capture,
                                         explicit=cuda_graph is True, progress=progress)
         except AttnkitError as err:
-            if cuda_graph is True or err.code != "AK489":
+            if cuda_graph is True or (err.code != "AK489" and not uncaptured):
                 raise
-            # --cuda-graph auto: the plan said these backends capture; decode eagerly, loudly
-            warnings.warn(f"decode graphs not captured, decoding eagerly: {err}", UserWarning,
-                          stacklevel=3)
+            if not uncaptured:
+                # --cuda-graph auto: the plan said these backends capture; decode eagerly, loudly
+                warnings.warn(f"decode graphs not captured, decoding eagerly: {err}", UserWarning,
+                              stacklevel=3)
     return engine
+
+
+def captures(backend: AttentionBackend) -> bool:
+    """Whether ``backend`` (a hybrid: its decode backend) implements the capture contract."""
+    inner = getattr(backend, "decode", backend)
+    return type(inner).capture_plan is not AttentionBackend.capture_plan
 
 
 def assemble(cls, arch, tensors, *, layers, backend: AttentionBackend, page_size: int,

@@ -3,6 +3,7 @@
     runner = GraphRunner(engine, max_batch=64)      # captures buckets 1, 2, 4, ..., 64 now
     runner.serves(requests)                         # a DECODE step it can replay?
     tokens = runner.decode(requests, token_ids, want="argmax")   # pad, refill, replay
+    rows = runner.decode(requests, token_ids, want="argmax", steps=8)   # 8 steps, one read
 
 Each bucket b owns a static step: the StaticDecode metadata of b rows (backends/static.py;
 one set of buffers shared by every bucket, padded rows on scratch pages the page ledger keeps
@@ -10,8 +11,11 @@ apart), the backend's static plan (``prepare_static``), the input token buffer, 
 captured body: refill the backend's derived state, build the per-step context over the
 static buffers, run the model, greedy argmax on the device. A step of n requests replays the
 smallest bucket >= n after one refill of the buffers (host-to-device copies, no sync); the
-host reads back n token ids (greedy) or n rows of logits (sampling). All graphs share one
-memory pool, captured largest first. ``capture=False`` runs the same body eagerly at every
+host reads back n token ids (greedy) or n rows of logits (sampling). Greedy steps can also
+run several at a time (``steps``): the pages of every step are written by the one fill, and
+between replays the device moves the rows one token on (StaticDecode.advance) and feeds each
+step's argmax to the next, so k steps cost one fill and one read-back, and the GPU never
+waits for the host in between. All graphs share one memory pool, captured largest first. ``capture=False`` runs the same body eagerly at every
 step: the bookkeeping (buckets, padding, refills) on any device, for tests.
 """
 from __future__ import annotations
@@ -107,22 +111,32 @@ class GraphRunner:
         return StaticDecode.scratch_need(max_batch, page_size)
 
     # -- one decode step ---------------------------------------------------------------
-    def serves(self, reqs: Sequence[Request]) -> bool:
-        """A DECODE step (one new token after a cached prefix each) that fits a bucket."""
+    def serves(self, reqs: Sequence[Request], *, steps: int = 1) -> bool:
+        """``steps`` DECODE steps (one new token after a cached prefix each, then one more per
+        step) that fit a bucket."""
         if not reqs or len(reqs) > self.buckets[-1]:
             return False
-        limit = self.static.max_seq_len
+        limit = self.static.max_seq_len - (steps - 1)
         return all(r.num_new == 1 and 0 < r.prefix_len < limit for r in reqs)
 
     def bucket_for(self, n: int) -> int:
         return next(b for b in self.buckets if b >= n)
 
-    def decode(self, reqs: Sequence[Request], tokens: Sequence[int], *, want: str):
+    def decode(self, reqs: Sequence[Request], tokens: Sequence[int], *, want: str,
+               steps: int = 1):
         """Run one decode step of ``reqs`` (their pending tokens ``tokens``). want "argmax":
-        the greedy next token of each request (list of int); "last": logits [n, vocab]."""
+        the greedy next token of each request (list of int); "last": logits [n, vocab].
+        steps k > 1 (argmax only): k greedy steps, each step's tokens the next one's input,
+        each request's block table holding the pages of all k; -> each request's k tokens
+        (a list of n lists)."""
+        if steps != 1 and (want != "argmax" or isinstance(steps, bool) or not isinstance(steps, int)
+                           or steps < 1):
+            fail("AK483", f"steps must be an int >= 1 (more than 1 only with want='argmax'), "
+                          f"got {steps!r} with want={want!r}", field="steps",
+                 expected="1, or k >= 1 with argmax", actual=repr(steps))
         n = len(reqs)
         bucket = self._prepare(self.bucket_for(n))
-        self.static.fill(bucket.size, reqs)
+        self.static.fill(bucket.size, reqs, ahead=steps - 1)
         host = self._host_tokens
         if self._copied is not None:
             self._copied.synchronize()                  # the last copy out of ``host`` is done
@@ -131,14 +145,27 @@ class GraphRunner:
         if host.is_pinned():
             self._copied = torch.cuda.Event()
             self._copied.record()
+        if steps == 1:
+            logits, argmax = self._run(bucket)
+            return argmax[:n].tolist() if want == "argmax" else logits[:n].clone()
+        history = torch.empty(steps, bucket.size, dtype=torch.int64, device=self.tokens.device)
+        for j in range(steps):
+            if j:                              # the next step of the same rows, on the device
+                self.static.advance(bucket.size)
+                self.tokens[:bucket.size].copy_(argmax)
+            _, argmax = self._run(bucket)
+            history[j].copy_(argmax)
+        return history[:, :n].t().tolist()
+
+    def _run(self, bucket: _Bucket):
+        """One step of the bucket as its buffers stand: (logits, argmax) of the replay (the
+        graph's own output buffers) or of the body run eagerly."""
         if bucket.graph is not None:
             bucket.graph.replay()
-            logits, argmax = bucket.logits, bucket.argmax
             self.stats["replays"] += 1
-        else:
-            logits, argmax = self._body(bucket)
-            self.stats["eager_decodes"] += 1
-        return argmax[:n].tolist() if want == "argmax" else logits[:n].clone()
+            return bucket.logits, bucket.argmax
+        self.stats["eager_decodes"] += 1
+        return self._body(bucket)
 
     # -- buckets -----------------------------------------------------------------------
     def _prepare(self, size: int) -> _Bucket:

@@ -21,6 +21,15 @@ the cache alone (checked on ``add``, AK485) finishes. After memory pressure (a p
 a shrunk chunk) no new request is admitted in that step. A request is one ``Sequence``
 record (sequence.py), the same object the engine runs; a step whose ready requests are all
 greedy asks the engine for token ids chosen on the device (no logits come back).
+
+Decode ahead: when every running request is decoding greedily, none is waiting and the
+engine has decode graphs that serve them, one call runs up to ``decode_ahead`` steps on the
+device (``Engine.decode_ahead``: the pages of every step reserved first, each step's tokens
+fed to the next, one read-back), as many as the request closest to its ``max_new_tokens``
+still needs. A request that meets a stop token part-way finishes there and the tokens after
+it are dropped (they were computed for nothing: at most ``decode_ahead - 1`` per request).
+The tokens are the ones single steps would give; only a batch's bucket could differ (a
+request that stopped keeps its row until the call ends).
 """
 from __future__ import annotations
 
@@ -32,23 +41,26 @@ from typing import Callable, Hashable, Iterator, Sequence as Seq
 
 import torch
 
+from attnkit.backends.batch import Request
 from attnkit.errors import fail
 from attnkit.runner.engine.checks import check_count, check_id, coded_args
 from attnkit.runner.engine.sampling import SamplingParams, fresh_seed, sample
 from attnkit.runner.engine.sequence import Sequence
 from attnkit.runner.engine.stats import RequestStats, RunStats
 
+DECODE_AHEAD = 16      # steps per call when decoding ahead (see the module docstring)
 
 
 class Scheduler:
     """Builds each step's batch over ``engine`` and samples the results. Not thread-safe.
 
     max_num_batched_tokens: tokens per step (None: no limit); prompts longer than the room
-    left are prefilled in chunks over several steps. max_num_seqs: requests running at once."""
+    left are prefilled in chunks over several steps. max_num_seqs: requests running at once.
+    decode_ahead: greedy decode steps one call may run on the device (1: every step alone)."""
 
     @coded_args("AK486")
     def __init__(self, engine, *, max_num_batched_tokens: int | None = 8192,
-                 max_num_seqs: int = 256):
+                 max_num_seqs: int = 256, decode_ahead: int = DECODE_AHEAD):
         from attnkit.runner.engine.engine import Engine
 
         if not isinstance(engine, Engine):
@@ -57,7 +69,9 @@ class Scheduler:
         check_count("max_num_batched_tokens", max_num_batched_tokens, minimum=1, allow_none=True,
                     code="AK486")
         check_count("max_num_seqs", max_num_seqs, minimum=1, code="AK486")
+        check_count("decode_ahead", decode_ahead, minimum=1, code="AK486")
         self.engine = engine
+        self.decode_ahead = decode_ahead
         self.ledger = engine.allocator
         self.budget = max_num_batched_tokens or math.inf
         self.max_num_seqs = max_num_seqs
@@ -154,6 +168,9 @@ class Scheduler:
                      expected="pages for the oldest request", actual=self.ledger.num_free)
             return []
         start = time.perf_counter()
+        ahead = self._steps_ahead(plan)
+        if ahead > 1:
+            return self._decode_ahead(list(plan), ahead, start)
         batch = {r.seq_id: r.pending(n) for r, n in plan.items()}
         lens = None
         if self._dual_chunk:            # chunks of a prompt use the whole prompt's length scale
@@ -174,16 +191,50 @@ class Scheduler:
                             [r.params for r in ready], [r.generator for r in ready])
         now = time.perf_counter()
         self.stats.add_step(prefill=prefill, decode=decode, seconds=now - start)
+        return [r for r, t in zip(ready, tokens) if self._emit(r, t, now)]
+
+    def _emit(self, r: Sequence, token: int, now: float) -> bool:
+        """Append a sampled token to ``r``; True when that finished it."""
+        r.output.append(token)
+        r.stats.num_output_tokens += 1
+        if r.stats.first_token_s is None:
+            r.stats.first_token_s = now
+        if token in r.params.stop_token_ids:
+            self._finish(r, "stop")
+        elif len(r.output) >= r.params.max_new_tokens:
+            self._finish(r, "length")
+        else:
+            return False
+        return True
+
+    def _steps_ahead(self, plan: dict[Sequence, int]) -> int:
+        """How many greedy decode steps this step's plan may run in one go (1: just one)."""
+        graphs, engine = self.engine.graphs, self.engine
+        if self.decode_ahead < 2 or graphs is None or self.waiting or self._dual_chunk \
+                or engine.ranks is not None:
+            return 1
+        if not all(n == 1 and r.decoding and r.params.greedy for r, n in plan.items()):
+            return 1
+        k = min([self.decode_ahead] + [r.params.max_new_tokens - len(r.output) for r in plan])
+        if k < 2 or sum(self.ledger.shortfall(r, r.computed + k) for r in plan) > self.ledger.num_free:
+            return 1
+        reqs = [Request(prefix_len=r.computed, num_new=1, block_table=r.pages) for r in plan]
+        return k if graphs.serves(reqs, steps=k) else 1
+
+    def _decode_ahead(self, seqs: list[Sequence], steps: int, start: float) -> list[Sequence]:
+        """``steps`` greedy decode steps of ``seqs`` in one engine call; each request keeps
+        its tokens up to its first stop token."""
+        rows = self.engine.decode_ahead(seqs, steps)
+        now = time.perf_counter()
+        for _ in range(steps):
+            self.stats.add_step(prefill=0, decode=len(seqs), seconds=(now - start) / steps)
         done = []
-        for r, t in zip(ready, tokens):
-            r.output.append(t)
-            r.stats.num_output_tokens += 1
-            if r.stats.first_token_s is None:
-                r.stats.first_token_s = now
-            if t in r.params.stop_token_ids:
-                done.append(self._finish(r, "stop"))
-            elif len(r.output) >= r.params.max_new_tokens:
-                done.append(self._finish(r, "length"))
+        for r, tokens in zip(seqs, rows):
+            r.stats.num_computed_tokens += steps
+            for t in tokens:
+                if self._emit(r, t, now):
+                    done.append(r)
+                    break
         return done
 
     def schedule(self) -> dict[Sequence, int]:
