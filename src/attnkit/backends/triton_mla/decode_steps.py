@@ -13,10 +13,12 @@ accumulator is not multiplied, saving 128 multiplies a thread per tile on most t
 KEY_SPLIT: Triton picks ``[num_warps, 1]`` for a dot whose result reaches another dot in
 the same SSA forward slice ("chained dot", flash attention). Here P and the rescale factors
 take a round trip through a small per-program scratch in global memory (L1-resident: 2
-buffers of P [rows, BLOCK_N] and alpha [rows], fp32), with a barrier between store and load, so no SSA path
-leads from the Q.K dot to the P.V dot: Q.K then gets the plain layout (``[4, 2]``: each
+buffers of P [rows, BLOCK_N] and alpha [rows], fp32), with a barrier between store and
+load, so no SSA path leads from the Q.K dot to the P.V dot: Q.K then gets the plain layout (``[4, 2]``: each
 warpgroup computes half the keys, no duplicate), and its row max crosses the warpgroups
-through shared memory. The buffer alternates per tile, so a fast warp writing tile j + 1
+through shared memory (the two Q.K dots are summed, not chained, for the same reason).
+Statically (Triton 3.6, sm_90) the barrier in the loop also stops the pipeliner: the latent
+loads are plain loads, not cp.async (NOTES-mla.md, version 4). The buffer alternates per tile, so a fast warp writing tile j + 1
 never overwrites what a slow warp still reads of tile j (every warp passed tile j + 1's
 barrier only after its reads of tile j).
 """
