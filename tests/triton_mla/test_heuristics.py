@@ -16,8 +16,11 @@ def test_split_counts(programs, max_kv, slots, expected):
 
 
 def test_tiles_fit_shared_memory():
-    """sm_90 gets the swept tiles; ~99 KB parts (sm_89) get tiles that ptxas fits there."""
-    assert absorbed_config(64, 512, smem_kb=227)["block_n"] == 32
+    """sm_90 gets the swept tiles (64-row programs: 64 keys, 3 stages, 221696 B with ptxas);
+    sm_80's 163 KB keeps 32 keys; ~99 KB parts (sm_89) get tiles that ptxas fits there."""
+    assert absorbed_config(64, 512, smem_kb=227) == dict(block_n=64, num_warps=8, num_stages=3,
+                                                         programs_per_sm=1)
+    assert absorbed_config(64, 512, smem_kb=163)["block_n"] == 32
     assert absorbed_config(64, 512, smem_kb=99) == dict(block_n=16, num_warps=8, num_stages=2,
                                                         programs_per_sm=1)
     assert absorbed_config(16, 512, smem_kb=163)["programs_per_sm"] == 1
@@ -38,3 +41,17 @@ def test_v2_tiles():
     assert absorbed_config_v2(16, 512, smem_kb=227) is None
     assert absorbed_config_v2(64, 512, smem_kb=99) is None
     assert absorbed_config_v2(64, 64, smem_kb=227) is None
+
+
+@pytest.mark.parametrize("heads, fp32, cache_16bit, smem_kb, expected", [
+    (128, False, True, 227, "v1"),     # the measured case: v1 at 64-key tiles
+    (256, False, True, 227, "v1"),
+    (64, False, True, 227, "v2"),      # fewer heads: v2 (measured at 16)
+    (128, False, False, 227, "v2"),    # fp8 cache: v1's 64-key tile not checked
+    (128, True, True, 227, "v2"),
+    (128, False, True, 163, "v2"),     # sm_80: the 64-key tile does not fit
+])
+def test_auto_variant(heads, fp32, cache_16bit, smem_kb, expected):
+    from attnkit.backends.triton_mla.decode import auto_variant
+    assert auto_variant(heads, 512, fp32=fp32, cache_16bit=cache_16bit, smem_kb=smem_kb) == expected
+    assert auto_variant(heads, 64, fp32=fp32, cache_16bit=cache_16bit, smem_kb=smem_kb) == "v2"

@@ -10,7 +10,8 @@ from attnkit.backends.triton_mla.backend import TritonMLABackend
 from attnkit.errors import AttnkitError
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
-KINDS = [("v1", None), ("v2", 1), ("v2", 2)]
+KINDS = [("v1", None), ("v2", 1), ("v2", 2), ("v1_lazy", None), ("keysplit", None),
+         ("keysplit_lazy", None)]
 
 
 def run(backend, case):

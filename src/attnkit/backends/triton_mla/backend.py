@@ -21,7 +21,8 @@ from attnkit.backends._triton import interpreting
 from attnkit.backends.triton_mla._parts import Part, build_parts, static_parts
 from attnkit.backends.triton_mla.declaration import DECLARATION
 from attnkit.backends.triton_mla.decode import (DEFAULT_DECODE_VARIANT, VARIANT_NAMES, VARIANTS,
-                                                absorbed_attention, absorbed_config, choose_splits)
+                                                absorbed_attention, absorbed_config, auto_variant,
+                                                choose_splits)
 from attnkit.backends.triton_mla.decode_column_split import absorbed_config_v2, v2_block_h
 from attnkit.backends.triton_mla.extend import mha_form_attention
 from attnkit.errors import fail
@@ -58,8 +59,9 @@ class TritonMLABackend(AttentionBackend):
     ``num_splits`` (KV splits per tile), ``block_h``, ``block_n``, ``num_warps``,
     ``num_stages``, ``mha_form_min_query`` (new tokens from which extend uses the MHA form;
     None = always absorbed), ``extend_tiles`` (block_m, block_n, num_warps, num_stages of
-    the MHA-form kernel), ``variant`` of the absorbed split kernel ("v1" / "v2", or "whole_rows" / "column_split"; default
-    decode.DEFAULT_DECODE_VARIANT), ``v_split`` (v2: column blocks of the latent per head
+    the MHA-form kernel), ``variant`` of the absorbed split kernel ("auto", "v1" / "v2" / "tma", or "whole_rows" /
+    "column_split"; the candidates "v1_lazy", "keysplit", "keysplit_lazy" of decode.V1_STEPS;
+    default decode.DEFAULT_DECODE_VARIANT), ``v_split`` (v2: column blocks of the latent per head
     block, 1 or 2)."""
 
     name = "triton_mla"
@@ -90,7 +92,7 @@ class TritonMLABackend(AttentionBackend):
         self.mha_form_min_query = mha_form_min_query
         self.extend_tiles = extend_tiles
         self.variant = VARIANT_NAMES.get(variant, variant) or DEFAULT_DECODE_VARIANT
-        check_option(self.name, "variant", self.variant, (*VARIANTS, *VARIANT_NAMES))
+        check_option(self.name, "variant", self.variant, ("auto", *VARIANTS, *VARIANT_NAMES))
         check_option(self.name, "v_split", v_split, (None, 1, 2))
         self.v_split = v_split
 
@@ -150,7 +152,11 @@ class TritonMLABackend(AttentionBackend):
         fp32 = q_lat.dtype == torch.float32
         rows = 16 if fp32 else 64         # fp32 tiles are twice the bytes: keep them small
         kw = dict(fp32=fp32, smem_kb=_smem_kb(q_lat.device))
-        v2_tiles = self.variant in ("v2", "tma")       # tma runs v2's program shapes
+        variant = self.variant
+        if variant == "auto":
+            variant = auto_variant(H, layer.spec.mla.kv_lora_rank,
+                                   cache_16bit=latent.dtype == q_lat.dtype, **kw)
+        v2_tiles = variant in ("v2", "tma")       # tma runs v2's program shapes
         wide = v2_block_h(H, layer.spec.mla.kv_lora_rank, **kw) if v2_tiles else None
         block_h = self.block_h or wide or min(rows, max(16, triton.next_power_of_2(H)))
         block_t = max(1, min(triton.next_power_of_2(part.max_query_len), rows // block_h))
@@ -170,7 +176,7 @@ class TritonMLABackend(AttentionBackend):
             q_lat, q_pe, latent.view(-1, latent.shape[-1]), part.block_tables, work_req,
             work_tok, part.query_start_loc, part.seq_lens,
             page_size=part.page_size, scale=layer.spec.softmax_scale, kv_scale=kv_scale,
-            block_t=block_t, block_h=block_h, num_splits=splits, variant=self.variant, **cfg)
+            block_t=block_t, block_h=block_h, num_splits=splits, variant=variant, **cfg)
 
     def _mha_form(self, q_nope, q_pe, latent, layer, cache, part: Part, kv_scale):
         """Decompress the gathered latent into per-head K/V, then causal flash attention."""

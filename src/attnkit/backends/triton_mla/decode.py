@@ -21,6 +21,7 @@ from triton.runtime.errors import OutOfResources
 
 from attnkit.backends._triton import LOG2E, NEG_BIG, online_softmax_step
 from attnkit.backends.triton_mla.decode_column_split import _absorbed_v2_kernel, work_rows
+from attnkit.backends.triton_mla.decode_steps import softmax_step_mla
 from attnkit.backends.triton_mla.decode_tma import absorbed_tma, tma_ready
 
 # ---------------------------------------------------------------------------------------
@@ -28,7 +29,9 @@ from attnkit.backends.triton_mla.decode_tma import absorbed_tma, tma_ready
 # "v2" (decode_column_split.py: output columns split across programs, page-local key tiles). Measured
 # in one H200 run (benchmarks/RESULTS.md, triton_mla, 2026-11-29): 128 heads B=128 ctx 4k
 # v2 230 vs v1 174 TFLOP/s; 16 heads 3556 vs 2975 GB/s. To revert, set "v1".
-DEFAULT_DECODE_VARIANT = "v2"
+# "auto" (auto_variant below): v1 at 64-key tiles for >= 128 heads on sm_90 (H200 sweep
+# 2026-12-01: 244 vs v2's 230 TFLOP/s at 128 heads), v2 elsewhere.
+DEFAULT_DECODE_VARIANT = "auto"
 # The variants by what they do (the backend option takes either spelling):
 VARIANT_NAMES = {"whole_rows": "v1",        # one program holds a head block's whole latent row
                  "column_split": "v2",      # output columns split across programs (decode_column_split.py)
@@ -36,23 +39,30 @@ VARIANT_NAMES = {"whole_rows": "v1",        # one program holds a head block's w
 # ---------------------------------------------------------------------------------------
 # "tma" (decode_tma.py): v2's program with the latent tiles read through tensor descriptors;
 # it serves 128-head programs of a 16-bit cache (decode_tma.tma_ready), else v2 runs.
-VARIANTS = ("v1", "v2", "tma")
+# Candidates (NOTES-mla.md, version 4; not measured when added): version 1's kernel with the
+# softmax steps of decode_steps.py, by (LAZY, KEY_SPLIT):
+V1_STEPS = {"v1": (False, False), "v1_lazy": (True, False), "keysplit": (False, True),
+            "keysplit_lazy": (True, True)}
+VARIANTS = ("v1", "v2", "tma", "v1_lazy", "keysplit", "keysplit_lazy")
 
 
 @triton.jit
 def _absorbed_split_kernel(
-    QL, QP, Cache, BlockTables, WorkReq, WorkTok, QStart, SeqLens, Out, Lse,
+    QL, QP, Cache, BlockTables, WorkReq, WorkTok, QStart, SeqLens, Out, Lse, Scratch,
     stride_qlh, stride_qlt, stride_qpt, stride_qph, stride_cache, stride_bt,
     stride_ot, stride_oh, stride_os, stride_lt, stride_lh,
     qk_scale, v_scale, H, num_splits,
     L: tl.constexpr, R: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     DIRECT: tl.constexpr, DOT_PREC: tl.constexpr,
+    LAZY: tl.constexpr = False, KEY_SPLIT: tl.constexpr = False,
 ):
     """QL: q_lat [H, T, L]; QP: q_pe [T, H, R]; Cache: latent [slots, L + R];
     BlockTables: [B, P] int32; WorkReq/WorkTok: [W] request id and first token of each tile;
     QStart: [B+1]; SeqLens: [B]; Out: [T, H, S, L] fp32 partials (DIRECT: [T, H, L] fp32 final);
-    Lse: [T, H, S] fp32 base-2 log-sum-exp of each split (unused when DIRECT)."""
+    Lse: [T, H, S] fp32 base-2 log-sum-exp of each split (unused when DIRECT).
+    LAZY / KEY_SPLIT (Scratch: 2 * BLOCK_M * (BLOCK_N + 1) fp32 a program when KEY_SPLIT):
+    the softmax steps of decode_steps.py (candidate variants "v1_lazy", "keysplit", ...)."""
     BLOCK_M: tl.constexpr = BLOCK_T * BLOCK_H
     # head blocks vary fastest, so the programs that share a request's latent rows run
     # together and all but the first read them from L2
@@ -78,6 +88,8 @@ def _absorbed_split_kernel(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, L], tl.float32)
     offs_n = tl.arange(0, BLOCK_N)
+    pid = (tl.program_id(2) * tl.num_programs(1) + w) * tl.num_programs(0) + hb
+    scratch = Scratch + pid.to(tl.int64) * (2 * BLOCK_M * (BLOCK_N + 1))
     for n0 in range(start, end, BLOCK_N):
         pos = n0 + offs_n
         pos_ok = pos < end
@@ -88,10 +100,20 @@ def _absorbed_split_kernel(
                     mask=pos_ok[:, None], other=0.0).to(q_lat.dtype)
         pe = tl.load(Cache + slot[:, None] * stride_cache + L + offs_r[None, :],
                      mask=pos_ok[:, None], other=0.0).to(q_lat.dtype)
-        s = tl.dot(q_lat, tl.trans(c), input_precision=DOT_PREC)
-        s = tl.dot(q_pe, tl.trans(pe), s, input_precision=DOT_PREC)
-        s = tl.where(pos[None, :] < kv_len[:, None], s * qk_scale, float("-inf"))
-        m_i, l_i, acc = online_softmax_step(m_i, l_i, acc, s, c, DOT_PREC)
+        if KEY_SPLIT:
+            # two unchained dots (a dot feeding the next one's accumulator is a chain; the
+            # scale keeps Triton from folding dot + x back into one)
+            s = (tl.dot(q_lat, tl.trans(c), input_precision=DOT_PREC) * qk_scale
+                 + tl.dot(q_pe, tl.trans(pe), input_precision=DOT_PREC) * qk_scale)
+        else:
+            s = tl.dot(q_lat, tl.trans(c), input_precision=DOT_PREC)
+            s = tl.dot(q_pe, tl.trans(pe), s, input_precision=DOT_PREC) * qk_scale
+        s = tl.where(pos[None, :] < kv_len[:, None], s, float("-inf"))
+        if LAZY or KEY_SPLIT:
+            buf = scratch + ((n0 - start) // BLOCK_N % 2) * (BLOCK_M * (BLOCK_N + 1))
+            m_i, l_i, acc = softmax_step_mla(m_i, l_i, acc, s, c, buf, DOT_PREC, LAZY, KEY_SPLIT)
+        else:
+            m_i, l_i, acc = online_softmax_step(m_i, l_i, acc, s, c, DOT_PREC)
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     out = acc * (v_scale / l_safe)[:, None]
@@ -141,6 +163,23 @@ def _reduce_splits_kernel(
     tl.store(Out + t * stride_ot + h * stride_oh + offs_l, (acc / total).to(Out.dtype.element_ty))
 
 
+# Version 1's tile for >= 64-row programs on 227 KB parts (sm_90): 64 keys, 8 warps, 3 stages.
+# H200 sweep 2026-12-01 (H=128, B=128, ctx 4k): 244 TFLOP/s vs 230 for v2's 128-head tile and
+# 174 for this kernel at 32 keys; Triton 3.6 ptxas sm_90: 254 registers, no spills, 221696 B
+# of shared memory (benchmarks/NOTES-mla.md, version 4). Does not fit sm_80's 163 KB.
+V1_WIDE_TILE_SM90 = dict(block_n=64, num_warps=8, num_stages=3, programs_per_sm=1)
+
+
+def auto_variant(heads: int, latent_width: int, *, fp32: bool, cache_16bit: bool,
+                 smem_kb: int) -> str:
+    """The variant DEFAULT_DECODE_VARIANT = "auto" runs: version 1 with V1_WIDE_TILE_SM90 for
+    a rank of >= 128 heads over a 16-bit cache on a 227 KB part (the measured case), else
+    "v2" (fp8 caches, fewer heads, smaller parts: v2 measured or v1's 64-key tile unchecked)."""
+    if heads >= 128 and latent_width >= 256 and not fp32 and cache_16bit and smem_kb >= 200:
+        return "v1"
+    return "v2"
+
+
 def absorbed_config(block_m: int, latent_width: int, *, fp32: bool = False,
                     smem_kb: int = 227) -> dict:
     """Tile shape for a ``block_m``-row program, for a GPU with ``smem_kb`` KB of shared memory
@@ -155,6 +194,8 @@ def absorbed_config(block_m: int, latent_width: int, *, fp32: bool = False,
         if block_m >= 32:
             return dict(block_n=32, num_warps=4, num_stages=2, programs_per_sm=1)
         return dict(block_n=64, num_warps=4, num_stages=3, programs_per_sm=1)
+    if block_m >= 64 and smem_kb >= 200:        # sm_90: V1_WIDE_TILE_SM90
+        return dict(V1_WIDE_TILE_SM90)
     if block_m >= 64:                           # [64, 512] fp32 accumulator: two warpgroups
         # H200 sweep (H=128, B=128, ctx 4k): 32 keys x 3 stages 1.25 ms, 16 x 2 1.78 ms
         return dict(block_n=32, num_warps=8, num_stages=3, programs_per_sm=1)
@@ -241,14 +282,21 @@ def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok
                           f"stages) does not fit ({exc}); using 2 stages", stacklevel=2)
             launch(2)
     else:
-        _absorbed_split_kernel[(head_blocks, W, num_splits)](
+        lazy, key_split = V1_STEPS[variant]
+        grid = (head_blocks, W, num_splits)
+        block_m = block_t * block_h
+        scratch = (torch.empty(grid[0] * grid[1] * grid[2] * 2 * block_m * (block_n + 1),
+                               dtype=torch.float32, device=q_lat.device)
+                   if key_split else partial)
+        _absorbed_split_kernel[grid](
             q_lat, q_pe, cache_flat, block_tables, work_req, work_tok, query_start_loc, seq_lens,
-            partial, lse,
+            partial, lse, scratch,
             q_lat.stride(0), q_lat.stride(1), q_pe.stride(0), q_pe.stride(1), cache_flat.stride(0),
             block_tables.stride(0), *sp,
             scale * kv_scale * LOG2E, kv_scale, H, num_splits,
             L=L, R=R, PAGE_SIZE=page_size, BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_N=block_n,
-            DIRECT=direct, DOT_PREC=dot_prec, num_warps=num_warps, num_stages=num_stages,
+            DIRECT=direct, DOT_PREC=dot_prec, LAZY=lazy, KEY_SPLIT=key_split,
+            num_warps=num_warps, num_stages=num_stages,
         )
     if direct:
         return partial.to(q_lat.dtype)

@@ -1,0 +1,107 @@
+"""Static check of the triton_mla decode kernels for sm_90, with no GPU: compile each tile with
+``triton.compile`` for GPUTarget("cuda", 90, 32) and report what ptxas gave it (registers,
+spill stack, shared memory) and the MMA / load instructions of the SASS.
+
+    PYTHONPATH=<triton 3.6 site>:src python3 benchmarks/static_mla.py [TAG ...] [--out DIR]
+
+Run it with the device's Triton (3.6 in NOTES-hopper.md): a different Triton is a lead only.
+Pointer and integer arguments are marked 16-divisible as the JIT marks them at launch
+(strides of the benchmark's tensors are multiples of 16); without the marks the compile is
+not the launch's. ``H`` and ``num_splits`` are left unmarked (any value)."""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+NOT_DIV = ("H", "num_splits")
+OPS = r"(HGMMA\.[0-9x]+\.[A-Z0-9.]+|HMMA\.[0-9]+|UTMALDG\.\dD|LDGSTS[.A-Z0-9]*|LDL[.0-9A-Z]*|STL[.0-9A-Z]*)"
+
+
+def compile_report(fn, sig, consts, tag, out_dir, **opts):
+    """One tile: -> dict(tag, regs, stack, smem, ops) or dict(tag, error)."""
+    t0 = time.time()
+    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n, ty in sig.items()
+             if n not in NOT_DIV and (ty.startswith("*") or ty in ("i32", "i64"))}
+    src = ASTSource(fn=fn, signature={**sig, **{k: "constexpr" for k in consts}},
+                    constexprs=consts, attrs=attrs)
+    try:
+        c = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
+    except Exception as exc:  # noqa: BLE001 - a tile that does not compile is a result
+        return dict(tag=tag, error=" | ".join(str(exc).strip().splitlines()[-4:])[:600])
+    path = os.path.join(out_dir, f"{tag}.cubin")
+    with open(path, "wb") as f:
+        f.write(c.asm["cubin"])
+    with open(path[:-6] + ".ttgir", "w") as f:
+        f.write(c.asm["ttgir"])
+    res = subprocess.run([f"{BIN}/cuobjdump", "--dump-resource-usage", path],
+                         capture_output=True, text=True).stdout
+    sass = subprocess.run([f"{BIN}/cuobjdump", "-sass", path], capture_output=True, text=True).stdout
+    with open(path[:-6] + ".sass", "w") as f:
+        f.write(sass)
+    ops: dict[str, int] = {}
+    for m in re.findall(OPS, sass):
+        ops[m] = ops.get(m, 0) + 1
+    reg, stack = re.search(r"REG:(\d+)", res), re.search(r"STACK:(\d+)", res)
+    return dict(tag=tag, regs=int(reg.group(1)) if reg else None,
+                stack=int(stack.group(1)) if stack else None, smem=c.metadata.shared,
+                warps=c.metadata.num_warps, ops=dict(sorted(ops.items())), s=round(time.time() - t0))
+
+
+_PTRS = {"BlockTables": "*i32", "WorkReq": "*i32", "WorkTok": "*i32", "QStart": "*i32",
+         "SeqLens": "*i32", "Out": "*fp32", "Lse": "*fp32"}
+_TAIL = {"stride_ot": "i32", "stride_oh": "i32", "stride_os": "i32", "stride_lt": "i32",
+         "stride_lh": "i32", "qk_scale": "fp32", "v_scale": "fp32", "H": "i32", "num_splits": "i32"}
+_QS = {"stride_qlh": "i32", "stride_qlt": "i32", "stride_qpt": "i32", "stride_qph": "i32"}
+
+
+def signature(fn, dt="bf16"):
+    """The kernel's argument types, by name (every decode kernel takes a subset of these)."""
+    known = {"QL": f"*{dt}", "QP": f"*{dt}", "Cache": f"*{dt}", "Scratch": "*fp32", **_PTRS, **_QS,
+             "stride_cache": "i32", "stride_bt": "i32", **_TAIL}
+    return {n: known[n] for n in fn.arg_names if n in known}
+
+
+def tiles():
+    """tag -> (kernel, constexprs, compile options): the tiles the sweep's rows launch."""
+    from attnkit.backends.triton_mla.decode import _absorbed_split_kernel as v1
+    from attnkit.backends.triton_mla.decode_column_split import _absorbed_v2_kernel as v2
+    base = dict(L=512, R=64, PAGE_SIZE=64, BLOCK_T=1, DIRECT=True, DOT_PREC="tf32")
+    out = {}
+    for bn, w, st in ((32, 8, 3), (64, 8, 2), (64, 8, 3), (64, 8, 4)):
+        out[f"v1_h64_n{bn}_w{w}_s{st}"] = (v1, dict(base, BLOCK_H=64, BLOCK_N=bn), dict(num_warps=w, num_stages=st))
+    # the candidates of decode_steps.py (decode.V1_STEPS), at the tiles the sweep runs
+    for name, (lazy, split) in (("lazy", (True, False)), ("keysplit", (False, True)),
+                                ("keysplit_lazy", (True, True))):
+        for bn, st in ((64, 3), (32, 4)):
+            out[f"{name}_h64_n{bn}_w8_s{st}"] = (v1, dict(base, BLOCK_H=64, BLOCK_N=bn, LAZY=lazy, KEY_SPLIT=split),
+                                                 dict(num_warps=8, num_stages=st))
+    out["v2_h128_n32_w8_s3_v2"] = (v2, dict(base, ROW=576, BLOCK_H=128, BLOCK_N=32, V_SPLIT=2),
+                                   dict(num_warps=8, num_stages=3))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("tags", nargs="*")
+    ap.add_argument("--out", default="/tmp/static_mla")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    print(f"triton {triton.__version__}, sm_90", flush=True)
+    for tag, (fn, consts, opts) in tiles().items():
+        if args.tags and not any(re.fullmatch(t, tag) for t in args.tags):
+            continue
+        r = compile_report(fn, signature(fn), consts, tag, args.out, **opts)
+        print(r, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
