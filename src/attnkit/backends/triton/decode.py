@@ -5,7 +5,12 @@ group â€” the group's rows padded to G_PAD >= 16 so the products run on tl.dot â
 K/V page is read once per group, not once per query head. Split ``s`` covers keys
 ``[lo + s * chunk, lo + (s + 1) * chunk)`` of its request, ``lo`` being the query's first
 visible key (0, the window's left edge, or with chunked local attention its chunk's start)
-rounded down to a tile, so no tile left of it is read. With one split the kernel writes the
+rounded down to a tile, so no tile left of it is read. Without parts, ``chunk`` is the
+request's own: its keys spread over the grid's S splits in whole tiles,
+``ceil(ceil(keys / S) / BLOCK_N) * BLOCK_N``, so a short request in a grid sized for long
+ones (a captured step is sized for the longest possible) still runs on several programs,
+and the partition depends only on the request and S, never on the other requests of the
+batch. (With parts, dual chunk attention, the host's chunk applies to every part.) With one split the kernel writes the
 normalised output itself; otherwise it writes (max, denominator, unnormalised output) per split and
 ``_reduce_kernel`` merges them, adding the sink to the denominator exactly once.
 
@@ -53,6 +58,7 @@ def _decode_kernel(
     HAS_SOFTCAP: tl.constexpr,
     HAS_SINKS: tl.constexpr, FUSED_WRITE: tl.constexpr, NUM_PARTS: tl.constexpr,
     DOT_PREC: tl.constexpr, MERGE_ROWS: tl.constexpr = 0, MERGE_CHUNK: tl.constexpr = 0,
+    EVEN_SPLITS: tl.constexpr = False,
 ):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -67,6 +73,8 @@ def _decode_kernel(
     kv_len = tl.load(SeqLens + part * stride_sp + b)
     # the first key the query (at kv_len - 1) sees, rounded down to a tile
     lo = (first_key(kv_len - 1, window, attn_chunk, 0, HAS_WINDOW, HAS_CHUNK) // BLOCK_N) * BLOCK_N
+    if EVEN_SPLITS:    # this request's own keys over the grid's splits, whole tiles each
+        chunk = tl.cdiv(tl.cdiv(kv_len - lo, tl.num_programs(2)), BLOCK_N) * BLOCK_N
     n_lo = lo + sp * chunk
     n_hi = tl.minimum(n_lo + chunk, kv_len)
     if FUSED_WRITE:    # the new key is the last of part 0; the split holding it owns it
@@ -318,6 +326,7 @@ def decode_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables, qk_sca
         BLOCK_DV=padded_dim(dv), SPLIT=split, HAS_WINDOW=window is not None,
         HAS_CHUNK=attention_chunk is not None, HAS_SOFTCAP=softcap is not None, HAS_SINKS=sinks is not None,
         FUSED_WRITE=new_kv is not None, NUM_PARTS=num_parts, DOT_PREC="ieee",
+        EVEN_SPLITS=split and part_starts is None,
         MERGE_ROWS=merge[0] if merge else 0, MERGE_CHUNK=merge[1] if merge else 0, **cfg,
     )
     if split and not merge:
