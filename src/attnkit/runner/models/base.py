@@ -6,6 +6,8 @@ here is [T, ...] with no batch or padding axis. Per layer:
     h = h + attention(norm(h), ctx)   MHA/GQA (layers/attention.py) or MLA (layers/mla.py)
     h = h + mlp(norm(h), ctx)         dense gated MLP or experts (layers/mlp.py, moe.py)
 
+(each add in the kernel of the norm after it: the MLP's output is added by the next block's
+input norm, the last one by the final norm)
 (Gemma-2 also norms each half's output: "sandwich" norms), then the final norm and the LM
 head. ``ctx`` is the step's StepContext (layers/context.py), built once by ``context`` and
 passed to every layer: RoPE at the step's positions, the backend and its per-step plan.
@@ -54,14 +56,22 @@ class Block:
         """The layer as the backend sees it (spec, sinks, MLA up-projections)."""
         return self.attention.layer
 
-    def __call__(self, h: torch.Tensor, ctx: StepContext, style) -> torch.Tensor:
-        """h: [T, hidden] residual stream -> [T, hidden]; ``style``: the family's NormStyle."""
-        a = self.attention(rms_norm(h, self.input_norm, style), ctx)
+    def __call__(self, h: torch.Tensor, ctx: StepContext, style,
+                 pending: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """h: [T, hidden] residual stream; pending: the block before's output, not yet added
+        to it (None: nothing pending). -> (residual stream, this block's output to add):
+        each residual add runs in the next norm's kernel (``add_rms_norm``), the last one in
+        the model's final norm. ``style``: the family's NormStyle."""
+        if pending is None:
+            x = rms_norm(h, self.input_norm, style)
+        else:
+            x, h = add_rms_norm(pending, h, self.input_norm, style)
+        a = self.attention(x, ctx)
         if self.pre_mlp_norm is not None:
             x, h = add_rms_norm(rms_norm(a, self.post_attn_norm, style), h, self.pre_mlp_norm, style)
-            return h + rms_norm(self.mlp(x, ctx), self.post_mlp_norm, style)
+            return h, rms_norm(self.mlp(x, ctx), self.post_mlp_norm, style)
         x, h = add_rms_norm(a, h, self.post_attn_norm, style)
-        return h + self.mlp(x, ctx)
+        return h, self.mlp(x, ctx)
 
 
 def norms(arch: Architecture, w: Weights, prefix: str) -> tuple:
@@ -145,11 +155,13 @@ class DecoderModel:
         h = vocab_lookup(self.embed, tokens, self.tp, self.vocab_span[0])   # [T, hidden]
         if self.arch.embed_scale is not None:
             h = h * torch.tensor(self.arch.embed_scale, dtype=h.dtype)  # rounded like transformers
+        pending = None
         for block in self.blocks:
-            h = block(h, ctx, self.norm_style)
+            h, pending = block(h, ctx, self.norm_style, pending)
         if rows is not None:
-            h = h[rows]
-        logits = self.tp.all_gather(F.linear(self.norm(h, self.final_norm), self.lm_head),
-                                    self.arch.vocab_size).float()
+            h, pending = h[rows], None if pending is None else pending[rows]
+        normed = (self.norm(h, self.final_norm) if pending is None else
+                  add_rms_norm(pending, h, self.final_norm, self.norm_style)[0])
+        logits = self.tp.all_gather(F.linear(normed, self.lm_head), self.arch.vocab_size).float()
         cap = self.arch.final_logit_softcap
         return logits if cap is None else cap * torch.tanh(logits / cap)
