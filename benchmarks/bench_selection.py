@@ -74,7 +74,7 @@ def picks(model, platform, phase: str, b, profile):
     return get(shaped), get(whole)
 
 
-def run(rows, profile) -> list[dict]:
+def run(rows, profile, on_row=None) -> list[dict]:
     import torch
 
     from attnkit.planning.measured import rank
@@ -113,6 +113,8 @@ def run(rows, profile) -> list[dict]:
                    whole_ratio=(rates[whole] / rates[fastest]) if fastest and whole in rates else None)
         out.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "why"}), flush=True)
+        if on_row is not None:
+            on_row(out)
     return out
 
 
@@ -154,17 +156,23 @@ def main(argv=None) -> int:
     if args.quick:
         rows = [r for r in rows if (r[1], r[2] if r[1] == "decode" else r[3], r[4]) in QUICK]
     t0 = time.time()
-    result = run(rows, args.profile)
     env = environment()
-    data = {"environment": env, "profile": args.profile or "shipped", "seconds": round(time.time() - t0),
-            "command": "python3 benchmarks/bench_selection.py " + " ".join(argv or sys.argv[1:]), "rows": result}
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "bench_selection.json"), "w") as f:
-        json.dump(data, f, indent=1)
-    md = f"{env}\nprofile: {data['profile']}; {data['seconds']} s\n\n{table(result)}\n"
-    with open(os.path.join(args.out, "bench_selection.md"), "w") as f:
-        f.write(md)
-    print(md)
+
+    def save(result: list[dict], done: bool = False) -> str:
+        """JSON and markdown of the rows so far (after every row: a cut run keeps them)."""
+        data = {"environment": env, "profile": args.profile or "shipped",
+                "seconds": round(time.time() - t0), "complete": done,
+                "command": "python3 benchmarks/bench_selection.py " + " ".join(argv or sys.argv[1:]),
+                "rows": result}
+        with open(os.path.join(args.out, "bench_selection.json"), "w") as f:
+            json.dump(data, f, indent=1)
+        md = f"{env}\nprofile: {data['profile']}; {data['seconds']} s\n\n{table(result)}\n"
+        with open(os.path.join(args.out, "bench_selection.md"), "w") as f:
+            f.write(md)
+        return md
+
+    print(save(run(rows, args.profile, on_row=save), done=True))
     return 0
 
 
