@@ -179,6 +179,8 @@ def test_decode_ahead_equals_single_steps_and_stops_where_they_would(llama64, mo
         reqs = [sched.add(p, SamplingParams(max_new_tokens=9, stop_token_ids=stop)) for p in PROMPTS]
         list(sched.run())
         assert engine.allocator.num_free == engine.allocator.num_pages
+        # decode tokens counted are those kept (the first of each came from its prefill)
+        assert sched.stats.decode_tokens == sum(len(r.output) - 1 for r in reqs)
         return [(r.output, r.finish_reason) for r in reqs]
 
     single = run(1)

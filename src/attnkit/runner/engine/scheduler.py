@@ -210,8 +210,7 @@ class Scheduler:
     def _steps_ahead(self, plan: dict[Sequence, int]) -> int:
         """How many greedy decode steps this step's plan may run in one go (1: just one)."""
         graphs, engine = self.engine.graphs, self.engine
-        if self.decode_ahead < 2 or graphs is None or self.waiting or self._dual_chunk \
-                or engine.ranks is not None:
+        if self.decode_ahead < 2 or graphs is None or self.waiting or engine.ranks is not None:
             return 1
         if not all(n == 1 and r.decoding and r.params.greedy for r, n in plan.items()):
             return 1
@@ -226,15 +225,17 @@ class Scheduler:
         its tokens up to its first stop token."""
         rows = self.engine.decode_ahead(seqs, steps)
         now = time.perf_counter()
-        for _ in range(steps):
-            self.stats.add_step(prefill=0, decode=len(seqs), seconds=(now - start) / steps)
-        done = []
+        done, kept = [], []
         for r, tokens in zip(seqs, rows):
             r.stats.num_computed_tokens += steps
-            for t in tokens:
+            for n, t in enumerate(tokens, start=1):
                 if self._emit(r, t, now):
                     done.append(r)
                     break
+            kept.append(n)
+        for j in range(steps):          # a step's decode tokens: those some request kept
+            self.stats.add_step(prefill=0, decode=sum(n > j for n in kept),
+                                seconds=(now - start) / steps)
         return done
 
     def schedule(self) -> dict[Sequence, int]:
