@@ -212,8 +212,9 @@ class Scheduler:
         graphs, engine = self.engine.graphs, self.engine
         if self.decode_ahead < 2 or graphs is None or self.waiting or engine.ranks is not None:
             return 1
-        if not all(n == 1 and r.decoding and r.params.greedy for r, n in plan.items()):
-            return 1
+        if len(plan) != len(self.running) or not all(
+                n == 1 and r.decoding and r.params.greedy for r, n in plan.items()):
+            return 1                    # a request this step leaves out must not wait k steps
         k = min([self.decode_ahead] + [r.params.max_new_tokens - len(r.output) for r in plan])
         if k < 2 or sum(self.ledger.shortfall(r, r.computed + k) for r in plan) > self.ledger.num_free:
             return 1
