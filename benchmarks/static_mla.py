@@ -65,7 +65,7 @@ _QS = {"stride_qlh": "i32", "stride_qlt": "i32", "stride_qpt": "i32", "stride_qp
 
 def signature(fn, dt="bf16"):
     """The kernel's argument types, by name (every decode kernel takes a subset of these)."""
-    known = {"QL": f"*{dt}", "QP": f"*{dt}", "Cache": f"*{dt}", "Scratch": "*fp32", **_PTRS, **_QS,
+    known = {"QL": f"*{dt}", "QP": f"*{dt}", "Cache": f"*{dt}", **_PTRS, **_QS,
              "stride_cache": "i32", "stride_bt": "i32", **_TAIL}
     return {n: known[n] for n in fn.arg_names if n in known}
 
@@ -78,12 +78,6 @@ def tiles():
     out = {}
     for bn, w, st in ((32, 8, 3), (64, 8, 2), (64, 8, 3), (64, 8, 4)):
         out[f"v1_h64_n{bn}_w{w}_s{st}"] = (v1, dict(base, BLOCK_H=64, BLOCK_N=bn), dict(num_warps=w, num_stages=st))
-    # the candidates of decode_steps.py (decode.V1_STEPS), at the tiles the sweep runs
-    for name, (lazy, split) in (("lazy", (True, False)), ("keysplit", (False, True)),
-                                ("keysplit_lazy", (True, True))):
-        for bn, st in ((64, 3), (32, 4)):
-            out[f"{name}_h64_n{bn}_w8_s{st}"] = (v1, dict(base, BLOCK_H=64, BLOCK_N=bn, LAZY=lazy, KEY_SPLIT=split),
-                                                 dict(num_warps=8, num_stages=st))
     out["v2_h128_n32_w8_s3_v2"] = (v2, dict(base, ROW=576, BLOCK_H=128, BLOCK_N=32, V_SPLIT=2),
                                    dict(num_warps=8, num_stages=3))
     return out

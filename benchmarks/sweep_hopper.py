@@ -291,21 +291,13 @@ def race_check(args):
 
 
 def mla(args):
-    # v1 at 64-key tiles: 64 heads a program, Q.K split by keys between the two warpgroups
-    # (no recomputed Q.K, unlike v2's column split); 254-255 registers, no spills (3.6, sm_90)
+    # v1 at 64-key tiles: 64 heads a program on two warpgroups, 254-255 registers, no spills
+    # (Triton 3.6, sm_90); both warpgroups compute the whole Q.K tile (NOTES-mla.md, version 4)
     mla_variants = {128: [("v2", dict(variant="v2")), ("v2 2 stages", dict(variant="v2", num_stages=2)),
                           ("tma", dict(variant="tma")),
                           ("v1 64 keys 2 stages", dict(variant="v1", block_n=64, num_stages=2)),
                           ("v1 64 keys 3 stages", dict(variant="v1", block_n=64, num_stages=3)),
-                          # the default now (auto -> v1, V1_WIDE_TILE_SM90), then the
-                          # candidates of NOTES-mla.md version 4 (keysplit: Q.K not duplicated
-                          # across warpgroups; lazy: threshold rescale, spills statically)
-                          ("auto (default)", dict()),
-                          ("keysplit 64 keys", dict(variant="keysplit", block_n=64, num_stages=3)),
-                          ("keysplit 32 keys", dict(variant="keysplit", block_n=32, num_stages=4)),
-                          ("v1_lazy 64 keys", dict(variant="v1_lazy", block_n=64, num_stages=3)),
-                          ("keysplit_lazy 64 keys", dict(variant="keysplit_lazy", block_n=64,
-                                                         num_stages=3))],
+                          ("auto (default)", dict())],      # auto -> v1, V1_WIDE_TILE_SM90
                     16: [("v2", dict(variant="v2")), ("auto (default)", dict())]}
     for heads, variants in sorted(mla_variants.items()):     # 16 heads first: a hang later costs less
         s = bench_mla.Setup(128, 4095, 1, heads=heads)

@@ -10,8 +10,7 @@ from attnkit.backends.triton_mla.backend import TritonMLABackend
 from attnkit.errors import AttnkitError
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
-KINDS = [("v1", None), ("v2", 1), ("v2", 2), ("v1_lazy", None), ("keysplit", None),
-         ("keysplit_lazy", None)]
+KINDS = [("v1", None), ("v2", 1), ("v2", 2)]
 
 
 def run(backend, case):

@@ -60,8 +60,7 @@ class TritonMLABackend(AttentionBackend):
     ``num_stages``, ``mha_form_min_query`` (new tokens from which extend uses the MHA form;
     None = always absorbed), ``extend_tiles`` (block_m, block_n, num_warps, num_stages of
     the MHA-form kernel), ``variant`` of the absorbed split kernel ("auto", "v1" / "v2" / "tma", or "whole_rows" /
-    "column_split"; the candidates "v1_lazy", "keysplit", "keysplit_lazy" of decode.V1_STEPS;
-    default decode.DEFAULT_DECODE_VARIANT), ``v_split`` (v2: column blocks of the latent per head
+    "column_split" / "column_split_tma"; default decode.DEFAULT_DECODE_VARIANT), ``v_split`` (v2: column blocks of the latent per head
     block, 1 or 2)."""
 
     name = "triton_mla"

@@ -21,7 +21,6 @@ from triton.runtime.errors import OutOfResources
 
 from attnkit.backends._triton import LOG2E, NEG_BIG, online_softmax_step
 from attnkit.backends.triton_mla.decode_column_split import _absorbed_v2_kernel, work_rows
-from attnkit.backends.triton_mla.decode_steps import softmax_step_mla
 from attnkit.backends.triton_mla.decode_tma import absorbed_tma, tma_ready
 
 # ---------------------------------------------------------------------------------------
@@ -39,30 +38,23 @@ VARIANT_NAMES = {"whole_rows": "v1",        # one program holds a head block's w
 # ---------------------------------------------------------------------------------------
 # "tma" (decode_tma.py): v2's program with the latent tiles read through tensor descriptors;
 # it serves 128-head programs of a 16-bit cache (decode_tma.tma_ready), else v2 runs.
-# Candidates (NOTES-mla.md, version 4; not measured when added): version 1's kernel with the
-# softmax steps of decode_steps.py, by (LAZY, KEY_SPLIT):
-V1_STEPS = {"v1": (False, False), "v1_lazy": (True, False), "keysplit": (False, True),
-            "keysplit_lazy": (True, True)}
-VARIANTS = ("v1", "v2", "tma", "v1_lazy", "keysplit", "keysplit_lazy")
+VARIANTS = ("v1", "v2", "tma")
 
 
 @triton.jit
 def _absorbed_split_kernel(
-    QL, QP, Cache, BlockTables, WorkReq, WorkTok, QStart, SeqLens, Out, Lse, Scratch,
+    QL, QP, Cache, BlockTables, WorkReq, WorkTok, QStart, SeqLens, Out, Lse,
     stride_qlh, stride_qlt, stride_qpt, stride_qph, stride_cache, stride_bt,
     stride_ot, stride_oh, stride_os, stride_lt, stride_lh,
     qk_scale, v_scale, H, num_splits,
     L: tl.constexpr, R: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     DIRECT: tl.constexpr, DOT_PREC: tl.constexpr,
-    LAZY: tl.constexpr = False, KEY_SPLIT: tl.constexpr = False,
 ):
     """QL: q_lat [H, T, L]; QP: q_pe [T, H, R]; Cache: latent [slots, L + R];
     BlockTables: [B, P] int32; WorkReq/WorkTok: [W] request id and first token of each tile;
     QStart: [B+1]; SeqLens: [B]; Out: [T, H, S, L] fp32 partials (DIRECT: [T, H, L] fp32 final);
-    Lse: [T, H, S] fp32 base-2 log-sum-exp of each split (unused when DIRECT).
-    LAZY / KEY_SPLIT (Scratch: 2 * BLOCK_M * (BLOCK_N + 1) fp32 a program when KEY_SPLIT):
-    the softmax steps of decode_steps.py (candidate variants "v1_lazy", "keysplit", ...)."""
+    Lse: [T, H, S] fp32 base-2 log-sum-exp of each split (unused when DIRECT)."""
     BLOCK_M: tl.constexpr = BLOCK_T * BLOCK_H
     # head blocks vary fastest, so the programs that share a request's latent rows run
     # together and all but the first read them from L2
@@ -88,8 +80,6 @@ def _absorbed_split_kernel(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, L], tl.float32)
     offs_n = tl.arange(0, BLOCK_N)
-    pid = (tl.program_id(2) * tl.num_programs(1) + w) * tl.num_programs(0) + hb
-    scratch = Scratch + pid.to(tl.int64) * (2 * BLOCK_M * (BLOCK_N + 1))
     for n0 in range(start, end, BLOCK_N):
         pos = n0 + offs_n
         pos_ok = pos < end
@@ -100,20 +90,10 @@ def _absorbed_split_kernel(
                     mask=pos_ok[:, None], other=0.0).to(q_lat.dtype)
         pe = tl.load(Cache + slot[:, None] * stride_cache + L + offs_r[None, :],
                      mask=pos_ok[:, None], other=0.0).to(q_lat.dtype)
-        if KEY_SPLIT:
-            # two unchained dots (a dot feeding the next one's accumulator is a chain; the
-            # scale keeps Triton from folding dot + x back into one)
-            s = (tl.dot(q_lat, tl.trans(c), input_precision=DOT_PREC) * qk_scale
-                 + tl.dot(q_pe, tl.trans(pe), input_precision=DOT_PREC) * qk_scale)
-        else:
-            s = tl.dot(q_lat, tl.trans(c), input_precision=DOT_PREC)
-            s = tl.dot(q_pe, tl.trans(pe), s, input_precision=DOT_PREC) * qk_scale
-        s = tl.where(pos[None, :] < kv_len[:, None], s, float("-inf"))
-        if LAZY or KEY_SPLIT:
-            buf = scratch + ((n0 - start) // BLOCK_N % 2) * (BLOCK_M * (BLOCK_N + 1))
-            m_i, l_i, acc = softmax_step_mla(m_i, l_i, acc, s, c, buf, DOT_PREC, LAZY, KEY_SPLIT)
-        else:
-            m_i, l_i, acc = online_softmax_step(m_i, l_i, acc, s, c, DOT_PREC)
+        s = tl.dot(q_lat, tl.trans(c), input_precision=DOT_PREC)
+        s = tl.dot(q_pe, tl.trans(pe), s, input_precision=DOT_PREC)
+        s = tl.where(pos[None, :] < kv_len[:, None], s * qk_scale, float("-inf"))
+        m_i, l_i, acc = online_softmax_step(m_i, l_i, acc, s, c, DOT_PREC)
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     out = acc * (v_scale / l_safe)[:, None]
@@ -282,21 +262,14 @@ def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok
                           f"stages) does not fit ({exc}); using 2 stages", stacklevel=2)
             launch(2)
     else:
-        lazy, key_split = V1_STEPS[variant]
-        grid = (head_blocks, W, num_splits)
-        block_m = block_t * block_h
-        scratch = (torch.empty(grid[0] * grid[1] * grid[2] * 2 * block_m * (block_n + 1),
-                               dtype=torch.float32, device=q_lat.device)
-                   if key_split else partial)
-        _absorbed_split_kernel[grid](
+        _absorbed_split_kernel[(head_blocks, W, num_splits)](
             q_lat, q_pe, cache_flat, block_tables, work_req, work_tok, query_start_loc, seq_lens,
-            partial, lse, scratch,
+            partial, lse,
             q_lat.stride(0), q_lat.stride(1), q_pe.stride(0), q_pe.stride(1), cache_flat.stride(0),
             block_tables.stride(0), *sp,
             scale * kv_scale * LOG2E, kv_scale, H, num_splits,
             L=L, R=R, PAGE_SIZE=page_size, BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_N=block_n,
-            DIRECT=direct, DOT_PREC=dot_prec, LAZY=lazy, KEY_SPLIT=key_split,
-            num_warps=num_warps, num_stages=num_stages,
+            DIRECT=direct, DOT_PREC=dot_prec, num_warps=num_warps, num_stages=num_stages,
         )
     if direct:
         return partial.to(q_lat.dtype)
