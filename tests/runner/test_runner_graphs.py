@@ -210,3 +210,26 @@ def test_decode_ahead_refuses_what_it_cannot_run(llama64):
     with pytest.raises(AttnkitError) as err:
         Scheduler(engine, decode_ahead=0)
     assert err.value.code == "AK486"
+
+
+def test_decode_ahead_checks_its_arguments_before_it_reserves_pages(llama64):
+    """Junk steps, junk or repeated records: AK483 with every record and the ledger as they
+    were (not a raw TypeError, not a page taken before the refusal); one step ahead is each
+    sequence's list of one token, transformers' next one."""
+    from attnkit.backends.triton.backend import TritonBackend
+
+    path, hf = llama64
+    engine = rehearsal(path, TritonBackend(), max_num_seqs=2)
+    logits = engine.prefill(PROMPTS[:2])
+    seqs = [engine.sequence(i) for i in engine.ids]
+    for seq, rows in zip(seqs, logits):
+        seq.output.append(int(rows[-1].argmax()))
+    state = lambda: ([(s.computed, list(s.pages)) for s in seqs], engine.allocator.num_free)
+    before = state()
+    for args in ((seqs, "4"), (seqs, 2.0), (seqs, True), ([seqs[0], seqs[0]], 4), ([1], 2),
+                 (None, 2), (seqs,)):
+        with pytest.raises(AttnkitError) as err:
+            engine.decode_ahead(*args)
+        assert err.value.code == "AK483", args
+        assert state() == before, args
+    assert engine.decode_ahead(seqs, 1) == [hf_greedy(hf, p, 2)[1:] for p in PROMPTS[:2]]

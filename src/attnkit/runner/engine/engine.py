@@ -261,17 +261,22 @@ class Engine:
             bounds.append(bounds[-1] + n)
         return {i: out[bounds[j]:bounds[j + 1]] for j, i in enumerate(ids)}
 
+    @coded_args("AK483")
     def decode_ahead(self, seqs: list[Sequence], steps: int) -> list[list[int]]:
-        """``steps`` greedy decode steps of ``seqs`` (records of this engine, each decoding:
-        one pending token) in one go on the decode graphs: each step's tokens are the next
+        """``steps`` greedy decode steps of ``seqs`` (distinct records of this engine, each
+        decoding: one pending token; anything else is AK483 before a page moves) in one go on the decode graphs: each step's tokens are the next
         one's input, so the host neither waits nor works between steps. The pages of all
         the steps are reserved first (all or nothing, AK400); every record's ``computed``
         moves ``steps`` on. -> each sequence's ``steps`` new tokens; the caller appends
         them (a stop token part-way only means the tokens after it are discarded)."""
-        graphs = self.graphs
-        reqs = [Request(prefix_len=s.computed, num_new=1, block_table=s.pages) for s in seqs]
-        if graphs is None or self.ranks is not None or not graphs.serves(reqs, steps=steps) \
-                or not all(s.decoding and self._live.get(s.seq_id) is s for s in seqs):
+        check_count("steps", steps, minimum=1)
+        check_list("seqs", seqs)
+        steps, seqs, graphs = int(steps), list(seqs), self.graphs
+        ours = all(isinstance(s, Sequence) and self._live.get(s.seq_id) is s and s.decoding
+                   for s in seqs) and len({s.seq_id for s in seqs}) == len(seqs)
+        reqs = [Request(prefix_len=s.computed, num_new=1, block_table=s.pages)
+                for s in seqs] if ours else []
+        if not ours or graphs is None or self.ranks is not None or not graphs.serves(reqs, steps=steps):
             fail("AK483", f"decode_ahead runs decoding sequences of this engine on its decode "
                           f"graphs, {steps} step(s) within their reach", field="seqs",
                  expected="decoding records, graphs that serve them", actual=len(seqs))
@@ -280,7 +285,7 @@ class Engine:
         out = graphs.decode(reqs, [s.pending(1)[0] for s in seqs], want="argmax", steps=steps)
         for seq in seqs:
             seq.computed += steps
-        return out
+        return out if steps > 1 else [[t] for t in out]    # one step: a flat list of ints
 
     def _eager(self, reqs: list[Request], tokens: list[int], logits: str,
                dca_lengths: list[int] | None):

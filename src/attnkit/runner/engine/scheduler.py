@@ -28,8 +28,9 @@ device (``Engine.decode_ahead``: the pages of every step reserved first, each st
 fed to the next, one read-back), as many as the request closest to its ``max_new_tokens``
 still needs. A request that meets a stop token part-way finishes there and the tokens after
 it are dropped (they were computed for nothing: at most ``decode_ahead - 1`` per request).
-The tokens are the ones single steps would give; only a batch's bucket could differ (a
-request that stopped keeps its row until the call ends).
+The tokens are the ones single steps would give until a request stops part-way: it keeps
+its row until the call ends, so the others stay in the call's bucket where single steps
+would move to a smaller one, with its own split-KV partition: logits equal up to rounding.
 """
 from __future__ import annotations
 
