@@ -149,8 +149,8 @@ def matrix_text(plans: list[Plan], models: list[str], devices: list[str]) -> str
     if warned:
         out += ["", "warnings"] + [f"  {m} @ {dv}: {w}" for m, dv, w in warned]
     split = any(p.ok and p.extend_backend not in (None, p.prefill_backend) for p in plans)
-    out += ["", ("a/b/c = prefill/extend (steps over a cached prefix)/decode backends; " if split else "")
-            + "pN = KV page size. Details: attnkit plan MODEL --device D (add --json for every field)."]
+    out += [""] + (["a/b/c = prefill/extend (steps over a cached prefix)/decode backends."] if split else [])
+    out += ["pN = KV page size. Details: attnkit plan MODEL --device D (add --json for every field)."]
     return "\n".join(out) + "\n"
 
 
