@@ -240,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"heads, head dim {cfg['head_dim']}, MLP {cfg['intermediate_size']}, vocab "
                   f"{cfg['vocab_size']}; {weight_bytes / 1e9:.2f} GB of weights read per step), random "
                   f"{str(dtype).removeprefix('torch.')} weights, {args.device}"),
-        "plan": f"{graphs.plan.prefill_backend}/{graphs.plan.decode_backend}, page "
+        "plan": f"prefill {graphs.plan.prefill_backend}, extend {graphs.plan.extend_backend}, decode "
+                f"{graphs.plan.decode_backend}, page "
                 f"{graphs.plan.settings['page_size']}",
         "graphs": (f"buckets {stats['buckets']}, captured in {stats['capture_s']:.1f} s "
                    f"(LLM built in {build_s:.1f} s), {stats['memory_bytes'] / 2**30:.2f} GiB"

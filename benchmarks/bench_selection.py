@@ -9,8 +9,9 @@ backend measured in this run.
 reference (attnkit.tune: every backend is checked before it is timed, then timed by one
 method: CUDA-graph replays of forward, K/V write included, L2 flushed, median). The planner
 is asked twice per row: with the row's shape as its workload (it ranks by the profile's
-nearest bucket) and without (one backend per phase for every shape: what ``attnkit plan``
-prints). Target: the first within 5 % of the fastest on every row. Every bucket uses the
+nearest bucket) and without (what ``attnkit plan`` prints: one backend per phase for every
+shape, except that prefill rows over a cached prefix run the plan's extend backend, which may
+differ from its prefill backend; see docs/profile.md). Target: the first within 5 % of the fastest on every row. Every bucket uses the
 planner's default page size (16; bench_mla runs page 64). Dual chunk rows have one valid
 backend (only dual_chunk computes it), so they are listed, not timed (bench_dual_chunk
 times it against plain attention). Writes bench_selection.json and bench_selection.md.
@@ -70,7 +71,13 @@ def picks(model, platform, phase: str, b, profile):
     workload = {phase: {"batch": b.batch, "new": b.new, "context": b.context}}
     shaped = plan(model, platform, request, profile=profile, workload=workload)
     whole = plan(model, platform, request, profile=profile)
-    get = lambda p: (getattr(p, f"{phase}_backend"), p.why.get(phase, "")) if p.ok else (None, p.error["message"])  # noqa: E731
+    # the backend the plan runs for this row: a step over a cached prefix runs the extend backend
+    role = "extend" if phase == "prefill" and b.prefix > 0 else phase
+
+    def get(p):
+        if not p.ok:
+            return None, p.error["message"]
+        return getattr(p, f"{role}_backend"), p.why.get(role, p.why.get(phase, ""))
     return get(shaped), get(whole)
 
 

@@ -29,9 +29,14 @@ def test_the_planner_picks_per_shape_and_for_every_shape(tmp_path):
     extend = grid.bucket(shape, "prefill", 1, 2048, 34816)
     (pick, why), (whole, _) = sel.picks(model, get_preset("h200"), "prefill", extend, path)
     assert pick == "triton" and why.startswith("prefill: triton, 365 vs 340 TFLOP/s (sdpa)")
-    assert whole == "sdpa"                       # geometric mean over both prefill buckets
+    assert whole == "triton"                     # the plan's extend backend runs this row
     prefill = grid.bucket(shape, "prefill", 1, 16384, 16384)
-    assert sel.picks(model, get_preset("h200"), "prefill", prefill, path)[0][0] == "sdpa"
+    (pick, _), (whole, why) = sel.picks(model, get_preset("h200"), "prefill", prefill, path)
+    assert pick == whole == "sdpa" and why.startswith("prefill: sdpa, 623 vs 470 TFLOP/s (triton)")
+    # one prefill backend (the profile does not separate the workloads): it runs both rows
+    one = write(tmp_path / "one.json", profile(MHA_H200 + [entry("triton", "prefill", 300, new=2048, context=34816),
+                                                           entry("sdpa", "prefill", 340, new=2048, context=34816)]))
+    assert sel.picks(model, get_preset("h200"), "prefill", extend, one)[1][0] == "sdpa"
 
 
 def test_the_table_says_which_rows_miss_the_target():

@@ -42,6 +42,26 @@ def test_routing_by_mode(prefix, new, mode, tag):
     assert (prefill.prepared, decode.prepared) == ((1, 0) if tag == 1.0 else (0, 1))
 
 
+@pytest.mark.parametrize("prefix, new, mode, tag", [
+    ([0, 0], [3, 2], None, 1.0),                         # EXTEND, no cached prefix anywhere: prefill
+    ([0], [5], None, 1.0),
+    ([0, 4], [3, 2], None, 3.0),                         # EXTEND, one request over a cached prefix
+    ([6], [2], None, 3.0),                               # a chunked-prefill continuation
+    ([0, 4], [3, 1], None, 3.0),                         # MIXED
+    ([5, 4], [3, 3], "verify", 3.0),                     # VERIFY
+    ([5, 4], [1, 1], None, 2.0),                         # DECODE
+    ([], [], None, 2.0),                                 # IDLE
+])
+def test_routing_with_an_extend_backend(prefix, new, mode, tag):
+    case = make_case(make_layer(num_heads=2, head_dim=4), prefix_lens=prefix, new_lens=new,
+                     page_size=4, mode=mode)
+    halves = {1.0: Tagged(1.0), 2.0: Tagged(2.0), 3.0: Tagged(3.0)}
+    hybrid = HybridBackend(halves[1.0], halves[2.0], extend=halves[3.0])
+    out = hybrid.forward(case.q, case.k, case.v, case.layer, case.cache, hybrid.prepare(case.meta, case.cache))
+    assert (out == tag).all()
+    assert {t: b.prepared for t, b in halves.items()} == {t: int(t == tag) for t in halves}
+
+
 @pytest.mark.skipif("torch_native" not in declarations(), reason="torch_native not in the tree yet")
 def test_two_torch_native_halves_share_one_cache_over_steps():
     """Prefill then two decode steps through the hybrid; every step matches the reference."""
@@ -87,3 +107,6 @@ def test_shared_cache_must_suit_both_halves():
     with pytest.raises(AttnkitError) as err:
         HybridBackend(Tagged(1.0), half).prepare(case.meta, case.cache)
     assert err.value.code == "AK420" and err.value.field == "page_size"
+    with pytest.raises(AttnkitError) as err:          # an idle extend backend is checked too
+        HybridBackend(Tagged(1.0), Tagged(2.0), extend=half).prepare(case.meta, case.cache)
+    assert err.value.code == "AK420" and "extend" in err.value.message

@@ -1,10 +1,14 @@
 """A hybrid backend: one backend for prefill-like steps, another for decode, one cache.
 
-    backend = HybridBackend(prefill=load_backend("sdpa"), decode=load_backend("triton"))
-    step = backend.prepare(meta, cache)        # routes by meta.mode, prepares that backend once
+    backend = HybridBackend(prefill=load_backend("sdpa"), decode=load_backend("triton"),
+                            extend=load_backend("triton"))
+    step = backend.prepare(meta, cache)        # routes by the step, prepares that backend once
     out = backend.forward(q, k, v, layer, cache, step)
 
-EXTEND, MIXED and VERIFY go to ``prefill``; DECODE and IDLE to ``decode``. Both must accept
+DECODE and IDLE go to ``decode``. Without ``extend``, EXTEND, MIXED and VERIFY go to
+``prefill``. With it, ``prefill`` serves only fresh prefills (EXTEND steps where no request has
+a cached prefix) and ``extend`` every other prefill-like step: EXTEND over a cached prefix
+(chunked-prefill continuations, prefix-cache hits), MIXED and VERIFY. All of them must accept
 the shared cache's page size and KV dtype (checked from their declarations, AK420).
 """
 from __future__ import annotations
@@ -13,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnkit.backends.base import AttentionBackend, RuntimeLayer, StepState
-from attnkit.backends.metadata import BatchMetadata
+from attnkit.backends.metadata import BatchMetadata, ForwardMode
 from attnkit.errors import fail
 from attnkit.kvcache.paged import TORCH_KV_DTYPES
 
@@ -28,27 +32,37 @@ class HybridStep:
 
 
 class HybridBackend(AttentionBackend):
-    """Routes each step to ``prefill`` or ``decode`` by its forward mode."""
+    """Routes each step to ``prefill``, ``extend`` or ``decode`` (see the module docstring)."""
 
     name = "hybrid"
     validate_inputs = False          # the inner backend validates what it is handed
 
-    def __init__(self, prefill: AttentionBackend, decode: AttentionBackend):
+    def __init__(self, prefill: AttentionBackend, decode: AttentionBackend,
+                 extend: AttentionBackend | None = None):
         self.prefill = prefill
         self.decode = decode
+        self.extend = extend         # None: prefill serves steps over a cached prefix too
 
     def route(self, meta: BatchMetadata) -> AttentionBackend:
-        return self.prefill if meta.mode.is_prefill_like else self.decode
+        if not meta.mode.is_prefill_like:
+            return self.decode
+        if self.extend is None or (meta.mode is ForwardMode.EXTEND and not any(meta.prefix_lens_cpu)):
+            return self.prefill
+        return self.extend
+
+    def _roles(self) -> tuple[tuple[str, AttentionBackend], ...]:
+        return (("prefill", self.prefill), ("decode", self.decode)) + (
+            (("extend", self.extend),) if self.extend is not None else ())
 
     def _prepare(self, meta: BatchMetadata, cache) -> StepState:
-        for role, backend in (("prefill", self.prefill), ("decode", self.decode)):
+        for role, backend in self._roles():
             _check_shared_cache(role, backend, cache)
         inner = self.route(meta)
         return StepState(meta=meta, prepared=HybridStep(inner, inner.prepare(meta, cache)))
 
     def capture_plan(self, meta: BatchMetadata, cache, *, max_seq_len: int) -> StepState:
         """Static steps are DECODE steps: the decode backend's static plan."""
-        for role, backend in (("prefill", self.prefill), ("decode", self.decode)):
+        for role, backend in self._roles():
             _check_shared_cache(role, backend, cache)
         inner = self.decode.prepare_static(meta, cache, max_seq_len=max_seq_len)
         return StepState(meta=meta, prepared=HybridStep(self.decode, inner))
@@ -67,7 +81,7 @@ class HybridBackend(AttentionBackend):
 
 
 def _check_shared_cache(role: str, backend: AttentionBackend, cache) -> None:
-    """The shared cache's layout must suit both halves, even the one idle this step."""
+    """The shared cache's layout must suit every inner backend, even those idle this step."""
     from attnkit.registry import declarations
 
     decl = declarations().get(backend.name)

@@ -15,6 +15,8 @@ The matching rule (docs/profile.md says the same):
   5. The order: those, fastest first; then the candidates measured in some buckets only or
      not at all, in priority order; last, those the profile found wrong (failed the reference
      check) or erroring, in priority order, each named in a warning.
+A prefill ranking may be asked for one of its two workloads only (``role``): "prefill", fresh
+prefills (the buckets with prefix 0), or "extend", steps over a cached prefix (prefix > 0).
 """
 from __future__ import annotations
 
@@ -83,6 +85,12 @@ class Ranking:
     order: list[str]
     failed: dict[str, str] = field(default_factory=dict)  # backend -> what the profile recorded
     shape: Shape | None = None                           # the model's, when it differs from the buckets'
+    role: str | None = None                              # "prefill" / "extend": one workload only
+
+    @property
+    def name(self) -> str:
+        """What the ranking chose for, in reasons: the phase, or the prefill workload."""
+        return self.role or self.phase
 
     @property
     def measured(self) -> list[str]:
@@ -95,14 +103,14 @@ class Ranking:
     def why(self, chosen: str, platform) -> str:
         """``prefill: sdpa, <rate> vs <rate> TFLOP/s (triton); NVIDIA H200 profile <date>, ...``."""
         others = [n for n in self.measured if n != chosen]
-        head = f"{self.phase}: {chosen}, {_rate(self.rates[chosen])}"
+        head = f"{self.name}: {chosen}, {_rate(self.rates[chosen])}"
         if others:
             head += " vs " + ", ".join(f"{_rate(self.rates[n])}" + (f" {self.unit}" if i == 0 else "") + f" ({n})"
                                        for i, n in enumerate(others))
         else:
             head += f" {self.unit} (the only candidate measured)"
         if others and self.rates[others[0]] > self.rates[chosen]:
-            head += f"; {others[0]} is faster but shares no page size with the other phase's backend"
+            head += f"; {others[0]} is faster but shares no page size with the other backends chosen"
         return f"{head}; {self.source(platform)}"
 
     def evidence(self, platform) -> str:
@@ -123,15 +131,21 @@ class Ranking:
         return f"{where}, {how}, {_buckets_text(self.buckets)}{near}"
 
     def failure_warnings(self, tail: str = ": not chosen automatically") -> list[str]:
-        return [f"{self.profile.name} records {n} as {what} for {self.phase}{tail}"
+        return [f"{self.profile.name} records {n} as {what} for {self.name}{tail}"
                 for n, what in self.failed.items()]
 
 
+ROLES = {"prefill": lambda b: b.prefix == 0, "extend": lambda b: b.prefix > 0}
+
+
 def rank(profile: Profile, shape: Shape, phase: str, candidates: Sequence[str],
-         workload: Mapping[str, int] | None = None) -> Ranking | None:
-    """The profile's order of ``candidates`` (priority order) for ``phase``; None when the
-    profile has no bucket of this phase that matches ``shape`` at all."""
+         workload: Mapping[str, int] | None = None, *, role: str | None = None) -> Ranking | None:
+    """The profile's order of ``candidates`` (priority order) for ``phase`` (``role``: only its
+    fresh-prefill or its extend buckets, see ROLES); None when the profile has no such bucket
+    that matches ``shape`` at all."""
     buckets = _nearest_static(profile, shape, phase)
+    if role is not None:
+        buckets = [b for b in buckets if ROLES[role](b)]
     if not buckets:
         return None
     if workload:
@@ -156,7 +170,7 @@ def rank(profile: Profile, shape: Shape, phase: str, candidates: Sequence[str],
     rest = [n for n in candidates if n not in rates and n not in failed]
     near = shape if shape != buckets[0].shape else None
     return Ranking(phase, profile, sorted(buckets, key=lambda b: b.runtime()), method, rates,
-                   fast + rest + [n for n in candidates if n in failed], failed, near)
+                   fast + rest + [n for n in candidates if n in failed], failed, near, role)
 
 
 def _nearest_static(profile: Profile, shape: Shape, phase: str) -> list[Bucket]:

@@ -38,6 +38,7 @@ def build_plan(v: View, error: AttnkitError | None, *, table, adjustments: list[
         ok=ok, model=v.model.name, platform=_platform_dict(v.platform), request=v.typed.to_dict(),
         model_info=model_info(v.model),
         prefill_backend=v.backends["prefill"] if ok else None, decode_backend=v.backends["decode"] if ok else None,
+        extend_backend=(v.backends["extend"] or v.backends["prefill"]) if ok else None,
         why=dict(v.why) if ok else {}, settings=settings, adjustments=adjustments, rejected=rejected,
         shared=shared, alternatives=alternatives if ok else {}, warnings=warnings,
         error=None if ok else error_dict(error, v))

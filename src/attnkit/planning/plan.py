@@ -22,7 +22,10 @@ class Plan:
     request: dict[str, Any] | None
     prefill_backend: str | None = None
     decode_backend: str | None = None
-    why: dict[str, str] = field(default_factory=dict)            # phase -> why this backend
+    # the backend of steps over a cached prefix (extends, MIXED, VERIFY); prefill_backend then
+    # runs fresh prefills only. Equal to prefill_backend when one backend runs all of them.
+    extend_backend: str | None = None
+    why: dict[str, str] = field(default_factory=dict)            # phase (or "extend") -> why this backend
     settings: dict[str, Any] = field(default_factory=dict)
     adjustments: list[dict[str, Any]] = field(default_factory=list)
     rejected: dict[str, list[Reason]] = field(default_factory=dict)
@@ -61,6 +64,7 @@ class Plan:
             "request": self.request,
             "prefill_backend": self.prefill_backend,
             "decode_backend": self.decode_backend,
+            "extend_backend": self.extend_backend,
             "why": dict(self.why),
             "settings": dict(self.settings),
             "adjustments": [dict(a) for a in self.adjustments],

@@ -6,6 +6,11 @@ its own rule for the pair (one page size for both phases) and asks here why the 
 backend won. Without a profile for this device the priority order stands, and its reason
 quotes the rates the shipped profile of the same platform kind measured, never a typed
 figure. A backend the user named is never reordered or replaced.
+
+Prefill steps are two workloads: fresh prefills (no cached prefix) and extends over a cached
+prefix (chunked-prefill continuations, prefix-cache hits, MIXED steps). Where the profile
+measured both for the model's shape and their fastest backends differ, ``split`` orders the
+candidates for each, so the plan may run a separate extend backend.
 """
 from __future__ import annotations
 
@@ -14,6 +19,8 @@ from typing import Any, Mapping
 
 from attnkit.planning import measured
 from attnkit.planning.profile_search import find_profile, same_device, shipped_profiles
+
+WORKLOADS = {"prefill": " for prefills without a cached prefix", "extend": " for steps over a cached prefix"}
 
 
 class ProfileChoice:
@@ -27,7 +34,8 @@ class ProfileChoice:
         self.profile, self.warnings = (find_profile(platform, path=path, env=env, automatic=automatic)
                                        if enabled else (None, []))
         self.automatic = automatic and enabled
-        self.rankings: dict[str, measured.Ranking] = {}
+        self.rankings: dict[str, measured.Ranking] = {}       # phase, or "extend" -> its ranking
+        self._split: dict[str, measured.Ranking] | None = None
 
     def info(self) -> dict[str, Any] | None:
         if self.profile is None:
@@ -49,6 +57,30 @@ class ProfileChoice:
             return candidates
         return ranking.order
 
+    def split(self, candidates: list[str], model, settings) -> tuple[list[str], list[str]] | None:
+        """Orders of ``candidates`` (priority order, each serving prefill) for fresh prefill and
+        for extend steps, when the profile ranks the two workloads' fastest differently; else
+        None (one backend for all prefill steps). A prefill workload names one step: no split."""
+        shape = measured.model_shape(model, settings)
+        if self.profile is None or shape is None or "prefill" in self.workload:
+            return None
+        fresh, extend = (measured.rank(self.profile, shape, "prefill", candidates, role=r)
+                         for r in ("prefill", "extend"))
+        if not (fresh and extend and fresh.measured and extend.measured) or fresh.measured[0] == extend.measured[0]:
+            return None
+        self._split = {"prefill": fresh, "extend": extend}
+        return fresh.order, extend.order
+
+    def use_split(self, prefill: str, extend: str) -> bool:
+        """Adopt the split for these picks when both were measured for their workload (and differ)."""
+        split = self._split
+        if not split or prefill == extend or prefill not in split["prefill"].rates \
+                or extend not in split["extend"].rates:
+            return False
+        self.rankings.update(split)
+        self.warnings += [w for r in split.values() for w in r.failure_warnings() if w not in self.warnings]
+        return True
+
     def why(self, phase: str, chosen: str) -> str | None:
         """The measured reason ``chosen`` won ``phase``, or None when the profile did not decide."""
         ranking = self.rankings.get(phase)
@@ -61,7 +93,8 @@ class ProfileChoice:
         ranking = self.rankings[phase]
         other = "" if same_device(ranking.profile, self.platform) else \
             f" (measured on {ranking.profile.device.get('name')}, not on {self.platform.name})"
-        return f"{ranking.profile.name}{other} ranks {', '.join(ranking.measured)} (fastest first)"
+        return (f"{ranking.profile.name}{other} ranks {', '.join(ranking.measured)} (fastest first)"
+                + WORKLOADS.get(ranking.role or "", ""))
 
     def evidence(self, phase: str, backends: list[str], model, settings) -> str:
         """For a priority-table choice: the newest shipped profile's rates of ``backends`` (same

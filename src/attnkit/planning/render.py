@@ -25,14 +25,16 @@ def plan_text(plan: Plan, *, short: bool = False) -> str:
     if d["ok"]:
         out += ["backends"]
         same = d["prefill_backend"] == d["decode_backend"] and d["why"]["prefill"] == d["why"]["decode"]
-        for phase in (("prefill+decode",) if same else ("prefill", "decode")):
+        split = "extend" in d["why"]           # a separate backend runs steps over a cached prefix
+        for phase in (("prefill+decode",) if same else ("prefill", "extend", "decode") if split
+                      else ("prefill", "decode")):
             key = phase.split("+")[0]
             out.append(f"  {phase:<15} {d[f'{key}_backend'] or 'none'}")
             out += [] if short else _wrap(d["why"].get(key, ""), indent=4)
         alts = {k: v for k, v in d["alternatives"].items() if v}
         if alts and not short:
             seen = list(alts.values())
-            out.append("  also serve: " + (", ".join(seen[0]) if same and seen.count(seen[0]) == 2 else
+            out.append("  also serve: " + (", ".join(seen[0]) if same and seen.count(seen[0]) == len(seen) else
                                            "; ".join(f"{k} {', '.join(v)}" for k, v in alts.items())))
         out += ["", "settings"] + _wrap("  ".join(f"{k}={_short(v)}" for k, v in d["settings"].items()
                                                  if v is not None), indent=2) + [""]
@@ -122,12 +124,15 @@ def error_lines(e: dict[str, Any]) -> list[str]:
 
 
 def matrix_text(plans: list[Plan], models: list[str], devices: list[str]) -> str:
-    """Models down, devices across; a cell is the backend (prefill/decode if they differ) or the error code."""
+    """Models down, devices across; a cell is the backend (prefill/decode if they differ,
+    prefill/extend/decode with a separate extend backend) or the error code."""
     cells = {}
     for plan, (m, dev) in zip(plans, [(m, dv) for m in models for dv in devices]):
         if plan.ok:
             cell = plan.prefill_backend if plan.prefill_backend == plan.decode_backend else \
                 f"{plan.prefill_backend}/{plan.decode_backend or '-'}"
+            if plan.extend_backend not in (None, plan.prefill_backend):
+                cell = f"{plan.prefill_backend}/{plan.extend_backend}/{plan.decode_backend or '-'}"
             cell += f" p{plan.settings.get('page_size')}"
         else:
             cell = f"{plan.error['code']} (no plan)"
@@ -143,7 +148,9 @@ def matrix_text(plans: list[Plan], models: list[str], devices: list[str]) -> str
               for w in p.warnings]
     if warned:
         out += ["", "warnings"] + [f"  {m} @ {dv}: {w}" for m, dv, w in warned]
-    out += ["", "pN = KV page size. Details: attnkit plan MODEL --device D (add --json for every field)."]
+    split = any(p.ok and p.extend_backend not in (None, p.prefill_backend) for p in plans)
+    out += [""] + (["a/b/c = prefill/extend (steps over a cached prefix)/decode backends."] if split else [])
+    out += ["pN = KV page size. Details: attnkit plan MODEL --device D (add --json for every field)."]
     return "\n".join(out) + "\n"
 
 

@@ -260,11 +260,13 @@ def cuda_graph_rule(v: View) -> Iterator[Fill | str]:
         yield Fill("cuda_graph", False, f"--cuda-graph auto: the decode backend {decode} cannot be "
                    "captured in a CUDA graph here, so decode runs eagerly")
         return
-    prefill = v.backends.get("prefill")
-    eager = f" ({prefill})" if prefill and prefill != decode else ""
+    prefill, extend = v.backends.get("prefill"), v.backends.get("extend")
+    if extend:
+        eager = f"prefill ({prefill}) and extend ({extend}) run"
+    else:
+        eager = f"prefill ({prefill}) runs" if prefill and prefill != decode else "prefill runs"
     yield Fill("cuda_graph", True, f"--cuda-graph auto on {v.platform.kind}: the decode backend "
-               f"{decode} declares cuda_graph; decode steps replay as CUDA graphs, prefill{eager} "
-               "runs eagerly")
+               f"{decode} declares cuda_graph; decode steps replay as CUDA graphs, {eager} eagerly")
 
 
 def _refuses_capture(v: View, name: str) -> bool:

@@ -3,8 +3,9 @@
 Steps: environment overrides, backend names (aliases, typos, other engines' names), rules that
 run before the choice (dtype, KV dtype, tensor parallel, dual chunk), the choice per phase
 (explicit, hybrid or automatic: the candidates serving EVERY layer, fastest first by the
-device profile where one applies, else in priority-table order), one page size every chosen
-backend accepts, then the Plan with every rejected candidate's reasons. A valid request that cannot be planned gives ``ok=False`` and an error;
+device profile where one applies, else in priority-table order; where the profile ranks fresh
+prefills and extends over a cached prefix differently, a separate extend backend), one page
+size every chosen backend accepts, then the Plan with every rejected candidate's reasons. A valid request that cannot be planned gives ``ok=False`` and an error;
 malformed input (unknown model or device, junk settings) raises ``AttnkitError``.
 """
 from __future__ import annotations
@@ -99,7 +100,8 @@ class Solve:
         self.phases = model.phases                  # encoder-only models have no decode phase
         self.request = self.typed = request        # typed: as the user gave it (for "before" commands)
         self.settings: dict[str, Any] = {}
-        self.backends: dict[str, str | None] = {p: None for p in PHASES}
+        # phase -> chosen backend; "extend": a separate backend for steps over a cached prefix
+        self.backends: dict[str, str | None] = {p: None for p in (*PHASES, "extend")}
         self.explicit: dict[str, str | None] = {p: None for p in PHASES}
         self.chosen_by: dict[str, str] = {}        # phase -> rule name, for rule-chosen backends
         self.releases: dict[str, Release] = {}     # phase -> how to undo that rule's choice
@@ -237,6 +239,7 @@ class Solve:
         if failing:
             raise failures.fixed_backends_fail(self.view(), failing, reasons)
         options: dict[str, list[str]] = {}
+        split = None
         for phase in self.phases:
             if fixed[phase]:
                 options[phase] = [fixed[phase]]
@@ -246,18 +249,18 @@ class Solve:
             if not options[phase]:
                 raise failures.nothing_serves(self.view(), phase, pool)
             if self.measured is not None:
+                if phase == "prefill":
+                    split = self.measured.split(options[phase], self.model, self.settings)
                 options[phase] = self.measured.order(phase, options[phase], self.model, self.settings)
-        # one backend per phase; the pair earliest in both priority orders that shares a page size
-        combos = sorted(itertools.product(*(list(enumerate(options[p])) for p in self.phases)),
-                        key=lambda c: (sum(i for i, _ in c), c[0][0]))
-        for combo in combos:
-            names = [n for _, n in combo]
-            if common_page_sizes([self.registry[n] for n in set(names)], self.model):
-                break
-        else:
-            raise failures.no_common_layout(self.view(), options)
-        for phase, name in zip(self.phases, names):
-            self.alternatives[phase] = [n for n in options[phase] if n != name]
+        orders, names = options, None
+        if split:
+            orders = {**options, "prefill": split[0], "extend": split[1]}
+            names = self._split_names(orders)
+        if names is None:
+            orders, names = options, self._names_for(list(self.phases), options)
+        for role, name in names.items():
+            phase = "prefill" if role == "extend" else role
+            self.alternatives[role] = [n for n in orders[role] if n != name]
             if fixed[phase]:
                 self.backends[phase] = name
                 if self.measured is not None:
@@ -268,11 +271,11 @@ class Solve:
                                        else f"named by --{field.replace('_', '-')}")
                 continue
             entry, pool = self.entry(phase), self.pool(phase)
-            self.backends[phase] = name
-            measured_why = self.measured.why(phase, name) if self.measured is not None else None
+            self.backends[role] = name
+            measured_why = self.measured.why(role, name) if self.measured is not None else None
             if measured_why:
-                self.why[phase] = measured_why
-                self._record(f"{phase}_backend", None, name, "profile", self.measured.summary(phase, name))
+                self.why[role] = measured_why
+                self._record(f"{role}_backend", None, name, "profile", self.measured.summary(role, name))
                 continue
             evidence = (self.measured.evidence(phase, options[phase], self.model, self.settings)
                         if self.measured is not None else "")
@@ -284,6 +287,27 @@ class Solve:
             self._record(f"{phase}_backend", None, name, "priority",
                          f"first that serves every layer in the {self.platform.kind}/{self.model.kind} "
                          f"priority order ({', '.join(entry.backends)})")
+
+    def _names_for(self, roles: list[str], options: dict[str, list[str]]) -> dict[str, str]:
+        """One backend per role: the combination earliest in every order whose backends share a
+        page size (AK308 when none does)."""
+        combos = sorted(itertools.product(*(list(enumerate(options[r])) for r in roles)),
+                        key=lambda c: (sum(i for i, _ in c), c[0][0]))
+        for combo in combos:
+            names = [n for _, n in combo]
+            if common_page_sizes([self.registry[n] for n in set(names)], self.model):
+                return dict(zip(roles, names))
+        raise failures.no_common_layout(self.view(), options)
+
+    def _split_names(self, orders: dict[str, list[str]]) -> dict[str, str] | None:
+        """Backends for fresh prefill, extend and decode steps by their orders, or None when
+        the split does not hold (one backend wins both, or a pick is unmeasured)."""
+        roles = ["prefill", "extend"] + [p for p in self.phases if p != "prefill"]
+        try:
+            names = self._names_for(roles, orders)
+        except AttnkitError:
+            return None                  # no layout for three: the one-prefill-backend solve says why
+        return names if self.measured.use_split(names["prefill"], names["extend"]) else None
 
     # ---- what the view hands rules and failure builders ----------------------------------------------
     def entry(self, phase: str):

@@ -42,7 +42,8 @@ class View:
     typed: PlanRequest
     registry: Mapping[str, BackendDeclaration]
     settings: Mapping[str, Any]
-    backends: Mapping[str, str | None]           # phase -> chosen backend (None = not yet)
+    backends: Mapping[str, str | None]           # phase -> chosen backend (None = not yet); "extend":
+                                                 # a separate backend for steps over a cached prefix
     explicit: Mapping[str, str | None]           # phase -> backend the user named
     chosen_by: Mapping[str, str]                 # phase -> rule that chose its backend
     releases: Mapping[str, Release]              # phase -> how to undo that rule's choice

@@ -45,7 +45,9 @@ def from_pretrained(cls, source: Any, *, backend: str | AttentionBackend | None 
     the planner choose (a hybrid if prefill and decode differ); an AttentionBackend object
     is used as is, unchecked.
     prefill_backend / decode_backend: a name for one phase only (the planner checks that
-    both phases share one cache layout and page size; a hybrid runs them).
+    both phases share one cache layout and page size; a hybrid runs them). A prefill
+    backend named runs every prefill-like step; left open, the plan may give steps over a
+    cached prefix a separate extend backend (Plan.extend_backend), which the hybrid routes to.
     page_size: None lets the planner choose one every chosen backend accepts.
     max_tokens: KV-cache room, in tokens, over all live sequences.
     dual_chunk: None follows the config's dual_chunk_attention_config; False runs plain
@@ -169,7 +171,8 @@ def build_shard(cls, recipe: dict, group):
         fail("AK900", f"rank {group.rank} would hold {local.num_heads} heads / "
                       f"{local.num_kv_heads} KV heads per layer; the plan says {planned}",
              field="heads_per_rank", expected=planned, actual=(local.num_heads, local.num_kv_heads))
-    names = SimpleNamespace(prefill_backend=recipe["prefill"], decode_backend=recipe["decode"])
+    names = SimpleNamespace(prefill_backend=recipe["prefill"], decode_backend=recipe["decode"],
+                            extend_backend=recipe["extend"])
     return assemble(cls, arch, tensors, layers=layers, backend=backend_of(names, recipe["options"]),
                     page_size=recipe["page_size"], compute=recipe["compute"], kv=recipe["kv"],
                     device=group.device, num_pages=-(-recipe["max_tokens"] // recipe["page_size"]),
@@ -205,7 +208,7 @@ def _sharded(cls, source, plan, *, compute: str, kv: str, dev: torch.device, dua
         warnings.warn("tensor parallelism decodes eagerly: the decode graphs the plan allows "
                       "are not captured with tp_size > 1", UserWarning, stacklevel=4)
     recipe = {"source": os.fspath(source), "prefill": plan.prefill_backend,
-              "decode": plan.decode_backend, "options": dict(backend_options or {}),
+              "decode": plan.decode_backend, "extend": plan.extend_backend, "options": dict(backend_options or {}),
               "page_size": plan.settings["page_size"], "compute": compute, "kv": kv,
               "dual_chunk": dual_chunk, "max_tokens": max_tokens,
               "heads_per_rank": plan.settings["heads_per_rank"],

@@ -114,7 +114,9 @@ def platform_of(device: torch.device):
 
 
 def backend_of(result, options: Mapping[str, Any] | None) -> AttentionBackend:
-    """The planned backend object: one backend, or a hybrid when prefill and decode differ."""
+    """The planned backend object: one backend, or a hybrid when the plan's prefill, extend
+    (``extend_backend``; absent or None: the prefill backend) and decode backends differ.
+    A backend named for several roles is one object."""
     from attnkit.registry import load_backend
 
     if options is not None and not isinstance(options, Mapping):
@@ -130,12 +132,15 @@ def backend_of(result, options: Mapping[str, Any] | None) -> AttentionBackend:
                           f"{sorted(options or {})}: {exc}", field="backend_options",
                  expected="the backend's keyword options", actual=sorted(options or {}))
 
-    prefill = load(result.prefill_backend)
-    if result.decode_backend == result.prefill_backend:
-        return prefill
+    roles = {"prefill": result.prefill_backend, "decode": result.decode_backend,
+             "extend": getattr(result, "extend_backend", None) or result.prefill_backend}
+    loaded = {name: load(name) for name in dict.fromkeys(roles.values())}
+    if len(loaded) == 1:
+        return loaded[result.prefill_backend]
     from attnkit.backends.hybrid import HybridBackend
 
-    return HybridBackend(prefill=prefill, decode=load(result.decode_backend))
+    extend = None if roles["extend"] == roles["prefill"] else loaded[roles["extend"]]
+    return HybridBackend(prefill=loaded[roles["prefill"]], decode=loaded[roles["decode"]], extend=extend)
 
 
 def model_layers(arch: Architecture, *, dual_chunk: bool | None) -> tuple[LayerAttention, ...]:
