@@ -21,7 +21,9 @@ def test_tune_on_the_gpu_then_plan_with_it(tmp_path):
     assert not bad, bad
     assert all(e.graph_ms and e.eager_ms for e in prof.entries if e.backend != "torch_native")
     p = plan("llama-3.1-8b", "auto", {"tp_size": 4}, profile=path)       # 8/2 heads per rank
-    assert p.ok and p.to_dict()["profile"]["phases"] == ["prefill", "decode"]
-    assert all(p.why[ph].startswith(f"{ph}: ") for ph in ("prefill", "decode"))
+    # a grid with fresh (prefix 0) and extend buckets may plan extends apart ("extend")
+    phases = p.to_dict()["profile"]["phases"]
+    assert p.ok and phases[:2] == ["prefill", "decode"] and set(phases) <= {"prefill", "decode", "extend"}
+    assert all(p.why[ph].startswith(f"{ph}: ") for ph in phases)
     again, prof2 = tune(device="cuda", shapes=SMALL, out=path)                # resumes: nothing new
     assert len(prof2.entries) == len(prof.entries)
