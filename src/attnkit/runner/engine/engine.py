@@ -264,8 +264,9 @@ class Engine:
     @coded_args("AK483")
     def decode_ahead(self, seqs: list[Sequence], steps: int) -> list[list[int]]:
         """``steps`` greedy decode steps of ``seqs`` (distinct records of this engine, each
-        decoding: one pending token; anything else is AK483 before a page moves) in one go on the decode graphs: each step's tokens are the next
-        one's input, so the host neither waits nor works between steps. The pages of all
+        decoding: one pending token; anything else is AK483 before a page moves) in one go
+        on the decode graphs: each step's tokens are the next one's input, so the host
+        neither waits nor works between steps. The pages of all
         the steps are reserved first (all or nothing, AK400); every record's ``computed``
         moves ``steps`` on. -> each sequence's ``steps`` new tokens; the caller appends
         them (a stop token part-way only means the tokens after it are discarded)."""
