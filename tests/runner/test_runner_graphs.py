@@ -233,3 +233,25 @@ def test_decode_ahead_checks_its_arguments_before_it_reserves_pages(llama64):
         assert err.value.code == "AK483", args
         assert state() == before, args
     assert engine.decode_ahead(seqs, 1) == [hf_greedy(hf, p, 2)[1:] for p in PROMPTS[:2]]
+
+
+def test_decode_ahead_takes_fewer_steps_where_pages_or_tables_end(llama64, monkeypatch):
+    """Near the end of the cache (or of the static tables) a call runs the steps that fit, not
+    one step at a time; the tokens stay those of single steps."""
+    from attnkit.backends.triton.backend import TritonBackend
+
+    path, hf = llama64
+    # 3 prompts of 2-6 tokens + 12 new each, pages of 4: 32 tokens of room leaves no page for
+    # 16 steps ahead of every request, but enough for fewer
+    engine = Engine.from_pretrained(path, backend=TritonBackend(), page_size=4, max_tokens=44,
+                                    cuda_graph=True, graph_capture=False, max_num_seqs=4)
+    calls = []
+    original = engine.decode_ahead
+    monkeypatch.setattr(engine, "decode_ahead",
+                        lambda seqs, steps: calls.append(steps) or original(seqs, steps))
+    sched = Scheduler(engine, max_num_batched_tokens=None, max_num_seqs=3)
+    reqs = [sched.add(p, SamplingParams(max_new_tokens=12)) for p in PROMPTS]
+    list(sched.run())
+    assert [r.output for r in reqs] == [hf_greedy(hf, p, 12) for p in PROMPTS]
+    assert calls and max(calls) < 11 and all(k >= 2 for k in calls)
+    assert engine.allocator.num_free == engine.allocator.num_pages

@@ -217,10 +217,13 @@ class Scheduler:
                 n == 1 and r.decoding and r.params.greedy for r, n in plan.items()):
             return 1                    # a request this step leaves out must not wait k steps
         k = min([self.decode_ahead] + [r.params.max_new_tokens - len(r.output) for r in plan])
-        if k < 2 or sum(self.ledger.shortfall(r, r.computed + k) for r in plan) > self.ledger.num_free:
-            return 1
         reqs = [Request(prefix_len=r.computed, num_new=1, block_table=r.pages) for r in plan]
-        return k if graphs.serves(reqs, steps=k) else 1
+        while k >= 2:                   # the most steps the free pages and the tables allow
+            if sum(self.ledger.shortfall(r, r.computed + k) for r in plan) <= self.ledger.num_free \
+                    and graphs.serves(reqs, steps=k):
+                return k
+            k //= 2
+        return 1
 
     def _decode_ahead(self, seqs: list[Sequence], steps: int, start: float) -> list[Sequence]:
         """``steps`` greedy decode steps of ``seqs`` in one engine call; each request keeps
