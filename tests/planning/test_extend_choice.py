@@ -110,3 +110,33 @@ def test_a_page_size_the_split_cannot_share_keeps_one_prefill_backend(tmp_path):
     assert p.ok and p.extend_backend == p.prefill_backend and "extend" not in p.why
     assert reg[p.prefill_backend].capabilities.accepts_page_size(p.settings["page_size"])
     assert reg[p.decode_backend].capabilities.accepts_page_size(p.settings["page_size"])
+
+
+def test_an_encoder_has_no_extend_backend(tmp_path):
+    """bge-m3 has no decode phase, so no step over a cached prefix: one prefill backend, even
+    where the profile ranks its shape's fresh and extend buckets differently."""
+    shape = dict(heads=16, kv_heads=16, head_dim=64, dtype="fp32")
+    rows = [entry("sdpa", "prefill", 600, new=2048, context=2048, **shape),
+            entry("triton", "prefill", 300, new=2048, context=2048, **shape),
+            entry("sdpa", "prefill", 100, new=2048, context=8192, **shape),
+            entry("triton", "prefill", 500, new=2048, context=8192, **shape)]
+    p = plan("bge-m3", "h200", profile=write(tmp_path / "p.json", profile(rows)))
+    assert p.ok and p.decode_backend is None
+    assert p.extend_backend == p.prefill_backend and "extend" not in p.why and "extend" not in p.alternatives
+    assert "  extend " not in plan_text(p)
+
+
+def test_the_split_replaces_the_warnings_of_the_ranking_over_all_prefill_buckets(tmp_path):
+    # sdpa measured fresh only, triton extend only: no backend measured over all prefill buckets
+    rows = [entry("sdpa", "prefill", 700, new=2048, context=2048), entry("triton", "prefill", 500, new=2048, context=8192)]
+    p = plan("llama-3.1-8b", "h200", profile=write(tmp_path / "a.json", profile(rows + DECODE)))
+    assert (p.prefill_backend, p.extend_backend) == ("sdpa", "triton") and "extend" in p.why
+    assert not [w for w in p.warnings if "priority order applies" in w]
+    # triton wrong over a cached prefix, right and fastest fresh: it runs fresh prefills only
+    rows = [entry("triton", "prefill", 700, new=2048, context=2048), entry("sdpa", "prefill", 300, new=2048, context=2048),
+            entry("triton", "prefill", None, new=2048, context=8192, status="wrong", rel_err=0.3),
+            entry("sdpa", "prefill", 300, new=2048, context=8192)]
+    p = plan("llama-3.1-8b", "h200", profile=write(tmp_path / "b.json", profile(rows + DECODE)))
+    assert (p.prefill_backend, p.extend_backend) == ("triton", "sdpa")
+    wrong = [w for w in p.warnings if "records triton as wrong" in w]
+    assert len(wrong) == 1 and wrong[0].endswith("for extend: not chosen automatically")

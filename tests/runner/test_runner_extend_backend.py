@@ -59,3 +59,17 @@ def test_each_step_kind_runs_on_its_planned_backend(tiny_model, tmp_path, monkey
     assert served == ["torch_native", "sdpa", "sdpa", "torch_native"]
     engine.release()
     assert engine.generate(PROMPTS, max_new_tokens=5) == [hf_greedy(hf, p, 5) for p in PROMPTS]
+
+
+def test_the_tensor_parallel_recipe_carries_the_extend_backend(tiny_model, tmp_path, monkeypatch):
+    """tp 2 builds every rank from the recipe: rank 0's hybrid has the planned extend backend,
+    and a fresh prefill, a chunked continuation and a decode equal tp 1's."""
+    monkeypatch.setenv("ATTNKIT_PROFILE", cpu_profile(tmp_path / "cpu.json"))
+    path, _ = tiny_model("llama")
+    one, two = (Engine.from_pretrained(path, page_size=4, max_tokens=256, tp_size=n) for n in (1, 2))
+    assert (two.plan.prefill_backend, two.plan.extend_backend, two.plan.decode_backend) == \
+        ("torch_native", "sdpa", "torch_native")
+    assert isinstance(two.backend, HybridBackend) and two.backend.extend.name == "sdpa"
+    a = PROMPTS[0]
+    for step in ({0: a[:7]}, {0: a[7:]}, {0: [40]}):
+        close(two.step(step)[0], one.step(step)[0], rtol=1e-5)

@@ -36,6 +36,7 @@ class ProfileChoice:
         self.automatic = automatic and enabled
         self.rankings: dict[str, measured.Ranking] = {}       # phase, or "extend" -> its ranking
         self._split: dict[str, measured.Ranking] | None = None
+        self._notes: dict[str, list[str]] = {}                 # phase -> the warnings its order() added
 
     def info(self) -> dict[str, Any] | None:
         if self.profile is None:
@@ -48,21 +49,23 @@ class ProfileChoice:
         if self.profile is None or shape is None:
             return candidates
         ranking = measured.rank(self.profile, shape, phase, candidates, self.workload.get(phase))
+        notes = [] if ranking is None else ranking.failure_warnings()
         if ranking is not None:
             self.rankings[phase] = ranking
-            self.warnings += ranking.failure_warnings()
         if ranking is None or not ranking.measured:
-            self.warnings.append(f"{self.profile.name} has no {phase} measurement of {', '.join(candidates)} "
-                                 f"for {shape.label()}: the priority order applies")
-            return candidates
-        return ranking.order
+            notes.append(f"{self.profile.name} has no {phase} measurement of {', '.join(candidates)} "
+                         f"for {shape.label()}: the priority order applies")
+        self._notes[phase] = notes
+        self.warnings += notes
+        return candidates if ranking is None or not ranking.measured else ranking.order
 
     def split(self, candidates: list[str], model, settings) -> tuple[list[str], list[str]] | None:
         """Orders of ``candidates`` (priority order, each serving prefill) for fresh prefill and
         for extend steps, when the profile ranks the two workloads' fastest differently; else
-        None (one backend for all prefill steps). A prefill workload names one step: no split."""
+        None (one backend for all prefill steps). A prefill workload names one step, and a model
+        without a decode phase (an encoder) has no step over a cached prefix: no split."""
         shape = measured.model_shape(model, settings)
-        if self.profile is None or shape is None or "prefill" in self.workload:
+        if self.profile is None or shape is None or "prefill" in self.workload or "decode" not in model.phases:
             return None
         fresh, extend = (measured.rank(self.profile, shape, "prefill", candidates, role=r)
                          for r in ("prefill", "extend"))
@@ -72,12 +75,15 @@ class ProfileChoice:
         return fresh.order, extend.order
 
     def use_split(self, prefill: str, extend: str) -> bool:
-        """Adopt the split for these picks when both were measured for their workload (and differ)."""
+        """Adopt the split for these picks when both were measured for their workload (and differ);
+        its two rankings' warnings replace those of the ranking over all prefill buckets."""
         split = self._split
         if not split or prefill == extend or prefill not in split["prefill"].rates \
                 or extend not in split["extend"].rates:
             return False
         self.rankings.update(split)
+        stale = self._notes.pop("prefill", [])
+        self.warnings = [w for w in self.warnings if w not in stale]
         self.warnings += [w for r in split.values() for w in r.failure_warnings() if w not in self.warnings]
         return True
 
