@@ -132,11 +132,12 @@ def test_the_split_replaces_the_warnings_of_the_ranking_over_all_prefill_buckets
     p = plan("llama-3.1-8b", "h200", profile=write(tmp_path / "a.json", profile(rows + DECODE)))
     assert (p.prefill_backend, p.extend_backend) == ("sdpa", "triton") and "extend" in p.why
     assert not [w for w in p.warnings if "priority order applies" in w]
-    # triton wrong over a cached prefix, right and fastest fresh: it runs fresh prefills only
+    # triton wrong over a cached prefix, right and fastest fresh: wrong anywhere in the phase
+    # keeps it out of fresh prefills too (a split is never looser than one prefill backend)
     rows = [entry("triton", "prefill", 700, new=2048, context=2048), entry("sdpa", "prefill", 300, new=2048, context=2048),
             entry("triton", "prefill", None, new=2048, context=8192, status="wrong", rel_err=0.3),
             entry("sdpa", "prefill", 300, new=2048, context=8192)]
     p = plan("llama-3.1-8b", "h200", profile=write(tmp_path / "b.json", profile(rows + DECODE)))
-    assert (p.prefill_backend, p.extend_backend) == ("triton", "sdpa")
+    assert (p.prefill_backend, p.extend_backend) == ("sdpa", "sdpa")
     wrong = [w for w in p.warnings if "records triton as wrong" in w]
-    assert len(wrong) == 1 and wrong[0].endswith("for extend: not chosen automatically")
+    assert len(wrong) == 1 and wrong[0].endswith("for prefill: not chosen automatically")

@@ -143,20 +143,21 @@ def rank(profile: Profile, shape: Shape, phase: str, candidates: Sequence[str],
     """The profile's order of ``candidates`` (priority order) for ``phase`` (``role``: only its
     fresh-prefill or its extend buckets, see ROLES); None when the profile has no such bucket
     that matches ``shape`` at all."""
-    buckets = _nearest_static(profile, shape, phase)
-    if role is not None:
-        buckets = [b for b in buckets if ROLES[role](b)]
+    buckets = checked = _nearest_static(profile, shape, phase)
+    if role is not None:                 # a backend wrong at any of the phase's buckets stays
+        buckets = [b for b in buckets if ROLES[role](b)]        # out of both roles
     if not buckets:
         return None
     if workload:
         w = (workload["batch"], workload["new"], workload["context"])
-        buckets = [min(buckets, key=lambda b: (_runtime_distance(b, w), b.runtime()))]
-    wanted = set(buckets)
+        buckets = checked = [min(buckets, key=lambda b: (_runtime_distance(b, w), b.runtime()))]
+    wanted = set(checked)
     got: dict[tuple, Entry] = {e.key(): e for e in profile.entries if e.bucket in wanted}
     failed, complete = {}, []
     for name in candidates:
         rows = [got.get((name, b)) for b in buckets]
-        bad = [e for e in rows if e is not None and e.status in ("wrong", "error")]
+        bad = [e for e in (got.get((name, b)) for b in checked)
+               if e is not None and e.status in ("wrong", "error")]
         if bad:
             e = bad[0]
             failed[name] = ("wrong (failed the reference check" + (f", rel err {e.rel_err:.2g}" if e.rel_err else "")
