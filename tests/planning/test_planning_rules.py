@@ -70,11 +70,16 @@ def test_kv_cache_dtype_default_and_fp8_conflict():
     assert auto.ok and auto.prefill_backend == "torch_native"
 
 
-def test_speculative_needs_verify_on_decode():
+def test_speculative_needs_verify_on_both_phases():
+    """VERIFY steps run on the prefill-like steps' backend (HybridBackend routes them there),
+    so a backend without 'verify' serves neither phase when drafts are verified."""
     reg = {**FAKE, "sdpa": decl("sdpa")}
     p = run(mha(), CPU, {"attention_backend": "sdpa", "speculative_tokens": 3}, reg=reg)
     assert p.error["code"] == "AK121"
-    assert [r.code for r in p.rejected["sdpa"]] == ["AK108"] and p.rejected["sdpa"][0].phases == ("decode",)
+    assert [r.code for r in p.rejected["sdpa"]] == ["AK108"]
+    assert set(p.rejected["sdpa"][0].phases) == {"prefill", "decode"}
+    p = run(mha(), CPU, {"prefill_attention_backend": "sdpa", "speculative_tokens": 3}, reg=reg)
+    assert not p.ok and any(r.code == "AK108" for r in p.rejected["sdpa"])
 
 
 def test_cuda_graph_nobody_declares_it():

@@ -117,7 +117,9 @@ def check_backend(decl: BackendDeclaration, *, model: ModelAttention, needs: Mod
         if feat not in caps.features:
             add("AK103", "features", sorted(caps.features), feat,     # what it serves / what the model needs
                 f"does not support {feat}, needed by layers {layer_ranges(layers)}", layers)
-    if phase == "decode" and settings.get("speculative_tokens", 0) > 0 and "verify" not in caps.features:
+    # VERIFY steps run on the backend of prefill-like steps (HybridBackend), and a backend that
+    # serves both phases runs them too: both phases must verify
+    if settings.get("speculative_tokens", 0) > 0 and "verify" not in caps.features:
         add("AK108", "speculative_tokens", "verify", settings["speculative_tokens"],
             "cannot verify speculative draft tokens (no 'verify' feature)")
     if phase == "decode" and settings.get("cuda_graph") and "cuda_graph" not in caps.features:

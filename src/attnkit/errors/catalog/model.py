@@ -91,10 +91,13 @@ ENTRIES = [
     entry(
         "AK108", "Speculative verify not supported",
         meaning="Speculative decoding verifies several draft tokens per request in one step "
-                "(causal among themselves); the decode backend does not implement that (no 'verify').",
-        trigger="--speculative-tokens N > 0 with a decode candidate without the 'verify' feature.",
+                "(causal among themselves); the backend does not implement that (no 'verify'). "
+                "A verify step is prefill-like (a hybrid runs it on its prefill / extend backend), "
+                "so every chosen backend must declare 'verify'.",
+        trigger="--speculative-tokens N > 0 with a prefill or decode candidate without the "
+                "'verify' feature.",
         situations=["EAGLE / draft-model speculation with a decode-only kernel."],
-        solutions=["Use a decode backend that declares 'verify'.", "Turn speculation off."],
+        solutions=["Use backends that declare 'verify'.", "Turn speculation off."],
         before="attnkit plan llama-3.1-8b --speculative-tokens 4 --decode-attention-backend my_kernel",
         after="attnkit plan llama-3.1-8b --speculative-tokens 4",
         related=("AK121",),
