@@ -79,3 +79,32 @@ def save_tiny(path, config_cls: str, model_cls: str, config: dict, *, seed: int)
                 buffer.uniform_(-0.25, 0.25)
     model.save_pretrained(path)
     return path, model
+
+
+class FailOnce:
+    """Make ``owner.<name>`` (default ``forward``) raise ``error`` (default RuntimeError) on
+    its ``nth`` call, then behave again; ``calls`` counts every call. ``disarm()`` restores
+    the original attribute."""
+
+    def __init__(self, owner, nth: int, *, name: str = "forward", error: BaseException | None = None):
+        self.owner, self.name, self.inner = owner, name, getattr(owner, name)
+        self.calls, self.nth = 0, nth
+        self.error = RuntimeError("injected failure") if error is None else error
+        setattr(owner, name, self)
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        if self.calls == self.nth:
+            raise self.error
+        return self.inner(*args, **kwargs)
+
+    def disarm(self) -> None:
+        setattr(self.owner, self.name, self.inner)
+
+
+def engine_state(engine) -> tuple:
+    """Everything a failed call must leave as it was: the free page list (in hand-out order)
+    and each live sequence's tokens, cached count and pages."""
+    seqs = [engine.sequence(i) for i in engine.ids]
+    return (engine.allocator.free_pages(),
+            [(s.seq_id, s.tokens, s.computed, list(s.pages)) for s in seqs])

@@ -9,7 +9,7 @@ from attnkit.errors import AttnkitError
 from attnkit.runner import Engine, SamplingParams, Scheduler
 from attnkit.runner.engine.graphs import buckets_of
 from attnkit.runner.layers.context import StepContext
-from runner_helpers import hf_greedy, save_tiny
+from runner_helpers import FailOnce, engine_state, hf_greedy, save_tiny
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(),
                                 reason="interpreter runs; the GPU tests capture for real")
@@ -254,4 +254,64 @@ def test_decode_ahead_takes_fewer_steps_where_pages_or_tables_end(llama64, monke
     list(sched.run())
     assert [r.output for r in reqs] == [hf_greedy(hf, p, 12) for p in PROMPTS]
     assert calls and max(calls) < 11 and all(k >= 2 for k in calls)
+    assert engine.allocator.num_free == engine.allocator.num_pages
+
+
+def _decoding(engine, prompts):
+    """Prefill ``prompts`` and append each one's greedy next token: every record decoding."""
+    logits = engine.prefill(prompts)
+    seqs = [engine.sequence(i) for i in engine.ids]
+    for seq, rows in zip(seqs, logits):
+        seq.output.append(int(rows[-1].argmax()))
+    return seqs
+
+
+@pytest.mark.parametrize("step,layer", [(0, 0), (2, 1), (5, 0)])
+@pytest.mark.parametrize("error", [RuntimeError("kernel"), AttnkitError("AK458", "kernel")],
+                         ids=["raw", "coded"])
+def test_failed_decode_ahead_gives_back_every_page(llama64, step, layer, error):
+    """Attention that raises in step ``step`` of a 6-step call (after earlier steps wrote KV
+    into the pages reserved for all six): the backend's own error, and the ledger (its free
+    list in order) and every record as before the call; the same call then gives what an
+    engine that never failed gives (its tokens and pages; transformers' tokens)."""
+    from attnkit.backends.triton.backend import TritonBackend
+
+    path, hf = llama64
+    engine, twin = (rehearsal(path, TritonBackend(), max_num_seqs=4) for _ in range(2))
+    seqs, twins = _decoding(engine, PROMPTS), _decoding(twin, PROMPTS)
+    before = engine_state(engine)
+    fail = FailOnce(engine.backend, nth=2 * step + layer + 1, error=error)   # 2 layers a step
+    with pytest.raises(type(error)) as raised:
+        engine.decode_ahead(seqs, 6)
+    assert raised.value is error and fail.calls == 2 * step + layer + 1
+    assert engine_state(engine) == before
+    fail.disarm()
+    assert engine.decode_ahead(seqs, 6) == twin.decode_ahead(twins, 6) \
+        == [hf_greedy(hf, p, 7)[1:] for p in PROMPTS]
+    assert engine_state(engine) == engine_state(twin)
+
+
+def test_scheduler_step_that_fails_decoding_ahead_changes_nothing(llama64):
+    """Scheduler.step over a failing decode-ahead call: the queues, every request (tokens,
+    pages, stats) and the run statistics as before; stepping on finishes every request with
+    transformers' tokens and every page back."""
+    from attnkit.backends.triton.backend import TritonBackend
+
+    path, hf = llama64
+    engine = rehearsal(path, TritonBackend(), max_num_seqs=4)
+    sched = Scheduler(engine, max_num_batched_tokens=None, max_num_seqs=4, decode_ahead=8)
+    reqs = [sched.add(p, SamplingParams(max_new_tokens=9)) for p in PROMPTS]
+    sched.step()                                       # the prompts, a first token each
+    state = lambda: (engine_state(engine), [r.seq_id for r in sched.running], sched.waiting,
+                     [(r.output, r.stats.num_computed_tokens, r.stats.num_output_tokens)
+                      for r in reqs], sched.stats.decode_tokens, sched.stats.steps)
+    before = state()
+    fail = FailOnce(engine.backend, nth=5)             # step 2 of 8, layer 0
+    with pytest.raises(RuntimeError):
+        sched.step()
+    assert fail.calls == 5 and state() == before
+    fail.disarm()
+    while sched.has_unfinished():
+        sched.step()
+    assert [r.output for r in reqs] == [hf_greedy(hf, p, 9) for p in PROMPTS]
     assert engine.allocator.num_free == engine.allocator.num_pages
