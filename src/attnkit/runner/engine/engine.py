@@ -20,6 +20,7 @@ page decisions, preemptions included. Sampling happens here, once.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Any, Hashable, Mapping, Sequence as Seq
 
 import torch
@@ -171,7 +172,8 @@ class Engine:
         "argmax" -> the greedy next token (an int) per id, chosen on the device.
         prompt_lens: {id: whole prompt length} for the dual chunk length scale (see prefill);
         ids left out use their KV length after the step. A failed step leaves every sequence
-        as it was (new ones are not started)."""
+        and the page ledger as they were (new ones are not started, pages taken for the step
+        go back) and raises its own error."""
         if logits not in LOGITS:
             fail("AK483", f"logits must be one of {', '.join(LOGITS)}, got {logits!r}",
                  field="logits", expected=list(LOGITS), actual=logits)
@@ -193,11 +195,29 @@ class Engine:
         new = {i: self._check_tokens(i, batch[i]) for i in order}
         lengths = self._dca_lengths(order, new, prompt_lens or {})
         seqs, appended, started = self._records(order, new)
-        try:
+        with self._undone_on_failure(seqs, appended, started):
             self._reserve(seqs, new)
             return self._run(seqs, [len(new[i]) for i in order], logits, lengths)
+
+    @contextmanager
+    def _undone_on_failure(self, seqs: list[Sequence], appended: list[int] | None = None,
+                           started: Seq[Sequence] = ()):
+        """Run a step's body; if it raises (anything: a kernel's error, an interrupt), put
+        every record and the ledger back as they were when the step began, then let the
+        error go on as it was: each record's pages past those it held (the step's reserve)
+        go back to the ledger in reverse order, so its free list is as before; ``computed``
+        is restored, the ``appended`` tokens (a count per record) are dropped and the
+        records the step ``started`` are forgotten. The KV a failed step wrote lies past
+        every record's ``computed`` (or in pages given back): nothing reads it before a
+        later step writes it again."""
+        held = [(len(s.pages), s.computed) for s in seqs]
+        try:
+            yield
         except BaseException:
-            for seq, n in zip(seqs, appended):       # the step's tokens were not run
+            for seq, (pages, computed) in reversed(list(zip(seqs, held))):
+                self.allocator.shrink(seq, pages)
+                seq.computed = computed
+            for seq, n in zip(seqs, appended or ()):     # the step's tokens were not run
                 del seq.prompt[len(seq.prompt) - n:]
             self.release([s.seq_id for s in started])
             raise
@@ -266,10 +286,12 @@ class Engine:
         """``steps`` greedy decode steps of ``seqs`` (distinct records of this engine, each
         decoding: one pending token; anything else is AK483 before a page moves) in one go
         on the decode graphs: each step's tokens are the next one's input, so the host
-        neither waits nor works between steps. The pages of all
-        the steps are reserved first (all or nothing, AK400); every record's ``computed``
-        moves ``steps`` on. -> each sequence's ``steps`` new tokens; the caller appends
-        them (a stop token part-way only means the tokens after it are discarded)."""
+        neither waits nor works between steps. The pages of all the steps are reserved first
+        (all or nothing, AK400); every record's ``computed`` moves ``steps`` on. A call that
+        fails part-way (a kernel raising in any step) leaves every record and the ledger as
+        they were before it, as a failed ``step`` does, and raises that error. -> each
+        sequence's ``steps`` new tokens; the caller appends them (a stop token part-way only
+        means the tokens after it are discarded)."""
         check_count("steps", steps, minimum=1)
         check_list("seqs", seqs)
         steps, seqs, graphs = int(steps), list(seqs), self.graphs
@@ -281,11 +303,12 @@ class Engine:
             fail("AK483", f"decode_ahead runs decoding sequences of this engine on its decode "
                           f"graphs, {steps} step(s) within their reach", field="seqs",
                  expected="decoding records, graphs that serve them", actual=len(seqs))
-        self._reserve(seqs, {s.seq_id: [0] * steps for s in seqs})
-        reqs = [Request(prefix_len=s.computed, num_new=1, block_table=s.pages) for s in seqs]
-        out = graphs.decode(reqs, [s.pending(1)[0] for s in seqs], want="argmax", steps=steps)
-        for seq in seqs:
-            seq.computed += steps
+        with self._undone_on_failure(seqs):
+            self._reserve(seqs, {s.seq_id: [0] * steps for s in seqs})
+            reqs = [Request(prefix_len=s.computed, num_new=1, block_table=s.pages) for s in seqs]
+            out = graphs.decode(reqs, [s.pending(1)[0] for s in seqs], want="argmax", steps=steps)
+            for seq in seqs:
+                seq.computed += steps
         return out if steps > 1 else [[t] for t in out]    # one step: a flat list of ints
 
     def _eager(self, reqs: list[Request], tokens: list[int], logits: str,

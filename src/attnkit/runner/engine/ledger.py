@@ -5,6 +5,7 @@ steps, see backends/static.py) are set apart at the end and never handed out.
     ledger = PageLedger(num_pages=64, page_size=16, scratch=1)
     ledger.shortfall(seq, 40)      # pages seq still needs to hold 40 tokens
     ledger.grow(seq, 40)           # take them (AK400 if the free list is short)
+    ledger.shrink(seq, 1)          # undo of grow: every page past its first one back in front
     ledger.release(seq)            # return every page of seq
 """
 from __future__ import annotations
@@ -49,6 +50,13 @@ class PageLedger:
                  details={"requested": need, "free": len(self._free), "total": self.num_pages})
         seq.pages.extend(self._free.popleft() for _ in range(need))
         return seq.pages
+
+    def shrink(self, seq: Sequence, pages: int) -> None:
+        """Undo ``grow``: ``seq`` keeps its first ``pages`` pages; the rest go back to the
+        front of the free list, so undoing the last grows in reverse order leaves the list
+        exactly as before them (the same pages are handed out next)."""
+        self._free.extendleft(reversed(seq.pages[pages:]))
+        del seq.pages[pages:]
 
     def release(self, seq: Sequence) -> None:
         """Return every page of ``seq`` (its row becomes empty)."""

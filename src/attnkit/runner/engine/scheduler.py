@@ -26,7 +26,7 @@ Decode ahead: when every running request is decoding greedily, none is waiting a
 engine has decode graphs that serve them, one call runs up to ``decode_ahead`` steps on the
 device (``Engine.decode_ahead``: the pages of every step reserved first, each step's tokens
 fed to the next, one read-back), as many as the request closest to its ``max_new_tokens``
-still needs. A request that meets a stop token part-way finishes there and the tokens after
+still needs; a call that fails in any step gives those pages back and changes no request. A request that meets a stop token part-way finishes there and the tokens after
 it are dropped (they were computed for nothing: at most ``decode_ahead - 1`` per request).
 The tokens are the ones single steps would give until a request stops part-way: it keeps
 its row until the call ends, so the others stay in the call's bucket where single steps
