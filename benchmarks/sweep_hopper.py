@@ -297,7 +297,9 @@ def mla(args):
                           ("tma", dict(variant="tma")),
                           ("v1 64 keys 2 stages", dict(variant="v1", block_n=64, num_stages=2)),
                           ("v1 64 keys 3 stages", dict(variant="v1", block_n=64, num_stages=3)),
-                          ("auto (default)", dict())],      # auto -> v1, V1_WIDE_TILE_SM90
+                          ("auto (default)", dict()),       # auto -> v1, V1_WIDE_TILE_SM90
+                          # Gluon, warp-specialised (decode_gluon.py): last, a hang costs one row
+                          ("ws (Gluon)", dict(variant="ws"))],
                     16: [("v2", dict(variant="v2")), ("auto (default)", dict())]}
     for heads, variants in sorted(mla_variants.items()):     # 16 heads first: a hang later costs less
         s = bench_mla.Setup(128, 4095, 1, heads=heads)

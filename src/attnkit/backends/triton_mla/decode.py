@@ -19,9 +19,15 @@ import triton
 import triton.language as tl
 from triton.runtime.errors import OutOfResources
 
-from attnkit.backends._triton import LOG2E, NEG_BIG, online_softmax_step
+from attnkit.backends._triton import LOG2E, NEG_BIG, interpreting, online_softmax_step
 from attnkit.backends.triton_mla.decode_column_split import _absorbed_v2_kernel, work_rows
 from attnkit.backends.triton_mla.decode_tma import absorbed_tma, tma_ready
+
+try:        # Gluon's Hopper API as Triton 3.6 spells it; another Triton: "ws" runs v1
+    from attnkit.backends.triton_mla.decode_gluon import BLOCK_H as WS_BLOCK_H
+    from attnkit.backends.triton_mla.decode_gluon import absorbed_gluon, gluon_ready
+except ImportError:         # pragma: no cover - depends on the installed Triton
+    WS_BLOCK_H, absorbed_gluon, gluon_ready = 64, None, None
 
 # ---------------------------------------------------------------------------------------
 # DEFAULT DECODE VARIANT of the absorbed split-KV kernel: "v1" (_absorbed_split_kernel) or
@@ -34,11 +40,14 @@ DEFAULT_DECODE_VARIANT = "auto"
 # The variants by what they do (the backend option takes either spelling):
 VARIANT_NAMES = {"whole_rows": "v1",        # one program holds a head block's whole latent row
                  "column_split": "v2",      # output columns split across programs (decode_column_split.py)
-                 "column_split_tma": "tma"} # v2 with the latent tiles through tensor descriptors
+                 "column_split_tma": "tma", # v2 with the latent tiles through tensor descriptors
+                 "warp_specialised": "ws"}  # Gluon, sm_90: loader warp + two warpgroups (decode_gluon.py)
 # ---------------------------------------------------------------------------------------
 # "tma" (decode_tma.py): v2's program with the latent tiles read through tensor descriptors;
 # it serves 128-head programs of a 16-bit cache (decode_tma.tma_ready), else v2 runs.
-VARIANTS = ("v1", "v2", "tma")
+# "ws" (decode_gluon.py): one Q.K per tile shared by two warpgroups through shared memory; it
+# serves bf16 decode tokens over 64-key pages on sm_90 (ws_ready), else v1 runs (same tile).
+VARIANTS = ("v1", "v2", "tma", "ws")
 
 
 @triton.jit
@@ -160,6 +169,24 @@ def auto_variant(heads: int, latent_width: int, *, fp32: bool, cache_16bit: bool
     return "v2"
 
 
+# Gluon is experimental and its API moves between releases (Triton 3.9 already spells
+# warp_specialize differently): "ws" runs only on the Triton it was written and checked for.
+WS_TRITON = "3.6."
+
+
+def ws_ready(q_lat, cache_flat, *, page_size: int, block_t: int, block_h: int) -> bool:
+    """Whether the Gluon kernel ("ws") serves this call: a Triton with Gluon's Hopper API, a
+    compiled (not interpreted) launch on an sm_90 GPU, and decode_gluon.gluon_ready's shapes."""
+    if (gluon_ready is None or not triton.__version__.startswith(WS_TRITON) or not q_lat.is_cuda
+            or interpreting() or block_h != WS_BLOCK_H):
+        return False
+    import torch
+    if torch.cuda.get_device_capability(q_lat.device) != (9, 0):
+        return False
+    return gluon_ready(q_lat, cache_flat, page_size=page_size, block_t=block_t,
+                       heads=q_lat.shape[0])
+
+
 def absorbed_config(block_m: int, latent_width: int, *, fp32: bool = False,
                     smem_kb: int = 227) -> dict:
     """Tile shape for a ``block_m``-row program, for a GPU with ``smem_kb`` KB of shared memory
@@ -228,10 +255,18 @@ def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok
         lse = torch.empty(T, H, num_splits, dtype=torch.float32, device=q_lat.device)
         sp = (partial.stride(0), partial.stride(1), partial.stride(2), lse.stride(0), lse.stride(1))
     dot_prec = "ieee" if q_lat.dtype == torch.float32 else "tf32"
+    if variant == "ws" and not ws_ready(q_lat, cache_flat, page_size=page_size, block_t=block_t,
+                                        block_h=block_h):
+        variant = "v1"
     if variant == "tma" and not tma_ready(q_lat, cache_flat, page_size=page_size,
                                           block_h=block_h, block_n=block_n):
         variant = "v2"
-    if variant == "tma":
+    if variant == "ws":
+        absorbed_gluon(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok,
+                       query_start_loc, seq_lens, partial, lse, sp,
+                       qk_scale=scale * kv_scale * LOG2E, v_scale=kv_scale,
+                       num_splits=num_splits, page_size=page_size, direct=direct)
+    elif variant == "tma":
         absorbed_tma((head_blocks * v_split, W, num_splits), q_lat, q_pe, cache_flat,
                      block_tables, work_req, work_tok, query_start_loc, seq_lens, partial, lse,
                      sp, qk_scale=scale * kv_scale * LOG2E, v_scale=kv_scale,

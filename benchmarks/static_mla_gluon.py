@@ -1,0 +1,92 @@
+"""Static check of the Gluon MLA decode kernel (triton_mla/decode_gluon.py) for sm_90, with no
+GPU: compile it with ``triton.compile`` for GPUTarget("cuda", 90, 32) and report registers,
+spill stack, shared memory and the MMA / copy instructions of the SASS.
+
+    PYTHONPATH=<triton 3.6 site>:src python3 benchmarks/static_mla_gluon.py [--out DIR]
+
+Pointer and integer arguments are marked 16-divisible as the JIT marks them at launch."""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon._runtime import GluonASTSource
+from triton.experimental.gluon import language as gl
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+OPS = r"(HGMMA\.[0-9x]+\.[A-Z0-9.]+|UTMALDG\.\dD|LDL[.0-9A-Z]*|STL[.0-9A-Z]*|SYNCS[.A-Z0-9]*|USETMAXREG[.A-Z0-9]*)"
+
+
+def _module():
+    """decode_gluon.py loaded alone (the package's __init__ would import torch)."""
+    path = os.path.join(HERE, "..", "src", "attnkit", "backends", "triton_mla", "decode_gluon.py")
+    spec = importlib.util.spec_from_file_location("decode_gluon", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def compile_kernel(out_dir: str, direct: bool = True, page_size: int = 64) -> dict:
+    mod = _module()
+    k = mod._absorbed_gluon_kernel
+    L, R, BN = 512, 64, mod.BLOCK_N
+    lat_l = gl.NVMMASharedLayout.get_default_for([BN, L], gl.bfloat16)
+    pe_l = gl.NVMMASharedLayout.get_default_for([BN, R], gl.bfloat16)
+    sig = {"QL": "*bf16", "QP": "*bf16", "lat_desc": f"tensordesc<bf16[{BN}, {L}],{lat_l!r}>",
+           "pe_desc": f"tensordesc<bf16[{BN}, {R}],{pe_l!r}>", "BlockTables": "*i32",
+           "WorkReq": "*i32", "WorkTok": "*i32", "QStart": "*i32", "SeqLens": "*i32",
+           "Out": "*fp32", "Lse": "*fp32"}
+    for n in ("stride_qlh", "stride_qlt", "stride_qpt", "stride_qph", "stride_bt", "stride_ot",
+              "stride_oh", "stride_os", "stride_lt", "stride_lh"):
+        sig[n] = "i32"
+    sig.update(qk_scale="fp32", v_scale="fp32", num_splits="i32")
+    consts = dict(L=L, R=R, PAGE_SIZE=page_size, BH=mod.BLOCK_H, BN=BN, NS=mod.NUM_STAGES,
+                  DIRECT=direct, VALUES_REGS=mod.VALUES_REGS, LOADER_REGS=mod.LOADER_REGS)
+    attrs = {(k.arg_names.index(n),): [["tt.divisibility", 16]] for n, ty in sig.items()
+             if (ty.startswith("*") or ty == "i32") and n not in ("num_splits", "stride_lh")}
+    src = GluonASTSource(fn=k, signature={**sig, **{c: "constexpr" for c in consts}},
+                         constexprs=consts, attrs=attrs)
+    c = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                       options=dict(num_warps=4, maxnreg=mod.MAXNREG))
+    tag = f"gluon_direct{int(direct)}"
+    path = os.path.join(out_dir, tag + ".cubin")
+    with open(path, "wb") as f:
+        f.write(c.asm["cubin"])
+    for ext in ("ttgir", "ptx"):
+        with open(os.path.join(out_dir, f"{tag}.{ext}"), "w") as f:
+            f.write(c.asm[ext])
+    res = subprocess.run([f"{BIN}/cuobjdump", "--dump-resource-usage", path],
+                         capture_output=True, text=True).stdout
+    sass = subprocess.run([f"{BIN}/cuobjdump", "-sass", path], capture_output=True, text=True).stdout
+    with open(os.path.join(out_dir, tag + ".sass"), "w") as f:
+        f.write(sass)
+    ops: dict[str, int] = {}
+    for m in re.findall(OPS, sass):
+        ops[m] = ops.get(m, 0) + 1
+    reg, stack = re.search(r"REG:(\d+)", res), re.search(r"STACK:(\d+)", res)
+    return dict(tag=tag, regs=int(reg.group(1)) if reg else None,
+                stack=int(stack.group(1)) if stack else None, smem=c.metadata.shared,
+                warps=c.metadata.num_warps, ops=dict(sorted(ops.items())))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=tempfile.mkdtemp(prefix="static_mla_gluon_"))
+    args = ap.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    print(f"triton {triton.__version__}; files in {args.out}")
+    for direct in (True, False):
+        print(compile_kernel(args.out, direct=direct))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
