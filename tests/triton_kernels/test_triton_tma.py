@@ -44,7 +44,8 @@ def _interpreter_only(request):
     """These run the tiny interpreter tiles on CPU tensors; on a CUDA machine the gpu tests
     (test_triton_gpu.py, variant "tma") cover the kernel at real tiles."""
     from attnkit.backends._triton import interpreting
-    if not interpreting() and "warp_specialised" not in request.node.name:
+    if (not interpreting() and "warp_specialised" not in request.node.name
+            and request.node.get_closest_marker("gpu") is None):
         pytest.skip("interpreter test on a CUDA machine: test_triton_gpu.py covers the GPU")
 
 
@@ -280,6 +281,31 @@ def test_warp_specialised_tiles_on_gpu():
     except subprocess.TimeoutExpired:
         pytest.fail("the warp-specialised kernel did not finish in 300 s (hung?)")
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
+
+
+_T = lambda bm, bn, w, s: dict(BLOCK_M=bm, BLOCK_N=bn, WS=False, num_warps=w, num_stages=s)  # noqa: E731
+FUSED_GPU_TILES = {64: [_T(128, 64, 8, 3), _T(128, 128, 8, 3), _T(64, 128, 4, 3)],
+                   128: [_T(128, 64, 8, 3)], 256: [_T(128, 64, 8, 2)]}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dim", sorted(FUSED_GPU_TILES))
+@pytest.mark.parametrize("feats", [dict(), dict(sliding_window=300, sinks=True),
+                                   dict(role="encoder"), dict(logit_softcap=20.0)],
+                         ids=["causal", "window-sinks", "non-causal", "softcap"])
+def test_fused_scale_tiles_on_gpu(dim, feats):
+    """FUSED_SCALE at the sweep's tiles against the reference at bf16: one prefill (direct
+    route) and a batch with a prefix (rows route); softcap falls back to the separate scale."""
+    layer = make_layer(num_heads=16, num_kv_heads=4, head_dim=dim, dtype="bf16", device="cuda",
+                       **feats)
+    shapes = [([0], [1500])] + ([] if feats.get("role") else [([1037, 0, 5], [700, 1500, 3])])
+    for pl, nl in shapes:
+        case = make_case(layer, prefix_lens=pl, new_lens=nl, page_size=16, dtype="bf16",
+                         device="cuda", q_scale=4.0)
+        for cfg in FUSED_GPU_TILES[dim]:
+            for fused in (False, True):
+                assert_close(_run(case, dict(cfg, FUSED_SCALE=fused)), case.reference(),
+                             dtype="bf16", what=f"d{dim} {feats} {pl} {cfg} fused={fused}")
 
 
 def test_warp_specialised_three_stage_tiles_are_refused():
