@@ -100,13 +100,13 @@ def logits(qk, q_pos, k_pos, kv_len, qk_scale, softcap, window, attn_chunk,
 
 
 @triton.jit
-def _fold_tile(m_i, m_new, l_i, acc, p, v, DOT_PREC: tl.constexpr):
-    """The running state after a tile whose weights are ``p`` = exp2(logit - m_new)."""
-    alpha = tl.exp2(m_i - m_new)
+def _fold_tile(alpha, l_i, acc, p, v, DOT_PREC: tl.constexpr):
+    """(l_i, acc) after a tile of weights ``p`` = exp2(logit - m_new), with
+    ``alpha`` = exp2(m_i - m_new) rescaling what came before."""
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None]
     acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PREC)
-    return m_new, l_i, acc
+    return l_i, acc
 
 
 @triton.jit
@@ -114,8 +114,10 @@ def online_softmax_step(m_i, l_i, acc, s, v, DOT_PREC: tl.constexpr):
     """Fold one tile of logits ``s`` [M, N] and values ``v`` [N, DV] into the running
     max ``m_i`` [M], denominator ``l_i`` [M] and unnormalised output ``acc`` [M, DV]."""
     m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.exp2(m_i - m_new)
     p = tl.exp2(s - m_new[:, None])
-    return _fold_tile(m_i, m_new, l_i, acc, p, v, DOT_PREC)
+    l_i, acc = _fold_tile(alpha, l_i, acc, p, v, DOT_PREC)
+    return m_new, l_i, acc
 
 
 @triton.jit
@@ -126,8 +128,10 @@ def online_softmax_step_scaled(m_i, l_i, acc, qk, qk_scale, v, DOT_PREC: tl.cons
     fused multiply-add, ``qk * c - m``, before its exp2. A masked key stays -inf
     (-inf * c - m, m finite), so an all-masked tile adds exactly 0 as in the unscaled form."""
     m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+    alpha = tl.exp2(m_i - m_new)
     p = tl.exp2(qk * qk_scale - m_new[:, None])
-    return _fold_tile(m_i, m_new, l_i, acc, p, v, DOT_PREC)
+    l_i, acc = _fold_tile(alpha, l_i, acc, p, v, DOT_PREC)
+    return m_new, l_i, acc
 
 
 @triton.jit

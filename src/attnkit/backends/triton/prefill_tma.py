@@ -47,15 +47,16 @@ def _attend_tiles(q, m_i, l_i, acc, k_desc, v_desc, row0, k_col, v_col, n_lo, n_
         offs_n = n0 + tl.arange(0, BLOCK_N)
         k = k_desc.load([row0 + n0, k_col])
         qk = tl.dot(q, k.T)
-        v = v_desc.load([row0 + n0, v_col])
         if FUSED_SCALE:
             if MASK:            # no chunked layers here (attn_chunk 1, HAS_CHUNK False)
                 qk = tl.where(visible(q_pos, offs_n, kv_len, window, 1, CAUSAL, HAS_WINDOW, False),
                               qk, float("-inf"))
+            v = v_desc.load([row0 + n0, v_col])
             m_i, l_i, acc = online_softmax_step_scaled(m_i, l_i, acc, qk, qk_scale, v, "ieee")
         else:
             s = logits(qk, q_pos, offs_n, kv_len, qk_scale, softcap, window, 1,
                        MASK, CAUSAL, HAS_WINDOW, False, HAS_SOFTCAP)
+            v = v_desc.load([row0 + n0, v_col])
             m_i, l_i, acc = online_softmax_step(m_i, l_i, acc, s, v, "ieee")
     return m_i, l_i, acc
 
