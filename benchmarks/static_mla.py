@@ -26,11 +26,12 @@ NOT_DIV = ("H", "num_splits")
 OPS = r"(HGMMA\.[0-9x]+\.[A-Z0-9.]+|HMMA\.[0-9]+|UTMALDG\.\dD|LDGSTS[.A-Z0-9]*|LDL[.0-9A-Z]*|STL[.0-9A-Z]*)"
 
 
-def compile_report(fn, sig, consts, tag, out_dir, **opts):
-    """One tile: -> dict(tag, regs, stack, smem, ops) or dict(tag, error)."""
+def compile_report(fn, sig, consts, tag, out_dir, not_div=NOT_DIV, **opts):
+    """One tile: -> dict(tag, regs, stack, smem, ops) or dict(tag, error). Pointer and integer
+    arguments are marked 16-divisible unless named in ``not_div``."""
     t0 = time.time()
     attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n, ty in sig.items()
-             if n not in NOT_DIV and (ty.startswith("*") or ty in ("i32", "i64"))}
+             if n not in not_div and (ty.startswith("*") or ty in ("i32", "i64"))}
     src = ASTSource(fn=fn, signature={**sig, **{k: "constexpr" for k in consts}},
                     constexprs=consts, attrs=attrs)
     try:

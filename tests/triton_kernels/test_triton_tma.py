@@ -3,6 +3,8 @@ the float64 reference, on the Triton interpreter (fp16; bf16 and real shapes: th
 
 WS=True runs the kernel's single-loop form (every tile masked), the form Triton
 warp-specialises on sm_90; WS=False its three-loop form (masked edges, unmasked middle).
+FUSED_SCALE=True takes the row max of the raw products and one multiply-add a logit
+(online_softmax_step_scaled) where there is no softcap; False the separate scale.
 """
 import pytest
 import torch
@@ -12,6 +14,7 @@ from attnkit.backends.triton import tma_path
 from attnkit.backends.triton.backend import TritonBackend
 
 FORMS = pytest.mark.parametrize("ws", [False, True], ids=["three-loops", "one-loop"])
+SCALES = pytest.mark.parametrize("fused", [False, True], ids=["scaled-logits", "fused-scale"])
 CASES = {
     # name: (layer options, case options, route taken)
     "one-prefill": (dict(num_heads=4, num_kv_heads=2, head_dim=64),
@@ -21,6 +24,14 @@ CASES = {
     "window-softcap-sinks": (dict(num_heads=4, num_kv_heads=1, head_dim=64, sliding_window=9,
                                   logit_softcap=3.0, sinks=True),
                              dict(prefix_lens=[25, 3], new_lens=[20, 7], page_size=7), "rows"),
+    # no softcap, so FUSED_SCALE takes its form: a window of 5 leaves the later rows of a
+    # 16-row block no visible key in the first loaded tile (an all-masked tile while m_i is
+    # still the empty NEG_BIG, or the sink), and sinks start m_i at a finite logit
+    "window-sinks": (dict(num_heads=4, num_kv_heads=2, head_dim=64, sliding_window=5,
+                          sinks=True),
+                     dict(prefix_lens=[29, 0], new_lens=[18, 40], page_size=8), "rows"),
+    "window-one-prefill": (dict(num_heads=2, num_kv_heads=1, head_dim=64, sliding_window=3),
+                           dict(prefix_lens=[0], new_lens=[50], page_size=16), "direct"),
     "encoder-non-causal": (dict(num_heads=2, num_kv_heads=1, head_dim=64, role="encoder"),
                            dict(prefix_lens=[0], new_lens=[37], page_size=8), "direct"),
     "mixed-decode-rows": (dict(num_heads=4, num_kv_heads=2, head_dim=64),
@@ -33,7 +44,8 @@ def _interpreter_only(request):
     """These run the tiny interpreter tiles on CPU tensors; on a CUDA machine the gpu tests
     (test_triton_gpu.py, variant "tma") cover the kernel at real tiles."""
     from attnkit.backends._triton import interpreting
-    if not interpreting() and "warp_specialised" not in request.node.name:
+    if (not interpreting() and "warp_specialised" not in request.node.name
+            and request.node.get_closest_marker("gpu") is None):
         pytest.skip("interpreter test on a CUDA machine: test_triton_gpu.py covers the GPU")
 
 
@@ -43,14 +55,17 @@ def _run(case, config=None):
                            backend.prepare(case.meta, case.cache))
 
 
+@SCALES
 @FORMS
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_tma_kernel_matches_reference(name, ws):
+def test_tma_kernel_matches_reference(name, ws, fused):
     layer_kw, case_kw, route = CASES[name]
     case = make_case(make_layer(**layer_kw, dtype="fp16"), dtype="fp16", seed=len(name), **case_kw)
     assert tma_path.tma_route("tma", case.q, case.k, case.v, case.layer, case.cache,
                               case.meta) == route
-    assert_close(_run(case, dict(WS=ws)), case.reference(), dtype="fp16", what=f"{name} ws={ws}")
+    out = _run(case, dict(WS=ws, FUSED_SCALE=fused))
+    assert not out.isnan().any()
+    assert_close(out, case.reference(), dtype="fp16", what=f"{name} ws={ws} fused={fused}")
 
 
 @pytest.mark.parametrize("kv_dtype", ["fp8_e4m3", "fp8_e5m2"])
@@ -62,14 +77,82 @@ def test_fp8_pages_are_gathered_exactly_and_scaled(kv_dtype):
     assert_close(_run(case), case.reference(), dtype="fp16", kv_dtype=kv_dtype, what=kv_dtype)
 
 
+@SCALES
 @FORMS
-def test_tiles_that_cross_request_ends(ws):
-    """Query blocks and key tiles that straddle the diagonal and the end of each request."""
+def test_tiles_that_cross_request_ends(ws, fused):
+    """Query blocks and key tiles that straddle the diagonal and the end of each request (rows
+    of a block that see no key of the diagonal tile: an all-masked row in that tile)."""
     layer = make_layer(num_heads=2, num_kv_heads=1, head_dim=64, dtype="fp16")
     case = make_case(layer, prefix_lens=[13, 40], new_lens=[37, 5], page_size=3, dtype="fp16")
     for cfg in (dict(BLOCK_M=16, BLOCK_N=32), dict(BLOCK_M=32, BLOCK_N=16)):
-        assert_close(_run(case, dict(cfg, WS=ws)), case.reference(), dtype="fp16",
-                     what=f"{cfg} ws={ws}")
+        assert_close(_run(case, dict(cfg, WS=ws, FUSED_SCALE=fused)), case.reference(),
+                     dtype="fp16", what=f"{cfg} ws={ws} fused={fused}")
+
+
+def _launches(monkeypatch):
+    """Record the FUSED_SCALE each launch of the tma kernel gets."""
+    from attnkit.backends.triton import prefill_tma
+    seen, kernel = [], prefill_tma._prefill_tma_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*args, **kw):
+                seen.append(kw["FUSED_SCALE"])
+                return kernel[grid](*args, **kw)
+            return launch
+    monkeypatch.setattr(prefill_tma, "_prefill_tma_kernel", Spy())
+    return seen
+
+
+@pytest.mark.parametrize("scale", [-0.2, 0.0], ids=["negative", "zero"])
+def test_fused_scale_is_taken_only_where_it_is_the_same_softmax(monkeypatch, scale):
+    """max(qk) * c is max(qk * c) only for c > 0 (and -inf * 0 is NaN): with a softcap, or a
+    softmax scale <= 0, FUSED_SCALE=True keeps the separate scale and stays right."""
+    seen = _launches(monkeypatch)
+    layer = make_layer(num_heads=2, num_kv_heads=1, head_dim=64, dtype="fp16")
+    case = make_case(layer, prefix_lens=[0], new_lens=[21], page_size=4, dtype="fp16")
+    _run(case, dict(FUSED_SCALE=True))
+    odd = make_layer(num_heads=2, num_kv_heads=1, head_dim=64, scale=scale, dtype="fp16")
+    odd_case = make_case(odd, prefix_lens=[0], new_lens=[21], page_size=4, dtype="fp16", seed=1)
+    assert_close(_run(odd_case, dict(FUSED_SCALE=True)), odd_case.reference(), dtype="fp16",
+                 what=f"scale {scale}")
+    capped = make_layer(num_heads=2, num_kv_heads=1, head_dim=64, logit_softcap=2.0,
+                        dtype="fp16")
+    capped_case = make_case(capped, prefix_lens=[0], new_lens=[21], page_size=4, dtype="fp16")
+    assert_close(_run(capped_case, dict(FUSED_SCALE=True)), capped_case.reference(),
+                 dtype="fp16", what="softcap")
+    _run(case)                                   # the default tile: the separate scale
+    assert seen == [True, False, False, False]
+
+
+def test_tma_only_keys_stay_off_the_paged_kernels(monkeypatch):
+    """extend_variant "tma" on a step the kernel does not serve (fp32) runs the paged kernels
+    with the override's tiles but not its WS / FUSED_SCALE switches: a GPU launch raises
+    KeyError on a keyword the kernel does not take (the interpreter ignores it)."""
+    from attnkit.backends.triton import backend as triton_backend
+    configs = []
+
+    def spy(real):
+        def run(*args, config, **kw):
+            configs.append(dict(config))
+            return real(*args, config=config, **kw)
+        return run
+    for name in ("extend_attention", "extend_attention_v2"):
+        monkeypatch.setattr(triton_backend, name, spy(getattr(triton_backend, name)))
+    layer = make_layer(num_heads=2, num_kv_heads=1, head_dim=64)
+    case = make_case(layer, prefix_lens=[0], new_lens=[9], page_size=4)
+    out = _run(case, dict(WS=False, FUSED_SCALE=True, BLOCK_N=32))
+    assert_close(out, case.reference(), dtype="fp32", what="fp32 through the paged kernel")
+    assert configs and configs[0]["BLOCK_N"] == 32
+    assert not set(configs[0]) & {"WS", "FUSED_SCALE"}
+
+
+def test_kernel_switches_must_be_booleans():
+    from attnkit.errors import AttnkitError
+    for key in ("WS", "FUSED_SCALE"):
+        with pytest.raises(AttnkitError) as err:
+            TritonBackend(extend_variant="tma", extend_config={key: 1})
+        assert err.value.code == "AK407" and key in err.value.message
 
 
 @FORMS
@@ -127,7 +210,7 @@ sig |= {n: "*i32" for n in ("BlockReq", "BlockM", "QStart", "KStart", "SeqLens")
 sig |= {n: "fp32" for n in ("qk_scale", "v_scale", "softcap")}
 sig |= {n: "i32" for n in ("window", "stride_ot", "stride_oh", "num_q_rows", "stride_qt")}
 consts = dict(NUM_HEADS=32, GROUP=4, D=128, DV=128, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=True,
-              HAS_WINDOW=False, HAS_SOFTCAP=False, HAS_SINKS=False, WS=cfg["WS"])
+              HAS_WINDOW=False, HAS_SOFTCAP=False, HAS_SINKS=False, WS=cfg["WS"], FUSED_SCALE=False)
 attrs = {(K.arg_names.index(n),): [["tt.divisibility", 16]] for n, t in sig.items()
          if t.startswith("*") or n.startswith("stride")}
 src = ASTSource(K, {**sig, **{k: "constexpr" for k in consts}}, consts, attrs)
@@ -198,6 +281,31 @@ def test_warp_specialised_tiles_on_gpu():
     except subprocess.TimeoutExpired:
         pytest.fail("the warp-specialised kernel did not finish in 300 s (hung?)")
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
+
+
+_T = lambda bm, bn, w, s: dict(BLOCK_M=bm, BLOCK_N=bn, WS=False, num_warps=w, num_stages=s)  # noqa: E731
+FUSED_GPU_TILES = {64: [_T(128, 64, 8, 3), _T(128, 128, 8, 3), _T(64, 128, 4, 3)],
+                   128: [_T(128, 64, 8, 3)], 256: [_T(128, 64, 8, 2)]}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dim", sorted(FUSED_GPU_TILES))
+@pytest.mark.parametrize("feats", [dict(), dict(sliding_window=300, sinks=True),
+                                   dict(role="encoder"), dict(logit_softcap=20.0)],
+                         ids=["causal", "window-sinks", "non-causal", "softcap"])
+def test_fused_scale_tiles_on_gpu(dim, feats):
+    """FUSED_SCALE at the sweep's tiles against the reference at bf16: one prefill (direct
+    route) and a batch with a prefix (rows route); softcap falls back to the separate scale."""
+    layer = make_layer(num_heads=16, num_kv_heads=4, head_dim=dim, dtype="bf16", device="cuda",
+                       **feats)
+    shapes = [([0], [1500])] + ([] if feats.get("role") else [([1037, 0, 5], [700, 1500, 3])])
+    for pl, nl in shapes:
+        case = make_case(layer, prefix_lens=pl, new_lens=nl, page_size=16, dtype="bf16",
+                         device="cuda", q_scale=4.0)
+        for cfg in FUSED_GPU_TILES[dim]:
+            for fused in (False, True):
+                assert_close(_run(case, dict(cfg, FUSED_SCALE=fused)), case.reference(),
+                             dtype="bf16", what=f"d{dim} {feats} {pl} {cfg} fused={fused}")
 
 
 def test_warp_specialised_three_stage_tiles_are_refused():

@@ -64,6 +64,23 @@ def chunk_start(pos, attn_chunk):
 
 
 @triton.jit
+def visible(q_pos, k_pos, kv_len, window, attn_chunk, CAUSAL: tl.constexpr,
+            HAS_WINDOW: tl.constexpr, HAS_CHUNK: tl.constexpr):
+    """[M, N] whether the query at ``q_pos`` [M] sees the key at ``k_pos`` [N] (absolute
+    positions). HAS_CHUNK (chunked local) keeps keys from the query's chunk start on: with
+    k <= p (CAUSAL, or in decode every key before the query) that is exactly
+    k // attn_chunk == p // attn_chunk."""
+    ok = (k_pos < kv_len)[None, :]
+    if CAUSAL:
+        ok = ok & (k_pos[None, :] <= q_pos[:, None])
+    if HAS_WINDOW:
+        ok = ok & ((q_pos[:, None] - k_pos[None, :]) < window)
+    if HAS_CHUNK:
+        ok = ok & (k_pos[None, :] >= chunk_start(q_pos, attn_chunk)[:, None])
+    return ok
+
+
+@triton.jit
 def logits(qk, q_pos, k_pos, kv_len, qk_scale, softcap, window, attn_chunk,
            MASK: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
            HAS_CHUNK: tl.constexpr, HAS_SOFTCAP: tl.constexpr):
@@ -71,23 +88,25 @@ def logits(qk, q_pos, k_pos, kv_len, qk_scale, softcap, window, attn_chunk,
 
     qk: [M, N] raw dot products; q_pos: [M] and k_pos: [N] absolute positions.
     With HAS_SOFTCAP, ``qk_scale`` is the plain softmax scale; otherwise scale * log2(e).
-    HAS_CHUNK (chunked local) keeps keys from the query's chunk start on: with k <= p (CAUSAL,
-    or in decode every key before the query) that is exactly k // attn_chunk == p // attn_chunk.
     """
     if HAS_SOFTCAP:
         s = softcap * tanh(qk * (qk_scale / softcap)) * 1.4426950408889634
     else:
         s = qk * qk_scale
     if MASK:
-        ok = (k_pos < kv_len)[None, :]
-        if CAUSAL:
-            ok = ok & (k_pos[None, :] <= q_pos[:, None])
-        if HAS_WINDOW:
-            ok = ok & ((q_pos[:, None] - k_pos[None, :]) < window)
-        if HAS_CHUNK:
-            ok = ok & (k_pos[None, :] >= chunk_start(q_pos, attn_chunk)[:, None])
-        s = tl.where(ok, s, float("-inf"))
+        s = tl.where(visible(q_pos, k_pos, kv_len, window, attn_chunk, CAUSAL, HAS_WINDOW,
+                             HAS_CHUNK), s, float("-inf"))
     return s
+
+
+@triton.jit
+def _fold_tile(alpha, l_i, acc, p, v, DOT_PREC: tl.constexpr):
+    """(l_i, acc) after a tile of weights ``p`` = exp2(logit - m_new), with
+    ``alpha`` = exp2(m_i - m_new) rescaling what came before."""
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PREC)
+    return l_i, acc
 
 
 @triton.jit
@@ -97,9 +116,21 @@ def online_softmax_step(m_i, l_i, acc, s, v, DOT_PREC: tl.constexpr):
     m_new = tl.maximum(m_i, tl.max(s, 1))
     alpha = tl.exp2(m_i - m_new)
     p = tl.exp2(s - m_new[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None]
-    acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PREC)
+    l_i, acc = _fold_tile(alpha, l_i, acc, p, v, DOT_PREC)
+    return m_new, l_i, acc
+
+
+@triton.jit
+def online_softmax_step_scaled(m_i, l_i, acc, qk, qk_scale, v, DOT_PREC: tl.constexpr):
+    """online_softmax_step on logits ``qk * qk_scale`` given the RAW products ``qk`` (masked
+    keys -inf) and ``qk_scale`` > 0 (scale * log2(e), no softcap): the row max is taken over
+    qk and scaled once a row (max(qk) * c == max(qk * c) for c > 0), so each element costs one
+    fused multiply-add, ``qk * c - m``, before its exp2. A masked key stays -inf
+    (-inf * c - m, m finite), so an all-masked tile adds exactly 0 as in the unscaled form."""
+    m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(qk * qk_scale - m_new[:, None])
+    l_i, acc = _fold_tile(alpha, l_i, acc, p, v, DOT_PREC)
     return m_new, l_i, acc
 
 

@@ -29,7 +29,8 @@ from attnkit.backends.triton.decode_merge import merge_counters
 from attnkit.backends.triton.extend import (EXTEND_VARIANT, EXTEND_VARIANT_NAMES, EXTEND_VARIANTS,
                                              extend_attention, extend_config, pick_extend_variant)
 from attnkit.backends.triton.extend_new_kv import extend_attention_v2
-from attnkit.backends.triton.tma_path import check_tma_override, run_tma_extend, tma_config, tma_route
+from attnkit.backends.triton.tma_path import (TMA_ONLY_KEYS, check_tma_override, run_tma_extend,
+                                              tma_config, tma_route)
 from attnkit.errors import fail
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -200,8 +201,11 @@ class TritonBackend(AttentionBackend):
         else:
             variant = pick_extend_variant(self.extend_variant, k, v, cache, lid,
                                           prefix_lens=meta.prefix_lens_cpu)
-            cfg = (extend_config(spec.head_dim, q.dtype, interpret=interpreting(), variant=variant)
-                   | self.extend_override)
+            # a step the tma kernel does not serve: its switches are not the paged kernels'
+            # (Triton on a GPU raises KeyError on a keyword a kernel does not take)
+            paged = {key: val for key, val in self.extend_override.items() if key not in TMA_ONLY_KEYS}
+            cfg = extend_config(spec.head_dim, q.dtype, interpret=interpreting(),
+                                variant=variant) | paged
             block_req, block_m = plan.query_blocks(cfg["BLOCK_M"])
             common.update(block_req=block_req, block_m=block_m, query_start_loc=plan.query_start_loc,
                           seq_lens=plan.seq_lens, block_tables=plan.block_tables,

@@ -29,26 +29,35 @@ import triton
 import triton.language as tl
 
 from attnkit.backends._triton import (key_ranges, logits, online_softmax_step,
-                                             softmax_start)
+                                     online_softmax_step_scaled, softmax_start, visible)
 
 
 @triton.jit
 def _attend_tiles(q, m_i, l_i, acc, k_desc, v_desc, row0, k_col, v_col, n_lo, n_hi, q_pos, kv_len,
                   qk_scale, softcap, window, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
                   CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-                  WS: tl.constexpr):
+                  WS: tl.constexpr, FUSED_SCALE: tl.constexpr):
     """Fold keys [n_lo, n_hi) (request coordinates; rows row0 + n of the descriptors) into the
     softmax state of queries ``q`` [BLOCK_M, D] at positions ``q_pos``. Without MASK every key
     of every tile must be visible to every row. Rows past ``kv_len`` hold finite values (zeros
-    of the padded buffer, or zeros past the descriptor's end), so a zero weight on them is exact."""
+    of the padded buffer, or zeros past the descriptor's end), so a zero weight on them is exact.
+    FUSED_SCALE (no softcap, qk_scale > 0): the mask goes on the raw products and the scale
+    into the exp2's argument (online_softmax_step_scaled)."""
     for n0 in tl.range(n_lo, n_hi, BLOCK_N, warp_specialize=WS):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         k = k_desc.load([row0 + n0, k_col])
         qk = tl.dot(q, k.T)
-        s = logits(qk, q_pos, offs_n, kv_len, qk_scale, softcap, window, 1,   # no chunked layers here
-                   MASK, CAUSAL, HAS_WINDOW, False, HAS_SOFTCAP)
-        v = v_desc.load([row0 + n0, v_col])
-        m_i, l_i, acc = online_softmax_step(m_i, l_i, acc, s, v, "ieee")
+        if FUSED_SCALE:
+            if MASK:            # no chunked layers here (attn_chunk 1, HAS_CHUNK False)
+                qk = tl.where(visible(q_pos, offs_n, kv_len, window, 1, CAUSAL, HAS_WINDOW, False),
+                              qk, float("-inf"))
+            v = v_desc.load([row0 + n0, v_col])
+            m_i, l_i, acc = online_softmax_step_scaled(m_i, l_i, acc, qk, qk_scale, v, "ieee")
+        else:
+            s = logits(qk, q_pos, offs_n, kv_len, qk_scale, softcap, window, 1,
+                       MASK, CAUSAL, HAS_WINDOW, False, HAS_SOFTCAP)
+            v = v_desc.load([row0 + n0, v_col])
+            m_i, l_i, acc = online_softmax_step(m_i, l_i, acc, s, v, "ieee")
     return m_i, l_i, acc
 
 
@@ -59,7 +68,7 @@ def _prefill_tma_kernel(
     NUM_HEADS: tl.constexpr, GROUP: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
     HAS_WINDOW: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_SINKS: tl.constexpr,
-    WS: tl.constexpr,
+    WS: tl.constexpr, FUSED_SCALE: tl.constexpr,
 ):
     """q_desc: [T, H_q * D] blocks [BLOCK_M, D] (with WS: q's pointer, the descriptor is made
     here); k_desc / v_desc: [rows, H_kv * D(V)] blocks [BLOCK_N, D(V)]; Out: [T, H_q, DV];
@@ -97,17 +106,17 @@ def _prefill_tma_kernel(
         # Triton 3.6 warp-specialises a kernel with ONE loop only: every tile takes the mask
         m_i, l_i, acc = _attend_tiles(q, m_i, l_i, acc, k_desc, v_desc, row0, k_col, v_col, lo, hi,
                                       q_pos, kv_len, qk_scale, softcap, window, BLOCK_N, True,
-                                      CAUSAL, HAS_WINDOW, HAS_SOFTCAP, True)
+                                      CAUSAL, HAS_WINDOW, HAS_SOFTCAP, True, FUSED_SCALE)
     else:
         m_i, l_i, acc = _attend_tiles(q, m_i, l_i, acc, k_desc, v_desc, row0, k_col, v_col, lo,
                                       mid_lo, q_pos, kv_len, qk_scale, softcap, window, BLOCK_N,
-                                      True, CAUSAL, HAS_WINDOW, HAS_SOFTCAP, False)
+                                      True, CAUSAL, HAS_WINDOW, HAS_SOFTCAP, False, FUSED_SCALE)
         m_i, l_i, acc = _attend_tiles(q, m_i, l_i, acc, k_desc, v_desc, row0, k_col, v_col, mid_lo,
                                       mid_hi, q_pos, kv_len, qk_scale, softcap, window, BLOCK_N,
-                                      False, CAUSAL, HAS_WINDOW, HAS_SOFTCAP, False)
+                                      False, CAUSAL, HAS_WINDOW, HAS_SOFTCAP, False, FUSED_SCALE)
         m_i, l_i, acc = _attend_tiles(q, m_i, l_i, acc, k_desc, v_desc, row0, k_col, v_col, mid_hi,
                                       hi, q_pos, kv_len, qk_scale, softcap, window, BLOCK_N, True,
-                                      CAUSAL, HAS_WINDOW, HAS_SOFTCAP, False)
+                                      CAUSAL, HAS_WINDOW, HAS_SOFTCAP, False, FUSED_SCALE)
 
     l_i = tl.where(l_i == 0.0, 1.0, l_i)
     out = acc * (v_scale / l_i)[:, None]
@@ -155,11 +164,14 @@ def prefill_tma_attention(q, k_rows, v_rows, out, *, block_req, block_m, query_s
     after them up to the next multiple of BLOCK_N are finite (zeros) or past R.
     out: [T, H_q, DV] (written); block_req / block_m: [NB] int32 query blocks of BLOCK_M rows;
     query_start_loc: [B+1], key_start / seq_lens: [B] int32; sinks: [H_q] float32 or None;
-    config: BLOCK_M, BLOCK_N, WS, num_warps, num_stages."""
+    config: BLOCK_M, BLOCK_N, WS, num_warps, num_stages and optionally FUSED_SCALE (the scale
+    folded into the exp2's argument; taken only without softcap and with qk_scale > 0, where
+    it is the same softmax: otherwise the separate scale)."""
     num_heads, head_dim = q.shape[1], q.shape[2]
     dv = v_rows.shape[2]
     cfg = dict(config)
     block_m_rows, block_n, ws = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("WS")
+    fused = bool(cfg.pop("FUSED_SCALE", False)) and softcap is None and qk_scale > 0
     if ws:
         _scratch_allocator()
     _prefill_tma_kernel[(block_req.shape[0] * num_heads,)](
@@ -169,6 +181,7 @@ def prefill_tma_attention(q, k_rows, v_rows, out, *, block_req, block_m, query_s
         int(window or 0), out.stride(0), out.stride(1), q.shape[0], q.stride(0),
         NUM_HEADS=num_heads, GROUP=num_heads // k_rows.shape[1], D=head_dim, DV=dv,
         BLOCK_M=block_m_rows, BLOCK_N=block_n, CAUSAL=causal, HAS_WINDOW=window is not None,
-        HAS_SOFTCAP=softcap is not None, HAS_SINKS=sinks is not None, WS=ws, **cfg,
+        HAS_SOFTCAP=softcap is not None, HAS_SINKS=sinks is not None, WS=ws, FUSED_SCALE=fused,
+        **cfg,
     )
     return out

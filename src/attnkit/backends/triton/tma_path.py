@@ -29,10 +29,13 @@ AUTO_TMA = True
 PAD = 128                    # rows of a request's buffer segment: a multiple of every BLOCK_N
 MIN_FLOPS_PER_BYTE = 2000    # copy ~3 TB/s vs kernel ~500 TFLOP/s: the copy stays under ~4 %
 MAX_ROWS_BYTES = 1 << 30     # larger steps keep the paged kernels rather than a 1 GiB buffer
+TMA_ONLY_KEYS = ("WS", "FUSED_SCALE")   # extend_config keys the paged kernels do not take
 
 
 def tma_config(head_dim: int, *, interpret: bool) -> dict:
-    """BLOCK_M, BLOCK_N (<= PAD), WS (warp specialisation: 4 warps become 12), warps, stages.
+    """BLOCK_M, BLOCK_N (<= PAD), WS (warp specialisation: 4 warps become 12), FUSED_SCALE
+    (one multiply-add a logit, scale folded into the exp2: off until measured on a GPU;
+    NOTES-hopper.md version 2), warps, stages.
 
     The default is the three-loop form without warp specialisation (no spills with Triton
     3.6 for sm_90: d64 127, d128 159, d256 241 registers). The warp-specialised tiles
@@ -40,16 +43,20 @@ def tma_config(head_dim: int, *, interpret: bool) -> dict:
     (d128 prefill 454 vs 497 TFLOP/s) and wrong (NaN) at 3 stages, which run_tma_extend
     refuses; NOTES-hopper.md."""
     if interpret:
-        return dict(BLOCK_M=16, BLOCK_N=16, WS=False, num_warps=4, num_stages=1)
+        return dict(BLOCK_M=16, BLOCK_N=16, WS=False, FUSED_SCALE=False, num_warps=4, num_stages=1)
     if head_dim > 128:
-        return dict(BLOCK_M=128, BLOCK_N=64, WS=False, num_warps=8, num_stages=2)
-    return dict(BLOCK_M=128, BLOCK_N=64, WS=False, num_warps=8, num_stages=3)
+        return dict(BLOCK_M=128, BLOCK_N=64, WS=False, FUSED_SCALE=False, num_warps=8, num_stages=2)
+    return dict(BLOCK_M=128, BLOCK_N=64, WS=False, FUSED_SCALE=False, num_warps=8, num_stages=3)
 
 
 def check_tma_override(config: dict) -> None:
     """Refuse an extend config the tma kernel computes wrongly. H200 sweep 2026-12-01, Triton
     3.6: every warp-specialised tile with 3 stages returned NaN (d64 and d128, prefill and
-    extend); 2 stages were right."""
+    extend); 2 stages were right. The kernel's switches (WS, FUSED_SCALE) must be booleans."""
+    for key in TMA_ONLY_KEYS:
+        if key in config and not isinstance(config[key], bool):
+            fail("AK407", f"extend_config[{key!r}] must be True or False, got {config[key]!r}",
+                 field=f"extend_config[{key!r}]", expected="bool", actual=repr(config[key]))
     if config.get("WS") and config.get("num_stages", 1) > 2:
         fail("AK407", "the tma extend kernel with warp specialisation (WS=True) and more than 2 "
                       "stages returned wrong results on the H200 (Triton 3.6); use num_stages <= 2 "
