@@ -44,22 +44,19 @@ def _layer(heads):
 
 @needs_ws
 @pytest.mark.parametrize("heads", [64, 128])
-@pytest.mark.parametrize("page_size", [64, 128])
 @pytest.mark.parametrize("splits", [None, 3, 40])
-def test_decode_matches_reference_with_garbage(heads, page_size, splits, launches):
+def test_decode_matches_reference_with_garbage(heads, splits, launches):
     """Stale slots of each last page hold NaN / inf (garbage=True); kv lengths hit a full
     last tile (64, 4096), partial ones and a 1-key request; 40 splits leave some empty."""
     case = make_case(_layer(heads), prefix_lens=[1500, 3, 700, 63, 4095, 0], new_lens=[1] * 6,
-                     page_size=page_size, dtype="bf16", device="cuda", seed=page_size,
-                     garbage=True)
+                     page_size=64, dtype="bf16", device="cuda", seed=heads, garbage=True)
     be = TritonMLABackend(variant="ws", num_splits=splits)
     step = be.prepare(case.meta, case.cache)
     out = be.forward(case.q, case.k, case.v, case.layer, case.cache, step)
     torch.cuda.synchronize()
     assert launches, "the Gluon kernel did not run"
     assert torch.isfinite(out).all()
-    assert_close(out, case.reference(), dtype="bf16", what=f"ws H={heads} page={page_size} "
-                                                             f"splits={splits}")
+    assert_close(out, case.reference(), dtype="bf16", what=f"ws H={heads} splits={splits}")
 
 
 @needs_ws

@@ -44,8 +44,8 @@ def test_v2_tiles():
 
 
 @pytest.mark.parametrize("heads, fp32, cache_16bit, smem_kb, expected", [
-    (128, False, True, 227, "v1"),     # the measured case: v1 at 64-key tiles
-    (256, False, True, 227, "v1"),
+    (128, False, True, 227, "ws"),     # the measured case: Gluon, else v1 at 64-key tiles
+    (256, False, True, 227, "ws"),
     (64, False, True, 227, "v2"),      # fewer heads: v2 (measured at 16)
     (128, False, False, 227, "v2"),    # fp8 cache: v1's 64-key tile not checked
     (128, True, True, 227, "v2"),
@@ -55,3 +55,17 @@ def test_auto_variant(heads, fp32, cache_16bit, smem_kb, expected):
     from attnkit.backends.triton_mla.decode import auto_variant
     assert auto_variant(heads, 512, fp32=fp32, cache_16bit=cache_16bit, smem_kb=smem_kb) == expected
     assert auto_variant(heads, 64, fp32=fp32, cache_16bit=cache_16bit, smem_kb=smem_kb) == "v2"
+
+
+def test_ws_serves_only_the_triton_and_launch_it_was_checked_on(monkeypatch):
+    """"ws" is Gluon code written for Triton 3.6 (3.9 already spells warp_specialize another
+    way): any other Triton, an interpreted launch or a non-64-head block runs v1 instead."""
+    import types
+
+    from attnkit.backends.triton_mla import decode
+    q = types.SimpleNamespace(is_cuda=True, shape=(128, 1, 512))
+    monkeypatch.setattr(decode.triton, "__version__", "3.9.0")
+    assert not decode.ws_ready(q, None, page_size=64, block_t=1, block_h=64)
+    monkeypatch.setattr(decode.triton, "__version__", "3.6.0")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert not decode.ws_ready(q, None, page_size=64, block_t=1, block_h=64)

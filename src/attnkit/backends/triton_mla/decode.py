@@ -161,11 +161,14 @@ V1_WIDE_TILE_SM90 = dict(block_n=64, num_warps=8, num_stages=3, programs_per_sm=
 
 def auto_variant(heads: int, latent_width: int, *, fp32: bool, cache_16bit: bool,
                  smem_kb: int) -> str:
-    """The variant DEFAULT_DECODE_VARIANT = "auto" runs: version 1 with V1_WIDE_TILE_SM90 for
-    a rank of >= 128 heads over a 16-bit cache on a 227 KB part (the measured case), else
-    "v2" (fp8 caches, fewer heads, smaller parts: v2 measured or v1's 64-key tile unchecked)."""
+    """The variant DEFAULT_DECODE_VARIANT = "auto" runs for a rank of >= 128 heads over a
+    16-bit cache on a 227 KB part (the measured case): "ws", the Gluon kernel, which itself
+    runs version 1 with V1_WIDE_TILE_SM90 where it does not serve the call (ws_ready: not
+    sm_90, not Triton 3.6, not bf16, pages not a multiple of 64 keys). H200 sweep 2026-12-01
+    (H=128, B=128, ctx 4k): ws 519 TFLOP/s, v1 243, v2 228. Else "v2" (fp8 caches, fewer
+    heads, smaller parts: v2 measured or v1's 64-key tile unchecked)."""
     if heads >= 128 and latent_width >= 256 and not fp32 and cache_16bit and smem_kb >= 200:
-        return "v1"
+        return "ws"
     return "v2"
 
 
