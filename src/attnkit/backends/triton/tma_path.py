@@ -34,8 +34,13 @@ TMA_ONLY_KEYS = ("WS", "FUSED_SCALE")   # extend_config keys the paged kernels d
 
 def tma_config(head_dim: int, *, interpret: bool) -> dict:
     """BLOCK_M, BLOCK_N (<= PAD), WS (warp specialisation: 4 warps become 12), FUSED_SCALE
-    (one multiply-add a logit, scale folded into the exp2: off until measured on a GPU;
-    NOTES-hopper.md version 2), warps, stages.
+    (one multiply-add a logit, scale folded into the exp2; NOTES-hopper.md version 2), warps,
+    stages.
+
+    d <= 64: 64 x 128 tiles, 4 warps, 3 stages, FUSED_SCALE. H200 sweep 2026-12-01 15:00 UTC
+    (16k causal prefill, benchmarks/results/sweep_hopper_v2.md): 467 TFLOP/s vs 426 for the
+    unfused 128 x 64 tile and cuDNN's 472 in the same run. At d128 / d256 the fused form was
+    +0.8 % / -3 % (482 vs 478, 555 vs 573): not taken there.
 
     The default is the three-loop form without warp specialisation (no spills with Triton
     3.6 for sm_90: d64 127, d128 159, d256 241 registers). The warp-specialised tiles
@@ -44,6 +49,8 @@ def tma_config(head_dim: int, *, interpret: bool) -> dict:
     refuses; NOTES-hopper.md."""
     if interpret:
         return dict(BLOCK_M=16, BLOCK_N=16, WS=False, FUSED_SCALE=False, num_warps=4, num_stages=1)
+    if head_dim <= 64:
+        return dict(BLOCK_M=64, BLOCK_N=128, WS=False, FUSED_SCALE=True, num_warps=4, num_stages=3)
     if head_dim > 128:
         return dict(BLOCK_M=128, BLOCK_N=64, WS=False, FUSED_SCALE=False, num_warps=8, num_stages=2)
     return dict(BLOCK_M=128, BLOCK_N=64, WS=False, FUSED_SCALE=False, num_warps=8, num_stages=3)
