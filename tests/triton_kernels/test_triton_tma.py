@@ -318,3 +318,17 @@ def test_warp_specialised_three_stage_tiles_are_refused():
         TritonBackend(extend_variant="tma", extend_config=dict(WS=True, num_stages=3))
     assert err.value.code == "AK407" and "stages" in err.value.message
     TritonBackend(extend_variant="tma", extend_config=dict(WS=True, num_stages=2))   # served
+
+
+def test_gluon_switch_falls_back_where_gluon_cannot_run():
+    """GLUON=True asks for prefill_gluon.py on the direct route; where it cannot run (here: the
+    interpreter, no sm_90) the tma kernel serves the step, right; a non-bool is refused."""
+    from attnkit.backends.triton.backend import TritonBackend
+    from attnkit.errors import AttnkitError
+
+    layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=32, dtype="fp16")
+    case = make_case(layer, prefix_lens=[0], new_lens=[40], page_size=16, dtype="fp16")
+    assert_close(_run(case, dict(GLUON=True)), case.reference(), dtype="fp16", what="gluon off")
+    with pytest.raises(AttnkitError) as err:
+        TritonBackend(extend_variant="tma", extend_config=dict(GLUON=1))
+    assert err.value.code == "AK407"

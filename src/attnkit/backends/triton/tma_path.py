@@ -21,6 +21,13 @@ from attnkit.backends.triton.gather_rows import gather_rows
 from attnkit.errors import fail
 from attnkit.backends.triton.prefill_tma import descriptor_ready, prefill_tma_attention
 
+try:        # Gluon's Hopper API as Triton 3.6 spells it (GLUON=True runs it there only)
+    from attnkit.backends.triton.prefill_gluon import gluon_prefill_ready, prefill_gluon_attention
+except ImportError:         # pragma: no cover - depends on the installed Triton
+    def gluon_prefill_ready(*args, **kwargs) -> bool:
+        return False
+    prefill_gluon_attention = None
+
 # >>> Whether extend "auto" takes this kernel where tma_route allows it (sm_90+). On the H200
 # sweep of 2026-12-01 (benchmarks/results/sweep_hopper.md; NOTES-hopper.md) the default tiles
 # beat the paged kernels on every row: prefill 16k d128 497 vs 492 TFLOP/s, d64 426 vs 424,
@@ -29,7 +36,7 @@ AUTO_TMA = True
 PAD = 128                    # rows of a request's buffer segment: a multiple of every BLOCK_N
 MIN_FLOPS_PER_BYTE = 2000    # copy ~3 TB/s vs kernel ~500 TFLOP/s: the copy stays under ~4 %
 MAX_ROWS_BYTES = 1 << 30     # larger steps keep the paged kernels rather than a 1 GiB buffer
-TMA_ONLY_KEYS = ("WS", "FUSED_SCALE")   # extend_config keys the paged kernels do not take
+TMA_ONLY_KEYS = ("WS", "FUSED_SCALE", "GLUON")   # extend_config keys the paged kernels do not take
 
 
 def tma_config(head_dim: int, *, interpret: bool) -> dict:
@@ -48,12 +55,16 @@ def tma_config(head_dim: int, *, interpret: bool) -> dict:
     (d128 prefill 454 vs 497 TFLOP/s) and wrong (NaN) at 3 stages, which run_tma_extend
     refuses; NOTES-hopper.md."""
     if interpret:
-        return dict(BLOCK_M=16, BLOCK_N=16, WS=False, FUSED_SCALE=False, num_warps=4, num_stages=1)
+        return dict(BLOCK_M=16, BLOCK_N=16, WS=False, FUSED_SCALE=False, GLUON=False,
+                    num_warps=4, num_stages=1)
     if head_dim <= 64:
-        return dict(BLOCK_M=64, BLOCK_N=128, WS=False, FUSED_SCALE=True, num_warps=4, num_stages=3)
+        return dict(BLOCK_M=64, BLOCK_N=128, WS=False, FUSED_SCALE=True, GLUON=False,
+                    num_warps=4, num_stages=3)
     if head_dim > 128:
-        return dict(BLOCK_M=128, BLOCK_N=64, WS=False, FUSED_SCALE=False, num_warps=8, num_stages=2)
-    return dict(BLOCK_M=128, BLOCK_N=64, WS=False, FUSED_SCALE=False, num_warps=8, num_stages=3)
+        return dict(BLOCK_M=128, BLOCK_N=64, WS=False, FUSED_SCALE=False, GLUON=False,
+                    num_warps=8, num_stages=2)
+    return dict(BLOCK_M=128, BLOCK_N=64, WS=False, FUSED_SCALE=False, GLUON=False, num_warps=8,
+                num_stages=3)
 
 
 def check_tma_override(config: dict) -> None:
@@ -122,6 +133,12 @@ def run_tma_extend(route: str, q, k, v, out, cache, layer_id: int, plan, *, conf
     prefill_tma_attention takes them (scales, softcap, window, sinks, causal)."""
     if not descriptor_ready(q):
         q = q.contiguous()
+    if route == "direct" and config.get("GLUON") and gluon_prefill_ready(
+            q, k, v, out, causal=kernel_args["causal"], window=kernel_args["window"],
+            softcap=kernel_args["softcap"], sinks=kernel_args["sinks"],
+            qk_scale=kernel_args["qk_scale"]):
+        return prefill_gluon_attention(q, k, v, out, qk_scale=kernel_args["qk_scale"],
+                                       v_scale=kernel_args["v_scale"])
     if route == "direct":
         k_rows, v_rows, key_start = k, v, plan.query_start_loc[:-1]
     else:

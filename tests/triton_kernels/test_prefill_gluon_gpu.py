@@ -1,0 +1,62 @@
+"""The Gluon prefill kernel (prefill_gluon.py, extend_config GLUON=True) on an sm_90 GPU: that
+it runs (no silent fallback) and matches the float64 reference, and that what it does not
+serve (a window, a prefix, softcap) runs the Triton kernel and is right."""
+import pytest
+import torch
+import triton
+from factories import assert_close, make_case, make_layer
+
+from attnkit.backends.triton import tma_path
+from attnkit.backends.triton.backend import TritonBackend
+
+pytestmark = pytest.mark.gpu
+needs = pytest.mark.skipif(not (torch.cuda.is_available()
+                                and torch.cuda.get_device_capability() == (9, 0)
+                                and triton.__version__.startswith("3.6.")),
+                           reason="the Gluon prefill runs on sm_90 with Triton 3.6")
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    calls = []
+    real = tma_path.prefill_gluon_attention
+
+    def counted(q, *args, **kwargs):
+        calls.append(tuple(q.shape))
+        return real(q, *args, **kwargs)
+
+    monkeypatch.setattr(tma_path, "prefill_gluon_attention", counted)
+    return calls
+
+
+def _run(case, **cfg):
+    be = TritonBackend(extend_variant="tma", extend_config=dict(GLUON=True, **cfg))
+    out = be.forward(case.q, case.k, case.v, case.layer, case.cache, be.prepare(case.meta, case.cache))
+    torch.cuda.synchronize()
+    return out
+
+
+@needs
+@pytest.mark.parametrize("dim", [64, 128])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("tokens", [1, 77, 1500, 4096])
+def test_one_prefill_matches_reference(dim, dtype, tokens, launches):
+    layer = make_layer(num_heads=16, num_kv_heads=4, head_dim=dim, dtype=dtype, device="cuda")
+    case = make_case(layer, prefix_lens=[0], new_lens=[tokens], page_size=16, dtype=dtype,
+                     device="cuda", q_scale=4.0, seed=tokens)
+    out = _run(case)
+    assert launches, "the Gluon kernel did not run"
+    assert torch.isfinite(out).all()
+    assert_close(out, case.reference(), dtype=dtype, what=f"gluon d{dim} {dtype} T={tokens}")
+
+
+@needs
+@pytest.mark.parametrize("feats, prefix", [(dict(sliding_window=300), [0]),
+                                           (dict(logit_softcap=20.0), [0]), (dict(), [500])])
+def test_what_it_does_not_serve_runs_triton(feats, prefix, launches):
+    layer = make_layer(num_heads=16, num_kv_heads=4, head_dim=128, dtype="bf16", device="cuda",
+                       **feats)
+    case = make_case(layer, prefix_lens=prefix, new_lens=[1200], page_size=16, dtype="bf16",
+                     device="cuda", q_scale=4.0)
+    assert_close(_run(case), case.reference(), dtype="bf16", what=f"fallback {feats} {prefix}")
+    assert not launches
