@@ -326,7 +326,7 @@ def test_gluon_switch_falls_back_where_gluon_cannot_run():
     from attnkit.backends.triton.backend import TritonBackend
     from attnkit.errors import AttnkitError
 
-    layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=32, dtype="fp16")
+    layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=64, dtype="fp16")
     case = make_case(layer, prefix_lens=[0], new_lens=[40], page_size=16, dtype="fp16")
     assert_close(_run(case, dict(GLUON=True)), case.reference(), dtype="fp16", what="gluon off")
     with pytest.raises(AttnkitError) as err:
