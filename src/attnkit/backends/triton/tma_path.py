@@ -44,7 +44,7 @@ def tma_config(head_dim: int, *, interpret: bool) -> dict:
     (one multiply-add a logit, scale folded into the exp2; NOTES-hopper.md version 2), warps,
     stages.
 
-    d <= 64: 64 x 128 tiles, 4 warps, 3 stages, FUSED_SCALE. H200 sweep 2026-12-01 15:00 UTC
+    d <= 64: 64 x 128 tiles, 4 warps, 3 stages, FUSED_SCALE. H200 sweep 2026-12-01 14:00 UTC
     (16k causal prefill, benchmarks/results/sweep_hopper_v2.md): 467 TFLOP/s vs 426 for the
     unfused 128 x 64 tile and cuDNN's 472 in the same run. At d128 / d256 the fused form was
     +0.8 % / -3 % (482 vs 478, 555 vs 573): not taken there.
