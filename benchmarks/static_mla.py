@@ -23,17 +23,18 @@ from triton.compiler import ASTSource
 
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 NOT_DIV = ("H", "num_splits")
-OPS = r"(HGMMA\.[0-9x]+\.[A-Z0-9.]+|HMMA\.[0-9]+|UTMALDG\.\dD|LDGSTS[.A-Z0-9]*|LDL[.0-9A-Z]*|STL[.0-9A-Z]*)"
+OPS = r"(USETMAXREG[.A-Z0-9]*|HGMMA\.[0-9x]+\.[A-Z0-9.]+|HMMA\.[0-9]+|UTMALDG\.\dD|LDGSTS[.A-Z0-9]*|LDL[.0-9A-Z]*|STL[.0-9A-Z]*)"
 
 
-def compile_report(fn, sig, consts, tag, out_dir, not_div=NOT_DIV, **opts):
+def compile_report(fn, sig, consts, tag, out_dir, not_div=NOT_DIV, source=ASTSource, **opts):
     """One tile: -> dict(tag, regs, stack, smem, ops) or dict(tag, error). Pointer and integer
-    arguments are marked 16-divisible unless named in ``not_div``."""
+    arguments are marked 16-divisible unless named in ``not_div``; ``source``: the front end
+    (Gluon kernels: GluonASTSource)."""
     t0 = time.time()
     attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n, ty in sig.items()
              if n not in not_div and (ty.startswith("*") or ty in ("i32", "i64"))}
-    src = ASTSource(fn=fn, signature={**sig, **{k: "constexpr" for k in consts}},
-                    constexprs=consts, attrs=attrs)
+    src = source(fn=fn, signature={**sig, **{k: "constexpr" for k in consts}},
+                 constexprs=consts, attrs=attrs)
     try:
         c = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
     except Exception as exc:  # noqa: BLE001 - a tile that does not compile is a result

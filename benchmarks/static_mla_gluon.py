@@ -10,19 +10,16 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import re
-import subprocess
 import sys
 import tempfile
 
 import triton
-from triton.backends.compiler import GPUTarget
-from triton.experimental.gluon._runtime import GluonASTSource
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon._runtime import GluonASTSource
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-OPS = r"(HGMMA\.[0-9x]+\.[A-Z0-9.]+|UTMALDG\.\dD|LDL[.0-9A-Z]*|STL[.0-9A-Z]*|SYNCS[.A-Z0-9]*|USETMAXREG[.A-Z0-9]*)"
+sys.path.insert(0, HERE)
+from static_mla import compile_report  # noqa: E402
 
 
 def _module():
@@ -50,31 +47,9 @@ def compile_kernel(out_dir: str, direct: bool = True, page_size: int = 64) -> di
     sig.update(qk_scale="fp32", v_scale="fp32", num_splits="i32")
     consts = dict(L=L, R=R, PAGE_SIZE=page_size, BH=mod.BLOCK_H, BN=BN, NS=mod.NUM_STAGES,
                   DIRECT=direct, VALUES_REGS=mod.VALUES_REGS, LOADER_REGS=mod.LOADER_REGS)
-    attrs = {(k.arg_names.index(n),): [["tt.divisibility", 16]] for n, ty in sig.items()
-             if (ty.startswith("*") or ty == "i32") and n not in ("num_splits", "stride_lh")}
-    src = GluonASTSource(fn=k, signature={**sig, **{c: "constexpr" for c in consts}},
-                         constexprs=consts, attrs=attrs)
-    c = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                       options=dict(num_warps=4, maxnreg=mod.MAXNREG))
-    tag = f"gluon_direct{int(direct)}"
-    path = os.path.join(out_dir, tag + ".cubin")
-    with open(path, "wb") as f:
-        f.write(c.asm["cubin"])
-    for ext in ("ttgir", "ptx"):
-        with open(os.path.join(out_dir, f"{tag}.{ext}"), "w") as f:
-            f.write(c.asm[ext])
-    res = subprocess.run([f"{BIN}/cuobjdump", "--dump-resource-usage", path],
-                         capture_output=True, text=True).stdout
-    sass = subprocess.run([f"{BIN}/cuobjdump", "-sass", path], capture_output=True, text=True).stdout
-    with open(os.path.join(out_dir, tag + ".sass"), "w") as f:
-        f.write(sass)
-    ops: dict[str, int] = {}
-    for m in re.findall(OPS, sass):
-        ops[m] = ops.get(m, 0) + 1
-    reg, stack = re.search(r"REG:(\d+)", res), re.search(r"STACK:(\d+)", res)
-    return dict(tag=tag, regs=int(reg.group(1)) if reg else None,
-                stack=int(stack.group(1)) if stack else None, smem=c.metadata.shared,
-                warps=c.metadata.num_warps, ops=dict(sorted(ops.items())))
+    return compile_report(k, sig, consts, f"gluon_direct{int(direct)}", out_dir,
+                          not_div=("num_splits", "stride_lh"), source=GluonASTSource,
+                          num_warps=4, maxnreg=mod.MAXNREG)
 
 
 def main(argv=None) -> int:

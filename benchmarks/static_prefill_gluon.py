@@ -1,0 +1,53 @@
+"""Static check of the Gluon prefill kernel (triton/prefill_gluon.py) for sm_90, with no GPU:
+registers, spill stack, shared memory and MMA / copy instructions at d64 and d128
+(NOTES-hopper.md version 3).
+
+    PYTHONPATH=<triton 3.6 site> python3 benchmarks/static_prefill_gluon.py [--out DIR]"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+import tempfile
+
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon._runtime import GluonASTSource
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from static_mla import compile_report  # noqa: E402
+
+
+def _module():
+    """prefill_gluon.py loaded alone (the package's __init__ would import torch)."""
+    path = os.path.join(HERE, "..", "src", "attnkit", "backends", "triton", "prefill_gluon.py")
+    spec = importlib.util.spec_from_file_location("prefill_gluon", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=tempfile.mkdtemp(prefix="static_prefill_gluon_"))
+    args = ap.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    mod = _module()
+    for d in sorted(mod.STAGES):
+        q_l = gl.NVMMASharedLayout.get_default_for([64, d], gl.bfloat16)
+        kv_l = gl.NVMMASharedLayout.get_default_for([mod.BN, d], gl.bfloat16)
+        kv = f"tensordesc<bf16[{mod.BN}, {d}],{kv_l!r}>"
+        sig = {"q_desc": f"tensordesc<bf16[64, {d}],{q_l!r}>", "k_desc": kv, "v_desc": kv,
+               "Out": "*bf16", "stride_ot": "i32", "T": "i32", "num_blocks": "i32",
+               "qk_scale": "fp32", "v_scale": "fp32"}
+        consts = dict(NUM_HEADS=32, GROUP=4, D=d, BN=mod.BN, NS=mod.STAGES[d],
+                      CONSUMER_REGS=mod.CONSUMER_REGS, LOADER_REGS=mod.LOADER_REGS)
+        print(compile_report(mod._prefill_gluon_kernel, sig, consts, f"prefill_gluon_d{d}",
+                             args.out, not_div=("T", "num_blocks"), source=GluonASTSource,
+                             num_warps=4, maxnreg=mod.MAXNREG))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
