@@ -26,6 +26,17 @@ NOT_DIV = ("H", "num_splits")
 OPS = r"(USETMAXREG[.A-Z0-9]*|HGMMA\.[0-9x]+\.[A-Z0-9.]+|HMMA\.[0-9]+|UTMALDG\.\dD|LDGSTS[.A-Z0-9]*|LDL[.0-9A-Z]*|STL[.0-9A-Z]*)"
 
 
+def load_alone(relpath: str):
+    """A kernel module under src/attnkit loaded by path, alone: the package's __init__ would
+    import torch, which the static checks' Triton install need not have."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "attnkit", relpath)
+    spec = importlib.util.spec_from_file_location(os.path.basename(relpath)[:-3], path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def compile_report(fn, sig, consts, tag, out_dir, not_div=NOT_DIV, source=ASTSource, **opts):
     """One tile: -> dict(tag, regs, stack, smem, ops) or dict(tag, error). Pointer and integer
     arguments are marked 16-divisible unless named in ``not_div``; ``source``: the front end

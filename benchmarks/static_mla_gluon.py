@@ -8,7 +8,6 @@ Pointer and integer arguments are marked 16-divisible as the JIT marks them at l
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 import tempfile
@@ -19,20 +18,11 @@ from triton.experimental.gluon._runtime import GluonASTSource
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from static_mla import compile_report  # noqa: E402
-
-
-def _module():
-    """decode_gluon.py loaded alone (the package's __init__ would import torch)."""
-    path = os.path.join(HERE, "..", "src", "attnkit", "backends", "triton_mla", "decode_gluon.py")
-    spec = importlib.util.spec_from_file_location("decode_gluon", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from static_mla import compile_report, load_alone  # noqa: E402
 
 
 def compile_kernel(out_dir: str, direct: bool = True, page_size: int = 64) -> dict:
-    mod = _module()
+    mod = load_alone("backends/triton_mla/decode_gluon.py")
     k = mod._absorbed_gluon_kernel
     L, R, BN = 512, 64, mod.BLOCK_N
     lat_l = gl.NVMMASharedLayout.get_default_for([BN, L], gl.bfloat16)

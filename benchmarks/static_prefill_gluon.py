@@ -6,7 +6,6 @@ registers, spill stack, shared memory and MMA / copy instructions at d64 and d12
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 import tempfile
@@ -16,16 +15,7 @@ from triton.experimental.gluon._runtime import GluonASTSource
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from static_mla import compile_report  # noqa: E402
-
-
-def _module():
-    """prefill_gluon.py loaded alone (the package's __init__ would import torch)."""
-    path = os.path.join(HERE, "..", "src", "attnkit", "backends", "triton", "prefill_gluon.py")
-    spec = importlib.util.spec_from_file_location("prefill_gluon", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from static_mla import compile_report, load_alone  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -33,7 +23,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=tempfile.mkdtemp(prefix="static_prefill_gluon_"))
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
-    mod = _module()
+    mod = load_alone("backends/triton/prefill_gluon.py")
     for d in sorted(mod.STAGES):
         q_l = gl.NVMMASharedLayout.get_default_for([64, d], gl.bfloat16)
         kv_l = gl.NVMMASharedLayout.get_default_for([mod.BN, d], gl.bfloat16)
