@@ -49,12 +49,22 @@ def compile_report(fn, sig, consts, tag, out_dir, not_div=NOT_DIV, source=ASTSou
     try:
         c = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
     except Exception as exc:  # noqa: BLE001 - a tile that does not compile is a result
-        return dict(tag=tag, error=" | ".join(str(exc).strip().splitlines()[-4:])[:600])
+        cause = exc.__cause__ or exc
+        return dict(tag=tag, error=" | ".join(str(cause).strip().splitlines()[-4:])[:600])
     path = os.path.join(out_dir, f"{tag}.cubin")
     with open(path, "wb") as f:
         f.write(c.asm["cubin"])
     with open(path[:-6] + ".ttgir", "w") as f:
         f.write(c.asm["ttgir"])
+    with open(path[:-6] + ".ptx", "w") as f:
+        f.write(c.asm["ptx"])
+    # ptxas's advisories (C7512: wgmma serialised for want of registers, ...) are not in the
+    # cubin: compile the PTX once more with -v to read them.
+    arch = "sm_90a" if ".target sm_90a" in c.asm["ptx"] else "sm_90"
+    verbose = subprocess.run([f"{BIN}/ptxas", f"-arch={arch}", "-v", path[:-6] + ".ptx", "-o",
+                              os.devnull], capture_output=True, text=True).stderr
+    advisories = sorted(set(re.findall(r"\((C\d+)\) Potential Performance Loss: (.*?) for the"
+                                       r" function", verbose)))
     res = subprocess.run([f"{BIN}/cuobjdump", "--dump-resource-usage", path],
                          capture_output=True, text=True).stdout
     sass = subprocess.run([f"{BIN}/cuobjdump", "-sass", path], capture_output=True, text=True).stdout
@@ -64,9 +74,14 @@ def compile_report(fn, sig, consts, tag, out_dir, not_div=NOT_DIV, source=ASTSou
     for m in re.findall(OPS, sass):
         ops[m] = ops.get(m, 0) + 1
     reg, stack = re.search(r"REG:(\d+)", res), re.search(r"STACK:(\d+)", res)
+    # an HGMMA waited for at once (WARPGROUP.DEPBAR.LE gsb0, 0x0 next) runs alone: serialised
+    alone = len(re.findall(r"HGMMA[^\n]*\n[^\n]*\n\s*/\*[0-9a-f]+\*/\s+WARPGROUP\.DEPBAR\.LE gsb0,"
+                           r" 0x0 ;", sass))
     return dict(tag=tag, regs=int(reg.group(1)) if reg else None,
                 stack=int(stack.group(1)) if stack else None, smem=c.metadata.shared,
-                warps=c.metadata.num_warps, ops=dict(sorted(ops.items())), s=round(time.time() - t0))
+                warps=c.metadata.num_warps, ops=dict(sorted(ops.items())), hgmma_alone=alone,
+                advisories=[f"{code}: {text}" for code, text in advisories],
+                s=round(time.time() - t0))
 
 
 _PTRS = {"BlockTables": "*i32", "WorkReq": "*i32", "WorkTok": "*i32", "QStart": "*i32",

@@ -76,8 +76,8 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_free, Out, str
         p = gl.exp2(sc * qk_scale - gl.expand_dims(m_new, 1))
         l_i = l_i * alpha + gl.sum(p, axis=1)
         m_i = m_new
-        p16 = gl.convert_layout(p.to(q_smem.dtype), p_layout)
         o = warpgroup_mma_wait(num_outstanding=0, deps=[o])          # P.V of tile j - 1
+        p16 = gl.convert_layout(p.to(q_smem.dtype), p_layout)
         if j > 0:
             mbarrier.arrive(kv_free.index((j + NS - 1) % NS), count=1)
         o = o * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
