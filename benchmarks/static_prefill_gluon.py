@@ -1,6 +1,6 @@
 """Static check of the Gluon prefill kernel (triton/prefill_gluon.py) for sm_90, with no GPU:
-registers, spill stack, shared memory and MMA / copy instructions at d64 and d128
-(NOTES-hopper.md version 3).
+registers, spill stack, shared memory, MMA / copy instructions and ptxas's advisories (a
+serialised wgmma) at d64, d128 and d256 (NOTES-hopper.md versions 3-4).
 
     PYTHONPATH=<triton 3.6 site> python3 benchmarks/static_prefill_gluon.py [--out DIR]"""
 from __future__ import annotations
@@ -24,18 +24,17 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     mod = load_alone("backends/triton/prefill_gluon.py")
-    for d in sorted(mod.STAGES):
-        q_l = gl.NVMMASharedLayout.get_default_for([64, d], gl.bfloat16)
-        kv_l = gl.NVMMASharedLayout.get_default_for([mod.BN, d], gl.bfloat16)
-        kv = f"tensordesc<bf16[{mod.BN}, {d}],{kv_l!r}>"
-        sig = {"q_desc": f"tensordesc<bf16[64, {d}],{q_l!r}>", "k_desc": kv, "v_desc": kv,
+    for d, (bn, ns) in sorted(mod.TILES.items()):
+        q_l = gl.NVMMASharedLayout.get_default_for([mod.BM, d], gl.bfloat16)
+        kv_l = gl.NVMMASharedLayout.get_default_for([bn, d], gl.bfloat16)
+        kv = f"tensordesc<bf16[{bn}, {d}],{kv_l!r}>"
+        sig = {"q_desc": f"tensordesc<bf16[{mod.BM}, {d}],{q_l!r}>", "k_desc": kv, "v_desc": kv,
                "Out": "*bf16", "stride_ot": "i32", "T": "i32", "num_blocks": "i32",
                "qk_scale": "fp32", "v_scale": "fp32"}
-        consts = dict(NUM_HEADS=32, GROUP=4, D=d, BN=mod.BN, NS=mod.STAGES[d],
-                      CONSUMER_REGS=mod.CONSUMER_REGS, LOADER_REGS=mod.LOADER_REGS)
+        consts = dict(NUM_HEADS=32, GROUP=4, D=d, BN=bn, NS=ns, LOADER_REGS=mod.LOADER_REGS)
         print(compile_report(mod._prefill_gluon_kernel, sig, consts, f"prefill_gluon_d{d}",
                              args.out, not_div=("T", "num_blocks"), source=GluonASTSource,
-                             num_warps=4, maxnreg=mod.MAXNREG))
+                             num_warps=8, maxnreg=mod.MAXNREG))
     return 0
 
 

@@ -59,7 +59,8 @@ TMA = {
     64: [T(128, 64, False, 8, 3), FUSED(T(128, 64, False, 8, 3)), GLUON(T(128, 64, False, 8, 3)),
          FUSED(T(128, 128, False, 8, 3)),
          FUSED(T(64, 128, False, 4, 3)), T(128, 128, False, 8, 2), T(128, 128, True, 4, 2)],
-    256: [T(128, 64, False, 8, 2), FUSED(T(128, 64, False, 8, 2)), T(64, 64, False, 4, 2),
+    256: [T(128, 64, False, 8, 2), FUSED(T(128, 64, False, 8, 2)), GLUON(T(128, 64, False, 8, 2)),
+          T(64, 64, False, 4, 2),
           T(128, 32, False, 8, 3), T(128, 32, True, 4, 2)],
 }
 # extend: the default, it with FUSED_SCALE, and two warp-specialised tiles. Warp-specialised

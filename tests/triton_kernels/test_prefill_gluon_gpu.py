@@ -37,7 +37,7 @@ def _run(case, **cfg):
 
 
 @needs
-@pytest.mark.parametrize("dim", [64, 128])
+@pytest.mark.parametrize("dim", [64, 128, 256])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 @pytest.mark.parametrize("tokens", [1, 77, 1500, 4096])
 def test_one_prefill_matches_reference(dim, dtype, tokens, launches):

@@ -1,42 +1,49 @@
 """Causal prefill of one request on sm_90 in Gluon, warp-specialised (the "direct" route of
-tma_path.py with extend_config GLUON=True): a loader warp and two consumer warpgroups.
+tma_path.py with extend_config GLUON=True): a loader warp and one computing partition of two
+warpgroups.
 
-A program owns 128 query rows of one head: consumer warpgroup ``wg`` (0 or 1) the rows
-64 * wg .. + 63, each with its own softmax state; both read the same K / V tiles of BN keys,
-which the loader brings in through TMA into a ring of NS stages (K and V on separate
-barriers, so Q.K can start before V lands). Each consumer overlaps its softmax with the
-tensor cores: while the softmax of tile j runs, the P.V of tile j - 1 is still in flight,
-and Q.K of tile j + 1 is issued before P.V of tile j, so the next scores are ready when the
-softmax needs them (the intra-warpgroup pipelining FlashAttention-3 describes).
+A program owns BM = 128 query rows of one head; the computing partition (8 warps: the two
+warpgroups take 64 rows each, the wgmma M tile) reads K / V tiles of BN keys that the loader
+brings in through TMA into a ring of NS stages (K and V on separate barriers, so Q.K can
+start before V lands). The softmax overlaps with the tensor cores: while the softmax of tile j
+runs, the P.V of tile j - 1 is still in flight, and Q.K of tile j + 1 is issued before P.V of
+tile j, so the next scores are ready when the softmax needs them (the intra-warpgroup
+pipelining FlashAttention-3 describes).
+
+Why one partition of 8 warps and not two of 4 (one a warpgroup, ordered against each other
+as FA3's ping-pong does): Triton 3.6 lowers a second 4-warp partition into its worker
+dispatch loop, and ptxas then serialises every wgmma of the kernel (advisory C7512,
+"insufficient register resources", at any register budget) once a wgmma stays in flight
+across that partition's softmax; the default partition keeps it asynchronous
+(benchmarks/static_prefill_gluon.py reports the advisory; NOTES-hopper.md version 4).
 
 Keys are the step's own k / v rows (one request, no prefix): key n < T is at position n, query
-row i at position i. BM = BN = 128, so only a block's last key tile crosses the diagonal and
-takes the mask; rows and keys past T are zeros from TMA (keys past a row are masked, rows past
-T are not stored). Scores use the fused scale: exp2(qk * qk_scale - m), m = max(qk) * qk_scale,
-exact for qk_scale > 0 (the launcher's condition).
+row i at position i. Key tiles wholly left of the block (j < q0 / BN) run unmasked in a first
+loop; the tiles that cross the diagonal run masked in a second (keys past a row are masked,
+keys past T are zeros from TMA, rows past T are not stored). Scores use the fused scale:
+exp2(qk * qk_scale - m), m = max(qk) * qk_scale, exact for qk_scale > 0 (the launcher's
+condition).
 """
 from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (mbarrier, tma, warpgroup_mma,
-                                                              warpgroup_mma_init,
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
+                                                              warpgroup_mma, warpgroup_mma_init,
                                                               warpgroup_mma_wait)
 
-BM = 128            # query rows a program: two warpgroups of 64
-BN = 128            # keys a tile
-STAGES = {64: 4, 128: 3}    # K + V stages: d128 3 x 64 KB + Q 32 KB = 224 KB
-MAXNREG = 168
-CONSUMER_REGS = 240
-LOADER_REGS = 24
+BM = 128                                 # query rows a program: two warpgroups of 64
+TILES = {64: (128, 4), 128: (128, 3), 256: (64, 2)}     # D -> (BN keys a tile, NS stages)
+# shared memory: Q BM x D + NS x (K + V) BN x D, bf16: d64 144 KB, d128 224 KB, d256 192 KB
+MAXNREG = 168                            # 12 warps x 32 x 168 <= 65536 registers
+LOADER_REGS = 24                         # the computing warps get the rest: 240
 
 
 @gluon.jit
 def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_free,
             q_row0, q_col, kv_col, n_tiles, BN: gl.constexpr, NS: gl.constexpr):
-    mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [q_row0, q_col], q_bar, q_smem.index(0))
-    tma.async_copy_global_to_shared(q_desc, [q_row0 + 64, q_col], q_bar, q_smem.index(1))
+    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [q_row0, q_col], q_bar, q_smem)
     for i in range(n_tiles):
         s = i % NS
         mbarrier.wait(kv_free.index(s), ((i // NS) & 1) ^ 1)
@@ -47,80 +54,87 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_re
 
 
 @gluon.jit
-def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_free, Out, stride_ot,
-              out_col, q0, n_tiles, T, qk_scale, v_scale, WG: gl.constexpr, BN: gl.constexpr,
-              D: gl.constexpr, NS: gl.constexpr):
-    """Rows q0 + 64 * WG .. + 63 of the block, every key tile; then the normalised store."""
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+def _tile(j, n_tiles, sc, o, m_i, l_i, rows, q_smem, k_smem, v_smem, k_ready, v_ready, kv_free,
+          qk_scale, MASKED: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, NS: gl.constexpr):
+    """Key tile j: softmax of its scores ``sc`` (ready) while P.V of tile j - 1 (``o``) is in
+    flight; then Q.K of tile j + 1 and P.V of tile j are issued and the new scores waited for.
+    Returns the next (sc, o in flight, m_i, l_i)."""
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1],
                                                        instr_shape=[16, BN, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1],
                                                        instr_shape=[16, D, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    q = q_smem.index(WG)
-    rows = q0 + WG * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, s_layout))
-    m_i = gl.full([64], -1.0e30, gl.float32, gl.SliceLayout(1, s_layout))
-    l_i = gl.zeros([64], gl.float32, gl.SliceLayout(1, s_layout))
-    s0 = gl.zeros([64, BN], gl.float32, s_layout)
-    o = warpgroup_mma_init(gl.zeros([64, D], gl.float32, o_layout))
+    st = j % NS
+    if MASKED:
+        cols = j * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
+        sc = gl.where(gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1), sc, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(sc, axis=1) * qk_scale)
+    alpha = gl.exp2(m_i - m_new)
+    p = gl.exp2(sc * qk_scale - gl.expand_dims(m_new, 1))
+    l_i = l_i * alpha + gl.sum(p, axis=1)
+    o = warpgroup_mma_wait(num_outstanding=0, deps=[o])              # P.V of tile j - 1
+    mbarrier.arrive(kv_free.index((j + NS - 1) % NS), count=1, pred=j > 0)
+    p16 = gl.convert_layout(p.to(q_smem.dtype), p_layout)
+    o = o * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+    jn = gl.minimum(j + 1, n_tiles - 1)                              # the last issues a spare
+    sn = jn % NS
+    mbarrier.wait(k_ready.index(sn), (jn // NS) & 1)
+    tok = warpgroup_mma(q_smem, k_smem.index(sn).permute((1, 0)),
+                        gl.zeros([128, BN], gl.float32, s_layout), use_acc=False, is_async=True)
+    mbarrier.wait(v_ready.index(st), (j // NS) & 1)
+    o = warpgroup_mma(p16, v_smem.index(st), o, is_async=True)
+    sc = warpgroup_mma_wait(num_outstanding=1, deps=[tok])          # scores of tile j + 1
+    return sc, o, m_new, l_i
+
+
+@gluon.jit
+def _compute(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_free, Out, stride_ot, out_col,
+             q0, n_tiles, T, qk_scale, v_scale, BN: gl.constexpr, D: gl.constexpr,
+             NS: gl.constexpr):
+    """Rows q0 .. q0 + 127 of the block over every key tile; then the normalised store."""
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1],
+                                                       instr_shape=[16, BN, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1],
+                                                       instr_shape=[16, D, 16])
+    rows = q0 + gl.arange(0, 128, layout=gl.SliceLayout(1, s_layout))
+    m_i = gl.full([128], -1.0e30, gl.float32, gl.SliceLayout(1, s_layout))
+    l_i = gl.zeros([128], gl.float32, gl.SliceLayout(1, s_layout))
+    o = warpgroup_mma_init(gl.zeros([128, D], gl.float32, o_layout))
     mbarrier.wait(q_bar, 0)
     mbarrier.wait(k_ready.index(0), 0)
-    tok = warpgroup_mma(q, k_smem.index(0).permute((1, 0)), s0, use_acc=False, is_async=True)
+    tok = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)),
+                        gl.zeros([128, BN], gl.float32, s_layout), use_acc=False, is_async=True)
     sc = warpgroup_mma_wait(num_outstanding=0, deps=[tok])
-    for j in range(n_tiles):
-        st = j % NS
-        if j == n_tiles - 1:      # the diagonal tile
-            cols = j * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
-            sc = gl.where(gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1), sc, float("-inf"))
-        m_new = gl.maximum(m_i, gl.max(sc, axis=1) * qk_scale)
-        alpha = gl.exp2(m_i - m_new)
-        p = gl.exp2(sc * qk_scale - gl.expand_dims(m_new, 1))
-        l_i = l_i * alpha + gl.sum(p, axis=1)
-        m_i = m_new
-        o = warpgroup_mma_wait(num_outstanding=0, deps=[o])          # P.V of tile j - 1
-        p16 = gl.convert_layout(p.to(q_smem.dtype), p_layout)
-        if j > 0:
-            mbarrier.arrive(kv_free.index((j + NS - 1) % NS), count=1)
-        o = o * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-        jn = gl.minimum(j + 1, n_tiles - 1)                         # the last issues a spare
-        sn = jn % NS
-        mbarrier.wait(k_ready.index(sn), (jn // NS) & 1)
-        tok = warpgroup_mma(q, k_smem.index(sn).permute((1, 0)), s0, use_acc=False,
-                            is_async=True)
-        mbarrier.wait(v_ready.index(st), (j // NS) & 1)
-        o = warpgroup_mma(p16, v_smem.index(st), o, is_async=True)
-        sc = warpgroup_mma_wait(num_outstanding=1, deps=[tok])      # scores of tile j + 1
+    n_left = q0 // BN                       # tiles wholly left of the block's first row
+    for j in range(n_left):
+        sc, o, m_i, l_i = _tile(j, n_tiles, sc, o, m_i, l_i, rows, q_smem, k_smem, v_smem,
+                                k_ready, v_ready, kv_free, qk_scale, False, BN, D, NS)
+    for j in range(n_left, n_tiles):
+        sc, o, m_i, l_i = _tile(j, n_tiles, sc, o, m_i, l_i, rows, q_smem, k_smem, v_smem,
+                                k_ready, v_ready, kv_free, qk_scale, True, BN, D, NS)
     o = warpgroup_mma_wait(num_outstanding=0, deps=[o])
     mbarrier.arrive(kv_free.index((n_tiles + NS - 1) % NS), count=1)
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
     out = o * gl.expand_dims(v_scale / gl.where(l_o == 0.0, 1.0, l_o), 1)
-    orow = q0 + WG * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, o_layout))
+    orow = q0 + gl.arange(0, 128, layout=gl.SliceLayout(1, o_layout))
     ocol = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
     ptr = Out + gl.expand_dims(orow.to(gl.int64) * stride_ot + out_col, 1) + gl.expand_dims(ocol, 0)
     gl.store(ptr, out.to(Out.dtype.element_ty), mask=gl.expand_dims(orow < T, 1))
 
 
 @gluon.jit
-def _consumer_one(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_free, Out, stride_ot,
-                  out_col, q0, n_tiles, T, qk_scale, v_scale, BN: gl.constexpr, D: gl.constexpr,
-                  NS: gl.constexpr):
-    _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_free, Out, stride_ot, out_col,
-              q0, n_tiles, T, qk_scale, v_scale, 1, BN, D, NS)
-
-
-@gluon.jit
 def _prefill_gluon_kernel(q_desc, k_desc, v_desc, Out, stride_ot, T, num_blocks, qk_scale,
                           v_scale, NUM_HEADS: gl.constexpr, GROUP: gl.constexpr, D: gl.constexpr,
-                          BN: gl.constexpr, NS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                          LOADER_REGS: gl.constexpr):
+                          BN: gl.constexpr, NS: gl.constexpr, LOADER_REGS: gl.constexpr):
     """Grid: (query block, head), heads fastest and the blocks with the most keys first.
-    q_desc: [T, H_q * D] blocks [64, D]; k_desc / v_desc: [T, H_kv * D] blocks [BN, D];
-    Out: [T, H_q, D] (row stride stride_ot, heads dense)."""
+    q_desc: [T, H_q * D] blocks [128, D]; k_desc / v_desc: [T, H_kv * D] blocks [BN, D];
+    Out: [T, H_q, D] (row stride stride_ot, heads dense). num_warps = 8."""
     pid = gl.program_id(0)
     blk = num_blocks - 1 - pid // NUM_HEADS
     h = pid % NUM_HEADS
     q0 = blk * 128
     n_tiles = gl.cdiv(gl.minimum(q0 + 128, T), BN)
-    q_smem = gl.allocate_shared_memory(q_desc.dtype, [2, 64, D], q_desc.layout)
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [128, D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [NS, BN, D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [NS, BN, D], v_desc.layout)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -131,20 +145,19 @@ def _prefill_gluon_kernel(q_desc, k_desc, v_desc, Out, stride_ot, T, num_blocks,
     for s in gl.static_range(NS):
         mbarrier.init(k_ready.index(s), count=1)
         mbarrier.init(v_ready.index(s), count=1)
-        mbarrier.init(kv_free.index(s), count=2)        # both consumers release a stage
+        mbarrier.init(kv_free.index(s), count=1)
+    fence_async_shared()
     gl.warp_specialize([
-        (_consumer, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_free, Out, stride_ot,
-                     h * D, q0, n_tiles, T, qk_scale, v_scale, 0, BN, D, NS)),
-        (_consumer_one, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_free, Out,
-                         stride_ot, h * D, q0, n_tiles, T, qk_scale, v_scale, BN, D, NS)),
+        (_compute, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_free, Out, stride_ot,
+                    h * D, q0, n_tiles, T, qk_scale, v_scale, BN, D, NS)),
         (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
                    kv_free, q0, h * D, (h // GROUP) * D, n_tiles, BN, NS)),
-    ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
+    ], [1], [LOADER_REGS])
 
 
 def gluon_prefill_ready(q, k, v, out, *, causal, window, softcap, sinks, qk_scale) -> bool:
     """Whether this kernel serves a direct-route prefill: Triton 3.6 on sm_90 (compiled), a
-    16-bit q / k / v / out of one dtype with dense head rows, d 64 or 128, plain causal
+    16-bit q / k / v / out of one dtype with dense head rows, d 64, 128 or 256, plain causal
     attention with a positive scale."""
     import torch
     import triton
@@ -156,7 +169,7 @@ def gluon_prefill_ready(q, k, v, out, *, causal, window, softcap, sinks, qk_scal
     D = q.shape[2]
     return (causal and window is None and softcap is None and sinks is None and qk_scale > 0
             and q.dtype in (torch.float16, torch.bfloat16)
-            and k.dtype == v.dtype == out.dtype == q.dtype and D in STAGES
+            and k.dtype == v.dtype == out.dtype == q.dtype and D in TILES
             and k.shape[2] == v.shape[2] == D and out.stride(2) == 1 and out.stride(1) == D)
 
 
@@ -170,9 +183,10 @@ def prefill_gluon_attention(q, k, v, out, *, qk_scale, v_scale):
         layout = gl.NVMMASharedLayout.get_default_for([rows, D], elem)
         return TensorDescriptor(x, [x.shape[0], x.shape[1] * D], [x.stride(0), 1], [rows, D], layout)
 
+    BN, NS = TILES[D]
     blocks = -(-T // BM)
     _prefill_gluon_kernel[(blocks * H,)](
-        desc(q, 64), desc(k, BN), desc(v, BN), out, out.stride(0), T, blocks, qk_scale,
-        v_scale, NUM_HEADS=H, GROUP=H // k.shape[1], D=D, BN=BN, NS=STAGES[D],
-        CONSUMER_REGS=CONSUMER_REGS, LOADER_REGS=LOADER_REGS, num_warps=4, maxnreg=MAXNREG)
+        desc(q, BM), desc(k, BN), desc(v, BN), out, out.stride(0), T, blocks, qk_scale, v_scale,
+        NUM_HEADS=H, GROUP=H // k.shape[1], D=D, BN=BN, NS=NS, LOADER_REGS=LOADER_REGS,
+        num_warps=8, maxnreg=MAXNREG)
     return out
