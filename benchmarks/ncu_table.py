@@ -2,7 +2,7 @@
 attention kernel with its time, TFLOP/s, the tensor pipes' active share, issue-slot use and
 the largest stall reasons, to JSON and Markdown.
 
-    python3 benchmarks/ncu_table.py ncu_prefill.csv --order ncu_order.json --out results/ncu_prefill
+    python3 benchmarks/ncu_table.py ncu_prefill.csv[.gz] --order ncu_order.json --out results/ncu_prefill
 """
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ import json
 import re
 import sys
 
-WHO = (("_prefill_gluon_kernel", "attnkit gluon"), ("_prefill_tma_kernel", "attnkit triton (shipped tile)"),
-       ("cudnn", "sdpa cudnn"), ("sm90", "sdpa cudnn"))
+KERNELS = (("_prefill_gluon_kernel", "gluon"), ("_prefill_tma_kernel", "triton"), ("cudnn", "cudnn"),
+           ("sm90", "cudnn"))       # a kernel name's part -> profile_prefill_ncu.py's kernel key
 STALL = re.compile(r"smsp__average_warps?_(?:latency_)?issue_stalled_(\w+?)_per_issue_active\.ratio$")
 
 
-def who(name: str):
-    for key, label in WHO:
-        if key in name.lower() or key in name:
-            return label
+def kernel_key(name: str):
+    for part, key in KERNELS:
+        if part in name or part in name.lower():
+            return key
     return None
 
 
@@ -32,7 +32,8 @@ def number(text: str):
 
 
 def rows(path: str):
-    with open(path) as f:
+    import gzip
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
         lines = [ln for ln in f if ln.startswith('"')]        # ncu's own log lines are not CSV
     table = list(csv.reader(lines))
     header, units, body = table[0], table[1], table[2:]
@@ -45,16 +46,16 @@ def summarise(kernel: dict, flops: float) -> dict:
         return number(v[0]) if v else None
 
     dur, unit = kernel["gpu__time_duration.sum"]
-    ms = number(dur) / {"nsecond": 1e6, "usecond": 1e3, "msecond": 1.0}[unit]
-    pipes = {k.split("__")[1].split(".")[0]: number(v[0]) for k, v in kernel.items()
-             if re.match(r"sm__pipe_tensor\w*_cycles_active\.avg\.pct_of_peak_sustained_active$", k)
-             and number(v[0]) is not None}
+    ms = number(dur) / {"nsecond": 1e6, "ns": 1e6, "usecond": 1e3, "us": 1e3, "msecond": 1.0, "ms": 1.0}[unit]
     stalls = {m.group(1): number(v[0]) for k, v in kernel.items() if (m := STALL.match(k))
-              and number(v[0]) is not None}
+              and number(v[0]) is not None and m.group(1) != "selected"}
     top = sorted(stalls.items(), key=lambda kv: -kv[1])[:5]
     return dict(kernel=kernel["Kernel Name"][0][:60], ms=round(ms, 3),
-                tflops=round(flops / ms / 1e9, 1), tensor_pipes_pct=pipes,
-                issue_active_pct=val("sm__inst_issued.avg.pct_of_peak_sustained_active"),
+                tflops=round(flops / ms / 1e9, 1),
+                tensor_pipe_pct=val("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"),
+                fma_pipe_pct=val("sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active"),
+                xu_pipe_pct=val("sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active"),
+                issue_active_pct=round(100 * (val("smsp__issue_active.avg.per_cycle_active") or 0), 1),
                 warps_active=val("sm__warps_active.avg.per_cycle_active"),
                 stalls_per_issue=[[k, round(v, 2)] for k, v in top])
 
@@ -69,23 +70,25 @@ def main(argv=None) -> int:
     seen: dict[str, int] = {}
     out = []
     for k in rows(args.csv):
-        label = who(k["Kernel Name"][0])
-        if label is None:
+        key = kernel_key(k["Kernel Name"][0])
+        if key is None:
             continue                        # the step's cache write and other helpers
-        mine = [o for o in order if o["who"] == label]
-        i = seen.get(label, 0)
-        seen[label] = i + 1
+        mine = [o for o in order if o.get("kernel") == key      # launch order per kernel; an
+                or "kernel" not in o and key in o["who"]]       # older order file: by label
+        i = seen.get(key, 0)
+        seen[key] = i + 1
         if i >= len(mine):
             continue
-        out.append(dict(dim=mine[i]["dim"], who=label, **summarise(k, mine[i]["flops"])))
+        out.append(dict(dim=mine[i]["dim"], who=mine[i]["who"], **summarise(k, mine[i]["flops"])))
     json.dump(out, open(args.out + ".json", "w"), indent=1)
     with open(args.out + ".md", "w") as f:
-        f.write("| d | kernel | ms | TFLOP/s | tensor pipe active % | issue active % | "
-                "largest stalls (warp cycles per issue) |\n|---|---|---:|---:|---|---:|---|\n")
+        f.write("| d | kernel | ms | TFLOP/s | tensor pipe active % | FMA pipe % | XU (exp2) "
+                "pipe % | issue slots busy % | largest stalls (warp cycles per issue) |\n"
+                "|---|---|---:|---:|---:|---:|---:|---:|---|\n")
         for r in out:
-            pipes = ", ".join(f"{k} {v:.1f}" for k, v in r["tensor_pipes_pct"].items()) or "-"
             stalls = ", ".join(f"{k} {v}" for k, v in r["stalls_per_issue"]) or "-"
-            f.write(f"| {r['dim']} | {r['who']} | {r['ms']} | {r['tflops']} | {pipes} | "
+            f.write(f"| {r['dim']} | {r['who']} | {r['ms']} | {r['tflops']} | "
+                    f"{r['tensor_pipe_pct']} | {r['fma_pipe_pct']} | {r['xu_pipe_pct']} | "
                     f"{r['issue_active_pct']} | {stalls} |\n")
     print(open(args.out + ".md").read())
     return 0

@@ -1,6 +1,6 @@
 """Hardware counters of one causal 16k prefill (bf16, 32 / 8 heads at d128, 16 / 8 at d256)
-for each kernel of a same-run comparison: attnkit's shipped Triton tile, its Gluon kernel
-(extend_config GLUON=True) and cuDNN through SDPA. Each runs once, warm, inside
+for each kernel of a same-run comparison: attnkit's shipped Triton tile, its Gluon kernel in both
+forms (extend_config GLUON=True, GLUON_FORM) and cuDNN through SDPA. Each runs once, warm, inside
 cudaProfilerStart / Stop, so under ncu only those launches are profiled:
 
     ncu --clock-control none --profile-from-start off --csv --page details \\
@@ -31,13 +31,17 @@ def runs(dim):
     heads = 16 if dim == 256 else 32
     s = Setup(batch=1, prefix=0, new=16384, heads=heads, dim=dim)
     out = []
-    for label, be in (("attnkit triton (shipped tile)", TritonBackend(extend_variant="tma")),
-                      ("attnkit gluon", TritonBackend(extend_variant="tma",
-                                                      extend_config=dict(GLUON=True)))):
+    gluon = lambda form: TritonBackend(extend_variant="tma",  # noqa: E731
+                                       extend_config=dict(GLUON=True, GLUON_FORM=form))
+    for label, kernel, be in (("attnkit triton (shipped tile)", "triton", TritonBackend(extend_variant="tma")),
+                              ("attnkit gluon wide", "gluon", gluon("wide")),
+                              ("attnkit gluon pingpong", "gluon", gluon("pingpong"))):
         step = be.prepare(s.meta, s.cache)
-        out.append((label, lambda be=be, step=step: be.forward(s.q, s.k, s.v, s.layer, s.cache, step)))
+        out.append((label, kernel,
+                    lambda be=be, step=step: be.forward(s.q, s.k, s.v, s.layer, s.cache, step)))
     k, v = s.gather()
-    out.append(("sdpa cudnn", sdpa_peer(SDPBackend.CUDNN_ATTENTION, s.q_bhsd(), k, v, None, True)))
+    out.append(("sdpa cudnn", "cudnn",
+                sdpa_peer(SDPBackend.CUDNN_ATTENTION, s.q_bhsd(), k, v, None, True)))
     return s, out
 
 
@@ -49,14 +53,15 @@ def main() -> int:
     order = []
     for dim in (int(d) for d in args.dims.split(",")):
         s, fns = runs(dim)
-        for _, fn in fns:       # compile, autotune, plan outside the profiled range
+        for _, _, fn in fns:    # compile, autotune, plan outside the profiled range
             fn(), fn()
         torch.cuda.synchronize()
         torch.cuda.cudart().cudaProfilerStart()
-        for label, fn in fns:
+        for label, kernel, fn in fns:
             fn()
             torch.cuda.synchronize()
-            order.append(dict(dim=dim, who=label, flops=4 * dim * s.spec.num_heads * 16384 * 16385 / 2))
+            order.append(dict(dim=dim, who=label, kernel=kernel,
+                              flops=4 * dim * s.spec.num_heads * 16384 * 16385 / 2))
         torch.cuda.cudart().cudaProfilerStop()
         del s, fns
         torch.cuda.empty_cache()

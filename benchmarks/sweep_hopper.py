@@ -52,14 +52,18 @@ TOL = 2e-2          # relative L2 error of a bf16 kernel against the float32 ref
 T = lambda bm, bn, ws, w, s: dict(BLOCK_M=bm, BLOCK_N=bn, WS=ws, num_warps=w, num_stages=s)  # noqa: E731
 FUSED = lambda cfg: dict(cfg, FUSED_SCALE=True)  # noqa: E731
 GLUON = lambda cfg: dict(cfg, GLUON=True)  # noqa: E731  prefill_gluon.py (one request, causal)
+PINGPONG = lambda cfg: dict(cfg, GLUON=True, GLUON_FORM="pingpong")  # noqa: E731
 TMA = {
     128: [T(128, 64, False, 8, 3), FUSED(T(128, 64, False, 8, 3)), GLUON(T(128, 64, False, 8, 3)),
+          PINGPONG(T(128, 64, False, 8, 3)),
           T(128, 128, False, 8, 2),
           T(128, 128, True, 4, 2), T(128, 64, True, 4, 2)],
     64: [T(128, 64, False, 8, 3), FUSED(T(128, 64, False, 8, 3)), GLUON(T(128, 64, False, 8, 3)),
+         PINGPONG(T(128, 64, False, 8, 3)),
          FUSED(T(128, 128, False, 8, 3)),
          FUSED(T(64, 128, False, 4, 3)), T(128, 128, False, 8, 2), T(128, 128, True, 4, 2)],
     256: [T(128, 64, False, 8, 2), FUSED(T(128, 64, False, 8, 2)), GLUON(T(128, 64, False, 8, 2)),
+          PINGPONG(T(128, 64, False, 8, 2)),
           T(64, 64, False, 4, 2),
           T(128, 32, False, 8, 3), T(128, 32, True, 4, 2)],
 }

@@ -37,17 +37,18 @@ def _run(case, **cfg):
 
 
 @needs
+@pytest.mark.parametrize("form", tma_path.GLUON_FORMS)
 @pytest.mark.parametrize("dim", [64, 128, 256])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 @pytest.mark.parametrize("tokens", [1, 77, 1500, 4096])
-def test_one_prefill_matches_reference(dim, dtype, tokens, launches):
+def test_one_prefill_matches_reference(form, dim, dtype, tokens, launches):
     layer = make_layer(num_heads=16, num_kv_heads=4, head_dim=dim, dtype=dtype, device="cuda")
     case = make_case(layer, prefix_lens=[0], new_lens=[tokens], page_size=16, dtype=dtype,
                      device="cuda", q_scale=4.0, seed=tokens)
-    out = _run(case)
+    out = _run(case, GLUON_FORM=form)
     assert launches, "the Gluon kernel did not run"
     assert torch.isfinite(out).all()
-    assert_close(out, case.reference(), dtype=dtype, what=f"gluon d{dim} {dtype} T={tokens}")
+    assert_close(out, case.reference(), dtype=dtype, what=f"gluon {form} d{dim} {dtype} T={tokens}")
 
 
 @needs

@@ -36,7 +36,9 @@ BM = 128                                 # query rows a program: two warpgroups 
 TILES = {64: (128, 4), 128: (128, 3), 256: (64, 2)}     # D -> (BN keys a tile, NS stages)
 # shared memory: Q BM x D + NS x (K + V) BN x D, bf16: d64 144 KB, d128 224 KB, d256 192 KB
 MAXNREG = 168                            # 12 warps x 32 x 168 <= 65536 registers
-LOADER_REGS = 24                         # the computing warps get the rest: 240
+LOADER_REGS = 24
+CONSUMER_REGS = 240                      # the ping-pong form's second warpgroup
+FORMS = ("wide", "pingpong")             # extend_config GLUON=True runs the first
 
 
 @gluon.jit
@@ -54,14 +56,18 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_re
 
 
 @gluon.jit
-def _tile(j, n_tiles, sc, o, m_i, l_i, rows, q_smem, k_smem, v_smem, k_ready, v_ready, kv_free,
-          qk_scale, MASKED: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, NS: gl.constexpr):
-    """Key tile j: softmax of its scores ``sc`` (ready) while P.V of tile j - 1 (``o``) is in
-    flight; then Q.K of tile j + 1 and P.V of tile j are issued and the new scores waited for.
-    Returns the next (sc, o in flight, m_i, l_i)."""
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1],
+def _tile(j, n_tiles, k, sc, o, m_i, l_i, rows, q, k_smem, v_smem, k_ready, v_ready, kv_free,
+          turn, qk_scale, MASKED: gl.constexpr, OVERLAP: gl.constexpr, WG: gl.constexpr,
+          PINGPONG: gl.constexpr, WARPS: gl.constexpr, BN: gl.constexpr, D: gl.constexpr,
+          NS: gl.constexpr):
+    """Key tile j: the softmax of its scores ``sc`` (ready), while P.V of tile j - 1 (``o``)
+    is still in flight if OVERLAP; then Q.K of tile j + 1 and P.V of tile j are issued (under
+    the turn token ``turn`` if PINGPONG: this is turn ``k`` of warpgroup WG) and the new scores
+    waited for. Returns the next (sc, o, m_i, l_i)."""
+    R: gl.constexpr = 16 * WARPS
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
                                                        instr_shape=[16, BN, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1],
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
                                                        instr_shape=[16, D, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     st = j % NS
@@ -74,61 +80,88 @@ def _tile(j, n_tiles, sc, o, m_i, l_i, rows, q_smem, k_smem, v_smem, k_ready, v_
     l_i = l_i * alpha + gl.sum(p, axis=1)
     o = warpgroup_mma_wait(num_outstanding=0, deps=[o])              # P.V of tile j - 1
     mbarrier.arrive(kv_free.index((j + NS - 1) % NS), count=1, pred=j > 0)
-    p16 = gl.convert_layout(p.to(q_smem.dtype), p_layout)
+    p16 = gl.convert_layout(p.to(q.dtype), p_layout)
     o = o * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
     jn = gl.minimum(j + 1, n_tiles - 1)                              # the last issues a spare
     sn = jn % NS
     mbarrier.wait(k_ready.index(sn), (jn // NS) & 1)
-    tok = warpgroup_mma(q_smem, k_smem.index(sn).permute((1, 0)),
-                        gl.zeros([128, BN], gl.float32, s_layout), use_acc=False, is_async=True)
+    if PINGPONG:
+        mbarrier.wait(turn.index(WG), k & 1)
+    tok = warpgroup_mma(q, k_smem.index(sn).permute((1, 0)),
+                        gl.zeros([R, BN], gl.float32, s_layout), use_acc=False, is_async=True)
     mbarrier.wait(v_ready.index(st), (j // NS) & 1)
     o = warpgroup_mma(p16, v_smem.index(st), o, is_async=True)
-    sc = warpgroup_mma_wait(num_outstanding=1, deps=[tok])          # scores of tile j + 1
+    if PINGPONG:
+        mbarrier.arrive(turn.index(1 - WG), count=1)
+    sc = warpgroup_mma_wait(num_outstanding=1 if OVERLAP else 0, deps=[tok])   # tile j + 1
     return sc, o, m_new, l_i
 
 
 @gluon.jit
-def _compute(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_free, Out, stride_ot, out_col,
-             q0, n_tiles, T, qk_scale, v_scale, BN: gl.constexpr, D: gl.constexpr,
-             NS: gl.constexpr):
-    """Rows q0 .. q0 + 127 of the block over every key tile; then the normalised store."""
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1],
+def _compute(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_free, turn, Out, stride_ot,
+             out_col, q0, n_tiles, T, qk_scale, v_scale, WG: gl.constexpr,
+             PINGPONG: gl.constexpr, OVERLAP: gl.constexpr, WARPS: gl.constexpr,
+             BN: gl.constexpr, D: gl.constexpr, NS: gl.constexpr):
+    """Rows r0 .. r0 + 16 * WARPS - 1 of the block (r0 = q0 + 64 * WG) over every key tile;
+    then the normalised store."""
+    R: gl.constexpr = 16 * WARPS
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
                                                        instr_shape=[16, BN, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1],
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
                                                        instr_shape=[16, D, 16])
-    rows = q0 + gl.arange(0, 128, layout=gl.SliceLayout(1, s_layout))
-    m_i = gl.full([128], -1.0e30, gl.float32, gl.SliceLayout(1, s_layout))
-    l_i = gl.zeros([128], gl.float32, gl.SliceLayout(1, s_layout))
-    o = warpgroup_mma_init(gl.zeros([128, D], gl.float32, o_layout))
+    r0 = q0 + 64 * WG
+    q = q_smem.slice(64 * WG, R)
+    rows = r0 + gl.arange(0, R, layout=gl.SliceLayout(1, s_layout))
+    m_i = gl.full([R], -1.0e30, gl.float32, gl.SliceLayout(1, s_layout))
+    l_i = gl.zeros([R], gl.float32, gl.SliceLayout(1, s_layout))
+    o = warpgroup_mma_init(gl.zeros([R, D], gl.float32, o_layout))
     mbarrier.wait(q_bar, 0)
     mbarrier.wait(k_ready.index(0), 0)
-    tok = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)),
-                        gl.zeros([128, BN], gl.float32, s_layout), use_acc=False, is_async=True)
+    if PINGPONG:
+        mbarrier.wait(turn.index(WG), 0)
+    tok = warpgroup_mma(q, k_smem.index(0).permute((1, 0)),
+                        gl.zeros([R, BN], gl.float32, s_layout), use_acc=False, is_async=True)
+    if PINGPONG:
+        mbarrier.arrive(turn.index(1 - WG), count=1)
     sc = warpgroup_mma_wait(num_outstanding=0, deps=[tok])
     n_left = q0 // BN                       # tiles wholly left of the block's first row
     for j in range(n_left):
-        sc, o, m_i, l_i = _tile(j, n_tiles, sc, o, m_i, l_i, rows, q_smem, k_smem, v_smem,
-                                k_ready, v_ready, kv_free, qk_scale, False, BN, D, NS)
+        sc, o, m_i, l_i = _tile(j, n_tiles, j + 1, sc, o, m_i, l_i, rows, q, k_smem, v_smem,
+                                k_ready, v_ready, kv_free, turn, qk_scale, False, OVERLAP, WG,
+                                PINGPONG, WARPS, BN, D, NS)
     for j in range(n_left, n_tiles):
-        sc, o, m_i, l_i = _tile(j, n_tiles, sc, o, m_i, l_i, rows, q_smem, k_smem, v_smem,
-                                k_ready, v_ready, kv_free, qk_scale, True, BN, D, NS)
+        sc, o, m_i, l_i = _tile(j, n_tiles, j + 1, sc, o, m_i, l_i, rows, q, k_smem, v_smem,
+                                k_ready, v_ready, kv_free, turn, qk_scale, True, OVERLAP, WG,
+                                PINGPONG, WARPS, BN, D, NS)
     o = warpgroup_mma_wait(num_outstanding=0, deps=[o])
     mbarrier.arrive(kv_free.index((n_tiles + NS - 1) % NS), count=1)
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
     out = o * gl.expand_dims(v_scale / gl.where(l_o == 0.0, 1.0, l_o), 1)
-    orow = q0 + gl.arange(0, 128, layout=gl.SliceLayout(1, o_layout))
+    orow = r0 + gl.arange(0, R, layout=gl.SliceLayout(1, o_layout))
     ocol = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
     ptr = Out + gl.expand_dims(orow.to(gl.int64) * stride_ot + out_col, 1) + gl.expand_dims(ocol, 0)
     gl.store(ptr, out.to(Out.dtype.element_ty), mask=gl.expand_dims(orow < T, 1))
 
 
 @gluon.jit
+def _compute_second(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_free, turn, Out,
+                    stride_ot, out_col, q0, n_tiles, T, qk_scale, v_scale, BN: gl.constexpr,
+                    D: gl.constexpr, NS: gl.constexpr):
+    """The ping-pong form's second warpgroup (a worker partition): its P.V is waited for
+    before its softmax (OVERLAP off): ptxas serialises every wgmma of the kernel if a worker
+    partition keeps one in flight there (module docstring)."""
+    _compute(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_free, turn, Out, stride_ot,
+             out_col, q0, n_tiles, T, qk_scale, v_scale, 1, True, False, 4, BN, D, NS)
+
+
+@gluon.jit
 def _prefill_gluon_kernel(q_desc, k_desc, v_desc, Out, stride_ot, T, num_blocks, qk_scale,
                           v_scale, NUM_HEADS: gl.constexpr, GROUP: gl.constexpr, D: gl.constexpr,
-                          BN: gl.constexpr, NS: gl.constexpr, LOADER_REGS: gl.constexpr):
+                          BN: gl.constexpr, NS: gl.constexpr, PINGPONG: gl.constexpr,
+                          CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr):
     """Grid: (query block, head), heads fastest and the blocks with the most keys first.
     q_desc: [T, H_q * D] blocks [128, D]; k_desc / v_desc: [T, H_kv * D] blocks [BN, D];
-    Out: [T, H_q, D] (row stride stride_ot, heads dense). num_warps = 8."""
+    Out: [T, H_q, D] (row stride stride_ot, heads dense). num_warps: 8, or 4 if PINGPONG."""
     pid = gl.program_id(0)
     blk = num_blocks - 1 - pid // NUM_HEADS
     h = pid % NUM_HEADS
@@ -141,18 +174,35 @@ def _prefill_gluon_kernel(q_desc, k_desc, v_desc, Out, stride_ot, T, num_blocks,
     k_ready = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
     kv_free = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
     for s in gl.static_range(NS):
         mbarrier.init(k_ready.index(s), count=1)
         mbarrier.init(v_ready.index(s), count=1)
-        mbarrier.init(kv_free.index(s), count=1)
+        mbarrier.init(kv_free.index(s), count=2 if PINGPONG else 1)   # each computing partition
+    mbarrier.init(turn.index(0), count=1)
+    mbarrier.init(turn.index(1), count=1)
     fence_async_shared()
-    gl.warp_specialize([
-        (_compute, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_free, Out, stride_ot,
-                    h * D, q0, n_tiles, T, qk_scale, v_scale, BN, D, NS)),
-        (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
-                   kv_free, q0, h * D, (h // GROUP) * D, n_tiles, BN, NS)),
-    ], [1], [LOADER_REGS])
+    if PINGPONG:
+        mbarrier.arrive(turn.index(0), count=1)         # the first warpgroup has the first turn
+        gl.warp_specialize([
+            (_compute, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_free, turn, Out,
+                        stride_ot, h * D, q0, n_tiles, T, qk_scale, v_scale, 0, True, True, 4,
+                        BN, D, NS)),
+            (_compute_second, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_free, turn,
+                               Out, stride_ot, h * D, q0, n_tiles, T, qk_scale, v_scale, BN, D,
+                               NS)),
+            (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
+                       kv_free, q0, h * D, (h // GROUP) * D, n_tiles, BN, NS)),
+        ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
+    else:
+        gl.warp_specialize([
+            (_compute, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_free, turn, Out,
+                        stride_ot, h * D, q0, n_tiles, T, qk_scale, v_scale, 0, False, True, 8,
+                        BN, D, NS)),
+            (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
+                       kv_free, q0, h * D, (h // GROUP) * D, n_tiles, BN, NS)),
+        ], [1], [LOADER_REGS])
 
 
 def gluon_prefill_ready(q, k, v, out, *, causal, window, softcap, sinks, qk_scale) -> bool:
@@ -173,8 +223,9 @@ def gluon_prefill_ready(q, k, v, out, *, causal, window, softcap, sinks, qk_scal
             and k.shape[2] == v.shape[2] == D and out.stride(2) == 1 and out.stride(1) == D)
 
 
-def prefill_gluon_attention(q, k, v, out, *, qk_scale, v_scale):
-    """q [T, H_q, D], k / v [T, H_kv, D] (descriptor_ready), out [T, H_q, D] (written)."""
+def prefill_gluon_attention(q, k, v, out, *, qk_scale, v_scale, form="wide"):
+    """q [T, H_q, D], k / v [T, H_kv, D] (descriptor_ready), out [T, H_q, D] (written).
+    form: "wide" (one computing partition of 8 warps) or "pingpong" (two of 4, ordered)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     T, H, D = q.shape
     elem = gl.bfloat16 if q.dtype.itemsize == 2 and str(q.dtype).endswith("bfloat16") else gl.float16
@@ -187,6 +238,7 @@ def prefill_gluon_attention(q, k, v, out, *, qk_scale, v_scale):
     blocks = -(-T // BM)
     _prefill_gluon_kernel[(blocks * H,)](
         desc(q, BM), desc(k, BN), desc(v, BN), out, out.stride(0), T, blocks, qk_scale, v_scale,
-        NUM_HEADS=H, GROUP=H // k.shape[1], D=D, BN=BN, NS=NS, LOADER_REGS=LOADER_REGS,
-        num_warps=8, maxnreg=MAXNREG)
+        NUM_HEADS=H, GROUP=H // k.shape[1], D=D, BN=BN, NS=NS, PINGPONG=form == "pingpong",
+        CONSUMER_REGS=CONSUMER_REGS, LOADER_REGS=LOADER_REGS,
+        num_warps=4 if form == "pingpong" else 8, maxnreg=MAXNREG)
     return out

@@ -27,6 +27,7 @@ except ImportError:         # pragma: no cover - depends on the installed Triton
     def gluon_prefill_ready(*args, **kwargs) -> bool:
         return False
     prefill_gluon_attention = None
+GLUON_FORMS = ("wide", "pingpong")   # prefill_gluon.FORMS, spelled here for the check below
 
 # >>> Whether extend "auto" takes this kernel where tma_route allows it (sm_90+). On the H200
 # sweep of 2026-12-01 (benchmarks/results/sweep_hopper.md; NOTES-hopper.md) the default tiles
@@ -36,7 +37,7 @@ AUTO_TMA = True
 PAD = 128                    # rows of a request's buffer segment: a multiple of every BLOCK_N
 MIN_FLOPS_PER_BYTE = 2000    # copy ~3 TB/s vs kernel ~500 TFLOP/s: the copy stays under ~4 %
 MAX_ROWS_BYTES = 1 << 30     # larger steps keep the paged kernels rather than a 1 GiB buffer
-TMA_ONLY_KEYS = ("WS", "FUSED_SCALE", "GLUON")   # extend_config keys the paged kernels do not take
+TMA_ONLY_KEYS = ("WS", "FUSED_SCALE", "GLUON", "GLUON_FORM")   # keys the paged kernels do not take
 
 
 def tma_config(head_dim: int, *, interpret: bool) -> dict:
@@ -70,8 +71,13 @@ def tma_config(head_dim: int, *, interpret: bool) -> dict:
 def check_tma_override(config: dict) -> None:
     """Refuse an extend config the tma kernel computes wrongly. H200 sweep 2026-12-01, Triton
     3.6: every warp-specialised tile with 3 stages returned NaN (d64 and d128, prefill and
-    extend); 2 stages were right. The kernel's switches (WS, FUSED_SCALE) must be booleans."""
-    for key in TMA_ONLY_KEYS:
+    extend); 2 stages were right. The kernel's switches (WS, FUSED_SCALE, GLUON) must be
+    booleans; GLUON_FORM one of prefill_gluon.py's forms."""
+    if "GLUON_FORM" in config and config["GLUON_FORM"] not in GLUON_FORMS:
+        fail("AK407", f"extend_config['GLUON_FORM'] must be one of {', '.join(GLUON_FORMS)}, got "
+                      f"{config['GLUON_FORM']!r}", field="extend_config['GLUON_FORM']",
+             expected=" | ".join(GLUON_FORMS), actual=repr(config["GLUON_FORM"]))
+    for key in ("WS", "FUSED_SCALE", "GLUON"):
         if key in config and not isinstance(config[key], bool):
             fail("AK407", f"extend_config[{key!r}] must be True or False, got {config[key]!r}",
                  field=f"extend_config[{key!r}]", expected="bool", actual=repr(config[key]))
@@ -138,7 +144,8 @@ def run_tma_extend(route: str, q, k, v, out, cache, layer_id: int, plan, *, conf
             softcap=kernel_args["softcap"], sinks=kernel_args["sinks"],
             qk_scale=kernel_args["qk_scale"]):
         return prefill_gluon_attention(q, k, v, out, qk_scale=kernel_args["qk_scale"],
-                                       v_scale=kernel_args["v_scale"])
+                                       v_scale=kernel_args["v_scale"],
+                                       form=config.get("GLUON_FORM", "wide"))
     if route == "direct":
         k_rows, v_rows, key_start = k, v, plan.query_start_loc[:-1]
     else:
