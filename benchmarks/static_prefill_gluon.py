@@ -25,14 +25,14 @@ def main(argv=None) -> int:
     os.makedirs(args.out, exist_ok=True)
     mod = load_alone("backends/triton/prefill_gluon.py")
     for form in mod.FORMS:
-        for d, (bn, ns) in sorted(mod.TILES.items()):
+        for d, (bn, nsk, nsv) in sorted(mod.TILES.items()):
             q_l = gl.NVMMASharedLayout.get_default_for([mod.BM, d], gl.bfloat16)
             kv_l = gl.NVMMASharedLayout.get_default_for([bn, d], gl.bfloat16)
             kv = f"tensordesc<bf16[{bn}, {d}],{kv_l!r}>"
             sig = {"q_desc": f"tensordesc<bf16[{mod.BM}, {d}],{q_l!r}>", "k_desc": kv,
                    "v_desc": kv, "Out": "*bf16", "stride_ot": "i32", "T": "i32",
                    "num_blocks": "i32", "qk_scale": "fp32", "v_scale": "fp32"}
-            consts = dict(NUM_HEADS=32, GROUP=4, D=d, BN=bn, NS=ns, PINGPONG=form == "pingpong",
+            consts = dict(NUM_HEADS=32, GROUP=4, D=d, BN=bn, NSK=nsk, NSV=nsv, PINGPONG=form == "pingpong",
                           CONSUMER_REGS=mod.CONSUMER_REGS, LOADER_REGS=mod.LOADER_REGS)
             print(compile_report(mod._prefill_gluon_kernel, sig, consts,
                                  f"prefill_gluon_{form}_d{d}", args.out,

@@ -253,6 +253,46 @@ def extend(args, prefix):
                       variants, SDPA_PEERS + [("gather+sdpa", None)], flex=prefix == 32768)
 
 
+# prefill_gluon.py's forms and tiles measured directly (form, (BN, K slots, V slots)); the
+# first of each list is what extend_config GLUON=True runs.
+GLUON_VARIANTS = {
+    128: [("pingpong", (128, 3, 3)), ("wide", (128, 3, 3)), ("pingpong", (128, 4, 2)),
+          ("pingpong", (64, 6, 6))],
+    256: [("pingpong", (64, 3, 2)), ("wide", (64, 3, 2)), ("pingpong", (64, 2, 2)),
+          ("pingpong", (32, 5, 5))],
+    64: [("pingpong", (128, 4, 4)), ("pingpong", (128, 6, 6)), ("pingpong", (64, 8, 8))],
+}
+
+
+def gluon_variants(args, dim):
+    """prefill_gluon_attention called directly (the direct route's own arguments) for each of
+    GLUON_VARIANTS[dim], with the shipped Triton tile and cuDNN in the same process."""
+    from attnkit.backends.triton.prefill_gluon import prefill_gluon_attention
+    from attnkit.backends._triton import kernel_scales
+    heads = 16 if dim == 256 else 32
+    s = Setup(batch=1, prefix=0, new=16384, heads=heads, dim=dim)
+    flops = 4 * dim * heads * 16384 * 16385 / 2
+    units = lambda ms: flops / ms / 1e9  # noqa: E731
+    base = TritonBackend(extend_variant="v1")
+    base.forward(s.q, s.k, s.v, s.layer, s.cache, base.prepare(s.meta, s.cache))
+    ref = reference(s, True)
+    info = dict(section=f"gluon variants d{dim}", unit="TFLOP/s", flops=flops)
+    qk_scale, _, v_scale = kernel_scales(s.layer, s.cache, None)
+    for form, tiles in GLUON_VARIANTS[dim]:
+        def make(form=form, tiles=tiles):
+            out = torch.empty_like(s.q)
+            fn = lambda: prefill_gluon_attention(s.q, s.k, s.v, out, qk_scale=qk_scale,  # noqa: E731
+                                                 v_scale=v_scale, form=form, tiles=tiles)
+            return (lambda: poisoned(fn, tuple(s.q.shape), s.q.dtype).reshape(ref.shape)), fn
+        checked_row(make, ref, units, who=f"gluon {form} {tiles}", **info)
+    attnkit_row(s, TritonBackend(extend_variant="tma"), ref, units, who="attnkit tma (shipped)",
+                **info)
+    k_c, v_c = s.gather()
+    sdpa_rows(SDPA_PEERS[:1], s, s.q_bhsd(), k_c, v_c, None, True, ref, units, info)
+    del s
+    torch.cuda.empty_cache()
+
+
 def decode(args):
     shapes = [(1, 4096, (None, 32, 64)), (1, 32768, (None, 48, 64)), (16, 4096, (None,)),
               (64, 4096, (None,))]
@@ -367,7 +407,8 @@ def table():
 SECTIONS = {"prefill128": lambda a: prefill(a, 128), "prefill64": lambda a: prefill(a, 64),
             "prefill256": lambda a: prefill(a, 256), "extend32k": lambda a: extend(a, 32768),
             "extend8k": lambda a: extend(a, 8192), "decode": decode, "mla": mla,
-            "race": race_check}
+            "race": race_check, "gluon128": lambda a: gluon_variants(a, 128),
+            "gluon256": lambda a: gluon_variants(a, 256), "gluon64": lambda a: gluon_variants(a, 64)}
 
 
 def main():

@@ -4,8 +4,8 @@ warpgroups.
 
 A program owns BM = 128 query rows of one head; the computing partition (8 warps: the two
 warpgroups take 64 rows each, the wgmma M tile) reads K / V tiles of BN keys that the loader
-brings in through TMA into a ring of NS stages (K and V on separate barriers, so Q.K can
-start before V lands). The softmax overlaps with the tensor cores: while the softmax of tile j
+brings in through TMA, K and V each in a ring of its own (TILES: slots per head dim), K one
+tile ahead of V; a K slot is released when its Q.K is done, a V slot when its P.V is. The softmax overlaps with the tensor cores: while the softmax of tile j
 runs, the P.V of tile j - 1 is still in flight, and Q.K of tile j + 1 is issued before P.V of
 tile j, so the next scores are ready when the softmax needs them (the intra-warpgroup
 pipelining FlashAttention-3 describes).
@@ -33,8 +33,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 BM = 128                                 # query rows a program: two warpgroups of 64
-TILES = {64: (128, 4), 128: (128, 3), 256: (64, 2)}     # D -> (BN keys a tile, NS stages)
-# shared memory: Q BM x D + NS x (K + V) BN x D, bf16: d64 144 KB, d128 224 KB, d256 192 KB
+# D -> (BN keys a tile, K slots, V slots); shared memory Q BM x D + (K + V slots) x BN x D bf16:
+# d64 144 KB, d128 224 KB, d256 224 KB (<= 227 KB)
+TILES = {64: (128, 4, 4), 128: (128, 3, 3), 256: (64, 3, 2)}
 MAXNREG = 168                            # 12 warps x 32 x 168 <= 65536 registers
 LOADER_REGS = 24
 CONSUMER_REGS = 240                      # the ping-pong form's second warpgroup
@@ -42,35 +43,44 @@ FORMS = ("wide", "pingpong")             # extend_config GLUON=True runs the fir
 
 
 @gluon.jit
-def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_free,
-            q_row0, q_col, kv_col, n_tiles, BN: gl.constexpr, NS: gl.constexpr):
+def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free,
+            v_free, q_row0, q_col, kv_col, n_tiles, BN: gl.constexpr, NSK: gl.constexpr,
+            NSV: gl.constexpr):
+    """Q once; then K one tile ahead of V (K of tile i + 1 before V of tile i), each into its
+    own ring once every computing partition has released the slot."""
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [q_row0, q_col], q_bar, q_smem)
+    mbarrier.expect(k_ready.index(0), k_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(k_desc, [0, kv_col], k_ready.index(0), k_smem.index(0))
     for i in range(n_tiles):
-        s = i % NS
-        mbarrier.wait(kv_free.index(s), ((i // NS) & 1) ^ 1)
-        mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [i * BN, kv_col], k_ready.index(s), k_smem.index(s))
-        mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(v_desc, [i * BN, kv_col], v_ready.index(s), v_smem.index(s))
+        if i + 1 < n_tiles:
+            sk = (i + 1) % NSK
+            mbarrier.wait(k_free.index(sk), (((i + 1) // NSK) & 1) ^ 1)
+            mbarrier.expect(k_ready.index(sk), k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [(i + 1) * BN, kv_col], k_ready.index(sk),
+                                            k_smem.index(sk))
+        sv = i % NSV
+        mbarrier.wait(v_free.index(sv), ((i // NSV) & 1) ^ 1)
+        mbarrier.expect(v_ready.index(sv), v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(v_desc, [i * BN, kv_col], v_ready.index(sv), v_smem.index(sv))
 
 
 @gluon.jit
-def _tile(j, n_tiles, k, sc, o, m_i, l_i, rows, q, k_smem, v_smem, k_ready, v_ready, kv_free,
-          turn, qk_scale, MASKED: gl.constexpr, OVERLAP: gl.constexpr, WG: gl.constexpr,
+def _tile(j, n_tiles, k, sc, o, m_i, l_i, rows, q, k_smem, v_smem, k_ready, v_ready, k_free,
+          v_free, turn, qk_scale, MASKED: gl.constexpr, OVERLAP: gl.constexpr, WG: gl.constexpr,
           PINGPONG: gl.constexpr, WARPS: gl.constexpr, BN: gl.constexpr, D: gl.constexpr,
-          NS: gl.constexpr):
+          NSK: gl.constexpr, NSV: gl.constexpr):
     """Key tile j: the softmax of its scores ``sc`` (ready), while P.V of tile j - 1 (``o``)
     is still in flight if OVERLAP; then Q.K of tile j + 1 and P.V of tile j are issued (under
     the turn token ``turn`` if PINGPONG: this is turn ``k`` of warpgroup WG) and the new scores
-    waited for. Returns the next (sc, o, m_i, l_i)."""
+    waited for. A K slot is released once its Q.K is done, a V slot once its P.V is (the
+    spare Q.K of the last tile releases nothing). Returns the next (sc, o, m_i, l_i)."""
     R: gl.constexpr = 16 * WARPS
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
                                                        instr_shape=[16, BN, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
                                                        instr_shape=[16, D, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    st = j % NS
     if MASKED:
         cols = j * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
         sc = gl.where(gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1), sc, float("-inf"))
@@ -79,29 +89,30 @@ def _tile(j, n_tiles, k, sc, o, m_i, l_i, rows, q, k_smem, v_smem, k_ready, v_re
     p = gl.exp2(sc * qk_scale - gl.expand_dims(m_new, 1))
     l_i = l_i * alpha + gl.sum(p, axis=1)
     o = warpgroup_mma_wait(num_outstanding=0, deps=[o])              # P.V of tile j - 1
-    mbarrier.arrive(kv_free.index((j + NS - 1) % NS), count=1, pred=j > 0)
+    mbarrier.arrive(v_free.index((j + NSV - 1) % NSV), count=1, pred=j > 0)
     p16 = gl.convert_layout(p.to(q.dtype), p_layout)
     o = o * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
     jn = gl.minimum(j + 1, n_tiles - 1)                              # the last issues a spare
-    sn = jn % NS
-    mbarrier.wait(k_ready.index(sn), (jn // NS) & 1)
+    sn = jn % NSK
+    mbarrier.wait(k_ready.index(sn), (jn // NSK) & 1)
     if PINGPONG:
         mbarrier.wait(turn.index(WG), k & 1)
     tok = warpgroup_mma(q, k_smem.index(sn).permute((1, 0)),
                         gl.zeros([R, BN], gl.float32, s_layout), use_acc=False, is_async=True)
-    mbarrier.wait(v_ready.index(st), (j // NS) & 1)
-    o = warpgroup_mma(p16, v_smem.index(st), o, is_async=True)
+    mbarrier.wait(v_ready.index(j % NSV), (j // NSV) & 1)
+    o = warpgroup_mma(p16, v_smem.index(j % NSV), o, is_async=True)
     if PINGPONG:
         mbarrier.arrive(turn.index(1 - WG), count=1)
     sc = warpgroup_mma_wait(num_outstanding=1 if OVERLAP else 0, deps=[tok])   # tile j + 1
+    mbarrier.arrive(k_free.index(sn), count=1, pred=j + 1 < n_tiles)
     return sc, o, m_new, l_i
 
 
 @gluon.jit
-def _compute(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_free, turn, Out, stride_ot,
-             out_col, q0, n_tiles, T, qk_scale, v_scale, WG: gl.constexpr,
+def _compute(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, turn, Out,
+             stride_ot, out_col, q0, n_tiles, T, qk_scale, v_scale, WG: gl.constexpr,
              PINGPONG: gl.constexpr, OVERLAP: gl.constexpr, WARPS: gl.constexpr,
-             BN: gl.constexpr, D: gl.constexpr, NS: gl.constexpr):
+             BN: gl.constexpr, D: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr):
     """Rows r0 .. r0 + 16 * WARPS - 1 of the block (r0 = q0 + 64 * WG) over every key tile;
     then the normalised store."""
     R: gl.constexpr = 16 * WARPS
@@ -124,17 +135,18 @@ def _compute(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_free, turn, Out
     if PINGPONG:
         mbarrier.arrive(turn.index(1 - WG), count=1)
     sc = warpgroup_mma_wait(num_outstanding=0, deps=[tok])
+    mbarrier.arrive(k_free.index(0), count=1)
     n_left = q0 // BN                       # tiles wholly left of the block's first row
     for j in range(n_left):
         sc, o, m_i, l_i = _tile(j, n_tiles, j + 1, sc, o, m_i, l_i, rows, q, k_smem, v_smem,
-                                k_ready, v_ready, kv_free, turn, qk_scale, False, OVERLAP, WG,
-                                PINGPONG, WARPS, BN, D, NS)
+                                k_ready, v_ready, k_free, v_free, turn, qk_scale, False,
+                                OVERLAP, WG, PINGPONG, WARPS, BN, D, NSK, NSV)
     for j in range(n_left, n_tiles):
         sc, o, m_i, l_i = _tile(j, n_tiles, j + 1, sc, o, m_i, l_i, rows, q, k_smem, v_smem,
-                                k_ready, v_ready, kv_free, turn, qk_scale, True, OVERLAP, WG,
-                                PINGPONG, WARPS, BN, D, NS)
+                                k_ready, v_ready, k_free, v_free, turn, qk_scale, True,
+                                OVERLAP, WG, PINGPONG, WARPS, BN, D, NSK, NSV)
     o = warpgroup_mma_wait(num_outstanding=0, deps=[o])
-    mbarrier.arrive(kv_free.index((n_tiles + NS - 1) % NS), count=1)
+    mbarrier.arrive(v_free.index((n_tiles + NSV - 1) % NSV), count=1)
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
     out = o * gl.expand_dims(v_scale / gl.where(l_o == 0.0, 1.0, l_o), 1)
     orow = r0 + gl.arange(0, R, layout=gl.SliceLayout(1, o_layout))
@@ -144,21 +156,23 @@ def _compute(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_free, turn, Out
 
 
 @gluon.jit
-def _compute_second(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_free, turn, Out,
+def _compute_second(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, turn, Out,
                     stride_ot, out_col, q0, n_tiles, T, qk_scale, v_scale, BN: gl.constexpr,
-                    D: gl.constexpr, NS: gl.constexpr):
+                    D: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr):
     """The ping-pong form's second warpgroup (a worker partition): its P.V is waited for
     before its softmax (OVERLAP off): ptxas serialises every wgmma of the kernel if a worker
     partition keeps one in flight there (module docstring)."""
-    _compute(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_free, turn, Out, stride_ot,
-             out_col, q0, n_tiles, T, qk_scale, v_scale, 1, True, False, 4, BN, D, NS)
+    _compute(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, turn, Out,
+             stride_ot, out_col, q0, n_tiles, T, qk_scale, v_scale, 1, True, False, 4, BN, D,
+             NSK, NSV)
 
 
 @gluon.jit
 def _prefill_gluon_kernel(q_desc, k_desc, v_desc, Out, stride_ot, T, num_blocks, qk_scale,
                           v_scale, NUM_HEADS: gl.constexpr, GROUP: gl.constexpr, D: gl.constexpr,
-                          BN: gl.constexpr, NS: gl.constexpr, PINGPONG: gl.constexpr,
-                          CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr):
+                          BN: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr,
+                          PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                          LOADER_REGS: gl.constexpr):
     """Grid: (query block, head), heads fastest and the blocks with the most keys first.
     q_desc: [T, H_q * D] blocks [128, D]; k_desc / v_desc: [T, H_kv * D] blocks [BN, D];
     Out: [T, H_q, D] (row stride stride_ot, heads dense). num_warps: 8, or 4 if PINGPONG."""
@@ -168,40 +182,40 @@ def _prefill_gluon_kernel(q_desc, k_desc, v_desc, Out, stride_ot, T, num_blocks,
     q0 = blk * 128
     n_tiles = gl.cdiv(gl.minimum(q0 + 128, T), BN)
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [128, D], q_desc.layout)
-    k_smem = gl.allocate_shared_memory(k_desc.dtype, [NS, BN, D], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(v_desc.dtype, [NS, BN, D], v_desc.layout)
+    k_smem = gl.allocate_shared_memory(k_desc.dtype, [NSK, BN, D], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(v_desc.dtype, [NSV, BN, D], v_desc.layout)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    k_ready = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
-    v_ready = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
-    kv_free = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [NSK, 1], mbarrier.MBarrierLayout())
+    k_free = gl.allocate_shared_memory(gl.int64, [NSK, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [NSV, 1], mbarrier.MBarrierLayout())
+    v_free = gl.allocate_shared_memory(gl.int64, [NSV, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
-    for s in gl.static_range(NS):
+    for s in gl.static_range(NSK):
         mbarrier.init(k_ready.index(s), count=1)
+        mbarrier.init(k_free.index(s), count=2 if PINGPONG else 1)   # each computing partition
+    for s in gl.static_range(NSV):
         mbarrier.init(v_ready.index(s), count=1)
-        mbarrier.init(kv_free.index(s), count=2 if PINGPONG else 1)   # each computing partition
+        mbarrier.init(v_free.index(s), count=2 if PINGPONG else 1)
     mbarrier.init(turn.index(0), count=1)
     mbarrier.init(turn.index(1), count=1)
     fence_async_shared()
     if PINGPONG:
         mbarrier.arrive(turn.index(0), count=1)         # the first warpgroup has the first turn
         gl.warp_specialize([
-            (_compute, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_free, turn, Out,
-                        stride_ot, h * D, q0, n_tiles, T, qk_scale, v_scale, 0, True, True, 4,
-                        BN, D, NS)),
-            (_compute_second, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_free, turn,
-                               Out, stride_ot, h * D, q0, n_tiles, T, qk_scale, v_scale, BN, D,
-                               NS)),
-            (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
-                       kv_free, q0, h * D, (h // GROUP) * D, n_tiles, BN, NS)),
+            (_compute, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, turn, Out, stride_ot, h * D, q0, n_tiles,
+                        T, qk_scale, v_scale, 0, True, True, 4, BN, D, NSK, NSV)),
+            (_compute_second, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, turn, Out, stride_ot, h * D, q0,
+                               n_tiles, T, qk_scale, v_scale, BN, D, NSK, NSV)),
+            (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, q0, h * D,
+                       (h // GROUP) * D, n_tiles, BN, NSK, NSV)),
         ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
     else:
         gl.warp_specialize([
-            (_compute, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_free, turn, Out,
-                        stride_ot, h * D, q0, n_tiles, T, qk_scale, v_scale, 0, False, True, 8,
-                        BN, D, NS)),
-            (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
-                       kv_free, q0, h * D, (h // GROUP) * D, n_tiles, BN, NS)),
+            (_compute, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, turn, Out, stride_ot, h * D, q0, n_tiles,
+                        T, qk_scale, v_scale, 0, False, True, 8, BN, D, NSK, NSV)),
+            (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, q0, h * D,
+                       (h // GROUP) * D, n_tiles, BN, NSK, NSV)),
         ], [1], [LOADER_REGS])
 
 
@@ -223,9 +237,10 @@ def gluon_prefill_ready(q, k, v, out, *, causal, window, softcap, sinks, qk_scal
             and k.shape[2] == v.shape[2] == D and out.stride(2) == 1 and out.stride(1) == D)
 
 
-def prefill_gluon_attention(q, k, v, out, *, qk_scale, v_scale, form="wide"):
+def prefill_gluon_attention(q, k, v, out, *, qk_scale, v_scale, form="wide", tiles=None):
     """q [T, H_q, D], k / v [T, H_kv, D] (descriptor_ready), out [T, H_q, D] (written).
-    form: "wide" (one computing partition of 8 warps) or "pingpong" (two of 4, ordered)."""
+    form: "wide" (one computing partition of 8 warps) or "pingpong" (two of 4, ordered);
+    tiles: (BN, K slots, V slots) instead of TILES[D] (the benchmarks' variants)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     T, H, D = q.shape
     elem = gl.bfloat16 if q.dtype.itemsize == 2 and str(q.dtype).endswith("bfloat16") else gl.float16
@@ -234,11 +249,11 @@ def prefill_gluon_attention(q, k, v, out, *, qk_scale, v_scale, form="wide"):
         layout = gl.NVMMASharedLayout.get_default_for([rows, D], elem)
         return TensorDescriptor(x, [x.shape[0], x.shape[1] * D], [x.stride(0), 1], [rows, D], layout)
 
-    BN, NS = TILES[D]
+    BN, NSK, NSV = tiles or TILES[D]
     blocks = -(-T // BM)
     _prefill_gluon_kernel[(blocks * H,)](
         desc(q, BM), desc(k, BN), desc(v, BN), out, out.stride(0), T, blocks, qk_scale, v_scale,
-        NUM_HEADS=H, GROUP=H // k.shape[1], D=D, BN=BN, NS=NS, PINGPONG=form == "pingpong",
+        NUM_HEADS=H, GROUP=H // k.shape[1], D=D, BN=BN, NSK=NSK, NSV=NSV, PINGPONG=form == "pingpong",
         CONSUMER_REGS=CONSUMER_REGS, LOADER_REGS=LOADER_REGS,
         num_warps=4 if form == "pingpong" else 8, maxnreg=MAXNREG)
     return out
