@@ -1,6 +1,6 @@
 """Hardware counters of one causal 16k prefill (bf16, 32 / 8 heads at d128, 16 / 8 at d256)
-for each kernel of a same-run comparison: attnkit's shipped Triton tile, its Gluon kernel in both
-forms (extend_config GLUON=True, GLUON_FORM) and cuDNN through SDPA. Each runs once, warm, inside
+for each kernel of a same-run comparison: attnkit's Triton tile (extend_config GLUON=False), its Gluon
+kernel (GLUON=True) and cuDNN through SDPA. Each runs once, warm, inside
 cudaProfilerStart / Stop, so under ncu only those launches are profiled:
 
     ncu --clock-control none --profile-from-start off --csv --page details \\
@@ -31,11 +31,11 @@ def runs(dim):
     heads = 16 if dim == 256 else 32
     s = Setup(batch=1, prefix=0, new=16384, heads=heads, dim=dim)
     out = []
-    gluon = lambda form: TritonBackend(extend_variant="tma",  # noqa: E731
-                                       extend_config=dict(GLUON=True, GLUON_FORM=form))
-    for label, kernel, be in (("attnkit triton (shipped tile)", "triton", TritonBackend(extend_variant="tma")),
-                              ("attnkit gluon wide", "gluon", gluon("wide")),
-                              ("attnkit gluon pingpong", "gluon", gluon("pingpong"))):
+    for label, kernel, be in (
+            ("attnkit triton tile", "triton", TritonBackend(extend_variant="tma",
+                                                            extend_config=dict(GLUON=False))),
+            ("attnkit gluon", "gluon", TritonBackend(extend_variant="tma",
+                                                     extend_config=dict(GLUON=True)))):
         step = be.prepare(s.meta, s.cache)
         out.append((label, kernel,
                     lambda be=be, step=step: be.forward(s.q, s.k, s.v, s.layer, s.cache, step)))

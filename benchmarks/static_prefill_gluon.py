@@ -1,6 +1,6 @@
 """Static check of the Gluon prefill kernel (triton/prefill_gluon.py) for sm_90, with no GPU:
 registers, spill stack, shared memory, MMA / copy instructions and ptxas's advisories (a
-serialised wgmma) at d64, d128 and d256 (NOTES-hopper.md versions 3-4).
+serialised wgmma) at d64, d128 and d256 (NOTES-hopper.md versions 3-7).
 
     PYTHONPATH=<triton 3.6 site> python3 benchmarks/static_prefill_gluon.py [--out DIR]"""
 from __future__ import annotations
@@ -24,21 +24,18 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     mod = load_alone("backends/triton/prefill_gluon.py")
-    for form in mod.FORMS:
-        for d, (bn, nsk, nsv) in sorted(mod.TILES.items()):
-            q_l = gl.NVMMASharedLayout.get_default_for([mod.BM, d], gl.bfloat16)
-            kv_l = gl.NVMMASharedLayout.get_default_for([bn, d], gl.bfloat16)
-            kv = f"tensordesc<bf16[{bn}, {d}],{kv_l!r}>"
-            sig = {"q_desc": f"tensordesc<bf16[{mod.BM}, {d}],{q_l!r}>", "k_desc": kv,
-                   "v_desc": kv, "Out": "*bf16", "stride_ot": "i32", "T": "i32",
-                   "num_blocks": "i32", "qk_scale": "fp32", "v_scale": "fp32"}
-            consts = dict(NUM_HEADS=32, GROUP=4, D=d, BN=bn, NSK=nsk, NSV=nsv, PINGPONG=form == "pingpong",
-                          CONSUMER_REGS=mod.CONSUMER_REGS, LOADER_REGS=mod.LOADER_REGS)
-            print(compile_report(mod._prefill_gluon_kernel, sig, consts,
-                                 f"prefill_gluon_{form}_d{d}", args.out,
-                                 not_div=("T", "num_blocks"), source=GluonASTSource,
-                                 num_warps=4 if form == "pingpong" else 8,
-                                 maxnreg=mod.MAXNREG))
+    for d, (bn, nsk, nsv) in sorted(mod.TILES.items()):
+        q_l = gl.NVMMASharedLayout.get_default_for([mod.BM, d], gl.bfloat16)
+        kv_l = gl.NVMMASharedLayout.get_default_for([bn, d], gl.bfloat16)
+        kv = f"tensordesc<bf16[{bn}, {d}],{kv_l!r}>"
+        sig = {"q_desc": f"tensordesc<bf16[{mod.BM}, {d}],{q_l!r}>", "k_desc": kv, "v_desc": kv,
+               "Out": "*bf16", "stride_ot": "i32", "T": "i32", "num_blocks": "i32",
+               "qk_scale": "fp32", "v_scale": "fp32"}
+        consts = dict(NUM_HEADS=32, GROUP=4, D=d, BN=bn, NSK=nsk, NSV=nsv,
+                      CONSUMER_REGS=mod.CONSUMER_REGS, LOADER_REGS=mod.LOADER_REGS)
+        print(compile_report(mod._prefill_gluon_kernel, sig, consts, f"prefill_gluon_d{d}",
+                             args.out, not_div=("T", "num_blocks"), source=GluonASTSource,
+                             num_warps=4, maxnreg=mod.MAXNREG))
     return 0
 
 

@@ -52,18 +52,14 @@ TOL = 2e-2          # relative L2 error of a bf16 kernel against the float32 ref
 T = lambda bm, bn, ws, w, s: dict(BLOCK_M=bm, BLOCK_N=bn, WS=ws, num_warps=w, num_stages=s)  # noqa: E731
 FUSED = lambda cfg: dict(cfg, FUSED_SCALE=True)  # noqa: E731
 GLUON = lambda cfg: dict(cfg, GLUON=True)  # noqa: E731  prefill_gluon.py (one request, causal)
-PINGPONG = lambda cfg: dict(cfg, GLUON=True, GLUON_FORM="pingpong")  # noqa: E731
 TMA = {
     128: [T(128, 64, False, 8, 3), FUSED(T(128, 64, False, 8, 3)), GLUON(T(128, 64, False, 8, 3)),
-          PINGPONG(T(128, 64, False, 8, 3)),
           T(128, 128, False, 8, 2),
           T(128, 128, True, 4, 2), T(128, 64, True, 4, 2)],
     64: [T(128, 64, False, 8, 3), FUSED(T(128, 64, False, 8, 3)), GLUON(T(128, 64, False, 8, 3)),
-         PINGPONG(T(128, 64, False, 8, 3)),
          FUSED(T(128, 128, False, 8, 3)),
          FUSED(T(64, 128, False, 4, 3)), T(128, 128, False, 8, 2), T(128, 128, True, 4, 2)],
     256: [T(128, 64, False, 8, 2), FUSED(T(128, 64, False, 8, 2)), GLUON(T(128, 64, False, 8, 2)),
-          PINGPONG(T(128, 64, False, 8, 2)),
           T(64, 64, False, 4, 2),
           T(128, 32, False, 8, 3), T(128, 32, True, 4, 2)],
 }
@@ -253,14 +249,13 @@ def extend(args, prefix):
                       variants, SDPA_PEERS + [("gather+sdpa", None)], flex=prefix == 32768)
 
 
-# prefill_gluon.py's forms and tiles measured directly (form, (BN, K slots, V slots)); the
-# first of each list is what extend_config GLUON=True runs.
+# prefill_gluon.py's tiles measured directly ((BN, K slots, V slots)); the first of each list is
+# its TILES entry. (Version 5's second form, "wide", one 8-warp partition, left the code in
+# version 7: benchmarks/results/sweep_hopper_gluon_v6.md, NOTES-hopper.md.)
 GLUON_VARIANTS = {
-    128: [("pingpong", (128, 3, 3)), ("wide", (128, 3, 3)), ("pingpong", (128, 4, 2)),
-          ("pingpong", (64, 6, 6))],
-    256: [("pingpong", (64, 3, 2)), ("wide", (64, 3, 2)), ("pingpong", (64, 2, 2)),
-          ("pingpong", (32, 5, 5))],
-    64: [("pingpong", (128, 4, 4)), ("pingpong", (128, 6, 6)), ("pingpong", (64, 8, 8))],
+    128: [(128, 4, 2), (128, 3, 3), (64, 6, 6)],
+    256: [(64, 2, 2), (64, 3, 2), (32, 5, 5)],
+    64: [(128, 4, 4), (128, 6, 6), (64, 8, 8)],
 }
 
 
@@ -278,13 +273,13 @@ def gluon_variants(args, dim):
     ref = reference(s, True)
     info = dict(section=f"gluon variants d{dim}", unit="TFLOP/s", flops=flops)
     qk_scale, _, v_scale = kernel_scales(s.layer, s.cache, None)
-    for form, tiles in GLUON_VARIANTS[dim]:
-        def make(form=form, tiles=tiles):
+    for tiles in GLUON_VARIANTS[dim]:
+        def make(tiles=tiles):
             out = torch.empty_like(s.q)
             fn = lambda: prefill_gluon_attention(s.q, s.k, s.v, out, qk_scale=qk_scale,  # noqa: E731
-                                                 v_scale=v_scale, form=form, tiles=tiles)
+                                                 v_scale=v_scale, tiles=tiles)
             return (lambda: poisoned(fn, tuple(s.q.shape), s.q.dtype).reshape(ref.shape)), fn
-        checked_row(make, ref, units, who=f"gluon {form} {tiles}", **info)
+        checked_row(make, ref, units, who=f"gluon {tiles}", **info)
     attnkit_row(s, TritonBackend(extend_variant="tma"), ref, units, who="attnkit tma (shipped)",
                 **info)
     k_c, v_c = s.gather()

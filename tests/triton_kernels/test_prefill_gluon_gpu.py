@@ -37,18 +37,17 @@ def _run(case, **cfg):
 
 
 @needs
-@pytest.mark.parametrize("form", tma_path.GLUON_FORMS)
 @pytest.mark.parametrize("dim", [64, 128, 256])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 @pytest.mark.parametrize("tokens", [1, 77, 1500, 4096])
-def test_one_prefill_matches_reference(form, dim, dtype, tokens, launches):
+def test_one_prefill_matches_reference(dim, dtype, tokens, launches):
     layer = make_layer(num_heads=16, num_kv_heads=4, head_dim=dim, dtype=dtype, device="cuda")
     case = make_case(layer, prefix_lens=[0], new_lens=[tokens], page_size=16, dtype=dtype,
                      device="cuda", q_scale=4.0, seed=tokens)
-    out = _run(case, GLUON_FORM=form)
+    out = _run(case)
     assert launches, "the Gluon kernel did not run"
     assert torch.isfinite(out).all()
-    assert_close(out, case.reference(), dtype=dtype, what=f"gluon {form} d{dim} {dtype} T={tokens}")
+    assert_close(out, case.reference(), dtype=dtype, what=f"gluon d{dim} {dtype} T={tokens}")
 
 
 @needs
@@ -61,3 +60,35 @@ def test_what_it_does_not_serve_runs_triton(feats, prefix, launches):
                      device="cuda", q_scale=4.0)
     assert_close(_run(case), case.reference(), dtype="bf16", what=f"fallback {feats} {prefix}")
     assert not launches
+
+
+@needs
+@pytest.mark.parametrize("dim, runs_gluon", [(64, False), (128, True), (256, True)])
+@pytest.mark.parametrize("variant", ["tma", "auto"])
+def test_default_config_runs_it_where_measured_faster(dim, runs_gluon, variant, launches):
+    """tma_config's defaults: d128 and d256 one-request prefills run the Gluon kernel (faster on
+    the H200 sweep), d64 the Triton tile; two requests in one step never run it."""
+    layer = make_layer(num_heads=8, num_kv_heads=2, head_dim=dim, dtype="bf16", device="cuda")
+    case = make_case(layer, prefix_lens=[0], new_lens=[2048], page_size=16, dtype="bf16",
+                     device="cuda", q_scale=4.0)
+    be = TritonBackend(extend_variant=variant)
+    out = be.forward(case.q, case.k, case.v, case.layer, case.cache, be.prepare(case.meta, case.cache))
+    assert_close(out, case.reference(), dtype="bf16", what=f"default d{dim} {variant}")
+    assert bool(launches) == runs_gluon
+    two = make_case(layer, prefix_lens=[0, 0], new_lens=[700, 1300], page_size=16, dtype="bf16",
+                    device="cuda", q_scale=4.0)
+    launches.clear()
+    out = be.forward(two.q, two.k, two.v, two.layer, two.cache, be.prepare(two.meta, two.cache))
+    assert_close(out, two.reference(), dtype="bf16", what=f"two requests d{dim} {variant}")
+    assert not launches
+
+
+@needs
+def test_gqa_groups_and_head_counts():
+    """Each query head reads its own KV head (h // group): MHA, GQA 4 and 8, MQA."""
+    for heads, kv_heads in ((4, 4), (16, 4), (32, 4), (8, 1)):
+        layer = make_layer(num_heads=heads, num_kv_heads=kv_heads, head_dim=128, dtype="bf16",
+                           device="cuda")
+        case = make_case(layer, prefix_lens=[0], new_lens=[1000], page_size=16, dtype="bf16",
+                         device="cuda", q_scale=4.0, seed=heads)
+        assert_close(_run(case), case.reference(), dtype="bf16", what=f"{heads}/{kv_heads} heads")

@@ -333,21 +333,3 @@ def test_gluon_switch_falls_back_where_gluon_cannot_run():
         TritonBackend(extend_variant="tma", extend_config=dict(GLUON=1))
     assert err.value.code == "AK407"
 
-
-def test_gluon_form_is_checked():
-    """GLUON_FORM picks prefill_gluon.py's form; anything else is refused with AK407 before a
-    step runs, and the forms named here are the kernel module's."""
-    from attnkit.backends.triton import tma_path
-    from attnkit.backends.triton.backend import TritonBackend
-    from attnkit.errors import AttnkitError
-
-    for form in tma_path.GLUON_FORMS:
-        TritonBackend(extend_variant="tma", extend_config=dict(GLUON=True, GLUON_FORM=form))
-    with pytest.raises(AttnkitError) as err:
-        TritonBackend(extend_variant="tma", extend_config=dict(GLUON=True, GLUON_FORM="fast"))
-    assert err.value.code == "AK407" and "GLUON_FORM" in err.value.message
-    try:
-        from attnkit.backends.triton import prefill_gluon
-    except ImportError:           # Gluon's Hopper API as another Triton spells it
-        return
-    assert tuple(prefill_gluon.FORMS) == tma_path.GLUON_FORMS

@@ -1,21 +1,21 @@
-"""Causal prefill of one request on sm_90 in Gluon, warp-specialised (the "direct" route of
-tma_path.py with extend_config GLUON=True): a loader warp and one computing partition of two
-warpgroups.
+"""Causal prefill of one request on sm_90 in Gluon, warp-specialised with FlashAttention-3's
+ping-pong (the "direct" route of tma_path.py; extend_config GLUON=True, tma_config's default
+at d128 and d256): a loader warp and two computing warpgroups, each its own partition.
 
-A program owns BM = 128 query rows of one head; the computing partition (8 warps: the two
-warpgroups take 64 rows each, the wgmma M tile) reads K / V tiles of BN keys that the loader
-brings in through TMA, K and V each in a ring of its own (TILES: slots per head dim), K one
-tile ahead of V; a K slot is released when its Q.K is done, a V slot when its P.V is. The softmax overlaps with the tensor cores: while the softmax of tile j
-runs, the P.V of tile j - 1 is still in flight, and Q.K of tile j + 1 is issued before P.V of
-tile j, so the next scores are ready when the softmax needs them (the intra-warpgroup
-pipelining FlashAttention-3 describes).
+A program owns 128 query rows of one head; warpgroup WG (0 or 1) the rows 64 * WG .. + 63,
+with its own softmax state. The loader brings Q once, then K / V tiles of BN keys through TMA,
+K and V each in a ring of its own (TILES: slots per head dim), K one tile ahead of V. A K slot
+is released once both warpgroups' Q.K of it are done, a V slot once both P.V's are.
 
-Why one partition of 8 warps and not two of 4 (one a warpgroup, ordered against each other
-as FA3's ping-pong does): Triton 3.6 lowers a second 4-warp partition into its worker
-dispatch loop, and ptxas then serialises every wgmma of the kernel (advisory C7512,
-"insufficient register resources", at any register budget) once a wgmma stays in flight
-across that partition's softmax; the default partition keeps it asynchronous
-(benchmarks/static_prefill_gluon.py reports the advisory; NOTES-hopper.md version 4).
+Ping-pong: a turn token (two mbarriers; the first warpgroup holds it first) makes each
+warpgroup issue its Q.K of tile j + 1 and P.V of tile j only after the other has issued its
+own, so one warpgroup's softmax runs while the tensor cores do the other's GEMMs. Warpgroup 0
+(the default partition) also overlaps inside itself: its P.V of tile j - 1 stays in flight
+during its softmax of tile j. Warpgroup 1 (a worker partition) waits for its own P.V first:
+Triton 3.6 places a worker partition's code in its dispatch loop, and ptxas then serialises
+every wgmma of the kernel (advisory C7512, "insufficient register resources", at any register
+budget) if a wgmma stays in flight across that partition's softmax
+(benchmarks/static_prefill_gluon.py reports the advisory; NOTES-hopper.md versions 4-6).
 
 Keys are the step's own k / v rows (one request, no prefix): key n < T is at position n, query
 row i at position i. Key tiles wholly left of the block (j < q0 / BN) run unmasked in a first
@@ -33,13 +33,14 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 BM = 128                                 # query rows a program: two warpgroups of 64
-# D -> (BN keys a tile, K slots, V slots); shared memory Q BM x D + (K + V slots) x BN x D bf16:
-# d64 144 KB, d128 224 KB, d256 224 KB (<= 227 KB)
-TILES = {64: (128, 4, 4), 128: (128, 3, 3), 256: (64, 3, 2)}
+# D -> (BN keys a tile, K slots, V slots). H200 sweep 2026-12-01 14:04 UTC, causal 16k
+# (benchmarks/results/sweep_hopper_gluon_v6.md): d128 (128, 4, 2) 684 TFLOP/s, (128, 3, 3) 677,
+# (64, 6, 6) 552; d256 (64, 2, 2) 734, (64, 3, 2) 677, (32, 5, 5) 516; d64 (128, 4, 4) 470.
+# Shared memory Q 128 x D + (K + V slots) x BN x D bf16: d64 144 KB, d128 224 KB, d256 192 KB.
+TILES = {64: (128, 4, 4), 128: (128, 4, 2), 256: (64, 2, 2)}
 MAXNREG = 168                            # 12 warps x 32 x 168 <= 65536 registers
+CONSUMER_REGS = 240                      # the second warpgroup (the default partition: the rest)
 LOADER_REGS = 24
-CONSUMER_REGS = 240                      # the ping-pong form's second warpgroup
-FORMS = ("wide", "pingpong")             # extend_config GLUON=True runs the first
 
 
 @gluon.jit
@@ -47,7 +48,7 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_re
             v_free, q_row0, q_col, kv_col, n_tiles, BN: gl.constexpr, NSK: gl.constexpr,
             NSV: gl.constexpr):
     """Q once; then K one tile ahead of V (K of tile i + 1 before V of tile i), each into its
-    own ring once every computing partition has released the slot."""
+    own ring once both warpgroups have released the slot."""
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [q_row0, q_col], q_bar, q_smem)
     mbarrier.expect(k_ready.index(0), k_desc.block_type.nbytes)
@@ -66,19 +67,16 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_re
 
 
 @gluon.jit
-def _tile(j, n_tiles, k, sc, o, m_i, l_i, rows, q, k_smem, v_smem, k_ready, v_ready, k_free,
-          v_free, turn, qk_scale, MASKED: gl.constexpr, OVERLAP: gl.constexpr, WG: gl.constexpr,
-          PINGPONG: gl.constexpr, WARPS: gl.constexpr, BN: gl.constexpr, D: gl.constexpr,
-          NSK: gl.constexpr, NSV: gl.constexpr):
-    """Key tile j: the softmax of its scores ``sc`` (ready), while P.V of tile j - 1 (``o``)
-    is still in flight if OVERLAP; then Q.K of tile j + 1 and P.V of tile j are issued (under
-    the turn token ``turn`` if PINGPONG: this is turn ``k`` of warpgroup WG) and the new scores
-    waited for. A K slot is released once its Q.K is done, a V slot once its P.V is (the
-    spare Q.K of the last tile releases nothing). Returns the next (sc, o, m_i, l_i)."""
-    R: gl.constexpr = 16 * WARPS
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
+def _tile(j, n_tiles, sc, o, m_i, l_i, rows, q, k_smem, v_smem, k_ready, v_ready, k_free, v_free,
+          turn, qk_scale, MASKED: gl.constexpr, WG: gl.constexpr, BN: gl.constexpr,
+          D: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr):
+    """Key tile j for warpgroup WG: the softmax of its scores ``sc`` (ready; for WG 0 the P.V
+    of tile j - 1 is still in flight meanwhile); then, holding the turn (its turn j + 1), Q.K
+    of tile j + 1 and P.V of tile j are issued, the turn passed on, and the new scores waited
+    for. The spare Q.K the last tile issues releases nothing. -> (sc, o, m_i, l_i)."""
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BN, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, D, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     if MASKED:
@@ -95,15 +93,13 @@ def _tile(j, n_tiles, k, sc, o, m_i, l_i, rows, q, k_smem, v_smem, k_ready, v_re
     jn = gl.minimum(j + 1, n_tiles - 1)                              # the last issues a spare
     sn = jn % NSK
     mbarrier.wait(k_ready.index(sn), (jn // NSK) & 1)
-    if PINGPONG:
-        mbarrier.wait(turn.index(WG), k & 1)
+    mbarrier.wait(turn.index(WG), (j + 1) & 1)
     tok = warpgroup_mma(q, k_smem.index(sn).permute((1, 0)),
-                        gl.zeros([R, BN], gl.float32, s_layout), use_acc=False, is_async=True)
+                        gl.zeros([64, BN], gl.float32, s_layout), use_acc=False, is_async=True)
     mbarrier.wait(v_ready.index(j % NSV), (j // NSV) & 1)
     o = warpgroup_mma(p16, v_smem.index(j % NSV), o, is_async=True)
-    if PINGPONG:
-        mbarrier.arrive(turn.index(1 - WG), count=1)
-    sc = warpgroup_mma_wait(num_outstanding=1 if OVERLAP else 0, deps=[tok])   # tile j + 1
+    mbarrier.arrive(turn.index(1 - WG), count=1)
+    sc = warpgroup_mma_wait(num_outstanding=1 - WG, deps=[tok])     # scores of tile j + 1
     mbarrier.arrive(k_free.index(sn), count=1, pred=j + 1 < n_tiles)
     return sc, o, m_new, l_i
 
@@ -111,45 +107,41 @@ def _tile(j, n_tiles, k, sc, o, m_i, l_i, rows, q, k_smem, v_smem, k_ready, v_re
 @gluon.jit
 def _compute(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, turn, Out,
              stride_ot, out_col, q0, n_tiles, T, qk_scale, v_scale, WG: gl.constexpr,
-             PINGPONG: gl.constexpr, OVERLAP: gl.constexpr, WARPS: gl.constexpr,
              BN: gl.constexpr, D: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr):
-    """Rows r0 .. r0 + 16 * WARPS - 1 of the block (r0 = q0 + 64 * WG) over every key tile;
-    then the normalised store."""
-    R: gl.constexpr = 16 * WARPS
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
+    """Rows q0 + 64 * WG .. + 63 of the block over every key tile; then the normalised store.
+    Turn 0 of each warpgroup is the first tile's Q.K; tile j's issue is its turn j + 1."""
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BN, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, D, 16])
     r0 = q0 + 64 * WG
-    q = q_smem.slice(64 * WG, R)
-    rows = r0 + gl.arange(0, R, layout=gl.SliceLayout(1, s_layout))
-    m_i = gl.full([R], -1.0e30, gl.float32, gl.SliceLayout(1, s_layout))
-    l_i = gl.zeros([R], gl.float32, gl.SliceLayout(1, s_layout))
-    o = warpgroup_mma_init(gl.zeros([R, D], gl.float32, o_layout))
+    q = q_smem.slice(64 * WG, 64)
+    rows = r0 + gl.arange(0, 64, layout=gl.SliceLayout(1, s_layout))
+    m_i = gl.full([64], -1.0e30, gl.float32, gl.SliceLayout(1, s_layout))
+    l_i = gl.zeros([64], gl.float32, gl.SliceLayout(1, s_layout))
+    o = warpgroup_mma_init(gl.zeros([64, D], gl.float32, o_layout))
     mbarrier.wait(q_bar, 0)
     mbarrier.wait(k_ready.index(0), 0)
-    if PINGPONG:
-        mbarrier.wait(turn.index(WG), 0)
+    mbarrier.wait(turn.index(WG), 0)
     tok = warpgroup_mma(q, k_smem.index(0).permute((1, 0)),
-                        gl.zeros([R, BN], gl.float32, s_layout), use_acc=False, is_async=True)
-    if PINGPONG:
-        mbarrier.arrive(turn.index(1 - WG), count=1)
+                        gl.zeros([64, BN], gl.float32, s_layout), use_acc=False, is_async=True)
+    mbarrier.arrive(turn.index(1 - WG), count=1)
     sc = warpgroup_mma_wait(num_outstanding=0, deps=[tok])
     mbarrier.arrive(k_free.index(0), count=1)
     n_left = q0 // BN                       # tiles wholly left of the block's first row
     for j in range(n_left):
-        sc, o, m_i, l_i = _tile(j, n_tiles, j + 1, sc, o, m_i, l_i, rows, q, k_smem, v_smem,
-                                k_ready, v_ready, k_free, v_free, turn, qk_scale, False,
-                                OVERLAP, WG, PINGPONG, WARPS, BN, D, NSK, NSV)
+        sc, o, m_i, l_i = _tile(j, n_tiles, sc, o, m_i, l_i, rows, q, k_smem, v_smem, k_ready,
+                                v_ready, k_free, v_free, turn, qk_scale, False, WG, BN, D, NSK,
+                                NSV)
     for j in range(n_left, n_tiles):
-        sc, o, m_i, l_i = _tile(j, n_tiles, j + 1, sc, o, m_i, l_i, rows, q, k_smem, v_smem,
-                                k_ready, v_ready, k_free, v_free, turn, qk_scale, True,
-                                OVERLAP, WG, PINGPONG, WARPS, BN, D, NSK, NSV)
+        sc, o, m_i, l_i = _tile(j, n_tiles, sc, o, m_i, l_i, rows, q, k_smem, v_smem, k_ready,
+                                v_ready, k_free, v_free, turn, qk_scale, True, WG, BN, D, NSK,
+                                NSV)
     o = warpgroup_mma_wait(num_outstanding=0, deps=[o])
     mbarrier.arrive(v_free.index((n_tiles + NSV - 1) % NSV), count=1)
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
     out = o * gl.expand_dims(v_scale / gl.where(l_o == 0.0, 1.0, l_o), 1)
-    orow = r0 + gl.arange(0, R, layout=gl.SliceLayout(1, o_layout))
+    orow = r0 + gl.arange(0, 64, layout=gl.SliceLayout(1, o_layout))
     ocol = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
     ptr = Out + gl.expand_dims(orow.to(gl.int64) * stride_ot + out_col, 1) + gl.expand_dims(ocol, 0)
     gl.store(ptr, out.to(Out.dtype.element_ty), mask=gl.expand_dims(orow < T, 1))
@@ -159,23 +151,20 @@ def _compute(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, tu
 def _compute_second(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, turn, Out,
                     stride_ot, out_col, q0, n_tiles, T, qk_scale, v_scale, BN: gl.constexpr,
                     D: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr):
-    """The ping-pong form's second warpgroup (a worker partition): its P.V is waited for
-    before its softmax (OVERLAP off): ptxas serialises every wgmma of the kernel if a worker
-    partition keeps one in flight there (module docstring)."""
+    """Warpgroup 1, the worker partition (a separate entry: a partition takes its constexprs
+    from its own signature)."""
     _compute(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, turn, Out,
-             stride_ot, out_col, q0, n_tiles, T, qk_scale, v_scale, 1, True, False, 4, BN, D,
-             NSK, NSV)
+             stride_ot, out_col, q0, n_tiles, T, qk_scale, v_scale, 1, BN, D, NSK, NSV)
 
 
 @gluon.jit
 def _prefill_gluon_kernel(q_desc, k_desc, v_desc, Out, stride_ot, T, num_blocks, qk_scale,
                           v_scale, NUM_HEADS: gl.constexpr, GROUP: gl.constexpr, D: gl.constexpr,
                           BN: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr,
-                          PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                          LOADER_REGS: gl.constexpr):
+                          CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr):
     """Grid: (query block, head), heads fastest and the blocks with the most keys first.
     q_desc: [T, H_q * D] blocks [128, D]; k_desc / v_desc: [T, H_kv * D] blocks [BN, D];
-    Out: [T, H_q, D] (row stride stride_ot, heads dense). num_warps: 8, or 4 if PINGPONG."""
+    Out: [T, H_q, D] (row stride stride_ot, heads dense). num_warps = 4."""
     pid = gl.program_id(0)
     blk = num_blocks - 1 - pid // NUM_HEADS
     h = pid % NUM_HEADS
@@ -193,30 +182,23 @@ def _prefill_gluon_kernel(q_desc, k_desc, v_desc, Out, stride_ot, T, num_blocks,
     mbarrier.init(q_bar, count=1)
     for s in gl.static_range(NSK):
         mbarrier.init(k_ready.index(s), count=1)
-        mbarrier.init(k_free.index(s), count=2 if PINGPONG else 1)   # each computing partition
+        mbarrier.init(k_free.index(s), count=2)         # both warpgroups release a slot
     for s in gl.static_range(NSV):
         mbarrier.init(v_ready.index(s), count=1)
-        mbarrier.init(v_free.index(s), count=2 if PINGPONG else 1)
+        mbarrier.init(v_free.index(s), count=2)
     mbarrier.init(turn.index(0), count=1)
     mbarrier.init(turn.index(1), count=1)
     fence_async_shared()
-    if PINGPONG:
-        mbarrier.arrive(turn.index(0), count=1)         # the first warpgroup has the first turn
-        gl.warp_specialize([
-            (_compute, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, turn, Out, stride_ot, h * D, q0, n_tiles,
-                        T, qk_scale, v_scale, 0, True, True, 4, BN, D, NSK, NSV)),
-            (_compute_second, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, turn, Out, stride_ot, h * D, q0,
-                               n_tiles, T, qk_scale, v_scale, BN, D, NSK, NSV)),
-            (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, q0, h * D,
-                       (h // GROUP) * D, n_tiles, BN, NSK, NSV)),
-        ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
-    else:
-        gl.warp_specialize([
-            (_compute, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, turn, Out, stride_ot, h * D, q0, n_tiles,
-                        T, qk_scale, v_scale, 0, False, True, 8, BN, D, NSK, NSV)),
-            (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, q0, h * D,
-                       (h // GROUP) * D, n_tiles, BN, NSK, NSV)),
-        ], [1], [LOADER_REGS])
+    mbarrier.arrive(turn.index(0), count=1)             # warpgroup 0 has the first turn
+    gl.warp_specialize([
+        (_compute, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, turn, Out,
+                    stride_ot, h * D, q0, n_tiles, T, qk_scale, v_scale, 0, BN, D, NSK, NSV)),
+        (_compute_second, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free,
+                           turn, Out, stride_ot, h * D, q0, n_tiles, T, qk_scale, v_scale, BN,
+                           D, NSK, NSV)),
+        (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
+                   k_free, v_free, q0, h * D, (h // GROUP) * D, n_tiles, BN, NSK, NSV)),
+    ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 
 def gluon_prefill_ready(q, k, v, out, *, causal, window, softcap, sinks, qk_scale) -> bool:
@@ -237,9 +219,8 @@ def gluon_prefill_ready(q, k, v, out, *, causal, window, softcap, sinks, qk_scal
             and k.shape[2] == v.shape[2] == D and out.stride(2) == 1 and out.stride(1) == D)
 
 
-def prefill_gluon_attention(q, k, v, out, *, qk_scale, v_scale, form="wide", tiles=None):
+def prefill_gluon_attention(q, k, v, out, *, qk_scale, v_scale, tiles=None):
     """q [T, H_q, D], k / v [T, H_kv, D] (descriptor_ready), out [T, H_q, D] (written).
-    form: "wide" (one computing partition of 8 warps) or "pingpong" (two of 4, ordered);
     tiles: (BN, K slots, V slots) instead of TILES[D] (the benchmarks' variants)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     T, H, D = q.shape
@@ -253,7 +234,6 @@ def prefill_gluon_attention(q, k, v, out, *, qk_scale, v_scale, form="wide", til
     blocks = -(-T // BM)
     _prefill_gluon_kernel[(blocks * H,)](
         desc(q, BM), desc(k, BN), desc(v, BN), out, out.stride(0), T, blocks, qk_scale, v_scale,
-        NUM_HEADS=H, GROUP=H // k.shape[1], D=D, BN=BN, NSK=NSK, NSV=NSV, PINGPONG=form == "pingpong",
-        CONSUMER_REGS=CONSUMER_REGS, LOADER_REGS=LOADER_REGS,
-        num_warps=4 if form == "pingpong" else 8, maxnreg=MAXNREG)
+        NUM_HEADS=H, GROUP=H // k.shape[1], D=D, BN=BN, NSK=NSK, NSV=NSV, CONSUMER_REGS=CONSUMER_REGS,
+        LOADER_REGS=LOADER_REGS, num_warps=4, maxnreg=MAXNREG)
     return out

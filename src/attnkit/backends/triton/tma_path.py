@@ -27,7 +27,6 @@ except ImportError:         # pragma: no cover - depends on the installed Triton
     def gluon_prefill_ready(*args, **kwargs) -> bool:
         return False
     prefill_gluon_attention = None
-GLUON_FORMS = ("wide", "pingpong")   # prefill_gluon.FORMS, spelled here for the check below
 
 # >>> Whether extend "auto" takes this kernel where tma_route allows it (sm_90+). On the H200
 # sweep of 2026-12-01 (benchmarks/results/sweep_hopper.md; NOTES-hopper.md) the default tiles
@@ -37,18 +36,24 @@ AUTO_TMA = True
 PAD = 128                    # rows of a request's buffer segment: a multiple of every BLOCK_N
 MIN_FLOPS_PER_BYTE = 2000    # copy ~3 TB/s vs kernel ~500 TFLOP/s: the copy stays under ~4 %
 MAX_ROWS_BYTES = 1 << 30     # larger steps keep the paged kernels rather than a 1 GiB buffer
-TMA_ONLY_KEYS = ("WS", "FUSED_SCALE", "GLUON", "GLUON_FORM")   # keys the paged kernels do not take
+TMA_ONLY_KEYS = ("WS", "FUSED_SCALE", "GLUON")   # extend_config keys the paged kernels do not take
 
 
 def tma_config(head_dim: int, *, interpret: bool) -> dict:
     """BLOCK_M, BLOCK_N (<= PAD), WS (warp specialisation: 4 warps become 12), FUSED_SCALE
-    (one multiply-add a logit, scale folded into the exp2; NOTES-hopper.md version 2), warps,
-    stages.
+    (one multiply-add a logit, scale folded into the exp2; NOTES-hopper.md version 2), GLUON
+    (a one-request causal prefill on the direct route runs prefill_gluon.py where it can:
+    sm_90, Triton 3.6; the tile below serves everything else), warps, stages.
 
-    d <= 64: 64 x 128 tiles, 4 warps, 3 stages, FUSED_SCALE. H200 sweep 2026-12-01 14:00 UTC
-    (16k causal prefill, benchmarks/results/sweep_hopper_v2.md): 467 TFLOP/s vs 426 for the
-    unfused 128 x 64 tile and cuDNN's 472 in the same run. At d128 / d256 the fused form was
-    +0.8 % / -3 % (482 vs 478, 555 vs 573): not taken there.
+    d128 / d256: GLUON. H200 sweep 2026-12-01 14:04 UTC (16k causal prefill,
+    benchmarks/results/sweep_hopper_gluon_v6.md): the Gluon ping-pong kernel 684 / 734 TFLOP/s
+    vs this Triton tile 481 / 568 and cuDNN 617 / 703 in the same run.
+
+    d <= 64: 64 x 128 tiles, 4 warps, 3 stages, FUSED_SCALE, no GLUON. H200 sweep 2026-12-01
+    14:00 UTC (benchmarks/results/sweep_hopper_v2.md): 467 TFLOP/s vs 426 for the unfused
+    128 x 64 tile and cuDNN's 472; the Gluon kernel at d64 ran 470 vs this tile's 472 (14:04):
+    no gain, so not taken. At d128 / d256 the fused form was +0.8 % / -3 % (482 vs 478, 555 vs
+    573): not taken there.
 
     The default is the three-loop form without warp specialisation (no spills with Triton
     3.6 for sm_90: d64 127, d128 159, d256 241 registers). The warp-specialised tiles
@@ -62,9 +67,9 @@ def tma_config(head_dim: int, *, interpret: bool) -> dict:
         return dict(BLOCK_M=64, BLOCK_N=128, WS=False, FUSED_SCALE=True, GLUON=False,
                     num_warps=4, num_stages=3)
     if head_dim > 128:
-        return dict(BLOCK_M=128, BLOCK_N=64, WS=False, FUSED_SCALE=False, GLUON=False,
+        return dict(BLOCK_M=128, BLOCK_N=64, WS=False, FUSED_SCALE=False, GLUON=True,
                     num_warps=8, num_stages=2)
-    return dict(BLOCK_M=128, BLOCK_N=64, WS=False, FUSED_SCALE=False, GLUON=False, num_warps=8,
+    return dict(BLOCK_M=128, BLOCK_N=64, WS=False, FUSED_SCALE=False, GLUON=True, num_warps=8,
                 num_stages=3)
 
 
@@ -72,12 +77,8 @@ def check_tma_override(config: dict) -> None:
     """Refuse an extend config the tma kernel computes wrongly. H200 sweep 2026-12-01, Triton
     3.6: every warp-specialised tile with 3 stages returned NaN (d64 and d128, prefill and
     extend); 2 stages were right. The kernel's switches (WS, FUSED_SCALE, GLUON) must be
-    booleans; GLUON_FORM one of prefill_gluon.py's forms."""
-    if "GLUON_FORM" in config and config["GLUON_FORM"] not in GLUON_FORMS:
-        fail("AK407", f"extend_config['GLUON_FORM'] must be one of {', '.join(GLUON_FORMS)}, got "
-                      f"{config['GLUON_FORM']!r}", field="extend_config['GLUON_FORM']",
-             expected=" | ".join(GLUON_FORMS), actual=repr(config["GLUON_FORM"]))
-    for key in ("WS", "FUSED_SCALE", "GLUON"):
+    booleans."""
+    for key in TMA_ONLY_KEYS:
         if key in config and not isinstance(config[key], bool):
             fail("AK407", f"extend_config[{key!r}] must be True or False, got {config[key]!r}",
                  field=f"extend_config[{key!r}]", expected="bool", actual=repr(config[key]))
@@ -144,8 +145,7 @@ def run_tma_extend(route: str, q, k, v, out, cache, layer_id: int, plan, *, conf
             softcap=kernel_args["softcap"], sinks=kernel_args["sinks"],
             qk_scale=kernel_args["qk_scale"]):
         return prefill_gluon_attention(q, k, v, out, qk_scale=kernel_args["qk_scale"],
-                                       v_scale=kernel_args["v_scale"],
-                                       form=config.get("GLUON_FORM", "wide"))
+                                       v_scale=kernel_args["v_scale"])
     if route == "direct":
         k_rows, v_rows, key_start = k, v, plan.query_start_loc[:-1]
     else:
