@@ -47,9 +47,11 @@ OUT = "."
 TOL = 2e-2          # relative L2 error of a bf16 kernel against the float32 reference
 
 # (label, TritonBackend options) per prefill head dim; the first of each list is the
-# tma_path default, the second the same tile with FUSED_SCALE (NOTES-hopper.md version 2).
-# WS = Triton's warp specialisation (4 warps ask for 12).
-T = lambda bm, bn, ws, w, s: dict(BLOCK_M=bm, BLOCK_N=bn, WS=ws, num_warps=w, num_stages=s)  # noqa: E731
+# tma_path Triton tile, the second the same tile with FUSED_SCALE (NOTES-hopper.md version 2),
+# the third GLUON (prefill_gluon.py: tma_config's default at d128 / d256). T() sets GLUON=False:
+# extend_config is merged over tma_config's defaults. WS = Triton's warp specialisation.
+T = lambda bm, bn, ws, w, s: dict(BLOCK_M=bm, BLOCK_N=bn, WS=ws, GLUON=False, num_warps=w,  # noqa: E731
+                                  num_stages=s)
 FUSED = lambda cfg: dict(cfg, FUSED_SCALE=True)  # noqa: E731
 GLUON = lambda cfg: dict(cfg, GLUON=True)  # noqa: E731  prefill_gluon.py (one request, causal)
 TMA = {
@@ -280,8 +282,9 @@ def gluon_variants(args, dim):
                                                  v_scale=v_scale, tiles=tiles)
             return (lambda: poisoned(fn, tuple(s.q.shape), s.q.dtype).reshape(ref.shape)), fn
         checked_row(make, ref, units, who=f"gluon {tiles}", **info)
-    attnkit_row(s, TritonBackend(extend_variant="tma"), ref, units, who="attnkit tma (shipped)",
-                **info)
+    for label, cfg in (("default", {}), ("Triton tile", dict(GLUON=False))):
+        attnkit_row(s, TritonBackend(extend_variant="tma", extend_config=cfg), ref, units,
+                    who=f"attnkit tma ({label})", **info)
     k_c, v_c = s.gather()
     sdpa_rows(SDPA_PEERS[:1], s, s.q_bhsd(), k_c, v_c, None, True, ref, units, info)
     del s
