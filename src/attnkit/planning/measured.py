@@ -7,8 +7,11 @@ The matching rule (docs/profile.md says the same):
      equal, else the other 16-bit one (fp32 only matches fp32); then KV dtype equal, else the
      same family (16-bit, fp8), else any; then the smallest |log2| head-dim ratio; then the
      smallest |log2| ratio of query heads plus that of the GQA group size.
-  3. Its runtime buckets: given a workload (batch, new tokens, context), the one nearest by
-     |log2| batch + new + context ratios; without one, all of them (a plan serves them all).
+  3. Its runtime buckets, all at one page size (the plan's, where the user fixed one and the
+     shape was measured with it; else the default 16; else the smallest measured): given a
+     workload (batch, new tokens, context), the one nearest by |log2| batch + new + context
+     ratios; without one, all of them (a plan serves them all). Entries at another page size
+     never enter the comparison (planning/page_gain.py reads them for the page size rule).
   4. Backends measured ``ok`` in every one of those buckets are compared by the geometric
      mean of their rates, all by one method: CUDA-graph replays when every one of them has
      a graph time in every bucket, else eager calls.
@@ -26,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from attnkit.errors import AttnkitError, preview
+from attnkit.planning.pages import DEFAULT_PAGE_SIZE
 from attnkit.planning.profile import UNITS, Bucket, Entry, Profile, Shape
 
 HALF = ("fp16", "bf16")
@@ -86,6 +90,7 @@ class Ranking:
     failed: dict[str, str] = field(default_factory=dict)  # backend -> what the profile recorded
     shape: Shape | None = None                           # the model's, when it differs from the buckets'
     role: str | None = None                              # "prefill" / "extend": one workload only
+    page_sizes: tuple[int, ...] = ()                     # the shape's measured page sizes, if several
 
     @property
     def name(self) -> str:
@@ -103,9 +108,9 @@ class Ranking:
     def why(self, chosen: str, platform) -> str:
         """``prefill: sdpa, <rate> vs <rate> TFLOP/s (triton); NVIDIA H200 profile <date>, ...``."""
         others = [n for n in self.measured if n != chosen]
-        head = f"{self.name}: {chosen}, {_rate(self.rates[chosen])}"
+        head = f"{self.name}: {chosen}, {rate_text(self.rates[chosen])}"
         if others:
-            head += " vs " + ", ".join(f"{_rate(self.rates[n])}" + (f" {self.unit}" if i == 0 else "") + f" ({n})"
+            head += " vs " + ", ".join(f"{rate_text(self.rates[n])}" + (f" {self.unit}" if i == 0 else "") + f" ({n})"
                                        for i, n in enumerate(others))
         else:
             head += f" {self.unit} (the only candidate measured)"
@@ -115,20 +120,11 @@ class Ranking:
 
     def evidence(self, platform) -> str:
         """The measured rates of every candidate, for a priority-table reason on another device."""
-        rates = ", ".join(f"{n} {_rate(self.rates[n])}" for n in self.measured)
+        rates = ", ".join(f"{n} {rate_text(self.rates[n])}" for n in self.measured)
         return f"Measured: {rates} {self.unit}; {self.source(platform)}"
 
     def source(self, platform) -> str:
-        p = self.profile
-        where = p.name
-        if p.device.get("name", "").lower() != str(getattr(platform, "name", "")).lower():
-            cap = p.device.get("capability")
-            where += (f" (measured on {p.device.get('name')}, not on {platform.name}: same sm{cap[0]}{cap[1]} "
-                      "architecture, so its order is used)"
-                      if cap and tuple(cap) == tuple(platform.capability or ()) else f" (not {platform.name})")
-        how = "CUDA-graph replays" if self.method == "graph" else "eager calls"
-        near = f" (the nearest measured to {self.shape.label()})" if self.shape else ""
-        return f"{where}, {how}, {_buckets_text(self.buckets)}{near}"
+        return source_text(self.profile, platform, self.method, self.buckets, self.shape, self.page_sizes)
 
     def failure_warnings(self, tail: str = ": not chosen automatically") -> list[str]:
         return [f"{self.profile.name} records {n} as {what} for {self.name}{tail}"
@@ -139,18 +135,19 @@ ROLES = {"prefill": lambda b: b.prefix == 0, "extend": lambda b: b.prefix > 0}
 
 
 def rank(profile: Profile, shape: Shape, phase: str, candidates: Sequence[str],
-         workload: Mapping[str, int] | None = None, *, role: str | None = None) -> Ranking | None:
+         workload: Mapping[str, int] | None = None, *, role: str | None = None,
+         page_size: int | None = None) -> Ranking | None:
     """The profile's order of ``candidates`` (priority order) for ``phase`` (``role``: only its
-    fresh-prefill or its extend buckets, see ROLES); None when the profile has no such bucket
-    that matches ``shape`` at all."""
-    buckets = checked = _nearest_static(profile, shape, phase)
+    fresh-prefill or its extend buckets, see ROLES; ``page_size``: the plan's, when the user
+    fixed it); None when the profile has no such bucket that matches ``shape`` at all."""
+    group = nearest_static(profile, shape, phase)
+    buckets = checked = at_page(group, page_size)
     if role is not None:                 # a backend wrong at any of the phase's buckets stays
         buckets = [b for b in buckets if ROLES[role](b)]        # out of both roles
     if not buckets:
         return None
     if workload:
-        w = (workload["batch"], workload["new"], workload["context"])
-        buckets = checked = [min(buckets, key=lambda b: (_runtime_distance(b, w), b.runtime()))]
+        buckets = checked = [nearest_runtime(buckets, workload)]
     wanted = set(checked)
     got: dict[tuple, Entry] = {e.key(): e for e in profile.entries if e.bucket in wanted}
     failed, complete = {}, []
@@ -166,15 +163,32 @@ def rank(profile: Profile, shape: Shape, phase: str, candidates: Sequence[str],
             complete.append(name)
     method = "graph" if all(got[(n, b)].graph_ms for n in complete for b in buckets) else "eager"
     complete = [n for n in complete if all(got[(n, b)].rate(method) for b in buckets)]
-    rates = {n: _geomean([got[(n, b)].rate(method) for b in buckets]) for n in complete}
+    rates = {n: geomean([got[(n, b)].rate(method) for b in buckets]) for n in complete}
     fast = sorted(complete, key=lambda n: -rates[n])
     rest = [n for n in candidates if n not in rates and n not in failed]
     near = shape if shape != buckets[0].shape else None
+    pages = tuple(sorted({b.page_size for b in group}))
     return Ranking(phase, profile, sorted(buckets, key=lambda b: b.runtime()), method, rates,
-                   fast + rest + [n for n in candidates if n in failed], failed, near, role)
+                   fast + rest + [n for n in candidates if n in failed], failed, near, role,
+                   pages if len(pages) > 1 else ())
 
 
-def _nearest_static(profile: Profile, shape: Shape, phase: str) -> list[Bucket]:
+def at_page(buckets: list[Bucket], wanted: int | None) -> list[Bucket]:
+    """The buckets of one page size: ``wanted`` if measured, else the default, else the smallest."""
+    pages = {b.page_size for b in buckets}
+    if not pages:
+        return []
+    page = wanted if wanted in pages else DEFAULT_PAGE_SIZE if DEFAULT_PAGE_SIZE in pages else min(pages)
+    return [b for b in buckets if b.page_size == page]
+
+
+def nearest_runtime(buckets: list[Bucket], workload: Mapping[str, int]) -> Bucket:
+    w = (workload["batch"], workload["new"], workload["context"])
+    return min(buckets, key=lambda b: (_runtime_distance(b, w), b.runtime()))
+
+
+def nearest_static(profile: Profile, shape: Shape, phase: str) -> list[Bucket]:
+    """The buckets of ``phase`` of the measured shape nearest ``shape``, at every page size."""
     groups: dict[tuple, list[Bucket]] = {}
     for e in profile.entries:
         b = e.bucket
@@ -210,11 +224,28 @@ def _runtime_distance(b: Bucket, w: tuple[int, int, int]) -> float:
     return sum(abs(math.log2(x / y)) for x, y in zip(b.runtime(), w))
 
 
-def _geomean(xs: list[float]) -> float:
+def geomean(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
-def _rate(x: float) -> str:
+def source_text(profile: Profile, platform, method: str, buckets: list[Bucket], shape: Shape | None = None,
+                page_sizes: tuple[int, ...] = ()) -> str:
+    """Where a comparison's rates come from: the profile (and its device, where not this one),
+    the timing method, the buckets (``shape``: the model's, when not the buckets'); the page
+    size of the buckets where the shape was measured at several (``page_sizes``)."""
+    where = profile.name
+    if profile.device.get("name", "").lower() != str(getattr(platform, "name", "")).lower():
+        cap = profile.device.get("capability")
+        where += (f" (measured on {profile.device.get('name')}, not on {platform.name}: same sm{cap[0]}{cap[1]} "
+                  "architecture, so its order is used)"
+                  if cap and tuple(cap) == tuple(platform.capability or ()) else f" (not {platform.name})")
+    how = "CUDA-graph replays" if method == "graph" else "eager calls"
+    near = f" (the nearest measured to {shape.label()})" if shape else ""
+    pages = f", {buckets[0].page_size}-key pages" if page_sizes else ""
+    return f"{where}, {how}, {_buckets_text(buckets)}{pages}{near}"
+
+
+def rate_text(x: float) -> str:
     return f"{x:.0f}" if x >= 10 else f"{x:.2g}"
 
 

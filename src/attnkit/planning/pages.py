@@ -12,6 +12,8 @@ from attnkit.model.spec import ModelAttention
 from attnkit.planning.reasons import load_hook
 from attnkit.registry.capabilities import BackendDeclaration
 
+DEFAULT_PAGE_SIZE = 16      # the page size a plan fills where every chosen backend accepts it
+
 
 def model_page_sizes(decl: BackendDeclaration, model: ModelAttention) -> frozenset[int] | None:
     """The page sizes ``decl``'s hook allows for ``model``; None when it adds no limit."""

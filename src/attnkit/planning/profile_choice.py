@@ -1,11 +1,14 @@
 """The solver's use of device profiles: which applies, how it orders a phase, what the plan says.
 
 ``ProfileChoice`` is built once per plan. For a phase the user left open it reorders the
-candidates that serve every layer by the profile (planning/measured.py); the solver keeps
+candidates that serve every layer by the profile (planning/measured.py), at the page size the
+user fixed or else the default one; the solver keeps
 its own rule for the pair (one page size for both phases) and asks here why the chosen
 backend won. Without a profile for this device the priority order stands, and its reason
 quotes the rates the shipped profile of the same platform kind measured, never a typed
-figure. A backend the user named is never reordered or replaced.
+figure. A backend the user named is never reordered or replaced. Once the backends are
+chosen, ``page_gain`` tells the page size rule whether the profile measured the decode
+backend clearly faster at another page size (planning/page_gain.py).
 
 Prefill steps are two workloads: fresh prefills (no cached prefix) and extends over a cached
 prefix (chunked-prefill continuations, prefix-cache hits, MIXED steps). Where the profile
@@ -18,6 +21,7 @@ import os
 from typing import Any, Mapping
 
 from attnkit.planning import measured
+from attnkit.planning.page_gain import page_gain
 from attnkit.planning.profile_search import find_profile, same_device, shipped_profiles
 
 WORKLOADS = {"prefill": " for prefills without a cached prefix", "extend": " for steps over a cached prefix"}
@@ -48,7 +52,8 @@ class ProfileChoice:
         shape = measured.model_shape(model, settings)
         if self.profile is None or shape is None:
             return candidates
-        ranking = measured.rank(self.profile, shape, phase, candidates, self.workload.get(phase))
+        ranking = measured.rank(self.profile, shape, phase, candidates, self.workload.get(phase),
+                                page_size=settings.get("page_size"))
         notes = [] if ranking is None else ranking.failure_warnings()
         if ranking is not None:
             self.rankings[phase] = ranking
@@ -67,8 +72,8 @@ class ProfileChoice:
         shape = measured.model_shape(model, settings)
         if self.profile is None or shape is None or "prefill" in self.workload or "decode" not in model.phases:
             return None
-        fresh, extend = (measured.rank(self.profile, shape, "prefill", candidates, role=r)
-                         for r in ("prefill", "extend"))
+        fresh, extend = (measured.rank(self.profile, shape, "prefill", candidates, role=r,
+                                       page_size=settings.get("page_size")) for r in ("prefill", "extend"))
         if not (fresh and extend and fresh.measured and extend.measured) or fresh.measured[0] == extend.measured[0]:
             return None
         self._split = {"prefill": fresh, "extend": extend}
@@ -109,7 +114,8 @@ class ProfileChoice:
         if not self.automatic or self.profile is not None or shape is None:
             return ""
         for prof in shipped_profiles(self.platform.kind):
-            ranking = measured.rank(prof, shape, phase, backends, self.workload.get(phase))
+            ranking = measured.rank(prof, shape, phase, backends, self.workload.get(phase),
+                                    page_size=settings.get("page_size"))
             if ranking is not None and ranking.measured:
                 return " " + ranking.evidence(self.platform)
         return ""
@@ -119,5 +125,15 @@ class ProfileChoice:
         shape = measured.model_shape(model, settings)
         if self.profile is None or shape is None:
             return []
-        ranking = measured.rank(self.profile, shape, phase, [name], self.workload.get(phase))
+        ranking = measured.rank(self.profile, shape, phase, [name], self.workload.get(phase),
+                                page_size=settings.get("page_size"))
         return [] if ranking is None else ranking.failure_warnings("; named, so it runs anyway")
+
+    def page_gain(self, decode: str, base: int, sizes: list[int], model, settings) -> tuple[int, str] | None:
+        """A page size of ``sizes`` at which the profile measured the decode backend clearly
+        faster than at ``base`` (planning/page_gain.py), and the reason quoting both rates."""
+        shape = measured.model_shape(model, settings)
+        if self.profile is None or shape is None:
+            return None
+        gain = page_gain(self.profile, shape, decode, base, sizes, self.workload.get("decode"))
+        return None if gain is None else (gain.size, gain.reason(self.platform))

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 from attnkit.hardware.platform import compute_dtypes
 from attnkit.model.spec import ModelAttention
 from attnkit.planning.conflicts import conflict, page_size_refused
-from attnkit.planning.pages import accepts, common_page_sizes
+from attnkit.planning.pages import DEFAULT_PAGE_SIZE, accepts, common_page_sizes
 from attnkit.planning.view import Release, View
 from attnkit.registry.capabilities import DTYPES
 
@@ -221,7 +221,10 @@ def _refused_settings(v: View, name: str) -> list[str]:
 # ---- after backends are chosen --------------------------------------------------------------
 
 def page_size_rule(v: View) -> Iterator[Fill | str]:
-    """One page size every chosen backend accepts: 16 if all do, else the smallest common one."""
+    """One page size every chosen backend accepts: 16 if all do, else the smallest common one;
+    unless the device profile measured the decode backend more than page_gain.MARGIN faster
+    at another common size (over the same decode buckets), which is then filled, its reason
+    quoting both measured rates."""
     chosen = sorted({n for n in v.backends.values() if n})
     decls = [v.registry[n] for n in chosen]
     valid = common_page_sizes(decls, v.model)
@@ -235,10 +238,14 @@ def page_size_rule(v: View) -> Iterator[Fill | str]:
                        field="page_size", actual=None, expected=[],
                        solutions=["use one --attention-backend for both phases"],
                        before=v.command(), after=v.command())
-    size = 16 if 16 in valid else valid[0]
+    size = DEFAULT_PAGE_SIZE if DEFAULT_PAGE_SIZE in valid else valid[0]
     who = " and ".join(chosen)
-    yield Fill("page_size", size, f"default 16, accepted by {who}" if size == 16
-               else f"smallest page size accepted by {who} (16 is not)")
+    gain = v.page_gain(size, valid)
+    if gain is not None:
+        yield Fill("page_size", gain[0], f"{gain[1]}; accepted by {who}")
+        return
+    yield Fill("page_size", size, f"default {size}, accepted by {who}" if size == DEFAULT_PAGE_SIZE
+               else f"smallest page size accepted by {who} ({DEFAULT_PAGE_SIZE} is not)")
 
 
 def cuda_graph_rule(v: View) -> Iterator[Fill | str]:

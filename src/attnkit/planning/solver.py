@@ -5,7 +5,8 @@ run before the choice (dtype, KV dtype, tensor parallel, dual chunk), the choice
 (explicit, hybrid or automatic: the candidates serving EVERY layer, fastest first by the
 device profile where one applies, else in priority-table order; where the profile ranks fresh
 prefills and extends over a cached prefix differently, a separate extend backend), one page
-size every chosen backend accepts, then the Plan with every rejected candidate's reasons. A valid request that cannot be planned gives ``ok=False`` and an error;
+size every chosen backend accepts (the default, or one the profile measured the decode backend
+clearly faster at), then the Plan with every rejected candidate's reasons. A valid request that cannot be planned gives ``ok=False`` and an error;
 malformed input (unknown model or device, junk settings) raises ``AttnkitError``.
 """
 from __future__ import annotations
@@ -139,7 +140,7 @@ class Solve:
         return View(self.model, self.label, self.platform, self.request, self.typed,
                     MappingProxyType(self.registry), ro(self.settings), ro(self.backends), ro(self.explicit),
                     ro(self.chosen_by), ro(self.releases), ro(self.why), tuple(self.phases), self.needs,
-                    ro(self.env_used), self.command, self.reasons, self.pool, self.entry)
+                    ro(self.env_used), self.command, self.reasons, self.pool, self.entry, self.page_gain)
 
     def _env(self, env: Mapping[str, str]) -> None:
         name = (env.get("ATTNKIT_ATTENTION_BACKEND") or "").strip()
@@ -313,6 +314,12 @@ class Solve:
     def entry(self, phase: str):
         return priorities.lookup(self.platform.kind, self.platform.capability, self.model.kind, phase,
                                  table=self.table)
+
+    def page_gain(self, base: int, sizes: list[int]) -> tuple[int, str] | None:
+        decode = self.backends.get("decode")
+        if self.measured is None or decode is None:
+            return None
+        return self.measured.page_gain(decode, base, sizes, self.model, self.settings)
 
     def pool(self, phase: str) -> list[str]:
         """Automatic candidates in priority order: registered, not denied, not explicit-only."""

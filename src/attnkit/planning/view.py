@@ -55,3 +55,6 @@ class View:
     reasons: Callable[[str, str], list[Reason]]  # reasons(phase, backend): every failed constraint
     pool: Callable[[str], list[str]]             # pool(phase): automatic candidates, priority order
     entry: Callable[[str], Any]                  # entry(phase): the priority-table entry or None
+    page_gain: Callable[[int, list[int]], tuple[int, str] | None]   # page_gain(base, sizes): a size
+                                                 # of sizes the profile measured the decode backend
+                                                 # clearly faster at than base, and why; else None

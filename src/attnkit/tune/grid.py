@@ -6,6 +6,11 @@ benchmarks/bench_triton.py and bench_mla.py (Llama-3-8B-like 32/8 heads, d64/d12
 DeepSeek-V3 MLA at 16 and 128 heads), so the planner's nearest bucket for those rows is exact;
 ``--quick`` keeps the rows that decide each phase's choice. The CPU grid is tiny: it tests the
 code path end to end and makes a smoke profile.
+
+Every bucket is measured at the planner's default page size; the GPU grids' MLA decode buckets
+also at 64 keys a page, where triton_mla runs another kernel (its Hopper decode kernel needs
+pages of a multiple of 64), so the page size rule can compare the two (planning/page_gain.py).
+A backend that does not accept a bucket's page size is not measured there (run.serving).
 """
 from __future__ import annotations
 
@@ -13,16 +18,20 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from attnkit.planning.measured import model_shape
+from attnkit.planning.pages import DEFAULT_PAGE_SIZE
 from attnkit.planning.profile import Bucket, Shape
 
-PAGE_SIZE = 16          # the planner's default page size (rules.page_size_rule), for every bucket
+PAGE_SIZE = DEFAULT_PAGE_SIZE       # the planner's default page size, for every bucket
+MLA_DECODE_PAGES = (PAGE_SIZE, 64)  # MLA decode on the GPU: also 64-key pages (triton_mla's ws kernel)
 
 
 @dataclass(frozen=True)
 class Runtime:
-    """Runtime shapes of one phase: decode (batch, context) pairs or prefill (new, prefix, batch)."""
+    """Runtime shapes of one phase: decode (batch, context) pairs or prefill (new, prefix, batch);
+    ``decode_pages``: the page sizes the decode pairs are measured at (prefill: PAGE_SIZE)."""
     decode: tuple[tuple[int, int], ...]
     prefill: tuple[tuple[int, int, int], ...]
+    decode_pages: tuple[int, ...] = (PAGE_SIZE,)
 
 
 def _mha(heads, kv, dim, dtype="bf16", kv_dtype=None) -> Shape:
@@ -33,19 +42,19 @@ def _mla(heads, *, rank=512, rope=64, nope=128, v=128, dtype="bf16", kv_dtype=No
     return Shape("mla", heads, 1, nope + rope, v, dtype, kv_dtype or dtype, rank, rope)
 
 
-def _grid(decode_b, decode_ctx, prefill) -> Runtime:
-    return Runtime(tuple((b, c) for b in decode_b for c in decode_ctx), tuple(prefill))
+def _grid(decode_b, decode_ctx, prefill, pages=(PAGE_SIZE,)) -> Runtime:
+    return Runtime(tuple((b, c) for b in decode_b for c in decode_ctx), tuple(prefill), pages)
 
 
 MHA_MAIN = _grid((1, 16, 64, 128), (1024, 4096, 32768),
                  [(2048, 0, 1), (16384, 0, 1), (2048, 8192, 1), (2048, 32768, 1)])
 MHA_SIDE = Runtime(((64, 4096), (1, 32768)), ((16384, 0, 1), (2048, 32768, 1)))
 FP8_SIDE = Runtime(((1, 32768), (64, 4096)), ())
-MLA_MAIN = _grid((1, 32, 128), (1024, 4096, 32768), [(2048, 32768, 1), (4096, 0, 1)])
-MLA_FP8 = Runtime(((128, 4096),), ())
+MLA_MAIN = _grid((1, 32, 128), (1024, 4096, 32768), [(2048, 32768, 1), (4096, 0, 1)], MLA_DECODE_PAGES)
+MLA_FP8 = Runtime(((128, 4096),), (), MLA_DECODE_PAGES)
 QUICK_MHA = _grid((1, 64), (4096, 32768), [(16384, 0, 1), (2048, 32768, 1)])
-QUICK_MLA = Runtime(((128, 4096),), ((2048, 32768, 1),))
-QUICK_MLA_SMALL = Runtime(((128, 4096),), ())
+QUICK_MLA = Runtime(((128, 4096),), ((2048, 32768, 1),), MLA_DECODE_PAGES)
+QUICK_MLA_SMALL = Runtime(((128, 4096),), (), MLA_DECODE_PAGES)
 
 GPU_FULL: tuple[tuple[Shape, Runtime], ...] = (
     (_mha(32, 8, 128), MHA_MAIN),
@@ -75,16 +84,16 @@ CPU_QUICK = (
 
 
 def buckets(grid: Iterable[tuple[Shape, Runtime]]) -> list[Bucket]:
-    """Every bucket of ``grid``, decode first within each static shape."""
+    """Every bucket of ``grid``, decode first (each page size in turn) within each static shape."""
     out = []
     for shape, rt in grid:
-        out += [bucket(shape, "decode", b, 1, ctx) for b, ctx in rt.decode]
+        out += [bucket(shape, "decode", b, 1, ctx, page) for page in rt.decode_pages for b, ctx in rt.decode]
         out += [bucket(shape, "prefill", b, new, prefix + new) for new, prefix, b in rt.prefill]
     return out
 
 
-def bucket(shape: Shape, phase: str, batch: int, new: int, context: int) -> Bucket:
-    return Bucket(shape, phase, batch, new, context, PAGE_SIZE)
+def bucket(shape: Shape, phase: str, batch: int, new: int, context: int, page_size: int = PAGE_SIZE) -> Bucket:
+    return Bucket(shape, phase, batch, new, context, page_size)
 
 
 def default_grid(device: str, quick: bool) -> tuple[tuple[Shape, Runtime], ...]:

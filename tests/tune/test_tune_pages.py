@@ -1,0 +1,57 @@
+"""The GPU grids measure MLA decode at 16- and 64-key pages (triton_mla runs another kernel at
+64); a backend that refuses 64 is not measured there; a 64-page bucket builds 64-key pages."""
+import dataclasses
+
+import pytest
+
+from attnkit.backends.sdpa.backend import SdpaBackend
+from attnkit.hardware import resolve_platform
+from attnkit.model import load_model
+from attnkit.planning.profile import Bucket
+from attnkit.registry import declarations
+from attnkit.tune import grid
+from attnkit.tune.case import make_case
+from attnkit.tune.run import measure_entry, serving
+
+
+def twin(b: Bucket, page: int) -> Bucket:
+    return dataclasses.replace(b, page_size=page)
+
+
+@pytest.mark.parametrize("name, extra", [("GPU_FULL", 20), ("GPU_QUICK", 2), ("CPU_FULL", 0), ("CPU_QUICK", 0)])
+def test_page_64_buckets_are_the_gpu_mla_decode_buckets_with_a_page_16_twin(name, extra):
+    buckets = grid.buckets(getattr(grid, name))
+    at_64 = [b for b in buckets if b.page_size == 64]
+    assert len(at_64) == extra and len(set(buckets)) == len(buckets)
+    assert {b.page_size for b in buckets} <= {16, 64}
+    assert all(b.shape.kind == "mla" and b.phase == "decode" and twin(b, 16) in buckets for b in at_64)
+    mla_decode = [b for b in buckets if b.shape.kind == "mla" and b.phase == "decode" and b.page_size == 16]
+    assert (extra == 0) or all(twin(b, 64) in at_64 for b in mla_decode)
+
+
+def test_a_models_grid_takes_the_mla_pages_too():
+    buckets = grid.buckets(grid.model_grid([load_model("deepseek-v3")], "cuda", False))
+    assert {(b.phase, b.page_size) for b in buckets} == {("decode", 16), ("decode", 64), ("prefill", 16)}
+
+
+def test_a_backend_that_refuses_64_is_not_measured_there():
+    h200 = resolve_platform("h200")
+    b16 = next(b for b in grid.buckets(grid.GPU_QUICK) if b.shape.kind == "mla" and b.phase == "decode")
+    b64 = twin(b16, 64)
+    decls = dict(declarations())
+    assert "triton_mla" in serving(b64, decls, h200, None)
+    mla = decls["triton_mla"]
+    decls["triton_mla"] = dataclasses.replace(mla, capabilities=dataclasses.replace(mla.capabilities,
+                                                                                   page_sizes=(1, 16, 32)))
+    assert "triton_mla" not in serving(b64, decls, h200, None) and "triton_mla" in serving(b16, decls, h200, None)
+
+
+def test_a_page_64_bucket_builds_64_key_pages_and_checks_there():
+    shape = grid.CPU_FULL[1][0]                                  # the CPU MLA shape
+    b = grid.bucket(shape, "decode", 3, 1, 200, page_size=64)
+    case = make_case(b, "cpu")
+    assert case.cache.page_size == case.meta.page_size == 64
+    assert case.cache.latent[0].shape[:2] == (3 * 4, 64)          # ceil(200 / 64) = 4 pages a request
+    assert [len(r) for r in case.rows] == [4, 4, 4]
+    e = measure_entry(case, SdpaBackend(), "cpu")
+    assert e.status == "ok" and e.bucket.page_size == 64 and e.rel_err < 1e-5
