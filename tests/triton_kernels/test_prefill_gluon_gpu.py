@@ -84,11 +84,27 @@ def test_default_config_runs_it_where_measured_faster(dim, runs_gluon, variant, 
 
 
 @needs
-def test_gqa_groups_and_head_counts():
-    """Each query head reads its own KV head (h // group): MHA, GQA 4 and 8, MQA."""
+def test_gqa_groups_and_head_counts(launches):
+    """Each query head reads its own KV head (h // group): MHA, GQA 4 and 8, MQA, through the
+    Gluon kernel (launches counted)."""
     for heads, kv_heads in ((4, 4), (16, 4), (32, 4), (8, 1)):
         layer = make_layer(num_heads=heads, num_kv_heads=kv_heads, head_dim=128, dtype="bf16",
                            device="cuda")
         case = make_case(layer, prefix_lens=[0], new_lens=[1000], page_size=16, dtype="bf16",
                          device="cuda", q_scale=4.0, seed=heads)
+        launches.clear()
         assert_close(_run(case), case.reference(), dtype="bf16", what=f"{heads}/{kv_heads} heads")
+        assert launches, f"the Gluon kernel did not run ({heads}/{kv_heads} heads)"
+
+
+@needs
+def test_a_tile_override_runs_that_tile(launches):
+    """extend_config naming a tile (not GLUON) runs that Triton tile on a d128 prefill."""
+    layer = make_layer(num_heads=8, num_kv_heads=2, head_dim=128, dtype="bf16", device="cuda")
+    case = make_case(layer, prefix_lens=[0], new_lens=[1500], page_size=16, dtype="bf16",
+                     device="cuda", q_scale=4.0)
+    be = TritonBackend(extend_variant="tma", extend_config=dict(BLOCK_M=64, BLOCK_N=64,
+                                                                num_warps=4, num_stages=2))
+    out = be.forward(case.q, case.k, case.v, case.layer, case.cache, be.prepare(case.meta, case.cache))
+    assert_close(out, case.reference(), dtype="bf16", what="tile override")
+    assert not launches

@@ -333,3 +333,20 @@ def test_gluon_switch_falls_back_where_gluon_cannot_run():
         TritonBackend(extend_variant="tma", extend_config=dict(GLUON=1))
     assert err.value.code == "AK407"
 
+
+def test_a_tile_override_turns_the_gluon_default_off():
+    """GLUON is tma_config's default at d128 / d256; an extend_config that names a tile but not
+    GLUON asks for that Triton tile (the Gluon kernel takes no tile keys), so GLUON goes off;
+    GLUON named explicitly stands either way."""
+    from attnkit.backends.triton.tma_path import merged_tma_config, tma_config
+
+    for d in (128, 256):
+        assert tma_config(d, interpret=False)["GLUON"] is True
+        assert merged_tma_config(d, {}, interpret=False)["GLUON"] is True
+        for key, val in (("BLOCK_M", 64), ("BLOCK_N", 32), ("num_warps", 4), ("num_stages", 2),
+                         ("WS", False), ("FUSED_SCALE", True)):
+            cfg = merged_tma_config(d, {key: val}, interpret=False)
+            assert cfg["GLUON"] is False and cfg[key] == val
+        assert merged_tma_config(d, dict(BLOCK_N=32, GLUON=True), interpret=False)["GLUON"] is True
+        assert merged_tma_config(d, dict(GLUON=False), interpret=False)["GLUON"] is False
+    assert merged_tma_config(64, {}, interpret=False)["GLUON"] is False

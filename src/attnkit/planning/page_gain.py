@@ -5,7 +5,8 @@ A backend's speed can depend on the page size (triton_mla's Hopper decode kernel
 a multiple of 64 keys; with 16 a slower kernel runs). ``attnkit tune`` measures the MLA decode
 buckets at more than one page size, and the page size rule (rules.page_size_rule) asks here
 whether a size every chosen backend accepts beats the default. The comparison (docs/profile.md):
-the decode buckets of the measured shape nearest the model's (measured.nearest_static), those
+the decode buckets of the model's own shape (heads a rank, dims, dtypes: a nearest other shape
+does not count, as the kernel a backend runs, and so the page size's effect, depends on it), those
 at the default page size (or the one bucket nearest a decode workload), each also measured at
 the other size; the decode backend ``ok`` in all of them at both sizes; the geometric means of
 its rates by one method (CUDA-graph replays where every one of those entries has a graph time,
@@ -37,11 +38,10 @@ class PageGain:
     method: str                     # "graph" or "eager"
     buckets: tuple[Bucket, ...]     # the compared buckets, at the base page size
     profile: Profile
-    shape: Shape | None = None      # the model's, when it differs from the buckets'
 
     def reason(self, platform) -> str:
         """``triton_mla decode measured 2.10x faster with 64-key pages than with 16 (...)``."""
-        where = source_text(self.profile, platform, self.method, list(self.buckets), self.shape)
+        where = source_text(self.profile, platform, self.method, list(self.buckets), None)
         return (f"{self.backend} decode measured {self.rate / self.base_rate:.2f}x faster with {self.size}-key "
                 f"pages than with {self.base} ({rate_text(self.rate)} vs {rate_text(self.base_rate)} "
                 f"{UNITS['decode']}; {where})")
@@ -53,8 +53,9 @@ def page_gain(profile: Profile, shape: Shape, backend: str, base: int, sizes: It
     than MARGIN faster than at page size ``base``, over the same buckets; None if none did."""
     group = nearest_static(profile, shape, "decode")
     ours = [b for b in group if b.page_size == base]
-    if not ours:
-        return None
+    if not ours or ours[0].shape != shape:
+        return None     # measured on another shape only: which kernel runs, and so the page
+        #                 size's effect, depends on the shape (heads a rank, dtypes)
     if workload:
         ours = [nearest_runtime(ours, workload)]
     ours.sort(key=lambda b: b.runtime())
@@ -71,6 +72,5 @@ def page_gain(profile: Profile, shape: Shape, backend: str, base: int, sizes: It
             continue
         old, new = geomean([r0 for r0, _ in rates]), geomean([r1 for _, r1 in rates])
         if new > old * (1 + MARGIN) and (best is None or new > best.rate):
-            best = PageGain(backend, size, base, new, old, method, tuple(ours), profile,
-                            shape if shape != ours[0].shape else None)
+            best = PageGain(backend, size, base, new, old, method, tuple(ours), profile)
     return best

@@ -131,9 +131,20 @@ class ProfileChoice:
 
     def page_gain(self, decode: str, base: int, sizes: list[int], model, settings) -> tuple[int, str] | None:
         """A page size of ``sizes`` at which the profile measured the decode backend clearly
-        faster than at ``base`` (planning/page_gain.py), and the reason quoting both rates."""
+        faster than at ``base`` (planning/page_gain.py), and the reason quoting both rates; None
+        also when the profile, ranked at that size, would put another decode backend first."""
         shape = measured.model_shape(model, settings)
         if self.profile is None or shape is None:
             return None
         gain = page_gain(self.profile, shape, decode, base, sizes, self.workload.get("decode"))
-        return None if gain is None else (gain.size, gain.reason(self.platform))
+        if gain is None:
+            return None
+        ranked = self.rankings.get("decode")
+        if ranked is not None and ranked.measured:
+            # the plan must be its own fixed point: ranked at the size it fills, the decode
+            # choice must stay (else `plan --page-size N` would pick another backend)
+            again = measured.rank(self.profile, shape, "decode", ranked.order,
+                                  self.workload.get("decode"), page_size=gain.size)
+            if again is None or not again.measured or again.measured[0] != decode:
+                return None
+        return gain.size, gain.reason(self.platform)

@@ -29,8 +29,8 @@ from attnkit.backends.triton.decode_merge import merge_counters
 from attnkit.backends.triton.extend import (EXTEND_VARIANT, EXTEND_VARIANT_NAMES, EXTEND_VARIANTS,
                                              extend_attention, extend_config, pick_extend_variant)
 from attnkit.backends.triton.extend_new_kv import extend_attention_v2
-from attnkit.backends.triton.tma_path import (TMA_ONLY_KEYS, check_tma_override, run_tma_extend,
-                                              tma_config, tma_route)
+from attnkit.backends.triton.tma_path import (TMA_ONLY_KEYS, check_tma_override,
+                                              merged_tma_config, run_tma_extend, tma_route)
 from attnkit.errors import fail
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -193,7 +193,7 @@ class TritonBackend(AttentionBackend):
                              counters=plan.counters if decode_variant == "fused" else None)
         elif (route := tma_route(self.extend_variant or EXTEND_VARIANT, q, k, v, layer, cache,
                                  meta)) is not None:
-            cfg = tma_config(spec.head_dim, interpret=interpreting()) | self.extend_override
+            cfg = merged_tma_config(spec.head_dim, self.extend_override, interpret=interpreting())
             block_req, block_m = plan.query_blocks(cfg["BLOCK_M"])
             common.pop("attention_chunk")        # None here: tma_route refuses chunked layers
             run_tma_extend(route, q, k, v, out, cache, lid, plan, config=cfg, block_req=block_req,
