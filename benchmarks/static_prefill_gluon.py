@@ -29,13 +29,12 @@ def main(argv=None) -> int:
         kv_l = gl.NVMMASharedLayout.get_default_for([bn, d], gl.bfloat16)
         kv = f"tensordesc<bf16[{bn}, {d}],{kv_l!r}>"
         sig = {"q_desc": f"tensordesc<bf16[{mod.BM}, {d}],{q_l!r}>", "k_desc": kv, "v_desc": kv,
-               "Out": "*bf16", "BlockReq": "*i32", "BlockM": "*i32", "QStart": "*i32",
-               "KStart": "*i32", "SeqLens": "*i32", "stride_ot": "i32", "qk_scale": "fp32",
-               "v_scale": "fp32"}
+               "Out": "*bf16", "stride_ot": "i32", "T": "i32", "num_blocks": "i32",
+               "qk_scale": "fp32", "v_scale": "fp32"}
         consts = dict(NUM_HEADS=32, GROUP=4, D=d, BN=bn, NSK=nsk, NSV=nsv,
                       CONSUMER_REGS=mod.CONSUMER_REGS, LOADER_REGS=mod.LOADER_REGS)
         print(compile_report(mod._prefill_gluon_kernel, sig, consts, f"prefill_gluon_d{d}",
-                             args.out, not_div=(), source=GluonASTSource,
+                             args.out, not_div=("T", "num_blocks"), source=GluonASTSource,
                              num_warps=4, maxnreg=mod.MAXNREG))
     return 0
 

@@ -67,8 +67,7 @@ TMA = {
 }
 # extend: the default, it with FUSED_SCALE, and two warp-specialised tiles. Warp-specialised
 # tiles at 3 stages returned NaN on 2026-12-01 and the backend refuses them (AK407): not here.
-EXTEND_TMA = TMA[128][:2] + [dict(T(128, 64, False, 8, 3), GLUON=True, GLUON_ROWS=True),
-                             T(128, 128, True, 4, 2), T(128, 64, True, 4, 2)]
+EXTEND_TMA = TMA[128][:2] + [T(128, 128, True, 4, 2), T(128, 64, True, 4, 2)]
 
 
 def _path():
@@ -244,23 +243,12 @@ def prefill(args, dim):
                       dict(batch=1, prefix=0, new=16384, heads=heads, dim=dim), variants, SDPA_PEERS)
 
 
-def extend(args, prefix, *, flex=True):
+def extend(args, prefix):
     variants = [("v1 (default before)", dict(extend_variant="v1"))]
     variants += [(f"tma {c}", dict(extend_variant="tma", extend_config=c)) for c in EXTEND_TMA]
     attention_section(args, f"extend 2048 over {prefix // 1024}k d128",
                       dict(batch=1, prefix=prefix, new=2048, heads=32, dim=128),
-                      variants, SDPA_PEERS + [("gather+sdpa", None)], flex=flex and prefix == 32768)
-
-
-def rows_quick(args):
-    """The gathered-rows route, Triton tile vs the Gluon kernel (GLUON_ROWS), cuDNN as the peer:
-    extend 2048 over 32k and 8 fresh prefills of 2048 (no FlexAttention: its compile is slow)."""
-    tile = T(128, 64, False, 8, 3)
-    variants = [(f"tma {c}", dict(extend_variant="tma", extend_config=c))
-                for c in (tile, dict(tile, GLUON=True, GLUON_ROWS=True))]
-    for name, kw in (("extend 2048 over 32k d128", dict(batch=1, prefix=32768, new=2048)),
-                     ("prefill 8 x 2048 d128", dict(batch=8, prefix=0, new=2048))):
-        attention_section(args, name, dict(kw, heads=32, dim=128), variants, SDPA_PEERS[:1])
+                      variants, SDPA_PEERS + [("gather+sdpa", None)], flex=prefix == 32768)
 
 
 # prefill_gluon.py's tiles measured directly ((BN, K slots, V slots)); the first of each list is
@@ -276,9 +264,8 @@ GLUON_VARIANTS = {
 def gluon_variants(args, dim):
     """prefill_gluon_attention called directly (the direct route's own arguments) for each of
     GLUON_VARIANTS[dim], with the shipped Triton tile and cuDNN in the same process."""
+    from attnkit.backends.triton.prefill_gluon import prefill_gluon_attention
     from attnkit.backends._triton import kernel_scales
-    from attnkit.backends.triton.backend import query_blocks
-    from attnkit.backends.triton.prefill_gluon import BM, prefill_gluon_attention
     heads = 16 if dim == 256 else 32
     s = Setup(batch=1, prefix=0, new=16384, heads=heads, dim=dim)
     flops = 4 * dim * heads * 16384 * 16385 / 2
@@ -288,15 +275,11 @@ def gluon_variants(args, dim):
     ref = reference(s, True)
     info = dict(section=f"gluon variants d{dim}", unit="TFLOP/s", flops=flops)
     qk_scale, _, v_scale = kernel_scales(s.layer, s.cache, None)
-    block_req, block_m = query_blocks([16384], [16384], BM, device="cuda")
-    i32 = lambda xs: torch.tensor(xs, dtype=torch.int32, device="cuda")  # noqa: E731
-    geometry = dict(block_req=block_req, block_m=block_m, query_start_loc=i32([0, 16384]),
-                    key_start=i32([0]), seq_lens=i32([16384]), qk_scale=qk_scale, v_scale=v_scale)
     for tiles in GLUON_VARIANTS[dim]:
         def make(tiles=tiles):
             out = torch.empty_like(s.q)
-            fn = lambda: prefill_gluon_attention(s.q, s.k, s.v, out, tiles=tiles,  # noqa: E731
-                                                 **geometry)
+            fn = lambda: prefill_gluon_attention(s.q, s.k, s.v, out, qk_scale=qk_scale,  # noqa: E731
+                                                 v_scale=v_scale, tiles=tiles)
             return (lambda: poisoned(fn, tuple(s.q.shape), s.q.dtype).reshape(ref.shape)), fn
         checked_row(make, ref, units, who=f"gluon {tiles}", **info)
     for label, cfg in (("default", {}), ("Triton tile", dict(GLUON=False))):
@@ -422,7 +405,7 @@ def table():
 SECTIONS = {"prefill128": lambda a: prefill(a, 128), "prefill64": lambda a: prefill(a, 64),
             "prefill256": lambda a: prefill(a, 256), "extend32k": lambda a: extend(a, 32768),
             "extend8k": lambda a: extend(a, 8192), "decode": decode, "mla": mla,
-            "race": race_check, "rows": rows_quick, "gluon128": lambda a: gluon_variants(a, 128),
+            "race": race_check, "gluon128": lambda a: gluon_variants(a, 128),
             "gluon256": lambda a: gluon_variants(a, 256), "gluon64": lambda a: gluon_variants(a, 64)}
 
 

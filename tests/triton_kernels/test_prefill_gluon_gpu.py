@@ -108,33 +108,3 @@ def test_a_tile_override_runs_that_tile(launches):
     out = be.forward(case.q, case.k, case.v, case.layer, case.cache, be.prepare(case.meta, case.cache))
     assert_close(out, case.reference(), dtype="bf16", what="tile override")
     assert not launches
-
-
-@needs
-@pytest.mark.parametrize("dim", [64, 128, 256])
-@pytest.mark.parametrize("prefix, new", [([0, 0, 0], [1, 130, 700]),           # batched prefill
-                                         ([500], [1200]), ([4096], [3]),         # extends
-                                         ([0, 77, 1000, 129], [300, 1, 257, 2000])])
-def test_rows_route_matches_reference(dim, prefix, new, launches):
-    """GLUON_ROWS=True: several requests and cached prefixes through the gathered rows (key
-    offsets per request, the causal mask aligned to each request's last key)."""
-    layer = make_layer(num_heads=8, num_kv_heads=2, head_dim=dim, dtype="bf16", device="cuda")
-    case = make_case(layer, prefix_lens=prefix, new_lens=new, page_size=16, dtype="bf16",
-                     device="cuda", q_scale=4.0, seed=sum(new))
-    out = _run(case, GLUON_ROWS=True)
-    assert launches, "the Gluon kernel did not run"
-    assert torch.isfinite(out).all()
-    assert_close(out, case.reference(), dtype="bf16", what=f"rows d{dim} {prefix} {new}")
-
-
-@needs
-def test_rows_route_fp16_and_gqa(launches):
-    for heads, kv_heads in ((16, 16), (32, 4), (8, 1)):
-        layer = make_layer(num_heads=heads, num_kv_heads=kv_heads, head_dim=128, dtype="fp16",
-                           device="cuda")
-        case = make_case(layer, prefix_lens=[300, 0], new_lens=[500, 900], page_size=16,
-                         dtype="fp16", device="cuda", q_scale=4.0, seed=heads)
-        launches.clear()
-        assert_close(_run(case, GLUON_ROWS=True), case.reference(), dtype="fp16",
-                     what=f"rows fp16 {heads}/{kv_heads}")
-        assert launches

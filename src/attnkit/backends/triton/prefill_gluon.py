@@ -1,14 +1,11 @@
-"""Causal prefill / extend on sm_90 in Gluon, warp-specialised with FlashAttention-3's ping-pong
-(tma_path.py: the "direct" route of a one-request prefill with extend_config GLUON=True,
-tma_config's default at d128 and d256; the gathered "rows" route, any requests and prefixes,
-with GLUON_ROWS=True as well): a loader warp and two computing warpgroups, each its own
-partition.
+"""Causal prefill of one request on sm_90 in Gluon, warp-specialised with FlashAttention-3's
+ping-pong (the "direct" route of tma_path.py; extend_config GLUON=True, tma_config's default
+at d128 and d256): a loader warp and two computing warpgroups, each its own partition.
 
-A program owns a 128-row query block of one request (block_req / block_m, most keys first)
-and one head; warpgroup WG (0 or 1) the rows 64 * WG .. + 63, with its own softmax state. The
-loader brings Q once, then K / V tiles of BN keys through TMA, K and V each in a ring of its
-own (TILES: slots per head dim), K one tile ahead of V. A K slot is released once both
-warpgroups' Q.K of it are done, a V slot once both P.V's are.
+A program owns 128 query rows of one head; warpgroup WG (0 or 1) the rows 64 * WG .. + 63,
+with its own softmax state. The loader brings Q once, then K / V tiles of BN keys through TMA,
+K and V each in a ring of its own (TILES: slots per head dim), K one tile ahead of V. A K slot
+is released once both warpgroups' Q.K of it are done, a V slot once both P.V's are.
 
 Ping-pong: a turn token (two mbarriers; the first warpgroup holds it first) makes each
 warpgroup issue its Q.K of tile j + 1 and P.V of tile j only after the other has issued its
@@ -18,14 +15,12 @@ during its softmax of tile j. Warpgroup 1 (a worker partition) waits for its own
 Triton 3.6 places a worker partition's code in its dispatch loop, and ptxas then serialises
 every wgmma of the kernel (advisory C7512, "insufficient register resources", at any register
 budget) if a wgmma stays in flight across that partition's softmax
-(benchmarks/static_prefill_gluon.py reports the advisory; NOTES-hopper.md versions 4-8).
+(benchmarks/static_prefill_gluon.py reports the advisory; NOTES-hopper.md versions 4-6).
 
-Positions: request r's key n (row key_start[r] + n) is at position n, its query row i at
-prefix + i (prefix = its keys - its new rows: the causal mask is aligned to the last key).
-Key tiles wholly at or left of the block's first row (j < (prefix + m0 + 1) / BN) run unmasked
-in a first loop; the tiles up to the block's last real row's position run masked in a second
-(a row sees keys at positions <= its own; rows past the request's new rows are not stored;
-key rows past the keys are zeros, never seen by a stored row). Scores use the fused scale:
+Keys are the step's own k / v rows (one request, no prefix): key n < T is at position n, query
+row i at position i. Key tiles wholly left of the block (j < q0 / BN) run unmasked in a first
+loop; the tiles that cross the diagonal run masked in a second (keys past a row are masked,
+keys past T are zeros from TMA, rows past T are not stored). Scores use the fused scale:
 exp2(qk * qk_scale - m), m = max(qk) * qk_scale, exact for qk_scale > 0 (the launcher's
 condition).
 """
@@ -50,26 +45,25 @@ LOADER_REGS = 24
 
 @gluon.jit
 def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free,
-            v_free, q_row0, q_col, kv_row0, kv_col, n_tiles, BN: gl.constexpr, NSK: gl.constexpr,
+            v_free, q_row0, q_col, kv_col, n_tiles, BN: gl.constexpr, NSK: gl.constexpr,
             NSV: gl.constexpr):
     """Q once; then K one tile ahead of V (K of tile i + 1 before V of tile i), each into its
     own ring once both warpgroups have released the slot."""
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [q_row0, q_col], q_bar, q_smem)
     mbarrier.expect(k_ready.index(0), k_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(k_desc, [kv_row0, kv_col], k_ready.index(0), k_smem.index(0))
+    tma.async_copy_global_to_shared(k_desc, [0, kv_col], k_ready.index(0), k_smem.index(0))
     for i in range(n_tiles):
         if i + 1 < n_tiles:
             sk = (i + 1) % NSK
             mbarrier.wait(k_free.index(sk), (((i + 1) // NSK) & 1) ^ 1)
             mbarrier.expect(k_ready.index(sk), k_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(k_desc, [kv_row0 + (i + 1) * BN, kv_col],
-                                            k_ready.index(sk), k_smem.index(sk))
+            tma.async_copy_global_to_shared(k_desc, [(i + 1) * BN, kv_col], k_ready.index(sk),
+                                            k_smem.index(sk))
         sv = i % NSV
         mbarrier.wait(v_free.index(sv), ((i // NSV) & 1) ^ 1)
         mbarrier.expect(v_ready.index(sv), v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(v_desc, [kv_row0 + i * BN, kv_col], v_ready.index(sv),
-                                        v_smem.index(sv))
+        tma.async_copy_global_to_shared(v_desc, [i * BN, kv_col], v_ready.index(sv), v_smem.index(sv))
 
 
 @gluon.jit
@@ -112,19 +106,17 @@ def _tile(j, n_tiles, sc, o, m_i, l_i, rows, q, k_smem, v_smem, k_ready, v_ready
 
 @gluon.jit
 def _compute(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, turn, Out,
-             stride_ot, out_col, q_row0, m0, q_len, prefix, n_tiles, qk_scale, v_scale,
-             WG: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, NSK: gl.constexpr,
-             NSV: gl.constexpr):
-    """Local query rows m0 + 64 * WG .. + 63 of the block (at positions prefix + row; step
-    rows q_row0 + 64 * WG ..) over every key tile; then the normalised store of the rows
-    below q_len. Turn 0 of each warpgroup is the first tile's Q.K; tile j's issue is its turn
-    j + 1."""
+             stride_ot, out_col, q0, n_tiles, T, qk_scale, v_scale, WG: gl.constexpr,
+             BN: gl.constexpr, D: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr):
+    """Rows q0 + 64 * WG .. + 63 of the block over every key tile; then the normalised store.
+    Turn 0 of each warpgroup is the first tile's Q.K; tile j's issue is its turn j + 1."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BN, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, D, 16])
+    r0 = q0 + 64 * WG
     q = q_smem.slice(64 * WG, 64)
-    rows = prefix + m0 + 64 * WG + gl.arange(0, 64, layout=gl.SliceLayout(1, s_layout))
+    rows = r0 + gl.arange(0, 64, layout=gl.SliceLayout(1, s_layout))
     m_i = gl.full([64], -1.0e30, gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([64], gl.float32, gl.SliceLayout(1, s_layout))
     o = warpgroup_mma_init(gl.zeros([64, D], gl.float32, o_layout))
@@ -136,7 +128,7 @@ def _compute(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, tu
     mbarrier.arrive(turn.index(1 - WG), count=1)
     sc = warpgroup_mma_wait(num_outstanding=0, deps=[tok])
     mbarrier.arrive(k_free.index(0), count=1)
-    n_left = (prefix + m0 + 1) // BN        # tiles wholly at or left of the block's first row
+    n_left = q0 // BN                       # tiles wholly left of the block's first row
     for j in range(n_left):
         sc, o, m_i, l_i = _tile(j, n_tiles, sc, o, m_i, l_i, rows, q, k_smem, v_smem, k_ready,
                                 v_ready, k_free, v_free, turn, qk_scale, False, WG, BN, D, NSK,
@@ -149,46 +141,35 @@ def _compute(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, tu
     mbarrier.arrive(v_free.index((n_tiles + NSV - 1) % NSV), count=1)
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
     out = o * gl.expand_dims(v_scale / gl.where(l_o == 0.0, 1.0, l_o), 1)
-    local = m0 + 64 * WG + gl.arange(0, 64, layout=gl.SliceLayout(1, o_layout))
-    orow = q_row0 - m0 + local
+    orow = r0 + gl.arange(0, 64, layout=gl.SliceLayout(1, o_layout))
     ocol = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
     ptr = Out + gl.expand_dims(orow.to(gl.int64) * stride_ot + out_col, 1) + gl.expand_dims(ocol, 0)
-    gl.store(ptr, out.to(Out.dtype.element_ty), mask=gl.expand_dims(local < q_len, 1))
+    gl.store(ptr, out.to(Out.dtype.element_ty), mask=gl.expand_dims(orow < T, 1))
 
 
 @gluon.jit
 def _compute_second(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, turn, Out,
-                    stride_ot, out_col, q_row0, m0, q_len, prefix, n_tiles, qk_scale, v_scale,
-                    BN: gl.constexpr, D: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr):
+                    stride_ot, out_col, q0, n_tiles, T, qk_scale, v_scale, BN: gl.constexpr,
+                    D: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr):
     """Warpgroup 1, the worker partition (a separate entry: a partition takes its constexprs
     from its own signature)."""
     _compute(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, turn, Out,
-             stride_ot, out_col, q_row0, m0, q_len, prefix, n_tiles, qk_scale, v_scale, 1, BN,
-             D, NSK, NSV)
+             stride_ot, out_col, q0, n_tiles, T, qk_scale, v_scale, 1, BN, D, NSK, NSV)
 
 
 @gluon.jit
-def _prefill_gluon_kernel(q_desc, k_desc, v_desc, Out, BlockReq, BlockM, QStart, KStart, SeqLens,
-                          stride_ot, qk_scale, v_scale, NUM_HEADS: gl.constexpr,
-                          GROUP: gl.constexpr, D: gl.constexpr, BN: gl.constexpr,
-                          NSK: gl.constexpr, NSV: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                          LOADER_REGS: gl.constexpr):
-    """Grid: (query block, head), heads fastest; BlockReq / BlockM [NB] int32: a block's
-    request and first query row (128-row blocks, most keys first); QStart [B + 1], KStart /
-    SeqLens [B] int32: a request's first step row, first key row, keys (its prefix: keys - new
-    rows). q_desc: [T, H_q * D] blocks [128, D]; k_desc / v_desc: [rows, H_kv * D] blocks
-    [BN, D]; Out: [T, H_q, D] (row stride stride_ot, heads dense). num_warps = 4."""
+def _prefill_gluon_kernel(q_desc, k_desc, v_desc, Out, stride_ot, T, num_blocks, qk_scale,
+                          v_scale, NUM_HEADS: gl.constexpr, GROUP: gl.constexpr, D: gl.constexpr,
+                          BN: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr,
+                          CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr):
+    """Grid: (query block, head), heads fastest and the blocks with the most keys first.
+    q_desc: [T, H_q * D] blocks [128, D]; k_desc / v_desc: [T, H_kv * D] blocks [BN, D];
+    Out: [T, H_q, D] (row stride stride_ot, heads dense). num_warps = 4."""
     pid = gl.program_id(0)
-    blk = pid // NUM_HEADS
+    blk = num_blocks - 1 - pid // NUM_HEADS
     h = pid % NUM_HEADS
-    req = gl.load(BlockReq + blk)
-    m0 = gl.load(BlockM + blk)
-    q_begin = gl.load(QStart + req)
-    q_len = gl.load(QStart + req + 1) - q_begin
-    kv_len = gl.load(SeqLens + req)
-    kv_row0 = gl.load(KStart + req)
-    prefix = kv_len - q_len
-    n_tiles = gl.cdiv(prefix + gl.minimum(m0 + 128, q_len), BN)    # keys up to the last row's
+    q0 = blk * 128
+    n_tiles = gl.cdiv(gl.minimum(q0 + 128, T), BN)
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [128, D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [NSK, BN, D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [NSV, BN, D], v_desc.layout)
@@ -211,14 +192,12 @@ def _prefill_gluon_kernel(q_desc, k_desc, v_desc, Out, BlockReq, BlockM, QStart,
     mbarrier.arrive(turn.index(0), count=1)             # warpgroup 0 has the first turn
     gl.warp_specialize([
         (_compute, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, turn, Out,
-                    stride_ot, h * D, q_begin + m0, m0, q_len, prefix, n_tiles, qk_scale,
-                    v_scale, 0, BN, D, NSK, NSV)),
+                    stride_ot, h * D, q0, n_tiles, T, qk_scale, v_scale, 0, BN, D, NSK, NSV)),
         (_compute_second, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free,
-                           turn, Out, stride_ot, h * D, q_begin + m0, m0, q_len, prefix,
-                           n_tiles, qk_scale, v_scale, BN, D, NSK, NSV)),
+                           turn, Out, stride_ot, h * D, q0, n_tiles, T, qk_scale, v_scale, BN,
+                           D, NSK, NSV)),
         (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
-                   k_free, v_free, q_begin + m0, h * D, kv_row0, (h // GROUP) * D, n_tiles, BN,
-                   NSK, NSV)),
+                   k_free, v_free, q0, h * D, (h // GROUP) * D, n_tiles, BN, NSK, NSV)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 
@@ -240,15 +219,11 @@ def gluon_prefill_ready(q, k, v, out, *, causal, window, softcap, sinks, qk_scal
             and k.shape[2] == v.shape[2] == D and out.stride(2) == 1 and out.stride(1) == D)
 
 
-def prefill_gluon_attention(q, k_rows, v_rows, out, *, block_req, block_m, query_start_loc,
-                            key_start, seq_lens, qk_scale, v_scale, tiles=None):
-    """q [T, H_q, D]; k_rows / v_rows [R, H_kv, D] (descriptor_ready): request r's keys are rows
-    key_start[r] .. + seq_lens[r], the rows after them up to a multiple of BN finite (zeros) or
-    past R; out [T, H_q, D] (written). block_req / block_m [NB] int32: the 128-row query blocks
-    (BM), most keys first; query_start_loc [B + 1], key_start / seq_lens [B] int32.
+def prefill_gluon_attention(q, k, v, out, *, qk_scale, v_scale, tiles=None):
+    """q [T, H_q, D], k / v [T, H_kv, D] (descriptor_ready), out [T, H_q, D] (written).
     tiles: (BN, K slots, V slots) instead of TILES[D] (the benchmarks' variants)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-    H, D = q.shape[1], q.shape[2]
+    T, H, D = q.shape
     elem = gl.bfloat16 if q.dtype.itemsize == 2 and str(q.dtype).endswith("bfloat16") else gl.float16
 
     def desc(x, rows):
@@ -256,9 +231,9 @@ def prefill_gluon_attention(q, k_rows, v_rows, out, *, block_req, block_m, query
         return TensorDescriptor(x, [x.shape[0], x.shape[1] * D], [x.stride(0), 1], [rows, D], layout)
 
     BN, NSK, NSV = tiles or TILES[D]
-    _prefill_gluon_kernel[(block_req.shape[0] * H,)](
-        desc(q, BM), desc(k_rows, BN), desc(v_rows, BN), out, block_req, block_m,
-        query_start_loc, key_start, seq_lens, out.stride(0), qk_scale, v_scale, NUM_HEADS=H,
-        GROUP=H // k_rows.shape[1], D=D, BN=BN, NSK=NSK, NSV=NSV, CONSUMER_REGS=CONSUMER_REGS,
+    blocks = -(-T // BM)
+    _prefill_gluon_kernel[(blocks * H,)](
+        desc(q, BM), desc(k, BN), desc(v, BN), out, out.stride(0), T, blocks, qk_scale, v_scale,
+        NUM_HEADS=H, GROUP=H // k.shape[1], D=D, BN=BN, NSK=NSK, NSV=NSV, CONSUMER_REGS=CONSUMER_REGS,
         LOADER_REGS=LOADER_REGS, num_warps=4, maxnreg=MAXNREG)
     return out

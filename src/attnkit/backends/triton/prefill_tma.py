@@ -172,8 +172,7 @@ def prefill_tma_attention(q, k_rows, v_rows, out, *, block_req, block_m, query_s
     cfg = dict(config)
     block_m_rows, block_n, ws = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("WS")
     fused = bool(cfg.pop("FUSED_SCALE", False)) and softcap is None and qk_scale > 0
-    cfg.pop("GLUON", None)          # run_tma_extend's switches (prefill_gluon.py), not this kernel's
-    cfg.pop("GLUON_ROWS", None)
+    cfg.pop("GLUON", None)          # run_tma_extend's switch (prefill_gluon.py), not this kernel's
     if ws:
         _scratch_allocator()
     _prefill_tma_kernel[(block_req.shape[0] * num_heads,)](

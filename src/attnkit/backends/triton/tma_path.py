@@ -22,13 +22,11 @@ from attnkit.errors import fail
 from attnkit.backends.triton.prefill_tma import descriptor_ready, prefill_tma_attention
 
 try:        # Gluon's Hopper API as Triton 3.6 spells it (GLUON=True runs it there only)
-    from attnkit.backends.triton.prefill_gluon import BM as GLUON_BM
     from attnkit.backends.triton.prefill_gluon import gluon_prefill_ready, prefill_gluon_attention
 except ImportError:         # pragma: no cover - depends on the installed Triton
     def gluon_prefill_ready(*args, **kwargs) -> bool:
         return False
     prefill_gluon_attention = None
-    GLUON_BM = 128
 
 # >>> Whether extend "auto" takes this kernel where tma_route allows it (sm_90+). On the H200
 # sweep of 2026-12-01 (benchmarks/results/sweep_hopper.md; NOTES-hopper.md) the default tiles
@@ -38,7 +36,7 @@ AUTO_TMA = True
 PAD = 128                    # rows of a request's buffer segment: a multiple of every BLOCK_N
 MIN_FLOPS_PER_BYTE = 2000    # copy ~3 TB/s vs kernel ~500 TFLOP/s: the copy stays under ~4 %
 MAX_ROWS_BYTES = 1 << 30     # larger steps keep the paged kernels rather than a 1 GiB buffer
-TMA_ONLY_KEYS = ("WS", "FUSED_SCALE", "GLUON", "GLUON_ROWS")   # keys the paged kernels do not take
+TMA_ONLY_KEYS = ("WS", "FUSED_SCALE", "GLUON")   # extend_config keys the paged kernels do not take
 
 
 def tma_config(head_dim: int, *, interpret: bool) -> dict:
@@ -91,8 +89,8 @@ def merged_tma_config(head_dim: int, override: dict, *, interpret: bool) -> dict
 def check_tma_override(config: dict) -> None:
     """Refuse an extend config the tma kernel computes wrongly. H200 sweep 2026-12-01, Triton
     3.6: every warp-specialised tile with 3 stages returned NaN (d64 and d128, prefill and
-    extend); 2 stages were right. The kernel's switches (WS, FUSED_SCALE, GLUON, GLUON_ROWS)
-    must be booleans."""
+    extend); 2 stages were right. The kernel's switches (WS, FUSED_SCALE, GLUON) must be
+    booleans."""
     for key in TMA_ONLY_KEYS:
         if key in config and not isinstance(config[key], bool):
             fail("AK407", f"extend_config[{key!r}] must be True or False, got {config[key]!r}",
@@ -155,6 +153,12 @@ def run_tma_extend(route: str, q, k, v, out, cache, layer_id: int, plan, *, conf
     prefill_tma_attention takes them (scales, softcap, window, sinks, causal)."""
     if not descriptor_ready(q):
         q = q.contiguous()
+    if route == "direct" and config.get("GLUON") and gluon_prefill_ready(
+            q, k, v, out, causal=kernel_args["causal"], window=kernel_args["window"],
+            softcap=kernel_args["softcap"], sinks=kernel_args["sinks"],
+            qk_scale=kernel_args["qk_scale"]):
+        return prefill_gluon_attention(q, k, v, out, qk_scale=kernel_args["qk_scale"],
+                                       v_scale=kernel_args["v_scale"])
     if route == "direct":
         k_rows, v_rows, key_start = k, v, plan.query_start_loc[:-1]
     else:
@@ -163,15 +167,6 @@ def run_tma_extend(route: str, q, k, v, out, cache, layer_id: int, plan, *, conf
                                      block_tables=plan.block_tables, key_start=key_start,
                                      seq_lens=plan.seq_lens, total_rows=total, longest=longest,
                                      pad=PAD, dtype=q.dtype)
-    if (config.get("GLUON") and (route == "direct" or config.get("GLUON_ROWS"))
-            and gluon_prefill_ready(q, k_rows, v_rows, out, causal=kernel_args["causal"],
-                                    window=kernel_args["window"], softcap=kernel_args["softcap"],
-                                    sinks=kernel_args["sinks"], qk_scale=kernel_args["qk_scale"])):
-        g_req, g_m = plan.query_blocks(GLUON_BM)
-        return prefill_gluon_attention(q, k_rows, v_rows, out, block_req=g_req, block_m=g_m,
-                                       query_start_loc=plan.query_start_loc, key_start=key_start,
-                                       seq_lens=plan.seq_lens, qk_scale=kernel_args["qk_scale"],
-                                       v_scale=kernel_args["v_scale"])
     return prefill_tma_attention(q, k_rows, v_rows, out, block_req=block_req, block_m=block_m,
                                  query_start_loc=plan.query_start_loc, key_start=key_start,
                                  seq_lens=plan.seq_lens, config=config, **kernel_args)
