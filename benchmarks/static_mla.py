@@ -111,16 +111,25 @@ def tiles():
     return out
 
 
-def main():
+def tag_args(default_out: str):
+    """The static scripts' command line: TAG regexes (none: every tile) and --out DIR (made)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("tags", nargs="*")
-    ap.add_argument("--out", default="/tmp/static_mla")
+    ap.add_argument("--out", default=default_out)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    return args
+
+
+def chosen(tiles: dict, tags) -> dict:
+    """The entries of ``tiles`` whose tag matches one of ``tags`` (all of them without tags)."""
+    return {t: v for t, v in tiles.items() if not tags or any(re.fullmatch(x, t) for x in tags)}
+
+
+def main():
+    args = tag_args("/tmp/static_mla")
     print(f"triton {triton.__version__}, sm_90", flush=True)
-    for tag, (fn, consts, opts) in tiles().items():
-        if args.tags and not any(re.fullmatch(t, tag) for t in args.tags):
-            continue
+    for tag, (fn, consts, opts) in chosen(tiles(), args.tags).items():
         r = compile_report(fn, signature(fn), consts, tag, args.out, **opts)
         print(r, flush=True)
 

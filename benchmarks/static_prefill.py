@@ -12,13 +12,12 @@ Per score element = count / (BLOCK_M * BLOCK_N / threads), each thread's share o
 """
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from static_mla import BIN, compile_report  # noqa: E402
+from static_mla import BIN, chosen, compile_report, tag_args  # noqa: E402
 
 COUNT = ("FMUL", "FFMA", "FADD", "MUFU.EX2", "FMNMX", "FSEL", "F2FP.BF16.F32.PACK_AB", "HGMMA")
 _LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
@@ -75,15 +74,9 @@ def main():
     from attnkit.backends.triton.prefill_tma import _prefill_tma_kernel as kernel
     import triton
 
-    ap = argparse.ArgumentParser()
-    ap.add_argument("tags", nargs="*")
-    ap.add_argument("--out", default="/tmp/static_prefill")
-    args = ap.parse_args()
-    os.makedirs(args.out, exist_ok=True)
+    args = tag_args("/tmp/static_prefill")
     print(f"triton {triton.__version__}, sm_90, causal, no window / softcap / sinks", flush=True)
-    for tag, (d, heads, group, bm, bn, w, st, fused) in tiles().items():
-        if args.tags and not any(re.fullmatch(t, tag) for t in args.tags):
-            continue
+    for tag, (d, heads, group, bm, bn, w, st, fused) in chosen(tiles(), args.tags).items():
         sig, div = signature(bm, bn, d)
         consts = dict(NUM_HEADS=heads, GROUP=group, D=d, DV=d, BLOCK_M=bm, BLOCK_N=bn,
                       CAUSAL=True, HAS_WINDOW=False, HAS_SOFTCAP=False, HAS_SINKS=False,
