@@ -102,6 +102,12 @@ def parse_traced(cfg: object, *, name: str | None = None, source: str = "<dict>"
     if model_type == "falcon_h1":
         notes.append("every layer runs a Mamba-2 mixer beside its attention (summed); the Mamba state "
                      "is not a KV cache and is not planned")
+    vision = top.sub("vision_config") if top.has("vision_config") else None
+    if vision is not None:
+        kind = vision.cfg.get("model_type") or model_type
+        notes.append(f"vision_config (model_type {kind!r}): a vision tower beside this language model, a "
+                     "component of its own; plan() plans the language model only, `attnkit plan` (or "
+                     "attnkit.planning.components) plans every component")
     architectures = top.list("architectures", default=[])
     arch = architectures[0] if architectures and isinstance(architectures[0], str) else model_type
     return ModelAttention(
