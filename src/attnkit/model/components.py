@@ -37,11 +37,11 @@ class Inputs:
             return value
         names = [f.name for f in fields(cls)]
         if not isinstance(value, Mapping) or set(value) - set(names):
-            raise AttnkitError("AK306", f"invalid inputs: {preview(value)}; expected a mapping with keys "
+            raise AttnkitError("AK524", f"invalid inputs: {preview(value)}; expected a mapping with keys "
                                f"{', '.join(names)}", field="inputs", expected=names, actual=preview(value))
         for key, v in value.items():
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 1 << 20):
-                raise AttnkitError("AK306", f"invalid {key}: {preview(v)}; expected an integer 1 .. {1 << 20}",
+                raise AttnkitError("AK524", f"invalid {key}: {preview(v)}; expected an integer 1 .. {1 << 20}",
                                    field=key, expected=f"1 .. {1 << 20}", actual=preview(v))
         return cls(**dict(value))
 

@@ -51,9 +51,6 @@ def denoiser_attention(class_name: str, r: ConfigReader, vae: VaeScale, inputs: 
     if "frames" in used and not family.video:
         used.pop("frames")
     tokens, context, formula = family.tokens(r, vae, used)
-    if tokens < 1:
-        raise r.error("AK306", None, f"{name}: inputs {used} give {tokens} image tokens (the image is "
-                      f"smaller than one latent patch)", expected="at least one patch", actual=used)
     notes = [*notes, f"no KV cache is kept between denoising steps; attnkit's paged backends write "
              f"each call's K/V to pages first (VAE: {vae.how})"]
     model = ModelAttention(name=name, architecture=class_name, layers=tuple(layers), dtype=_dtype(r),
@@ -97,6 +94,7 @@ def _video_tokens(r: ConfigReader, vae: VaeScale, used: dict[str, int], p: int, 
     frames = (used["frames"] - 1) // vae.temporal + 1
     h, w = used["height"] // (vae.spatial * p), used["width"] // (vae.spatial * p)
     tokens = (frames // pt) * h * w
+    _some(r, tokens, used)
     formula = (f"((frames {used['frames']} - 1) // {vae.temporal} + 1) // {pt} latent frames x "
                f"height {used['height']} // ({vae.spatial} x {p}) x width {used['width']} // "
                f"({vae.spatial} x {p}) = {frames // pt} x {h} x {w} = {tokens} video tokens{what}")
@@ -131,10 +129,17 @@ def _flux(r: ConfigReader):
 def _joint_image_tokens(r: ConfigReader, vae: VaeScale, used: dict[str, int], p: int, what: str):
     h, w = used["height"] // (vae.spatial * p), used["width"] // (vae.spatial * p)
     image = h * w
+    _some(r, image, used)
     text = used["text_tokens"]
     return image + text, None, (f"height {used['height']} // ({vae.spatial} x {p}) x width {used['width']} // "
                                 f"({vae.spatial} x {p}) = {h} x {w} = {image} image tokens{what} + {text} text "
                                 f"tokens = {image + text} in the joint attention")
+
+
+def _some(r: ConfigReader, image: int, used: dict[str, int]) -> None:
+    if image < 1:
+        raise r.error("AK524", None, f"inputs {used} give no image token: the image is smaller than one "
+                      "latent patch", expected="at least one latent patch", actual=used)
 
 
 def _packed_tokens(r, vae, used):

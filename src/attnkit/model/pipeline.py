@@ -23,7 +23,7 @@ from attnkit.model._fields import ConfigReader
 from attnkit.model.components import Component, Inputs, Pipeline
 from attnkit.model.config import parse_config
 from attnkit.model.diffusion import DENOISERS, VaeScale, attention_keys, denoiser_attention
-from attnkit.model.vision import vision_component
+from attnkit.model.vision import unknown_class, vision_component
 
 PIPELINE_DIR = Path(__file__).parent / "presets" / "pipelines"
 PIPELINES = ("WanPipeline", "WanImageToVideoPipeline", "FluxPipeline", "StableDiffusion3Pipeline",
@@ -266,9 +266,3 @@ def _refuse_unknown_keys(r: ConfigReader, cls: str) -> None:
                           "computed (a processor, window, mask or sparsity) and attnkit does not model it",
                           expected=f"only the attention keys attnkit reads for {cls}: {', '.join(sorted(known))}",
                           actual=str(value)[:60], details={"key": key, "class": cls})
-
-
-def unknown_class(r: ConfigReader, key: str, cls: str, known) -> AttnkitError:
-    return r.error("AK521", key, f"component class {cls!r} is not one attnkit knows how it attends; it would be "
-                   f"a guess to plan it (known: {', '.join(known)})", expected=list(known), actual=cls,
-                   details={"class": cls})

@@ -12,6 +12,7 @@ backend serves them as a batch of independent non-causal sequences. Tokens per i
 """
 from __future__ import annotations
 
+from attnkit.errors import AttnkitError
 from attnkit.model._fields import ConfigReader
 from attnkit.model.components import Component, Inputs, Workload
 from attnkit.model.layouts import MAX_LAYERS
@@ -37,7 +38,6 @@ def vision_component(top_type: str, vision: ConfigReader, inputs: Inputs, *, nam
     """The vision tower as a component (refused with AK521 for a tower attnkit does not know)."""
     kind = tower_type(top_type, vision)
     if kind not in TOWERS:
-        from attnkit.model.pipeline import unknown_class
         return Component(name, "transformers", f"vision_config (model_type {kind or '(none)'!r})", "vision_tower",
                          error=unknown_class(vision, "vision_config", kind or "(none)", TOWERS))
     build = _qwen25_tower if kind == "qwen2_5_vl" else _vit_tower
@@ -95,3 +95,9 @@ def _vit_tower(r: ConfigReader, inputs: Inputs, *, name: str, kind: str):
     return ModelAttention(name=name, architecture=kind, layers=layers, dtype=None, source=r.source,
                           notes=("absolute position embeddings; every layer attends both ways",),
                           encode_only=True), workload
+
+
+def unknown_class(r: ConfigReader, key: str, cls: str, known) -> AttnkitError:
+    return r.error("AK521", key, f"component class {cls!r} is not one attnkit knows how it attends; it would be "
+                   f"a guess to plan it (known: {', '.join(known)})", expected=list(known), actual=cls,
+                   details={"class": cls})

@@ -87,4 +87,17 @@ ENTRIES = [
         after="attnkit plan ./FLUX.1-dev --device h100   # after downloading transformer/config.json",
         related=("AK500",),
     ),
+    entry(
+        "AK524", "Invalid pipeline inputs",
+        meaning="The workload a pipeline or VLM is planned for (height, width, frames, text tokens) has a "
+                "value that is not a whole number in range, an unknown key, or gives no image token at all "
+                "(an image smaller than one latent patch).",
+        trigger="--height / --width / --frames / --text-tokens, or the inputs mapping of load_components.",
+        situations=["--height 0", "--width 8 on a pipeline whose latent patch covers 16 pixels."],
+        solutions=["Give positive sizes of at least one latent patch (docs/models.md lists the formulas).",
+                   "Omit the flag to use the model's own default."],
+        before="attnkit plan flux.1-dev --device h100 --height 8",
+        after="attnkit plan flux.1-dev --device h100 --height 1024",
+        related=("AK306",),
+    ),
 ]
