@@ -9,6 +9,7 @@ from typing import Any
 
 from attnkit.errors import AttnkitError
 from attnkit.planning.reasons import Reason
+from attnkit.planning.run import RunSpec
 
 SCHEMA_VERSION = 1
 
@@ -34,6 +35,7 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
     error: dict[str, Any] | None = None
     profile: dict[str, Any] | None = None                         # the device profile used, if any
+    run: RunSpec | None = None                                     # what runs (None when not ok)
 
     @classmethod
     def failed(cls, err: AttnkitError, *, model: str | None = None, platform: dict[str, Any] | None = None,
@@ -75,4 +77,5 @@ class Plan:
             "warnings": list(self.warnings),
             "error": self.error,
             "profile": self.profile,
+            "run": None if self.run is None else self.run.to_dict(),
         }
