@@ -16,6 +16,8 @@ KV_CACHE_DTYPES = ("fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2")
 FEATURES = (
     "sliding_window", "logit_softcap", "sinks", "cross_attention", "non_causal",
     "dual_chunk", "verify", "cuda_graph", "chunked_local", "sparse_topk",
+    # the varlen call: packed non-causal sequences without a KV cache (backends/varlen.py)
+    "varlen",
 )
 
 # page_sizes: "any", an explicit tuple of sizes, or MultipleOf(n)

@@ -141,6 +141,9 @@ class TritonBackend(AttentionBackend):
         check_int_option(self.name, "num_splits", num_splits)
         self.num_splits = num_splits
 
+    def _varlen(self, q, k, v, layer: RuntimeLayer, batch):
+        return _varlen(q, k, v, layer, batch)
+
     def _prepare(self, meta: BatchMetadata, cache) -> StepState:
         dev = cache.device
         i32 = lambda x: torch.as_tensor(x, device=dev).to(torch.int32).contiguous()  # noqa: E731
@@ -253,6 +256,23 @@ def _check_supported(q, layer: RuntimeLayer, cache) -> None:
              field="layer.spec.head_dim", expected=list(_CAPS.head_dims),
              actual=[spec.head_dim, spec.value_dim])
     required_tensors(layer)     # a sinks layer without its sink logits (was AttributeError)
+
+
+def _varlen(q, k, v, layer: RuntimeLayer, batch):
+    """TritonBackend._varlen: the varlen kernel (triton/varlen.py) -> [Tq, H_q * D_v]."""
+    from attnkit.backends.triton.varlen import varlen_attention, varlen_config
+
+    spec = layer.spec
+    _check_device(q)
+    if not _CAPS.accepts_head_dim(spec.head_dim) or spec.value_dim > MAX_HEAD_DIM:
+        fail("AK453", f"layer {spec.layer_id} has head_dim {spec.head_dim} / v_head_dim {spec.value_dim}; "
+                      f"the triton kernels are built and tested for head dims {list(_CAPS.head_dims)}",
+             field="layer.spec.head_dim", expected=list(_CAPS.head_dims), actual=[spec.head_dim, spec.value_dim])
+    dense = [t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v)]
+    out = q.new_zeros(q.shape[0], spec.num_heads, spec.value_dim)
+    varlen_attention(*dense, out, cu_q=batch.cu_q, cu_k=batch.cu_k, key_mask=batch.key_mask, max_q=batch.max_q,
+                     scale=spec.softmax_scale, config=varlen_config(spec.head_dim, q.dtype, interpret=interpreting()))
+    return out.reshape(q.shape[0], spec.num_heads * spec.value_dim)
 
 
 def _check_device(q) -> None:
