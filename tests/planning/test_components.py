@@ -103,3 +103,27 @@ def test_cli_workload_flags_set_the_tokens():
     assert dit["workload"]["tokens"] == 75_600
     text = run_cli("wan2.1-t2v-14b", "--device", "h100").stdout
     assert "REFUSED" in text and "AK508" in text and "not planned (no attention)" in text
+
+
+def test_a_vision_towers_set_is_the_backends_declaring_varlen():
+    from attnkit.registry import declarations
+
+    pipe = load_components("qwen2.5-vl-7b-instruct")
+    result = plan_components(pipe, "h100", env={}, profile=False)
+    tower = result.components[1]
+    varlen = sorted(n for n, d in declarations().items() if "varlen" in d.capabilities.features)
+    assert tower.plan.ok and tower.plan.prefill_backend in varlen
+    assert any(", ".join(varlen) in n for n in tower.notes)
+    named = plan_components(pipe, "h100", {"attention_backend": "triton_mla"}, env={}, profile=False)
+    assert named.components[1].error["code"] == "AK140"
+    assert named.components[0].plan.ok is False                          # the LM's own plan says why
+    bare = {n: dataclasses.replace(d, capabilities=dataclasses.replace(
+        d.capabilities, features=d.capabilities.features - {"varlen"})) for n, d in declarations().items()}
+    none = plan_components(pipe, "h100", registry=bare, env={}, profile=False).components[1]
+    assert none.error["code"] == "AK140" and "no registered backend" in none.error["message"]
+
+
+def test_the_env_backend_goes_through_the_set_too():
+    got = plan_components(one(enc(), supported=SupportedSet(("sdpa",), "why")), "h100",
+                          env={"ATTNKIT_ATTENTION_BACKEND": "triton"}, profile=False).components[0]
+    assert got.error["code"] == "AK140"

@@ -100,4 +100,19 @@ ENTRIES = [
         after="attnkit plan flux.1-dev --device h100 --height 1024",
         related=("AK306",),
     ),
+    entry(
+        "AK493", "Invalid varlen sequence lengths",
+        meaning="The varlen call (packed sequences without a KV cache) takes cumulative sequence lengths "
+                "cu_seqlens [B+1]: integers starting at 0 and never decreasing, the same number of sequences "
+                "for queries and keys, in the VarlenBatch that varlen_batch() builds.",
+        trigger="varlen_batch() or AttentionBackend.varlen with malformed lengths or no VarlenBatch.",
+        situations=["Sequence lengths passed instead of their cumulative sums.",
+                    "cu_seqlens_k for a different number of sequences than cu_seqlens_q.",
+                    "float lengths (torch.tensor([0., 5.]))."],
+        solutions=["Build cu_seqlens as torch.cumsum of the lengths with a leading 0, int32.",
+                   "Pass the VarlenBatch from varlen_batch(cu_seqlens_q, cu_seqlens_k, key_padding_mask=...)."],
+        before="backend.varlen(q, k, v, layer, torch.tensor([5, 9]))",
+        after="backend.varlen(q, k, v, layer, varlen_batch(torch.tensor([0, 5, 14], dtype=torch.int32)))",
+        related=("AK411", "AK417"),
+    ),
 ]
