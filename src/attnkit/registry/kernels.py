@@ -175,3 +175,13 @@ def takes_step(variant: KernelVariant, *, num_reqs: int, has_prefix: bool) -> bo
     """Whether ``variant``'s step scope admits a step of ``num_reqs`` requests (``has_prefix``:
     some request extends a cached prefix)."""
     return variant.step == "any" or (num_reqs == 1 and not has_prefix)
+
+
+def step_point(query_lens, seq_lens, *, max_kv: int | None = None) -> tuple[int, int, int]:
+    """(batch, new, context) of a step, as the profile's buckets describe one: the number of
+    requests and their mean new tokens and mean keys (``max_kv``: a static step sized for any
+    refill up to that many keys)."""
+    n = max(1, len(query_lens))
+    new = max(1, round(sum(query_lens) / n))
+    context = max_kv if max_kv is not None else max(1, round(sum(seq_lens) / n))
+    return (len(query_lens), new, max(new, context))
