@@ -51,8 +51,8 @@ def denoiser_attention(class_name: str, r: ConfigReader, vae: VaeScale, inputs: 
     if "frames" in used and not family.video:
         used.pop("frames")
     tokens, context, formula = family.tokens(r, vae, used)
-    notes = [*notes, f"no KV cache is kept between denoising steps; attnkit's paged backends write "
-             f"each call's K/V to pages first (VAE: {vae.how})"]
+    notes = [*notes, "no KV cache is kept between denoising steps: the varlen call runs it without one "
+             "(backends declaring varlen); forward() writes each call's K/V to pages first"]
     model = ModelAttention(name=name, architecture=class_name, layers=tuple(layers), dtype=_dtype(r),
                            source=r.source, notes=tuple(notes), encode_only=True)
     return model, Workload(tokens=tokens, context=context, formula=formula, inputs=used)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
@@ -65,7 +66,8 @@ def load_components(source: Any, *, inputs: Any = None, name: str | None = None)
         key = text.strip().lower()
         files = json.loads(_preset_text(key))
         origin = files.pop("_source", key)
-        return _pipeline(files, inputs, name=name or key, source=f"preset {key} ({origin})")
+        pipe = _pipeline(files, inputs, name=name or key, source=f"preset {key}")
+        return replace(pipe, source=f"preset {key} ({origin})")
     from attnkit.model.presets import preset_config, preset_names
     if text.strip().lower() in preset_names():
         key = text.strip().lower()
@@ -181,8 +183,6 @@ def _component(files, key: str, library: str, cls: str, vae: VaeScale | None, in
 
 
 def _text_encoder(cfg: dict, key: str, library: str, cls: str, inputs: Inputs, where: str) -> Component:
-    from dataclasses import replace
-    from attnkit.model.components import Workload
     model = parse_config(cfg, name=key, source=where)
     return Component(key, library, cls, "text_encoder", attention=replace(model, encode_only=True),
                      workload=text_workload(cfg, inputs))
@@ -200,13 +200,13 @@ def text_workload(cfg: dict, inputs: Inputs):
 
 
 def _vlm(cfg: dict, inputs: Inputs, *, name: str, source: str, role: str = "language_model") -> Pipeline:
-    from dataclasses import replace
     top = ConfigReader(cfg, source=source)
     top_type = top.str("model_type", default="").lower()
     arch = (top.list("architectures", default=[]) or [top_type])[0]
     try:
         lm = parse_config(cfg, name=f"{name}" if role == "text_encoder" else "language_model", source=source)
-        lm = replace(lm, encode_only=role == "text_encoder", notes=lm.notes + _mrope_note(top))
+        own = tuple(n for n in lm.notes if not n.startswith("vision_config"))   # the tower is planned here
+        lm = replace(lm, encode_only=role == "text_encoder", notes=own + _mrope_note(top))
         first = Component(name if role == "text_encoder" else "language_model", "transformers", str(arch), role,
                           attention=lm, workload=text_workload(cfg, inputs) if role == "text_encoder" else None)
     except AttnkitError as err:

@@ -52,7 +52,8 @@ def _component_lines(c: dict[str, Any]) -> list[str]:
         out += _wrap(f"{w['tokens']} tokens per call"
                      + (f", cross-attention to {w['context']} keys" if w["context"] else "")
                      + f": {w['formula']}", indent=4, first="  ")
-    out += _wrap(plan["why"].get("prefill", ""), indent=4, first="  why: ")
+    why = plan["why"].get("prefill", "")
+    out += _wrap(why.split(". ")[0].rstrip("."), indent=4, first="  why: ")     # the rest: --json
     if "decode" in info["phases"]:
         out.append(f"  decode: {plan['decode_backend']}")
     for note in [*c["notes"], *info["notes"]][:6]:
