@@ -114,6 +114,7 @@ def test_a_vision_towers_set_is_the_backends_declaring_varlen():
     varlen = sorted(n for n, d in declarations().items() if "varlen" in d.capabilities.features)
     assert tower.plan.ok and tower.plan.prefill_backend in varlen
     assert any(", ".join(varlen) in n for n in tower.notes)
+    assert result.to_dict()["components"][1]["supported_backends"] == varlen
     named = plan_components(pipe, "h100", {"attention_backend": "triton_mla"}, env={}, profile=False)
     assert named.components[1].error["code"] == "AK140"
     assert named.components[0].plan.ok is False                          # the LM's own plan says why

@@ -34,6 +34,7 @@ class ComponentPlan:
     plan: Plan | None = None
     error: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    supported: SupportedSet | None = None       # the set it was planned within (its own or derived)
 
     @property
     def ok(self) -> bool:
@@ -44,6 +45,7 @@ class ComponentPlan:
         planned = self.plan is not None and self.error is None
         why_not = c.plain if c.plain else None if planned else (self.error or {}).get("message")
         return {**c.to_dict(), "planned": planned, "ok": self.ok, "why_not": why_not,
+                "supported_backends": list(self.supported.backends) if self.supported else None,
                 "plan": self.plan.to_dict() if self.plan is not None else None, "error": self.error,
                 "notes": [*c.notes, *self.notes]}
 
@@ -118,7 +120,8 @@ def _plan_one(comp: Component, target, req: PlanRequest, registry, env, label: s
     if allowed is not None:
         canonical = _canonical(named, registry) if named else None
         if not allowed.backends or (canonical is not None and canonical not in allowed.backends):
-            return ComponentPlan(comp, error=_outside(comp, named, allowed).to_dict(), notes=notes)
+            return ComponentPlan(comp, error=_outside(comp, named, allowed).to_dict(), notes=notes,
+                                 supported=allowed)
         if not named and len(allowed.backends) == 1:
             only = allowed.backends[0]
             req = req.with_values("rule", attention_backend=only)
@@ -140,8 +143,8 @@ def _plan_one(comp: Component, target, req: PlanRequest, registry, env, label: s
         reasons = result.rejected.get(canonical, [])
         if reasons and {r.code for r in reasons} <= NO_KERNEL:
             err = _no_kernel(comp, canonical, reasons, allowed, target, req, registry, plan, kw)
-            return ComponentPlan(comp, plan=result, error=err.to_dict(), notes=notes)
-    return ComponentPlan(comp, plan=result, notes=notes)
+            return ComponentPlan(comp, plan=result, error=err.to_dict(), notes=notes, supported=allowed)
+    return ComponentPlan(comp, plan=result, notes=notes, supported=allowed)
 
 
 def _canonical(name: str, registry) -> str | None:
