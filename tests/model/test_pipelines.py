@@ -127,3 +127,16 @@ def test_an_image_smaller_than_a_patch_is_refused():
 
 def test_a_plain_model_is_not_a_pipeline():
     assert load_components("llama-3.1-8b") is None and load_components(preset_config("qwen3-8b")) is None
+
+
+@pytest.mark.parametrize("cls", ["Qwen2_5_VLConfig", "LlavaConfig", "Gemma3Config"])
+def test_transformers_vlm_configs_are_read_as_transformers_builds_them(cls):
+    transformers = pytest.importorskip("transformers")
+    config = getattr(transformers, cls)()
+    lm, tower = load_components(config.to_dict()).components
+    vision, text = config.vision_config, config.get_text_config()
+    heads = getattr(vision, "num_heads", None) or vision.num_attention_heads
+    layers = getattr(vision, "depth", None) or vision.num_hidden_layers
+    assert len(tower.attention.layers) == layers
+    assert {(l.num_heads, l.head_dim) for l in tower.attention.layers} == {(heads, vision.hidden_size // heads)}
+    assert len(lm.attention.layers) == text.num_hidden_layers and lm.error is None
