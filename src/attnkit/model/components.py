@@ -91,9 +91,7 @@ class Component:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "library": self.library, "class": self.class_name, "role": self.role,
                 "attention": self.attention is not None or self.error is not None,
-                "workload": self.workload.to_dict() if self.workload else None,
-                "supported_backends": list(self.supported.backends) if self.supported else None,
-                "notes": list(self.notes)}
+                "workload": self.workload.to_dict() if self.workload else None, "notes": list(self.notes)}
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from attnkit.backends._triton import LOG2E, NEG_BIG, online_softmax_step_scaled, padded_dim
+from attnkit.backends._triton import LOG2E, online_softmax_step_scaled, padded_dim, softmax_start
 
 
 @triton.jit
@@ -41,8 +41,7 @@ def _varlen_kernel(Q, K, V, O, CuQ, CuK, Mask, stride_qt, stride_qh, stride_kt, 
     q = tl.load(Q + rows_q[:, None] * stride_qt + h * stride_qh + offs_d[None, :],
                 mask=m_ok[:, None] & d_ok[None, :], other=0.0)
     kh = h // GROUP
-    m_i = tl.zeros([BLOCK_M], tl.float32) + NEG_BIG
-    l_i = tl.zeros([BLOCK_M], tl.float32)
+    m_i, l_i = softmax_start(Q, h, BLOCK_M, False)          # no sinks: an empty softmax state
     acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
     for n0 in range(0, n_k, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
