@@ -55,8 +55,8 @@ def test_parts_without_attention_are_listed_and_t5_is_refused_with_its_code():
 
 
 def test_a_pipeline_directory_reads_as_its_preset(tmp_path):
-    files = json.loads((pipeline_names() and open(
-        __import__("attnkit.model.pipeline", fromlist=["x"]).PIPELINE_DIR / "hunyuanvideo.json").read()))
+    from attnkit.model.pipeline import PIPELINE_DIR
+    files = json.loads((PIPELINE_DIR / "hunyuanvideo.json").read_text())
     files.pop("_source")
     for rel, cfg in files.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -86,8 +86,8 @@ def test_unknown_pipeline_and_component_classes_are_refused(tmp_path):
 
 
 def test_an_attention_key_attnkit_does_not_read_is_refused(tmp_path):
-    wan = json.loads(open(__import__("attnkit.model.pipeline", fromlist=["x"]).PIPELINE_DIR
-                          / "wan2.1-t2v-14b.json").read())["transformer/config.json"]
+    from attnkit.model.pipeline import PIPELINE_DIR
+    wan = json.loads((PIPELINE_DIR / "wan2.1-t2v-14b.json").read_text())["transformer/config.json"]
     path = _dir(tmp_path, {"_class_name": "WanPipeline", "transformer": ["diffusers", "WanTransformer3DModel"]},
                 transformer={**wan, "attention_type": "sliding_tile"})
     err = by_name(load_components(path))["transformer"].error
@@ -140,3 +140,13 @@ def test_transformers_vlm_configs_are_read_as_transformers_builds_them(cls):
     assert len(tower.attention.layers) == layers
     assert {(l.num_heads, l.head_dim) for l in tower.attention.layers} == {(heads, vision.hidden_size // heads)}
     assert len(lm.attention.layers) == text.num_hidden_layers and lm.error is None
+
+
+@pytest.mark.parametrize("name", pipeline_names())
+def test_every_pipeline_preset_names_its_source_and_loads(name):
+    from attnkit.model.pipeline import PIPELINE_DIR
+    files = json.loads((PIPELINE_DIR / f"{name}.json").read_text())
+    repo = files["_source"].split(" ")[0]
+    assert repo.count("/") == 1 and "model_index.json" in files
+    pipe = load_components(name)
+    assert repo in pipe.source and any(c.role == "denoiser" and c.attention for c in pipe.components)

@@ -201,7 +201,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 def cmd_models(args: argparse.Namespace) -> int:
     from attnkit.model import preset_names
+    from attnkit.model.pipeline import pipeline_names
     sys.stdout.write("".join(f"{n}\n" for n in preset_names()))
+    sys.stdout.write("".join(f"{n}  (pipeline: every component planned)\n" for n in pipeline_names()))
     return EXIT_OK
 
 

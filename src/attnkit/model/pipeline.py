@@ -24,9 +24,9 @@ from attnkit.model._fields import ConfigReader
 from attnkit.model.components import Component, Inputs, Pipeline
 from attnkit.model.config import parse_config
 from attnkit.model.diffusion import DENOISERS, VaeScale, attention_keys, denoiser_attention
+from attnkit.model.presets import PIPELINE_DIR, pipeline_names, preset_config, preset_names
 from attnkit.model.vision import unknown_class, vision_component
 
-PIPELINE_DIR = Path(__file__).parent / "presets" / "pipelines"
 PIPELINES = ("WanPipeline", "WanImageToVideoPipeline", "FluxPipeline", "StableDiffusion3Pipeline",
              "HunyuanVideoPipeline", "QwenImagePipeline", "QwenImageEditPipeline")
 TEXT_ENCODERS = ("CLIPTextModel", "CLIPTextModelWithProjection", "T5EncoderModel", "UMT5EncoderModel",
@@ -41,10 +41,6 @@ PLAIN = {"Scheduler": ("scheduler", "a noise scheduler: arithmetic on latents, n
 # which runs in the decoder once per image, not per step; listed, not planned (docs/models.md)
 VAES = ("AutoencoderKL", "AutoencoderKLWan", "AutoencoderKLHunyuanVideo", "AutoencoderKLQwenImage")
 ATTENTION_WORDS = ("attn", "attention", "window", "sparse", "mask", "causal")
-
-
-def pipeline_names() -> list[str]:
-    return sorted(p.stem for p in PIPELINE_DIR.glob("*.json"))
 
 
 @lru_cache(maxsize=None)
@@ -68,7 +64,6 @@ def load_components(source: Any, *, inputs: Any = None, name: str | None = None)
         origin = files.pop("_source", key)
         pipe = _pipeline(files, inputs, name=name or key, source=f"preset {key}")
         return replace(pipe, source=f"preset {key} ({origin})")
-    from attnkit.model.presets import preset_config, preset_names
     if text.strip().lower() in preset_names():
         key = text.strip().lower()
         cfg = preset_config(key)
