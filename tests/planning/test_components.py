@@ -128,3 +128,10 @@ def test_the_env_backend_goes_through_the_set_too():
     got = plan_components(one(enc(), supported=SupportedSet(("sdpa",), "why")), "h100",
                           env={"ATTNKIT_ATTENTION_BACKEND": "triton"}, profile=False).components[0]
     assert got.error["code"] == "AK140"
+
+
+def test_the_prefill_flag_goes_through_the_set_and_its_alias_too():
+    pipe = one(enc(), supported=SupportedSet(("sdpa",), "why"))
+    assert planned(pipe, prefill_attention_backend="triton").error["code"] == "AK140"
+    got = planned(pipe, prefill_attention_backend="cudnn_sdpa")
+    assert got.plan.ok and got.plan.prefill_backend == "sdpa"

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 from attnkit.errors import AttnkitError
 from attnkit.model.components import Component, Pipeline, SupportedSet
 from attnkit.planning.plan import SCHEMA_VERSION, Plan
-from attnkit.planning.request import PlanRequest, parse_request
+from attnkit.planning.request import BACKEND_FIELDS, PlanRequest, parse_request
 from attnkit.registry.capabilities import BackendDeclaration
 
 # torch SDPA's kernels, as other engines name them: each is attnkit's sdpa backend
@@ -110,16 +110,21 @@ def supported_set(comp: Component, registry: Mapping[str, BackendDeclaration]) -
 
 def _plan_one(comp: Component, target, req: PlanRequest, registry, env, label: str, plan, kw) -> ComponentPlan:
     notes: list[str] = []
-    named = req.attention_backend
-    if named and named.strip().lower().replace("-", "_") in SDPA_KERNELS and "sdpa" in registry:
-        notes.append(f"{named} is one of torch SDPA's kernels: counted as sdpa")
-        named = "sdpa"
-        req = dataclasses.replace(req, attention_backend="sdpa")
+    for f in BACKEND_FIELDS:              # cuDNN / flash SDPA names are sdpa, in every backend flag
+        given = getattr(req, f)
+        if given and given.strip().lower().replace("-", "_") in SDPA_KERNELS and "sdpa" in registry:
+            notes.append(f"{given} is one of torch SDPA's kernels: counted as sdpa")
+            req = dataclasses.replace(req, **{f: "sdpa"})
+    named = req.prefill_attention_backend or req.attention_backend   # components run prefill-like steps
     allowed = supported_set(comp, registry)
     why_single = None
     if allowed is not None:
-        canonical = _canonical(named, registry) if named else None
-        if not allowed.backends or (canonical is not None and canonical not in allowed.backends):
+        for given in dict.fromkeys(getattr(req, f) for f in BACKEND_FIELDS if getattr(req, f)):
+            canonical = _canonical(given, registry)
+            if canonical is not None and canonical not in allowed.backends:
+                return ComponentPlan(comp, error=_outside(comp, given, allowed).to_dict(), notes=notes,
+                                     supported=allowed)
+        if not allowed.backends:
             return ComponentPlan(comp, error=_outside(comp, named, allowed).to_dict(), notes=notes,
                                  supported=allowed)
         if not named and len(allowed.backends) == 1:
