@@ -150,3 +150,26 @@ def test_every_pipeline_preset_names_its_source_and_loads(name):
     assert repo.count("/") == 1 and "model_index.json" in files
     pipe = load_components(name)
     assert repo in pipe.source and any(c.role == "denoiser" and c.attention for c in pipe.components)
+
+
+def test_frames_for_an_image_model_are_reported_not_dropped():
+    dit = by_name(load_components("flux.1-dev", inputs={"frames": 81}))["transformer"]
+    assert dit.workload.tokens == 4608 and any("frames = 81 ignored" in n for n in dit.attention.notes)
+
+
+def test_wan_i2v_has_a_second_cross_attention_and_an_image_encoder(tmp_path):
+    from attnkit.model.pipeline import PIPELINE_DIR
+    wan = json.loads((PIPELINE_DIR / "wan2.1-t2v-14b.json").read_text())["transformer/config.json"]
+    clip = {"model_type": "clip_vision_model", "hidden_size": 1280, "num_attention_heads": 16,
+            "num_hidden_layers": 32, "image_size": 224, "patch_size": 14}
+    path = _dir(tmp_path, {"_class_name": "WanImageToVideoPipeline",
+                           "transformer": ["diffusers", "WanTransformer3DModel"],
+                           "image_encoder": ["transformers", "CLIPVisionModel"],
+                           "image_processor": ["transformers", "CLIPImageProcessor"]},
+                transformer={**wan, "added_kv_proj_dim": 5120, "image_dim": 1280}, image_encoder=clip)
+    comps = by_name(load_components(path))
+    roles = [l.role for l in comps["transformer"].attention.layers]
+    assert roles[:3] == ["encoder", "cross", "cross"] and len(roles) == 120
+    enc = comps["image_encoder"]
+    assert enc.role == "image_encoder" and enc.workload.tokens == (224 // 14) ** 2 + 1
+    assert comps["image_processor"].plain

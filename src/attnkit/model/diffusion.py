@@ -48,9 +48,9 @@ def denoiser_attention(class_name: str, r: ConfigReader, vae: VaeScale, inputs: 
     family = DENOISERS[class_name]
     layers, notes = family.build(r)
     used = {**family.defaults, **{k: v for k, v in inputs.given().items() if k in family.defaults}}
-    if "frames" in used and not family.video:
-        used.pop("frames")
     tokens, context, formula = family.tokens(r, vae, used)
+    if inputs.frames is not None and not family.video:    # an input the user set is never dropped silently
+        notes = [*notes, f"frames = {inputs.frames} ignored: {class_name} makes images, not video"]
     notes = [*notes, "no KV cache is kept between denoising steps: the varlen call runs it without one "
              "(backends declaring varlen); forward() writes each call's K/V to pages first"]
     model = ModelAttention(name=name, architecture=class_name, layers=tuple(layers), dtype=_dtype(r),
