@@ -66,17 +66,9 @@ def tma_config(head_dim: int, *, interpret: bool) -> dict:
                 num_stages=3)
 
 
-TILE_KEYS = ("BLOCK_M", "BLOCK_N", "WS", "FUSED_SCALE", "num_warps", "num_stages")
-
-
 def merged_tma_config(head_dim: int, override: dict, *, interpret: bool) -> dict:
-    """tma_config's defaults with the user's extend_config over them. An override that sets a
-    tile (any of TILE_KEYS) but says nothing of GLUON asks for that Triton tile: GLUON is then
-    off, so the tile it named runs rather than the Gluon kernel, which takes no tile keys."""
-    cfg = tma_config(head_dim, interpret=interpret) | override
-    if "GLUON" not in override and any(key in override for key in TILE_KEYS):
-        cfg["GLUON"] = False
-    return cfg
+    """tma_config's launch configuration with the caller's extend_config over it."""
+    return tma_config(head_dim, interpret=interpret) | override
 
 
 def check_tma_override(config: dict) -> None:
