@@ -1,6 +1,7 @@
 """Prefill of one request (causal, or non-causal with CAUSAL=False) on sm_90 in Gluon,
 warp-specialised with FlashAttention-3's ping-pong (the "direct" route of tma_path.py;
-extend_config GLUON=True, tma_config's default at d128 and d256): a loader warp and two computing warpgroups, each its own partition.
+extend_config GLUON=True, tma_config's default at d128 and d256): a loader warp and two
+computing warpgroups, each its own partition.
 
 A program owns 128 query rows of one head; warpgroup WG (0 or 1) the rows 64 * WG .. + 63,
 with its own softmax state. The loader brings Q once, then K / V tiles of BN keys through TMA,
