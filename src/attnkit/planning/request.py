@@ -62,7 +62,10 @@ class PlanRequest:
 
 
 def parse_request(request: Any = None, **overrides: Any) -> PlanRequest:
-    """A ``PlanRequest`` from None, a dict or a PlanRequest (plus keyword overrides); AK306 on junk."""
+    """A ``PlanRequest`` from None, a dict or a PlanRequest (plus keyword overrides); AK306 on junk.
+    A PlanRequest without overrides is returned as it is (parsed once, its sources kept)."""
+    if isinstance(request, PlanRequest) and not overrides:
+        return request
     if request is None:
         raw: dict[str, Any] = {}
     elif isinstance(request, PlanRequest):

@@ -16,6 +16,8 @@ import torch
 from attnkit.backends.base import AttentionBackend
 from attnkit.errors import fail
 from attnkit.model.spec import LayerAttention
+from attnkit.planning.request import PlanRequest
+from attnkit.planning.run import RunSpec
 from attnkit.runner.models.config import Architecture
 
 INT32_MAX = 2**31 - 1           # block tables are int32: page ids stay below this
@@ -76,25 +78,34 @@ def free_memory(device: torch.device) -> int | None:
     return None
 
 
-def plan_for(arch: Architecture, *, backend: str | None, device: torch.device,
-             page_size: int | None, dtype: str, kv_cache_dtype: str, dual_chunk: bool | None,
-             prefill_backend: str | None = None, decode_backend: str | None = None,
-             cuda_graph: bool | None = None, tp_size: int = 1):
-    """attnkit's Plan for running ``arch`` here (raises the plan's AttnkitError if none:
-    AK305 for a tp_size that does not split the heads); cuda_graph None lets the planner
-    decide (--cuda-graph auto)."""
+# The runner's keyword spellings of request fields (Engine.from_pretrained's arguments).
+SPELLINGS = {"backend": "attention_backend", "prefill_backend": "prefill_attention_backend",
+             "decode_backend": "decode_attention_backend"}
+
+
+def runner_request(request: Any = None, **spelled: Any) -> PlanRequest:
+    """The one parse of an engine's planning request: ``request`` (a PlanRequest, a dict of
+    ``attnkit plan``'s settings, or None) with keyword settings over it, in the request's
+    names or the runner's spellings (``backend`` for attention_backend ...; a dtype may be a
+    torch dtype). None leaves a setting to the request (or unset: the planner fills it);
+    AK306 on junk, as ``attnkit plan`` says it."""
+    from attnkit.planning.request import parse_request
+
+    given = {SPELLINGS.get(k, k): _spelled(v) for k, v in spelled.items() if v is not None}
+    return parse_request(request, **given)
+
+
+def _spelled(value: Any) -> Any:
+    """A torch dtype as the request spells it (torch.bfloat16 -> "bfloat16"); else as given."""
+    return str(value).removeprefix("torch.") if isinstance(value, torch.dtype) else value
+
+
+def plan_for(arch: Architecture, request: PlanRequest, device: torch.device):
+    """attnkit's Plan for running ``arch`` on ``device`` (raises the plan's AttnkitError if
+    none: AK305 for a tp_size that does not split the heads); the request goes to the planner
+    unchanged, which fills every unset setting."""
     from attnkit.planning.solver import plan
 
-    if backend is not None and not isinstance(backend, str):
-        fail("AK483", f"backend must be a backend name, 'auto', or an AttentionBackend, not "
-                      f"{type(backend).__name__}", field="backend", expected="str | AttentionBackend",
-             actual=type(backend).__name__)
-    request = {"page_size": page_size, "dtype": dtype, "kv_cache_dtype": kv_cache_dtype,
-               "attention_backend": backend, "prefill_attention_backend": prefill_backend,
-               "decode_attention_backend": decode_backend,
-               "dual_chunk": None if dual_chunk is None else ("on" if dual_chunk else "off"),
-               "cuda_graph": cuda_graph, "tp_size": tp_size if tp_size > 1 else None}
-    request = {k: v for k, v in request.items() if v is not None}
     result = plan(arch.attention, platform_of(device), request, strict=True)
     for note in result.warnings:
         warnings.warn(note, UserWarning, stacklevel=4)   # plan_for, from_pretrained, coded_args
@@ -103,50 +114,71 @@ def plan_for(arch: Architecture, *, backend: str | None, device: torch.device,
 
 def platform_of(device: torch.device):
     """The Platform the planner should see for ``device``: this CPU (with the packages really
-    installed), or the GPU torch sees first."""
+    installed), or the GPU ``device`` names (its index; ``cuda`` alone: the current one)."""
     from attnkit.hardware.detect import detect, host_arch, installed_packages
     from attnkit.hardware.platform import Platform
 
     if device.type == "cpu":
         arch = host_arch()
         return Platform(kind="cpu", name=f"{arch} CPU", packages=installed_packages(), arch=arch)
-    return detect()
+    if device.type == "cuda":
+        return detect(torch.cuda.current_device() if device.index is None else device.index)
+    return detect(device.index)
 
 
-def backend_of(result, options: Mapping[str, Any] | None) -> AttentionBackend:
-    """The planned backend object: one backend, or a hybrid when the plan's prefill, extend
-    (``extend_backend``; absent or None: the prefill backend) and decode backends differ.
-    A backend named for several roles is one object."""
+def unplanned_settings(arch: Architecture, request: PlanRequest, device: torch.device):
+    """(compute dtype, KV dtype) for a backend object, which no plan chooses: the request's,
+    else the planner's own dtype rules (the config's dtype; the KV cache in it)."""
+    from attnkit.planning.rules import config_dtype
+
+    compute = request.dtype or config_dtype(arch.attention, platform_of(device))[0]
+    return compute, request.kv_cache_dtype or compute
+
+
+def backend_of(run: RunSpec, options: Mapping[str, Any] | None) -> AttentionBackend:
+    """The planned backend object: one backend, or a hybrid when the run's prefill, extend
+    and decode backends differ. A backend named for several roles is one object, built with
+    the options the plan hands it (``run.backend_options``: its kernel tables) and the
+    user's ``options``."""
     from attnkit.registry import load_backend
 
     if options is not None and not isinstance(options, Mapping):
         fail("AK483", f"backend_options must be a dict of keyword options, not "
                       f"{type(options).__name__}", field="backend_options",
              expected="dict[str, Any] | None", actual=repr(options))
+    options = dict(options or {})
 
     def load(name: str) -> AttentionBackend:
+        planned = run.backend_options(name)
+        clash = sorted(set(planned) & set(options))
+        if clash:
+            fail("AK483", f"backend_options {clash} for {name!r}: the plan sets those (its kernel "
+                          "tables); leave them out", field="backend_options",
+                 expected=f"options other than {clash}", actual=sorted(options))
         try:
-            return load_backend(name, **dict(options or {}))
+            return load_backend(name, **planned, **options)
         except TypeError as exc:           # an option the backend's constructor lacks
             fail("AK483", f"backend {name!r} does not take backend_options "
-                          f"{sorted(options or {})}: {exc}", field="backend_options",
-                 expected="the backend's keyword options", actual=sorted(options or {}))
+                          f"{sorted(options)}: {exc}", field="backend_options",
+                 expected="the backend's keyword options", actual=sorted(options))
 
-    roles = {"prefill": result.prefill_backend, "decode": result.decode_backend,
-             "extend": getattr(result, "extend_backend", None) or result.prefill_backend}
+    names = run.backends
+    prefill = names["prefill"]
+    roles = {"prefill": prefill, "extend": names.get("extend", prefill),
+             "decode": names.get("decode", prefill)}
     loaded = {name: load(name) for name in dict.fromkeys(roles.values())}
     if len(loaded) == 1:
-        return loaded[result.prefill_backend]
+        return loaded[prefill]
     from attnkit.backends.hybrid import HybridBackend
 
-    extend = None if roles["extend"] == roles["prefill"] else loaded[roles["extend"]]
-    return HybridBackend(prefill=loaded[roles["prefill"]], decode=loaded[roles["decode"]], extend=extend)
+    extend = None if roles["extend"] == prefill else loaded[roles["extend"]]
+    return HybridBackend(prefill=loaded[prefill], decode=loaded[roles["decode"]], extend=extend)
 
 
-def model_layers(arch: Architecture, *, dual_chunk: bool | None) -> tuple[LayerAttention, ...]:
+def model_layers(arch: Architecture, *, dual_chunk: bool) -> tuple[LayerAttention, ...]:
     """The layer specs the engine runs: without dual_chunk_attention_config when dual_chunk
     is False (plain RoPE, as transformers runs it)."""
-    if dual_chunk is False:
+    if not dual_chunk:
         return tuple(dataclasses.replace(l, dual_chunk=None) for l in arch.attention.layers)
     return arch.attention.layers
 
