@@ -50,6 +50,7 @@ from attnkit.runner.engine.sequence import Sequence
 from attnkit.runner.engine.stats import RequestStats, RunStats
 
 DECODE_AHEAD = 16      # steps per call when decoding ahead (see the module docstring)
+ENGINE_SURFACE = ("step", "admit", "release", "new_ids", "decode_ahead")
 
 
 class Scheduler:
@@ -62,9 +63,9 @@ class Scheduler:
     @coded_args("AK486")
     def __init__(self, engine, *, max_num_batched_tokens: int | None = 8192,
                  max_num_seqs: int = 256, decode_ahead: int = DECODE_AHEAD):
-        from attnkit.runner.engine.engine import Engine
-
-        if not isinstance(engine, Engine):
+        # what the scheduler drives, checked by its surface: engine.py (below) is not imported,
+        # since Engine.generate runs this loop
+        if not all(callable(getattr(engine, name, None)) for name in ENGINE_SURFACE):
             fail("AK486", f"a Scheduler runs over an Engine, not {type(engine).__name__}",
                  field="engine", expected="attnkit.runner.Engine", actual=type(engine).__name__)
         check_count("max_num_batched_tokens", max_num_batched_tokens, minimum=1, allow_none=True,
