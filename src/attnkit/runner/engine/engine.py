@@ -97,14 +97,25 @@ class Engine:
     @coded_args("AK483")
     def release(self, ids: Seq[Hashable] | None = None) -> None:
         """Free the pages of ``ids`` (default: every sequence) and forget them (their records
-        keep their tokens, with nothing cached). All or nothing: an unknown or repeated id is
-        AK483 before any sequence is freed."""
+        keep their tokens, with nothing cached). All or nothing: an unknown or repeated id,
+        or a sequence a Scheduler is running (its ``abort()`` frees those), is AK483 before
+        any sequence is freed."""
         check_list("ids", ids, allow_none=True)
         ids = list(self._live) if ids is None else list(ids)
         seqs = [self.sequence(i) for i in ids]
         if len(set(ids)) != len(ids):
             fail("AK483", f"release names a sequence more than once: {preview(ids)}",
                  field="ids", expected="distinct ids", actual=preview(ids))
+        owned = [s.seq_id for s in seqs if s.owner is not None]
+        if owned:
+            fail("AK483", f"sequence(s) {preview(owned)} are running in a Scheduler: releasing them "
+                          "here would silently change their output; Scheduler.abort() frees them",
+                 field="ids", expected="sequences no Scheduler runs", actual=preview(owned))
+        self.free(seqs)
+
+    def free(self, seqs: Seq[Sequence]) -> None:
+        """Release live records ``seqs`` (checked by the caller: the scheduler that owns them,
+        or ``release``): their pages go back, nothing of them is cached, they are forgotten."""
         for seq in seqs:
             self.allocator.release(seq)
             seq.computed = 0
@@ -219,7 +230,7 @@ class Engine:
                 seq.computed = computed
             for seq, n in zip(seqs, appended or ()):     # the step's tokens were not run
                 del seq.prompt[len(seq.prompt) - n:]
-            self.release([s.seq_id for s in started])
+            self.free(started)
             raise
 
     def _records(self, order: list[Hashable], new: dict[Hashable, list[int]]):

@@ -38,6 +38,7 @@ import bisect
 import math
 import time
 import warnings
+import weakref
 from typing import Callable, Hashable, Iterator, Sequence as Seq
 
 import torch
@@ -50,7 +51,7 @@ from attnkit.runner.engine.sequence import Sequence
 from attnkit.runner.engine.stats import RequestStats, RunStats
 
 DECODE_AHEAD = 16      # steps per call when decoding ahead (see the module docstring)
-ENGINE_SURFACE = ("step", "admit", "release", "new_ids", "decode_ahead")
+ENGINE_SURFACE = ("step", "admit", "free", "new_ids", "decode_ahead")
 
 
 class Scheduler:
@@ -81,18 +82,14 @@ class Scheduler:
         self.waiting: list[Sequence] = []      # both lists sorted by arrival (order)
         self.running: list[Sequence] = []
         self.stats = RunStats()
-        self._ids: dict[Hashable, Sequence] = {}
+        self._ids: dict[Hashable, Sequence] = {}     # the caller's request id -> unfinished record
+        self._done: list[Sequence] = []              # finished on add (max_new_tokens 0), not yet returned
         self._arrivals = 0
+        self._token = object()                       # marks the records this scheduler runs
+        # dropped mid-run without abort(): its running sequences' pages go back to the engine
+        weakref.finalize(self, _free_owned, engine, self._token).atexit = False
         self._reserved = 0                       # pages promised to this step's plan
         self._dual_chunk = any(s.dual_chunk is not None for s in engine.cache.specs.values())
-
-    def _new_seq_id(self) -> Hashable:
-        """A sequence id free in the engine and among this scheduler's own requests."""
-        taken = {r.seq_id for r in self._ids.values()}
-        while True:
-            (seq_id,) = self.engine.new_ids(1)
-            if seq_id not in taken:
-                return seq_id
 
     # -- requests -----------------------------------------------------------------------
     @coded_args("AK486")
@@ -103,7 +100,7 @@ class Scheduler:
         if not isinstance(params, SamplingParams):
             fail("AK486", f"params must be a SamplingParams, not {type(params).__name__}",
                  field="params", expected="SamplingParams | None", actual=type(params).__name__)
-        rid = self._arrivals if request_id is None else request_id
+        rid = self._auto_id() if request_id is None else request_id
         check_id(rid, field="request_id", code="AK486")
         if rid in self._ids:
             fail("AK486", f"request id {rid!r} is already queued or running", field="request_id",
@@ -122,14 +119,17 @@ class Scheduler:
                           f"max_position_embeddings {limit}; its later tokens may degrade",
                           UserWarning, stacklevel=3)      # add, coded_args
         seed = None if params.greedy else (fresh_seed() if params.seed is None else params.seed)
-        req = Sequence(self._new_seq_id(), tokens, params, request_id=rid, order=self._arrivals,
+        # the engine issues sequence ids (never the same twice), so the records it runs and the
+        # ones still waiting here never share one
+        (seq_id,) = self.engine.new_ids(1)
+        req = Sequence(seq_id, tokens, params, request_id=rid, order=self._arrivals, owner=self._token,
                        stats=RequestStats(seed=seed, num_prompt_tokens=len(tokens),
                                           arrival_s=time.perf_counter()),
                        generator=params.generator(seed))
         self._arrivals += 1
         self._ids[rid] = req
         if params.max_new_tokens == 0:
-            self._finish(req, "length")
+            self._done.append(self._finish(req, "length"))      # the next step returns it
         else:
             self.waiting.append(req)
         return req
@@ -137,11 +137,19 @@ class Scheduler:
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def _auto_id(self) -> int:
+        """The first arrival number from this request's on that no unfinished request uses as
+        its id (a caller's own ids included)."""
+        rid = self._arrivals
+        while rid in self._ids:
+            rid += 1
+        return rid
+
     def run(self, on_step: Callable[[list[Sequence]], None] | None = None) -> Iterator[Sequence]:
         """Step until every request finishes; yields each as it finishes. On an error every
         sequence of this scheduler is released before the error propagates."""
         try:
-            while self.has_unfinished():
+            while self.has_unfinished() or self._done:
                 done = self.step()
                 if on_step is not None:
                     on_step(done)
@@ -153,14 +161,16 @@ class Scheduler:
     def abort(self) -> None:
         """Drop every unfinished request and free its pages."""
         live = set(self.engine.ids)
-        self.engine.release([r.seq_id for r in self.running if r.seq_id in live])
+        self.engine.free([r for r in self.running if r.seq_id in live])
         for r in self.running + self.waiting:
             self._ids.pop(r.request_id, None)
         self.running, self.waiting = [], []
 
     # -- one step -----------------------------------------------------------------------
     def step(self) -> list[Sequence]:
-        """Schedule, run one engine step, sample. Returns the requests that finished."""
+        """Schedule, run one engine step, sample. Returns the requests that finished (those
+        that finished when added first)."""
+        early, self._done = self._done, []
         plan = self.schedule()
         if not plan:
             if self.has_unfinished():
@@ -168,11 +178,11 @@ class Scheduler:
                               f"{self.ledger.num_pages} KV pages are free and sequences "
                               "outside this scheduler hold the rest", field="max_tokens",
                      expected="pages for the oldest request", actual=self.ledger.num_free)
-            return []
+            return early
         start = time.perf_counter()
         ahead = self._steps_ahead(plan)
         if ahead > 1:
-            return self._decode_ahead(list(plan), ahead, start)
+            return early + self._decode_ahead(list(plan), ahead, start)
         batch = {r.seq_id: r.pending(n) for r, n in plan.items()}
         lens = None
         if self._dual_chunk:            # chunks of a prompt use the whole prompt's length scale
@@ -193,7 +203,7 @@ class Scheduler:
                             [r.params for r in ready], [r.generator for r in ready])
         now = time.perf_counter()
         self.stats.add_step(prefill=prefill, decode=decode, seconds=now - start)
-        return [r for r, t in zip(ready, tokens) if self._emit(r, t, now)]
+        return early + [r for r, t in zip(ready, tokens) if self._emit(r, t, now)]
 
     def _emit(self, r: Sequence, token: int, now: float) -> bool:
         """Append a sampled token to ``r``; True when that finished it."""
@@ -306,7 +316,7 @@ class Scheduler:
     def _preempt(self, r: Sequence) -> None:
         """Free ``r``'s pages and queue it again; it recomputes its tokens when readmitted."""
         if r.seq_id in self.engine.ids:
-            self.engine.release([r.seq_id])
+            self.engine.free([r])
         r.computed = 0
         r.stats.num_preemptions += 1
         self.stats.preemptions += 1
@@ -317,9 +327,15 @@ class Scheduler:
         if r in self.running:
             self.running.remove(r)
         if r.seq_id in self.engine.ids:
-            self.engine.release([r.seq_id])
+            self.engine.free([r])
+        r.owner = None
         r.finish_reason = reason
         r.stats.finish_s = time.perf_counter()
         del self._ids[r.request_id]
         return r
 
+
+
+def _free_owned(engine, token: object) -> None:
+    """A scheduler's finalizer: free the engine's sequences it was running."""
+    engine.free([s for s in list(engine._live.values()) if s.owner is token])

@@ -30,6 +30,7 @@ class Sequence:
     computed: int = 0                  # tokens with KV in the cache
     pages: list[int] = field(default_factory=list)
     finish_reason: str | None = None   # "stop" (a stop token) | "length" (max_new_tokens)
+    owner: object | None = None        # the token of the Scheduler running it (None: the caller)
 
     def __post_init__(self):
         if self.request_id is None:
