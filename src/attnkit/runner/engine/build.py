@@ -17,10 +17,10 @@ import torch
 
 from attnkit.backends.base import AttentionBackend
 from attnkit.errors import AttnkitError, fail
+from attnkit.kvcache.allocator import PageAllocator
 from attnkit.kvcache.paged import TORCH_KV_DTYPES, PagedKVCache
 from attnkit.planning.request import PlanRequest
 from attnkit.runner.engine.checks import check_count, coded_args, device_of
-from attnkit.runner.engine.ledger import PageLedger
 from attnkit.runner.engine.setup import (backend_of, check_cache_room, model_layers, plan_for,
                                          runner_request, unplanned_settings)
 from attnkit.runner.layers.parallel import SINGLE, TensorParallel
@@ -157,7 +157,8 @@ def assemble(cls, arch, tensors, *, layers, backend: AttentionBackend, page_size
              compute: str, kv: str, device: torch.device, num_pages: int, scratch: int = 0,
              reserve: int = 0, tp: TensorParallel = SINGLE):
     """The Engine of this rank: its shard of the model (``tp``), a KV cache of its heads
-    (num_pages + scratch pages, checked to fit with ``reserve`` bytes to spare), the ledger."""
+    (num_pages + scratch pages, checked to fit with ``reserve`` bytes to spare), its page
+    allocator."""
     local = tuple(tp.local(l) for l in layers)
     check_cache_room(local, num_pages=num_pages + scratch, page_size=page_size,
                      kv_dtype=TORCH_KV_DTYPES[kv], device=device, reserve=reserve)
@@ -165,7 +166,7 @@ def assemble(cls, arch, tensors, *, layers, backend: AttentionBackend, page_size
                          dtype=TORCH_KV_DTYPES[kv], device=device)
     weights = Weights(tensors, dtype=TORCH_KV_DTYPES[compute], device=device)
     return cls(DecoderModel(arch, weights, layers=layers, tp=tp), backend, cache,
-               PageLedger(num_pages, page_size, scratch=scratch))
+               PageAllocator(num_pages, page_size=page_size, scratch=scratch))
 
 
 def build_shard(cls, recipe: dict, group):

@@ -12,7 +12,7 @@ Every step spends at most ``max_num_batched_tokens`` tokens, in this order:
 One ``Engine.step`` runs the lot (EXTEND, DECODE or MIXED). A request whose whole known
 sequence is cached after the step samples its next token from the step's last logits.
 
-Pages are checked here, before the step, through the engine's page ledger (the one place
+Pages are checked here, before the step, through the engine's page allocator (the one place
 page arithmetic happens), so the engine never runs out (AK400). A decode that cannot get a
 page preempts the youngest running request (its pages are freed; it waits again and later
 recomputes prompt + generated tokens as a prefill); a prompt chunk shrinks to the room left.
@@ -75,7 +75,7 @@ class Scheduler:
         check_count("decode_ahead", decode_ahead, minimum=1, code="AK486")
         self.engine = engine
         self.decode_ahead = decode_ahead
-        self.ledger = engine.allocator
+        self.allocator = engine.allocator
         self.budget = max_num_batched_tokens or math.inf
         self.max_num_seqs = max_num_seqs
         self.page_size = engine.page_size
@@ -107,7 +107,7 @@ class Scheduler:
                  expected="an id not in use", actual=repr(rid))
         tokens = self.engine._check_tokens(rid, prompt)
         kv = len(tokens) + max(params.max_new_tokens - 1, 0)   # the last token's KV is never needed
-        room = self.ledger.num_pages * self.page_size
+        room = self.allocator.num_pages * self.page_size
         if kv > room:
             fail("AK485", f"request {rid!r} needs room for {kv} tokens of KV ({len(tokens)} prompt "
                           f"+ {params.max_new_tokens} new - 1) but the whole cache holds {room}",
@@ -174,10 +174,10 @@ class Scheduler:
         plan = self.schedule()
         if not plan:
             if self.has_unfinished():
-                fail("AK400", f"no request can run: {self.ledger.num_free} of "
-                              f"{self.ledger.num_pages} KV pages are free and sequences "
+                fail("AK400", f"no request can run: {self.allocator.num_free} of "
+                              f"{self.allocator.num_pages} KV pages are free and sequences "
                               "outside this scheduler hold the rest", field="max_tokens",
-                     expected="pages for the oldest request", actual=self.ledger.num_free)
+                     expected="pages for the oldest request", actual=self.allocator.num_free)
             return early
         start = time.perf_counter()
         ahead = self._steps_ahead(plan)
@@ -230,7 +230,7 @@ class Scheduler:
         k = min([self.decode_ahead] + [r.params.max_new_tokens - len(r.output) for r in plan])
         reqs = [Request(prefix_len=r.computed, num_new=1, block_table=r.pages) for r in plan]
         while k >= 2:                   # the most steps the free pages and the tables allow
-            if sum(self.ledger.shortfall(r, r.computed + k) for r in plan) <= self.ledger.num_free \
+            if sum(self.allocator.shortfall(r, r.computed + k) for r in plan) <= self.allocator.num_free \
                     and graphs.serves(reqs, steps=k):
                 return k
             k //= 2
@@ -286,7 +286,7 @@ class Scheduler:
             self.waiting.pop(0)
             self.engine.admit(r)
             bisect.insort(self.running, r, key=lambda x: x.order)
-            self._reserved += self.ledger.pages_for(n)
+            self._reserved += self.allocator.pages_for(n)
             plan[r], budget = n, budget - n
         self.stats.max_running = max(self.stats.max_running, len(self.running))
         return plan
@@ -296,7 +296,7 @@ class Scheduler:
         return len(r.pages)
 
     def _free_pages(self) -> int:
-        return self.ledger.num_free - self._reserved
+        return self.allocator.num_free - self._reserved
 
     def _fit(self, r: Sequence, want: int, plan: dict[Sequence, int]) -> int:
         """How many of ``want`` tokens of running ``r`` fit this step (reserving their pages);
@@ -310,7 +310,7 @@ class Scheduler:
                 return 0
             self._preempt(victims[-1])
         n = min(want, room())
-        self._reserved += self.ledger.shortfall(r, r.computed + n)
+        self._reserved += self.allocator.shortfall(r, r.computed + n)
         return n
 
     def _preempt(self, r: Sequence) -> None:

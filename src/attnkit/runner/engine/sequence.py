@@ -1,5 +1,5 @@
 """The one record of a sequence: its tokens, how many have KV in the cache, its pages, and
-(for generation) how it samples and when it stops. The engine, the page ledger and the
+(for generation) how it samples and when it stops. The engine, the page allocator and the
 scheduler all read and write this record; nothing else holds a sequence's state.
 
 ``prompt + output`` are its tokens; ``tokens[:computed]`` have KV in the cache, held in
