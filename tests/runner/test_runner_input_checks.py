@@ -75,3 +75,18 @@ def test_max_new_tokens_must_be_int(engine, max_new):
     err = _error(lambda: engine.generate([[1, 2]], max_new))
     assert err.code == "AK483" and err.field == "max_new_tokens" and str(max_new) in err.message
     assert engine.ids == [] and engine.allocator.num_free == engine.allocator.num_pages
+
+
+def test_the_cache_memory_is_checked_once(llama, monkeypatch):
+    """One memory-fit check (kvcache/checks.py), asked once per engine; its refusal is the
+    engine's AK483 naming max_tokens."""
+    from attnkit.kvcache import checks
+
+    asked = []
+    monkeypatch.setattr(checks, "free_bytes", lambda dev: asked.append(dev) or 10**12)
+    Engine.from_pretrained(llama, backend="torch_native", page_size=4, max_tokens=64)
+    assert asked == [torch.device("cpu")]
+    monkeypatch.setattr(checks, "free_bytes", lambda dev: 1000)
+    err = _error(lambda: Engine.from_pretrained(llama, backend="torch_native", page_size=4,
+                                                max_tokens=64))
+    assert err.code == "AK483" and err.field == "max_tokens" and "GiB" in err.message

@@ -99,7 +99,9 @@ class PagedKVCache:
     def __init__(self, layers: list[LayerAttention] | tuple[LayerAttention, ...], *,
                  num_pages: int, page_size: int, dtype: torch.dtype | str = torch.bfloat16,
                  device: torch.device | str = "cpu", k_scales: dict[int, float] | None = None,
-                 v_scales: dict[int, float] | None = None):
+                 v_scales: dict[int, float] | None = None, reserve: int = 0):
+        """reserve: bytes to leave free on the device beyond the cache (the runner's decode
+        graphs), part of the memory check."""
         self.dtype = _kv_dtype(dtype)
         _check_size("num_pages", num_pages)
         _check_size("page_size", page_size)
@@ -116,7 +118,8 @@ class PagedKVCache:
                 shapes[("k", l.layer_id)] = (num_pages, page_size, l.num_kv_heads, l.head_dim)
                 shapes[("v", l.layer_id)] = (num_pages, page_size, l.num_kv_heads, l.value_dim)
         need = sum(math.prod(shape) for shape in shapes.values()) * self.dtype.itemsize
-        check_fits(need, dev, what=f"{num_pages} pages of {page_size} tokens for {len(layers)} layer(s)")
+        check_fits(need, dev, what=f"{num_pages} pages of {page_size} tokens for {len(layers)} layer(s)",
+                   reserve=reserve)
         self.num_pages = num_pages
         self.page_size = page_size
         self.device = dev

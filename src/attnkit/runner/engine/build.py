@@ -21,8 +21,8 @@ from attnkit.kvcache.allocator import PageAllocator
 from attnkit.kvcache.paged import TORCH_KV_DTYPES, PagedKVCache
 from attnkit.planning.request import PlanRequest
 from attnkit.runner.engine.checks import check_count, coded_args, device_of
-from attnkit.runner.engine.setup import (backend_of, check_cache_room, model_layers, plan_for,
-                                         runner_request, unplanned_settings)
+from attnkit.runner.engine.setup import (backend_of, cache_room_error, check_page_count, model_layers,
+                                         plan_for, runner_request, unplanned_settings)
 from attnkit.runner.layers.parallel import SINGLE, TensorParallel
 from attnkit.runner.models.base import DecoderModel
 from attnkit.runner.models.config import architecture_of
@@ -160,10 +160,14 @@ def assemble(cls, arch, tensors, *, layers, backend: AttentionBackend, page_size
     (num_pages + scratch pages, checked to fit with ``reserve`` bytes to spare), its page
     allocator."""
     local = tuple(tp.local(l) for l in layers)
-    check_cache_room(local, num_pages=num_pages + scratch, page_size=page_size,
-                     kv_dtype=TORCH_KV_DTYPES[kv], device=device, reserve=reserve)
-    cache = PagedKVCache(local, num_pages=num_pages + scratch, page_size=page_size,
-                         dtype=TORCH_KV_DTYPES[kv], device=device)
+    check_page_count(num_pages + scratch, page_size)
+    try:
+        cache = PagedKVCache(local, num_pages=num_pages + scratch, page_size=page_size,
+                             dtype=TORCH_KV_DTYPES[kv], device=device, reserve=reserve)
+    except AttnkitError as err:
+        if err.code != "AK431":
+            raise
+        raise cache_room_error(err, num_pages=num_pages + scratch, page_size=page_size) from None
     weights = Weights(tensors, dtype=TORCH_KV_DTYPES[compute], device=device)
     return cls(DecoderModel(arch, weights, layers=layers, tp=tp), backend, cache,
                PageAllocator(num_pages, page_size=page_size, scratch=scratch))

@@ -1,5 +1,6 @@
-"""Choices the engine makes once, before any step: the plan, layer specs, backends, and
-whether the KV cache (and the decode graphs' memory) fits.
+"""Choices the engine makes once, before any step: the plan request (one parse), the plan,
+layer specs, backends, and the KV cache's page count (its memory is checked once, by
+the cache: kvcache/checks.py).
 
 The backend is chosen (or the user's choice checked) by attnkit's planner, so the runner
 refuses exactly what ``attnkit plan`` refuses, with the same codes and every reason.
@@ -7,75 +8,42 @@ refuses exactly what ``attnkit plan`` refuses, with the same codes and every rea
 from __future__ import annotations
 
 import dataclasses
-import os
 import warnings
 from typing import Any, Mapping
 
 import torch
 
 from attnkit.backends.base import AttentionBackend
-from attnkit.errors import fail
+from attnkit.errors import AttnkitError, fail
 from attnkit.model.spec import LayerAttention
 from attnkit.planning.request import PlanRequest
 from attnkit.planning.run import RunSpec
 from attnkit.runner.models.config import Architecture
 
 INT32_MAX = 2**31 - 1           # block tables are int32: page ids stay below this
-PAGE_LIST_BYTES = 64            # host bytes per page of the allocator's free list (deque + int)
 
 
-def check_cache_room(layers, *, num_pages: int, page_size: int, kv_dtype: torch.dtype,
-                     device: torch.device, reserve: int = 0) -> None:
-    """AK483 before allocating a KV cache that cannot be: more pages than int32 block
-    tables index, or more bytes (the cache on ``device``, the page list on the host, and
-    ``reserve`` bytes kept for the decode graphs) than the memory free there."""
+def check_page_count(num_pages: int, page_size: int) -> None:
+    """AK483 for more KV pages than int32 block tables index (before any memory is asked)."""
     if num_pages > INT32_MAX:
         fail("AK483", f"max_tokens asks for {num_pages} KV pages of {page_size} tokens; block "
                       f"tables index at most {INT32_MAX} pages: lower max_tokens (or raise "
                       "page_size)", field="max_tokens",
              expected=f"<= {INT32_MAX * page_size} tokens", actual=num_pages * page_size)
-    elem = torch.empty((), dtype=kv_dtype).element_size()
-    per_token = sum(l.mla.latent_dim if l.kind == "mla" else
-                    l.num_kv_heads * (l.head_dim + l.value_dim) for l in layers) * elem
-    cache = num_pages * page_size * per_token
-    host = num_pages * PAGE_LIST_BYTES
-    needs = [(device, cache + reserve + (host if device.type == "cpu" else 0))]
-    if device.type != "cpu":
-        needs.append((torch.device("cpu"), host))
-    for dev, need in needs:
-        free = free_memory(dev)
-        if free is not None and need > free:
-            fail("AK483", f"max_tokens {num_pages * page_size} needs {need / 2**30:.3g} GiB on "
-                          f"{dev} for the KV cache ({per_token} bytes per token over "
-                          f"{len(layers)} layers) and its page list"
-                          + (f", {reserve / 2**30:.3g} GiB kept for decode graphs" if reserve else "")
-                          + f", and {dev} has "
-                          f"{free / 2**30:.3g} GiB free: lower max_tokens (or use an fp8 KV cache)",
-                 field="max_tokens", expected=f"<= {free // max(per_token, 1)} tokens",
-                 actual=num_pages * page_size)
 
 
-def free_memory(device: torch.device) -> int | None:
-    """Bytes free on ``device`` now (CUDA: the driver's count; CPU: the OS's available
-    memory), None where it cannot be told."""
-    if device.type == "cuda":
-        try:
-            return torch.cuda.mem_get_info(device)[0]
-        except (RuntimeError, AssertionError):
-            return None
-    if device.type == "cpu":
-        try:                            # Linux: free memory plus what the kernel can reclaim
-            with open("/proc/meminfo") as f:
-                for line in f:
-                    if line.startswith("MemAvailable:"):
-                        return int(line.split()[1]) * 1024
-        except (OSError, ValueError, IndexError):
-            pass
-        try:
-            return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (AttributeError, OSError, ValueError):
-            return None
-    return None
+def cache_room_error(err: AttnkitError, *, num_pages: int, page_size: int) -> AttnkitError:
+    """The KV cache's memory refusal (AK431: kvcache/checks.py, the one memory-fit check) in
+    the engine's terms: AK483 naming max_tokens."""
+    d = err.details
+    per_token = d["bytes"] // max(num_pages * page_size, 1)
+    kept = f", {d['reserve'] / 2**30:.3g} GiB kept for decode graphs" if d.get("reserve") else ""
+    room = max(d["free"] - d.get("reserve", 0), 0) // max(per_token, 1)
+    return AttnkitError("AK483", f"max_tokens {num_pages * page_size} needs {d['bytes'] / 2**30:.3g} "
+                                 f"GiB on {d['device']} for the KV cache ({per_token} bytes per token){kept}, "
+                                 f"and {d['device']} has {d['free'] / 2**30:.3g} GiB free: lower "
+                                 "max_tokens (or use an fp8 KV cache)", field="max_tokens",
+                        expected=f"<= {room} tokens", actual=num_pages * page_size)
 
 
 # The runner's keyword spellings of request fields (Engine.from_pretrained's arguments).
