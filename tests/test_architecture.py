@@ -43,7 +43,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 ALLOWED: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
     "errors": (),
     "vocabulary": (),
-    "model": ("errors",),
+    "model": ("vocabulary", "errors"),
     "hardware": ("errors",),
     "declarations": ("vocabulary", "model", "errors"),
     "registry": ("vocabulary", "declarations", "errors"),

@@ -22,7 +22,7 @@ import torch
 from attnkit.backends.base import AttentionBackend
 from attnkit.errors import fail
 from attnkit.integrations.dense_step import DenseLayout
-from attnkit.kvcache.paged import TORCH_KV_DTYPES
+from attnkit.kvcache.paged import TORCH_KV_DTYPES, dtype_name
 from attnkit.model.spec import LayerAttention, ModelAttention
 from attnkit.planning.plan import Plan
 from attnkit.planning.request import parse_request
@@ -124,8 +124,8 @@ def _check_servable(spec: ModelAttention) -> None:
 def _dtype_name(dtype: torch.dtype) -> str:
     """The vocabulary's name of the compute dtype the model runs in (AK490 for one no attnkit
     backend computes in)."""
-    name = next((n for n in DTYPES if TORCH_KV_DTYPES[n] == dtype), None)
-    if name is None:
+    name = dtype_name(dtype)
+    if name not in DTYPES:
         fail("AK490", f"the model computes in {dtype}; attnkit backends compute in "
                       f"{', '.join(DTYPES)}", field="dtype", expected=list(DTYPES), actual=str(dtype))
     return name

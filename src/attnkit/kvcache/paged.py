@@ -18,11 +18,19 @@ from attnkit.errors import fail, preview
 from attnkit.kvcache.checks import check_fits, check_write, usable_device
 from attnkit.model.spec import LayerAttention
 
+# The one table of torch dtypes by the vocabulary's names (compute dtypes are among them).
 TORCH_KV_DTYPES = {
     "fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
     "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2,
 }
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+_NAMES = {dtype: name for name, dtype in TORCH_KV_DTYPES.items()}
+
+
+def dtype_name(dtype: torch.dtype) -> str | None:
+    """The vocabulary's name (registry/capabilities.py) of a torch dtype, None for one it has
+    no name for: TORCH_KV_DTYPES read backwards, the one torch-side dtype table."""
+    return _NAMES.get(dtype)
 
 
 def _kv_dtype(dtype: Any) -> torch.dtype:
