@@ -21,7 +21,7 @@ from __future__ import annotations
 import difflib
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Hashable, Sequence, TextIO
 
@@ -40,9 +40,8 @@ from attnkit.runner.engine.stats import RequestStats, RunStats
 from attnkit.runner.engine.tokens import stop_ids
 from attnkit.runner.models.weights import read_json
 
-PLAN_FLAGS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend",
-              "page_size", "kv_cache_dtype", "dual_chunk", "tp_size", "speculative_tokens",
-              "cuda_graph", "deny")
+# attnkit plan's settings, by the request's own field names (dtype is LLM's own keyword)
+PLAN_FLAGS = tuple(f.name for f in fields(PlanRequest) if f.name not in ("sources", "dtype"))
 ENGINE_FLAGS = ("backend_options", "tp_timeout")       # Engine.from_pretrained options
 
 
