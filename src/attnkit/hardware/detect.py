@@ -65,8 +65,14 @@ def detect(index: int | None = None) -> Platform:
         found = _detect_with_torch(packages, 0 if index is None else index)
         if found is not None:
             return found
+    return cpu_platform(packages)
+
+
+def cpu_platform(packages: dict[str, str] | None = None) -> Platform:
+    """This machine's CPU, with the packages installed here (found if not given)."""
     arch = host_arch()
-    return Platform(kind="cpu", name=f"{arch} CPU", packages=packages, arch=arch)
+    return Platform(kind="cpu", name=f"{arch} CPU",
+                    packages=installed_packages() if packages is None else packages, arch=arch)
 
 
 def _detect_with_torch(packages: dict[str, str], index: int) -> Platform | None:

@@ -83,12 +83,10 @@ def plan_for(arch: Architecture, request: PlanRequest, device: torch.device):
 def platform_of(device: torch.device):
     """The Platform the planner should see for ``device``: this CPU (with the packages really
     installed), or the GPU ``device`` names (its index; ``cuda`` alone: the current one)."""
-    from attnkit.hardware.detect import detect, host_arch, installed_packages
-    from attnkit.hardware.platform import Platform
+    from attnkit.hardware.detect import cpu_platform, detect
 
     if device.type == "cpu":
-        arch = host_arch()
-        return Platform(kind="cpu", name=f"{arch} CPU", packages=installed_packages(), arch=arch)
+        return cpu_platform()
     if device.type == "cuda":
         return detect(torch.cuda.current_device() if device.index is None else device.index)
     return detect(device.index)
