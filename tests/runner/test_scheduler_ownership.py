@@ -6,7 +6,7 @@ import pytest
 
 from attnkit.errors import AttnkitError
 from attnkit.runner import SamplingParams, Scheduler
-from test_scheduler import PROMPTS, engine, greedy
+from test_scheduler import PROMPTS, engine, greedy, mid_run
 
 
 def test_run_yields_a_request_with_no_new_tokens(tiny_model):
@@ -33,12 +33,7 @@ def test_auto_ids_skip_the_callers_ids(tiny_model):
 
 
 def test_a_dropped_scheduler_gives_its_pages_back(tiny_model):
-    eng = engine(tiny_model)
-    sched = Scheduler(eng, max_num_batched_tokens=4)
-    for p in PROMPTS:
-        sched.add(p, greedy())
-    sched.step()
-    sched.step()
+    eng, sched = mid_run(tiny_model)
     assert eng.ids and eng.allocator.num_free < eng.allocator.num_pages
     del sched
     gc.collect()
