@@ -126,3 +126,20 @@ def test_the_request_reaches_the_planner_as_parsed(bf16_llama, monkeypatch):
     assert got == [request] and got[0] is request
     LLM(bf16_llama, device="cpu", backend="torch_native", page_size="8", max_tokens=64)
     assert got[1] == dataclasses.replace(PlanRequest(), attention_backend="torch_native", page_size=8)
+
+
+def test_a_backend_object_gets_the_planners_dtype_rule(bf16_llama):
+    """No plan chooses for a backend object, so its dtype comes from the planner's own rule
+    (the config's), not from a runner default."""
+    from attnkit.registry import load_backend
+
+    engine = Engine.from_pretrained(bf16_llama, backend=load_backend("torch_native"), page_size=4,
+                                    max_tokens=32)
+    assert engine.plan is None and engine.model.embed.dtype == torch.bfloat16 == engine.cache.dtype
+
+
+def test_a_rocm_plan_runs_on_torchs_cuda_device():
+    from attnkit.planning.run import DeviceRef
+
+    assert DeviceRef("rocm", "AMD Instinct MI300X", 1).torch_device() == "cuda:1"
+    assert DeviceRef("cpu", "x86_64 CPU").torch_device() == "cpu"
