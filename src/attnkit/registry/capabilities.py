@@ -16,7 +16,14 @@ KV_CACHE_DTYPES = ("fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2")
 FEATURES = (
     "sliding_window", "logit_softcap", "sinks", "cross_attention", "non_causal",
     "dual_chunk", "verify", "cuda_graph", "chunked_local", "sparse_topk",
+    *("batch_invariant", "deterministic"),
 )
+# Numerics a backend (or one of its options) proves bitwise, not to a tolerance
+# (tests/conformance/test_bitwise.py): ``batch_invariant`` — a request's output does not
+# depend on the other requests of its step (their number, lengths, order, phase);
+# ``deterministic`` — the same step gives the same bits run after run. Requirable with
+# ``--require`` (planning/requirements.py); never inferred from a layer.
+NUMERICS = ("batch_invariant", "deterministic")
 
 # page_sizes: "any", an explicit tuple of sizes, or MultipleOf(n)
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from attnkit.errors import fail
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _KV_DTYPES = _DTYPES + (torch.float8_e4m3fn, torch.float8_e5m2)
 MAX_HEAD_DIM = 256     # a head row lives in one padded tile
+BATCH_INVARIANT_SPLIT_KEYS = 256   # keys per decode split with batch_invariant (choose_splits' floor)
 _CAPS = DECLARATION.capabilities
 
 
@@ -120,13 +121,33 @@ class TritonBackend(AttentionBackend):
     ``extend_variant`` / ``decode_variant`` ("v1" / "v2" / "auto", or by what they do:
     extend "paged_kv" / "new_kv_direct", decode "separate_write" / "fused_write"; defaults
     extend.EXTEND_VARIANT and decode.DECODE_VARIANT, both "auto": chosen per step from
-    measurements)."""
+    measurements).
+
+    ``batch_invariant=True`` makes a request's output independent of the rest of its step
+    (tests/conformance/test_bitwise.py): decode splits of a fixed ``split_keys`` keys (default
+    BATCH_INVARIANT_SPLIT_KEYS, rounded up to whole tiles) always merged by the reduce kernel,
+    instead of a split count sized by the batch; the variants that "auto" picks by batch size
+    or prefix (decode v1/v2, extend v1/v2, the TMA route) fixed to v1; and in a MIXED step the
+    one-token rows (decodes) run the decode kernel, as they do alone. ``split_keys`` alone
+    fixes the split size without the rest."""
 
     name = "triton"
 
     def __init__(self, *, extend_config: dict | None = None, decode_config: dict | None = None,
                  num_splits: int | None = None, extend_variant: str | None = None,
-                 decode_variant: str | None = None):
+                 decode_variant: str | None = None, split_keys: int | None = None,
+                 batch_invariant: bool = False):
+        check_option("triton", "batch_invariant", batch_invariant, (False, True))
+        if batch_invariant:
+            _check_invariant_options(extend_variant, decode_variant, num_splits)
+            split_keys = BATCH_INVARIANT_SPLIT_KEYS if split_keys is None else split_keys
+            extend_variant, decode_variant = extend_variant or "v1", decode_variant or "v1"
+        check_int_option(self.name, "split_keys", split_keys)
+        if split_keys is not None and num_splits is not None:
+            fail("AK407", "triton: num_splits and split_keys both fix the decode splits; give one",
+                 field="split_keys", expected="None when num_splits is set", actual=split_keys)
+        self.split_keys = split_keys
+        self.batch_invariant = batch_invariant
         extend_variant = EXTEND_VARIANT_NAMES.get(extend_variant, extend_variant)
         decode_variant = DECODE_VARIANT_NAMES.get(decode_variant, decode_variant)
         check_option("triton", "extend_variant", extend_variant,
@@ -184,11 +205,12 @@ class TritonBackend(AttentionBackend):
         if decode:
             cfg = decode_config(spec.head_dim, q.dtype, interpret=interpreting()) | self.decode_override
             splits, chunk = self._splits(plan, spec, cfg["BLOCK_N"])
+            fixed = self.split_keys is not None      # every request's partition is its own
             partials = (plan.split_buffers(spec.num_heads, padded_dim(spec.value_dim), splits)
-                        if splits > 1 else None)
+                        if splits > 1 or fixed else None)
             decode_attention(q, k_cache, v_cache, out, seq_lens=plan.seq_lens,
                              block_tables=plan.block_tables, num_splits=splits, chunk=chunk,
-                             partials=partials, config=cfg, **common,
+                             partials=partials, config=cfg, fixed_chunk=fixed, **common,
                              new_kv=(k, v, meta.slot_mapping) if fused_write else None,
                              counters=plan.counters if decode_variant == "fused" else None)
         elif (route := tma_route(self.extend_variant or EXTEND_VARIANT, q, k, v, layer, cache,
@@ -217,6 +239,15 @@ class TritonBackend(AttentionBackend):
         return out.view(q.shape[0], spec.num_heads * spec.value_dim)
 
     def _splits(self, plan: TritonStep, spec, block_n: int) -> tuple[int, int]:
+        if self.split_keys is not None:     # fixed keys per split; the grid covers the longest
+            chunk = -(-self.split_keys // block_n) * block_n
+            window, attn_chunk = spec.sliding_window, spec.attention_chunk
+            if plan.max_kv is not None:
+                span = max_decode_span(plan.max_kv, window, attn_chunk, block_n)
+            else:
+                span = max((decode_span(n, window, attn_chunk, block_n)
+                            for n in plan.meta.seq_lens_cpu), default=1)
+            return max(1, -(-span // chunk)), chunk
         if self.num_splits is None:
             return plan.decode_splits(spec.num_kv_heads, spec.sliding_window, spec.attention_chunk,
                                       block_n)
@@ -224,6 +255,23 @@ class TritonBackend(AttentionBackend):
         per_split = -(-longest // self.num_splits)
         chunk = -(-per_split // block_n) * block_n
         return -(-longest // chunk), chunk
+
+
+def _check_invariant_options(extend_variant, decode_variant, num_splits) -> None:
+    """batch_invariant fixes what the per-step choices would pick by batch: refuse an explicit
+    choice that brings them back (AK407)."""
+    for option, value, allowed in (("extend_variant", extend_variant, (None, "v1", "v2", "paged_kv",
+                                                                       "new_kv_direct")),
+                                   ("decode_variant", decode_variant, (None, "v1", "v2",
+                                                                       "separate_write", "fused_write"))):
+        if value not in allowed:
+            fail("AK407", f"triton: {option}={value!r} picks per step by batch size or prefix, "
+                          "which batch_invariant rules out; leave it unset or name v1 / v2",
+                 field=option, expected=[a for a in allowed if a], actual=value)
+    if num_splits is not None:
+        fail("AK407", "triton: num_splits sizes each request's splits by the batch's longest; "
+                      "batch_invariant uses split_keys (keys per split) instead",
+             field="num_splits", expected="None (use split_keys)", actual=num_splits)
 
 
 def _check_supported(q, layer: RuntimeLayer, cache) -> None:
