@@ -36,6 +36,8 @@ class Plan:
     error: dict[str, Any] | None = None
     profile: dict[str, Any] | None = None                         # the device profile used, if any
     run: RunSpec | None = None                                     # what runs (None when not ok)
+    # --require: {"require": [names], "cost": {phase: requirements.cost(...)}}; None without it
+    requirements: dict[str, Any] | None = None
 
     @classmethod
     def failed(cls, err: AttnkitError, *, model: str | None = None, platform: dict[str, Any] | None = None,
@@ -78,4 +80,5 @@ class Plan:
             "error": self.error,
             "profile": self.profile,
             "run": None if self.run is None else self.run.to_dict(),
+            "requirements": self.requirements,
         }

@@ -29,6 +29,8 @@ from attnkit.backends.triton.decode_merge import merge_counters
 from attnkit.backends.triton.extend import (EXTEND_VARIANT, EXTEND_VARIANT_NAMES, EXTEND_VARIANTS,
                                              extend_attention, extend_config, pick_extend_variant)
 from attnkit.backends.triton.extend_new_kv import extend_attention_v2
+from attnkit.backends.triton.invariant import (BATCH_INVARIANT_SPLIT_KEYS, DecodeRows,
+                                               check_invariant_options, fixed_splits)
 from attnkit.backends.triton.tma_path import (TMA_ONLY_KEYS, check_tma_override,
                                               merged_tma_config, run_tma_extend, tma_route)
 from attnkit.errors import fail
@@ -36,7 +38,6 @@ from attnkit.errors import fail
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _KV_DTYPES = _DTYPES + (torch.float8_e4m3fn, torch.float8_e5m2)
 MAX_HEAD_DIM = 256     # a head row lives in one padded tile
-BATCH_INVARIANT_SPLIT_KEYS = 256   # keys per decode split with batch_invariant (choose_splits' floor)
 _CAPS = DECLARATION.capabilities
 
 
@@ -54,13 +55,17 @@ class TritonStep:
     partials: dict = field(default_factory=dict)   # (H_q, BLOCK_DV, splits) -> 3 f32 buffers
     rows: dict = field(default_factory=dict)       # tma_path.row_layout of the padded K/V rows
     counters: torch.Tensor | None = None           # decode "fused": merge tickets, zeros
+    # batch_invariant MIXED steps: the one-token rows, run by the decode kernel (DecodeRows)
+    decode_rows: "DecodeRows | None" = None
 
     def query_blocks(self, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Request index and first query row of every BLOCK_M-row query block, the blocks
-        with the most keys first so the long programs do not trail at the end of the grid."""
+        with the most keys first so the long programs do not trail at the end of the grid
+        (the requests the decode kernel does not take: all but ``decode_rows``)."""
         if block_m not in self.blocks:
+            rest = None if self.decode_rows is None else self.decode_rows.others
             self.blocks[block_m] = query_blocks(self.meta.query_lens_cpu, self.meta.seq_lens_cpu,
-                                                block_m, device=self.seq_lens.device)
+                                                block_m, device=self.seq_lens.device, requests=rest)
         return self.blocks[block_m]
 
     def decode_splits(self, num_kv_heads: int, window: int | None, attention_chunk: int | None,
@@ -139,7 +144,7 @@ class TritonBackend(AttentionBackend):
                  batch_invariant: bool = False):
         check_option("triton", "batch_invariant", batch_invariant, (False, True))
         if batch_invariant:
-            _check_invariant_options(extend_variant, decode_variant, num_splits)
+            check_invariant_options(extend_variant, decode_variant, num_splits)
             split_keys = BATCH_INVARIANT_SPLIT_KEYS if split_keys is None else split_keys
             extend_variant, decode_variant = extend_variant or "v1", decode_variant or "v1"
         check_int_option(self.name, "split_keys", split_keys)
@@ -171,6 +176,8 @@ class TritonBackend(AttentionBackend):
         want = self.decode_variant or DECODE_VARIANT
         if meta.mode is ForwardMode.DECODE and "fused" in (want, auto_decode_variant(meta.num_reqs)):
             plan.counters = merge_counters(meta.num_reqs, dev)   # zeroed outside any graph
+        if self.batch_invariant and meta.mode is ForwardMode.MIXED:
+            plan.decode_rows = DecodeRows.of(meta, plan)
         return StepState(meta=meta, prepared=plan)
 
     def capture_plan(self, meta: BatchMetadata, cache, *, max_seq_len: int) -> StepState:
@@ -236,18 +243,27 @@ class TritonBackend(AttentionBackend):
                 extend_attention_v2(q, k, v, k_cache, v_cache, out, **common)
             else:
                 extend_attention(q, k_cache, v_cache, out, **common)
+            if plan.decode_rows is not None:
+                self._decode_rows(q, k_cache, v_cache, out, plan, spec, common)
         return out.view(q.shape[0], spec.num_heads * spec.value_dim)
+
+    def _decode_rows(self, q, k_cache, v_cache, out, plan: TritonStep, spec, common: dict) -> None:
+        """batch_invariant MIXED step: the one-token rows through the decode kernel."""
+        cfg = decode_config(spec.head_dim, q.dtype, interpret=interpreting()) | self.decode_override
+        scales = {key: common[key] for key in ("qk_scale", "v_scale", "softcap", "window",
+                                               "attention_chunk", "sinks")}
+        plan.decode_rows.run(q, k_cache, v_cache, out, spec, plan.meta.seq_lens_cpu, config=cfg,
+                             split_keys=self.split_keys, **scales)
 
     def _splits(self, plan: TritonStep, spec, block_n: int) -> tuple[int, int]:
         if self.split_keys is not None:     # fixed keys per split; the grid covers the longest
-            chunk = -(-self.split_keys // block_n) * block_n
             window, attn_chunk = spec.sliding_window, spec.attention_chunk
             if plan.max_kv is not None:
                 span = max_decode_span(plan.max_kv, window, attn_chunk, block_n)
             else:
                 span = max((decode_span(n, window, attn_chunk, block_n)
                             for n in plan.meta.seq_lens_cpu), default=1)
-            return max(1, -(-span // chunk)), chunk
+            return fixed_splits(span, self.split_keys, block_n)
         if self.num_splits is None:
             return plan.decode_splits(spec.num_kv_heads, spec.sliding_window, spec.attention_chunk,
                                       block_n)
@@ -255,23 +271,6 @@ class TritonBackend(AttentionBackend):
         per_split = -(-longest // self.num_splits)
         chunk = -(-per_split // block_n) * block_n
         return -(-longest // chunk), chunk
-
-
-def _check_invariant_options(extend_variant, decode_variant, num_splits) -> None:
-    """batch_invariant fixes what the per-step choices would pick by batch: refuse an explicit
-    choice that brings them back (AK407)."""
-    for option, value, allowed in (("extend_variant", extend_variant, (None, "v1", "v2", "paged_kv",
-                                                                       "new_kv_direct")),
-                                   ("decode_variant", decode_variant, (None, "v1", "v2",
-                                                                       "separate_write", "fused_write"))):
-        if value not in allowed:
-            fail("AK407", f"triton: {option}={value!r} picks per step by batch size or prefix, "
-                          "which batch_invariant rules out; leave it unset or name v1 / v2",
-                 field=option, expected=[a for a in allowed if a], actual=value)
-    if num_splits is not None:
-        fail("AK407", "triton: num_splits sizes each request's splits by the batch's longest; "
-                      "batch_invariant uses split_keys (keys per split) instead",
-             field="num_splits", expected="None (use split_keys)", actual=num_splits)
 
 
 def _check_supported(q, layer: RuntimeLayer, cache) -> None:
