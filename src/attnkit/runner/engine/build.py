@@ -11,7 +11,7 @@ import os
 import warnings
 import weakref
 from types import SimpleNamespace
-from typing import Any, Mapping, TextIO
+from typing import Any, Mapping, Sequence, TextIO
 
 import torch
 
@@ -37,7 +37,7 @@ def from_pretrained(cls, source: Any, *, backend: str | AttentionBackend | None 
                     backend_options: Mapping[str, Any] | None = None,
                     cuda_graph: bool | None = None, graph_capture: bool = True,
                     max_num_seqs: int = 256, progress: TextIO | None = None,
-                    tp_size: int = 1, tp_timeout: float = 300.0):
+                    tp_size: int = 1, tp_timeout: float = 300.0, require: Sequence[str] = ()):
     """source: a local model directory (config.json + *.safetensors) or an in-memory
     transformers model.
     backend: a registered name or alias, checked by attnkit's planner against the model,
@@ -65,7 +65,9 @@ def from_pretrained(cls, source: Any, *, backend: str | AttentionBackend | None 
     from ``device`` on (NCCL) or N CPU processes (gloo); the source must be a model
     directory (each rank reads its shard) and the backend a name; decode runs eagerly
     (cuda_graph=True is AK489). tp_timeout: seconds a step may take on the ranks before the
-    run ends with AK482 (starting a rank may take max(tp_timeout, 120 s))."""
+    run ends with AK482 (starting a rank may take max(tp_timeout, 120 s)).
+    require: numerics every chosen backend must declare ("batch_invariant", "deterministic";
+    ``--require``): planned only (a backend object is not planned: AK483)."""
     check_count("max_tokens", max_tokens, minimum=1)
     check_count("tp_size", tp_size, minimum=1)
     if isinstance(tp_timeout, bool) or not isinstance(tp_timeout, (int, float)) or not tp_timeout > 0:
@@ -92,6 +94,10 @@ def from_pretrained(cls, source: Any, *, backend: str | AttentionBackend | None 
     plan = None
     if isinstance(backend, AttentionBackend):
         attn = backend
+        if require:
+            fail("AK483", f"require={list(require)} needs a planned backend (a name or 'auto'): "
+                          "a backend object is not checked against the declarations",
+                 field="require", expected="a backend name", actual=type(backend).__name__)
         if page_size is None:
             fail("AK483", "page_size must be given with a backend object (no plan picks it)",
                  field="page_size", expected="an int >= 1", actual=None)
@@ -101,7 +107,7 @@ def from_pretrained(cls, source: Any, *, backend: str | AttentionBackend | None 
                         page_size=page_size, dtype=compute, kv_cache_dtype=kv,
                         dual_chunk=dual_chunk, prefill_backend=prefill_backend,
                         decode_backend=decode_backend, tp_size=tp_size,
-                        cuda_graph=cuda_graph if graph_capture else None)
+                        cuda_graph=cuda_graph if graph_capture else None, require=tuple(require))
         dual_chunk = plan.settings.get("dual_chunk") != "off"
         page_size = plan.settings["page_size"]
         if tp_size > 1:                     # the plan is good: now start the ranks

@@ -40,7 +40,7 @@ from attnkit.runner.models.weights import read_json
 
 PLAN_FLAGS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend",
               "page_size", "kv_cache_dtype", "dual_chunk", "tp_size", "speculative_tokens",
-              "cuda_graph", "deny")
+              "cuda_graph", "deny", "require")
 ENGINE_FLAGS = ("backend_options", "tp_timeout")       # Engine.from_pretrained options
 
 
@@ -213,7 +213,8 @@ def engine_options(flags: dict[str, Any]) -> dict[str, Any]:
             "decode_backend": req.decode_attention_backend, "page_size": req.page_size,
             "kv_cache_dtype": req.kv_cache_dtype,
             "dual_chunk": {"on": True, "off": False}.get(req.dual_chunk),
-            "cuda_graph": req.cuda_graph, "backend_options": flags.get("backend_options")}
+            "cuda_graph": req.cuda_graph, "backend_options": flags.get("backend_options"),
+            "require": req.require}
 
 
 def default_eos(source: Any) -> tuple[int, ...]:

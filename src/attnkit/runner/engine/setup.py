@@ -79,10 +79,10 @@ def free_memory(device: torch.device) -> int | None:
 def plan_for(arch: Architecture, *, backend: str | None, device: torch.device,
              page_size: int | None, dtype: str, kv_cache_dtype: str, dual_chunk: bool | None,
              prefill_backend: str | None = None, decode_backend: str | None = None,
-             cuda_graph: bool | None = None, tp_size: int = 1):
+             cuda_graph: bool | None = None, tp_size: int = 1, require: tuple[str, ...] = ()):
     """attnkit's Plan for running ``arch`` here (raises the plan's AttnkitError if none:
     AK305 for a tp_size that does not split the heads); cuda_graph None lets the planner
-    decide (--cuda-graph auto)."""
+    decide (--cuda-graph auto); ``require``: numerics every chosen backend declares (--require)."""
     from attnkit.planning.solver import plan
 
     if backend is not None and not isinstance(backend, str):
@@ -93,7 +93,8 @@ def plan_for(arch: Architecture, *, backend: str | None, device: torch.device,
                "attention_backend": backend, "prefill_attention_backend": prefill_backend,
                "decode_attention_backend": decode_backend,
                "dual_chunk": None if dual_chunk is None else ("on" if dual_chunk else "off"),
-               "cuda_graph": cuda_graph, "tp_size": tp_size if tp_size > 1 else None}
+               "cuda_graph": cuda_graph, "tp_size": tp_size if tp_size > 1 else None,
+               "require": list(require) or None}
     request = {k: v for k, v in request.items() if v is not None}
     result = plan(arch.attention, platform_of(device), request, strict=True)
     for note in result.warnings:
