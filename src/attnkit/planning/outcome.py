@@ -17,7 +17,7 @@ from attnkit.planning.view import View
 
 def build_plan(v: View, error: AttnkitError | None, *, table, adjustments: list[dict[str, Any]],
                warnings: list[str], alternatives: dict[str, list[str]],
-               kernels: dict[str, Any] | None = None) -> Plan:
+               kernels: dict[str, Any] | None = None, kernel_why: dict[str, str] | None = None) -> Plan:
     """The Plan of a finished run: chosen backends and why (when ``error`` is None), settings,
     adjustments, every considered candidate's reasons, and the causes all of them share."""
     considered = {n for e in table for n in e.backends} | set(v.explicit.values()) | set(v.backends.values())
@@ -44,6 +44,7 @@ def build_plan(v: View, error: AttnkitError | None, *, table, adjustments: list[
         why=dict(v.why) if ok else {}, settings=settings, adjustments=adjustments, rejected=rejected,
         shared=shared, alternatives=alternatives if ok else {}, warnings=warnings,
         error=None if ok else error_dict(error, v),
+        kernel_why=dict(kernel_why or {}) if ok else {},
         run=run_spec(v.backends, settings, v.platform, kernels or {}, has_decode="decode" in v.phases)
         if ok else None)
 

@@ -36,6 +36,7 @@ class Plan:
     error: dict[str, Any] | None = None
     profile: dict[str, Any] | None = None                         # the device profile used, if any
     run: RunSpec | None = None                                     # what runs (None when not ok)
+    kernel_why: dict[str, str] = field(default_factory=dict)      # role -> its kernel variants, as measured
     # --require: {"require": [names], "cost": {phase: requirements.cost(...)}}; None without it
     requirements: dict[str, Any] | None = None
 
@@ -70,6 +71,7 @@ class Plan:
             "decode_backend": self.decode_backend,
             "extend_backend": self.extend_backend,
             "why": dict(self.why),
+            "kernel_why": dict(self.kernel_why),
             "settings": dict(self.settings),
             "adjustments": [dict(a) for a in self.adjustments],
             "rejected": {name: [{**r.to_dict(), "shared": r.key() in shared_keys} for r in reasons]

@@ -133,3 +133,55 @@ class KernelTable:
     def only(cls, role: str, variant: str, config: Mapping[str, Any] | None = None) -> "KernelTable":
         """A table that always runs ``variant`` (tests, benchmarks, ``attnkit tune``)."""
         return cls(role, fallback=(variant,), configs={variant: dict(config or {})})
+
+
+def variant_misfits(variant: KernelVariant, *, platform, dtype: str, kv_dtype: str, head_dim: int,
+                    heads: int, page_size: int | None, features: frozenset[str] | set[str],
+                    causal: bool) -> list[str]:
+    """Why ``variant`` cannot run for a model of this shape on ``platform`` (empty: it can).
+    ``features``: what the model's layers need; ``page_size`` None: not fixed yet."""
+    out = []
+    cc = getattr(platform, "capability", None)
+    if variant.compute_capability is not None:
+        lo, hi = variant.compute_capability
+        if cc is None or tuple(cc) < lo or (hi is not None and tuple(cc) > hi):
+            span = f"sm{lo[0]}{lo[1]}" + ("+" if hi is None else "" if hi == lo else f"-sm{hi[0]}{hi[1]}")
+            out.append(f"needs {span}" + (f", not sm{cc[0]}{cc[1]}" if cc else ""))
+    if variant.triton is not None:
+        have = (getattr(platform, "packages", None) or {}).get("triton")
+        if not in_version_range(have, variant.triton):
+            lo, hi = variant.triton
+            out.append(f"builds with Triton >= {lo}" + (f", < {hi}" if hi else "")
+                       + f"; {'Triton ' + have if have else 'no Triton'} here")
+    if variant.dtypes and dtype not in variant.dtypes:
+        out.append(f"computes in {', '.join(variant.dtypes)}, not {dtype}")
+    if variant.kv_cache_dtypes and kv_dtype not in variant.kv_cache_dtypes:
+        out.append(f"reads a {', '.join(variant.kv_cache_dtypes)} KV cache, not {kv_dtype}")
+    if variant.head_dims and head_dim not in variant.head_dims:
+        out.append(f"head dims {', '.join(map(str, variant.head_dims))}, not {head_dim}")
+    if variant.min_heads is not None and heads < variant.min_heads:
+        out.append(f"needs >= {variant.min_heads} query heads a rank, not {heads}")
+    if variant.page_multiple is not None and page_size is not None and page_size % variant.page_multiple:
+        out.append(f"needs pages of a multiple of {variant.page_multiple} keys, not {page_size}")
+    bad = sorted(set(features) & variant.excludes)
+    if bad:
+        out.append(f"does not serve {', '.join(bad)}")
+    if variant.causal_only and not causal:
+        out.append("serves causal attention only")
+    return out
+
+
+def takes_step(variant: KernelVariant, *, num_reqs: int, has_prefix: bool) -> bool:
+    """Whether ``variant``'s step scope admits a step of ``num_reqs`` requests (``has_prefix``:
+    some request extends a cached prefix)."""
+    return variant.step == "any" or (num_reqs == 1 and not has_prefix)
+
+
+def step_point(query_lens, seq_lens, *, max_kv: int | None = None) -> tuple[int, int, int]:
+    """(batch, new, context) of a step, as the profile's buckets describe one: the number of
+    requests and their mean new tokens and mean keys (``max_kv``: a static step sized for any
+    refill up to that many keys)."""
+    n = max(1, len(query_lens))
+    new = max(1, round(sum(query_lens) / n))
+    context = max_kv if max_kv is not None else max(1, round(sum(seq_lens) / n))
+    return (len(query_lens), new, max(new, context))

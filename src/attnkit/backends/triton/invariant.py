@@ -18,10 +18,14 @@ from attnkit.backends._triton import padded_dim
 from attnkit.backends.metadata import BatchMetadata
 from attnkit.backends.triton.decode import decode_attention, decode_span
 from attnkit.errors import fail
+from attnkit.registry.kernels import KernelTable
 
 BATCH_INVARIANT_SPLIT_KEYS = 256   # keys per decode split by default (choose_splits' floor)
-_FIXED_EXTEND = (None, "v1", "v2", "paged_kv", "new_kv_direct")
-_FIXED_DECODE = (None, "v1", "separate_write")   # v2 writes inside the kernel: MIXED rows cannot
+# The general kernel of each role: what a batch_invariant backend runs for every step (the
+# other variants are picked per step by the plan's tables, and some by the step's own size).
+INVARIANT_TABLES = {role: KernelTable.only(role, "split" if role == "decode" else "paged")
+                    for role in ("prefill", "extend", "decode")}
+_ALLOWED = {"extend_variant": (None, "v1", "paged_kv"), "decode_variant": (None, "v1", "separate_write")}
 
 
 def fixed_splits(span: int, split_keys: int, block_n: int) -> tuple[int, int]:
@@ -30,17 +34,18 @@ def fixed_splits(span: int, split_keys: int, block_n: int) -> tuple[int, int]:
     return max(1, -(-span // chunk)), chunk
 
 
-def check_invariant_options(extend_variant, decode_variant, num_splits) -> None:
-    """batch_invariant fixes what the per-step choices would pick by batch: refuse an explicit
-    choice that brings them back (AK407)."""
-    for option, value, allowed in (("extend_variant", extend_variant, _FIXED_EXTEND),
-                                   ("decode_variant", decode_variant, _FIXED_DECODE)):
-        if value not in allowed:
+def check_invariant_options(kernels, extend_variant, decode_variant, num_splits) -> None:
+    """batch_invariant runs the general kernels: refuse a choice that brings another back (AK407)."""
+    if kernels:
+        fail("AK407", "triton: batch_invariant runs the general kernels (split decode, paged extend); "
+                      "kernel tables pick another per step", field="kernels", expected=None,
+             actual=sorted(kernels))
+    for option, value in (("extend_variant", extend_variant), ("decode_variant", decode_variant)):
+        if value not in _ALLOWED[option]:
             fail("AK407", f"triton: {option}={value!r} does not keep a request's bits independent "
-                          "of its batch (auto picks by batch size or prefix; decode v2 writes K/V "
-                          "inside a kernel MIXED steps do not run); leave it unset or name "
-                          f"{' / '.join(a for a in allowed if a)}",
-                 field=option, expected=[a for a in allowed if a], actual=value)
+                          "of its batch (picked by the step's size, or writing K/V inside a kernel "
+                          f"MIXED steps do not run); leave it unset or name {_ALLOWED[option][1]}",
+                 field=option, expected=[a for a in _ALLOWED[option] if a], actual=value)
     if num_splits is not None:
         fail("AK407", "triton: num_splits sizes each request's splits by the batch's longest; "
                       "batch_invariant uses split_keys (keys per split) instead",
