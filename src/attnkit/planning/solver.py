@@ -333,7 +333,8 @@ class Solve:
             chosen = names.get(phase) or self.backends.get(phase)
             free = [n for n in self.pool(phase)
                     if all(r.code == "AK312" for r in self.reasons(phase, n))]
-            other = requirements.unconstrained(self.measured, phase, free, self.model, self.settings)
+            other = (chosen if self.explicit.get(phase) or phase in self.chosen_by else   # not the planner's pick
+                     requirements.unconstrained(self.measured, phase, free, self.model, self.settings))
             self.cost[phase] = requirements.cost(self.measured, phase, chosen, other, self.model,
                                                  self.settings)
             line = requirements.cost_text(phase, self.cost[phase])
