@@ -44,6 +44,21 @@ DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp3
           "float64": "fp64", "double": "fp64", "fp64": "fp64"}
 
 
+def _non_string_key(value: object, at: str = "", depth: int = 0) -> tuple[str, object] | None:
+    """(where, key) of the first non-string key in nested dicts/lists, or None (AK514 bounds depth
+    elsewhere; past 64 levels nothing more is looked at)."""
+    if depth > 64:
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        if isinstance(value, dict) and not isinstance(key, str):
+            return at, key
+        found = _non_string_key(item, f"{at}.{key}" if at else str(key), depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
 def parse_config(cfg: object, *, name: str | None = None, source: str = "<dict>") -> ModelAttention:
     """Every attention layer of the model a parsed config.json describes.
 
@@ -60,6 +75,12 @@ def parse_traced(cfg: object, *, name: str | None = None, source: str = "<dict>"
                            f"{type(cfg).__name__} (in {source})", field=None,
                            expected="JSON object", actual=type(cfg).__name__,
                            details={"source": source})
+    bad_key = _non_string_key(cfg)
+    if bad_key is not None:          # JSON keys are strings; a dict built in Python may not be
+        raise AttnkitError("AK502", f"a model config is a JSON object: its keys are strings, but "
+                           f"{bad_key[0] or 'the top level'} has the key {bad_key[1]!r} "
+                           f"({type(bad_key[1]).__name__}) (in {source})", field=bad_key[0] or None,
+                           expected="string keys", actual=repr(bad_key[1])[:80], details={"source": source})
     top = ConfigReader(cfg, source=source)
     model_type = top.str("model_type", default="").lower()
     _reject_unservable(top, model_type)
