@@ -21,9 +21,14 @@ def test_ak305_lists_every_size_that_plans():
         assert attnkit.plan(SIX_HEADS, "h100", tp_size=t).ok == (t in listed), t
 
 
-@pytest.mark.parametrize("cfg", [{1: 2, **SIX_HEADS}, {**SIX_HEADS, "rope_scaling": {(1, 2): 3}},
-                                 {**SIX_HEADS, "layer_types": [{None: 1}]}])
+@pytest.mark.parametrize("cfg", [{1: 2, **SIX_HEADS}, {(1, 2): 3, **SIX_HEADS},
+                                 {"model_type": "gemma3", "text_config": {**SIX_HEADS, None: 1}}])
 def test_non_string_keys_are_ak502(cfg):
     with pytest.raises(AttnkitError) as err:
         attnkit.plan(cfg, "cpu")
     assert err.value.code == "AK502"
+
+
+def test_int_keys_transformers_writes_are_fine():
+    """transformers' config.to_dict() keys id2label by int: not a name attnkit reads."""
+    assert attnkit.plan({**SIX_HEADS, "id2label": {0: "a", 1: "b"}}, "cpu").ok

@@ -44,18 +44,15 @@ DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp3
           "float64": "fp64", "double": "fp64", "fp64": "fp64"}
 
 
-def _non_string_key(value: object, at: str = "", depth: int = 0) -> tuple[str, object] | None:
-    """(where, key) of the first non-string key in nested dicts/lists, or None (AK514 bounds depth
-    elsewhere; past 64 levels nothing more is looked at)."""
-    if depth > 64:
-        return None
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for key, item in items:
-        if isinstance(value, dict) and not isinstance(key, str):
-            return at, key
-        found = _non_string_key(item, f"{at}.{key}" if at else str(key), depth + 1)
-        if found is not None:
-            return found
+def _non_string_key(cfg: dict) -> tuple[str, object] | None:
+    """(where, key) of the first non-string key of the config or of its text_config (the
+    objects the parser reads by name and lists in messages), or None. Keys of other nested
+    objects are not names attnkit reads (transformers' own to_dict() has int keys in id2label)."""
+    for at, obj in (("", cfg), ("text_config", cfg.get("text_config") if all(
+            isinstance(k, str) for k in cfg) else None)):
+        for key in obj if isinstance(obj, dict) else ():
+            if not isinstance(key, str):
+                return at, key
     return None
 
 
