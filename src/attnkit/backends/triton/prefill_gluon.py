@@ -36,7 +36,7 @@ BM = 128                                 # query rows a program: two warpgroups 
 # D -> (BN keys a tile, K slots, V slots): the fastest of the H200 sweep of 2026-12-01, causal
 # 16k (benchmarks/results/sweep_hopper_gluon_v6.md, NOTES-hopper.md).
 # Shared memory Q 128 x D + (K + V slots) x BN x D bf16: d64 144 KB, d128 224 KB, d256 192 KB.
-TILES = {64: (128, 4, 4), 128: (128, 4, 2), 256: (64, 2, 2)}
+from attnkit.backends.triton.configs import GLUON_TILES as TILES  # noqa: E402
 MAXNREG = 168                            # 12 warps x 32 x 168 <= 65536 registers
 CONSUMER_REGS = 240                      # the second warpgroup (the default partition: the rest)
 LOADER_REGS = 24
