@@ -30,6 +30,10 @@ def add_plan_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--speculative-tokens", metavar="N")
     p.add_argument("--dual-chunk", choices=("auto", "on", "off"))
     p.add_argument("--deny", action="append", metavar="B", help="never choose B (repeatable, or comma list)")
+    p.add_argument("--require", action="append", metavar="P",
+                   help="choose only backends proven bitwise for P: batch-invariant (a request's output "
+                        "does not depend on its batch), deterministic (same bits run after run); "
+                        "repeatable, or a comma list")
     p.add_argument("--cuda-graph", nargs="?", const="on", choices=("auto", "on", "off"),
                    help="capture decode steps as CUDA graphs: on (a bare --cuda-graph), off, or "
                         "auto (default: on where the device is CUDA and the decode backend declares it; prefill runs eagerly)")
@@ -44,7 +48,8 @@ def request_from_args(args: argparse.Namespace):
         "decode_attention_backend": args.decode_attention_backend, "page_size": args.page_size,
         "kv_cache_dtype": args.kv_cache_dtype, "dtype": args.dtype, "tp_size": args.tp_size,
         "speculative_tokens": args.speculative_tokens, "dual_chunk": args.dual_chunk,
-        "cuda_graph": args.cuda_graph, "deny": [n for d in (args.deny or []) for n in d.split(",")]})
+        "cuda_graph": args.cuda_graph, "deny": [n for d in (args.deny or []) for n in d.split(",")],
+        "require": [n for r in (args.require or []) for n in r.split(",")] or None})
 
 
 def print_error(err: AttnkitError) -> None:

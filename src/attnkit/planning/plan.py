@@ -37,6 +37,8 @@ class Plan:
     profile: dict[str, Any] | None = None                         # the device profile used, if any
     run: RunSpec | None = None                                     # what runs (None when not ok)
     kernel_why: dict[str, str] = field(default_factory=dict)      # role -> its kernel variants, as measured
+    # --require: {"require": [names], "cost": {phase: requirements.cost(...)}}; None without it
+    requirements: dict[str, Any] | None = None
 
     @classmethod
     def failed(cls, err: AttnkitError, *, model: str | None = None, platform: dict[str, Any] | None = None,
@@ -80,4 +82,5 @@ class Plan:
             "error": self.error,
             "profile": self.profile,
             "run": None if self.run is None else self.run.to_dict(),
+            "requirements": self.requirements,
         }

@@ -19,14 +19,14 @@ from typing import Any, Mapping
 
 from attnkit.errors import AttnkitError
 from attnkit.model.spec import ModelAttention
-from attnkit.planning import failures, kernel_table, priorities
+from attnkit.planning import failures, kernel_table, priorities, requirements
 from attnkit.planning.options import check_options
 from attnkit.planning.outcome import build_plan
 from attnkit.planning.pages import common_page_sizes
 from attnkit.planning.plan import Plan
 from attnkit.planning.profile_choice import ProfileChoice
 from attnkit.planning.reasons import Reason, check_backend, model_needs
-from attnkit.planning.request import BACKEND_FIELDS, PlanRequest, parse_request
+from attnkit.planning.request import BACKEND_FIELDS, PlanRequest, parse_request, spelled
 from attnkit.planning.rules import AFTER, BEFORE, PHASE_FIELDS, Fill, config_dtype
 from attnkit.planning.unserved import unserved_features
 from attnkit.planning.validate import validate_model
@@ -115,6 +115,7 @@ class Solve:
         self.needs = self._needs()               # what every layer asks of attention
         self.env_used: dict[str, str] = {}       # ATTNKIT_* variables that changed the request
         self.measured: ProfileChoice | None = None   # the device profile's ranking (set by plan)
+        self.cost: dict[str, dict[str, Any]] = {}    # phase -> what --require costs (requirements.cost)
         self.kernels: dict[str, KernelTable] = {}   # role -> the chosen backend's kernel table
         self.kernel_why: dict[str, str] = {}        # role -> which variants run, as measured
 
@@ -135,9 +136,13 @@ class Solve:
             self._kernels()
         except AttnkitError as err:
             error = err
-        return build_plan(self.view(), error, table=self.table, adjustments=self.adjustments,
-                          warnings=self.warnings, alternatives=self.alternatives, kernels=self.kernels,
-                          kernel_why=self.kernel_why)
+        result = build_plan(self.view(), error, table=self.table, adjustments=self.adjustments,
+                            warnings=self.warnings, alternatives=self.alternatives, kernels=self.kernels,
+                            kernel_why=self.kernel_why)
+        if result.ok and self.request.require:
+            result.requirements = {"require": list(self.request.require), "cost": self.cost}
+            result.run = dataclasses.replace(result.run, numerics=self.request.require)
+        return result
 
     def view(self) -> View:
         """A read-only snapshot of this run, for rules and failure builders."""
@@ -279,6 +284,8 @@ class Solve:
             pool = self.pool(phase)
             options[phase] = [n for n in pool if not self.reasons(phase, n)]
             if not options[phase]:
+                if any(r.code == "AK312" for n in pool for r in self.reasons(phase, n)):
+                    raise requirements.unmet(self.view(), phase, pool)
                 raise failures.nothing_serves(self.view(), phase, pool)
             if self.measured is not None:
                 if phase == "prefill":
@@ -319,6 +326,22 @@ class Solve:
             self._record(f"{phase}_backend", None, name, "priority",
                          f"first that serves every layer in the {self.platform.kind}/{self.model.kind} "
                          f"priority order ({', '.join(entry.backends)})")
+        if self.request.require:
+            self._price(names)
+
+    def _price(self, names: dict[str, str]) -> None:
+        """What the requirement costs each phase: the chosen backend against the one chosen
+        without it (the first that fails nothing but the requirement), by the profile."""
+        for phase in self.phases:
+            chosen = names.get(phase) or self.backends.get(phase)
+            free = [n for n in self.pool(phase)
+                    if all(r.code == "AK312" for r in self.reasons(phase, n))]
+            other = (chosen if self.explicit.get(phase) or phase in self.chosen_by else   # not the planner's pick
+                     requirements.unconstrained(self.measured, phase, free, self.model, self.settings))
+            self.cost[phase] = requirements.cost(self.measured, phase, chosen, other, self.model,
+                                                 self.settings)
+            line = requirements.cost_text(phase, self.cost[phase])
+            self.why[phase] = f"{self.why.get(phase, '')} Required {', '.join(self.request.require)}: {line}".strip()
 
     def _names_for(self, roles: list[str], options: dict[str, list[str]]) -> dict[str, str]:
         """One backend per role: the combination earliest in every order whose backends share a
@@ -367,6 +390,7 @@ class Solve:
             settings["page_size"] = self.request.page_size
             found = check_backend(self.registry[name], model=self.model, needs=self.needs,
                                   platform=self.platform, phase=phase, settings=settings)
+            found += requirements.reasons(self.registry[name], self.request.require, phase)
             if name in self.request.deny:
                 found.append(Reason("AK307", name, "deny", None, name, "denied by --deny / ATTNKIT_DENY_BACKENDS",
                                     phases=(phase,)))
@@ -392,6 +416,8 @@ class Solve:
                 continue
             if key == "deny":
                 parts += [x for n in value for x in (flag, n)]
+            elif key == "require":
+                parts += [flag, ",".join(spelled(n) for n in value)]
             elif value is True:
                 parts.append(flag)
             else:

@@ -139,6 +139,37 @@ ENTRIES = [
         related=("AK109", "AK120"),
     ),
     entry(
+        "AK312", "Backend does not declare a required numeric property",
+        meaning="--require batch-invariant (or deterministic) asks for backends whose output is "
+                "proven bit for bit: batch_invariant, a request's output does not depend on the "
+                "other requests of its batch; deterministic, the same step gives the same bits run "
+                "after run. A backend declares them only where tests/conformance/test_bitwise.py "
+                "proves them; this one does not, so it is not chosen (or, when named, refused).",
+        trigger="--require NAME with a backend that does not declare NAME, named or considered.",
+        situations=["--attention-backend triton --require batch-invariant: triton's split-KV decode "
+                    "sizes its splits by the batch."],
+        solutions=["Drop the backend flag so the planner picks one that declares it.",
+                   "Drop --require if tolerance-level agreement is enough."],
+        before="attnkit plan llama-3.1-8b --device h100 --attention-backend triton --require batch-invariant",
+        after="attnkit plan llama-3.1-8b --device h100 --require batch-invariant",
+        related=("AK313", "AK121"),
+    ),
+    entry(
+        "AK313", "No backend serves the model with the required numerics",
+        meaning="Some backend serves this model here, but none that declares what --require asks "
+                "for (batch_invariant, deterministic). The message names those that would serve "
+                "without the requirement and those that declare it (and why they do not serve here).",
+        trigger="--require NAME when every candidate that declares NAME is denied, not usable on "
+                "the device, or lacks a feature the model needs.",
+        situations=["--deny torch_native --require batch-invariant on a GPU: torch_native is the "
+                    "backend that declares it."],
+        solutions=["Drop --require (the message names what then serves).",
+                   "Let a backend that declares it serve (drop the --deny, plan another device)."],
+        before="attnkit plan llama-3.1-8b --device h100 --deny torch_native --require batch-invariant",
+        after="attnkit plan llama-3.1-8b --device h100 --deny torch_native",
+        related=("AK312", "AK120"),
+    ),
+    entry(
         "AK310", "Command line not understood",
         meaning="`attnkit plan` could not parse its arguments: an unknown flag, a flag without its "
                 "value, or no model. With --json the failure is printed as a failed plan object.",

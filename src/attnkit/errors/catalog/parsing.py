@@ -34,7 +34,8 @@ ENTRIES = [
         "AK502", "Model config is not a JSON object",
         meaning="config.json must hold one JSON object of named fields; this one holds a list, "
                 "a string or a number.",
-        trigger="The parsed top-level value is not an object.",
+        trigger="The parsed top-level value is not an object, or a dict given to plan() has "
+                "a key (at any depth) that is not a string, which no JSON file can hold.",
         situations=["A file of several configs in a list.", "A dict-like API given a list."],
         solutions=["Pass the single config object (the model's config.json)."],
         before="attnkit.plan([cfg], 'h100')",
