@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_plan_flags(p)
     p.add_argument("--json", action="store_true", help="print Plan.to_dict() (a list for several)")
     p.add_argument("--profile", metavar="FILE", help="device profile to rank backends by (attnkit tune)")
+    p.add_argument("--strict", action="store_true",
+                   help="refuse (AK312) a plan where a flag you set moves a role to a backend the device "
+                        "profile measures 1.5x or more slower (without --strict: a warning)")
 
     b = sub.add_parser("backends", parents=[common], help="list backends: installed, usable here, why not")
     b.add_argument("--device", default="auto", metavar="D")
@@ -108,6 +111,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from attnkit.hardware import resolve_platform
     from attnkit.model import load_model
     from attnkit.planning.solver import plan
+    from attnkit.planning.speed_cost import refuse
 
     request = request_from_args(args)
     devices = args.device or ["auto"]
@@ -118,7 +122,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise next(iter(failed.values()))
     pairs = [_pair(m, d, models, platforms, failed, request, plan, profile=args.profile, catch=args.json)
              for m in args.models for d in devices]
-    plans = [p for p, _ in pairs]
+    plans = [refuse(p) if args.strict else p for p, _ in pairs]
     single = len(plans) == 1
     if args.json:
         data: Any = plans[0].to_dict() if single else [p.to_dict() for p in plans]

@@ -34,6 +34,9 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
     error: dict[str, Any] | None = None
     profile: dict[str, Any] | None = None                         # the device profile used, if any
+    # explicit settings that move a role to a backend the profile measures >= 1.5x slower
+    # (planning/speed_cost.py): {flag, field, role, backend, rate, instead, instead_rate, unit, ...}
+    speed_costs: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def failed(cls, err: AttnkitError, *, model: str | None = None, platform: dict[str, Any] | None = None,
@@ -75,4 +78,5 @@ class Plan:
             "warnings": list(self.warnings),
             "error": self.error,
             "profile": self.profile,
+            "speed_costs": [dict(c) for c in self.speed_costs],
         }

@@ -149,4 +149,22 @@ ENTRIES = [
         after="attnkit plan llama-3.1-8b --device h100",
         related=("AK306",),
     ),
+    entry(
+        "AK312", "A setting makes the plan measurably slower (--strict)",
+        meaning="An explicit setting (a page size, a KV-cache dtype, --deny ...) moves a role "
+                "(prefill, extend or decode) to a backend the device profile measures at least 1.5x "
+                "slower than the backend the plan without that setting runs. Without --strict this "
+                "is a warning and the plan runs; --strict refuses it. The message names the flag, "
+                "both backends and both rates, all from the profile.",
+        trigger="`attnkit plan --strict` where a flag the user set costs a role 1.5x or more of its "
+                "measured rate.",
+        situations=["--page-size 128 for DeepSeek-V3: triton_mla (16-64) cannot serve it, decode falls "
+                    "to torch_native.",
+                    "--kv-cache-dtype fp8_e5m2, which triton_mla does not store."],
+        solutions=["Drop the flag: attnkit fills the setting in by measurement.",
+                   "Or keep it and drop --strict: the plan runs, slower."],
+        before="attnkit plan deepseek-v3 --device h100 --page-size 128 --strict",
+        after="attnkit plan deepseek-v3 --device h100 --page-size 64 --strict",
+        related=("AK303", "AK107"),
+    ),
 ]

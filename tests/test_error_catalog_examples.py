@@ -1,0 +1,230 @@
+"""The error catalog is executable: every entry's before/after example is run, generated from
+the catalog (so an example cannot drift from what attnkit does).
+
+- ``attnkit ...`` command lines (with ``VAR=value`` prefixes and ``&&`` chains) run through
+  the CLI's ``main`` in a scratch directory holding the files the examples name (FILES).
+  Before: a non-zero exit whose output carries the entry's code (as the error, or as a reason
+  in the rejected list). After: exit 0.
+- A JSON object is a config.json: ``...`` stands for the rest of a valid llama config. Before:
+  planning it raises the code; after: it plans.
+- A Python snippet runs in a namespace of runtime names and small objects (``namespace``).
+  Before: it raises ``AttnkitError`` with the code; after: it raises nothing.
+An example that cannot run here is listed in NOT_RUN with why; the list is checked too, so an
+example that becomes runnable (or stops being) must move.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from attnkit.errors import CATALOG, AttnkitError
+
+ROOT = Path(__file__).resolve().parents[1]
+PRESETS = ROOT / "src" / "attnkit" / "model" / "presets"
+SHIPPED_PROFILE = ROOT / "src" / "attnkit" / "planning" / "profiles" / "nvidia-h200.json"
+
+# (code, "before" | "after") -> why it is not run here
+NOT_RUN = {
+    ("AK104", "before"): "needs a backend that declares one phase only; no shipped backend does",
+    ("AK104", "after"): "needs a backend that declares one phase only; no shipped backend does",
+    ("AK105", "before"): "needs a backend without fp32; every shipped backend has it",
+    ("AK105", "after"): "needs a backend without fp32; every shipped backend has it",
+    ("AK308", "before"): "needs two backends with disjoint page sizes; no shipped pair is",
+    ("AK308", "after"): "needs two backends with disjoint page sizes; no shipped pair is",
+    ("AK900", "before"): "an internal error is a bug: nothing reproduces it on purpose",
+    ("AK900", "after"): "an internal error is a bug: nothing reproduces it on purpose",
+    ("AK492", "before"): "installs another transformers (the oldest-transformers CI tier tests it)",
+    ("AK492", "after"): "installs another transformers (the oldest-transformers CI tier tests it)",
+}
+
+
+def _llama() -> dict:
+    return json.loads((PRESETS / "llama-3.1-8b.json").read_text())
+
+
+def _files() -> dict[str, str]:
+    """path (relative to the scratch directory) -> content, for the files examples name."""
+    llama = _llama()
+    small = {**llama, "hidden_size": 1024, "num_attention_heads": 32, "num_key_value_heads": 8,
+             "head_dim": 32}                                          # head_dim 32: not triton's
+    windowed = {**llama, "sliding_window": 4096,
+                "layer_types": ["window_attention"] * llama["num_hidden_layers"]}
+    return {
+        "my-model/config.json": json.dumps(small),
+        "windowed-model/config.json": json.dumps(windowed),
+        "sliding-model/config.json": json.dumps({**windowed, "layer_types": ["sliding_attention"]
+                                                 * llama["num_hidden_layers"]}),
+        "broken-model/config.json": '{"model_type": "llama", "num_attention_heads": 32,,}',
+        "redownloaded-model/config.json": json.dumps(llama),
+        "flan-t5-xl/config.json": json.dumps({"model_type": "t5", "d_model": 2048, "num_heads": 32,
+                                              "num_layers": 24}),
+        "bloom-7b1/config.json": json.dumps({"model_type": "bloom", "n_head": 32, "n_layer": 30,
+                                             "hidden_size": 4096}),
+        "falcon-7b/config.json": json.dumps({"model_type": "falcon", "num_attention_heads": 71,
+                                             "num_kv_heads": 1, "hidden_size": 4544,
+                                             "num_hidden_layers": 32, "alibi": False,
+                                             "new_decoder_architecture": False, "multi_query": True}),
+        "ModernBERT-base/config.json": json.dumps({"model_type": "modernbert", "num_attention_heads": 12,
+                                                   "hidden_size": 768, "num_hidden_layers": 22}),
+        "Llama-3.1-8B/config.json": json.dumps(llama),
+        "Llama-3.1-8B/model.safetensors": "",
+        "model/config.json": json.dumps(llama),
+        "model/generation_config.json": json.dumps({"bos_token_id": 1, "eos_token_id": 2}),
+        "broken/config.json": '{"model_type": "llama", "num_attention_heads": ' + "9" * 5000 + "}",
+        "h200.json": SHIPPED_PROFILE.read_text(),
+        "edited.json": '{"schema": 1, "entries": "not a list"}',
+    }
+
+
+def _examples():
+    for code, e in CATALOG.items():
+        for which, text in (("before", e.example_before), ("after", e.example_after)):
+            yield pytest.param(code, which, text, id=f"{code}-{which}")
+
+
+def _kind(text: str) -> str:
+    body = text.strip()
+    if body.startswith("{"):
+        return "config"
+    words = shlex.split(body.split("&&")[0], comments=True)
+    words = [w for w in words if not re.fullmatch(r"[A-Z_]+=.*", w)]
+    if words[:1] == ["attnkit"]:
+        return "command"
+    if words[:2] == ["pip", "install"]:
+        return "install"
+    return "python"
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory):
+    root = tmp_path_factory.mktemp("catalog")
+    for rel, content in _files().items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(content)
+    return root
+
+
+@pytest.mark.parametrize("code,which,text", list(_examples()))
+def test_catalog_example(code, which, text, scratch, monkeypatch, request):
+    kind = _kind(text)
+    if (code, which) in NOT_RUN:
+        assert kind in ("python", "command", "install"), (code, which)
+        pytest.skip(NOT_RUN[code, which])
+    assert kind != "install", f"{code} {which} installs packages: list it in NOT_RUN with why"
+    monkeypatch.chdir(scratch)
+    if kind == "command":
+        rc, out = _run_commands(text, monkeypatch, request)
+        if which == "before":
+            assert rc not in (0, None) and code in re.findall(r"AK\d{3}", out), (rc, out[-2000:])
+        else:
+            assert rc in (0, None), out[-2000:]
+    elif kind == "config":
+        _check_config(code, which, text)
+    else:
+        _check_python(code, which, text, request)
+
+
+def _run_commands(text: str, monkeypatch, request) -> tuple[int | None, str]:
+    from attnkit.cli.main import main
+
+    rc, out = 0, ""
+    for part in text.split("&&"):
+        words = shlex.split(part, comments=True)
+        while words and re.fullmatch(r"[A-Z_]+=.*", words[0]):
+            key, value = words.pop(0).split("=", 1)
+            monkeypatch.setenv(key, value)
+        if words[:2] == ["attnkit", "generate"]:
+            request.getfixturevalue("tiny_llama")
+        if words[:2] == ["attnkit", "tune"] and "cpu" not in words:
+            _needs_cuda(text)
+        stdout, stderr = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            try:
+                rc = main(words[1:])
+            except SystemExit as exc:
+                rc = exc.code
+        out += stdout.getvalue() + stderr.getvalue()
+        if rc not in (0, None):
+            break
+    return rc, out
+
+
+def _needs_cuda(text: str) -> None:
+    torch = pytest.importorskip("torch")
+    on_cpu = "CPU-only" in text
+    if torch.cuda.is_available() == on_cpu:
+        pytest.skip("runs on a CPU-only machine" if on_cpu else "needs a CUDA GPU")
+
+
+def _check_config(code: str, which: str, text: str) -> None:
+    import attnkit
+
+    body = text.split("#")[0].strip()
+    rest = "..." in body
+    cfg = json.loads(re.sub(r",\s*\.\.\.\s*}", "}", body))
+    cfg = {**_llama(), **cfg} if rest else cfg
+    if which == "before":
+        with pytest.raises(AttnkitError) as info:
+            attnkit.plan(cfg, "h100")
+        assert info.value.code == code, info.value
+    else:
+        assert attnkit.plan(cfg, "h100").ok
+
+
+def _check_python(code: str, which: str, text: str, request) -> None:
+    ns = request.getfixturevalue("namespace")
+    source = text.split("  #")[0] if "  #" in text else text
+    try:
+        exec(compile(source, f"<{code} {which}>", "exec"), dict(ns))
+    except NameError as exc:
+        pytest.fail(f"{code} {which} uses a name the namespace lacks ({exc}): add it, or list the "
+                    "example in NOT_RUN with why")
+    except AttnkitError as err:
+        assert which == "before" and err.code == code, err
+        return
+    assert which == "after", f"{code} before raised nothing"
+
+
+@pytest.fixture(scope="module")
+def namespace():
+    """Runtime names plus a small MHA step on CPU: ``layers``, ``alloc`` (r0 holds 20 tokens),
+    ``backend`` (torch_native), ``layer, q, k, v, cache, step``, ``reqs``, ``T, H_q, D``, ``cfg``."""
+    pytest.importorskip("torch")
+    import attnkit
+    from attnkit import runtime
+    from attnkit.model.spec import ModelAttention
+    from factories import make_case, make_layer
+
+    ns = {name: getattr(runtime, name) for name in runtime.__all__}
+    layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=64)
+    case = make_case(layer, prefix_lens=[16, 0], new_lens=[1, 8], page_size=16, dtype="fp32")
+    backend = ns["load_backend"]("torch_native")
+    alloc = ns["PageAllocator"](num_pages=8)
+    alloc.allocate("r0", num_tokens=20, page_size=16)
+    ns.update(attnkit=attnkit, ModelAttention=ModelAttention, layers=[layer.spec], alloc=alloc,
+              backend=backend, layer=case.layer, q=case.q, k=case.k, v=case.v, cache=case.cache,
+              step=backend.prepare(case.meta, case.cache), T=case.q.shape[0], H_q=4, D=64,
+              reqs=case.requests, cfg=_llama())
+    return ns
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(scratch):
+    """./tiny-llama (and ./llama): a random-weight two-layer llama saved with transformers."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=96,
+                                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                      max_position_embeddings=256)
+    transformers.LlamaForCausalLM(config).save_pretrained(scratch / "tiny-llama")
+    if not (scratch / "llama").exists():
+        (scratch / "llama").symlink_to(scratch / "tiny-llama")
+    return scratch / "tiny-llama"
