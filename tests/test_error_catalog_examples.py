@@ -42,6 +42,8 @@ NOT_RUN = {
     ("AK900", "after"): "an internal error is a bug: nothing reproduces it on purpose",
     ("AK492", "before"): "installs another transformers (the oldest-transformers CI tier tests it)",
     ("AK492", "after"): "installs another transformers (the oldest-transformers CI tier tests it)",
+    ("AK452", "after"): "a script of the reader's own",
+    ("AK465", "after"): "a script of the reader's own",
 }
 
 
@@ -99,6 +101,8 @@ def _kind(text: str) -> str:
         return "command"
     if words[:2] == ["pip", "install"]:
         return "install"
+    if words[:1] == ["python"] and not body.startswith("python -c"):
+        return "shell"                                  # a script of the reader's own
     return "python"
 
 
@@ -115,9 +119,9 @@ def scratch(tmp_path_factory):
 def test_catalog_example(code, which, text, scratch, monkeypatch, request):
     kind = _kind(text)
     if (code, which) in NOT_RUN:
-        assert kind in ("python", "command", "install"), (code, which)
+        assert kind in ("python", "command", "install", "shell"), (code, which)
         pytest.skip(NOT_RUN[code, which])
-    assert kind != "install", f"{code} {which} installs packages: list it in NOT_RUN with why"
+    assert kind not in ("install", "shell"), f"{code} {which} is a {kind} line: list it in NOT_RUN with why"
     monkeypatch.chdir(scratch)
     if kind == "command":
         rc, out = _run_commands(text, monkeypatch, request)
@@ -194,24 +198,46 @@ def _check_python(code: str, which: str, text: str, request) -> None:
 
 @pytest.fixture(scope="module")
 def namespace():
-    """Runtime names plus a small MHA step on CPU: ``layers``, ``alloc`` (r0 holds 20 tokens),
-    ``backend`` (torch_native), ``layer, q, k, v, cache, step``, ``reqs``, ``T, H_q, D``, ``cfg``."""
+    """Runtime names plus small steps on CPU (fp32; Triton kernels through the interpreter):
+    ``layers``, ``alloc`` (r0 holds 20 tokens), ``backend`` (torch_native), ``reqs``, ``cfg``;
+    an MHA step ``layer, q, k, v, cache, meta, step`` (head_dim 64) and ``layer32 ...`` (32);
+    an MLA step ``mla_layer, mla_q, latent, mla_cache, mla_meta`` (latent 64+16), the same
+    with an fp8_e5m2 cache (``mla_cache_e5m2``), with 128-key pages (``mla_cache_p128``,
+    ``mla_meta_p128``), a sliding-window MLA layer (``mla_swa_layer``), and latent 384+64
+    (``mla384_*``); ``verify_meta`` (a VERIFY step)."""
     pytest.importorskip("torch")
     import attnkit
     from attnkit import runtime
-    from attnkit.model.spec import ModelAttention
+    from attnkit.model.spec import MLAConfig, ModelAttention
     from factories import make_case, make_layer
 
     ns = {name: getattr(runtime, name) for name in runtime.__all__}
+    steps = dict(prefix_lens=[16, 0], new_lens=[1, 8])
     layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=64)
-    case = make_case(layer, prefix_lens=[16, 0], new_lens=[1, 8], page_size=16, dtype="fp32")
+    case = make_case(layer, **steps, page_size=16)
+    narrow = make_case(make_layer(num_heads=4, num_kv_heads=2, head_dim=32), **steps)
+    verify = make_case(layer, prefix_lens=[16], new_lens=[3], mode="verify")
+    mla = make_layer(kind="mla", num_heads=4)
+    mla_case = make_case(mla, **steps)
+    wide = make_layer(kind="mla", num_heads=4, mla=MLAConfig(kv_lora_rank=384, qk_rope_head_dim=64,
+                                                             qk_nope_head_dim=32, v_head_dim=32))
+    wide_case = make_case(wide, **steps)
+    p128 = make_case(mla, **steps, page_size=128)
     backend = ns["load_backend"]("torch_native")
     alloc = ns["PageAllocator"](num_pages=8)
     alloc.allocate("r0", num_tokens=20, page_size=16)
     ns.update(attnkit=attnkit, ModelAttention=ModelAttention, layers=[layer.spec], alloc=alloc,
               backend=backend, layer=case.layer, q=case.q, k=case.k, v=case.v, cache=case.cache,
-              step=backend.prepare(case.meta, case.cache), T=case.q.shape[0], H_q=4, D=64,
-              reqs=case.requests, cfg=_llama())
+              meta=case.meta, step=backend.prepare(case.meta, case.cache), T=case.q.shape[0], H_q=4,
+              D=64, reqs=case.requests, cfg=_llama(),
+              layer32=narrow.layer, q32=narrow.q, k32=narrow.k, v32=narrow.v, cache32=narrow.cache,
+              verify_meta=verify.meta,
+              mla_layer=mla, mla_q=mla_case.q, latent=mla_case.k, mla_cache=mla_case.cache,
+              mla_meta=mla_case.meta, mla_cache_e5m2=make_case(mla, **steps, kv_dtype="fp8_e5m2").cache,
+              mla_cache_p128=p128.cache, mla_meta_p128=p128.meta,
+              mla_swa_layer=make_layer(kind="mla", num_heads=4, sliding_window=8),
+              mla384_layer=wide, mla384_q=wide_case.q, latent384=wide_case.k, mla384_cache=wide_case.cache,
+              mla384_meta=wide_case.meta)
     return ns
 
 

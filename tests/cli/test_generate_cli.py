@@ -84,7 +84,6 @@ def test_text_prompt_through_the_checkpoint_tokenizer(capsys, model_dir, tmp_pat
 
 @pytest.mark.parametrize("extra,code,rc", [
     (["--prompt", "hello"], "AK484", 2),                     # no tokenizer files
-    (["--prompt-ids", "1,2", "--speculative-tokens", "2"], "AK487", 2),
     (["--prompt-ids", "1,2", "--tp-size", "3"], "AK305", 3),     # 4 heads: the plan's refusal
     (["--prompt-ids", "1,2", "--tp-size", "2", "--cuda-graph", "on"], "AK489", 2),
     (["--prompt-ids", "1,2", "--temperature", "-1"], "AK486", 2),
@@ -97,6 +96,18 @@ def test_text_prompt_through_the_checkpoint_tokenizer(capsys, model_dir, tmp_pat
 def test_errors_and_exit_codes(capsys, model_dir, extra, code, rc):
     got, _, err = run(capsys, "generate", str(model_dir), "--device", "cpu", *extra)
     assert got == rc and f"error {code}" in err
+
+
+def test_help_lists_no_flag_the_runner_cannot_run(capsys, model_dir):
+    """--deny and --speculative-tokens always failed (AK487): generate does not offer them."""
+    with pytest.raises(SystemExit):
+        cli.main(["generate", "--help"])
+    text = capsys.readouterr().out
+    assert "--deny" not in text and "--speculative-tokens" not in text and "--attention-backend" in text
+    for flag in (["--deny", "sdpa"], ["--speculative-tokens", "2"]):
+        with pytest.raises(SystemExit) as e:
+            cli.main(["generate", str(model_dir), "--prompt-ids", "1,2", *flag])
+        assert e.value.code == 2 and "error AK310" in capsys.readouterr().err
 
 
 def test_bad_prompt_ids_are_a_usage_error(capsys, model_dir):

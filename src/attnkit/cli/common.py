@@ -17,8 +17,10 @@ EXIT_INTERRUPTED = 130                         # the shell's 128 + SIGINT
 USAGE_CODES = ("AK300", "AK301", "AK306")
 
 
-def add_plan_flags(p: argparse.ArgumentParser) -> None:
-    """The planning settings, shared by ``plan`` and ``generate`` (see request_from_args)."""
+def add_plan_flags(p: argparse.ArgumentParser, *, runner: bool = False) -> None:
+    """The planning settings, shared by ``plan`` and ``generate`` (see request_from_args).
+    ``runner``: only those the runner runs (``generate`` has no --speculative-tokens or --deny:
+    the runner serves neither, AK487)."""
     p.add_argument("--attention-backend", metavar="B")
     p.add_argument("--prefill-attention-backend", metavar="B")
     p.add_argument("--decode-attention-backend", metavar="B")
@@ -27,9 +29,11 @@ def add_plan_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-cache-dtype", metavar="T")
     p.add_argument("--dtype", metavar="T")
     p.add_argument("--tp-size", metavar="N")
-    p.add_argument("--speculative-tokens", metavar="N")
+    if not runner:
+        p.add_argument("--speculative-tokens", metavar="N")
     p.add_argument("--dual-chunk", choices=("auto", "on", "off"))
-    p.add_argument("--deny", action="append", metavar="B", help="never choose B (repeatable, or comma list)")
+    if not runner:
+        p.add_argument("--deny", action="append", metavar="B", help="never choose B (repeatable, or comma list)")
     p.add_argument("--cuda-graph", nargs="?", const="on", choices=("auto", "on", "off"),
                    help="capture decode steps as CUDA graphs: on (a bare --cuda-graph), off, or "
                         "auto (default: on where the device is CUDA and the decode backend declares it; prefill runs eagerly)")
@@ -43,8 +47,17 @@ def request_from_args(args: argparse.Namespace):
         "attention_backend": args.attention_backend, "prefill_attention_backend": args.prefill_attention_backend,
         "decode_attention_backend": args.decode_attention_backend, "page_size": args.page_size,
         "kv_cache_dtype": args.kv_cache_dtype, "dtype": args.dtype, "tp_size": args.tp_size,
-        "speculative_tokens": args.speculative_tokens, "dual_chunk": args.dual_chunk,
-        "cuda_graph": args.cuda_graph, "deny": [n for d in (args.deny or []) for n in d.split(",")]})
+        "speculative_tokens": getattr(args, "speculative_tokens", None), "dual_chunk": args.dual_chunk,
+        "cuda_graph": args.cuda_graph,
+        "deny": [n for d in (getattr(args, "deny", None) or []) for n in d.split(",")]})
+
+
+def failure_dict(command: str | None, err: AttnkitError) -> dict:
+    """What ``attnkit COMMAND --json`` prints when it fails (``plan`` prints a failed plan instead)."""
+    error = err.to_dict()
+    error["example_fix"] = error["details"].pop("example_fix", None)
+    error["details"].pop("plan", None)
+    return {"ok": False, "command": command, "error": error}
 
 
 def print_error(err: AttnkitError) -> None:

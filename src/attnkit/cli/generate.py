@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
-from attnkit.cli.common import (EXIT_NO_PLAN, EXIT_OK, USAGE_CODES, add_plan_flags, print_error,
-                                request_from_args, require_torch)
+from attnkit.cli.common import (EXIT_NO_PLAN, EXIT_OK, USAGE_CODES, add_plan_flags, failure_dict,
+                                print_error, request_from_args, require_torch)
 from attnkit.errors import AttnkitError, fail
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -49,7 +49,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     g.add_argument("--max-tokens", type=int, default=4096, metavar="N", help="KV-cache room (tokens)")
     g.add_argument("--max-batched-tokens", type=int, default=8192, metavar="N",
                    help="tokens per step; longer prompts are prefilled in chunks")
-    add_plan_flags(g)
+    add_plan_flags(g, runner=True)
     g.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     g.add_argument("--json", action="store_true", help="print plan, outputs and stats as JSON")
 
@@ -77,6 +77,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
                   progress=not args.no_progress, **flags)
     except AttnkitError as err:
         if "plan" in err.details and err.code not in USAGE_CODES:
+            if args.json:                           # one JSON object, with the plan that failed
+                sys.stdout.write(json.dumps({**failure_dict("generate", err), "plan": err.details["plan"]},
+                                            indent=2) + "\n")
             print_error(err)                        # the planner found no backend: as `attnkit plan`
             return EXIT_NO_PLAN
         raise

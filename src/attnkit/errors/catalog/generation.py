@@ -71,8 +71,8 @@ ENTRIES = [
         solutions=["Drop the flag for runner runs; check the full-engine setting with "
                    "`attnkit plan MODEL --device D --speculative-tokens N`.",
                    "Pick the backend directly (--attention-backend NAME) instead of --deny."],
-        before="attnkit generate ./llama --prompt-ids 1,2 --deny sdpa",
-        after="attnkit generate ./llama --prompt-ids 1,2 --attention-backend torch_native",
+        before="LLM(\"./tiny-llama\", speculative_tokens=4)",
+        after="LLM(\"./tiny-llama\")",
         related=("AK306", "AK483"),
     ),
 ]

@@ -238,8 +238,8 @@ ENTRIES = [
         solutions=["Let `attnkit plan` choose the backend for this model and device.",
                    "Run `attnkit backends` to see which backends support the feature.",
                    "Use a HybridBackend to serve prefill and decode with different backends."],
-        before="attnkit plan my-model --attention-backend sdpa  # model uses sliding windows",
-        after="attnkit plan my-model   # picks a backend that declares sliding_window",
+        before="load_backend(\"dual_chunk\").prepare(verify_meta, cache)   # a VERIFY step",
+        after="load_backend(\"sdpa\").prepare(verify_meta, cache)   # sdpa declares verify",
         related=("AK406",),
     ),
     entry(
