@@ -51,7 +51,7 @@ ALLOWED: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
     "kvcache": ("model", "errors"),
     "backends": ("declarations", "registry", "vocabulary", "kvcache", "model", "errors"),
     "reference": ("backends", "declarations", "kvcache", "model", "errors"),
-    "runtime": ("registry", "backends", "declarations", "kvcache", "reference", "model", "errors"),
+    "runtime": ("registry", "backends", "declarations", "kvcache", "reference", "model", "hardware", "errors"),
     "runner": ("backends", "declarations", "registry", "planning", "kvcache", "model", "hardware", "errors"),
     "tune": ("api", "backends", "declarations", "registry", "planning", "reference", "kvcache", "model", "hardware",
              "errors"),

@@ -5,10 +5,9 @@ Torch-free; ``main`` (the parser and ``plan``/``backends``/...) and ``generate``
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 
-from attnkit.errors import AttnkitError, fail
+from attnkit.errors import AttnkitError
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_NO_PLAN = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130                         # the shell's 128 + SIGINT
@@ -69,10 +68,8 @@ def print_error(err: AttnkitError) -> None:
 
 
 def require_torch(command: str) -> None:
-    """AK212 unless torch is importable: planning needs no torch, running a model does (a bare
-    ``pip install attnkit`` plans; ``pip install 'attnkit[torch]'`` brings the runtime)."""
-    if importlib.util.find_spec("torch") is None:
-        fail("AK212", f"{command} runs attention with torch, which is not installed (planning needs no "
-                      "torch; running does)", field="requires", expected=["torch"], actual="torch",
-             solutions=["pip install 'attnkit[torch]' (on a GPU machine install your CUDA build of "
-                        "torch first)", "or plan only: attnkit plan MODEL --device D"])
+    """AK212 unless torch is importable (hardware.require_package): a bare ``pip install attnkit``
+    plans; ``pip install 'attnkit[torch]'`` brings the runtime."""
+    from attnkit.hardware import require_package
+
+    require_package("torch", command)

@@ -156,7 +156,14 @@ def matrix_text(plans: list[Plan], models: list[str], devices: list[str]) -> str
 
 def backends_text(data: dict[str, Any]) -> str:
     p = data["platform"]
-    out = [f"backends on {p['name']} ({p['kind']})", ""]
+    out = [f"backends on {p['name']} ({p['kind']})"]
+    packages = ", ".join(f"{k} {v}" for k, v in (p.get("packages") or {}).items()) or "none"
+    if data.get("packages_source") == "preset":
+        out += [f"packages: what the {p.get('preset')} preset assumes ({packages}), not this machine's; "
+                "--device auto reads this machine"]
+    else:
+        out += [f"packages: installed on this machine ({packages})"]
+    out.append("")
     width = max([len(b["name"]) for b in data["backends"]] + [4])
     out.append(f"  {'name':<{width}}  installed  usable  aliases / why not")
     for b in data["backends"]:
