@@ -29,6 +29,7 @@ def backends_report(platform, registry: Mapping[str, BackendDeclaration] | None 
             "usable": not why,
             "why_not": [{k: v for k, v in r.to_dict().items() if k not in ("layers", "phases")} for r in why],
             "capabilities": decl.capabilities.to_dict(),
+            "variants": [k.to_dict() for k in decl.variants],
         })
     info = platform.to_dict() if hasattr(platform, "to_dict") else {"kind": platform.kind, "name": platform.name}
     # a preset's packages are what it assumes a typical install has, not what this machine has

@@ -9,6 +9,7 @@ from typing import Any
 
 from attnkit.errors import AttnkitError
 from attnkit.planning.reasons import Reason
+from attnkit.planning.run import RunSpec
 
 SCHEMA_VERSION = 1
 
@@ -37,6 +38,8 @@ class Plan:
     # explicit settings that move a role to a backend the profile measures >= 1.5x slower
     # (planning/speed_cost.py): {flag, field, role, backend, rate, instead, instead_rate, unit, ...}
     speed_costs: list[dict[str, Any]] = field(default_factory=list)
+    run: RunSpec | None = None                                     # what runs (None when not ok)
+    kernel_why: dict[str, str] = field(default_factory=dict)      # role -> its kernel variants, as measured
 
     @classmethod
     def failed(cls, err: AttnkitError, *, model: str | None = None, platform: dict[str, Any] | None = None,
@@ -69,6 +72,7 @@ class Plan:
             "decode_backend": self.decode_backend,
             "extend_backend": self.extend_backend,
             "why": dict(self.why),
+            "kernel_why": dict(self.kernel_why),
             "settings": dict(self.settings),
             "adjustments": [dict(a) for a in self.adjustments],
             "rejected": {name: [{**r.to_dict(), "shared": r.key() in shared_keys} for r in reasons]
@@ -79,4 +83,5 @@ class Plan:
             "error": self.error,
             "profile": self.profile,
             "speed_costs": [dict(c) for c in self.speed_costs],
+            "run": None if self.run is None else self.run.to_dict(),
         }
