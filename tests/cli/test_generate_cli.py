@@ -110,6 +110,23 @@ def test_help_lists_no_flag_the_runner_cannot_run(capsys, model_dir):
         assert e.value.code == 2 and "error AK310" in capsys.readouterr().err
 
 
+def test_a_plan_preset_as_device_gets_a_pointed_message(capsys, model_dir):
+    rc, _, err = run(capsys, "generate", str(model_dir), "--device", "h100", "--prompt-ids", "1,2")
+    assert rc == 2 and "error AK483" in err and "device preset of `attnkit plan`" in err
+    assert err.count("  fix: ") == 2 and "attnkit plan MODEL_DIR --device h100" in err
+
+
+def test_engine_errors_offer_only_the_fixes_that_apply(capsys, model_dir):
+    """AK483 about the device names the device fix only (not six generic ones); AK486 likewise."""
+    rc, _, err = run(capsys, "generate", str(model_dir), "--device", "meta", "--prompt-ids", "1,2")
+    assert rc == 2 and "error AK483" in err
+    fixes = [line for line in err.splitlines() if line.startswith("  fix: ")]
+    assert len(fixes) == 1 and "device" in fixes[0], err
+    rc, _, err = run(capsys, "generate", str(model_dir), "--device", "cpu", "--prompt-ids", "1,2", "--top-p", "0")
+    fixes = [line for line in err.splitlines() if line.startswith("  fix: ")]
+    assert rc == 2 and "error AK486" in err and len(fixes) == 1 and "top_p" in fixes[0], err
+
+
 def test_bad_prompt_ids_are_a_usage_error(capsys, model_dir):
     for argv in (["--prompt-ids", "1,x"], ["--prompt-ids", "1", "--prompt", "a"], [],
                  ["--prompt-ids", "²"], ["--prompt-ids", "1,-5"]):

@@ -45,7 +45,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     g.add_argument("--top-k", type=int, default=0, help="0 (default): no top-k")
     g.add_argument("--seed", type=int, help="prompt i samples with seed + i")
     g.add_argument("--ignore-eos", action="store_true", help="always run to --max-new-tokens")
-    g.add_argument("--device", default="auto", metavar="D", help="cpu, cuda, cuda:N or auto")
+    g.add_argument("--device", default="auto", metavar="D",
+                   help="cpu, cuda, cuda:N or auto: a device of this machine (plan presets such as h100 are "
+                        "for attnkit plan)")
     g.add_argument("--max-tokens", type=int, default=4096, metavar="N", help="KV-cache room (tokens)")
     g.add_argument("--max-batched-tokens", type=int, default=8192, metavar="N",
                    help="tokens per step; longer prompts are prefilled in chunks")
@@ -58,6 +60,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from attnkit.planning.render import plan_text
 
     request = request_from_args(args)           # AK306 on junk values, before any loading
+    _check_device(args.device)
     require_torch("attnkit generate")
     if not (Path(args.model) / "config.json").is_file():
         from attnkit.runner.models.weights import read_checkpoint
@@ -105,6 +108,19 @@ def cmd_generate(args: argparse.Namespace) -> int:
             sys.stdout.write(f"    text: {text!r}\n")
     sys.stdout.write(f"\n{llm.last_stats.summary()}\n")
     return EXIT_OK
+
+
+def _check_device(device: str) -> None:
+    """AK483 for a device preset of ``attnkit plan`` (h100, mi300x ...): generate runs here."""
+    from attnkit.hardware import preset_names
+
+    name = device.strip().lower()
+    if name in preset_names() and name not in ("cpu", "mps"):
+        fail("AK483", f"--device {device} is a device preset of `attnkit plan` (planning for a machine you are "
+                      "not on); `attnkit generate` runs on this machine: --device cpu, cuda, cuda:N or auto",
+             field="device", expected=["auto", "cpu", "cuda", "cuda:N"], actual=device,
+             solutions=["attnkit generate MODEL_DIR --device cuda (or auto) on a CUDA machine",
+                        f"attnkit plan MODEL_DIR --device {device} to see what would run there"])
 
 
 def load_tokenizer(model_dir: Path) -> tuple[Tokenizer | None, str]:

@@ -16,7 +16,7 @@ ENTRIES = [
                    "pip install tokenizers (or transformers).",
                    "Save the tokenizer next to the weights: tokenizer.save_pretrained(MODEL_DIR)."],
         before="attnkit generate ./tiny-llama --prompt \"Hello\"",
-        after="attnkit generate ./tiny-llama --prompt-ids \"1,15043\"",
+        after="attnkit generate ./tiny-llama --prompt-ids \"1,15043\"   # ids from the model's own tokenizer",
         related=("AK486",),
     ),
     entry(
@@ -55,6 +55,10 @@ ENTRIES = [
         before="llm.generate(prompts, top_p=0)",
         after="llm.generate(prompts, top_p=1.0)",
         related=("AK483",),
+        fixes={"seed": ["Give one seed, or exactly one seed per prompt."],
+               **dict.fromkeys(("temperature", "top_p", "top_k"),
+                               ["Use temperature=0 for greedy, top_p=1.0 and top_k=0 for no filtering."]),
+               "*": ["The message names the argument and the values it accepts."]},
     ),
     entry(
         "AK487", "Setting the runner does not support",

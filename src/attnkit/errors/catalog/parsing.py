@@ -119,7 +119,7 @@ ENTRIES = [
         solutions=["Serve the model with an engine path that supports attention bias (eager attention).",
                    "Choose a rotary-position model for attnkit."],
         before="attnkit plan ./flan-t5-xl --device a100",
-        after="attnkit plan ./whisper-large-v3 --device a100   # a model attnkit can serve",
+        after="attnkit plan whisper-large-v3 --device a100   # a model attnkit can serve",
         related=("AK509", "AK510"),
     ),
     entry(
