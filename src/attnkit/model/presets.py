@@ -34,6 +34,18 @@ def _preset_text(key: str) -> str:
     return (PRESET_DIR / f"{key}.json").read_text(encoding="utf-8")
 
 
+@lru_cache(maxsize=None)
+def preset_model_types() -> frozenset[str]:
+    """The model_type of every preset (and of its text_config): families attnkit ships a config of."""
+    types = set()
+    for name in preset_names():
+        cfg = json.loads(_preset_text(name))
+        for part in (cfg, cfg.get("text_config") or {}):
+            if isinstance(part.get("model_type"), str):
+                types.add(part["model_type"])
+    return frozenset(types)
+
+
 def preset_for_repo(repo_id: str) -> str | None:
     """The preset whose ``_source`` is the Hugging Face repo ``repo_id`` (case-insensitive)."""
     key = repo_id.strip().strip("/").lower()
