@@ -139,10 +139,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     # Resolve every name first: a typo is a usage error before any planning output. Under --json
     # each model x device pair whose model or device cannot be read is a failed-plan object.
     models, platforms, failed = _read_all(args.models, devices, load_model, resolve_platform)
-    if failed and not args.json:
+    fleet = len(args.models) * len(devices) > 1
+    if failed and not (args.json or fleet):
         raise next(iter(failed.values()))
-    pairs = [_pair(m, d, models, platforms, failed, request, plan, profile=args.profile, catch=args.json)
-             for m in args.models for d in devices]
+    # a fleet prints every row, an entry that cannot be read or planned as its error cell
+    pairs = [_pair(m, d, models, platforms, failed, request, plan, profile=args.profile,
+                   catch=args.json or fleet) for m in args.models for d in devices]
     plans = [refuse(p) if args.strict else p for p, _ in pairs]
     single = len(plans) == 1
     if args.json:

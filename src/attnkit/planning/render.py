@@ -128,6 +128,18 @@ def error_lines(e: dict[str, Any]) -> list[str]:
     return out
 
 
+# what a matrix cell's shape means, printed under the matrix for the shapes it shows
+LEGEND = (
+    (lambda c: c.split(" ")[0].count("/") == 2,
+     "a/b/c = prefill/extend (steps over a cached prefix)/decode backends."),
+    (lambda c: c.split(" ")[0].count("/") == 1 and not c.split(" ")[0].endswith("/-"),
+     "a/b = prefill/decode backends (one backend where they are the same)."),
+    (lambda c: c.split(" ")[0].endswith("/-"), "a/- = prefill only: the model has no decode phase (an encoder)."),
+    (lambda c: c.endswith("(no plan)"), "AKnnn (no plan) = no valid plan, or the entry could not be read: "
+                                         "see errors; attnkit explain AKnnn."),
+)
+
+
 def matrix_text(plans: list[Plan], models: list[str], devices: list[str]) -> str:
     """Models down, devices across; a cell is the backend (prefill/decode if they differ,
     prefill/extend/decode with a separate extend backend) or the error code."""
@@ -153,8 +165,8 @@ def matrix_text(plans: list[Plan], models: list[str], devices: list[str]) -> str
               for w in p.warnings]
     if warned:
         out += ["", "warnings"] + [f"  {m} @ {dv}: {w}" for m, dv, w in warned]
-    split = any(p.ok and p.extend_backend not in (None, p.prefill_backend) for p in plans)
-    out += [""] + (["a/b/c = prefill/extend (steps over a cached prefix)/decode backends."] if split else [])
+    shown = list(cells.values())
+    out += [""] + [text for mark, text in LEGEND if any(mark(c) for c in shown)]
     out += ["pN = KV page size. Details: attnkit plan MODEL --device D (add --json for every field)."]
     return "\n".join(out) + "\n"
 
