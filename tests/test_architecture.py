@@ -48,7 +48,7 @@ ALLOWED: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
     "declarations": ("vocabulary", "model", "errors"),
     "registry": ("vocabulary", "declarations", "errors"),
     "planning": ("registry", "vocabulary", "model", "hardware", "errors"),
-    "kvcache": ("model", "errors"),
+    "kvcache": ("vocabulary", "model", "errors"),
     "backends": ("declarations", "registry", "vocabulary", "kvcache", "model", "errors"),
     "reference": ("backends", "declarations", "kvcache", "model", "errors"),
     "runtime": ("registry", "backends", "declarations", "kvcache", "reference", "model", "hardware", "errors"),

@@ -17,6 +17,7 @@ import torch
 from attnkit.errors import fail, preview
 from attnkit.kvcache.checks import check_fits, check_write, usable_device
 from attnkit.model.spec import LayerAttention
+from attnkit.registry.capabilities import DTYPE_SPELLINGS
 
 TORCH_KV_DTYPES = {
     "fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
@@ -26,10 +27,12 @@ FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 def _kv_dtype(dtype: Any) -> torch.dtype:
-    """A TORCH_KV_DTYPES name, or any torch dtype, else AK430. Other torch dtypes (int8 ...)
+    """A TORCH_KV_DTYPES name (or a spelling of one, DTYPE_SPELLINGS: fp8 is fp8_e4m3), or any
+    torch dtype, else AK430. Other torch dtypes (int8 ...)
     pass so that backends report them against their declarations (AK420 / AK451 / AK462)."""
-    if isinstance(dtype, str) and dtype in TORCH_KV_DTYPES:
-        return TORCH_KV_DTYPES[dtype]
+    name = DTYPE_SPELLINGS.get(dtype.strip().lower()) if isinstance(dtype, str) else None
+    if name in TORCH_KV_DTYPES:                # the spellings `attnkit plan --kv-cache-dtype` takes
+        return TORCH_KV_DTYPES[name]
     if isinstance(dtype, torch.dtype):
         return dtype
     fail("AK430", f"dtype must be one of {', '.join(TORCH_KV_DTYPES)} or a torch dtype, "

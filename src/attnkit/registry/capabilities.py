@@ -13,6 +13,15 @@ KINDS = ("mha", "mla")
 PHASES = ("prefill", "decode")
 DTYPES = ("fp32", "fp16", "bf16")
 KV_CACHE_DTYPES = ("fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2")
+# Spellings people type (--kv-cache-dtype fp8, dtype="bfloat16"), mapped onto the names above;
+# the planner and the KV cache read the same table (fp8 means fp8_e4m3 in both).
+DTYPE_SPELLINGS = {
+    "float32": "fp32", "fp32": "fp32", "float": "fp32",
+    "float16": "fp16", "fp16": "fp16", "half": "fp16",
+    "bfloat16": "bf16", "bf16": "bf16",
+    "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e4m3fn": "fp8_e4m3", "float8_e4m3fn": "fp8_e4m3",
+    "fp8_e5m2": "fp8_e5m2", "float8_e5m2": "fp8_e5m2",
+}
 FEATURES = (
     "sliding_window", "logit_softcap", "sinks", "cross_attention", "non_causal",
     "dual_chunk", "verify", "cuda_graph", "chunked_local", "sparse_topk",
