@@ -141,6 +141,9 @@ class BackendDeclaration:
     # The backend's kernel variants (registry/kernels.py), each with an envelope of its own;
     # () for a backend with one kernel per phase. attnkit tune measures each; the plan picks.
     variants: tuple = ()
+    # Optional "module:function" (torch-free) giving a variant's launch configuration,
+    # launch_config(variant, *, head_dim, dtype) -> dict | None; the plan prints it.
+    launch_config: str | None = None
 
     def variants_for(self, role: str) -> tuple:
         return tuple(k for k in self.variants if role in k.roles)

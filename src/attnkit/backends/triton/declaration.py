@@ -57,4 +57,5 @@ DECLARATION = BackendDeclaration(
         verified=(H200_2026_11_29,),
     ),
     variants=VARIANTS,
+    launch_config="attnkit.backends.triton.configs:launch_config",
 )
