@@ -59,6 +59,15 @@ class Plan:
                                details={"example_fix": e.get("example_fix"), "plan": self.to_dict()})
         return self
 
+    def render(self, *, short: bool = False) -> str:
+        """The plan as ``attnkit plan`` prints it (``short``: backends, settings and warnings)."""
+        from attnkit.planning.render import plan_text    # render imports this module
+
+        return plan_text(self, short=short)
+
+    def __str__(self) -> str:
+        return self.render()
+
     def to_dict(self) -> dict[str, Any]:
         shared_keys = {r.key() for r in self.shared}
         return {
