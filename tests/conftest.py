@@ -26,7 +26,7 @@ def pytest_configure(config):
 INTERPRETER_PATHS = ("tests/triton_kernels/", "tests/triton_mla/", "tests/dual_chunk/test_dca_triton.py",
                      "tests/dual_chunk/test_dca_kernel_parts.py", "tests/runner/test_runner_graphs.py")
 # in these, the cases whose id names a Triton backend or the interpreter
-MIXED_PATHS = ("tests/conformance/", "tests/dual_chunk/")
+MIXED_PATHS = ("tests/conformance/", "tests/dual_chunk/", "tests/backends/")
 INTERPRETER_CASES = re.compile(r"\[(triton|triton_mla)[-\]]|-interp-|-triton\]")
 
 

@@ -6,13 +6,13 @@ import textwrap
 from typing import Any
 
 from attnkit.hardware.platform import arch_label
-from attnkit.planning.plan import Plan
+# render takes Plans as arguments and imports no Plan: Plan.render imports this module
 from attnkit.model.summary import layer_ranges
 
 SHARED = "all rejected"
 
 
-def plan_text(plan: Plan, *, short: bool = False) -> str:
+def plan_text(plan, *, short: bool = False) -> str:
     """The plan as ``attnkit plan`` prints it; ``short``: backends, settings and warnings only
     (no reasons, alternatives, adjustments or rejections)."""
     d = plan.to_dict()
@@ -140,7 +140,7 @@ LEGEND = (
 )
 
 
-def matrix_text(plans: list[Plan], models: list[str], devices: list[str]) -> str:
+def matrix_text(plans: list, models: list[str], devices: list[str]) -> str:
     """Models down, devices across; a cell is the backend (prefill/decode if they differ,
     prefill/extend/decode with a separate extend backend) or the error code."""
     cells = {}
