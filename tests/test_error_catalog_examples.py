@@ -30,24 +30,19 @@ ROOT = Path(__file__).resolve().parents[1]
 PRESETS = ROOT / "src" / "attnkit" / "model" / "presets"
 SHIPPED_PROFILE = ROOT / "src" / "attnkit" / "planning" / "profiles" / "nvidia-h200.json"
 
-# (code, "before" | "after") -> why it is not run here
+# (code, "before" | "after") -> why it is not run here (SCHEMATIC below: both examples)
 NOT_RUN = {
-    ("AK104", "before"): "needs a backend that declares one phase only; no shipped backend does",
-    ("AK104", "after"): "needs a backend that declares one phase only; no shipped backend does",
-    ("AK105", "before"): "needs a backend without fp32; every shipped backend has it",
-    ("AK105", "after"): "needs a backend without fp32; every shipped backend has it",
-    ("AK308", "before"): "needs two backends with disjoint page sizes; no shipped pair is",
-    ("AK308", "after"): "needs two backends with disjoint page sizes; no shipped pair is",
-    ("AK900", "before"): "an internal error is a bug: nothing reproduces it on purpose",
-    ("AK900", "after"): "an internal error is a bug: nothing reproduces it on purpose",
-    ("AK492", "before"): "installs another transformers (the oldest-transformers CI tier tests it)",
-    ("AK492", "after"): "installs another transformers (the oldest-transformers CI tier tests it)",
     ("AK452", "after"): "a script of the reader's own",
     ("AK465", "after"): "a script of the reader's own",
 }
 # examples that name objects of the reader's own program (a schematic line, not a statement
 # the namespace can run): why, per code, for both examples
 SCHEMATIC = {
+    "AK104": "needs a backend that declares one phase only; no shipped backend does",
+    "AK105": "needs a backend without fp32; every shipped backend has it",
+    "AK308": "needs two backends with disjoint page sizes; no shipped pair is",
+    "AK900": "an internal error is a bug: nothing reproduces it on purpose",
+    "AK492": "installs another transformers (the oldest-transformers CI tier tests it)",
     "AK412": "needs a CUDA device and a model on it",
     "AK413": "the error is the head count of a tp=2 shard, which the comment states",
     "AK414": "schematic: a cache and block tables of the reader's step",
