@@ -66,3 +66,8 @@ def test_explain_suggests_the_codes_a_prefix_begins(capsys):
 def test_version(capsys):
     rc, out, _ = run(capsys, "--version")
     assert rc == 0 and out.strip() == f"attnkit {attnkit.__version__}"
+
+
+def test_plan_help_points_to_the_preset_lists(capsys):
+    rc, out, _ = run(capsys, "plan", "--help")
+    assert rc == 0 and "attnkit models" in out and "attnkit devices" in out and "--strict" in out
