@@ -3,8 +3,9 @@ profile measures clearly slower than the plan without that flag says so (torch-f
 
 For every setting the caller set (not the backend names: naming a backend is choosing it), the
 plan is solved again without that setting. Where a role (prefill, extend, decode) then runs on
-another backend, and the profile measured the two over the same buckets of that role with the
-other backend at least ``SLOWDOWN`` times faster, the plan carries a warning naming the flag,
+another backend, and the profile measured the two for that role (the same workload: all its
+buckets, or the same fresh-prefill / extend split; each at its own plan's settings, e.g. the
+page size and KV dtype it runs with) with the other backend at least ``SLOWDOWN`` times faster, the plan carries a warning naming the flag,
 both backends and both measured rates, and a record of it in ``Plan.speed_costs``.
 ``attnkit plan --strict`` refuses such a plan (AK312, ``refuse``). Rates come from the profile
 only; where either backend was not measured for the role, nothing is claimed.
@@ -63,7 +64,7 @@ def _role_cost(solve, base, role: str) -> dict[str, Any] | None:
         return None
     mine, theirs = solve.measured.rankings.get(role), base.measured.rankings.get(role)
     if mine is None or theirs is None or (mine.phase, mine.role) != (theirs.phase, theirs.role):
-        return None                      # not measured over the same buckets: claim nothing
+        return None                      # not measured for the same workload: claim nothing
     rate, base_rate = mine.rates.get(chosen), theirs.rates.get(instead)
     if not rate or not base_rate or base_rate < SLOWDOWN * rate:
         return None
