@@ -5,8 +5,9 @@ For every setting the caller set (not the backend names: naming a backend is cho
 plan is solved again without that setting. Where a role (prefill, extend, decode) then runs on
 another backend, and the profile measured the two for that role (the same workload: all its
 buckets, or the same fresh-prefill / extend split; each at its own plan's settings, e.g. the
-page size and KV dtype it runs with) with the other backend at least ``SLOWDOWN`` times faster, the plan carries a warning naming the flag,
-both backends and both measured rates, and a record of it in ``Plan.speed_costs``.
+page size and KV dtype it runs with) with the other backend at least ``SLOWDOWN`` times
+faster, the plan carries a warning naming the flag, both backends and both measured rates,
+and a record of it in ``Plan.speed_costs``.
 ``attnkit plan --strict`` refuses such a plan (AK312, ``refuse``). Rates come from the profile
 only; where either backend was not measured for the role, nothing is claimed.
 """
