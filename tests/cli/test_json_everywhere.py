@@ -49,7 +49,8 @@ def test_every_listing_has_a_json_form(capsys, argv, key):
 def test_json_listings_hold_what_the_text_lists(capsys):
     _, text, _ = run(capsys, "models")
     _, out, _ = run(capsys, "models", "--json")
-    assert [m["name"] for m in json.loads(out)["models"]] == text.split()
+    data = json.loads(out)
+    assert [m["name"] for m in data["models"]] + data["pipelines"] == [line.split()[0] for line in text.splitlines()]
     _, out, _ = run(capsys, "devices", "--json")
     devices = {d["preset"]: d for d in json.loads(out)["devices"]}
     assert devices["h100"]["kind"] == "cuda" and devices["h100"]["capability"] == [9, 0]

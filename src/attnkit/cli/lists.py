@@ -40,16 +40,18 @@ def _close_codes(code: str) -> list[str]:
 
 def cmd_models(args: argparse.Namespace) -> int:
     from attnkit.model import load_model, preset_names
+    from attnkit.model.pipeline import pipeline_names
 
     if not args.json:
         sys.stdout.write("".join(f"{n}\n" for n in preset_names()))
+        sys.stdout.write("".join(f"{n}  (pipeline: every component planned)\n" for n in pipeline_names()))
         return EXIT_OK
     rows = []
     for name in preset_names():
         m = load_model(name)
         rows.append({"name": name, "architecture": m.architecture, "kind": m.kind,
                      "attention_layers": len(m.layers), "phases": list(m.phases), "dtype": m.dtype})
-    _print_json({"ok": True, "models": rows})
+    _print_json({"ok": True, "models": rows, "pipelines": pipeline_names()})
     return EXIT_OK
 
 

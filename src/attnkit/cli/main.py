@@ -60,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true",
                    help="refuse (AK312) a plan where a flag you set moves a role to a backend the device "
                         "profile measures 1.5x or more slower (without --strict: a warning)")
+    from attnkit.cli.components import add_workload_flags
+    add_workload_flags(p)
 
     b = sub.add_parser("backends", parents=[common], help="list backends: installed, usable here, why not")
     b.add_argument("--device", default="auto", metavar="D",
@@ -134,7 +136,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from attnkit.planning.solver import plan
     from attnkit.planning.speed_cost import refuse
 
+    from attnkit.cli.components import find_pipelines, plan_pipelines
+
     request = request_from_args(args)
+    pipelines = find_pipelines(args)     # pipelines and VLMs: one plan per component
+    if pipelines:
+        if len(pipelines) != len(args.models):
+            raise AttnkitError("AK310", "attnkit plan: plan pipelines and VLMs apart from single models ("
+                               f"{', '.join(n for n in args.models if n not in pipelines)} have one part)",
+                               field="argv", actual=args.models)
+        return plan_pipelines(args, pipelines, request)
     devices = args.device or ["auto"]
     # Resolve every name first: a typo is a usage error before any planning output. Under --json
     # each model x device pair whose model or device cannot be read is a failed-plan object.
