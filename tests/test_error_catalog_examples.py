@@ -75,6 +75,19 @@ SCHEMATIC = {
     "AK490": "needs a transformers checkpoint path",
     "AK491": "needs a transformers model with sliding layers",
 }
+# Examples that drift today, from work still landing (pipelines, varlen): each expected to fail
+# (strict: once it passes, take it off this list). Reported to the lead with what each gives.
+DRIFTING = {
+    ("AK140", "before"): "gives AK121/AK508: wan2.1's umt5 text encoder is refused (AK508) before any backend",
+    ("AK140", "after"): "exits 3 with AK508 (the umt5 text encoder)",
+    ("AK141", "before"): "gives AK121, not AK141",
+    ("AK524", "after"): "exits 3 with AK508/AK513 from flux.1-dev's text encoders",
+    **dict.fromkeys([("AK520", w) for w in ("before", "after")] + [("AK521", w) for w in ("before", "after")]
+                    + [("AK522", w) for w in ("before", "after")] + [("AK523", w) for w in ("before", "after")],
+                    "names a local pipeline directory this test has no fixture for yet"),
+    ("AK493", "before"): "names backend.varlen and varlen_batch, which the namespace lacks",
+    ("AK493", "after"): "names backend.varlen and varlen_batch, which the namespace lacks",
+}
 for _code, _why in SCHEMATIC.items():
     for _which in ("before", "after"):
         NOT_RUN.setdefault((_code, _which), _why)
@@ -156,6 +169,8 @@ def scratch(tmp_path_factory):
 @pytest.mark.parametrize("code,which,text", list(_examples()))
 def test_catalog_example(code, which, text, scratch, monkeypatch, request):
     kind = _kind(text)
+    if (code, which) in DRIFTING:
+        request.applymarker(pytest.mark.xfail(reason=DRIFTING[code, which], strict=True))
     if (code, which) in NOT_RUN:
         assert kind in ("python", "command", "install", "shell"), (code, which)
         pytest.skip(NOT_RUN[code, which])
@@ -319,7 +334,7 @@ def tiny_llama(scratch):
 
 
 def test_not_run_names_only_catalogued_examples():
-    stale = sorted(c for c, _ in NOT_RUN if c not in CATALOG)
+    stale = sorted(c for c, _ in (*NOT_RUN, *DRIFTING) if c not in CATALOG)
     assert not stale, f"NOT_RUN lists codes the catalog no longer has: {stale}"
 
 

@@ -37,13 +37,22 @@ def _preset_text(key: str) -> str:
 
 @lru_cache(maxsize=None)
 def preset_model_types() -> frozenset[str]:
-    """The model_type of every preset (and of its text_config): families attnkit ships a config of."""
-    types = set()
-    for name in preset_names():
-        cfg = json.loads(_preset_text(name))
-        for part in (cfg, cfg.get("text_config") or {}):
-            if isinstance(part.get("model_type"), str):
-                types.add(part["model_type"])
+    """Every model_type a shipped preset holds (models, their sub-configs, pipeline components):
+    the families attnkit ships a config of."""
+    types: set[str] = set()
+
+    def walk(value) -> None:
+        if isinstance(value, dict):
+            if isinstance(value.get("model_type"), str):
+                types.add(value["model_type"])
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+
+    for path in sorted(PRESET_DIR.rglob("*.json")):
+        walk(json.loads(path.read_text(encoding="utf-8")))
     return frozenset(types)
 
 
