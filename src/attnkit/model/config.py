@@ -12,7 +12,7 @@ from attnkit.errors import AttnkitError
 from attnkit.model import families
 from attnkit.model._fields import ConfigReader
 from attnkit.model.enforce import check_keys, refuse_keys
-from attnkit.model.keys import ENCODERS, YARN_MLA
+from attnkit.model.keys import ENCODERS, YARN_MLA, known_family
 from attnkit.model.layouts import LAYERS
 from attnkit.model.spec import ModelAttention
 from attnkit.registry.capabilities import dtype_spelled
@@ -115,6 +115,11 @@ def parse_traced(cfg: object, *, name: str | None = None, source: str = "<dict>"
     notes = check_keys(reader, model_type)
     notes = [f"{reader.path(k)} not in config; used transformers' default {reader.defaults[k]!r}"
              for k in dict.fromkeys(reader.used_defaults)] + notes
+    if model_type and not known_family(model_type):
+        notes.append(f"model_type {model_type!r} is not a family attnkit knows: read by the generic decoder "
+                     "rules (full causal attention over the heads, layers and head_dim it names); a key "
+                     "other families use to change attention is refused (AK513), but one only this family "
+                     "knows is not seen, so check the plan against the model's attention code")
     if model_type == "falcon_h1":
         notes.append("every layer runs a Mamba-2 mixer beside its attention (summed); the Mamba state "
                      "is not a KV cache and is not planned")

@@ -26,8 +26,9 @@ from attnkit.planning.pages import common_page_sizes
 from attnkit.planning.plan import Plan
 from attnkit.planning.profile_choice import ProfileChoice
 from attnkit.planning.reasons import Reason, check_backend, model_needs
-from attnkit.planning.request import BACKEND_FIELDS, PlanRequest, parse_request, spelled
+from attnkit.planning.request import BACKEND_FIELDS, PlanRequest, parse_request
 from attnkit.planning.rules import AFTER, BEFORE, PHASE_FIELDS, Fill, config_dtype
+from attnkit.planning.speed_cost import flag_args, speed_costs, warning
 from attnkit.planning.unserved import unserved_features
 from attnkit.planning.validate import validate_model
 from attnkit.planning.verified import unverified_warnings
@@ -68,13 +69,24 @@ def plan(model: Any, platform: Any = "auto", request: Any = None, *,
         from attnkit.registry import declarations
         registry = declarations()
     env = os.environ if env is None else env
-    solve = Solve(spec, label or spec.name, target, req, dict(registry), table)
     named = profile if profile not in (None, True, False) else None
-    solve.measured = ProfileChoice(target, path=named, env=env, automatic=automatic,
-                                   enabled=profile is not False, workload=workload)
-    result = solve.run(env)
+
+    def run(request: PlanRequest) -> tuple[Plan, Solve]:
+        solve = Solve(spec, label or spec.name, target, request, dict(registry), table)
+        solve.measured = ProfileChoice(target, path=named, env=env, automatic=automatic,
+                                       enabled=profile is not False, workload=workload)
+        return solve.run(env), solve
+
+    result, solve = run(req)
     result.profile = solve.measured.info()
     result.warnings.extend(w for w in solve.measured.warnings if w not in result.warnings)
+    if result.ok and solve.measured.profile is not None:    # what an explicit setting costs in speed
+        def planned(request: PlanRequest) -> Solve | None:
+            other, other_solve = run(request)
+            return other_solve if other.ok else None
+
+        result.speed_costs = speed_costs(solve, planned)
+        result.warnings += [warning(c) for c in result.speed_costs]
     return result.raise_for_error() if strict else result
 
 
@@ -408,19 +420,6 @@ class Solve:
         values.update(changes)
         parts = ["attnkit", "plan", self.label] + (["--device", device] if device else [])
         for key, value in values.items():
-            flag = "--" + key.replace("_", "-")
-            if key == "cuda_graph" and value is False:
-                parts += [flag, "off"]
-                continue
-            if value in (None, (), [], False) or (key == "tp_size" and value == 1):
-                continue
-            if key == "deny":
-                parts += [x for n in value for x in (flag, n)]
-            elif key == "require":
-                parts += [flag, ",".join(spelled(n) for n in value)]
-            elif value is True:
-                parts.append(flag)
-            else:
-                parts += [flag, str(value)]
+            parts += flag_args(key, value)
         return " ".join(parts)
 
