@@ -66,7 +66,7 @@ def test_a_sentinel_kernel_sees_no_empty_row(mode, monkeypatch):
 def test_ordinary_keys_keep_their_bits():
     """Keys near zero are not shifted: the output is SDPA's on the keys as stored."""
     keys = torch.randn(3, 20, 2, 64)
-    assert torch.equal(sdpa_backend.centre_keys(keys, [20, 11, 3]), keys)
+    assert torch.equal(sdpa_backend.centre_keys(keys, torch.tensor([20.0, 11.0, 3.0])), keys)
 
 
 @pytest.mark.gpu

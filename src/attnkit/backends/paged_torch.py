@@ -93,12 +93,16 @@ class KVIndex:
     lens:  KV length per request (host list); kv_max = max(lens); any_empty: some length is 0
     padding: [B, kv_max] bool, True at key rows j >= lens[b]; None when no request is shorter
            than kv_max (nothing is padded)
+    counts: [B] float32 on the cache's device, max(1, lens[b]): built with the index, so a
+           forward that divides by a request's key count copies nothing from the host (a
+           captured step cannot)
     """
     slots: torch.Tensor
     lens: list[int]
     kv_max: int
     any_empty: bool
     padding: torch.Tensor | None = None
+    counts: torch.Tensor | None = None
     _rows: list | None = None
 
     @classmethod
@@ -114,7 +118,8 @@ class KVIndex:
         if any(n != kv_max for n in lens):
             padding = (torch.arange(kv_max, device=dev)[None, :]
                        >= torch.tensor(lens, device=dev)[:, None])             # [B, kv_max]
-        return cls(slots, list(lens), kv_max, 0 in lens, padding)
+        counts = torch.tensor([max(1, n) for n in lens], dtype=torch.float32, device=dev)
+        return cls(slots, list(lens), kv_max, 0 in lens, padding, counts)
 
     def request_slots(self, b: int) -> torch.Tensor:
         """[lens[b]] int64: the slots of request b's keys (built for all requests on first use)."""

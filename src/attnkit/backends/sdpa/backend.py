@@ -138,7 +138,7 @@ class SdpaBackend(AttentionBackend):
         else:
             qp = q[grid.q_index]
         qp = qp.transpose(1, 2)                                    # [B, H_q, q_max, D]
-        out = sdpa(qp, centre_keys(keys, index.lens).transpose(1, 2), values.transpose(1, 2),
+        out = sdpa(qp, centre_keys(keys, index.counts).transpose(1, 2), values.transpose(1, 2),
                    mask=mask, is_causal=is_causal, scale=spec.softmax_scale)  # [B, H_q, q_max, D_out]
         if index.any_empty:                         # no encoder keys: output is zero (as reference)
             empty = torch.tensor([n == 0 for n in index.lens], device=q.device)
@@ -164,7 +164,8 @@ class SdpaBackend(AttentionBackend):
         spec, b = layer.spec, len(meta.query_lens_cpu)
         mask, is_causal = self._mask(grid, layer, meta, meta.seq_lens_cpu, q.device)
         grid_view = lambda x: x.contiguous().view(b, grid.q_max, *x.shape[1:]).transpose(1, 2)  # noqa: E731
-        keys = centre_keys(k.contiguous().view(b, grid.q_max, *k.shape[1:]), meta.seq_lens_cpu)
+        counts = torch.tensor([max(1, n) for n in meta.seq_lens_cpu], dtype=torch.float32, device=q.device)
+        keys = centre_keys(k.contiguous().view(b, grid.q_max, *k.shape[1:]), counts)
         out = sdpa(grid_view(q), keys.transpose(1, 2), grid_view(v), mask=mask, is_causal=is_causal,
                    scale=spec.softmax_scale)                      # [B, H_q, q_max, D_v]
         return out.transpose(1, 2).reshape(meta.num_tokens, spec.num_heads * spec.value_dim)
@@ -208,8 +209,10 @@ class SdpaBackend(AttentionBackend):
         return masks[key]
 
 
-def centre_keys(keys: torch.Tensor, lens) -> torch.Tensor:
-    """keys [B, S, H_k, D], rows past lens[b] zero (select_out) -> the keys less c, their mean
+def centre_keys(keys: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """keys [B, S, H_k, D], rows past a request's count zero (select_out); counts [B] float32
+    on keys' device (KVIndex.counts: no host copy here, so a captured step can run it) -> the
+    keys less c, their mean
     over the request's rows, per (request, head) where the mean outweighs the spread
     (|c|^2 > mean |k - c|^2), else less 0 (the same bits). There every logit of a query row
     shares the offset q.c, and a kernel may take a row whose logits all lie below its finite
@@ -217,7 +220,7 @@ def centre_keys(keys: torch.Tensor, lens) -> torch.Tensor:
     row shares, and q.(k - c) has a row maximum >= 0 for a query that sees all its request's
     keys (decode); keys clustered at c subtract exactly (Sterbenz). No host sync: two
     reductions and one subtraction over the keys."""
-    n = torch.tensor([max(1, x) for x in lens], device=keys.device, dtype=torch.float32)[:, None]
+    n = counts[:, None]
     mean = keys.sum(1, dtype=torch.float32) / n[..., None]                              # [B, H, D]
     squares = torch.linalg.vector_norm(keys, dim=-1, dtype=torch.float32).square().sum(1) / n
     offset = mean.square().sum(-1)                                                      # [B, H]
