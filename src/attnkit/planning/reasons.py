@@ -7,15 +7,14 @@ declaration's data (``Capabilities``) and the model/platform/settings; a declara
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from attnkit.errors import _jsonable
 from attnkit.model.spec import ModelAttention
 from attnkit.model.summary import layer_ranges
 from attnkit.registry.capabilities import BackendDeclaration, MultipleOf
+from attnkit.registry.discovery import load_hook
 
 
 @dataclass(frozen=True)
@@ -153,13 +152,6 @@ def platform_reasons(decl: BackendDeclaration, platform, *, phase: str | None = 
         if pkg not in (platform.packages or {}):
             add("AK212", "requires", list(caps.requires), pkg, f"needs package {pkg}, not installed on {platform.name}")
     return out
-
-
-@lru_cache(maxsize=None)
-def load_hook(path: str) -> Callable[..., Any]:
-    """A declaration's "module:function" hook (``check``, ``page_sizes_for``), imported once."""
-    module, _, fn = path.partition(":")
-    return getattr(importlib.import_module(module), fn)
 
 
 def page_sizes_text(pages) -> str:

@@ -8,7 +8,8 @@ Per layer ``forward`` writes the new K/V into the cache, then runs extend
 two variants (``EXTEND_VARIANT`` in extend.py, ``DECODE_VARIANT`` in decode.py): extend v2
 reads the new tokens' K/V from k / v instead of the cache, decode v2 does the K/V write
 inside its kernel (no separate launch); "auto" picks per step what measured faster.
-Inputs are validated by AttentionBackend.forward (base.py) before ``_forward`` runs.
+Inputs are validated by AttentionBackend.forward (base.py: shapes, and the layer against this
+backend's declaration) before ``_forward`` runs.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from attnkit.backends.base import (AttentionBackend, RuntimeLayer, StepState, check_int_option,
-                                   check_launch_config, check_option, required_tensors)
+                                   check_launch_config, check_option)
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
 from attnkit.backends._triton import interpreting, kernel_scales, padded_dim, write_kv
 from attnkit.backends.triton.declaration import DECLARATION
@@ -31,12 +32,7 @@ from attnkit.backends.triton.extend import (EXTEND_VARIANT, EXTEND_VARIANT_NAMES
 from attnkit.backends.triton.extend_new_kv import extend_attention_v2
 from attnkit.backends.triton.tma_path import (TMA_ONLY_KEYS, check_tma_override,
                                               merged_tma_config, run_tma_extend, tma_route)
-from attnkit.errors import fail
 
-_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-_KV_DTYPES = _DTYPES + (torch.float8_e4m3fn, torch.float8_e5m2)
-MAX_HEAD_DIM = 256     # a head row lives in one padded tile
-_CAPS = DECLARATION.capabilities
 
 
 @dataclass(slots=True)
@@ -123,6 +119,7 @@ class TritonBackend(AttentionBackend):
     measurements)."""
 
     name = "triton"
+    declaration = DECLARATION
 
     def __init__(self, *, extend_config: dict | None = None, decode_config: dict | None = None,
                  num_splits: int | None = None, extend_variant: str | None = None,
@@ -163,11 +160,9 @@ class TritonBackend(AttentionBackend):
     def _forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):
         """q: [T, H_q, D]; k: [T, H_kv, D]; v: [T, H_kv, D_v] -> [T, H_q * D_v] in q's dtype."""
         spec, meta, plan = layer.spec, step.meta, step.prepared
-        _check_supported(q, layer, cache)
         lid = spec.layer_id
         if meta.mode is ForwardMode.IDLE or q.shape[0] == 0:
             return q.new_empty(0, spec.num_heads * spec.value_dim)
-        _check_device(q)
         decode = meta.mode is ForwardMode.DECODE
         decode_variant = decode and pick_decode_variant(self.decode_variant, k, v, cache, lid,
                                                         num_reqs=meta.num_reqs)
@@ -225,37 +220,3 @@ class TritonBackend(AttentionBackend):
         chunk = -(-per_split // block_n) * block_n
         return -(-longest // chunk), chunk
 
-
-def _check_supported(q, layer: RuntimeLayer, cache) -> None:
-    """What the kernels cannot do at all (the declaration is the tested subset of the rest)."""
-    spec = layer.spec
-    if spec.kind != "mha" or spec.cross_attention or spec.dual_chunk is not None:
-        what = ("an MLA layer" if spec.kind != "mha" else "a cross-attention layer"
-                if spec.cross_attention else "a dual chunk attention layer")
-        fail("AK450", f"layer {spec.layer_id} is {what}; the triton backend serves MHA/GQA/MQA "
-                      "self-attention only", field="layer.spec",
-             expected="kind 'mha', role decoder or encoder, no dual_chunk",
-             actual={"kind": spec.kind, "role": spec.role, "dual_chunk": spec.dual_chunk is not None})
-    undeclared = sorted(spec.features() - _CAPS.features)
-    if undeclared:        # a feature the kernels do not model must not be silently ignored
-        fail("AK450", f"layer {spec.layer_id} needs {', '.join(undeclared)}, which the triton "
-                      "kernels do not implement", field="layer.features",
-             expected=sorted(_CAPS.features), actual=undeclared)
-    if q.dtype not in _DTYPES or cache.dtype not in _KV_DTYPES:
-        fail("AK451", f"q dtype {q.dtype} / KV-cache dtype {cache.dtype} not served by triton",
-             field="q.dtype" if q.dtype not in _DTYPES else "cache.dtype",
-             expected={"q": [str(d) for d in _DTYPES], "cache": [str(d) for d in _KV_DTYPES]},
-             actual={"q": str(q.dtype), "cache": str(cache.dtype)})
-    if not _CAPS.accepts_head_dim(spec.head_dim) or spec.value_dim > MAX_HEAD_DIM:
-        fail("AK453", f"layer {spec.layer_id} has head_dim {spec.head_dim} / v_head_dim "
-                      f"{spec.value_dim}; the triton kernels are built and tested for head dims "
-                      f"{list(_CAPS.head_dims)} and value dims up to {MAX_HEAD_DIM}",
-             field="layer.spec.head_dim", expected=list(_CAPS.head_dims),
-             actual=[spec.head_dim, spec.value_dim])
-    required_tensors(layer)     # a sinks layer without its sink logits (was AttributeError)
-
-
-def _check_device(q) -> None:
-    if q.device.type != "cuda" and not interpreting():
-        fail("AK452", f"the triton kernels run on CUDA devices; q is on {q.device}",
-             field="q.device", expected="cuda", actual=str(q.device))
