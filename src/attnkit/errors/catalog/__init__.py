@@ -21,12 +21,16 @@ class ErrorEntry:
     example_before: str
     example_after: str
     related: tuple[str, ...] = field(default_factory=tuple)
+    # A code attnkit no longer raises: the same refusal now has one code for every backend,
+    # this one. Its page stays (old logs and scripts name it) and points there.
+    merged_into: str | None = None
 
 
-def entry(code, title, *, meaning, trigger, situations, solutions, before, after, related=()):
+def entry(code, title, *, meaning, trigger, situations, solutions, before, after, related=(),
+          merged_into=None):
     """Build an ErrorEntry; keyword names mirror the page sections."""
     return ErrorEntry(code, title, meaning, trigger, tuple(situations), tuple(solutions),
-                      before, after, tuple(related))
+                      before, after, tuple(related), merged_into)
 
 
 def _collect() -> dict[str, ErrorEntry]:

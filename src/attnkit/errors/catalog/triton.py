@@ -1,4 +1,6 @@
-"""4xx (AK450-AK459): inputs the triton backend (paged MHA/GQA kernels) cannot run."""
+"""AK450-AK453: the triton backend's own refusals before the shared check layer
+(backends/envelope.py) gave every backend one code per concept; merged into AK440, AK444,
+AK445 and AK447, their pages kept for old logs."""
 from attnkit.errors.catalog import entry
 
 _PLAN = "Let `attnkit plan` pick the backend: it reads triton's declaration."
@@ -19,7 +21,7 @@ ENTRIES = [
                    "Serve cross-attention layers with sdpa or torch_native.", _PLAN],
         before="attnkit plan deepseek-v3 --attention-backend triton",
         after="attnkit plan deepseek-v3 --attention-backend triton_mla",
-        related=("AK420", "AK460"),
+        related=("AK420", "AK460"), merged_into="AK440",
     ),
     entry(
         "AK451", "dtype or KV-cache dtype not served by the triton backend",
@@ -32,7 +34,7 @@ ENTRIES = [
                    "Use --kv-cache-dtype fp8_e4m3 for a compressed cache."],
         before="backend.forward(q.double(), k.double(), v.double(), layer, cache, step)",
         after="backend.forward(q.bfloat16(), k.bfloat16(), v.bfloat16(), layer, cache, step)",
-        related=("AK410",),
+        related=("AK410",), merged_into="AK444",
     ),
     entry(
         "AK452", "The triton backend needs a CUDA device",
@@ -46,7 +48,7 @@ ENTRIES = [
                    "For kernel tests on a CPU, set TRITON_INTERPRET=1 before triton is imported."],
         before="attnkit plan llama-3-8b --device cpu --attention-backend triton",
         after="attnkit plan llama-3-8b --device cpu --attention-backend sdpa",
-        related=("AK412",),
+        related=("AK412",), merged_into="AK447",
     ),
     entry(
         "AK453", "Head dim not served by the triton backend",
@@ -62,6 +64,6 @@ ENTRIES = [
         solutions=["Serve the layer with sdpa or torch_native, which take any head dim.", _PLAN],
         before="attnkit plan ./wide-heads --attention-backend triton",
         after="attnkit plan ./wide-heads --attention-backend sdpa",
-        related=("AK420",),
+        related=("AK420",), merged_into="AK445",
     ),
 ]
