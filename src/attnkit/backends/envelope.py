@@ -76,10 +76,8 @@ def check_cache(backend, cache, *, role: str | None = None) -> None:
     _check_device(decl.name, caps, cache.device, who)
 
 
-@functools.lru_cache(maxsize=64)
 def _device_problem(caps: Capabilities, device: torch.device) -> tuple | None:
-    """(platform, expected, actual) if ``caps`` does not run on ``device``; memoised per device
-    (the compute capability is asked of the driver once)."""
+    """(what, expected, actual) if ``caps`` does not run on ``device``."""
     kind = device.type
     if kind == "cuda" and torch.version.hip is not None:
         kind = "rocm"
@@ -89,11 +87,17 @@ def _device_problem(caps: Capabilities, device: torch.device) -> tuple | None:
         return kind, list(caps.platforms), str(device)
     if kind == "cuda" and caps.compute_capability is not None:
         lo, hi = caps.compute_capability
-        cc = tuple(torch.cuda.get_device_capability(device))
+        cc = _capability(device)
         if cc < tuple(lo) or (hi is not None and cc > tuple(hi)):
             span = f"sm{lo[0]}{lo[1]}" + (f"-sm{hi[0]}{hi[1]}" if hi else "+")
             return f"sm{cc[0]}{cc[1]}", span, f"{device} (sm{cc[0]}{cc[1]})"
     return None
+
+
+@functools.lru_cache(maxsize=16)
+def _capability(device: torch.device) -> tuple[int, int]:
+    """A CUDA device's compute capability, asked of the driver once."""
+    return tuple(torch.cuda.get_device_capability(device))
 
 
 def _check_device(name: str, caps: Capabilities, device: torch.device, who: str) -> None:

@@ -134,7 +134,7 @@ def _check_spec(spec) -> None:
 
 def _spec_problem(spec) -> None:
     """Values a LayerAttention can hold but no backend can serve (AK419; AK413 for a KV head
-    count that does not divide the query heads): the planner's rules
+    count that does not divide the query heads, AK473 for a dual chunk config): the planner's rules
     (model/checks.py), and chunked local attention only on causal decoder layers. Checked once
     per spec object (``_check_spec``)."""
     problem = layer_problem(spec)
@@ -145,7 +145,7 @@ def _spec_problem(spec) -> None:
                            f"{spec.role!r}")
     if problem:
         field, why = problem
-        code = "AK413" if field == "num_kv_heads" else "AK419"        # head counts: their own code
+        code = {"num_kv_heads": "AK413", "dual_chunk": "AK473"}.get(field, "AK419")  # own codes
         fail(code, why, field=f"layer.spec.{field}", expected=f"a valid {field}",
              actual=repr(getattr(spec, field, None))[:80])
 

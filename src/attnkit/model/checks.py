@@ -62,7 +62,7 @@ def layer_problem(layer: object) -> tuple[str, str] | None:
 
 def _sizes_problem(value: object, cls: type) -> str | None:
     """Every integer field of an MLA / dual-chunk / DSA size record is >= 1 (optional ones may be
-    None; original_max_position_embeddings may be 0)."""
+    None; original_max_position_embeddings and local_size may be 0)."""
     if value is None:
         return None
     if not isinstance(value, cls):
@@ -71,7 +71,9 @@ def _sizes_problem(value: object, cls: type) -> str | None:
         v = getattr(value, f.name)
         if v is None and f.default is None:
             continue
-        lowest = 0 if f.name == "original_max_position_embeddings" else 1
+        # 0 turns the length scale off; a dual chunk layout without a local window is one
+        # (backends/dual_chunk/config.py: 0 <= local_size < chunk_size)
+        lowest = 0 if f.name in ("original_max_position_embeddings", "local_size") else 1
         if isinstance(v, bool) or not isinstance(v, int) or not lowest <= v <= MAX_SIZE:
             return f"{f.name}={preview(v)}; expected an integer >= {lowest} (and <= 2**31)"
     return None
