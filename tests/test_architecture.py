@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("api", ("attnkit",)),
     ("cli", ("attnkit.__main__", "attnkit.cli", "attnkit.cli.*")),
     ("errors", ("attnkit.errors", "attnkit.errors.*")),
-    ("vocabulary", ("attnkit.registry.capabilities",)),
+    ("vocabulary", ("attnkit.registry.capabilities", "attnkit.registry.kernels")),
     ("registry", ("attnkit.registry", "attnkit.registry.*")),
     ("declarations", ("attnkit.backends", "attnkit.backends.*.declaration", "attnkit.backends.gpu_runs",
                       "attnkit.backends.dual_chunk.config", "<backend package>")),

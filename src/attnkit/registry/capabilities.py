@@ -133,3 +133,9 @@ class BackendDeclaration:
     # shared check layer (backends/envelope.py) once per layer spec and cache page size as
     # runtime_check(spec, *, page_size) -> None, raising an AttnkitError for what it refuses.
     runtime_check: str | None = None
+    # The backend's kernel variants (registry/kernels.py), each with an envelope of its own;
+    # () for a backend with one kernel per phase. attnkit tune measures each; the plan picks.
+    variants: tuple = ()
+
+    def variants_for(self, role: str) -> tuple:
+        return tuple(k for k in self.variants if role in k.roles)

@@ -29,20 +29,16 @@ from attnkit.backends._triton import (NEG_BIG, attend_range, first_key, logits,
                                              padded_dim, unit_stride_rows)
 from attnkit.backends.triton.decode_merge import merge_if_last, merge_shape
 
-# >>> Which decode path the backend runs by default. "v2": the decode kernel writes the new
-# K/V itself (one launch fewer per step); "v1": a separate write launch, then the kernel
-# reads every key from the cache. "auto" picks per step: v2 for at most
-# V2_MAX_BATCH requests, else v1. Measured on an H200 in one run (benchmarks/RESULTS.md,
-# triton, 2026-11-29): B=1 ctx 32k v2 2547 vs v1 2393 GB/s; B=64 ctx 4k v2 2995 vs v1 4084.
-# "fused" (decode_merge.py): v2 whose last split program per (request, KV head) also merges
-# the splits, so the step is one launch.
-DECODE_VARIANT = "auto"
+# The decode kernel's variants (declaration.py names them for the plan: split, split_write,
+# split_merge). Option spellings: "v1" / "separate_write" (the new K/V written by a launch of
+# its own, then every key read from the cache), "v2" / "fused_write" (the kernel writes the
+# new K/V itself: one launch fewer), "fused" / "merge_in_kernel" (v2 whose last split program
+# per (request, KV head) also merges the splits: one launch a step). Which runs is the plan's
+# choice (its kernel table, measured by attnkit tune), never a threshold here.
 DECODE_VARIANTS = ("v1", "v2", "fused")
-# The variants by what they do (the backend option takes either spelling):
-DECODE_VARIANT_NAMES = {"separate_write": "v1",  # K/V written by its own launch first
-                        "fused_write": "v2",     # the decode kernel writes the new K/V
-                        "merge_in_kernel": "fused"}   # v2 + the last split program merges
-V2_MAX_BATCH = 16
+DECODE_VARIANT_NAMES = {"separate_write": "v1", "fused_write": "v2", "merge_in_kernel": "fused",
+                        "split": "v1", "split_write": "v2", "split_merge": "fused"}
+PLAN_NAMES = {"v1": "split", "v2": "split_write", "fused": "split_merge"}
 
 
 @triton.jit
@@ -190,24 +186,21 @@ def _reduce_kernel(
              (acc * (v_scale / l)).to(Out.dtype.element_ty), mask=offs_dv < DV)
 
 
-def auto_decode_variant(num_reqs: int) -> str:
-    """What "auto" asks for at this batch size (see DECODE_VARIANT)."""
-    return "v2" if num_reqs <= V2_MAX_BATCH else "v1"
-
-
-def pick_decode_variant(requested: str | None, k, v, cache, layer_id: int, *,
-                        num_reqs: int = 1) -> str:
-    """"auto" means v2 for at most V2_MAX_BATCH requests (see DECODE_VARIANT); v2 only
+def pick_decode_variant(requested: str | None, k, v, cache, layer_id: int) -> str:
+    """``requested`` ("v1" / "v2" / "fused"; None: "v1") where it can run: v2 and fused only
     where the kernel's store equals the cache's own write (same dtype, not fp8) and the rows
     are dense in the head dim; else v1."""
-    want = requested or DECODE_VARIANT
-    if want == "auto":
-        want = auto_decode_variant(num_reqs)
+    want = requested or "v1"
     if want not in ("v2", "fused"):
         return "v1"
+    return want if fused_write_ok(k, v, cache, layer_id) else "v1"
+
+
+def fused_write_ok(k, v, cache, layer_id: int) -> bool:
+    """Whether the decode kernel can write the new K/V itself (v2, fused)."""
     exact = (not cache.is_fp8 and k.dtype == cache.k[layer_id].dtype
              and v.dtype == cache.v[layer_id].dtype)
-    return want if exact and k.stride(-1) == 1 and v.stride(-1) == 1 else "v1"
+    return exact and k.stride(-1) == 1 and v.stride(-1) == 1
 
 
 def decode_config(head_dim: int, dtype: torch.dtype, *, interpret: bool) -> dict:

@@ -21,20 +21,16 @@ import triton.language as tl
 from attnkit.backends._triton import (NEG_BIG, attend_range, key_ranges, padded_dim,
                                              store_lse, unit_stride_rows)
 
-# >>> Which extend kernel the backend runs by default. "v2" (extend_new_kv.py) reads the new
-# tokens' K/V from the step's k / v inputs and only the cached prefix through the block
-# table; "v1" (this file) reads every key through the block table. "auto" picks per step:
-# v2 when no request has a cached prefix, else v1. Measured on an H200 in one run
-# (benchmarks/RESULTS.md, triton, 2026-11-29): prefill 16k d128 without prefix v2 467 vs
-# v1 346 TFLOP/s; 2048 new over a 32k prefix v2 287 vs v1 365.
-# "tma" (prefill_tma.py, chosen in tma_path.py): K/V as dense rows read through tensor
-# descriptors; "auto" takes it first where tma_path.tma_route says so.
-EXTEND_VARIANT = "auto"
+# The extend kernels' variants (declaration.py names them for the plan: paged, paged_new_kv,
+# tma, gluon). Option spellings: "v1" / "paged_kv" (this file: every key through the block
+# table), "v2" / "new_kv_direct" (extend_new_kv.py: the new tokens' K/V from the step's k / v,
+# the cached prefix through the block table), "tma" / "dense_rows_tma" (prefill_tma.py: K/V as
+# dense rows through tensor descriptors; tma_path.py), "gluon" (prefill_gluon.py on a one-request
+# fresh prefill). Which runs is the plan's choice (its kernel table), never a threshold here.
 EXTEND_VARIANTS = ("v1", "v2", "tma")
-# The variants by what they do (the backend option takes either spelling):
-EXTEND_VARIANT_NAMES = {"paged_kv": "v1",        # every key through the block table
-                        "new_kv_direct": "v2",   # new tokens' K/V straight from k / v
-                        "dense_rows_tma": "tma"} # K/V as dense rows through tensor descriptors
+EXTEND_VARIANT_NAMES = {"paged_kv": "v1", "new_kv_direct": "v2", "dense_rows_tma": "tma",
+                        "paged": "v1", "paged_new_kv": "v2"}
+PLAN_NAMES = {"v1": "paged", "v2": "paged_new_kv", "tma": "tma", "gluon": "gluon"}
 
 
 @triton.jit
@@ -112,20 +108,19 @@ def _extend_kernel(
              out.to(Out.dtype.element_ty), mask=m_ok[:, None] & dv_ok[None, :])
 
 
-def pick_extend_variant(requested: str | None, k, v, cache, layer_id: int, *,
-                        prefix_lens: list[int] = ()) -> str:
-    """The variant to run: "auto" means v2 when no request has a cached prefix (see
-    EXTEND_VARIANT); v2 only where it reads exactly what the cache holds (same dtype, not
-    fp8) and its int32 row offsets into k / v cannot overflow; else v1."""
-    want = requested or EXTEND_VARIANT
-    if want == "auto":
-        want = "v1" if any(prefix_lens) else "v2"
-    if want != "v2":
+def pick_extend_variant(requested: str | None, k, v, cache, layer_id: int) -> str:
+    """``requested`` ("v1" / "v2"; None: "v1") where it can run: v2 only where it reads exactly
+    what the cache holds (same dtype, not fp8) and its int32 row offsets into k / v cannot
+    overflow; else v1."""
+    if (requested or "v1") != "v2":
         return "v1"
-    kc = cache.k[layer_id]
-    exact = not cache.is_fp8 and k.dtype == kc.dtype and v.dtype == cache.v[layer_id].dtype
-    small = max(k.shape[0] * k.stride(0), v.shape[0] * v.stride(0)) < 2**31
-    return "v2" if exact and small else "v1"
+    return "v2" if new_kv_ok(k, v, cache, layer_id) else "v1"
+
+
+def new_kv_ok(k, v, cache, layer_id: int) -> bool:
+    """Whether extend v2 can read the new tokens' K/V from k / v."""
+    exact = not cache.is_fp8 and k.dtype == cache.k[layer_id].dtype and v.dtype == cache.v[layer_id].dtype
+    return exact and max(k.shape[0] * k.stride(0), v.shape[0] * v.stride(0)) < 2**31
 
 
 def extend_config(head_dim: int, dtype: torch.dtype, *, interpret: bool, variant: str = "v1") -> dict:
