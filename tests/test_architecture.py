@@ -69,10 +69,6 @@ TORCH_PROBES = {"attnkit.hardware.detect": "--device auto asks torch (when insta
 
 # Module cycles through imports made inside a function (never at import time), with why.
 KNOWN_LAZY_CYCLES: dict[frozenset[str], str] = {
-    frozenset({"attnkit.backends.base", "attnkit.backends.validation"}):
-        "base.py is torch-free and imports the checks (torch) when the first step runs",
-    frozenset({"attnkit.backends.base", "attnkit.backends.static", "attnkit.backends.validation"}):
-        "base.py's prepare_static imports the static-step checks (torch) when first called",
     frozenset({"attnkit.runner.models", "attnkit.runner.models.base", "attnkit.runner.models.config",
                "attnkit.runner.models.deepseek", "attnkit.runner.models.gemma2",
                "attnkit.runner.models.gpt_oss", "attnkit.runner.models.llama"}):
