@@ -27,7 +27,7 @@ FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 def _kv_dtype(dtype: Any) -> torch.dtype:
     """A TORCH_KV_DTYPES name, or any torch dtype, else AK430. Other torch dtypes (int8 ...)
-    pass so that backends report them against their declarations (AK420 / AK451 / AK462)."""
+    pass so that backends report them against their declarations (AK444)."""
     if isinstance(dtype, str) and dtype in TORCH_KV_DTYPES:
         return TORCH_KV_DTYPES[dtype]
     if isinstance(dtype, torch.dtype):
