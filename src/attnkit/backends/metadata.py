@@ -335,6 +335,8 @@ def _ints(name: str, values: Any) -> tuple[int, ...]:
         items = list(values)
     except TypeError:
         items = None
+    if items is not None and all(type(v) is int for v in items):     # the common case, fast
+        return tuple(items)
     if items is None or not all(is_int(v) for v in items):
         fail("AK405", f"meta.{name} must be a sequence of ints, got {values!r}",
              field=f"meta.{name}", expected="a sequence of ints", actual=repr(values))
