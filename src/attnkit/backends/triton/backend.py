@@ -206,7 +206,7 @@ class TritonBackend(AttentionBackend):
                              counters=plan.counters if variant == "split_merge" else None)
         elif variant in ("tma", "gluon"):
             cfg = merged_tma_config(spec.head_dim, self.extend_override, interpret=interpreting())
-            cfg["GLUON"] = variant == "gluon"
+            cfg["GLUON"] = variant == "gluon" or bool(self.extend_override.get("GLUON"))
             block_req, block_m = plan.query_blocks(cfg["BLOCK_M"])
             common.pop("attention_chunk")        # None here: tma_route refuses chunked layers
             run_tma_extend(tma_route(q, k, v, layer, cache, meta), q, k, v, out, cache, lid, plan,

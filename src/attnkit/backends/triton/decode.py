@@ -248,9 +248,8 @@ def choose_splits(max_kv: int, num_reqs: int, num_kv_heads: int, *, block_n: int
     """(num_splits, chunk): enough programs to fill about two waves of the SMs, each split
     a whole number of tiles and at least ``min_chunk`` keys (below that the merge costs
     more than the parallelism gains). With few (request, KV head) pairs (at most half the
-    SMs) three waves of splits of at least 128 keys: on the H200 sweep of 2026-12-01
-    (benchmarks/results/sweep_hopper.md) B=1 decode ran 1032 vs 945 GB/s at 4k (32 splits vs
-    16) and 2683 vs 2534 at 32k (48 vs 33)."""
+    SMs) three waves of splits of at least 128 keys (the H200 sweep of 2026-12-01,
+    benchmarks/results/sweep_hopper.md, measured B=1 decode faster so)."""
     base = max(1, num_reqs * num_kv_heads)
     waves = 2
     if 2 * base <= num_sms:

@@ -134,7 +134,7 @@ def extend_config(head_dim: int, dtype: torch.dtype, *, interpret: bool, variant
     if variant == "v2" and padded_dim(head_dim) in (64, 128):
         # d128: with 4 warps the 128 x 128 fp32 accumulator leaves no registers: for sm_90
         # ptxas spills 896 B (v1: 372 B); 8 warps: 234 registers, no spills (NOTES-triton.md).
-        # d64: the H200 sweep of 2026-11-29 measured 432 TFLOP/s with 8 warps, 381 with 4.
+        # d64: 8 warps beat 4 on the H200 sweep of 2026-11-29 (benchmarks/NOTES-triton.md).
         return dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
     return dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3)   # sweep winner, H200
 

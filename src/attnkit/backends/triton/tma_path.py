@@ -35,24 +35,12 @@ TMA_ONLY_KEYS = ("WS", "FUSED_SCALE", "GLUON")   # extend_config keys the paged 
 def tma_config(head_dim: int, *, interpret: bool) -> dict:
     """BLOCK_M, BLOCK_N (<= PAD), WS (warp specialisation: 4 warps become 12), FUSED_SCALE
     (one multiply-add a logit, scale folded into the exp2; NOTES-hopper.md version 2), GLUON
-    (a one-request causal prefill on the direct route runs prefill_gluon.py where it can:
-    sm_90, Triton 3.6; the tile below serves everything else), warps, stages.
-
-    d128 / d256: GLUON. H200 sweep 2026-12-01 14:04 UTC (16k causal prefill,
-    benchmarks/results/sweep_hopper_gluon_v6.md): the Gluon ping-pong kernel 684 / 734 TFLOP/s
-    vs this Triton tile 481 / 568 and cuDNN 617 / 703 in the same run.
-
-    d <= 64: 64 x 128 tiles, 4 warps, 3 stages, FUSED_SCALE, no GLUON. H200 sweep 2026-12-01
-    14:00 UTC (benchmarks/results/sweep_hopper_v2.md): 467 TFLOP/s vs 426 for the unfused
-    128 x 64 tile and cuDNN's 472; the Gluon kernel at d64 ran 470 vs this tile's 472 (14:04):
-    no gain, so not taken. At d128 / d256 the fused form was +0.8 % / -3 % (482 vs 478, 555 vs
-    573): not taken there.
-
-    The default is the three-loop form without warp specialisation (no spills with Triton
-    3.6 for sm_90: d64 127, d128 159, d256 241 registers). The warp-specialised tiles
-    (WS=True, 4 warps: 168 registers, no spills) were slower on the H200 sweep of 2026-12-01
-    (d128 prefill 454 vs 497 TFLOP/s) and wrong (NaN) at 3 stages, which run_tma_extend
-    refuses; NOTES-hopper.md."""
+    (run prefill_gluon.py on the direct route where it can: the plan's gluon variant sets it),
+    warps, stages: the tiles the H200 sweeps of 2026-12-01 chose (benchmarks/results/
+    sweep_hopper_v2.md; NOTES-hopper.md: d <= 64 64 x 128 fused-scale tiles, else 128 x 64).
+    The default is the three-loop form without warp specialisation (no spills with Triton 3.6
+    for sm_90); the warp-specialised tiles were slower on that sweep and wrong (NaN) at 3
+    stages, which run_tma_extend refuses (NOTES-hopper.md)."""
     if interpret:
         return dict(BLOCK_M=16, BLOCK_N=16, WS=False, FUSED_SCALE=False, GLUON=False,
                     num_warps=4, num_stages=1)
@@ -66,17 +54,9 @@ def tma_config(head_dim: int, *, interpret: bool) -> dict:
                 num_stages=3)
 
 
-TILE_KEYS = ("BLOCK_M", "BLOCK_N", "WS", "FUSED_SCALE", "num_warps", "num_stages")
-
-
 def merged_tma_config(head_dim: int, override: dict, *, interpret: bool) -> dict:
-    """tma_config's defaults with the user's extend_config over them. An override that sets a
-    tile (any of TILE_KEYS) but says nothing of GLUON asks for that Triton tile: GLUON is then
-    off, so the tile it named runs rather than the Gluon kernel, which takes no tile keys."""
-    cfg = tma_config(head_dim, interpret=interpret) | override
-    if "GLUON" not in override and any(key in override for key in TILE_KEYS):
-        cfg["GLUON"] = False
-    return cfg
+    """tma_config's launch configuration with the caller's extend_config over it."""
+    return tma_config(head_dim, interpret=interpret) | override
 
 
 def check_tma_override(config: dict) -> None:

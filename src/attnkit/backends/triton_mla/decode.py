@@ -190,7 +190,7 @@ def absorbed_config(block_m: int, latent_width: int, *, fp32: bool = False,
     if block_m >= 64 and smem_kb >= 200:        # sm_90: V1_WIDE_TILE_SM90
         return dict(V1_WIDE_TILE_SM90)
     if block_m >= 64:                           # [64, 512] fp32 accumulator: two warpgroups
-        # H200 sweep (H=128, B=128, ctx 4k): 32 keys x 3 stages 1.25 ms, 16 x 2 1.78 ms
+        # the tile of the H200 sweep at H=128, B=128, ctx 4k (benchmarks/NOTES-mla.md)
         return dict(block_n=32, num_warps=8, num_stages=3, programs_per_sm=1)
     if block_m >= 32:
         return dict(block_n=64, num_warps=8, num_stages=2, programs_per_sm=1)
