@@ -34,7 +34,8 @@ def test_backend_ranks_as_its_best_variant_and_the_table_names_it(tmp_path, only
     decode = p.run.role("decode").kernels
     assert [r.order[0].variant for r in decode.rows] == ["split_write", "split"]
     assert decode.candidates(1, 1, 4096)[0] == "split_write" and decode.candidates(100, 1, 4096)[0] == "split"
-    assert "split_write in 1 of 2 buckets" in p.kernel_why["decode"]
+    assert "split_write [BLOCK_N=64 num_warps=4 num_stages=4] in 1 of 2 buckets" in p.kernel_why["decode"]
+    assert decode.configs["split"] == {"BLOCK_N": 64, "num_warps": 4, "num_stages": 4}  # configs.py's
     assert p.run.role("prefill").kernels.rows[0].order[0].variant == "gluon"
     assert p.run.backend_options("triton")["kernels"]["decode"] is decode
     assert p.to_dict()["run"]["roles"]["decode"]["kernels"]["rows"][0]["order"][0]["variant"] == "split_write"
@@ -50,7 +51,7 @@ def test_a_variant_the_installed_triton_cannot_build_is_left_out_and_named(tmp_p
     p = plan("llama-3.1-8b", other, profile=write(tmp_path / "q.json", profile(slower_sdpa)))
     assert p.prefill_backend == "triton" and "gluon" not in p.run.role("prefill").kernels.variants()
     assert "gluon (builds with Triton >= 3.6, < 3.7; Triton 3.9.0 here)" in p.kernel_why["prefill"]
-    assert "tma in 1 of 1 buckets" in p.kernel_why["prefill"]
+    assert "tma [" in p.kernel_why["prefill"] and "] in 1 of 1 buckets" in p.kernel_why["prefill"]
 
 
 def test_tune_times_each_variant_that_can_run_the_bucket():

@@ -27,11 +27,8 @@ import torch
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
 from attnkit.backends.step import Passed, RuntimeLayer
 from attnkit.errors import fail
-from attnkit.kvcache.paged import TORCH_KV_DTYPES
+from attnkit.kvcache.paged import dtype_name
 from attnkit.registry.capabilities import Capabilities
-
-DTYPE_NAMES = {dtype: name for name, dtype in TORCH_KV_DTYPES.items()}    # compute and KV dtypes
-
 
 def interpreting() -> bool:
     """Whether Triton kernels run through the Triton interpreter (CPU tests)."""
@@ -68,7 +65,7 @@ def check_cache(backend, cache, *, role: str | None = None) -> None:
         fail("AK446", f"{who} does not serve page size {cache.page_size}; it accepts "
                       f"{caps.to_dict()['page_sizes']}", field="page_size",
              expected=caps.to_dict()["page_sizes"], actual=cache.page_size)
-    kv = DTYPE_NAMES.get(cache.dtype, str(cache.dtype))
+    kv = dtype_name(cache.dtype) or str(cache.dtype)
     if kv not in caps.kv_cache_dtypes:
         fail("AK444", f"{who} does not serve a {kv} KV cache; it stores "
                       f"{', '.join(caps.kv_cache_dtypes)}", field="kv_cache_dtype",
@@ -127,7 +124,7 @@ def check_tensors(backend, layer: RuntimeLayer, q) -> None:
     """q's dtype against the declaration (AK444), then the tensors the layer needs (AK443)."""
     decl = backend.declaration
     if decl is not None:
-        dt = DTYPE_NAMES.get(q.dtype, str(q.dtype))
+        dt = dtype_name(q.dtype) or str(q.dtype)
         if dt not in decl.capabilities.dtypes:
             fail("AK444", f"backend {decl.name!r} does not compute in {dt} (layer "
                           f"{layer.layer_id}); it computes in {', '.join(decl.capabilities.dtypes)}",
@@ -140,13 +137,30 @@ _LAYERS_PASSED = Passed()       # (declaration, spec, page size) that passed _se
 
 def _served(decl, spec, page_size: int) -> None:
     """Returns only if ``decl`` serves ``spec`` at ``page_size``."""
-    caps, name, lid = decl.capabilities, decl.name, spec.layer_id
+    caps, name = decl.capabilities, decl.name
     if spec.kind not in caps.kinds or not spec.features() <= caps.features:
         _not_served(name, spec, caps)
     if decl.runtime_check:
         from attnkit.registry.discovery import load_hook
 
         load_hook(decl.runtime_check)(spec, page_size=page_size)
+    _check_dims(name, caps, spec)
+
+
+def check_varlen(backend, layer: RuntimeLayer, q) -> None:
+    """The dense varlen call (backends/varlen.py checks its shapes and the layer's form):
+    q's device, dtype and the layer's head dims against ``backend``'s declaration."""
+    decl = backend.declaration
+    if decl is not None:
+        caps = decl.capabilities
+        _check_device(decl.name, caps, q.device, f"backend {decl.name!r}")
+        _check_dims(decl.name, caps, layer.spec)
+        check_tensors(backend, layer, q)
+
+
+def _check_dims(name: str, caps: Capabilities, spec) -> None:
+    """AK445 for a head dim, value width or MLA latent size ``caps`` does not serve."""
+    lid = spec.layer_id
     dims = []
     if not caps.accepts_head_dim(spec.head_dim):
         dims.append(("head_dim", caps.head_dims, spec.head_dim))

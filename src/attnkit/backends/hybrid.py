@@ -83,4 +83,3 @@ class HybridBackend(AttentionBackend):
             fail("AK406", "HybridBackend.forward needs the StepState built by HybridBackend.prepare",
                  field="step.prepared", expected="HybridStep", actual=type(plan).__name__)
         return plan.backend.forward(q, k, v, layer, cache, plan.state)
-

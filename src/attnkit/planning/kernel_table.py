@@ -58,8 +58,9 @@ def kernel_table(profile: Profile | None, decl: BackendDeclaration, role: str, m
     """``role``'s table for backend ``decl`` (see the module docstring)."""
     fallback = tuple(k.name for k in decl.variants_for(role) if k.name in allowed)
     shape = model_shape(model, settings)
+    configs = launch_configs(decl, fallback, shape, settings)
     if profile is None or shape is None:
-        return KernelTable(role, fallback=fallback)
+        return KernelTable(role, fallback=fallback, configs=configs)
     phase = PHASE_OF[role]
     buckets = [b for b in at_page(nearest_static(profile, shape, phase), settings.get("page_size"))
                if phase == "decode" or BUCKET_ROLES[role](b)]
@@ -74,7 +75,25 @@ def kernel_table(profile: Profile | None, decl: BackendDeclaration, role: str, m
         order = sorted(entries, key=lambda e: -(e.rate(method) or 0.0))
         rows.append(KernelRow(b.batch, b.new, b.context,
                               tuple(KernelRate(e.variant, e.rate(method), UNITS[phase]) for e in order)))
-    return KernelTable(role, rows=tuple(rows), fallback=fallback)
+    return KernelTable(role, rows=tuple(rows), fallback=fallback, configs=configs)
+
+
+def launch_configs(decl: BackendDeclaration, variants, shape, settings) -> dict[str, dict]:
+    """variant -> its launch configuration at ``shape`` (the declaration's launch_config hook)."""
+    if decl.launch_config is None or shape is None:
+        return {}
+    from attnkit.planning.reasons import load_hook
+    hook = load_hook(decl.launch_config)
+    out = {}
+    for v in variants:
+        cfg = hook(v, head_dim=shape.head_dim, dtype=settings.get("dtype") or shape.dtype)
+        if cfg:
+            out[v] = dict(cfg)
+    return out
+
+
+def config_text(cfg: Mapping[str, Any]) -> str:
+    return " ".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in cfg.items())
 
 
 def kernel_tables(profile: Profile | None, registry: Mapping[str, BackendDeclaration],
@@ -105,7 +124,8 @@ def describe(table: KernelTable, left_out: Mapping[str, list[str]] | None = None
         parts = []
         for variant, rows in won.items():
             rate = geomean([r.order[0].rate for r in rows if r.order[0].rate])
-            parts.append(f"{variant} in {len(rows)} of {len(table.rows)} buckets ({_span(rows)}; "
+            cfg = f" [{config_text(table.configs[variant])}]" if variant in table.configs else ""
+            parts.append(f"{variant}{cfg} in {len(rows)} of {len(table.rows)} buckets ({_span(rows)}; "
                          f"{rate_text(rate)} {unit})")
         text = "kernels: " + ", ".join(parts)
     if left_out:

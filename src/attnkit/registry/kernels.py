@@ -102,8 +102,9 @@ class KernelRow:
 @dataclass(frozen=True)
 class KernelTable:
     """One role's kernels: ``rows`` (one per measured bucket) or, unmeasured, ``fallback``
-    alone (the variants in declaration order). Variants' ``config``: launch configuration
-    overrides the plan fixed (variant -> {key: value}), usually empty."""
+    alone (the variants in declaration order). ``configs``: variant -> the launch
+    configuration it runs with at the model's shape, where the backend declares one
+    (backends/<name>/configs.py, the function its kernels read: one owner)."""
     role: str
     rows: tuple[KernelRow, ...] = ()
     fallback: tuple[str, ...] = ()

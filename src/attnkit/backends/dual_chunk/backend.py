@@ -137,4 +137,3 @@ def _triton_declared_gpu(device: torch.device) -> tuple[str, tuple[int, int]] | 
         return f"ROCm (HIP {torch.version.hip})", low
     cc = tuple(torch.cuda.get_device_capability(device))
     return None if cc >= low else (f"sm{cc[0]}{cc[1]}", low)
-

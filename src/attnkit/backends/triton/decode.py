@@ -27,6 +27,7 @@ import triton.language as tl
 
 from attnkit.backends._triton import (NEG_BIG, attend_range, first_key, logits,
                                              padded_dim, unit_stride_rows)
+from attnkit.backends.triton import configs
 from attnkit.backends.triton.decode_merge import merge_if_last, merge_shape
 
 # The decode kernel's variants (declaration.py names them for the plan: split, split_write,
@@ -204,18 +205,8 @@ def fused_write_ok(k, v, cache, layer_id: int) -> bool:
 
 
 def decode_config(head_dim: int, dtype: torch.dtype, *, interpret: bool) -> dict:
-    """Tile size and launch shape for one head dim and compute dtype (the best of the sweeps
-    on an H200, benchmarks/NOTES-triton.md)."""
-    if interpret:
-        return dict(BLOCK_N=16, num_warps=4, num_stages=1)
-    if dtype == torch.float32:
-        return dict(BLOCK_N=32, num_warps=4, num_stages=2)
-    width = padded_dim(head_dim)
-    if width <= 64:
-        return dict(BLOCK_N=64, num_warps=4, num_stages=3)
-    if width <= 128:
-        return dict(BLOCK_N=64, num_warps=4, num_stages=4)
-    return dict(BLOCK_N=32, num_warps=4, num_stages=4)
+    """Tile size and launch shape for one head dim and compute dtype (configs.py)."""
+    return configs.decode_config(head_dim, dtype == torch.float32, interpret=interpret)
 
 
 def decode_span(kv_len: int, window: int | None, attention_chunk: int | None, block_n: int) -> int:

@@ -18,6 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
+from attnkit.backends.triton import configs
 from attnkit.backends._triton import (NEG_BIG, attend_range, key_ranges, padded_dim,
                                              store_lse, unit_stride_rows)
 
@@ -124,19 +125,8 @@ def new_kv_ok(k, v, cache, layer_id: int) -> bool:
 
 
 def extend_config(head_dim: int, dtype: torch.dtype, *, interpret: bool, variant: str = "v1") -> dict:
-    """Block sizes and launch shape for one head dim, compute dtype and kernel variant."""
-    if interpret:
-        return dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=1)
-    if dtype == torch.float32:       # "ieee" products on CUDA cores; keep the tiles small
-        return dict(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=2)
-    if padded_dim(head_dim) > 128:
-        return dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2)
-    if variant == "v2" and padded_dim(head_dim) in (64, 128):
-        # d128: with 4 warps the 128 x 128 fp32 accumulator leaves no registers: for sm_90
-        # ptxas spills 896 B (v1: 372 B); 8 warps: 234 registers, no spills (NOTES-triton.md).
-        # d64: 8 warps beat 4 on the H200 sweep of 2026-11-29 (benchmarks/NOTES-triton.md).
-        return dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
-    return dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3)   # sweep winner, H200
+    """Block sizes and launch shape for one head dim, compute dtype and kernel variant (configs.py)."""
+    return configs.extend_config(head_dim, dtype == torch.float32, interpret=interpret, variant=variant)
 
 
 def extend_attention(q, k_cache, v_cache, out, *, block_req, block_m, query_start_loc, seq_lens,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from attnkit.backends._triton import interpreting, padded_dim
+from attnkit.backends.triton.configs import tma_config
 from attnkit.backends.triton.gather_rows import gather_rows
 from attnkit.errors import fail
 from attnkit.backends.triton.prefill_tma import descriptor_ready, prefill_tma_attention
@@ -30,28 +31,6 @@ except ImportError:         # pragma: no cover - depends on the installed Triton
 PAD = 128                    # rows of a request's buffer segment: a multiple of every BLOCK_N
 MAX_ROWS_BYTES = 1 << 30     # memory, not speed: no staging buffer of more than 1 GiB a step
 TMA_ONLY_KEYS = ("WS", "FUSED_SCALE", "GLUON")   # extend_config keys the paged kernels do not take
-
-
-def tma_config(head_dim: int, *, interpret: bool) -> dict:
-    """BLOCK_M, BLOCK_N (<= PAD), WS (warp specialisation: 4 warps become 12), FUSED_SCALE
-    (one multiply-add a logit, scale folded into the exp2; NOTES-hopper.md version 2), GLUON
-    (run prefill_gluon.py on the direct route where it can: the plan's gluon variant sets it),
-    warps, stages: the tiles the H200 sweeps of 2026-12-01 chose (benchmarks/results/
-    sweep_hopper_v2.md; NOTES-hopper.md: d <= 64 64 x 128 fused-scale tiles, else 128 x 64).
-    The default is the three-loop form without warp specialisation (no spills with Triton 3.6
-    for sm_90); the warp-specialised tiles were slower on that sweep and wrong (NaN) at 3
-    stages, which run_tma_extend refuses (NOTES-hopper.md)."""
-    if interpret:
-        return dict(BLOCK_M=16, BLOCK_N=16, WS=False, FUSED_SCALE=False, GLUON=False,
-                    num_warps=4, num_stages=1)
-    if head_dim <= 64:
-        return dict(BLOCK_M=64, BLOCK_N=128, WS=False, FUSED_SCALE=True, GLUON=False,
-                    num_warps=4, num_stages=3)
-    if head_dim > 128:
-        return dict(BLOCK_M=128, BLOCK_N=64, WS=False, FUSED_SCALE=False, GLUON=False,
-                    num_warps=8, num_stages=2)
-    return dict(BLOCK_M=128, BLOCK_N=64, WS=False, FUSED_SCALE=False, GLUON=False, num_warps=8,
-                num_stages=3)
 
 
 def merged_tma_config(head_dim: int, override: dict, *, interpret: bool) -> dict:
@@ -117,7 +96,7 @@ def run_tma_extend(route: str, q, k, v, out, cache, layer_id: int, plan, *, conf
             softcap=kernel_args["softcap"], sinks=kernel_args["sinks"],
             qk_scale=kernel_args["qk_scale"]):
         return prefill_gluon_attention(q, k, v, out, qk_scale=kernel_args["qk_scale"],
-                                       v_scale=kernel_args["v_scale"])
+                                       v_scale=kernel_args["v_scale"], causal=kernel_args["causal"])
     if route == "direct":
         k_rows, v_rows, key_start = k, v, plan.query_start_loc[:-1]
     else:

@@ -49,4 +49,5 @@ DECLARATION = BackendDeclaration(
         verified=(H200_2026_11_29,),
     ),
     variants=VARIANTS,
+    launch_config="attnkit.backends.triton_mla.configs:launch_config",
 )
