@@ -23,7 +23,8 @@ DECLARATION = BackendDeclaration(
         page_sizes="any",
         phases=("prefill", "decode"),
         features=frozenset({"sliding_window", "logit_softcap", "sinks", "cross_attention",
-                            "non_causal", "verify", "chunked_local", "varlen"}),
+                            "non_causal", "verify", "chunked_local", "varlen", "batch_invariant",
+                            "deterministic"}),
         requires=("torch",),
         mla_dims="any",
         v_head_dims="any",              # tests/backends/test_torch_native.py (value dim 8, q/k 16)
