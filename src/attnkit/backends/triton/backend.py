@@ -37,6 +37,7 @@ from attnkit.backends.triton.invariant import (BATCH_INVARIANT_SPLIT_KEYS, INVAR
 from attnkit.backends.triton.tma_path import (TMA_ONLY_KEYS, check_tma_override,
                                               merged_tma_config, run_tma_extend, tma_route)
 from attnkit.backends.triton.tma_path import gluon_prefill_ready
+from attnkit.errors import fail
 from attnkit.registry.kernels import KernelTable, step_point
 
 
