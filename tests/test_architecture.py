@@ -4,8 +4,7 @@ Read with ``ast`` (nothing is imported): every ``import`` / ``from ... import`` 
 at the top or inside a function, under ``TYPE_CHECKING`` or not. Each module belongs to one
 layer (``LAYERS``); a layer may import only the layers ``ALLOWED`` lists. Those directions are
 data, acyclic by construction (checked), so no cycle between layers can pass. Within a layer,
-no two modules may import each other at import time, and any cycle through lazy imports must
-be one of the few ``KNOWN_LAZY_CYCLES`` listed with its reason.
+no two modules may import each other, at import time or through imports made inside a function.
 """
 from __future__ import annotations
 
@@ -68,14 +67,6 @@ TORCH_FREE = ("api", "errors", "vocabulary", "registry", "declarations", "model"
 HEAVY = ("torch", "triton", "transformers")
 # ... except where asking torch is the point, inside a function:
 TORCH_PROBES = {"attnkit.hardware.detect": "--device auto asks torch (when installed) which GPU this is"}
-
-# Module cycles through imports made inside a function (never at import time), with why.
-KNOWN_LAZY_CYCLES: dict[frozenset[str], str] = {
-    frozenset({"attnkit.backends.base", "attnkit.backends.validation"}):
-        "base.py is torch-free and imports the checks (torch) when the first step runs",
-    frozenset({"attnkit.backends.base", "attnkit.backends.static", "attnkit.backends.validation"}):
-        "base.py's prepare_static imports the static-step checks (torch) when first called",
-}
 
 
 @lru_cache(maxsize=1)
@@ -234,9 +225,9 @@ def test_no_import_time_cycle_between_modules():
     assert not _cycles(_module_edges(import_time_only=True))
 
 
-def test_lazy_cycles_are_only_the_known_ones():
-    found = _cycles(_module_edges(import_time_only=False))
-    assert not [sorted(c) for c in found if c not in KNOWN_LAZY_CYCLES]
+def test_no_cycle_through_lazy_imports_either():
+    """Imports made inside a function count too: no module cycle at all, and no whitelist."""
+    assert not [sorted(c) for c in _cycles(_module_edges(import_time_only=False))]
 
 
 def test_the_checks_see_real_edges():

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from attnkit.backends.base import RuntimeLayer
-from attnkit.backends.batch import slots_of
+from attnkit.backends.tables import slots_of
 from attnkit.backends.metadata import BatchMetadata
 from attnkit.backends.validation import validate_batch, validate_forward
 from attnkit.backends.varlen import VarlenBatch, validate_varlen
@@ -36,13 +36,13 @@ def attention(q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None,
     """q: [T, H_q, D]; k: [T, H_kv, D] / v: [T, H_kv, D_v] (MLA: k latent [T, L + R], v None;
     cross layers: k/v are the encoder K/V [Te, ...] or None when already cached).
     Returns float64 [T, H_q * D_v]."""
-    validate_batch(meta, cache)
-    validate_forward(q, k, v, layer, cache, meta)
-    spec = layer.spec
-    if spec.dual_chunk is not None:
+    spec = getattr(layer, "spec", None)
+    if getattr(spec, "dual_chunk", None) is not None:
         fail("AK420", "the dense reference computes plain attention, not dual chunk attention; "
                       "use the dual-chunk reference (tests/dual_chunk)",
              field="layer.dual_chunk", expected=None, actual=spec.dual_chunk)
+    validate_batch(meta, cache)
+    validate_forward(q, k, v, layer, cache, meta)
     keys = stored_kv(k, v, layer, cache, meta)
 
     heads, dv = spec.num_heads, (spec.mla.v_head_dim if spec.kind == "mla" else spec.value_dim)

@@ -10,7 +10,6 @@ from factories import assert_close, make_case, make_layer
 
 from attnkit.backends.base import StepState
 from attnkit.backends.metadata import ForwardMode
-from attnkit.backends.paged_torch import refuse_unserved
 from attnkit.backends.sdpa import backend as sdpa_backend
 from attnkit.backends.sdpa.backend import SdpaBackend
 from attnkit.errors import AttnkitError
@@ -133,10 +132,19 @@ def test_unsupported_features_are_refused(feature):
 
 
 def test_unserved_kind_names_the_backends_that_serve_it():
+    import dataclasses
+
+    from attnkit.backends.sdpa.declaration import DECLARATION
+
+    class MhaOnly(SdpaBackend):       # sdpa's declaration without MLA (AK441 before the merge)
+        declaration = dataclasses.replace(DECLARATION, name="some_mha_backend", capabilities=(
+            dataclasses.replace(DECLARATION.capabilities, kinds=("mha",))))
+
+    case = make_case(make_layer(kind="mla", num_heads=2), prefix_lens=[0], new_lens=[3], page_size=4)
+    backend = MhaOnly()
     with pytest.raises(AttnkitError) as err:
-        refuse_unserved("some_mha_backend", make_layer(kind="mla", num_heads=2), kinds=("mha",),
-                        features=frozenset())
-    assert err.value.code == "AK441"
+        backend.forward(case.q, case.k, case.v, case.layer, case.cache, backend.prepare(case.meta, case.cache))
+    assert err.value.code == "AK440" and err.value.field == "layer.kind"
     assert {"torch_native", "sdpa"} <= set(err.value.details["backends"])
 
 

@@ -184,12 +184,12 @@ def test_chunk_and_page_edges_with_extra_trailing_pages(name):
 
 def test_explicit_triton_refuses_a_head_dim_its_kernels_do_not_hold():
     """Head dims above 256 are outside the kernels' one-tile rows: impl="triton" says so
-    (AK453) rather than quietly running the torch path; impl="auto" would take torch."""
+    (AK445, was AK453) rather than quietly running the torch path; impl="auto" would take torch."""
     layer = make_layer(num_heads=2, num_kv_heads=1, head_dim=272, dual_chunk=TOY)
     seqs = make_seqs(layer.spec, [9], seed=18)
     with pytest.raises(AttnkitError) as err:
         run_steps(layer, seqs, [[9]], page_size=3, backend=DualChunkBackend(impl="triton"))
-    assert err.value.code == "AK453" and "impl='torch'" in str(err.value)
+    assert err.value.code == "AK445" and "impl='torch'" in str(err.value)
     run = run_steps(layer, seqs, [[9]], page_size=3, backend=DualChunkBackend(impl="torch"))
     assert_close(run.outputs[0], reference(layer.spec, seqs[0], run.lengths[0]), dtype="fp32")
 

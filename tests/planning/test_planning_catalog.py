@@ -28,3 +28,19 @@ def test_docs_render_every_section():
     text = docs.page(CATALOG["AK121"])
     for heading in ("## What it means", "## When it happens", "## Solutions", "## Example fix", "## Related"):
         assert heading in text
+
+
+def test_merged_codes_keep_a_page_that_points_to_a_live_code():
+    """A code merged into another (one code per runtime concept) keeps its catalog entry and
+    docs page, marked, naming the code raised now; that code is live, and nothing raises the old."""
+    merged = {c: e.merged_into for c, e in CATALOG.items() if e.merged_into}
+    assert {"AK441", "AK450", "AK460", "AK471", "AK451", "AK462", "AK453", "AK461", "AK463",
+            "AK452", "AK465", "AK464", "AK466"} <= set(merged)
+    for old, new in merged.items():
+        assert new in CATALOG and not CATALOG[new].merged_into, (old, new)
+        page = docs.page(CATALOG[old])
+        assert f"Merged into [{new}]({new}.md)" in page.splitlines()[2], old
+        assert f"merged into [{new}]" in docs.index()
+    raised = {c for f in SRC.rglob("*.py") if "catalog" not in f.parts
+              for c in re.findall(r'fail\(\s*"(AK\d{3})"', f.read_text())}
+    assert not raised & set(merged), sorted(raised & set(merged))

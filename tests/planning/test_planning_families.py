@@ -119,7 +119,7 @@ def test_value_head_dims_are_checked_against_each_declaration():
     assert not run(model, CPU, {"attention_backend": "vee"},
                    registry={"vee": decl("vee", v_head_dims=(96,))}).ok
     assert run(model, CPU, {"attention_backend": "any"}, registry={"any": decl("any", v_head_dims="any")}).ok
-    assert REAL["sdpa"].capabilities.to_dict()["v_head_dims"] is None   # equal widths only, unless declared
+    assert REAL["dual_chunk"].capabilities.to_dict()["v_head_dims"] is None   # equal widths only, unless declared
 
 
 def test_plan_accepts_keyword_settings():

@@ -103,10 +103,10 @@ def test_shared_cache_must_suit_both_halves():
     size = next(s for s in (3, 5, 7, 11, 13) if not caps.accepts_page_size(s))
     case = make_case(make_layer(num_heads=2, head_dim=4), prefix_lens=[0], new_lens=[2], page_size=size)
     half = Tagged(1.0)
-    half.name = picky.name              # pose as the declared backend for the layout check
+    half.declaration = picky            # pose as the declared backend for the layout check
     with pytest.raises(AttnkitError) as err:
         HybridBackend(Tagged(1.0), half).prepare(case.meta, case.cache)
-    assert err.value.code == "AK420" and err.value.field == "page_size"
+    assert err.value.code == "AK446" and err.value.field == "page_size"
     with pytest.raises(AttnkitError) as err:          # an idle extend backend is checked too
         HybridBackend(Tagged(1.0), Tagged(2.0), extend=half).prepare(case.meta, case.cache)
-    assert err.value.code == "AK420" and "extend" in err.value.message
+    assert err.value.code == "AK446" and "extend" in err.value.message

@@ -49,9 +49,8 @@ def test_dual_chunk_refuses_an_undeclared_cache_dtype(kv_dtype):
     cache = PagedKVCache([spec], num_pages=8, page_size=2, dtype=kv_dtype)
     meta = build_batch([Request(0, 5, [0, 1, 2])], page_size=2, device="cpu")
     be = load_backend("dual_chunk")
-    step = be.prepare(meta, cache)
     q = torch.randn(5, 3, 4, 16)
     k, v = torch.randn(5, 2, 16), torch.randn(5, 2, 16)
-    with pytest.raises(AttnkitError) as info:
-        be.forward(q, k, v, RuntimeLayer(spec), cache, step)
-    assert info.value.code == "AK420" and info.value.field == "cache.dtype"
+    with pytest.raises(AttnkitError) as info:       # the cache, once per step (was AK420 per layer)
+        be.forward(q, k, v, RuntimeLayer(spec), cache, be.prepare(meta, cache))
+    assert info.value.code == "AK444" and info.value.field == "kv_cache_dtype"

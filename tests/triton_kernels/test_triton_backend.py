@@ -1,4 +1,5 @@
-"""TritonBackend: modes, refusals (AK450-AK453) and the declaration."""
+"""TritonBackend: modes, refusals (the shared codes AK440, AK444, AK445, AK447 that replaced
+its own AK450-AK453) and the declaration."""
 import pytest
 import torch
 from factories import assert_close, make_case, make_layer
@@ -25,7 +26,7 @@ def test_idle_step_returns_an_empty_output():
 
 
 @pytest.mark.parametrize("kind", ["mla", "cross"])
-def test_mla_and_cross_layers_are_refused_with_ak450(kind):
+def test_mla_and_cross_layers_are_refused_with_ak440(kind):
     layer = (make_layer(kind="mla", num_heads=2, dtype="fp16") if kind == "mla" else
              make_layer(num_heads=2, num_kv_heads=1, head_dim=64, role="cross", dtype="fp16"))
     case = make_case(layer, prefix_lens=[3], new_lens=[2], page_size=4, dtype="fp16",
@@ -34,29 +35,30 @@ def test_mla_and_cross_layers_are_refused_with_ak450(kind):
     before = [b.clone() for b in (*case.cache.k.values(), *case.cache.v.values(), *case.cache.latent.values())]
     with pytest.raises(AttnkitError) as err:
         backend.forward(*case.args(), backend.prepare(case.meta, case.cache))
-    assert err.value.code == "AK450" and err.value.field == "layer.spec"
+    assert err.value.code == "AK440"
+    assert err.value.field == ("layer.kind" if kind == "mla" else "layer.features")
     after = (*case.cache.k.values(), *case.cache.v.values(), *case.cache.latent.values())
     assert all(torch.equal(a, b) for a, b in zip(after, before))      # refused before any write
 
 
-def test_a_feature_outside_the_declaration_is_refused_with_ak450(monkeypatch):
+def test_a_feature_outside_the_declaration_is_refused_with_ak440(monkeypatch):
     """The kernels serve exactly the declared features: one the declaration lacks (here
     chunked_local, taken out of it) is refused, never computed as plain attention."""
     from dataclasses import replace
 
-    from attnkit.backends.triton import backend as triton_backend
+    from attnkit.backends.triton.declaration import DECLARATION
 
-    caps = triton_backend._CAPS
-    monkeypatch.setattr(triton_backend, "_CAPS",
-                        replace(caps, features=caps.features - {"chunked_local"}))
+    caps = DECLARATION.capabilities
+    monkeypatch.setattr(TritonBackend, "declaration", replace(
+        DECLARATION, capabilities=replace(caps, features=caps.features - {"chunked_local"})))
     case = _fp16_case(attention_chunk=2)
     backend = TritonBackend()
     with pytest.raises(AttnkitError) as err:
         backend.forward(*case.args(), backend.prepare(case.meta, case.cache))
-    assert err.value.code == "AK450" and err.value.actual == ["chunked_local"]
+    assert err.value.code == "AK440" and err.value.actual == ["chunked_local"]
 
 
-def test_cpu_without_the_interpreter_is_refused_with_ak452(monkeypatch):
+def test_cpu_without_the_interpreter_is_refused_with_ak447(monkeypatch):
     if torch.cuda.is_available():
         pytest.skip("CPU-only behaviour")
     case = _fp16_case()
@@ -64,34 +66,34 @@ def test_cpu_without_the_interpreter_is_refused_with_ak452(monkeypatch):
     backend = TritonBackend()
     with pytest.raises(AttnkitError) as err:
         backend.forward(*case.args(), backend.prepare(case.meta, case.cache))
-    assert err.value.code == "AK452"
+    assert err.value.code == "AK447"
 
 
 @pytest.mark.parametrize("head_dim", [48, 512])
-def test_undeclared_head_dims_are_refused_with_ak453(head_dim):
+def test_undeclared_head_dims_are_refused_with_ak445(head_dim):
     layer = make_layer(num_heads=1, num_kv_heads=1, head_dim=head_dim, dtype="fp16")
     case = make_case(layer, prefix_lens=[0], new_lens=[1], page_size=4, dtype="fp16")
     backend = TritonBackend()
     with pytest.raises(AttnkitError) as err:
         backend.forward(*case.args(), backend.prepare(case.meta, case.cache))
-    assert err.value.code == "AK453"
+    assert err.value.code == "AK445"
 
 
-def test_unserved_cache_dtype_is_refused_with_ak451():
+def test_unserved_cache_dtype_is_refused_with_ak444():
     case = _fp16_case()
     spec = case.layer.spec
     cache = PagedKVCache([spec], num_pages=case.cache.num_pages, page_size=4, dtype=torch.int8)
     backend = TritonBackend()
     with pytest.raises(AttnkitError) as err:
         backend.forward(case.q, case.k, case.v, case.layer, cache, backend.prepare(case.meta, cache))
-    assert err.value.code == "AK451"
+    assert err.value.code == "AK444"
 
 
 def test_codes_are_catalogued_and_the_declaration_names_this_backend():
     from attnkit.backends.triton.declaration import DECLARATION
     from attnkit.registry import declarations
 
-    assert all(f"AK45{i}" in CATALOG for i in range(4))
+    assert all(CATALOG[f"AK45{i}"].merged_into for i in range(4))      # pages kept, merged
     assert declarations()["triton"] is DECLARATION
     assert DECLARATION.impl == f"{TritonBackend.__module__}:{TritonBackend.__name__}"
     assert DECLARATION.capabilities.platforms == ("cuda",)

@@ -106,23 +106,27 @@ def _launches(monkeypatch):
 
 @pytest.mark.parametrize("scale", [-0.2, 0.0], ids=["negative", "zero"])
 def test_fused_scale_is_taken_only_where_it_is_the_same_softmax(monkeypatch, scale):
-    """max(qk) * c is max(qk * c) only for c > 0 (and -inf * 0 is NaN): with a softcap, or a
-    softmax scale <= 0, FUSED_SCALE=True keeps the separate scale and stays right."""
+    """max(qk) * c is max(qk * c) only for c > 0 (and -inf * 0 is NaN): with a softcap
+    FUSED_SCALE=True keeps the separate scale and stays right; a softmax scale <= 0 is refused
+    before any kernel (AK419, as the planner refuses it: AK130)."""
+    from attnkit.errors import AttnkitError
+
     seen = _launches(monkeypatch)
     layer = make_layer(num_heads=2, num_kv_heads=1, head_dim=64, dtype="fp16")
     case = make_case(layer, prefix_lens=[0], new_lens=[21], page_size=4, dtype="fp16")
     _run(case, dict(FUSED_SCALE=True))
     odd = make_layer(num_heads=2, num_kv_heads=1, head_dim=64, scale=scale, dtype="fp16")
     odd_case = make_case(odd, prefix_lens=[0], new_lens=[21], page_size=4, dtype="fp16", seed=1)
-    assert_close(_run(odd_case, dict(FUSED_SCALE=True)), odd_case.reference(), dtype="fp16",
-                 what=f"scale {scale}")
+    with pytest.raises(AttnkitError) as err:
+        _run(odd_case, dict(FUSED_SCALE=True))
+    assert (err.value.code, err.value.field) == ("AK419", "layer.spec.scale")
     capped = make_layer(num_heads=2, num_kv_heads=1, head_dim=64, logit_softcap=2.0,
                         dtype="fp16")
     capped_case = make_case(capped, prefix_lens=[0], new_lens=[21], page_size=4, dtype="fp16")
     assert_close(_run(capped_case, dict(FUSED_SCALE=True)), capped_case.reference(),
                  dtype="fp16", what="softcap")
     _run(case)                                   # the default tile: the separate scale
-    assert seen == [True, False, False, False]
+    assert seen == [True, False, False]
 
 
 def test_tma_only_keys_stay_off_the_paged_kernels(monkeypatch):

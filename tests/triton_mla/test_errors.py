@@ -1,4 +1,5 @@
-"""Inputs triton_mla cannot serve raise AttnkitError in AK460-AK466, before any kernel runs."""
+"""Inputs triton_mla cannot serve raise AttnkitError before any kernel runs: the shared codes
+(AK440, AK443-AK446, AK411) that replaced its own AK460-AK466."""
 import pytest
 import torch
 from factories import make_case, make_layer
@@ -34,31 +35,31 @@ def test_registered_and_loadable():
 
 def test_missing_up_projection_rejected():
     case = _case()
-    _raises("AK460", case, layer=RuntimeLayer(spec=case.layer.spec, w_kc=case.layer.w_kc))
+    _raises("AK443", case, layer=RuntimeLayer(spec=case.layer.spec, w_kc=case.layer.w_kc))
 
 
 def test_undeclared_mla_dims_rejected():
     case = _case(mla=MLAConfig(kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=16,
                                v_head_dim=16))
-    _raises("AK461", case)
+    _raises("AK445", case)
 
 
 def test_fp8_e5m2_cache_rejected():
     layer = make_layer(kind="mla", num_heads=4, dtype="fp16", device=DEV)
     case = make_case(layer, prefix_lens=[5], new_lens=[1], page_size=16, dtype="fp16",
                      kv_dtype="fp8_e5m2", device=DEV)
-    _raises("AK462", case)
+    _raises("AK444", case)
 
 
 def test_sliding_window_rejected():
     case = _case(sliding_window=8)
-    _raises("AK464", case)
+    _raises("AK440", case)
 
 
 def test_chunked_local_rejected_not_ignored():
     """Every feature outside the declaration is refused, chunked local attention included
     (a list of known-unserved features once let it through as full attention)."""
-    err = _raises("AK464", _case(attention_chunk=4))
+    err = _raises("AK440", _case(attention_chunk=4))
     assert err.actual == ["chunked_local"]
 
 
@@ -72,4 +73,4 @@ def test_shape_mismatch_rejected():
 def test_page_size_rejected():
     layer = make_layer(kind="mla", num_heads=4, dtype="fp32", device=DEV)
     case = make_case(layer, prefix_lens=[5], new_lens=[1], page_size=8, dtype="fp32", device=DEV)
-    _raises("AK463", case)
+    _raises("AK446", case)

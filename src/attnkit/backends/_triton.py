@@ -12,11 +12,11 @@ masked then adds exactly zero instead of ``exp(-inf + inf) = nan``.
 from __future__ import annotations
 
 import math
-import os
 
 import triton
 import triton.language as tl
 
+from attnkit.backends.envelope import interpreting  # noqa: F401  (re-exported for the kernels)
 from attnkit.errors import fail
 
 LOG2E = math.log2(math.e)
@@ -274,8 +274,3 @@ def kernel_scales(layer, cache, softcap: float | None) -> tuple[float, float, fl
 def padded_dim(d: int) -> int:
     """Block width for a head dim: the next power of two, at least 16 (tl.dot minimum)."""
     return max(16, triton.next_power_of_2(d))
-
-
-def interpreting() -> bool:
-    """Whether kernels run through the Triton interpreter (CPU tests)."""
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"

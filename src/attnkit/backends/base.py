@@ -4,13 +4,19 @@ Per step: ``step = backend.prepare(meta, cache)`` once; then per layer
 ``out = backend.forward(q, k, v, layer, cache, step)``, which writes the new K/V into the
 cache through ``meta.slot_mapping`` and returns ``[T, H_q * D_v]``.
 
-The public ``prepare`` and ``forward`` below are the API: each validates the inputs
-(backends/validation.py), then calls the implementation. ``prepare`` runs ``validate_batch``
-(the metadata against the cache, once per step) and then ``_prepare``; ``forward`` runs
-``validate_forward`` (shapes, dtypes, devices and head counts of q/k/v and the layer;
-metadata only, no device sync) and then ``_forward``. Backends implement ``_prepare`` /
-``_forward`` and add only their own refusals. ``validate_inputs = False`` on a class skips
-the checks (a wrapper whose inner backends check what they are handed).
+The public ``prepare`` and ``forward`` below are the API: each checks the inputs, then calls
+the implementation. ``prepare`` runs, once per step, ``validate_batch`` (the metadata against
+the cache, backends/validation.py) and ``check_step`` (the step and the cache against the
+backend's declaration, backends/envelope.py), then ``_prepare``. ``forward`` runs, per layer,
+``validate_layer`` (the spec and the cache's buffers for it, once per spec), ``check_layer``
+(the layer against the declaration, once per spec), ``validate_tensors`` (shapes, dtypes,
+devices and head counts of q/k/v and the layer's tensors; no device sync) and
+``check_tensors`` (q's dtype against the declaration, the tensors the layer needs), then
+``_forward``. A backend states what it serves once, in its declaration
+(``declaration`` below); it implements ``_prepare`` / ``_forward`` and checks nothing the
+declaration says (its declaration's ``runtime_check`` hook holds what data cannot say).
+``validate_inputs = False`` on a class skips the checks (a wrapper whose inner backends check
+what they are handed).
 
 Capture contract (CUDA graphs; a backend declaring the ``cuda_graph`` feature implements it):
 ``step = backend.prepare_static(meta, cache, max_seq_len=S)`` once for a DECODE step whose
@@ -23,48 +29,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from attnkit.backends.metadata import BatchMetadata
-from attnkit.model.spec import LayerAttention
+from attnkit.backends.step import RuntimeLayer, StepState
+from attnkit.registry.capabilities import BackendDeclaration
 
-
-@dataclass(slots=True)
-class RuntimeLayer:
-    """One layer as a backend sees it at run time: its spec (``LayerAttention``, the model
-    side) plus per-layer tensors.
-
-    sinks: [H_q] float32 | None       learned per-head sink logits (gpt-oss)
-    w_kc:  [H_q, qk_nope, L] | None   MLA key up-projection (latent -> per-head nope key)
-    w_vc:  [H_q, L, v_head_dim] | None  MLA value up-projection (latent -> per-head value)
-    Head counts here are per rank (after tensor-parallel split).
-    """
-    spec: LayerAttention
-    sinks: Any = None
-    w_kc: Any = None
-    w_vc: Any = None
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def layer_id(self) -> int:
-        return self.spec.layer_id
-
-
-@dataclass(slots=True)
-class StepState:
-    """What ``prepare`` returns: the shared batch metadata plus what the backend's
-    ``_prepare`` built from it for every layer (``prepared``: index tensors, split counts).
-
-    ``validated`` is True when ``AttentionBackend.prepare`` made it (after checking ``meta``
-    against the cache); ``made_for`` then records for which backend class and cache layout
-    (page size, pages, device). A StepState made by hand, by another backend, or handed to
-    ``forward`` with a cache of another layout is checked against that cache and prepared
-    again by the backend on every call (slow, but never an out-of-range page or a foreign plan)."""
-    meta: BatchMetadata
-    prepared: Any = None
-    validated: bool = False
-    made_for: Any = field(default=None, repr=False, compare=False)
+__all__ = ["AttentionBackend", "RuntimeLayer", "StepState", "check_int_option",
+           "check_launch_config", "check_option"]
 
 
 class AttentionBackend:
@@ -74,12 +46,17 @@ class AttentionBackend:
 
     name: ClassVar[str] = "base"
     validate_inputs: ClassVar[bool] = True
+    # What the backend serves (backends/<name>/declaration.py), checked by backends/envelope.py;
+    # None: a backend without a declaration (test doubles), checked for shapes only.
+    declaration: ClassVar[BackendDeclaration | None] = None
 
     def prepare(self, meta: BatchMetadata, cache) -> StepState:
         """Check the batch against the cache (once per step), then build the step."""
         if not self.validate_inputs:
             return self._prepare(meta, cache)
-        _validation().validate_batch(meta, cache)
+        validation, envelope = _checks()
+        validation.validate_batch(meta, cache)
+        envelope.check_step(self, meta, cache)
         step = self._prepare(meta, cache)
         return (dataclasses.replace(step, validated=True, made_for=self._made_for(cache))
                 if isinstance(step, StepState) else step)
@@ -90,12 +67,18 @@ class AttentionBackend:
         already checked for the whole step), then writes k/v into ``cache`` for ``layer``
         and returns [T, H_q * D_v]."""
         if self.validate_inputs:
-            validation = _validation()
+            validation, envelope = _checks()
             if not isinstance(step, StepState):
                 validation.not_a_step(step)
-            if not step.validated or step.made_for != self._made_for(cache):
+            made = step.made_for
+            if not step.validated or made is None or made[0] is not type(self) or (
+                    made[1] is not cache and made[2] != _layout(cache)):
                 self._prepare_again(step, cache)
-            validation.validate_forward(q, k, v, layer, cache, step.meta)
+            step.meta.check_unchanged()
+            validation.validate_layer(layer, cache)
+            envelope.check_layer(self, layer, cache)
+            validation.validate_tensors(q, k, v, layer, cache, step.meta)
+            envelope.check_tensors(self, layer, q)
         return self._forward(q, k, v, layer, cache, step)
 
     def varlen(self, q, k, v, layer: RuntimeLayer, batch):
@@ -106,11 +89,11 @@ class AttentionBackend:
         Returns [Tq, H_q * D_v] in q's dtype (zero rows past the last sequence)."""
         if self.validate_inputs:
             from attnkit.backends.varlen import validate_varlen
-            from attnkit.registry import declarations
 
-            decl = declarations().get(self.name)
+            decl = self.declaration
             validate_varlen(q, k, v, layer, batch, backend=self.name,
                             features=decl.capabilities.features if decl is not None else ())
+            _checks()[1].check_varlen(self, layer, q)
         return self._varlen(q, k, v, layer, batch)
 
     def _prepare_again(self, step: StepState, cache) -> None:
@@ -129,9 +112,9 @@ class AttentionBackend:
 
     def _made_for(self, cache) -> tuple:
         """What a prepared step depends on besides its metadata: this backend's class and the
-        cache's layout (validate_batch checks the tables against its pages and page size)."""
-        return (type(self), getattr(cache, "page_size", None), getattr(cache, "num_pages", None),
-                str(getattr(cache, "device", None)))
+        cache's layout (validate_batch checks the tables against its pages and page size). The
+        cache itself too, so that ``forward`` with that cache compares identities only."""
+        return (type(self), cache, _layout(cache))
 
     # ---- what a backend implements --------------------------------------------------------
     def _prepare(self, meta: BatchMetadata, cache) -> StepState:
@@ -154,6 +137,7 @@ class AttentionBackend:
         from attnkit.backends.static import check_static
 
         check_static(meta, cache, max_seq_len=max_seq_len, backend=self.name)
+        _checks()[1].check_step(self, meta, cache)
         step = self.capture_plan(meta, cache, max_seq_len=max_seq_len)
         step.validated = True        # check_static ran the batch checks of prepare
         step.made_for = self._made_for(cache)
@@ -176,27 +160,19 @@ class AttentionBackend:
         tensors directly)."""
 
 
+def _layout(cache) -> tuple:
+    """(page size, pages, device, KV dtype): what a step's checks read of a cache."""
+    return (getattr(cache, "page_size", None), getattr(cache, "num_pages", None),
+            str(getattr(cache, "device", None)), getattr(cache, "dtype", None))
+
+
 @functools.cache
-def _validation():
-    """backends/validation.py, imported on first use (it needs torch; this module does not)."""
-    from attnkit.backends import validation
+def _checks():
+    """(backends/validation.py, backends/envelope.py), imported on first use (they need torch;
+    this module does not)."""
+    from attnkit.backends import envelope, validation
 
-    return validation
-
-
-def required_tensors(layer: RuntimeLayer) -> None:
-    """Raise AK443 if the spec needs a per-layer tensor the layer lacks (validation checks
-    the shapes of those that are set; a missing one is the backend's to name)."""
-    spec = layer.spec
-    needed = (["w_kc", "w_vc"] if spec.kind == "mla" else []) + (["sinks"] if spec.sinks else [])
-    missing = [name for name in needed if getattr(layer, name) is None]
-    if missing:
-        from attnkit.errors import fail
-
-        fail("AK443", f"layer {spec.layer_id} ({spec.kind.upper()}{', sinks' if spec.sinks else ''}) "
-                      f"needs {', '.join(missing)}, which the RuntimeLayer does not carry",
-             field=f"layer.{missing[0]}", expected="a tensor", actual=None,
-             details={"missing": missing})
+    return validation, envelope
 
 
 def check_option(backend: str, option: str, value, choices) -> None:

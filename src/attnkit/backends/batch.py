@@ -16,6 +16,7 @@ import torch
 
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
 from attnkit.backends.metadata import is_int as _is_int
+from attnkit.backends.tables import slots_of
 from attnkit.errors import fail, preview
 
 
@@ -49,11 +50,6 @@ class Request:
             fail("AK405", f"request {index}: expected a Request, a dict or a tuple of the fields "
                           f"{', '.join(names)} (the first three required), got {value!r} ({exc})",
                  field=f"requests[{index}]", expected=names, actual=repr(value))
-
-
-def slots_of(row: Sequence[int], positions: range | Sequence[int], page_size: int) -> list[int]:
-    """Cache slots of ``positions`` for a request whose block-table row is ``row``."""
-    return [row[p // page_size] * page_size + p % page_size for p in positions]
 
 
 def infer_mode(requests: Sequence[Request]) -> ForwardMode:
@@ -164,15 +160,14 @@ def build_batch(requests: Sequence[Any], *, page_size: int, device: torch.device
              field="encoder", expected=["cached", "write"], actual=encoder)
 
     rows = [list(r.block_table) for r in reqs]
-    slots = [s for r, row in zip(reqs, rows) for s in slots_of(row, range(r.prefix_len, r.seq_len), page_size)]
     has_enc = encoder is not None or any(r.encoder_len is not None for r in reqs)
     enc_lens = [r.encoder_len or 0 for r in reqs] if has_enc else None
     enc_rows = [list(r.encoder_block_table or ()) for r in reqs] if has_enc else None
     enc_slots = None
     if encoder == "write":
         enc_slots = [s for n, row in zip(enc_lens, enc_rows) for s in slots_of(row, range(n), page_size)]
-    return BatchMetadata(
+    return BatchMetadata(          # the slot mapping follows from the tables (backends/tables.py)
         mode=mode, page_size=page_size, seq_lens_cpu=[r.seq_len for r in reqs],
         prefix_lens_cpu=[r.prefix_len for r in reqs], block_tables_cpu=rows,
-        slot_mapping_cpu=slots, device=device, encoder_lens_cpu=enc_lens,
+        device=device, encoder_lens_cpu=enc_lens,
         encoder_block_tables_cpu=enc_rows, encoder_slot_mapping_cpu=enc_slots)

@@ -9,7 +9,8 @@ DECODE and IDLE go to ``decode``. Without ``extend``, EXTEND, MIXED and VERIFY g
 ``prefill``. With it, ``prefill`` serves only fresh prefills (EXTEND steps where no request has
 a cached prefix) and ``extend`` every other prefill-like step: EXTEND over a cached prefix
 (chunked-prefill continuations, prefix-cache hits), MIXED and VERIFY. All of them must accept
-the shared cache's page size and KV dtype (checked from their declarations, AK420).
+the shared cache's page size, KV dtype and device (checked from their declarations by
+backends/envelope.py: AK446, AK444, AK447).
 """
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnkit.backends.base import AttentionBackend, RuntimeLayer, StepState
+from attnkit.backends.envelope import check_cache
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
 from attnkit.errors import fail
-from attnkit.kvcache.paged import dtype_name
 
 
 @dataclass(slots=True)
@@ -37,6 +38,12 @@ class HybridBackend(AttentionBackend):
 
     def __init__(self, prefill: AttentionBackend, decode: AttentionBackend,
                  extend: AttentionBackend | None = None):
+        for role, backend in (("prefill", prefill), ("decode", decode), ("extend", extend)):
+            if not isinstance(backend, AttentionBackend) and not (role == "extend" and backend is None):
+                fail("AK407", f"HybridBackend: {role} must be an AttentionBackend"
+                              f"{' or None' if role == 'extend' else ''} (load_backend(name)), got "
+                              f"{type(backend).__name__}", field=role, expected="AttentionBackend",
+                     actual=repr(backend)[:80])
         self.prefill = prefill
         self.decode = decode
         self.extend = extend         # None: prefill serves steps over a cached prefix too
@@ -54,14 +61,14 @@ class HybridBackend(AttentionBackend):
 
     def _prepare(self, meta: BatchMetadata, cache) -> StepState:
         for role, backend in self._roles():
-            _check_shared_cache(role, backend, cache)
+            check_cache(backend, cache, role=f"hybrid {role}")     # idle ones share it too
         inner = self.route(meta)
         return StepState(meta=meta, prepared=HybridStep(inner, inner.prepare(meta, cache)))
 
     def capture_plan(self, meta: BatchMetadata, cache, *, max_seq_len: int) -> StepState:
         """Static steps are DECODE steps: the decode backend's static plan."""
         for role, backend in self._roles():
-            _check_shared_cache(role, backend, cache)
+            check_cache(backend, cache, role=f"hybrid {role}")     # idle ones share it too
         inner = self.decode.prepare_static(meta, cache, max_seq_len=max_seq_len)
         return StepState(meta=meta, prepared=HybridStep(self.decode, inner))
 
@@ -76,21 +83,3 @@ class HybridBackend(AttentionBackend):
             fail("AK406", "HybridBackend.forward needs the StepState built by HybridBackend.prepare",
                  field="step.prepared", expected="HybridStep", actual=type(plan).__name__)
         return plan.backend.forward(q, k, v, layer, cache, plan.state)
-
-
-def _check_shared_cache(role: str, backend: AttentionBackend, cache) -> None:
-    """The shared cache's layout must suit every inner backend, even those idle this step."""
-    from attnkit.registry import declarations
-
-    decl = declarations().get(backend.name)
-    if decl is None:
-        return                       # an unregistered backend (tests) declares nothing
-    caps = decl.capabilities
-    kv = dtype_name(cache.dtype) or str(cache.dtype)
-    for field, ok, allowed, actual in (
-            ("page_size", caps.accepts_page_size(cache.page_size), caps.to_dict()["page_sizes"], cache.page_size),
-            ("kv_cache_dtype", kv in caps.kv_cache_dtypes, list(caps.kv_cache_dtypes), kv)):
-        if not ok:
-            fail("AK420", f"hybrid {role} backend {backend.name!r} does not accept the shared "
-                          f"cache's {field} {actual!r} (it accepts {allowed})",
-                 field=field, expected=allowed, actual=actual)

@@ -6,11 +6,17 @@ tokens, of which ``prefix_lens[i]`` were cached before the step; the new tokens 
 last ``seq_lens[i] - prefix_lens[i]`` positions (``query_lens_cpu``).
 
 One owner per fact: the host values (tuples) are what a ``BatchMetadata`` is made of; its
-device tensors are built from them once, when it is made, and cannot be set apart from them
-(no field can be set after that, and the tensors are read-only properties). So the checks in
-backends/validation.py, which read the host values (no device sync), check exactly what the
-kernels index with. To change a batch, build a new one (``build_batch``, or
-``dataclasses.replace`` on its host fields).
+device tensors are built from them once, when it is made, and cannot be set apart from them:
+no field can be set after that, the tensors are read-only properties, and a write into a
+tensor in place (``meta.slot_mapping[0] = ...``) is caught by its version counter, recorded
+when the tensors are built and compared when a step is checked (``check_unchanged``: AK405,
+no device sync). So the checks in backends/validation.py, which read the host values, check
+exactly what the kernels index with. The slot mapping is the block tables' (each new token's
+page and offset): left out (``slot_mapping_cpu=None``, what ``build_batch`` does) it is derived
+from them here, and the facts the checks need from the tables (the highest page a request
+needs, a slot written twice) are found once, when the batch is made; given explicitly, it is
+compared with the tables when the step is checked. To change a batch, build a new one
+(``build_batch``, or ``dataclasses.replace`` on its host fields).
 """
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from attnkit.backends.tables import TableFacts, derive_slots, table_facts
 from attnkit.errors import fail
 
 
@@ -65,13 +72,15 @@ class BatchMetadata:
     seq_lens_cpu: Sequence[int]
     prefix_lens_cpu: Sequence[int]
     block_tables_cpu: Sequence[Sequence[int]]
-    slot_mapping_cpu: Sequence[int]
+    slot_mapping_cpu: Sequence[int] | None = None
     device: Any = "cpu"
     encoder_lens_cpu: Sequence[int] | None = None
     encoder_block_tables_cpu: Sequence[Sequence[int]] | None = None
     encoder_slot_mapping_cpu: Sequence[int] | None = None
     _tensors: dict = field(default=None, init=False, repr=False, compare=False)
     _static: bool = field(default=False, init=False, repr=False, compare=False)
+    _facts: TableFacts = field(default=None, init=False, repr=False, compare=False)
+    _versions: tuple = field(default=(), init=False, repr=False, compare=False)
 
     def __setattr__(self, name: str, value: Any) -> None:
         """Read-only once made (a frozen dataclass, with a coded error): a field set after the
@@ -90,7 +99,23 @@ class BatchMetadata:
 
         tensors = device_tensors(self)
         object.__setattr__(self, "_tensors", tensors)
+        object.__setattr__(self, "_versions", tuple(t._version for t in tensors.values()))
         object.__setattr__(self, "device", tensors["slot_mapping"].device)
+
+    def check_unchanged(self) -> None:
+        """AK405 if a device tensor was written in place since it was built from the host
+        values (their version counters moved; no device sync). Static metadata is exempt: its
+        buffers are rewritten in place by their one writer, StaticDecode.fill."""
+        if self._static:
+            return
+        for (name, t), made in zip(self._tensors.items(), self._versions):
+            if t._version != made:
+                fail("AK405", f"meta.{name} was written in place after the batch was built, so "
+                              "it no longer equals the host values the checks read (the step "
+                              "could write a page its request does not own). Build a new batch: "
+                              "build_batch(...), or dataclasses.replace(meta, ...)",
+                     field=f"meta.{name}", expected="the tensor as built",
+                     actual="written in place")
 
     # ---- static (CUDA-graph) metadata ---------------------------------------------------
     @classmethod
@@ -128,7 +153,7 @@ class BatchMetadata:
                           "BatchMetadata.on_buffers; build a new BatchMetadata instead",
                  field="meta", expected="static metadata", actual="a BatchMetadata")
         _host_names(host, every=False)
-        old = {name: getattr(self, name) for name in HOST_FIELDS}
+        old = {name: getattr(self, name) for name in (*HOST_FIELDS, "_facts")}
         try:
             for name, value in host.items():
                 object.__setattr__(self, name, value)
@@ -161,7 +186,8 @@ class BatchMetadata:
             fail("AK406", f"mode must be a ForwardMode, got {self.mode!r}", field="meta.mode",
                  expected=[m.value for m in ForwardMode], actual=repr(self.mode))
         b = len(_ints("seq_lens_cpu", self.seq_lens_cpu))
-        for name in ("seq_lens_cpu", "prefix_lens_cpu", "slot_mapping_cpu"):
+        derived = self.slot_mapping_cpu is None
+        for name in ("seq_lens_cpu", "prefix_lens_cpu") + (() if derived else ("slot_mapping_cpu",)):
             freeze(name, _ints(name, getattr(self, name)))
         freeze("block_tables_cpu", _rows("block_tables_cpu", self.block_tables_cpu))
         enc = self.encoder_lens_cpu is not None
@@ -198,7 +224,20 @@ class BatchMetadata:
                           f"prefix_lens {list(self.prefix_lens_cpu)}",
                  field="meta.seq_lens_cpu", expected="seq_len > prefix_len >= 0",
                  actual={"seq_lens": list(self.seq_lens_cpu), "prefix_lens": list(self.prefix_lens_cpu)})
-        if len(self.slot_mapping_cpu) != sum(new):
+        facts = table_facts(self.block_tables_cpu, self.prefix_lens_cpu, self.seq_lens_cpu,
+                            self.page_size, derived=derived)
+        if derived and facts.short is not None:
+            i = facts.short
+            fail("AK405", f"meta.block_tables_cpu[{i}] = {list(self.block_tables_cpu[i])} does not "
+                          f"name the {-(-self.seq_lens_cpu[i] // self.page_size)} page(s) of its "
+                          f"{self.seq_lens_cpu[i]} tokens, so no slot mapping can be derived from it",
+                 field=f"meta.block_tables_cpu[{i}]", expected="page ids >= 0 for every token",
+                 actual=list(self.block_tables_cpu[i]))
+        object.__setattr__(self, "_facts", facts)
+        if derived:
+            freeze("slot_mapping_cpu", derive_slots(self.block_tables_cpu, self.prefix_lens_cpu,
+                                                    self.seq_lens_cpu, self.page_size))
+        elif len(self.slot_mapping_cpu) != sum(new):
             fail("AK405", f"meta.slot_mapping_cpu has {len(self.slot_mapping_cpu)} slots for "
                           f"{sum(new)} new tokens", field="meta.slot_mapping_cpu",
                  expected=sum(new), actual=len(self.slot_mapping_cpu))
@@ -296,6 +335,8 @@ def _ints(name: str, values: Any) -> tuple[int, ...]:
         items = list(values)
     except TypeError:
         items = None
+    if items is not None and all(type(v) is int for v in items):     # the common case, fast
+        return tuple(items)
     if items is None or not all(is_int(v) for v in items):
         fail("AK405", f"meta.{name} must be a sequence of ints, got {values!r}",
              field=f"meta.{name}", expected="a sequence of ints", actual=repr(values))

@@ -36,7 +36,8 @@ def device_tensors(meta) -> dict[str, torch.Tensor]:
                  field=f"meta.{name}", expected=f"{lo} <= value <= {hi}", actual=preview(bad))
     try:
         dev = torch.device(meta.device)
-        out = {name: torch.tensor(values, dtype=dtype, device=dev) for name, (values, dtype) in host.items()}
+        with torch.inference_mode(False):      # tensors that count their in-place writes
+            out = {name: torch.tensor(values, dtype=dtype, device=dev) for name, (values, dtype) in host.items()}
     except (AssertionError, RuntimeError, TypeError, ValueError) as exc:
         fail("AK412", f"cannot build the batch's tensors on device {meta.device!r}: {exc}",
              field="meta.device", expected="a torch device this process can use", actual=repr(meta.device))

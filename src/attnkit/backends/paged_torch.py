@@ -1,6 +1,6 @@
 """Pieces shared by the pure-torch backends (torch_native, sdpa): writing a step's K/V,
 reading a request's K/V back out of its pages, which keys each query may see, MLA
-decompression, and the refusal of layers a backend does not serve (or that lack tensors).
+decompression.
 
 What is the same for every layer of a step (the cache slots each request's keys sit at, the
 visibility masks) is built once per step in a ``PagedStep`` and read by every layer.
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from attnkit.backends.base import RuntimeLayer, StepState, required_tensors
+from attnkit.backends.step import RuntimeLayer, StepState
 from attnkit.backends.metadata import BatchMetadata
 from attnkit.errors import fail
 
@@ -259,38 +259,10 @@ def decompress_latent(latent: torch.Tensor, w_kc: torch.Tensor, w_vc: torch.Tens
     return torch.cat([k_nope, k_pe], dim=-1), v
 
 
-def refuse_unserved(backend: str, layer: RuntimeLayer, *, kinds, features) -> None:
-    """Raise AK441/AK440 if ``layer`` needs a kind or feature ``backend`` does not serve
-    (the message names the registered backends that do), AK443 if it lacks a tensor.
-    Runs per layer: the registry is only read to word a refusal."""
-    spec = layer.spec
-    if spec.kind in kinds and spec.features() <= set(features):
-        required_tensors(layer)
-        return
-    from attnkit.registry import declarations
-
-    if spec.kind not in kinds:
-        others = sorted(n for n, d in declarations().items() if spec.kind in d.capabilities.kinds)
-        fail("AK441", f"backend {backend!r} does not serve {spec.kind.upper()} layers "
-                      f"(layer {spec.layer_id}); backends that do: {', '.join(others) or 'none'}",
-             field="layer.kind", expected=list(kinds), actual=spec.kind,
-             details={"backends": others})
-    missing = sorted(spec.features() - set(features))
-    if missing:
-        caps = {n: d.capabilities for n, d in declarations().items()}
-        others = sorted(n for n, c in caps.items() if spec.features() <= c.features and spec.kind in c.kinds)
-        fail("AK440", f"backend {backend!r} does not implement {', '.join(missing)} "
-                      f"(layer {spec.layer_id}); backends that do: {', '.join(others) or 'none'}",
-             field="layer.features", expected=sorted(features), actual=missing,
-             details={"backends": others})
-    required_tensors(layer)
-
-
-def begin_forward(backend: str, caps, k, v, layer: RuntimeLayer, cache, meta: BatchMetadata) -> int:
-    """What every pure-torch forward does first: refuse an unserved layer, store the step's
-    K/V, and return the value width per head (MLA: v_head_dim)."""
-    refuse_unserved(backend, layer, kinds=caps.kinds, features=caps.features)
+def begin_forward(k, v, layer: RuntimeLayer, cache, meta: BatchMetadata) -> int:
+    """What every pure-torch forward does first (AttentionBackend.forward has checked the layer
+    against the declaration): store the step's K/V, and return the value width per head (MLA:
+    v_head_dim)."""
     write_step_kv(k, v, layer, cache, meta)
     spec = layer.spec
     return spec.mla.v_head_dim if spec.kind == "mla" else spec.value_dim
-

@@ -40,8 +40,10 @@ from typing import Sequence
 
 import torch
 
-from attnkit.backends.batch import Request, slots_of
+from attnkit.backends.batch import Request
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
+from attnkit.backends.tables import slots_of
+from attnkit.backends.validation import validate_batch
 from attnkit.errors import fail, preview
 from attnkit.kvcache.checks import check_fits, usable_device
 
@@ -304,8 +306,6 @@ def static_tensors(meta: BatchMetadata, backend: str) -> None:
 def check_static(meta: BatchMetadata, cache, *, max_seq_len: int, backend: str) -> None:
     """What ``AttentionBackend.prepare_static`` checks before a backend plans: a DECODE step
     of static tensors, valid against the cache, whose tables can address ``max_seq_len``."""
-    from attnkit.backends.validation import validate_batch
-
     if meta.mode is not ForwardMode.DECODE:
         fail("AK457", f"{backend}: static (captured) steps are DECODE steps, not {meta.mode.name}; "
                       "prefill runs eagerly", field="meta.mode", expected="DECODE",

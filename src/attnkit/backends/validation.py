@@ -1,13 +1,16 @@
-"""Runtime input checks, run before any kernel sees the inputs.
+"""Runtime input checks, run before any kernel sees the inputs; backend-independent (what a
+backend's declaration says is backends/envelope.py's).
 
 Two entry points, both called automatically by ``AttentionBackend`` (see base.py):
-  ``validate_batch(meta, cache)``  once per step (in ``prepare``): page size, index dtypes,
-      devices, query_start_loc, block tables and slot mapping against the cache.
-  ``validate_forward(q, k, v, layer, cache, meta)``  per layer (in ``forward``): shapes,
-      dtypes, devices and head counts of q/k/v and the layer's tensors. Metadata only, no
-      device sync.
-Each failure is an AttnkitError (AK406, AK410-AK418) naming the field, expected and actual.
-Host lists from the metadata are used where present so checks do not sync the device.
+  ``validate_batch(meta, cache)``  once per step (in ``prepare``): page size, devices, mode,
+      and the block tables and slot mapping against the cache; what the metadata's builder
+      already guarantees is not checked again (a derived slot mapping equals the tables',
+      backends/tables.py), and the metadata's tensors are as built (``check_unchanged``).
+  ``validate_forward(q, k, v, layer, cache, meta)``  per layer (in ``forward``): the layer spec
+      (memoised), shapes, dtypes, devices and head counts of q/k/v and the layer's tensors.
+      Metadata only, no device sync.
+Each failure is an AttnkitError (AK405, AK406, AK410-AK419, AK472) naming the field, expected
+and actual. Host lists from the metadata are used so checks do not sync the device.
 """
 from __future__ import annotations
 
@@ -15,13 +18,14 @@ from typing import Any
 
 import torch
 
-from attnkit.backends.base import RuntimeLayer
-from attnkit.backends.batch import slots_of
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
+from attnkit.backends.step import Passed, RuntimeLayer
+from attnkit.backends.tables import slots_of
 from attnkit.errors import fail
 from attnkit.kvcache.checks import same_device
 from attnkit.kvcache.paged import PagedKVCache
-from attnkit.model.spec import KINDS, ROLES, LayerAttention
+from attnkit.model.checks import layer_problem
+from attnkit.model.spec import LayerAttention
 
 COMPUTE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -57,25 +61,39 @@ def _heads_tensor(name: str, t: Any, tokens: int, heads: int, dim: int, lid: int
 
 
 def validate_forward(q, k, v, layer, cache, meta: BatchMetadata) -> None:
-    """q: [T, H_q, D] (dual chunk layers: [T, 3, H_q, D]); k: [N, H_kv, D], v: [N, H_kv, D_v] (MLA: k [N, L + R], v None), with
-    N = T, or for cross layers N = sum(encoder_lens) and k = v = None when already cached."""
+    """``validate_layer`` then ``validate_tensors`` (AttentionBackend.forward checks the layer
+    against the backend's declaration between the two)."""
+    validate_layer(layer, cache)
+    validate_tensors(q, k, v, layer, cache, meta)
+
+
+def validate_layer(layer, cache) -> None:
+    """The layer: a RuntimeLayer whose spec no rule refuses (once per spec), and whose buffers
+    the cache holds."""
     _check_cache(cache)
     if not isinstance(layer, RuntimeLayer) or not isinstance(layer.spec, LayerAttention):
         fail("AK419", f"layer must be an RuntimeLayer(spec=LayerAttention(...)), got "
                       f"{type(layer).__name__}" + ("" if not isinstance(layer, RuntimeLayer)
                                                    else f" with spec {type(layer.spec).__name__}"),
              field="layer", expected="RuntimeLayer", actual=repr(layer)[:80])
+    _check_spec(layer.spec)
+    _check_cache_layer(layer, cache)
+
+
+def validate_tensors(q, k, v, layer, cache, meta: BatchMetadata) -> None:
+    """q: [T, H_q, D] (dual chunk layers: [T, 3, H_q, D]); k: [N, H_kv, D], v: [N, H_kv, D_v] (MLA: k [N, L + R], v None), with
+    N = T, or for cross layers N = sum(encoder_lens) and k = v = None when already cached."""
     spec = layer.spec
     lid = spec.layer_id
-    _check_spec(spec)
-    _check_cache_layer(layer, cache)
-    if spec.num_kv_heads < 1 or spec.num_heads % spec.num_kv_heads:
-        fail("AK413", f"layer {lid}: {spec.num_heads} query heads are not a multiple of "
-                      f"{spec.num_kv_heads} KV heads", field="layer.spec.num_kv_heads",
-             expected=f"a divisor of {spec.num_heads}", actual=spec.num_kv_heads)
     num_tokens = meta.num_tokens
-    if spec.dual_chunk is not None and isinstance(q, torch.Tensor) and q.dim() == 4:
+    if spec.dual_chunk is not None:
         # dual chunk layers take three rotations of each query: [T, 3, H_q, D]
+        if not isinstance(q, torch.Tensor) or q.dim() != 4 or q.shape[1] != 3:
+            fail("AK472", f"dual chunk attention needs q as [T, 3, H_q, D] (intra, successor, "
+                          f"inter variants) for layer {lid}, got "
+                          f"{list(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__}",
+                 field="q", expected=[num_tokens, 3, spec.num_heads, spec.head_dim],
+                 actual=list(q.shape) if isinstance(q, torch.Tensor) else None)
         _shape("q", q, (num_tokens, 3, spec.num_heads, spec.head_dim))
     else:
         _heads_tensor("q", q, num_tokens, spec.num_heads, spec.head_dim, lid)
@@ -105,31 +123,31 @@ def validate_forward(q, k, v, layer, cache, meta: BatchMetadata) -> None:
     _check_layer_tensors(layer, q)
 
 
+_SPECS_PASSED = Passed()
+
+
 def _check_spec(spec) -> None:
-    """Values a LayerAttention can hold but no backend can serve the same way (AK419)."""
-    problems = []
-    if spec.kind not in KINDS:
-        problems.append(("layer.spec.kind", list(KINDS), spec.kind))
-    if spec.role not in ROLES:
-        problems.append(("layer.spec.role", list(ROLES), spec.role))
-    if spec.sliding_window is not None and spec.sliding_window < 1:
-        problems.append(("layer.spec.sliding_window", "None or >= 1 (it counts the query itself)",
-                         spec.sliding_window))
+    if not _SPECS_PASSED.has((id(spec),), spec):
+        _spec_problem(spec)
+        _SPECS_PASSED.add((id(spec),), spec)
+
+
+def _spec_problem(spec) -> None:
+    """Values a LayerAttention can hold but no backend can serve (AK419; AK413 for a KV head
+    count that does not divide the query heads, AK473 for a dual chunk config): the planner's rules
+    (model/checks.py), and chunked local attention only on causal decoder layers. Checked once
+    per spec object (``_check_spec``)."""
+    problem = layer_problem(spec)
     chunk = spec.attention_chunk
-    if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
-        problems.append(("layer.spec.attention_chunk", "None or an integer >= 1", chunk))
-    elif chunk is not None and spec.role != "decoder":     # the chunk mask is causal by definition
-        problems.append(("layer.spec.role", "'decoder' on a chunked local (attention_chunk) layer",
-                         spec.role))
-    if spec.logit_softcap is not None and not spec.logit_softcap > 0:
-        problems.append(("layer.spec.logit_softcap", "None or > 0", spec.logit_softcap))
-    if spec.kind == "mla" and spec.mla is None:
-        problems.append(("layer.spec.mla", "an MLAConfig for an MLA layer", None))
-    if problems:
-        field, expected, actual = problems[0]
-        fail("AK419", f"layer {spec.layer_id}: {field} = {actual!r}, expected {expected}",
-             field=field, expected=expected, actual=actual,
-             details={"all": [{"field": f, "expected": e, "actual": a} for f, e, a in problems]})
+    if problem is None and chunk is not None and spec.role != "decoder":
+        problem = ("role", f"layer {spec.layer_id}: attention_chunk (chunked local attention) "
+                           f"is causal by definition, so the layer's role must be 'decoder', not "
+                           f"{spec.role!r}")
+    if problem:
+        field, why = problem
+        code = {"num_kv_heads": "AK413", "dual_chunk": "AK473"}.get(field, "AK419")  # own codes
+        fail(code, why, field=f"layer.spec.{field}", expected=f"a valid {field}",
+             actual=repr(getattr(spec, field, None))[:80])
 
 
 def _check_cache_layer(layer, cache) -> None:
@@ -173,22 +191,31 @@ def _check_layer_tensors(layer, q: torch.Tensor) -> None:
 
 
 def validate_batch(meta: BatchMetadata, cache) -> None:
-    """Once per step: the metadata fits the cache (page size, device, pages and slots)."""
+    """Once per step: the metadata fits the cache (page size, device, pages and slots). What
+    ``BatchMetadata`` found when it was made (backends/tables.py ``TableFacts``) is read, not
+    recomputed: a slot mapping derived from the tables is checked through the highest page
+    they name; one handed in explicitly is compared with the tables, token by token."""
     if not isinstance(meta, BatchMetadata):
         fail("AK411", f"the batch metadata must be a BatchMetadata (build_batch), got "
                       f"{type(meta).__name__}", field="meta", expected="BatchMetadata",
              actual=type(meta).__name__)
     _check_cache(cache)
+    meta.check_unchanged()
     if meta.page_size != cache.page_size:
         fail("AK418", f"batch built for page_size {meta.page_size}, cache has {cache.page_size}",
              field="meta.page_size", expected=cache.page_size, actual=meta.page_size)
     _device("meta.device", meta.slot_mapping, cache.device)
     _check_mode(meta)
+    facts = meta._facts
     tables = meta.block_tables_cpu
-    _check_tables("meta.block_tables", tables, meta.seq_lens_cpu, cache)
-    expected = [s for row, p, n in zip(tables, meta.prefix_lens_cpu, meta.seq_lens_cpu)
-                for s in slots_of(row, range(p, n), cache.page_size)]
-    _check_slots("meta.slot_mapping", meta.slot_mapping_cpu, expected, cache)
+    if facts.short is not None or facts.max_page >= cache.num_pages:
+        _check_tables("meta.block_tables", tables, meta.seq_lens_cpu, cache)   # names the row
+    if not facts.derived:
+        expected = [s for row, p, n in zip(tables, meta.prefix_lens_cpu, meta.seq_lens_cpu)
+                    for s in slots_of(row, range(p, n), cache.page_size)]
+        _check_slots("meta.slot_mapping", meta.slot_mapping_cpu, expected, cache)
+    elif facts.twice is not None:
+        _slot_twice("meta.slot_mapping", facts.twice)
     if meta.encoder_lens_cpu is not None:
         _check_encoder(meta, cache)
 
@@ -234,9 +261,12 @@ def _check_slots(name: str, slots: list[int], expected: list[int], cache) -> Non
                  field=f"{name}[{j}]", expected=e, actual=s)
     if len(set(slots)) != len(slots):
         seen: set[int] = set()
-        dup = next(s for s in slots if s in seen or seen.add(s))
-        fail("AK416", f"{name} writes slot {dup} more than once in one step",
-             field=name, expected="distinct slots", actual=dup)
+        _slot_twice(name, next(s for s in slots if s in seen or seen.add(s)))
+
+
+def _slot_twice(name: str, slot: int) -> None:
+    fail("AK416", f"{name} writes slot {slot} more than once in one step",
+         field=name, expected="distinct slots", actual=slot)
 
 
 def _check_encoder(meta: BatchMetadata, cache) -> None:

@@ -19,8 +19,13 @@ DEFAULT_DIR = Path(__file__).resolve().parents[3] / "docs" / "errors"
 
 def page(e: ErrorEntry) -> str:
     """One entry as a Markdown page (also the text of ``attnkit explain``)."""
-    lines = [f"# {e.code}: {e.title}", "", "## What it means", "", e.meaning, "",
-             "## When it happens", "", e.trigger, ""]
+    lines = [f"# {e.code}: {e.title}", ""]
+    if e.merged_into:
+        new = e.merged_into
+        lines += [f"> **Merged into [{new}]({new}.md): {CATALOG[new].title}.** attnkit no longer "
+                  f"raises {e.code}; the same refusal, from every backend, is {new}. What follows "
+                  f"is how {e.code} read before the merge.", ""]
+    lines += ["## What it means", "", e.meaning, "", "## When it happens", "", e.trigger, ""]
     if e.situations:
         lines += ["Common situations:", ""] + [f"- {s}" for s in e.situations] + [""]
     lines += ["## Solutions", ""] + [f"{i}. {s}" for i, s in enumerate(e.solutions, 1)] + [""]
@@ -40,8 +45,12 @@ def index() -> str:
         codes = [c for c in CATALOG if c[2] == digit]
         if codes:
             lines += [f"## {digit}xx: {title}", "", "| Code | Title |", "|---|---|"]
-            lines += [f"| [{c}]({c}.md) | {CATALOG[c].title} |" for c in codes] + [""]
+            lines += [f"| [{c}]({c}.md) | {_title(CATALOG[c])} |" for c in codes] + [""]
     return "\n".join(lines)
+
+
+def _title(e: ErrorEntry) -> str:
+    return f"{e.title} (merged into [{e.merged_into}]({e.merged_into}.md))" if e.merged_into else e.title
 
 
 def expected_files() -> dict[str, str]:

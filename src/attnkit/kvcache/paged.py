@@ -37,7 +37,7 @@ def dtype_name(dtype: torch.dtype) -> str | None:
 def _kv_dtype(dtype: Any) -> torch.dtype:
     """A TORCH_KV_DTYPES name (or a spelling of one, registry/capabilities.py: fp8 is fp8_e4m3,
     as for `attnkit plan --kv-cache-dtype`), or any torch dtype, else AK430. Other torch dtypes
-    (int8 ...) pass so that backends report them against their declarations (AK420 / AK451 / AK462)."""
+    (int8 ...) pass so that backends report them against their declarations (AK444)."""
     name = dtype_spelled(dtype) if isinstance(dtype, str) else None
     if name in TORCH_KV_DTYPES:                # the spellings `attnkit plan --kv-cache-dtype` takes
         return TORCH_KV_DTYPES[name]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from attnkit.model.spec import ModelAttention
-from attnkit.planning.reasons import load_hook
+from attnkit.registry.discovery import load_hook
 from attnkit.registry.capabilities import BackendDeclaration
 
 DEFAULT_PAGE_SIZE = 16      # the page size a plan fills where every chosen backend accepts it

@@ -7,15 +7,14 @@ declaration's data (``Capabilities``) and the model/platform/settings; a declara
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from attnkit.errors import _jsonable
 from attnkit.model.spec import ModelAttention
 from attnkit.model.summary import layer_ranges
 from attnkit.registry.capabilities import BackendDeclaration, MultipleOf
+from attnkit.registry.discovery import load_hook
 
 
 @dataclass(frozen=True)
@@ -156,13 +155,6 @@ def platform_reasons(decl: BackendDeclaration, platform, *, phase: str | None = 
                 f"needs package {pkg}, which the {preset} preset does not assume" if preset else
                 f"needs package {pkg}, not installed on {platform.name}")
     return out
-
-
-@lru_cache(maxsize=None)
-def load_hook(path: str) -> Callable[..., Any]:
-    """A declaration's "module:function" hook (``check``, ``page_sizes_for``), imported once."""
-    module, _, fn = path.partition(":")
-    return getattr(importlib.import_module(module), fn)
 
 
 def page_sizes_text(pages) -> str:

@@ -154,6 +154,10 @@ class BackendDeclaration:
     # as page_sizes_for(model) -> the sizes allowed for it (any iterable), or None for no limit
     # beyond ``capabilities.page_sizes``; every page size the planner picks or suggests obeys it.
     page_sizes_for: str | None = None
+    # Optional "module:function" for what data cannot say at run time, called by the backends'
+    # shared check layer (backends/envelope.py) once per layer spec and cache page size as
+    # runtime_check(spec, *, page_size) -> None, raising an AttnkitError for what it refuses.
+    runtime_check: str | None = None
     # The backend's kernel variants (registry/kernels.py), each with an envelope of its own;
     # () for a backend with one kernel per phase. attnkit tune measures each; the plan picks.
     variants: tuple = ()

@@ -35,6 +35,14 @@ def declarations() -> dict[str, BackendDeclaration]:
     return found
 
 
+@lru_cache(maxsize=None)
+def load_hook(path: str):
+    """A declaration's "module:function" hook (``check``, ``page_sizes_for``,
+    ``runtime_check``), imported once."""
+    module, _, fn = path.partition(":")
+    return getattr(importlib.import_module(module), fn)
+
+
 def aliases() -> dict[str, tuple[str, str]]:
     """old name -> (current name, deprecation note)."""
     return {old: (d.name, note) for d in declarations().values() for old, note in d.aliases.items()}

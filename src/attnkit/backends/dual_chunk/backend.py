@@ -11,8 +11,9 @@ Interface (the model's side is attnkit.runner.layers.rotary.DualChunkRotary):
 - returns [T, H_q * D_v] in q's dtype.
 The backend knows chunks and the merge, not positions: query j of request i sits at
 p = prefix_len + j, key k at its index in the request's KV (see parts.py for the split).
-Modes EXTEND (with or without a cached prefix), DECODE and MIXED; page sizes that divide
-cl = chunk_size - local_size (AK470 otherwise).
+Modes EXTEND (with or without a cached prefix), DECODE and MIXED (VERIFY is not declared:
+AK420); page sizes that divide cl = chunk_size - local_size (AK470 otherwise: the
+declaration's runtime_check, config.py, called by AttentionBackend.forward).
 
 Length scale: the rotary multiplies keys and queries by s of their own step (s = 1 while
 L <= original_max_position_embeddings). This backend never rescales: a key keeps the s it was
@@ -23,22 +24,17 @@ rule; step_length_scales(..., lengths=prompt_lens)), and in any case while L <= 
 from __future__ import annotations
 
 import importlib.util
-import os
 
 import torch
 
 from attnkit.backends.base import AttentionBackend, RuntimeLayer, StepState, check_option
-from attnkit.backends.dual_chunk.config import require_page_size, require_valid_config
 from attnkit.backends.dual_chunk.declaration import DECLARATION
 from attnkit.backends.dual_chunk.parts import dual_chunk_attend
-from attnkit.backends.metadata import ForwardMode
-from attnkit.backends.paged_torch import read_kv, refuse_unserved, write_step_kv
+from attnkit.backends.envelope import interpreting
+from attnkit.backends.paged_torch import read_kv, write_step_kv
 from attnkit.errors import fail
-from attnkit.kvcache.paged import dtype_name
 
 F32 = torch.float32
-_CAPS = DECLARATION.capabilities
-_MODES = (ForwardMode.EXTEND, ForwardMode.DECODE, ForwardMode.MIXED, ForwardMode.IDLE)
 IMPLS = ("auto", "torch", "triton")
 
 
@@ -53,16 +49,13 @@ class DualChunkBackend(AttentionBackend):
     "torch"."""
 
     name = "dual_chunk"
+    declaration = DECLARATION
 
     def __init__(self, *, impl: str = "auto"):
         check_option("dual_chunk", "impl", impl, IMPLS)
         self.impl = impl
 
     def _prepare(self, meta, cache) -> StepState:
-        if meta.mode not in _MODES:
-            fail("AK420", f"the dual_chunk backend serves EXTEND, DECODE and MIXED steps, not "
-                          f"{meta.mode.name}",
-                 field="meta.mode", expected=[m.name for m in _MODES], actual=meta.mode.name)
         if not self._use_triton(cache.device):
             return StepState(meta=meta)
         from attnkit.backends.dual_chunk.triton_parts import DcaTritonStep
@@ -92,8 +85,8 @@ class DualChunkBackend(AttentionBackend):
         if not installed:
             fail("AK420", "dual_chunk impl='triton' needs the triton package",
                  field="impl", expected="triton installed", actual="not installed")
-        if device.type != "cuda" and os.environ.get("TRITON_INTERPRET", "0") != "1":
-            fail("AK452", f"dual_chunk impl='triton' runs on CUDA devices; the cache is on "
+        if device.type != "cuda" and not interpreting():
+            fail("AK447", f"dual_chunk impl='triton' runs on CUDA devices; the cache is on "
                           f"{device}", field="cache.device", expected="cuda", actual=str(device))
         if device.type == "cuda":
             gpu, low = _triton_declared_gpu(device) or (None, None)
@@ -107,9 +100,7 @@ class DualChunkBackend(AttentionBackend):
     def _forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):
         """q: [T, 3, H_q, D]; k: [T, H_kv, D]; v: [T, H_kv, D_v] -> [T, H_q * D_v]."""
         meta, spec = step.meta, layer.spec
-        _check_cache_dtype(cache)
-        cl = _check_layer(layer, meta.page_size)
-        _check_queries(q, layer)          # shapes, dtypes, devices: validate_forward (base.py)
+        cl = spec.dual_chunk.chunk_len     # checked (config.runtime_check) by AttentionBackend
         if step.prepared is not None and meta.num_tokens:
             from attnkit.backends.dual_chunk.triton_parts import serves, triton_dual_chunk
             if serves(q, layer):
@@ -118,7 +109,7 @@ class DualChunkBackend(AttentionBackend):
             if self.impl == "triton" or step.prepared.max_kv is not None:
                 # an explicit choice is refused, not quietly changed; a static step cannot
                 # fall back to the torch path (host loops)
-                fail("AK453", f"dual_chunk impl='triton': layer {spec.layer_id} has head_dim "
+                fail("AK445", f"dual_chunk impl='triton': layer {spec.layer_id} has head_dim "
                               f"{spec.head_dim} / v_head_dim {spec.value_dim}; the triton kernels "
                               f"hold head rows up to 256 wide. Use impl='torch' (or 'auto')",
                      field="layer.spec.head_dim", expected="<= 256",
@@ -146,34 +137,3 @@ def _triton_declared_gpu(device: torch.device) -> tuple[str, tuple[int, int]] | 
         return f"ROCm (HIP {torch.version.hip})", low
     cc = tuple(torch.cuda.get_device_capability(device))
     return None if cc >= low else (f"sm{cc[0]}{cc[1]}", low)
-
-
-def _check_layer(layer: RuntimeLayer, page_size: int) -> int:
-    """The layer's chunk length cl, after refusing what this backend cannot serve."""
-    config = layer.spec.dual_chunk
-    if config is None:
-        fail("AK471", f"layer {layer.layer_id} has no dual_chunk config; the dual_chunk backend "
-                      "computes only dual chunk attention",
-             field="layer.dual_chunk", expected="DualChunkConfig", actual=None)
-    refuse_unserved("dual_chunk", layer, kinds=_CAPS.kinds, features=_CAPS.features)
-    cl = require_valid_config(config, where=f"layer {layer.layer_id}: ")
-    require_page_size(cl, page_size)
-    return cl
-
-
-def _check_queries(q, layer: RuntimeLayer) -> None:
-    """The one input check specific to DCA: the three query variants are there."""
-    if q is None or q.dim() != 4 or q.shape[1] != 3:
-        fail("AK472", f"dual chunk attention needs q as [T, 3, H_q, D] (intra, successor, inter "
-                      f"variants) for layer {layer.layer_id}, got {None if q is None else list(q.shape)}",
-             field="q", expected=["T", 3, layer.spec.num_heads, layer.spec.head_dim],
-             actual=None if q is None else list(q.shape))
-
-
-def _check_cache_dtype(cache) -> None:
-    """Only the declared KV-cache dtypes (fp8 pages with per-layer scales included)."""
-    kv_dtype = dtype_name(cache.dtype) or str(cache.dtype)
-    if kv_dtype not in _CAPS.kv_cache_dtypes:
-        fail("AK420", f"the dual_chunk backend does not serve a {kv_dtype} KV cache",
-             field="cache.dtype", expected=list(_CAPS.kv_cache_dtypes), actual=kv_dtype)
-

@@ -59,6 +59,18 @@ def require_page_size(chunk_len: int, page_size: int) -> None:
              details={"chunk_len": chunk_len, "page_size": page_size})
 
 
+def runtime_check(spec, *, page_size: int) -> None:
+    """The declaration's runtime_check (backends/envelope.py calls it once per layer spec and
+    page size): what the capability data cannot say. The layer has a dual chunk config (AK440:
+    the backend computes nothing else), a usable one (AK473), whose chunk length the page size
+    divides (AK470)."""
+    if spec.dual_chunk is None:
+        fail("AK440", f"backend 'dual_chunk' does not serve layer {spec.layer_id}: it has no "
+                      "dual_chunk config, and the backend computes only dual chunk attention",
+             field="layer.spec.dual_chunk", expected="DualChunkConfig", actual=None)
+    require_page_size(require_valid_config(spec.dual_chunk, where=f"layer {spec.layer_id}: "), page_size)
+
+
 def divisors(n: int) -> list[int]:
     """Every d >= 1 with n % d == 0, ascending."""
     small = [d for d in range(1, int(n ** 0.5) + 1) if n % d == 0]

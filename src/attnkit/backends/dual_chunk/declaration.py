@@ -34,6 +34,7 @@ DECLARATION = BackendDeclaration(
     ),
     check="attnkit.backends.dual_chunk.declaration:check",
     page_sizes_for="attnkit.backends.dual_chunk.declaration:page_sizes",
+    runtime_check="attnkit.backends.dual_chunk.config:runtime_check",
 )
 
 

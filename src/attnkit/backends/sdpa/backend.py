@@ -37,7 +37,6 @@ from attnkit.backends.paged_torch import (PagedStep, absorbed_is_cheaper, begin_
                                           visibility)
 from attnkit.backends.sdpa.declaration import DECLARATION
 
-_CAPS = DECLARATION.capabilities
 HAS_ENABLE_GQA = torch.__version__ >= (2, 5)
 
 
@@ -96,6 +95,7 @@ class SdpaBackend(AttentionBackend):
     """
 
     name = "sdpa"
+    declaration = DECLARATION
 
     def __init__(self, *, mla_form: str = "auto"):
         check_option(self.name, "mla_form", mla_form, ("auto", "absorbed", "mha"))
@@ -114,7 +114,7 @@ class SdpaBackend(AttentionBackend):
         """q: [T, H_q, D]; k/v: [T, H_kv, D|D_v] (MLA: latent [T, L + R], None; cross layers:
         encoder K/V [Te, ...] or None). Returns [T, H_q * D_v] in q.dtype."""
         meta, spec = step.meta, layer.spec
-        dv = begin_forward(self.name, _CAPS, k, v, layer, cache, meta)
+        dv = begin_forward(k, v, layer, cache, meta)
         num_tokens, heads = meta.num_tokens, spec.num_heads
         if num_tokens == 0:
             return q.new_zeros(0, heads * dv)

@@ -18,7 +18,6 @@ from attnkit.backends.torch_native.declaration import DECLARATION
 from attnkit.backends.torch_native.mha import F32, attend_mha
 from attnkit.backends.torch_native.mla import attend_mla
 
-_CAPS = DECLARATION.capabilities
 
 
 class TorchNativeBackend(AttentionBackend):
@@ -29,6 +28,7 @@ class TorchNativeBackend(AttentionBackend):
     """
 
     name = "torch_native"
+    declaration = DECLARATION
 
     def __init__(self, *, mla_form: str = "auto"):
         check_option(self.name, "mla_form", mla_form, ("auto", "absorbed", "mha"))
@@ -57,7 +57,7 @@ class TorchNativeBackend(AttentionBackend):
         """q: [T, H_q, D]; k/v: [T, H_kv, D|D_v] (MLA: latent [T, L + R], None; cross layers:
         encoder K/V [Te, ...] or None). Returns [T, H_q * D_v] in q.dtype."""
         meta, spec = step.meta, layer.spec
-        dv = begin_forward(self.name, _CAPS, k, v, layer, cache, meta)
+        dv = begin_forward(k, v, layer, cache, meta)
         num_tokens = meta.num_tokens
         out = q.new_zeros(num_tokens, spec.num_heads, dv)
         if num_tokens == 0:

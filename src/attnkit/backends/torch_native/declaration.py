@@ -27,6 +27,7 @@ DECLARATION = BackendDeclaration(
                             "deterministic"}),
         requires=("torch",),
         mla_dims="any",
+        v_head_dims="any",              # tests/backends/test_torch_native.py (value dim 8, q/k 16)
         verified=(H200_2026_11_29,),
     ),
     aliases={

@@ -10,7 +10,8 @@ paged_new_kv / tma / gluon for prefills and extends) is the plan's choice: the b
 handed the plan's kernel tables (``kernels``) and per step runs the first variant listed for
 the nearest measured bucket that can take the step (registry/kernels.py). Without tables it
 runs the first that can, in declaration order.
-Inputs are validated by AttentionBackend.forward (base.py) before ``_forward`` runs.
+Inputs are validated by AttentionBackend.forward (base.py: shapes, and the layer against this
+backend's declaration) before ``_forward`` runs.
 """
 from __future__ import annotations
 
@@ -20,8 +21,7 @@ from typing import Mapping
 import torch
 
 from attnkit.backends.base import (AttentionBackend, RuntimeLayer, StepState, check_int_option,
-                                   check_kernel_tables, check_launch_config, check_option,
-                                   required_tensors)
+                                   check_kernel_tables, check_launch_config, check_option)
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
 from attnkit.backends._triton import LOG2E, interpreting, kernel_scales, padded_dim, write_kv
 from attnkit.backends.triton.declaration import DECLARATION
@@ -40,10 +40,6 @@ from attnkit.backends.triton.tma_path import gluon_prefill_ready
 from attnkit.errors import fail
 from attnkit.registry.kernels import KernelTable, step_point
 
-_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-_KV_DTYPES = _DTYPES + (torch.float8_e4m3fn, torch.float8_e5m2)
-MAX_HEAD_DIM = 256     # a head row lives in one padded tile
-_CAPS = DECLARATION.capabilities
 
 
 @dataclass(slots=True)
@@ -143,6 +139,7 @@ class TritonBackend(AttentionBackend):
     ``split_keys`` alone fixes the split size without the rest."""
 
     name = "triton"
+    declaration = DECLARATION
 
     def __init__(self, *, kernels: Mapping[str, KernelTable] | None = None,
                  extend_config: dict | None = None, decode_config: dict | None = None,
@@ -217,11 +214,9 @@ class TritonBackend(AttentionBackend):
     def _forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):
         """q: [T, H_q, D]; k: [T, H_kv, D]; v: [T, H_kv, D_v] -> [T, H_q * D_v] in q's dtype."""
         spec, meta, plan = layer.spec, step.meta, step.prepared
-        _check_supported(q, layer, cache)
         lid = spec.layer_id
         if meta.mode is ForwardMode.IDLE or q.shape[0] == 0:
             return q.new_empty(0, spec.num_heads * spec.value_dim)
-        _check_device(q)
         decode = meta.mode is ForwardMode.DECODE
         variant = self._runnable(plan, q, k, v, layer, cache, meta)
         fused_write = variant in ("split_write", "split_merge")
@@ -332,47 +327,13 @@ DEFAULT_TABLES = {role: KernelTable(role, fallback=tuple(k.name for k in DECLARA
                   for role in ("prefill", "extend", "decode")}
 
 
-def _check_supported(q, layer: RuntimeLayer, cache) -> None:
-    """What the kernels cannot do at all (the declaration is the tested subset of the rest)."""
-    spec = layer.spec
-    if spec.kind != "mha" or spec.cross_attention or spec.dual_chunk is not None:
-        what = ("an MLA layer" if spec.kind != "mha" else "a cross-attention layer"
-                if spec.cross_attention else "a dual chunk attention layer")
-        fail("AK450", f"layer {spec.layer_id} is {what}; the triton backend serves MHA/GQA/MQA "
-                      "self-attention only", field="layer.spec",
-             expected="kind 'mha', role decoder or encoder, no dual_chunk",
-             actual={"kind": spec.kind, "role": spec.role, "dual_chunk": spec.dual_chunk is not None})
-    undeclared = sorted(spec.features() - _CAPS.features)
-    if undeclared:        # a feature the kernels do not model must not be silently ignored
-        fail("AK450", f"layer {spec.layer_id} needs {', '.join(undeclared)}, which the triton "
-                      "kernels do not implement", field="layer.features",
-             expected=sorted(_CAPS.features), actual=undeclared)
-    if q.dtype not in _DTYPES or cache.dtype not in _KV_DTYPES:
-        fail("AK451", f"q dtype {q.dtype} / KV-cache dtype {cache.dtype} not served by triton",
-             field="q.dtype" if q.dtype not in _DTYPES else "cache.dtype",
-             expected={"q": [str(d) for d in _DTYPES], "cache": [str(d) for d in _KV_DTYPES]},
-             actual={"q": str(q.dtype), "cache": str(cache.dtype)})
-    if not _CAPS.accepts_head_dim(spec.head_dim) or spec.value_dim > MAX_HEAD_DIM:
-        fail("AK453", f"layer {spec.layer_id} has head_dim {spec.head_dim} / v_head_dim "
-                      f"{spec.value_dim}; the triton kernels are built and tested for head dims "
-                      f"{list(_CAPS.head_dims)} and value dims up to {MAX_HEAD_DIM}",
-             field="layer.spec.head_dim", expected=list(_CAPS.head_dims),
-             actual=[spec.head_dim, spec.value_dim])
-    required_tensors(layer)     # a sinks layer without its sink logits (was AttributeError)
-
-
 def _varlen(q, k, v, layer: RuntimeLayer, batch, *, gluon: bool):
     """TritonBackend._varlen: the varlen kernel (triton/varlen.py), or with ``gluon`` the Gluon
     prefill kernel's non-causal path per sequence where it runs -> [Tq, H_q * D_v]."""
     from attnkit.backends.triton.tma_path import gluon_prefill_ready, prefill_gluon_attention
     from attnkit.backends.triton.varlen import varlen_attention, varlen_config
 
-    spec = layer.spec
-    _check_device(q)
-    if not _CAPS.accepts_head_dim(spec.head_dim) or spec.value_dim > MAX_HEAD_DIM:
-        fail("AK453", f"layer {spec.layer_id} has head_dim {spec.head_dim} / v_head_dim {spec.value_dim}; "
-                      f"the triton kernels are built and tested for head dims {list(_CAPS.head_dims)}",
-             field="layer.spec.head_dim", expected=list(_CAPS.head_dims), actual=[spec.head_dim, spec.value_dim])
+    spec = layer.spec          # device, dtype, head dims: checked by AttentionBackend.varlen
     dense = [t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v)]
     out = q.new_zeros(q.shape[0], spec.num_heads, spec.value_dim)
     spans = list(zip(batch.cu_q_cpu, batch.cu_q_cpu[1:]))
@@ -387,9 +348,3 @@ def _varlen(q, k, v, layer: RuntimeLayer, batch, *, gluon: bool):
     varlen_attention(*dense, out, cu_q=batch.cu_q, cu_k=batch.cu_k, key_mask=batch.key_mask, max_q=batch.max_q,
                      scale=spec.softmax_scale, config=varlen_config(spec.head_dim, q.dtype, interpret=interpreting()))
     return out.reshape(q.shape[0], spec.num_heads * spec.value_dim)
-
-
-def _check_device(q) -> None:
-    if q.device.type != "cuda" and not interpreting():
-        fail("AK452", f"the triton kernels run on CUDA devices; q is on {q.device}",
-             field="q.device", expected="cuda", actual=str(q.device))

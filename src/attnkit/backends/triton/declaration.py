@@ -47,6 +47,7 @@ DECLARATION = BackendDeclaration(
         compute_capability=((8, 0), None),
         kinds=("mha",),
         head_dims=(64, 80, 96, 128, 192, 256),
+        v_head_dims=(64,),               # narrower values: tests/triton_kernels/test_triton_extend.py
         dtypes=("fp16", "bf16", "fp32"),
         kv_cache_dtypes=("fp16", "bf16", "fp32", "fp8_e4m3", "fp8_e5m2"),
         page_sizes="any",                # tokens are gathered one by one through the block table

@@ -30,9 +30,6 @@ from attnkit.backends.triton_mla.extend import mha_form_attention
 from attnkit.errors import fail
 from attnkit.registry.kernels import KernelTable, step_point
 
-_CAPS = DECLARATION.capabilities
-_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
-_KV_DTYPES = _DTYPES | {torch.float8_e4m3fn: "fp8_e4m3", torch.float8_e5m2: "fp8_e5m2"}
 def _sm_count(device: torch.device) -> int:
     if device.type != "cuda":
         return 4
@@ -62,6 +59,7 @@ class TritonMLABackend(AttentionBackend):
     of the latent per head block, 1 or 2)."""
 
     name = "triton_mla"
+    declaration = DECLARATION
 
     def __init__(self, *, kernels=None, num_splits: int | None = None, block_h: int | None = None,
                  block_n: int | None = None, num_warps: int | None = None,
@@ -131,7 +129,7 @@ class TritonMLABackend(AttentionBackend):
     def _forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):
         """q: [T, H, nope + rope]; k: latent [T, L + R]; v: None. Returns [T, H * v_head_dim]."""
         spec, meta = layer.spec, step.meta
-        mla = self._check(q, k, v, layer, cache)
+        mla = spec.mla
         T, H = q.shape[0], q.shape[1]
         if T == 0:
             return q.new_empty(0, H * mla.v_head_dim)
@@ -222,40 +220,3 @@ class TritonMLABackend(AttentionBackend):
             q_nope, q_pe, k_nope, k_pe, v, work_req, work_tok, part.query_start_loc,
             kv_start, scale=layer.spec.softmax_scale, block_m=block_m, block_n=block_n,
             num_warps=warps, num_stages=stages)
-
-    # ---- checks ---------------------------------------------------------------------------
-    def _check(self, q, k, v, layer: RuntimeLayer, cache):
-        """Everything the declaration says, as AttnkitErrors in AK460-AK466."""
-        spec = layer.spec
-        mla = spec.mla
-        if spec.kind != "mla" or mla is None or layer.w_kc is None or layer.w_vc is None:
-            fail("AK460", f"layer {spec.layer_id} is kind {spec.kind!r}; triton_mla needs an MLA "
-                 "layer with w_kc and w_vc", field="layer.kind", expected="mla", actual=spec.kind)
-        dims = (mla.kv_lora_rank, mla.qk_rope_head_dim)
-        if dims not in _CAPS.mla_dims:
-            fail("AK461", f"(kv_lora_rank, qk_rope_head_dim) = {dims} is not served by triton_mla",
-                 field="mla_dims", expected=_CAPS.mla_dims, actual=dims)
-        bad = sorted(spec.features() - _CAPS.features)     # what the declaration lacks, all of it
-        if bad or not spec.causal:
-            fail("AK464", f"layer {spec.layer_id} needs {sorted(bad) or ['non_causal']}",
-                 field="features", expected=sorted(_CAPS.features), actual=sorted(bad))
-        if not q.is_cuda and not interpreting():
-            fail("AK465", f"q is on {q.device}; triton_mla runs on CUDA",
-                 field="device", expected="cuda", actual=str(q.device))
-        dt, kv_dt = _DTYPES.get(q.dtype), _KV_DTYPES.get(cache.dtype)
-        if dt not in _CAPS.dtypes or kv_dt not in _CAPS.kv_cache_dtypes or k.dtype != q.dtype:
-            fail("AK462", f"q {q.dtype}, latent {k.dtype}, cache {cache.dtype} not served",
-                 field="dtype", expected={"dtypes": _CAPS.dtypes, "kv_cache_dtypes": _CAPS.kv_cache_dtypes},
-                 actual={"q": str(q.dtype), "k": str(k.dtype), "cache": str(cache.dtype)})
-        if cache.page_size not in _CAPS.page_sizes:
-            fail("AK463", f"page size {cache.page_size} is not served by triton_mla",
-                 field="page_size", expected=_CAPS.page_sizes, actual=cache.page_size)
-        H, L, R = spec.num_heads, mla.kv_lora_rank, mla.qk_rope_head_dim
-        want = {"q": (q.shape[0], H, mla.qk_nope_head_dim + R), "k": (q.shape[0], L + R),
-                "w_kc": (H, mla.qk_nope_head_dim, L), "w_vc": (H, L, mla.v_head_dim)}
-        got = {"q": tuple(q.shape), "k": tuple(k.shape), "w_kc": tuple(layer.w_kc.shape),
-               "w_vc": tuple(layer.w_vc.shape)}
-        if want != got or v is not None:
-            fail("AK466", f"MLA shapes {got} (v={'set' if v is not None else None}) differ from "
-                 f"{want} (v=None)", field="shapes", expected=want, actual=got)
-        return mla

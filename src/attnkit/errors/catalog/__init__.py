@@ -24,6 +24,9 @@ class ErrorEntry:
     # (field, its solutions): an error raised with that ``field`` and no solutions of its own
     # offers these, not every solution of the page ("*": any other field)
     fixes: tuple[tuple[str, tuple[str, ...]], ...] = field(default_factory=tuple)
+    # A code attnkit no longer raises: the same refusal now has one code for every backend,
+    # this one. Its page stays (old logs and scripts name it) and points there.
+    merged_into: str | None = None
 
     def solutions_for(self, field_name: str | None) -> tuple[str, ...]:
         """The solutions that apply to an error about ``field_name`` (all of them without ``fixes``)."""
@@ -31,12 +34,13 @@ class ErrorEntry:
         return by_field.get(field_name or "", by_field.get("*", self.solutions))
 
 
-def entry(code, title, *, meaning, trigger, situations, solutions, before, after, related=(), fixes=None):
+def entry(code, title, *, meaning, trigger, situations, solutions, before, after, related=(), fixes=None,
+          merged_into=None):
     """Build an ErrorEntry; keyword names mirror the page sections. ``fixes``: field -> the
     solutions (of ``solutions``, or narrower) an error about that field offers."""
     return ErrorEntry(code, title, meaning, trigger, tuple(situations), tuple(solutions),
                       before, after, tuple(related),
-                      tuple((k, tuple(v)) for k, v in (fixes or {}).items()))
+                      tuple((k, tuple(v)) for k, v in (fixes or {}).items()), merged_into)
 
 
 def _collect() -> dict[str, ErrorEntry]:

@@ -35,7 +35,7 @@ ENTRIES = [
                    "original_max_position_embeddings)."],
         before="DualChunkBackend().forward(q, k, v, RuntimeLayer(llama_spec), cache, step)",
         after="TorchNativeBackend().forward(q, k, v, RuntimeLayer(llama_spec), cache, step)",
-        related=("AK472",),
+        related=("AK472",), merged_into="AK440",
     ),
     entry(
         "AK472", "Dual chunk attention needs the three query variants",
@@ -43,7 +43,8 @@ ENTRIES = [
                 "positions) and the dual_chunk backend picks the variant by chunk distance, so q "
                 "must be [T, 3, H_q, D] (variants stacked on dim 1, in that order), as produced "
                 "by attnkit.runner.layers.rotary.DualChunkRotary.",
-        trigger="DualChunkBackend.forward with q of another shape (e.g. the ordinary [T, H_q, D]).",
+        trigger="A backend's forward (validation.py) or the reference, for a dual chunk layer, with "
+                "q of another shape (e.g. the ordinary [T, H_q, D]).",
         situations=["The model applied ordinary RoPE and passed one query per token.",
                     "The variants were concatenated on the head axis instead of stacked on dim 1."],
         solutions=["Rotate with DualChunkRotary: q3, k = rotary(q, k, positions, length_scale=s); "

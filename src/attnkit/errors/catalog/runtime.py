@@ -38,12 +38,16 @@ ENTRIES = [
                 "range of block tables, a request that is not a Request / dict / tuple of its "
                 "fields, or a block-table row too short for the KV length. Also a BatchMetadata "
                 "made by hand with such values (not ints, per-request counts of different "
-                "lengths, a slot count other than the new tokens'), or one whose field was set "
-                "after it was made: it is read-only, since its device tensors are built from its "
-                "host values.",
+                "lengths, a slot count other than the new tokens', no slot mapping and a block-table "
+                "row that cannot give one), or one whose field was set, or whose device tensor "
+                "was written in place, after it was made: it is read-only, since its device "
+                "tensors are built from its host values, which the checks read.",
         trigger="build_batch, BatchMetadata(...), PageAllocator.allocate or PageAllocator.grow "
-                "was given such an input, or a BatchMetadata field was assigned.",
+                "was given such an input, a BatchMetadata field was assigned, or a backend's "
+                "prepare / forward found a metadata tensor's version counter moved since it was "
+                "built (meta.slot_mapping[0] = ...).",
         situations=["The block-table row was not grown after new tokens were scheduled.",
+                    "A step's slot mapping patched in place instead of building a new batch.",
                     "A request with zero new tokens was left in the batch.",
                     "A request tuple missing a field, or a dict with a misspelt field name.",
                     "Counts computed as floats (e.g. a division) instead of ints."],
@@ -227,11 +231,15 @@ ENTRIES = [
         related=("AK413", "AK420"),
     ),
     entry(
-        "AK420", "Input outside the backend's declared capabilities",
-        meaning="The backend was handed an input its declaration does not cover: a feature, kind "
-                "(MHA/MLA), dtype, KV-cache dtype, page size, head dim, phase or device it does not "
-                "support. Running anyway would give wrong numbers or crash in a kernel.",
-        trigger="Runtime check of the layer and batch against the backend's declaration.",
+        "AK420", "Step outside the backend's declared capabilities",
+        meaning="The backend was handed a step its declaration does not cover: a phase (prefill, "
+                "decode) it does not declare, a VERIFY step without the 'verify' feature, or "
+                "another input no code below names (the dense reference given a dual chunk "
+                "layer; dual_chunk impl='triton' without triton). Running anyway would give wrong "
+                "numbers or crash in a kernel. A layer kind or feature, a dtype, head dim, page "
+                "size or device outside the declaration have their own codes: AK440, AK444, "
+                "AK445, AK446, AK447.",
+        trigger="AttentionBackend.prepare (backends/envelope.py check_step), once per step.",
         situations=["A decode-only backend handed a prefill step outside a hybrid.",
                     "A sliding-window layer sent to a backend without sliding_window.",
                     "An fp8 KV cache used with a backend that reads only bf16 pages."],

@@ -1,26 +1,34 @@
-"""AK440-AK449: runtime refusals raised from backends/paged_torch.py, shared by the torch
-backends (torch_native, sdpa, dual_chunk).
+"""AK440-AK449: a layer or step outside the running backend's declaration, and what a layer
+lacks. One code per concept for every backend, raised by the shared check layer
+(backends/envelope.py) from the backend's declaration (backends/<name>/declaration.py).
 
-These fire inside ``forward`` when a layer asks for something the chosen backend cannot do
-or lacks what it needs. A plan from ``attnkit plan`` never pairs a layer with a backend that
-refuses it, so AK440/AK441 mean the backend was picked by hand.
+A plan from ``attnkit plan`` never pairs a layer with a backend that refuses it, so these mean
+the backend was picked by hand or the input changed after planning. The codes each backend
+had before (AK441, AK450-AK453, AK460-AK466, AK471) are merged into these; their pages say so.
 """
 from attnkit.errors.catalog import entry
 
+_PLAN = "Let `attnkit plan MODEL --device DEVICE` choose: it reads the same declarations."
+
 ENTRIES = [
     entry(
-        "AK440", "Layer feature not served by this backend",
-        meaning="A layer needs an attention feature (logit softcap, attention sinks, dual chunk "
-                "attention, ...) that the backend running it does not implement. The backend "
-                "refuses instead of silently computing plain attention, which would give wrong "
-                "numbers.",
-        trigger="AttentionBackend.forward on a layer whose spec enables a feature missing from "
-                "the backend's declared features.",
+        "AK440", "Layer kind or feature not served by this backend",
+        meaning="A layer is of a kind (MHA or MLA) or needs an attention feature (logit softcap, "
+                "attention sinks, sliding window, cross-attention, non-causal, dual chunk "
+                "attention, ...) that the backend running it does not declare; or, for a backend "
+                "that computes only one kind of attention (dual_chunk), the layer lacks it. The "
+                "backend refuses instead of silently computing plain attention, which would give "
+                "wrong numbers. The message names the registered backends that serve the layer.",
+        trigger="AttentionBackend.forward (backends/envelope.py), the first time a layer spec "
+                "reaches a backend whose declaration does not list its kind or one of its "
+                "features, or whose declared runtime_check refuses it.",
         situations=["A Gemma-2 style layer (logit_softcap) run on the sdpa backend: torch's "
                     "scaled_dot_product_attention has no softcap.",
-                    "A gpt-oss style layer (learned sinks) run on the sdpa backend.",
+                    "An MLA model (DeepSeek-V3) forced onto the triton backend, or an MHA model "
+                    "onto triton_mla.",
+                    "A layer without dual_chunk_attention_config handed to the dual_chunk backend.",
                     "A backend instantiated by hand, bypassing the planner."],
-        solutions=["Run the layer on a backend that serves the feature; the error lists them.",
+        solutions=["Run the layer on a backend that serves it; the error lists them.",
                    "Let `attnkit plan MODEL` choose: it never pairs a layer with such a backend.",
                    "A hybrid (prefill, decode) pair: give the layer's phase a backend that serves it."],
         before="b = load_backend(\"sdpa\"); b.forward(q, k, v, gemma2_layer, cache, b.prepare(meta, cache))   # logit softcap",
@@ -37,7 +45,7 @@ ENTRIES = [
         solutions=["Run the layer on a backend that declares its kind; the error lists them."],
         before='load_backend("<mha-only backend>").forward(q, latent, None, mla_layer, cache, step)',
         after='load_backend("torch_native").forward(q, latent, None, mla_layer, cache, step)',
-        related=("AK440",),
+        related=("AK440",), merged_into="AK440",
     ),
     entry(
         "AK442", "Cross-attention step without encoder pages",
@@ -71,5 +79,72 @@ ENTRIES = [
         before="RuntimeLayer(spec)",
         after="RuntimeLayer(spec, w_kc=w_kc, w_vc=w_vc)",
         related=("AK411",),
+    ),
+    entry(
+        "AK444", "dtype or KV-cache dtype not served by this backend",
+        meaning="The compute dtype of q (and so of k and v) or the KV cache's dtype is not one the "
+                "backend declares (its dtypes and kv_cache_dtypes). fp8 pages are read back as "
+                "stored * scale by the backends that declare them.",
+        trigger="AttentionBackend.prepare for the cache's dtype (once per step; a hybrid checks "
+                "every inner backend, idle ones too), AttentionBackend.forward for q's dtype.",
+        situations=["q handed in as float64 from a reference computation.",
+                    "An int8 KV cache from another engine.",
+                    "--kv-cache-dtype fp8_e5m2 with triton_mla, which reads fp8_e4m3 only."],
+        solutions=["Cast q, k and v to the model's compute dtype (bf16 on GPUs).",
+                   "Build the cache in a KV dtype the backend declares (`attnkit backends`).", _PLAN],
+        before="attnkit plan deepseek-v3 --attention-backend triton_mla --kv-cache-dtype fp8_e5m2",
+        after="attnkit plan deepseek-v3 --attention-backend triton_mla --kv-cache-dtype fp8_e4m3",
+        related=("AK410", "AK106"),
+    ),
+    entry(
+        "AK445", "Head dim not served by this backend",
+        meaning="A layer's q/k head dim, its value head dim, or its MLA latent sizes "
+                "(kv_lora_rank, qk_rope_head_dim) are outside what the backend declares "
+                "(head_dims, v_head_dims, mla_dims): kernels built around whole power-of-two tiles "
+                "serve only the sizes they were built and tested for, and refuse the rest rather "
+                "than run them unverified.",
+        trigger="AttentionBackend.forward, the first time such a layer spec reaches the backend; "
+                "DualChunkBackend(impl='triton') with a head or value dim above 256 (its 'auto' "
+                "takes the torch path there).",
+        situations=["A small research model with 48-wide heads on the triton backend.",
+                    "An MLA model with kv_lora_rank 384 on triton_mla.",
+                    "Values narrower than queries and keys on a backend that declares none."],
+        solutions=["Serve the layer with sdpa or torch_native, which take any head dim.", _PLAN],
+        before="attnkit plan ./wide-heads --attention-backend triton",
+        after="attnkit plan ./wide-heads --attention-backend sdpa",
+        related=("AK102", "AK440"),
+    ),
+    entry(
+        "AK446", "Page size not served by this backend",
+        meaning="The KV cache's page size is not one the backend declares (page_sizes): some "
+                "kernels take the page size as a compile-time constant and are built and tested "
+                "for a few sizes only.",
+        trigger="AttentionBackend.prepare (once per step) with a cache whose page_size the "
+                "declaration does not accept; a HybridBackend checks every inner backend, idle "
+                "ones too, since they share the cache.",
+        situations=["A cache built with page_size 8 or 128 for an MLA model on triton_mla.",
+                    "A hybrid whose decode backend accepts fewer page sizes than its prefill one."],
+        solutions=["Build the cache with a page size the backend declares (`attnkit backends`).",
+                   _PLAN],
+        before="attnkit plan deepseek-v3 --attention-backend triton_mla --page-size 128",
+        after="attnkit plan deepseek-v3 --attention-backend triton_mla --page-size 64",
+        related=("AK107", "AK418", "AK470"),
+    ),
+    entry(
+        "AK447", "Device not served by this backend",
+        meaning="The KV cache (and so the step's tensors) is on a device the backend does not "
+                "declare (platforms, compute capability). Triton kernels run on CPU tensors only "
+                "through the Triton interpreter (TRITON_INTERPRET=1, slow, for tests).",
+        trigger="AttentionBackend.prepare (once per step) with a cache on a device outside the "
+                "declaration; DualChunkBackend(impl='triton') off CUDA with the interpreter off.",
+        situations=["A CPU-only machine with --attention-backend triton or triton_mla.",
+                    "The KV cache allocated on the CPU while the model runs on a GPU.",
+                    "A GPU older than the backend's minimum compute capability."],
+        solutions=["Run on a device the backend declares, with the cache and tensors on it.",
+                   "On CPUs use torch_native or sdpa.",
+                   "For kernel tests on a CPU, set TRITON_INTERPRET=1 before triton is imported."],
+        before="attnkit plan llama-3-8b --device cpu --attention-backend triton",
+        after="attnkit plan llama-3-8b --device cpu --attention-backend sdpa",
+        related=("AK210", "AK211", "AK412"),
     ),
 ]

@@ -1,4 +1,6 @@
-"""4xx (AK450-AK459): inputs the triton backend (paged MHA/GQA kernels) cannot run."""
+"""AK450-AK453: the triton backend's own refusals before the shared check layer
+(backends/envelope.py) gave every backend one code per concept; merged into AK440, AK444,
+AK445 and AK447, their pages kept for old logs."""
 from attnkit.errors.catalog import entry
 
 _PLAN = "Let `attnkit plan` pick the backend: it reads triton's declaration."
@@ -19,7 +21,7 @@ ENTRIES = [
                    "Serve cross-attention layers with sdpa or torch_native.", _PLAN],
         before="b = load_backend(\"triton\"); b.forward(mla_q, latent, None, mla_layer, mla_cache, b.prepare(mla_meta, mla_cache))   # an MLA layer",
         after="b = load_backend(\"triton_mla\"); b.forward(mla_q, latent, None, mla_layer, mla_cache, b.prepare(mla_meta, mla_cache))",
-        related=("AK420", "AK460"),
+        related=("AK420", "AK460"), merged_into="AK440",
     ),
     entry(
         "AK451", "dtype or KV-cache dtype not served by the triton backend",
@@ -32,7 +34,7 @@ ENTRIES = [
                    "Use --kv-cache-dtype fp8_e4m3 for a compressed cache."],
         before="backend.forward(q.double(), k.double(), v.double(), layer, cache, step)",
         after="backend.forward(q.bfloat16(), k.bfloat16(), v.bfloat16(), layer, cache, step)",
-        related=("AK410",),
+        related=("AK410",), merged_into="AK444",
     ),
     entry(
         "AK452", "The triton backend needs a CUDA device",
@@ -46,7 +48,7 @@ ENTRIES = [
                    "For kernel tests on a CPU, set TRITON_INTERPRET=1 before triton is imported."],
         before="b = load_backend(\"triton\"); b.forward(q, k, v, layer, cache, b.prepare(meta, cache))   # CPU tensors, TRITON_INTERPRET unset",
         after="TRITON_INTERPRET=1 python my_kernel_test.py   # or CUDA tensors",
-        related=("AK412",),
+        related=("AK412",), merged_into="AK447",
     ),
     entry(
         "AK453", "Head dim not served by the triton backend",
@@ -62,6 +64,6 @@ ENTRIES = [
         solutions=["Serve the layer with sdpa or torch_native, which take any head dim.", _PLAN],
         before="b = load_backend(\"triton\"); b.forward(q32, k32, v32, layer32, cache32, b.prepare(meta, cache32))   # head_dim 32",
         after="b = load_backend(\"sdpa\"); b.forward(q32, k32, v32, layer32, cache32, b.prepare(meta, cache32))",
-        related=("AK420",),
+        related=("AK420",), merged_into="AK445",
     ),
 ]

@@ -1,4 +1,6 @@
-"""4xx (AK460-AK469): inputs the triton_mla backend cannot run."""
+"""AK460-AK466: the triton_mla backend's own refusals before the shared check layer
+(backends/envelope.py) gave every backend one code per concept; merged into AK440, AK411 and
+AK444-AK447, their pages kept for old logs."""
 from attnkit.errors.catalog import entry
 
 _PLAN = "Let `attnkit plan` pick the backend: it reads triton_mla's declaration."
@@ -16,7 +18,7 @@ ENTRIES = [
                    "Split kv_b_proj into w_kc [H, qk_nope, L] and w_vc [H, L, v_head_dim].", _PLAN],
         before="b = load_backend(\"triton_mla\"); b.forward(q, k, v, layer, cache, b.prepare(meta, cache))   # an MHA layer",
         after="b = load_backend(\"triton\"); b.forward(q, k, v, layer, cache, b.prepare(meta, cache))",
-        related=("AK466",),
+        related=("AK466",), merged_into="AK440",
     ),
     entry(
         "AK461", "MLA latent size not served by triton_mla",
@@ -29,7 +31,7 @@ ENTRIES = [
         solutions=["Serve the model with torch_native, which takes any MLA size.", _PLAN],
         before="b = load_backend(\"triton_mla\"); b.forward(mla384_q, latent384, None, mla384_layer, mla384_cache, b.prepare(mla384_meta, mla384_cache))   # kv_lora_rank 384",
         after="b = load_backend(\"torch_native\"); b.forward(mla384_q, latent384, None, mla384_layer, mla384_cache, b.prepare(mla384_meta, mla384_cache))",
-        related=("AK460",),
+        related=("AK460",), merged_into="AK445",
     ),
     entry(
         "AK462", "dtype or KV-cache dtype not served by triton_mla",
@@ -43,7 +45,7 @@ ENTRIES = [
                    "Cast q and the latent to the model's compute dtype."],
         before="b = load_backend(\"triton_mla\"); b.forward(mla_q, latent, None, mla_layer, mla_cache_e5m2, b.prepare(mla_meta, mla_cache_e5m2))   # fp8_e5m2 cache",
         after="b = load_backend(\"triton_mla\"); b.forward(mla_q, latent, None, mla_layer, mla_cache, b.prepare(mla_meta, mla_cache))   # an fp8_e4m3 or 16/32-bit cache",
-        related=("AK410",),
+        related=("AK410",), merged_into="AK444",
     ),
     entry(
         "AK463", "Page size not served by triton_mla",
@@ -54,7 +56,7 @@ ENTRIES = [
         solutions=["Use page size 64 (or 1, 16, 32) for MLA models on triton_mla.", _PLAN],
         before="b = load_backend(\"triton_mla\"); b.forward(mla_q, latent, None, mla_layer, mla_cache_p128, b.prepare(mla_meta_p128, mla_cache_p128))   # page_size 128",
         after="b = load_backend(\"triton_mla\"); b.forward(mla_q, latent, None, mla_layer, mla_cache, b.prepare(mla_meta, mla_cache))   # page_size 16",
-        related=("AK418",),
+        related=("AK418",), merged_into="AK446",
     ),
     entry(
         "AK464", "Layer feature not served by triton_mla",
@@ -66,7 +68,7 @@ ENTRIES = [
         solutions=["Serve such layers with torch_native.", _PLAN],
         before="b = load_backend(\"triton_mla\"); b.forward(mla_q, latent, None, mla_swa_layer, mla_cache, b.prepare(mla_meta, mla_cache))   # sliding window",
         after="b = load_backend(\"torch_native\"); b.forward(mla_q, latent, None, mla_swa_layer, mla_cache, b.prepare(mla_meta, mla_cache))",
-        related=("AK420",),
+        related=("AK420",), merged_into="AK440",
     ),
     entry(
         "AK465", "triton_mla needs a CUDA device",
@@ -78,7 +80,7 @@ ENTRIES = [
                    "For tests only: set TRITON_INTERPRET=1 before importing triton."],
         before="b = load_backend(\"triton_mla\"); b.forward(mla_q, latent, None, mla_layer, mla_cache, b.prepare(mla_meta, mla_cache))   # CPU tensors, TRITON_INTERPRET unset",
         after="TRITON_INTERPRET=1 python my_kernel_test.py   # or CUDA tensors",
-        related=(),
+        related=(), merged_into="AK447",
     ),
     entry(
         "AK466", "MLA tensor shapes disagree",
@@ -92,6 +94,6 @@ ENTRIES = [
                    "Pass w_kc as [H, qk_nope, L]: nope key = latent_L @ w_kc[h].T."],
         before="RuntimeLayer(spec, w_kc=kv_b_proj_k)             # [H, L, qk_nope]",
         after="RuntimeLayer(spec, w_kc=kv_b_proj_k.transpose(1, 2))  # [H, qk_nope, L]",
-        related=("AK411", "AK413"),
+        related=("AK411", "AK413"), merged_into="AK411",
     ),
 ]
