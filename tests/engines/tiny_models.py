@@ -16,7 +16,17 @@ FAMILIES = {
     "gemma2-softcap": ("Gemma2Config", dict(num_attention_heads=4, num_key_value_heads=2,
                                             sliding_window=12, attn_logit_softcapping=20.0,
                                             final_logit_softcapping=30.0,
-                                            query_pre_attn_scalar=24)),
+                                            query_pre_attn_scalar=24,
+                                            tie_word_embeddings=True)),   # vLLM's Gemma2 ties them
+}
+
+# Families the plugins refuse (at the engine's start-up): MLA.
+REFUSED = {
+    "deepseek-mla": ("DeepseekV2Config", dict(num_attention_heads=4, num_key_value_heads=4,
+                                              q_lora_rank=None, kv_lora_rank=64,
+                                              qk_nope_head_dim=32, qk_rope_head_dim=32,
+                                              v_head_dim=32, first_k_dense_replace=2,
+                                              n_routed_experts=4, num_experts_per_tok=2)),
 }
 
 
@@ -25,7 +35,7 @@ def build(family: str, directory: Path, *, seed: int = 0, **overrides) -> Path:
     import torch
     import transformers
 
-    cls_name, kwargs = FAMILIES[family]
+    cls_name, kwargs = {**FAMILIES, **REFUSED}[family]
     config = getattr(transformers, cls_name)(**{**COMMON, **kwargs, **overrides})
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
