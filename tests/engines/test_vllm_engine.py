@@ -25,18 +25,20 @@ ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobin
 
 def engine(out: Path, models: list[Path], **env: str) -> subprocess.CompletedProcess:
     """Run vllm_run.py over ``models`` with the environment ``env`` on top of ENGINE_ENV;
-    ATTNKIT_VLLM and the test knob are removed unless ``env`` sets them."""
+    ATTNKIT_VLLM and the test knob are removed unless ``env`` sets them. The process's log
+    (vLLM's, with attnkit's start-up line) is in ``stdout``, stderr included."""
     full = {k: v for k, v in os.environ.items()
-            if k not in ("ATTNKIT_VLLM", "ATTNKIT_VLLM_TEST_SCALE_ERROR")}
+            if k not in ("ATTNKIT_VLLM", "ATTNKIT_ENGINE_TEST_SCALE_ERROR")}
     full.update(ENGINE_ENV)
     full.update(env)
     return subprocess.run([sys.executable, str(RUN), str(out), *map(str, models)], env=full,
-                          capture_output=True, text=True, timeout=900)
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=900)
 
 
 def report(proc: subprocess.CompletedProcess, out: Path) -> dict:
     if proc.returncode != 0:
-        pytest.fail(f"vLLM run failed (rc {proc.returncode}):\n{proc.stderr[-4000:]}")
+        pytest.fail(f"vLLM run failed (rc {proc.returncode}):\n{proc.stdout[-4000:]}")
     return json.loads(out.read_text())
 
 
@@ -53,7 +55,7 @@ def runs(models, tmp_path_factory) -> dict[str, dict]:
     out = {}
     for mode, env in (("vllm", {}), ("attnkit", {"ATTNKIT_VLLM": "1"})):
         proc = engine(root / f"{mode}.json", list(models.values()), **env)
-        out[mode] = report(proc, root / f"{mode}.json") | {"stderr": proc.stderr}
+        out[mode] = report(proc, root / f"{mode}.json") | {"log": proc.stdout}
     return out
 
 
@@ -72,7 +74,7 @@ def test_attnkit_ran_and_logged_its_plan(models, runs):
     # every step of every model ran attnkit's forward for each of its 2 layers
     assert stats["forwards"] >= 2 * len(models) * (1 + 15), stats
     assert runs["vllm"]["attnkit_stats"]["forwards"] == 0
-    lines = [l for l in runs["attnkit"]["stderr"].splitlines() if "attnkit plan for" in l]
+    lines = [l for l in runs["attnkit"]["log"].splitlines() if "attnkit plan for" in l]
     assert len(lines) == len(models), lines
     gemma = next(l for l in lines if "gemma2" in l)
     # softcap: sdpa has none, so the planner picks torch_native; the engine's settings are quoted
@@ -80,25 +82,26 @@ def test_attnkit_ran_and_logged_its_plan(models, runs):
 
 
 def test_negative_control_in_vllms_worker_fails_the_comparison(models, runs, tmp_path):
-    """A 1 % softmax-scale error in attnkit's code, with vLLM's engine core in its own process
-    (vLLM's default): the comparison must catch it, and the change proves that attnkit's code
+    """A 1 % softmax-scale error in attnkit's code, with vLLM's engine core and worker in their
+    own processes (vLLM's default): the comparison must catch it, and the change proves that attnkit's code
     computed what vLLM's worker returned."""
     model = models["llama-gqa"]
     out = tmp_path / "control.json"
-    proc = engine(out, [model], ATTNKIT_VLLM="1", ATTNKIT_VLLM_TEST_SCALE_ERROR="0.01",
+    proc = engine(out, [model], ATTNKIT_VLLM="1", ATTNKIT_ENGINE_TEST_SCALE_ERROR="0.01",
                   VLLM_ENABLE_V1_MULTIPROCESSING="1")
     control = report(proc, out)[str(model)]
     why = compare.verdict(control["outputs"], runs["vllm"][str(model)]["outputs"])
     assert why is not None, "a 1% scale error passed the comparison"
-    plan_lines = [l for l in proc.stderr.splitlines() if "attnkit plan for" in l]
-    assert plan_lines and all("EngineCore" in l for l in plan_lines), plan_lines
+    plan_lines = [l for l in proc.stdout.splitlines() if "attnkit plan for" in l]
+    # logged by vLLM's worker process (its log prefix), not by this test's process
+    assert plan_lines and all(l.startswith("(Worker pid=") for l in plan_lines), plan_lines
 
 
 def test_mla_model_is_refused_at_startup_with_attnkits_code(tmp_path):
     model = tiny_models.build("deepseek-mla", tmp_path / "mla")
     proc = engine(tmp_path / "out.json", [model], ATTNKIT_VLLM="1")
     assert proc.returncode != 0
-    assert "AK493" in proc.stderr and "MLA" in proc.stderr
+    assert "AK493" in proc.stdout and "MLA" in proc.stdout
     assert not (tmp_path / "out.json").exists()      # nothing generated
 
 
@@ -113,5 +116,5 @@ def test_planner_refusal_stops_vllm_at_startup(models, tmp_path):
                                          "page_size": 32}, strict=True)
     proc = engine(tmp_path / "out.json", [model], ATTNKIT_VLLM="1", ATTNKIT_ATTENTION_BACKEND="triton")
     assert proc.returncode != 0
-    assert f"AttnkitError: {planned.value.code}" in proc.stderr, proc.stderr[-3000:]
+    assert f"AttnkitError: {planned.value.code}" in proc.stdout, proc.stdout[-3000:]
     assert not (tmp_path / "out.json").exists()

@@ -6,10 +6,14 @@ cache dtype, page / block size, tensor-parallel size and device); ``plan_engine`
 so the planner honours it or refuses it with its code) and loads the planned backend. The
 engine's attention layers then bind to the plan's layer specs (``EnginePlan.layer``), refusing
 a layer the plan does not describe (AK493). ``startup_line`` is the one line the plugins log.
+
+``ATTNKIT_ENGINE_TEST_SCALE_ERROR`` (tests only: the engine tiers' negative control) multiplies
+every bound layer's softmax scale by (1 + its value).
 """
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -26,6 +30,7 @@ from attnkit.runner.engine.setup import backend_of, platform_of
 KV_CACHE_DTYPES = {"auto": None, None: None, "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3",
                    "fp8_e5m2": "fp8_e5m2", "bfloat16": "bf16", "float16": "fp16",
                    "float32": "fp32", "bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}
+SCALE_ERROR_ENV = "ATTNKIT_ENGINE_TEST_SCALE_ERROR"
 SCALE_TOLERANCE = 1e-6          # relative: the engine's softmax scale against the spec's
 
 
@@ -57,6 +62,9 @@ class EnginePlan:
                     softcap=softcap, sinks=sinks is not None)
         found = self.bound.get(layer_id)
         if found is None:
+            error = float(os.environ.get(SCALE_ERROR_ENV, "0") or 0)
+            if error:
+                spec = dataclasses.replace(spec, scale=spec.softmax_scale * (1 + error))
             found = self.bound[layer_id] = RuntimeLayer(spec=spec, sinks=sinks)
         return found
 

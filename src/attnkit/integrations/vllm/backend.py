@@ -12,14 +12,9 @@ backend's step on it and the others reuse it. Per layer: ``AttnkitImpl.forward``
 own cache tensor of that layer as attnkit's K and V pages (no copy: vLLM allocates it in the
 LBNHC layout this backend asks for, so per page the tokens' K and V sit side by side) and runs
 ``backend.forward``, which writes the step's keys into those pages and attends.
-
-``ATTNKIT_VLLM_TEST_SCALE_ERROR`` (tests only: the negative control) multiplies every layer's
-softmax scale by (1 + its value).
 """
 from __future__ import annotations
 
-import dataclasses
-import os
 import threading
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -38,7 +33,6 @@ from attnkit.errors import AttnkitError, fail
 from attnkit.integrations.engine_plan import EnginePlan, plan_engine, startup_line
 from attnkit.kvcache.paged import PagedKVCache
 
-SCALE_ERROR_ENV = "ATTNKIT_VLLM_TEST_SCALE_ERROR"
 STATS = {"forwards": 0, "steps": 0}     # this process's counts (tests read them)
 _PLANS: dict[int, tuple[Any, EnginePlan]] = {}
 _LOCK = threading.Lock()
@@ -199,12 +193,7 @@ class AttnkitImpl(AttentionImpl[AttnkitMetadata]):
             spec = self.plan.layers.get(layer_id)
             check_layer("vLLM", spec, **{k: v is not None if k == "sinks" else v for k, v in args.items()})
             return None
-        layer = self.plan.layer(layer_id, **args)
-        error = float(os.environ.get(SCALE_ERROR_ENV, "0") or 0)
-        if error:
-            layer = dataclasses.replace(layer, spec=dataclasses.replace(
-                layer.spec, scale=layer.spec.softmax_scale * (1 + error)))
-        return layer
+        return self.plan.layer(layer_id, **args)
 
     def forward(self, layer, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 kv_cache: torch.Tensor, attn_metadata: AttnkitMetadata | None, output: torch.Tensor,
