@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import ceilings, environment, graphed, time_ms  # noqa: E402
+from common import ceilings, environment, graphed, planned_options, time_ms  # noqa: E402
 
 from attnkit.backends.base import RuntimeLayer  # noqa: E402
 from attnkit.backends.batch import Request, build_batch  # noqa: E402
@@ -44,12 +44,13 @@ L, R, NOPE, DV = 512, 64, 128, 128
 DSV3 = MLAConfig(kv_lora_rank=L, qk_rope_head_dim=R, qk_nope_head_dim=NOPE, v_head_dim=DV)
 SDPA_MAX_BYTES = 24e9
 SWEEP_SHAPE = (128, 4096)      # batch, context of the tile sweep
+PAGE = 64                      # the page size of every row (Setup's default)
 
 
 class Setup:
     """One paged MLA step: latent cache (random rows, shuffled pages), metadata, q, latent k."""
 
-    def __init__(self, batch, prefix, new, *, heads, page=64, kv_dtype=None):
+    def __init__(self, batch, prefix, new, *, heads, page=PAGE, kv_dtype=None):
         self.spec = LayerAttention(layer_id=0, num_heads=heads, num_kv_heads=1, head_dim=NOPE + R,
                                    v_head_dim=DV, kind="mla", mla=DSV3)
         g = lambda *s: torch.randn(*s, device=DEV, dtype=DT) / L ** 0.5  # noqa: E731
@@ -116,6 +117,13 @@ def check(out, ref, what):
     if not err < 2e-2:
         raise SystemExit(f"{what}: relative error {err:.3g} against the torch peer")
     return err
+
+
+def _planned(heads: int, kv: str = "bf16") -> dict:
+    """The plan's kernel tables for triton_mla at this shape and PAGE (what the runner hands it)."""
+    from attnkit.planning.profile import Shape
+    return planned_options("triton_mla", Shape("mla", heads, 1, NOPE + R, DV, "bf16", kv, L, R),
+                           page_size=PAGE)
 
 
 def decode_row(heads, batch, ctx, args, backend, kv_dtype=None):
@@ -335,14 +343,15 @@ def main():
         shapes = [(h, 128, 4096) for h in (16, 128)]
     if args.smoke:
         shapes, ext = [(16, 2, 40), (128, 1, 70)], (5, 40)
-    backend = TritonMLABackend()
+    backends = {h: TritonMLABackend(**_planned(h)) for h in (16, 128)}
     for h, b, c in ([] if args.skip_decode else shapes):
-        rows.append(decode_row(h, b, c, args, backend))
+        rows.append(decode_row(h, b, c, args, backends[h]))
         print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in rows[-1].items()}, flush=True)
     if args.fp8:
         for h in (16, 128):
             rows.append(decode_row(h, 2 if args.smoke else 128, 40 if args.smoke else 4096, args,
-                                   backend, kv_dtype=torch.float8_e4m3fn))
+                                   TritonMLABackend(**_planned(h, kv="fp8_e4m3")),
+                                   kv_dtype=torch.float8_e4m3fn))
             print(rows[-1], flush=True)
     for h in (128, 16):
         rows += extend_rows(h, *ext, args)

@@ -1,6 +1,6 @@
 """Selection quality: for every shape of bench_triton, bench_mla and bench_dual_chunk, the
-backend the planner picks (with the shipped profile, or --profile) next to the fastest valid
-backend measured in this run.
+(backend, kernel variant) the plan runs (with the shipped profile, or --profile) next to the
+fastest valid (backend, variant) pair measured in this run.
 
     PYTHONPATH=src python3 benchmarks/bench_selection.py [--quick] [--profile FILE] [--out DIR]
     python3 benchmarks/bench_selection.py --render DIR/bench_selection.json   # the table again
@@ -11,7 +11,8 @@ method: CUDA-graph replays of forward, K/V write included, L2 flushed, median). 
 is asked twice per row: with the row's shape as its workload (it ranks by the profile's
 nearest bucket) and without (what ``attnkit plan`` prints: one backend per phase for every
 shape, except that prefill rows over a cached prefix run the plan's extend backend, which may
-differ from its prefill backend; see docs/profile.md). Target: the first within 5 % of the fastest on every row. Every bucket uses the
+differ from its prefill backend; see docs/profile.md). The variant is the plan's: the first its
+kernel table lists for the row's step (registry/kernels.py). Target: the first within 5 % of the fastest on every row. Every bucket uses the
 planner's default page size (16; bench_mla runs page 64). Dual chunk rows have one valid
 backend (only dual_chunk computes it), so they are listed, not timed (bench_dual_chunk
 times it against plain attention). Writes bench_selection.json and bench_selection.md.
@@ -19,6 +20,7 @@ times it against plain attention). Writes bench_selection.json and bench_selecti
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -77,7 +79,11 @@ def picks(model, platform, phase: str, b, profile):
     def get(p):
         if not p.ok:
             return None, p.error["message"]
-        return getattr(p, f"{role}_backend"), p.why.get(role, p.why.get(phase, ""))
+        name = getattr(p, f"{role}_backend")
+        kernels = p.run.role(role).kernels
+        if kernels is not None:     # the variant the backend runs for this step: the table's first
+            name = f"{name}/{kernels.candidates(b.batch, b.new, b.context)[0]}"
+        return name, p.why.get(role, p.why.get(phase, "")) + " " + p.kernel_why.get(role, "")
     return get(shaped), get(whole)
 
 
@@ -90,7 +96,8 @@ def run(rows, profile, on_row=None) -> list[dict]:
     from attnkit.tune import grid
     from attnkit.tune.case import make_case
     from attnkit.tune.environment import platform_for
-    from attnkit.tune.run import measure_entry, serving
+    from attnkit.registry.kernels import KernelTable
+    from attnkit.tune.run import measure_entry, role_of, serving, variants_to_time
 
     platform, registry, out = platform_for("cuda"), declarations(), []
     for script, phase, batch, new, context, key in rows:
@@ -105,7 +112,13 @@ def run(rows, profile, on_row=None) -> list[dict]:
         b = grid.bucket(shape, phase, batch, new, context)
         (pick, why), (whole, _) = picks(model_of(shape, f"{script} {key}"), platform, phase, b, profile)
         case = make_case(b, "cuda")
-        entries = [measure_entry(case, load_backend(n), "cuda") for n in serving(b, registry, platform, None)]
+        entries = []
+        for n in serving(b, registry, platform, None):
+            for k in variants_to_time(b, registry[n], platform):
+                opts = {} if k is None else {"kernels": {role_of(b): KernelTable.only(role_of(b), k)}}
+                e = measure_entry(case, load_backend(n, **opts), "cuda", variant=k)
+                # one candidate per (backend, variant): the ranking compares them as backends
+                entries.append(dataclasses.replace(e, backend=n if k is None else f"{n}/{k}", variant=None))
         del case
         torch.cuda.empty_cache()
         here = Profile(device={}, software={}, date="this run", method={}, entries=tuple(entries))
@@ -140,7 +153,8 @@ def table(rows: list[dict]) -> str:
                      f"{r['fastest']} | {rates} | {fmt(r['ratio'])} | {ok} | {r['whole']} | "
                      f"{fmt(r.get('whole_ratio', r['ratio']))} |")
     missed = [r for r in rows if r["ratio"] is None or r["ratio"] < TARGET]
-    lines += ["", f"{len(rows) - len(missed)} of {len(rows)} rows within 5 % of the fastest valid backend."]
+    lines += ["", f"{len(rows) - len(missed)} of {len(rows)} rows within 5 % of the fastest valid "
+                  "(backend, variant)."]
     return "\n".join(lines)
 
 

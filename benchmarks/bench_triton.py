@@ -29,9 +29,9 @@ from common import ceilings, environment, graphed, time_ms  # noqa: E402
 from attnkit.backends.base import RuntimeLayer  # noqa: E402
 from attnkit.backends.batch import Request, build_batch  # noqa: E402
 from attnkit.backends.triton.backend import TritonBackend  # noqa: E402
-from attnkit.backends.triton.decode import DECODE_VARIANT as DECODE_DEFAULT  # noqa: E402
 from attnkit.backends.triton.decode import DECODE_VARIANTS  # noqa: E402
-from attnkit.backends.triton.extend import EXTEND_VARIANT as EXTEND_DEFAULT  # noqa: E402
+from attnkit.planning.profile import Shape  # noqa: E402
+from common import planned_options  # noqa: E402
 from attnkit.kvcache.paged import PagedKVCache  # noqa: E402
 from attnkit.model.spec import LayerAttention  # noqa: E402
 
@@ -183,6 +183,11 @@ def _peer(make, units, ref):
         return f"n/a ({type(exc).__name__}: {str(exc).splitlines()[0][:80]})"
 
 
+def _planned(heads: int, dim: int) -> dict:
+    """The plan's kernel tables for triton at this shape (what the runner would hand it)."""
+    return planned_options("triton", Shape("mha", heads, 8, dim, dim, "bf16", "bf16"))
+
+
 def decode_rows(args, ceil, out, tuned):
     batches, contexts = ((1, 64), (4096, 32768)) if args.quick else ((1, 16, 64, 128), (1024, 4096, 32768))
     for dim, heads, shapes in ((128, 32, [(b, c) for b in batches for c in contexts]),
@@ -190,7 +195,7 @@ def decode_rows(args, ceil, out, tuned):
         for b, ctx in shapes:
             s = Setup(b, ctx - 1, 1, heads=heads, dim=dim)
             nbytes = 2 * b * ctx * s.spec.num_kv_heads * dim * 2
-            be = TritonBackend(decode_config=tuned.get(f"decode-d{dim}"))
+            be = TritonBackend(decode_config=tuned.get(f"decode-d{dim}"), **_planned(heads, dim))
             row = guarded(lambda: measure(s, kind="decode", backend=be,
                                           units=lambda ms: nbytes / ms / 1e6,
                                           flex=(b, ctx) == (64, 4096) and dim == 128))
@@ -207,7 +212,7 @@ def decode_rows(args, ceil, out, tuned):
                                 shape=f"B={b} ctx={ctx} d=128")
                     out.append(vrow)
                     _print(vrow)
-                    _compare(f"decode B={b} ctx={ctx} d128", DECODE_DEFAULT, row, vrow, other, "GB/s")
+                    _compare(f"decode B={b} ctx={ctx} d128", "the plan's", row, vrow, other, "GB/s")
             del s
             torch.cuda.empty_cache()
 
@@ -220,7 +225,7 @@ def prefill_rows(args, ceil, out, tuned):
     for prefix, new, dim, heads in shapes:
         s = Setup(1, prefix, new, heads=heads, dim=dim)
         flops = 4 * dim * heads * (new * prefix + new * (new + 1) / 2)
-        be = TritonBackend(extend_config=tuned.get(f"extend-d{dim}"))
+        be = TritonBackend(extend_config=tuned.get(f"extend-d{dim}"), **_planned(heads, dim))
         row = guarded(lambda: measure(s, kind="extend", backend=be,
                                       units=lambda ms: flops / ms / 1e9,
                                       flex=dim == 128 and prefix in (0, 32768)))
@@ -234,7 +239,7 @@ def prefill_rows(args, ceil, out, tuned):
         torch.cuda.empty_cache()
 
 
-# The default row above runs extend.EXTEND_VARIANT ("auto") at its default config; these
+# The default row above runs the plan's kernel table at its default config; these
 # time each variant explicitly (and v2 at v1's config, to separate kernel from config).
 VARIANT_RUNS = [("v1", None), ("v2", None),
                 ("v2", dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3))]
@@ -248,7 +253,7 @@ def variant_rows(s, out, default_row, *, units, tuned):
                    shape=f"prefix={s.prefix} new={s.new} d=128")
         out.append(row)
         _print(row)
-        _compare(f"extend prefix={s.prefix} new={s.new} d128", EXTEND_DEFAULT, default_row, row,
+        _compare(f"extend prefix={s.prefix} new={s.new} d128", "the plan's", default_row, row,
                  f"{variant} {cfg or 'default cfg'}", "TFLOP/s")
 
 

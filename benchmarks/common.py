@@ -61,3 +61,19 @@ def failure_reason(exc: BaseException) -> str:
     """One short table cell for a peer that failed: the exception type and first line."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text[:80]}".rstrip(": ")
+
+
+def planned_options(backend: str, shape, *, page_size: int = 16) -> dict:
+    """The options the plan hands ``backend`` for a one-layer model of ``shape``
+    (attnkit.planning.profile.Shape) on this GPU, with ``backend`` named for every phase: its
+    kernel tables from the device profile (Plan.run.backend_options). The benchmarks' attnkit
+    rows run what a plan runs."""
+    from attnkit.model.spec import ModelAttention
+    from attnkit.planning.solver import plan
+    from attnkit.tune.case import layer_spec
+
+    model = ModelAttention(name=f"bench {shape.label()}", architecture="bench",
+                           layers=(layer_spec(shape),), dtype=shape.dtype)
+    p = plan(model, "auto", {"attention_backend": backend, "page_size": page_size,
+                             "dtype": shape.dtype, "kv_cache_dtype": shape.kv_dtype}, strict=True)
+    return p.run.backend_options(backend)

@@ -28,4 +28,5 @@ def test_kernel_variants_are_also_named_by_what_they_do():
     assert info.value.code == "AK407" and "fused_write" in info.value.expected
     assert TritonBackend(decode_variant="merge_in_kernel").decode_variant == "fused"
     assert TritonBackend(extend_variant="dense_rows_tma").extend_variant == "tma"
+    assert TritonBackend(decode_variant="split_merge").decode_variant == "fused"   # the declared name
     assert TritonMLABackend(variant="column_split_tma").variant == "tma"

@@ -99,12 +99,10 @@ def test_decode_splits_every_part_several_times(monkeypatch):
     assert min(b - a for a, b in zip(starts.tolist(), starts.tolist()[1:])) >= 2
 
 
-def test_decode_of_more_requests_than_the_fused_write_serves():
-    """Above decode.V2_MAX_BATCH requests the K/V write is its own launch (decode v1's path)."""
-    from attnkit.backends.triton.decode import V2_MAX_BATCH
-
+def test_decode_of_many_requests():
+    """Eighteen decode requests of other lengths, the K/V write its own launch."""
     layer = make_layer(num_heads=2, num_kv_heads=1, head_dim=16, dual_chunk=TOY)
-    lengths = [3 + (5 * i) % 23 for i in range(V2_MAX_BATCH + 2)]
+    lengths = [3 + (5 * i) % 23 for i in range(18)]
     seqs = make_seqs(layer.spec, lengths, seed=15)
     run = run_steps(layer, seqs, [[n - 1 for n in lengths], [1] * len(lengths)], page_size=2,
                     backend=DualChunkBackend(impl="triton"))

@@ -84,8 +84,8 @@ def test_cuda_bf16_tracks_fp32(wide_llama):
         close(a, b, rtol=5e-2)
 
 
-# 40 new tokens: at least triton_mla's mha_form_min_query (32), so this prefill takes the
-# MHA-form kernel; the shorter ones and every decode step take the absorbed kernel.
+# Prompts of 4 to 40 new tokens: the plan's kernel tables decide per request which form each
+# takes (mha_form or an absorbed kernel); every decode step takes an absorbed kernel.
 MLA_PROMPTS = [[1, 5, 9, 3, 7, 8, 20, 21, 22, 23, 24, 100, 64], [4, 6, 8, 10],
                [3, 3, 3, 3, 3, 9, 17], list(range(2, 42))]
 

@@ -59,15 +59,3 @@ def test_splits_fill_the_machine_for_one_long_request_and_stay_one_for_big_batch
     assert choose_splits(4096, 64, 8, block_n=64, num_sms=132) == (1, 4096)
     splits, chunk = choose_splits(100, 1, 8, block_n=64, num_sms=132)   # short: never below a tile
     assert splits == 1 and chunk >= 100
-
-
-def test_auto_decode_variant_is_v2_only_for_small_batches():
-    """The measured rule (decode.DECODE_VARIANT): v2 up to V2_MAX_BATCH requests, v1 above."""
-    from attnkit.backends.triton.decode import V2_MAX_BATCH
-
-    layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=64, dtype="fp16")
-    case = make_case(layer, prefix_lens=[3], new_lens=[1], page_size=4, dtype="fp16")
-    for requested in ("auto", None):
-        pick = lambda n: pick_decode_variant(requested, case.k, case.v, case.cache, 0, num_reqs=n)
-        assert pick(1) == pick(V2_MAX_BATCH) == "v2"
-        assert pick(V2_MAX_BATCH + 1) == "v1"

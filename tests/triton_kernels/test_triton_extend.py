@@ -102,13 +102,3 @@ def test_block_sizes_do_not_change_the_result(run_triton, variant):
     for cfg in (dict(BLOCK_M=16, BLOCK_N=32), dict(BLOCK_M=32, BLOCK_N=16)):
         assert_close(run_triton(case, extend_config=cfg, extend_variant=variant), case.reference(),
                      dtype="fp32", what=f"{cfg} {variant}")
-
-
-def test_auto_extend_variant_is_v2_only_without_a_cached_prefix():
-    """The measured rule (extend.EXTEND_VARIANT): v2 for a prefill with no prefix, v1 as soon as
-    any request reads a cached prefix; None means the module default, which is "auto"."""
-    layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=64, dtype="fp16")
-    case = make_case(layer, prefix_lens=[0], new_lens=[5], page_size=4, dtype="fp16")
-    for requested in ("auto", None):
-        assert pick_extend_variant(requested, case.k, case.v, case.cache, 0, prefix_lens=[0, 0]) == "v2"
-        assert pick_extend_variant(requested, case.k, case.v, case.cache, 0, prefix_lens=[0, 9]) == "v1"

@@ -61,7 +61,7 @@ def _run(case, config=None):
 def test_tma_kernel_matches_reference(name, ws, fused):
     layer_kw, case_kw, route = CASES[name]
     case = make_case(make_layer(**layer_kw, dtype="fp16"), dtype="fp16", seed=len(name), **case_kw)
-    assert tma_path.tma_route("tma", case.q, case.k, case.v, case.layer, case.cache,
+    assert tma_path.tma_route(case.q, case.k, case.v, case.layer, case.cache,
                               case.meta) == route
     out = _run(case, dict(WS=ws, FUSED_SCALE=fused))
     assert not out.isnan().any()
@@ -73,7 +73,7 @@ def test_fp8_pages_are_gathered_exactly_and_scaled(kv_dtype):
     layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=64, dtype="fp16")
     case = make_case(layer, prefix_lens=[0], new_lens=[23], page_size=4, dtype="fp16",
                      kv_dtype=kv_dtype)
-    assert tma_path.tma_route("tma", case.q, case.k, case.v, layer, case.cache, case.meta) == "rows"
+    assert tma_path.tma_route(case.q, case.k, case.v, layer, case.cache, case.meta) == "rows"
     assert_close(_run(case), case.reference(), dtype="fp16", kv_dtype=kv_dtype, what=kv_dtype)
 
 
@@ -168,33 +168,26 @@ def test_a_nan_in_one_request_stays_there(ws):
     assert_close(out[:20], ref[:20], dtype="fp16", what="request 0 beside a NaN request")
 
 
-def test_auto_takes_the_route_only_on_sm90_with_enough_work(monkeypatch):
+def test_the_route_is_the_step_s_structure_not_a_work_threshold(monkeypatch):
+    """Whether tma runs at all is the plan's (its kernel table); the route only says how: one
+    fresh request reads k / v directly, anything else a gathered copy, nothing past the
+    staging buffer's memory limit; fp32 and odd head dims are not served."""
     layer = make_layer(num_heads=4, num_kv_heads=2, head_dim=64, dtype="fp16")
     case = make_case(layer, prefix_lens=[0], new_lens=[8], page_size=4, dtype="fp16")
     args = (case.q, case.k, case.v, layer, case.cache, case.meta)
-    assert tma_path.tma_route("auto", *args) is None            # the interpreter: never auto
-    assert tma_path.tma_route("v2", *args) is None
+    assert tma_path.tma_route(*args) == "direct"
+    short = make_case(layer, prefix_lens=[60], new_lens=[4], page_size=4, dtype="fp16")
+    assert tma_path.tma_route(short.q, short.k, short.v, layer, short.cache, short.meta) == "rows"
+    monkeypatch.setattr(tma_path, "MAX_ROWS_BYTES", 64)
+    assert tma_path.tma_route(short.q, short.k, short.v, layer, short.cache, short.meta) is None
     fp32 = make_case(make_layer(num_heads=4, num_kv_heads=2, head_dim=64), prefix_lens=[0],
                      new_lens=[8], page_size=4)
-    assert tma_path.tma_route("tma", fp32.q, fp32.k, fp32.v, fp32.layer, fp32.cache,
+    assert tma_path.tma_route(fp32.q, fp32.k, fp32.v, fp32.layer, fp32.cache,
                               fp32.meta) is None                  # fp32: the paged kernels
     odd = make_layer(num_heads=2, num_kv_heads=1, head_dim=96, dtype="fp16")
     odd_case = make_case(odd, prefix_lens=[0], new_lens=[8], page_size=4, dtype="fp16")
-    assert tma_path.tma_route("tma", odd_case.q, odd_case.k, odd_case.v, odd, odd_case.cache,
+    assert tma_path.tma_route(odd_case.q, odd_case.k, odd_case.v, odd, odd_case.cache,
                               odd_case.meta) is None               # not a power of two
-    # On an sm_90 device, auto (once switched on) copies a cached prefix only when the step
-    # has the work for it.
-    monkeypatch.setattr(tma_path, "interpreting", lambda: False)
-    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
-    assert tma_path.tma_route("auto", *args) == ("direct" if tma_path.AUTO_TMA else None)
-    monkeypatch.setattr(tma_path, "AUTO_TMA", True)
-    assert tma_path.tma_route("auto", *args) == "direct"
-    short = make_case(layer, prefix_lens=[60], new_lens=[4], page_size=4, dtype="fp16")
-    assert tma_path.tma_route("auto", short.q, short.k, short.v, layer, short.cache,
-                              short.meta) is None
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
-    assert tma_path.tma_route("auto", *args) is None
 
 
 _BOX_CHECK = r'''
@@ -334,19 +327,12 @@ def test_gluon_switch_falls_back_where_gluon_cannot_run():
     assert err.value.code == "AK407"
 
 
-def test_a_tile_override_turns_the_gluon_default_off():
-    """GLUON is tma_config's default at d128 / d256; an extend_config that names a tile but not
-    GLUON asks for that Triton tile (the Gluon kernel takes no tile keys), so GLUON goes off;
-    GLUON named explicitly stands either way."""
+def test_gluon_is_a_variant_not_a_tile_default():
+    """The Gluon kernel runs where the plan lists the gluon variant (or GLUON=True is asked
+    for); no head dim turns it on by default."""
     from attnkit.backends.triton.tma_path import merged_tma_config, tma_config
 
-    for d in (128, 256):
-        assert tma_config(d, interpret=False)["GLUON"] is True
-        assert merged_tma_config(d, {}, interpret=False)["GLUON"] is True
-        for key, val in (("BLOCK_M", 64), ("BLOCK_N", 32), ("num_warps", 4), ("num_stages", 2),
-                         ("WS", False), ("FUSED_SCALE", True)):
-            cfg = merged_tma_config(d, {key: val}, interpret=False)
-            assert cfg["GLUON"] is False and cfg[key] == val
-        assert merged_tma_config(d, dict(BLOCK_N=32, GLUON=True), interpret=False)["GLUON"] is True
-        assert merged_tma_config(d, dict(GLUON=False), interpret=False)["GLUON"] is False
-    assert merged_tma_config(64, {}, interpret=False)["GLUON"] is False
+    for d in (64, 128, 256):
+        assert tma_config(d, interpret=False)["GLUON"] is False
+        assert merged_tma_config(d, dict(BLOCK_N=32), interpret=False)["BLOCK_N"] == 32
+        assert merged_tma_config(d, dict(GLUON=True), interpret=False)["GLUON"] is True

@@ -10,6 +10,7 @@ from attnkit.backends.metadata import ForwardMode
 from attnkit.backends.triton_mla import decode
 from attnkit.backends.triton_mla.backend import TritonMLABackend
 from attnkit.model.spec import MLAConfig
+from attnkit.registry.kernels import in_version_range
 
 pytestmark = pytest.mark.gpu
 DSV3 = MLAConfig(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128)
@@ -17,7 +18,7 @@ DSV3 = MLAConfig(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_
 
 def _hopper_36():
     return (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
-            and triton.__version__.startswith(decode.WS_TRITON))
+            and in_version_range(triton.__version__, decode._ws_triton()))
 
 
 needs_ws = pytest.mark.skipif(not _hopper_36(), reason="the ws kernel runs on sm_90 with Triton 3.6")

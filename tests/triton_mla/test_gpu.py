@@ -10,7 +10,7 @@ from attnkit.model.spec import MLAConfig
 pytestmark = pytest.mark.gpu
 DSV3 = MLAConfig(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128)
 SCALE = 1.0 / 192 ** 0.5
-# every absorbed split-kernel variant (the default is decode.DEFAULT_DECODE_VARIANT)
+# every absorbed split-kernel variant (the plan chooses one per bucket)
 VARIANT = pytest.mark.parametrize("variant", ["auto", "v1", "v2", "tma", "ws"])
 
 
@@ -88,11 +88,17 @@ def test_every_output_written(variant):
 @VARIANT
 @pytest.mark.parametrize("heads", [16, 128])
 def test_mixed_step_default_forms(heads, variant):
-    """Chunked prefill (MHA form, >= 32 new tokens) beside decodes and a verify-sized chunk
-    (absorbed), with KV splits and the reduce kernel in the absorbed part."""
+    """Chunked prefill (MHA form where the plan's table lists it first: 40 and 64 new tokens)
+    beside decodes and a verify-sized chunk (absorbed), with KV splits and the reduce kernel in
+    the absorbed part."""
+    from attnkit.registry.kernels import KernelRate, KernelRow, KernelTable
+    r = lambda v: KernelRate(v, 1.0, "TFLOP/s")  # noqa: E731
+    table = KernelTable("extend", rows=(KernelRow(4, 2, 1000, (r("column_split"), r("mha_form"))),
+                                        KernelRow(4, 64, 1000, (r("mha_form"), r("column_split")))),
+                        fallback=("column_split", "whole_rows", "mha_form"))
     case = make_case(_layer(heads, "bf16"), prefix_lens=[3000, 100, 0, 40], new_lens=[1, 64, 40, 3],
                      page_size=64, dtype="bf16", device="cuda", seed=6)
-    backend = TritonMLABackend(variant=variant)
+    backend = TritonMLABackend(variant=variant, kernels={"extend": table})
     step = backend.prepare(case.meta, case.cache)
     assert sorted(step.prepared) == ["absorbed", "mha"]
     out = backend.forward(case.q, case.k, case.v, case.layer, case.cache, step)

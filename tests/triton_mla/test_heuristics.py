@@ -43,18 +43,27 @@ def test_v2_tiles():
     assert absorbed_config_v2(64, 64, smem_kb=227) is None
 
 
-@pytest.mark.parametrize("heads, fp32, cache_16bit, smem_kb, expected", [
-    (128, False, True, 227, "ws"),     # the measured case: Gluon, else v1 at 64-key tiles
-    (256, False, True, 227, "ws"),
-    (64, False, True, 227, "v2"),      # fewer heads: v2 (measured at 16)
-    (128, False, False, 227, "v2"),    # fp8 cache: v1's 64-key tile not checked
-    (128, True, True, 227, "v2"),
-    (128, False, True, 163, "v2"),     # sm_80: the 64-key tile does not fit
-])
-def test_auto_variant(heads, fp32, cache_16bit, smem_kb, expected):
-    from attnkit.backends.triton_mla.decode import auto_variant
-    assert auto_variant(heads, 512, fp32=fp32, cache_16bit=cache_16bit, smem_kb=smem_kb) == expected
-    assert auto_variant(heads, 64, fp32=fp32, cache_16bit=cache_16bit, smem_kb=smem_kb) == "v2"
+def test_the_plan_tables_choose_each_request_form_and_the_absorbed_kernel():
+    """No query-length threshold in the backend: a request takes the MHA form where the plan's
+    nearest bucket lists mha_form first; the absorbed part runs the first absorbed kernel."""
+    from attnkit.backends.triton_mla.backend import TritonMLABackend
+    from attnkit.registry.kernels import KernelRate, KernelRow, KernelTable
+
+    r = lambda v: KernelRate(v, 1.0, "TFLOP/s")  # noqa: E731
+    table = KernelTable("extend", rows=(KernelRow(2, 16, 4096, (r("whole_rows"), r("mha_form"))),
+                                        KernelRow(2, 2048, 4096, (r("mha_form"), r("column_split")))),
+                        fallback=("column_split", "whole_rows", "mha_form"))
+    backend = TritonMLABackend(kernels={"extend": table})
+
+    class Meta:      # what _mha_requests and _table read of a step
+        from attnkit.backends.metadata import ForwardMode
+        mode = ForwardMode.MIXED
+        query_lens_cpu, seq_lens_cpu, prefix_lens_cpu = [1, 1500], [3000, 3500], [2999, 2000]
+    assert backend._mha_requests(Meta) == [False, True]
+    part = type("P", (), {"query_lens": [1], "kv_lens": [3000], "static_kv": None})
+    assert backend._absorbed_kernel(Meta, part) == "v1"           # whole_rows
+    assert TritonMLABackend()._mha_requests(Meta) == [False, False]   # no table: declaration order
+    assert TritonMLABackend(mha_form_min_query=2)._mha_requests(Meta) == [False, True]
 
 
 def test_ws_serves_only_the_triton_and_launch_it_was_checked_on(monkeypatch):

@@ -31,9 +31,10 @@ def test_tune_cpu_quick_writes_a_smoke_profile(tuned):
     assert prof.smoke and prof.device["kind"] == "cpu" and prof.software["torch"] == torch.__version__
     assert prof.header["runs"][0]["command"].startswith("attnkit tune")
     platform = platform_for("cpu")
-    expected = {(n, b) for b in grid.buckets(grid.CPU_QUICK) for n in serving(b, declarations(), platform, None)}
+    expected = {(n, b, None) for b in grid.buckets(grid.CPU_QUICK)
+                for n in serving(b, declarations(), platform, None)}
     assert {e.key() for e in prof.entries} == expected
-    assert {n for n, _ in expected} == {"sdpa", "torch_native"}           # triton is CUDA-only
+    assert {n for n, _, _ in expected} == {"sdpa", "torch_native"}        # triton is CUDA-only
     for e in prof.entries:
         assert e.status == "ok" and e.eager_ms > 0 and e.graph_ms is None and e.rel_err < 1e-5, e
     assert {e.bucket.shape.kind for e in prof.entries} == {"mha", "mla"}

@@ -225,3 +225,27 @@ def check_launch_config(backend: str, option: str, config) -> dict:
         elif key == "num_stages":
             check_int_option(backend, f"{option}[{key!r}]", value)
     return dict(config)
+
+
+def check_kernel_tables(backend: str, kernels, declaration) -> dict:
+    """The plan's kernel tables for ``backend`` ({role: KernelTable}), each naming only variants
+    its declaration has for that role (AK407); a copy the backend may extend."""
+    from attnkit.registry.kernels import ROLES, KernelTable
+
+    if kernels is None:
+        return {}
+    if not isinstance(kernels, dict) or not all(isinstance(t, KernelTable) and r in ROLES
+                                                 for r, t in kernels.items()):
+        from attnkit.errors import fail
+        fail("AK407", f"{backend}: kernels must map roles {', '.join(ROLES)} to KernelTables "
+                      "(Plan.run.backend_options)", field="kernels", expected="{role: KernelTable}",
+             actual=repr(kernels)[:120])
+    for role, table in kernels.items():
+        declared = {k.name for k in declaration.variants_for(role)}
+        unknown = sorted(set(table.variants()) - declared)
+        if unknown:
+            from attnkit.errors import fail
+            fail("AK407", f"{backend}: the {role} kernel table names {', '.join(unknown)}, which "
+                          f"{backend} does not declare for {role} steps", field=f"kernels[{role!r}]",
+                 expected=sorted(declared), actual=unknown)
+    return dict(kernels)

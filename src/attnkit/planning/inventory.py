@@ -28,6 +28,7 @@ def backends_report(platform, registry: Mapping[str, BackendDeclaration] | None 
             "usable": not why,
             "why_not": [{k: v for k, v in r.to_dict().items() if k not in ("layers", "phases")} for r in why],
             "capabilities": decl.capabilities.to_dict(),
+            "variants": [k.to_dict() for k in decl.variants],
         })
     info = platform.to_dict() if hasattr(platform, "to_dict") else {"kind": platform.kind, "name": platform.name}
     return {"platform": info, "backends": rows}

@@ -136,10 +136,11 @@ ROLES = {"prefill": lambda b: b.prefix == 0, "extend": lambda b: b.prefix > 0}
 
 def rank(profile: Profile, shape: Shape, phase: str, candidates: Sequence[str],
          workload: Mapping[str, int] | None = None, *, role: str | None = None,
-         page_size: int | None = None) -> Ranking | None:
+         page_size: int | None = None, allowed: Allowed = None) -> Ranking | None:
     """The profile's order of ``candidates`` (priority order) for ``phase`` (``role``: only its
     fresh-prefill or its extend buckets, see ROLES; ``page_size``: the plan's, when the user
-    fixed it); None when the profile has no such bucket that matches ``shape`` at all."""
+    fixed it; ``allowed``: the kernel variants that can run here, see best_entries); None when
+    the profile has no such bucket that matches ``shape`` at all."""
     group = nearest_static(profile, shape, phase)
     buckets = checked = at_page(group, page_size)
     if role is not None:                 # a backend wrong at any of the phase's buckets stays
@@ -148,8 +149,7 @@ def rank(profile: Profile, shape: Shape, phase: str, candidates: Sequence[str],
         return None
     if workload:
         buckets = checked = [nearest_runtime(buckets, workload)]
-    wanted = set(checked)
-    got: dict[tuple, Entry] = {e.key(): e for e in profile.entries if e.bucket in wanted}
+    got = best_entries(profile, set(checked), allowed)
     failed, complete = {}, []
     for name in candidates:
         rows = [got.get((name, b)) for b in buckets]
@@ -171,6 +171,31 @@ def rank(profile: Profile, shape: Shape, phase: str, candidates: Sequence[str],
     return Ranking(phase, profile, sorted(buckets, key=lambda b: b.runtime()), method, rates,
                    fast + rest + [n for n in candidates if n in failed], failed, near, role,
                    pages if len(pages) > 1 else ())
+
+
+Allowed = Mapping[str, frozenset[str]] | None
+
+
+def best_entries(profile: Profile, buckets: set[Bucket], allowed: Allowed = None) -> dict[tuple, Entry]:
+    """(backend, bucket) -> the entry that stands for the backend there: of a backend with kernel
+    variants, its fastest ``ok`` variant among ``allowed[backend]`` (the variants that can run
+    for this model here; a backend absent from ``allowed`` keeps all), else one that failed
+    (wrong / error), else one skipped. A backend is as fast as the best kernel the plan can
+    give it, and the plan's kernel table (planning/kernel_table.py) names that kernel."""
+    def score(e: Entry) -> tuple:
+        rate = e.rate("graph") or e.rate("eager") or 0.0
+        return ({"ok": 3, "wrong": 2, "error": 2}.get(e.status, 1), rate)
+    out: dict[tuple, Entry] = {}
+    for e in profile.entries:
+        if e.bucket not in buckets:
+            continue
+        if e.variant is not None and allowed is not None and e.backend in allowed \
+                and e.variant not in allowed[e.backend]:
+            continue
+        key = (e.backend, e.bucket)
+        if key not in out or score(e) > score(out[key]):
+            out[key] = e
+    return out
 
 
 def at_page(buckets: list[Bucket], wanted: int | None) -> list[Bucket]:

@@ -11,11 +11,13 @@ from attnkit.errors import AttnkitError
 from attnkit.model.summary import model_info
 from attnkit.planning.plan import Plan
 from attnkit.planning.reasons import Reason, merge
+from attnkit.planning.run import run_spec
 from attnkit.planning.view import View
 
 
 def build_plan(v: View, error: AttnkitError | None, *, table, adjustments: list[dict[str, Any]],
-               warnings: list[str], alternatives: dict[str, list[str]]) -> Plan:
+               warnings: list[str], alternatives: dict[str, list[str]],
+               kernels: dict[str, Any] | None = None, kernel_why: dict[str, str] | None = None) -> Plan:
     """The Plan of a finished run: chosen backends and why (when ``error`` is None), settings,
     adjustments, every considered candidate's reasons, and the causes all of them share."""
     considered = {n for e in table for n in e.backends} | set(v.explicit.values()) | set(v.backends.values())
@@ -41,7 +43,10 @@ def build_plan(v: View, error: AttnkitError | None, *, table, adjustments: list[
         extend_backend=(v.backends["extend"] or v.backends["prefill"]) if ok else None,
         why=dict(v.why) if ok else {}, settings=settings, adjustments=adjustments, rejected=rejected,
         shared=shared, alternatives=alternatives if ok else {}, warnings=warnings,
-        error=None if ok else error_dict(error, v))
+        error=None if ok else error_dict(error, v),
+        kernel_why=dict(kernel_why or {}) if ok else {},
+        run=run_spec(v.backends, settings, v.platform, kernels or {}, has_decode="decode" in v.phases)
+        if ok else None)
 
 
 def error_dict(err: AttnkitError, v: View) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from attnkit.planning.measured import geomean, nearest_runtime, nearest_static, rate_text, source_text
+from attnkit.planning.measured import geomean, nearest_runtime, nearest_static, rate_text, source_text, best_entries
 from attnkit.planning.profile import UNITS, Bucket, Profile, Shape
 
 # Another page size is filled only when its geometric-mean rate beats the default's by more
@@ -48,7 +48,7 @@ class PageGain:
 
 
 def page_gain(profile: Profile, shape: Shape, backend: str, base: int, sizes: Iterable[int],
-              workload: Mapping[str, int] | None = None) -> PageGain | None:
+              workload: Mapping[str, int] | None = None, allowed=None) -> PageGain | None:
     """The fastest of ``sizes`` at which ``profile`` measured ``backend`` decoding ``shape`` more
     than MARGIN faster than at page size ``base``, over the same buckets; None if none did."""
     group = nearest_static(profile, shape, "decode")
@@ -59,7 +59,8 @@ def page_gain(profile: Profile, shape: Shape, backend: str, base: int, sizes: It
     if workload:
         ours = [nearest_runtime(ours, workload)]
     ours.sort(key=lambda b: b.runtime())
-    ok = {e.bucket: e for e in profile.entries if e.backend == backend and e.status == "ok"}
+    best_of = best_entries(profile, set(group), allowed)   # its fastest kernel variant that can run
+    ok = {b: e for (n, b), e in best_of.items() if n == backend and e.status == "ok"}
     alike = {(b.runtime(), b.page_size): b for b in group}
     best = None
     for size in sorted(set(sizes) - {base}):

@@ -9,6 +9,7 @@ from typing import Any
 
 from attnkit.errors import AttnkitError
 from attnkit.planning.reasons import Reason
+from attnkit.planning.run import RunSpec
 
 SCHEMA_VERSION = 1
 
@@ -34,6 +35,8 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
     error: dict[str, Any] | None = None
     profile: dict[str, Any] | None = None                         # the device profile used, if any
+    run: RunSpec | None = None                                     # what runs (None when not ok)
+    kernel_why: dict[str, str] = field(default_factory=dict)      # role -> its kernel variants, as measured
 
     @classmethod
     def failed(cls, err: AttnkitError, *, model: str | None = None, platform: dict[str, Any] | None = None,
@@ -66,6 +69,7 @@ class Plan:
             "decode_backend": self.decode_backend,
             "extend_backend": self.extend_backend,
             "why": dict(self.why),
+            "kernel_why": dict(self.kernel_why),
             "settings": dict(self.settings),
             "adjustments": [dict(a) for a in self.adjustments],
             "rejected": {name: [{**r.to_dict(), "shared": r.key() in shared_keys} for r in reasons]
@@ -75,4 +79,5 @@ class Plan:
             "warnings": list(self.warnings),
             "error": self.error,
             "profile": self.profile,
+            "run": None if self.run is None else self.run.to_dict(),
         }

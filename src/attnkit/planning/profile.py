@@ -102,6 +102,7 @@ class Entry:
     eager_ms: float | None = None
     rel_err: float | None = None
     note: str = ""
+    variant: str | None = None      # the backend's kernel variant timed (None: its only kernel)
 
     @property
     def unit(self) -> str:
@@ -115,10 +116,11 @@ class Entry:
         return self.work / ms / (1e6 if self.bucket.phase == "decode" else 1e9)
 
     def key(self) -> tuple:
-        return (self.backend, self.bucket)
+        return (self.backend, self.bucket, self.variant)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"backend": self.backend, "phase": self.bucket.phase, "bucket": self.bucket.to_dict(),
+        return {"backend": self.backend, **({"variant": self.variant} if self.variant else {}),
+                "phase": self.bucket.phase, "bucket": self.bucket.to_dict(),
                 "status": self.status, "work": self.work, "unit": self.unit,
                 "graph_ms": self.graph_ms, "eager_ms": self.eager_ms,
                 "rate_graph": _round(self.rate("graph")), "rate_eager": _round(self.rate("eager")),
@@ -204,6 +206,7 @@ def parse_profile(data: Any, *, where: str = "<profile>") -> Profile:
 def _entry(row: Any, where: str, at: str) -> Entry:
     row = _obj(row, where, at)
     backend = _str(row.get("backend"), where, f"{at}.backend")
+    variant = None if row.get("variant") is None else _str(row.get("variant"), where, f"{at}.variant")
     raw = _obj(row.get("bucket"), where, f"{at}.bucket")
     types = {**{n: f.type for n, f in Shape.__dataclass_fields__.items()}, **_STEP_FIELDS}
     values = {}
@@ -245,7 +248,7 @@ def _entry(row: Any, where: str, at: str) -> Entry:
     note = row.get("note") or ""
     if not isinstance(note, str):
         raise malformed(where, f"{at}.note", f"must be a string, got {type(note).__name__}")
-    return Entry(backend, bucket, status, float(work), note=note, **times)
+    return Entry(backend, bucket, status, float(work), note=note, variant=variant, **times)
 
 
 def malformed(where: Any, at: str, what: str) -> AttnkitError:

@@ -41,6 +41,7 @@ class ProfileChoice:
         self.rankings: dict[str, measured.Ranking] = {}       # phase, or "extend" -> its ranking
         self._split: dict[str, measured.Ranking] | None = None
         self._notes: dict[str, list[str]] = {}                 # phase -> the warnings its order() added
+        self.allowed: measured.Allowed = None                  # backend -> kernel variants that can run
 
     def info(self) -> dict[str, Any] | None:
         if self.profile is None:
@@ -53,7 +54,7 @@ class ProfileChoice:
         if self.profile is None or shape is None:
             return candidates
         ranking = measured.rank(self.profile, shape, phase, candidates, self.workload.get(phase),
-                                page_size=settings.get("page_size"))
+                                page_size=settings.get("page_size"), allowed=self.allowed)
         notes = [] if ranking is None else ranking.failure_warnings()
         if ranking is not None:
             self.rankings[phase] = ranking
@@ -73,7 +74,7 @@ class ProfileChoice:
         if self.profile is None or shape is None or "prefill" in self.workload or "decode" not in model.phases:
             return None
         fresh, extend = (measured.rank(self.profile, shape, "prefill", candidates, role=r,
-                                       page_size=settings.get("page_size")) for r in ("prefill", "extend"))
+                                       page_size=settings.get("page_size"), allowed=self.allowed) for r in ("prefill", "extend"))
         if not (fresh and extend and fresh.measured and extend.measured) or fresh.measured[0] == extend.measured[0]:
             return None
         self._split = {"prefill": fresh, "extend": extend}
@@ -115,7 +116,7 @@ class ProfileChoice:
             return ""
         for prof in shipped_profiles(self.platform.kind):
             ranking = measured.rank(prof, shape, phase, backends, self.workload.get(phase),
-                                    page_size=settings.get("page_size"))
+                                    page_size=settings.get("page_size"), allowed=self.allowed)
             if ranking is not None and ranking.measured:
                 return " " + ranking.evidence(self.platform)
         return ""
@@ -126,7 +127,7 @@ class ProfileChoice:
         if self.profile is None or shape is None:
             return []
         ranking = measured.rank(self.profile, shape, phase, [name], self.workload.get(phase),
-                                page_size=settings.get("page_size"))
+                                page_size=settings.get("page_size"), allowed=self.allowed)
         return [] if ranking is None else ranking.failure_warnings("; named, so it runs anyway")
 
     def page_gain(self, decode: str, base: int, sizes: list[int], model, settings) -> tuple[int, str] | None:
@@ -136,7 +137,8 @@ class ProfileChoice:
         shape = measured.model_shape(model, settings)
         if self.profile is None or shape is None:
             return None
-        gain = page_gain(self.profile, shape, decode, base, sizes, self.workload.get("decode"))
+        gain = page_gain(self.profile, shape, decode, base, sizes, self.workload.get("decode"),
+                         allowed=self.allowed)
         if gain is None:
             return None
         ranked = self.rankings.get("decode")
@@ -144,7 +146,7 @@ class ProfileChoice:
             # the plan must be its own fixed point: ranked at the size it fills, the decode
             # choice must stay (else `plan --page-size N` would pick another backend)
             again = measured.rank(self.profile, shape, "decode", ranked.order,
-                                  self.workload.get("decode"), page_size=gain.size)
+                                  self.workload.get("decode"), page_size=gain.size, allowed=self.allowed)
             if again is None or not again.measured or again.measured[0] != decode:
                 return None
         return gain.size, gain.reason(self.platform)

@@ -31,6 +31,11 @@ def plan_text(plan: Plan, *, short: bool = False) -> str:
             key = phase.split("+")[0]
             out.append(f"  {phase:<15} {d[f'{key}_backend'] or 'none'}")
             out += [] if short else _wrap(d["why"].get(key, ""), indent=4)
+            roles = {"prefill+decode": ("prefill", "extend", "decode"), "extend": ("extend",),
+                     "decode": ("decode",), "prefill": ("prefill",) if split else ("prefill", "extend")}[phase]
+            for role in roles if not short else ():
+                if role in d["kernel_why"]:
+                    out += _wrap(d["kernel_why"][role].replace("kernels:", f"kernels for {role} steps:", 1), indent=4)
         alts = {k: v for k, v in d["alternatives"].items() if v}
         if alts and not short:
             seen = list(alts.values())

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from attnkit.errors import AttnkitError
 from attnkit.model.spec import ModelAttention
-from attnkit.planning import failures, priorities
+from attnkit.planning import failures, kernel_table, priorities
 from attnkit.planning.options import check_options
 from attnkit.planning.outcome import build_plan
 from attnkit.planning.pages import common_page_sizes
@@ -34,6 +34,7 @@ from attnkit.planning.verified import unverified_warnings
 from attnkit.planning.view import Release, View
 from attnkit.registry import names
 from attnkit.registry.capabilities import PHASES, BackendDeclaration
+from attnkit.registry.kernels import KernelTable
 
 SETTING_FIELDS = ("dtype", "kv_cache_dtype", "page_size", "tp_size", "speculative_tokens",
                   "cuda_graph", "dual_chunk")
@@ -114,6 +115,8 @@ class Solve:
         self.needs = self._needs()               # what every layer asks of attention
         self.env_used: dict[str, str] = {}       # ATTNKIT_* variables that changed the request
         self.measured: ProfileChoice | None = None   # the device profile's ranking (set by plan)
+        self.kernels: dict[str, KernelTable] = {}   # role -> the chosen backend's kernel table
+        self.kernel_why: dict[str, str] = {}        # role -> which variants run, as measured
 
     # ---- the steps -------------------------------------------------------------------------
     def run(self, env: Mapping[str, str]) -> Plan:
@@ -129,10 +132,12 @@ class Solve:
             self._choose()
             self._apply(AFTER)
             self.warnings += unverified_warnings(self.registry, self.backends.values(), self.platform)
+            self._kernels()
         except AttnkitError as err:
             error = err
         return build_plan(self.view(), error, table=self.table, adjustments=self.adjustments,
-                          warnings=self.warnings, alternatives=self.alternatives)
+                          warnings=self.warnings, alternatives=self.alternatives, kernels=self.kernels,
+                          kernel_why=self.kernel_why)
 
     def view(self) -> View:
         """A read-only snapshot of this run, for rules and failure builders."""
@@ -219,8 +224,31 @@ class Solve:
     def _record(self, field: str, old: Any, new: Any, rule: str, reason: str) -> None:
         self.adjustments.append({"field": field, "from": old, "to": new, "rule": rule, "reason": reason})
 
+    def _facts(self) -> dict[str, Any]:
+        default = config_dtype(self.model, self.platform)[0]
+        return kernel_table.model_facts(self.model, {"dtype": default, **{
+            k: v for k, v in self.settings.items() if v is not None}})
+
+    def _kernels(self) -> None:
+        """Each role's kernel table for its chosen backend, at the final settings, and a line
+        for the role's reason naming the variants and their measured rates."""
+        facts = self._facts()
+        allowed = kernel_table.allowed_variants(self.registry, self.platform, facts)
+        profile = self.measured.profile if self.measured is not None else None
+        settings = {"dtype": facts["dtype"], **{k: v for k, v in self.settings.items() if v is not None}}
+        self.kernels = kernel_table.kernel_tables(profile, self.registry, self.backends, self.model,
+                                                  settings, allowed)
+        for role, table in self.kernels.items():
+            name = self.backends.get(role) or self.backends["prefill"]
+            decl = self.registry[name]
+            left_out = {k: why for k, why in kernel_table.misfits(decl, self.platform, facts).items()
+                        if role in next(v for v in decl.variants if v.name == k).roles}
+            self.kernel_why[role] = kernel_table.describe(table, left_out)
+
     def _choose(self) -> None:
         """Fixed phases (named or rule-chosen) must serve; open phases walk the priority table."""
+        if self.measured is not None:
+            self.measured.allowed = kernel_table.allowed_variants(self.registry, self.platform, self._facts())
         unserved = [f for f in self.needs.features
                     if not any(f in d.capabilities.features for d in self.registry.values())]
         if unserved:

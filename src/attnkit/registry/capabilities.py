@@ -129,3 +129,12 @@ class BackendDeclaration:
     # as page_sizes_for(model) -> the sizes allowed for it (any iterable), or None for no limit
     # beyond ``capabilities.page_sizes``; every page size the planner picks or suggests obeys it.
     page_sizes_for: str | None = None
+    # The backend's kernel variants (registry/kernels.py), each with an envelope of its own;
+    # () for a backend with one kernel per phase. attnkit tune measures each; the plan picks.
+    variants: tuple = ()
+    # Optional "module:function" (torch-free) giving a variant's launch configuration,
+    # launch_config(variant, *, head_dim, dtype) -> dict | None; the plan prints it.
+    launch_config: str | None = None
+
+    def variants_for(self, role: str) -> tuple:
+        return tuple(k for k in self.variants if role in k.roles)

@@ -46,11 +46,15 @@ def _grid(decode_b, decode_ctx, prefill, pages=(PAGE_SIZE,)) -> Runtime:
     return Runtime(tuple((b, c) for b in decode_b for c in decode_ctx), tuple(prefill), pages)
 
 
+# prefill (new, prefix, batch): fresh prefills, extends over a prefix, and small extends of a
+# batch (speculative verify, chunked-prefill tails) where a kernel that copies every key loses
 MHA_MAIN = _grid((1, 16, 64, 128), (1024, 4096, 32768),
-                 [(2048, 0, 1), (16384, 0, 1), (2048, 8192, 1), (2048, 32768, 1)])
+                 [(2048, 0, 1), (16384, 0, 1), (2048, 0, 8), (2048, 8192, 1), (2048, 32768, 1),
+                  (16, 4096, 16)])
 MHA_SIDE = Runtime(((64, 4096), (1, 32768)), ((16384, 0, 1), (2048, 32768, 1)))
 FP8_SIDE = Runtime(((1, 32768), (64, 4096)), ())
-MLA_MAIN = _grid((1, 32, 128), (1024, 4096, 32768), [(2048, 32768, 1), (4096, 0, 1)], MLA_DECODE_PAGES)
+MLA_MAIN = _grid((1, 32, 128), (1024, 4096, 32768), [(2048, 32768, 1), (4096, 0, 1), (16, 4096, 32)],
+                 MLA_DECODE_PAGES)
 MLA_FP8 = Runtime(((128, 4096),), (), MLA_DECODE_PAGES)
 QUICK_MHA = _grid((1, 64), (4096, 32768), [(16384, 0, 1), (2048, 32768, 1)])
 QUICK_MLA = Runtime(((128, 4096),), ((2048, 32768, 1),), MLA_DECODE_PAGES)

@@ -24,6 +24,7 @@ from attnkit.model.spec import ModelAttention
 from attnkit.planning.profile import Bucket, Entry, Profile, load_profile
 from attnkit.planning.profile_search import cache_dir
 from attnkit.planning.reasons import check_backend, model_needs
+from attnkit.registry.kernels import KernelTable, takes_step, variant_misfits
 from attnkit.tune import grid as grids
 from attnkit.tune.case import TOLERANCE, check, layer_spec, make_case, work
 from attnkit.tune.environment import device_info, platform_for, slug, software
@@ -63,8 +64,8 @@ def tune(*, device: str = "cuda", quick: bool = False, models: Sequence[ModelAtt
     done = {e.key() for e in entries}
     from attnkit.registry import declarations, load_backend
     registry = declarations()
-    jobs = [(b, n) for b in grids.buckets(shapes) for n in serving(b, registry, platform, backends)
-            if (n, b) not in done]
+    jobs = [(b, n, k) for b in grids.buckets(shapes) for n in serving(b, registry, platform, backends)
+            for k in variants_to_time(b, registry[n], platform) if (n, b, k) not in done]
     if not jobs and not entries:
         raise AttnkitError("AK233", f"no backend to time on {platform.name}"
                            + (f" among {', '.join(backends)}" if backends else ""),
@@ -73,12 +74,13 @@ def tune(*, device: str = "cuda", quick: bool = False, models: Sequence[ModelAtt
         {"command": command, "started": _now(), "measured": len(jobs), "seconds": None}]
     bar = Progress(len(jobs), stream if stream is not None else sys.stderr)
     start, case = time.perf_counter(), None
-    for i, (b, name) in enumerate(jobs):
+    for i, (b, name, variant) in enumerate(jobs):
         if case is None or case.bucket != b:
             case = None
             _free(device)
             case = make_case(b, device)
-        entry = measure_entry(case, load_backend(name), device)
+        options = {} if variant is None else {"kernels": {role_of(b): KernelTable.only(role_of(b), variant)}}
+        entry = measure_entry(case, load_backend(name, **options), device, variant=variant)
         entries.append(entry)
         runs[-1]["seconds"] = round(time.perf_counter() - start, 1)
         prof = write(path, head, entries, runs, smoke=device == "cpu")
@@ -101,11 +103,28 @@ def serving(b: Bucket, registry, platform, only: Sequence[str] | None) -> list[s
             and not check_backend(d, model=model, needs=needs, platform=platform, phase=b.phase, settings=settings)]
 
 
-def measure_entry(case, backend, device: str) -> Entry:
-    """Check, then time, one backend on one case."""
+def role_of(b: Bucket) -> str:
+    """The plan role a bucket measures: decode, a fresh prefill, or an extend over a prefix."""
+    return "decode" if b.phase == "decode" else "prefill" if b.prefix == 0 else "extend"
+
+
+def variants_to_time(b: Bucket, decl, platform) -> list[str | None]:
+    """The backend's kernel variants that can run bucket ``b`` here (each is timed on its own),
+    or [None] for a backend with one kernel."""
+    if not decl.variants:
+        return [None]
+    facts = dict(dtype=b.shape.dtype, kv_dtype=b.shape.kv_dtype, head_dim=b.shape.head_dim,
+                 heads=b.shape.heads, page_size=b.page_size, features=frozenset(), causal=True)
+    return [k.name for k in decl.variants_for(role_of(b))
+            if not variant_misfits(k, platform=platform, **facts)
+            and takes_step(k, num_reqs=b.batch, has_prefix=b.prefix > 0)]
+
+
+def measure_entry(case, backend, device: str, *, variant: str | None = None) -> Entry:
+    """Check, then time, one backend (one kernel variant of it) on one case."""
     b = case.bucket
     tol = TOLERANCE[b.shape.dtype]
-    base = dict(backend=backend.name, bucket=b, work=work(b))
+    base = dict(backend=backend.name, bucket=b, work=work(b), variant=variant)
     try:
         step = backend.prepare(case.meta, case.cache)
         fwd = lambda: backend.forward(case.q, case.k, case.v, case.layer, case.cache, step)  # noqa: E731
@@ -176,7 +195,7 @@ class Progress:
     def done(self, n: int, e: Entry) -> None:
         rate = e.rate("graph") or e.rate("eager")
         what = f"{e.status}" + (f" {rate:.4g} {e.unit}" if rate else f" ({e.note[:60]})" if e.note else "")
-        line = f"{n}/{self.total} {e.backend} {e.bucket.phase} {e.bucket.label()} {e.bucket.shape.label()}: {what}"
+        line = f"{n}/{self.total} {e.backend}{'/' + e.variant if e.variant else ''} {e.bucket.phase} {e.bucket.label()} {e.bucket.shape.label()}: {what}"
         if self.live:
             filled = 24 * n // max(self.total, 1)
             line = f"\r[{'#' * filled}{'.' * (24 - filled)}] {line} ({time.perf_counter() - self.start:.0f} s)\x1b[K"

@@ -28,8 +28,7 @@ from attnkit.backends.dual_chunk.parts import chunk_groups, fold_part, part_rang
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
 from attnkit.backends._triton import interpreting, kernel_scales, padded_dim, write_kv
 from attnkit.backends.triton.backend import query_blocks, sm_count, split_buffers
-from attnkit.backends.triton.decode import (choose_splits, decode_attention, decode_config,
-                                             pick_decode_variant)
+from attnkit.backends.triton.decode import choose_splits, decode_attention, decode_config
 from attnkit.backends.triton.extend import extend_attention, extend_config
 
 I32 = torch.int32
@@ -227,9 +226,10 @@ def triton_dual_chunk(q3, k, v, layer, cache, plan: DcaTritonStep, cl: int) -> t
         splits, chunk, starts = groups.decode_splits(spec.num_kv_heads, block_n, plan.num_sms)
         seq_lens, tables = groups.decode_tables()
         partials = plan.split_buffers(spec.num_heads, padded_dim(spec.value_dim), splits)
-        fused = pick_decode_variant(None, k, v, cache, lid, num_reqs=num_q) == "v2"
-        if not fused:
-            write_kv(cache, lid, meta.slot_mapping, k, v)
+        # the general decode kernel (its own K/V write first): dual chunk steps get no kernel
+        # table from the plan, so no measured variant choice applies here
+        fused = False
+        write_kv(cache, lid, meta.slot_mapping, k, v)
         decode_attention(q3, k_cache, v_cache, out, seq_lens=seq_lens, block_tables=tables,
                          num_splits=splits, chunk=chunk, partials=partials, config=cfg,
                          part_starts=starts, new_kv=(k, v, meta.slot_mapping) if fused else None,

@@ -4,34 +4,39 @@ Per step ``prepare`` turns the batch metadata into int32 index tensors once and 
 what depends on a layer's shape (query-block tables per block size, split counts and
 partial buffers per KV-head count): the first layer builds them, the others reuse them.
 Per layer ``forward`` writes the new K/V into the cache, then runs extend
-(EXTEND / MIXED / VERIFY) or decode (DECODE); IDLE returns an empty output. Each kernel has
-two variants (``EXTEND_VARIANT`` in extend.py, ``DECODE_VARIANT`` in decode.py): extend v2
-reads the new tokens' K/V from k / v instead of the cache, decode v2 does the K/V write
-inside its kernel (no separate launch); "auto" picks per step what measured faster.
+(EXTEND / MIXED / VERIFY) or decode (DECODE); IDLE returns an empty output. Which kernel
+variant runs (declaration.py: split / split_write / split_merge for decodes; paged /
+paged_new_kv / tma / gluon for prefills and extends) is the plan's choice: the backend is
+handed the plan's kernel tables (``kernels``) and per step runs the first variant listed for
+the nearest measured bucket that can take the step (registry/kernels.py). Without tables it
+runs the first that can, in declaration order.
 Inputs are validated by AttentionBackend.forward (base.py) before ``_forward`` runs.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Mapping
 
 import torch
 
 from attnkit.backends.base import (AttentionBackend, RuntimeLayer, StepState, check_int_option,
-                                   check_launch_config, check_option, required_tensors)
+                                   check_kernel_tables, check_launch_config, check_option,
+                                   required_tensors)
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
 from attnkit.backends._triton import interpreting, kernel_scales, padded_dim, write_kv
 from attnkit.backends.triton.declaration import DECLARATION
-from attnkit.backends.triton.decode import (DECODE_VARIANT, DECODE_VARIANT_NAMES, DECODE_VARIANTS,
-                                             auto_decode_variant, choose_splits, decode_attention,
-                                             decode_config, decode_span, max_decode_span,
-                                             pick_decode_variant)
+from attnkit.backends.triton import decode as decode_kernels
+from attnkit.backends.triton import extend as extend_kernels
+from attnkit.backends.triton.decode import (choose_splits, decode_attention, decode_config,
+                                             decode_span, fused_write_ok, max_decode_span)
 from attnkit.backends.triton.decode_merge import merge_counters
-from attnkit.backends.triton.extend import (EXTEND_VARIANT, EXTEND_VARIANT_NAMES, EXTEND_VARIANTS,
-                                             extend_attention, extend_config, pick_extend_variant)
+from attnkit.backends.triton.extend import extend_attention, extend_config, new_kv_ok
 from attnkit.backends.triton.extend_new_kv import extend_attention_v2
 from attnkit.backends.triton.tma_path import (TMA_ONLY_KEYS, check_tma_override,
                                               merged_tma_config, run_tma_extend, tma_route)
+from attnkit.backends.triton.tma_path import gluon_prefill_ready
 from attnkit.errors import fail
+from attnkit.registry.kernels import KernelTable, step_point
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _KV_DTYPES = _DTYPES + (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -52,7 +57,8 @@ class TritonStep:
     splits: dict = field(default_factory=dict)     # (H_kv, window, attn chunk, BLOCK_N) -> (splits, chunk)
     partials: dict = field(default_factory=dict)   # (H_q, BLOCK_DV, splits) -> 3 f32 buffers
     rows: dict = field(default_factory=dict)       # tma_path.row_layout of the padded K/V rows
-    counters: torch.Tensor | None = None           # decode "fused": merge tickets, zeros
+    counters: torch.Tensor | None = None           # decode split_merge: merge tickets, zeros
+    variants: tuple[str, ...] = ()                 # the plan's variants for this step, in order
 
     def query_blocks(self, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Request index and first query row of every BLOCK_M-row query block, the blocks
@@ -114,27 +120,33 @@ def sm_count(device: torch.device) -> int:
 
 
 class TritonBackend(AttentionBackend):
-    """Options (keyword-only) override the per-shape launch heuristics, for tests and
-    benchmarks: ``extend_config`` / ``decode_config`` dicts (BLOCK_M, BLOCK_N, num_warps,
-    num_stages), ``num_splits`` (decode KV splits; the chunk follows from it) and
-    ``extend_variant`` / ``decode_variant`` ("v1" / "v2" / "auto", or by what they do:
-    extend "paged_kv" / "new_kv_direct", decode "separate_write" / "fused_write"; defaults
-    extend.EXTEND_VARIANT and decode.DECODE_VARIANT, both "auto": chosen per step from
-    measurements)."""
+    """Options (keyword-only): ``kernels``, the plan's kernel tables ({role: KernelTable},
+    Plan.run.backend_options), or ``extend_variant`` / ``decode_variant`` to run one variant
+    (tests, benchmarks: "v1" / "v2" / "tma" / "gluon" for extends, "v1" / "v2" / "fused" for
+    decodes, or the declared names); ``extend_config`` / ``decode_config`` dicts (BLOCK_M,
+    BLOCK_N, num_warps, num_stages) over a variant's launch configuration, ``num_splits``
+    (decode KV splits; the chunk follows from it)."""
 
     name = "triton"
 
-    def __init__(self, *, extend_config: dict | None = None, decode_config: dict | None = None,
+    def __init__(self, *, kernels: Mapping[str, KernelTable] | None = None,
+                 extend_config: dict | None = None, decode_config: dict | None = None,
                  num_splits: int | None = None, extend_variant: str | None = None,
                  decode_variant: str | None = None):
-        extend_variant = EXTEND_VARIANT_NAMES.get(extend_variant, extend_variant)
-        decode_variant = DECODE_VARIANT_NAMES.get(decode_variant, decode_variant)
+        extend_variant = extend_kernels.EXTEND_VARIANT_NAMES.get(extend_variant, extend_variant)
+        decode_variant = decode_kernels.DECODE_VARIANT_NAMES.get(decode_variant, decode_variant)
         check_option("triton", "extend_variant", extend_variant,
-                     (None, "auto", *EXTEND_VARIANTS, *EXTEND_VARIANT_NAMES))
+                     (None, *extend_kernels.EXTEND_VARIANTS, "gluon", *extend_kernels.EXTEND_VARIANT_NAMES))
         check_option("triton", "decode_variant", decode_variant,
-                     (None, "auto", *DECODE_VARIANTS, *DECODE_VARIANT_NAMES))
+                     (None, *decode_kernels.DECODE_VARIANTS, *decode_kernels.DECODE_VARIANT_NAMES))
         self.extend_variant = extend_variant
         self.decode_variant = decode_variant
+        self.kernels = check_kernel_tables(self.name, kernels, DECLARATION)
+        for role, variant in (("prefill", extend_variant), ("extend", extend_variant),
+                              ("decode", decode_variant)):
+            if variant is not None:        # one variant, asked for by name: it alone runs
+                names = decode_kernels.PLAN_NAMES if role == "decode" else extend_kernels.PLAN_NAMES
+                self.kernels[role] = KernelTable.only(role, names[variant])
         self.extend_override = check_launch_config(self.name, "extend_config", extend_config)
         check_tma_override(self.extend_override)
         self.decode_override = check_launch_config(self.name, "decode_config", decode_config)
@@ -147,10 +159,17 @@ class TritonBackend(AttentionBackend):
         plan = TritonStep(meta=meta, query_start_loc=i32(meta.query_start_loc),
                               seq_lens=i32(meta.seq_lens), block_tables=i32(meta.block_tables),
                               num_sms=sm_count(dev))
-        want = self.decode_variant or DECODE_VARIANT
-        if meta.mode is ForwardMode.DECODE and "fused" in (want, auto_decode_variant(meta.num_reqs)):
+        plan.variants = self._variants(meta)
+        if meta.mode is ForwardMode.DECODE and "split_merge" in plan.variants[:1]:
             plan.counters = merge_counters(meta.num_reqs, dev)   # zeroed outside any graph
         return StepState(meta=meta, prepared=plan)
+
+    def _variants(self, meta: BatchMetadata, *, max_kv: int | None = None) -> tuple[str, ...]:
+        """The variants the plan lists for this step, in its order (step_point: the step's
+        batch, new tokens and context)."""
+        role = step_role(meta)
+        table = self.kernels.get(role) or DEFAULT_TABLES[role]
+        return table.candidates(*step_point(meta.query_lens_cpu, meta.seq_lens_cpu, max_kv=max_kv))
 
     def capture_plan(self, meta: BatchMetadata, cache, *, max_seq_len: int) -> StepState:
         """The static decode plan: meta's own tensors (int32, read in place), split counts
@@ -158,6 +177,7 @@ class TritonBackend(AttentionBackend):
         plan = TritonStep(meta=meta, query_start_loc=meta.query_start_loc,
                               seq_lens=meta.seq_lens, block_tables=meta.block_tables,
                               num_sms=sm_count(cache.device), max_kv=max_seq_len)
+        plan.variants = self._variants(meta, max_kv=max_seq_len)
         return StepState(meta=meta, prepared=plan)
 
     def _forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):
@@ -169,10 +189,9 @@ class TritonBackend(AttentionBackend):
             return q.new_empty(0, spec.num_heads * spec.value_dim)
         _check_device(q)
         decode = meta.mode is ForwardMode.DECODE
-        decode_variant = decode and pick_decode_variant(self.decode_variant, k, v, cache, lid,
-                                                        num_reqs=meta.num_reqs)
-        fused_write = decode_variant in ("v2", "fused")
-        if not fused_write:     # decode v2 writes the new K/V inside its kernel
+        variant = self._runnable(plan, q, k, v, layer, cache, meta)
+        fused_write = variant in ("split_write", "split_merge")
+        if not fused_write:     # split_write / split_merge write the new K/V inside the kernel
             write_kv(cache, lid, meta.slot_mapping, k, v)
         out = torch.empty(q.shape[0], spec.num_heads, spec.value_dim, dtype=q.dtype, device=q.device)
         softcap = spec.logit_softcap
@@ -190,31 +209,40 @@ class TritonBackend(AttentionBackend):
                              block_tables=plan.block_tables, num_splits=splits, chunk=chunk,
                              partials=partials, config=cfg, **common,
                              new_kv=(k, v, meta.slot_mapping) if fused_write else None,
-                             counters=plan.counters if decode_variant == "fused" else None)
-        elif (route := tma_route(self.extend_variant or EXTEND_VARIANT, q, k, v, layer, cache,
-                                 meta)) is not None:
+                             counters=plan.counters if variant == "split_merge" else None)
+        elif variant in ("tma", "gluon"):
             cfg = merged_tma_config(spec.head_dim, self.extend_override, interpret=interpreting())
+            cfg["GLUON"] = variant == "gluon" or bool(self.extend_override.get("GLUON"))
             block_req, block_m = plan.query_blocks(cfg["BLOCK_M"])
             common.pop("attention_chunk")        # None here: tma_route refuses chunked layers
-            run_tma_extend(route, q, k, v, out, cache, lid, plan, config=cfg, block_req=block_req,
-                           block_m=block_m, causal=spec.causal, **common)
+            run_tma_extend(tma_route(q, k, v, layer, cache, meta), q, k, v, out, cache, lid, plan,
+                           config=cfg, block_req=block_req, block_m=block_m, causal=spec.causal,
+                           **common)
         else:
-            variant = pick_extend_variant(self.extend_variant, k, v, cache, lid,
-                                          prefix_lens=meta.prefix_lens_cpu)
+            kernel = "v2" if variant == "paged_new_kv" else "v1"
             # a step the tma kernel does not serve: its switches are not the paged kernels'
             # (Triton on a GPU raises KeyError on a keyword a kernel does not take)
             paged = {key: val for key, val in self.extend_override.items() if key not in TMA_ONLY_KEYS}
             cfg = extend_config(spec.head_dim, q.dtype, interpret=interpreting(),
-                                variant=variant) | paged
+                                variant=kernel) | paged
             block_req, block_m = plan.query_blocks(cfg["BLOCK_M"])
             common.update(block_req=block_req, block_m=block_m, query_start_loc=plan.query_start_loc,
                           seq_lens=plan.seq_lens, block_tables=plan.block_tables,
                           causal=spec.causal, config=cfg)
-            if variant == "v2":
+            if kernel == "v2":
                 extend_attention_v2(q, k, v, k_cache, v_cache, out, **common)
             else:
                 extend_attention(q, k_cache, v_cache, out, **common)
         return out.view(q.shape[0], spec.num_heads * spec.value_dim)
+
+    def _runnable(self, plan: TritonStep, q, k, v, layer, cache, meta) -> str:
+        """The first of the plan's variants for this step that can take it here (each variant's
+        own conditions: dtypes of the cache, a route the tma kernel serves ...); the general
+        kernel of the role (split / paged) when none of them can."""
+        for variant in plan.variants:
+            if RUNNABLE[variant](q, k, v, layer, cache, meta):
+                return variant
+        return "split" if meta.mode is ForwardMode.DECODE else "paged"
 
     def _splits(self, plan: TritonStep, spec, block_n: int) -> tuple[int, int]:
         if self.num_splits is None:
@@ -224,6 +252,35 @@ class TritonBackend(AttentionBackend):
         per_split = -(-longest // self.num_splits)
         chunk = -(-per_split // block_n) * block_n
         return -(-longest // chunk), chunk
+
+
+def step_role(meta: BatchMetadata) -> str:
+    """The plan role of a step: decode, a fresh prefill (no cached prefix), or an extend."""
+    if meta.mode is ForwardMode.DECODE:
+        return "decode"
+    return "prefill" if meta.mode is ForwardMode.EXTEND and not any(meta.prefix_lens_cpu) else "extend"
+
+
+def _gluon_ok(q, k, v, layer, cache, meta) -> bool:
+    spec = layer.spec
+    return (tma_route(q, k, v, layer, cache, meta) == "direct" and spec.causal
+            and gluon_prefill_ready(q, k, v, q, causal=True, window=spec.sliding_window,
+                                    softcap=spec.logit_softcap, sinks=layer.sinks if spec.sinks else None,
+                                    qk_scale=spec.softmax_scale))
+
+
+# variant -> whether it can take this call (beyond what the plan checked: the step's own tensors)
+RUNNABLE = {
+    "split": lambda q, k, v, layer, cache, meta: True,
+    "split_write": lambda q, k, v, layer, cache, meta: fused_write_ok(k, v, cache, layer.spec.layer_id),
+    "split_merge": lambda q, k, v, layer, cache, meta: fused_write_ok(k, v, cache, layer.spec.layer_id),
+    "paged": lambda q, k, v, layer, cache, meta: True,
+    "paged_new_kv": lambda q, k, v, layer, cache, meta: new_kv_ok(k, v, cache, layer.spec.layer_id),
+    "tma": lambda q, k, v, layer, cache, meta: tma_route(q, k, v, layer, cache, meta) is not None,
+    "gluon": _gluon_ok,
+}
+DEFAULT_TABLES = {role: KernelTable(role, fallback=tuple(k.name for k in DECLARATION.variants_for(role)))
+                  for role in ("prefill", "extend", "decode")}
 
 
 def _check_supported(q, layer: RuntimeLayer, cache) -> None:

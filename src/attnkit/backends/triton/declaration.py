@@ -1,11 +1,40 @@
 """triton: paged attention in Triton kernels — an extend kernel over the block table and a
-split-KV (flash-decoding) decode kernel, GQA-grouped.
+split-KV (flash-decoding) decode kernel, GQA-grouped — and its kernel variants.
 
 Every entry below is run on a GPU by tests/conformance and tests/triton_kernels (marker gpu); see
 benchmarks/NOTES-triton.md for what was measured where. Torch-free: the planner reads it.
+Variants (registry/kernels.py): the plan picks one per role and measured bucket from the device
+profile (`attnkit tune` times each); without a plan the backend runs the first that takes the
+step in the order below.
 """
 from attnkit.backends.gpu_runs import H200_2026_11_29
 from attnkit.registry.capabilities import BackendDeclaration, Capabilities
+from attnkit.registry.kernels import KernelVariant
+
+EXTEND_ROLES = ("prefill", "extend")
+HALF = ("fp16", "bf16")
+PLAIN = frozenset({"sliding_window", "logit_softcap", "sinks", "chunked_local"})
+
+VARIANTS = (
+    # decode
+    KernelVariant("split", ("decode",), "split-KV decode; the new K/V written by a launch of its own"),
+    KernelVariant("split_write", ("decode",), "split-KV decode that writes the new K/V inside the "
+                  "kernel (one launch fewer); 16-bit / fp32 caches of the compute dtype"),
+    KernelVariant("split_merge", ("decode",), "split_write whose last split program per (request, "
+                  "KV head) also merges the splits: one launch a step"),
+    # prefill and extend
+    KernelVariant("paged", EXTEND_ROLES, "every key read through the block table"),
+    KernelVariant("paged_new_kv", EXTEND_ROLES, "cached prefix through the block table, the new "
+                  "tokens' K/V from the step's inputs; caches of the compute dtype"),
+    KernelVariant("tma", EXTEND_ROLES, "tensor-descriptor (TMA) kernel: a one-request fresh prefill "
+                  "reads the step's K/V directly, any other step a gathered copy of its keys",
+                  compute_capability=((9, 0), None), dtypes=HALF, head_dims=(64, 128, 256),
+                  excludes=frozenset({"chunked_local"})),
+    KernelVariant("gluon", ("prefill",), "Gluon ping-pong kernel (two warpgroups, loader warp) for "
+                  "one fresh causal request", compute_capability=((9, 0), (9, 0)),
+                  triton=("3.6", "3.7"), dtypes=HALF, kv_cache_dtypes=HALF, head_dims=(64, 128, 256),
+                  excludes=PLAIN, causal_only=True, step="one_fresh_request"),
+)
 
 DECLARATION = BackendDeclaration(
     name="triton",
@@ -27,4 +56,6 @@ DECLARATION = BackendDeclaration(
         requires=("torch", "triton"),
         verified=(H200_2026_11_29,),
     ),
+    variants=VARIANTS,
+    launch_config="attnkit.backends.triton.configs:launch_config",
 )

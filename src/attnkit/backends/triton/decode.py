@@ -27,22 +27,19 @@ import triton.language as tl
 
 from attnkit.backends._triton import (NEG_BIG, attend_range, first_key, logits,
                                              padded_dim, unit_stride_rows)
+from attnkit.backends.triton import configs
 from attnkit.backends.triton.decode_merge import merge_if_last, merge_shape
 
-# >>> Which decode path the backend runs by default. "v2": the decode kernel writes the new
-# K/V itself (one launch fewer per step); "v1": a separate write launch, then the kernel
-# reads every key from the cache. "auto" picks per step: v2 for at most
-# V2_MAX_BATCH requests, else v1. Measured on an H200 in one run (benchmarks/RESULTS.md,
-# triton, 2026-11-29): B=1 ctx 32k v2 2547 vs v1 2393 GB/s; B=64 ctx 4k v2 2995 vs v1 4084.
-# "fused" (decode_merge.py): v2 whose last split program per (request, KV head) also merges
-# the splits, so the step is one launch.
-DECODE_VARIANT = "auto"
+# The decode kernel's variants (declaration.py names them for the plan: split, split_write,
+# split_merge). Option spellings: "v1" / "separate_write" (the new K/V written by a launch of
+# its own, then every key read from the cache), "v2" / "fused_write" (the kernel writes the
+# new K/V itself: one launch fewer), "fused" / "merge_in_kernel" (v2 whose last split program
+# per (request, KV head) also merges the splits: one launch a step). Which runs is the plan's
+# choice (its kernel table, measured by attnkit tune), never a threshold here.
 DECODE_VARIANTS = ("v1", "v2", "fused")
-# The variants by what they do (the backend option takes either spelling):
-DECODE_VARIANT_NAMES = {"separate_write": "v1",  # K/V written by its own launch first
-                        "fused_write": "v2",     # the decode kernel writes the new K/V
-                        "merge_in_kernel": "fused"}   # v2 + the last split program merges
-V2_MAX_BATCH = 16
+DECODE_VARIANT_NAMES = {"separate_write": "v1", "fused_write": "v2", "merge_in_kernel": "fused",
+                        "split": "v1", "split_write": "v2", "split_merge": "fused"}
+PLAN_NAMES = {"v1": "split", "v2": "split_write", "fused": "split_merge"}
 
 
 @triton.jit
@@ -190,39 +187,26 @@ def _reduce_kernel(
              (acc * (v_scale / l)).to(Out.dtype.element_ty), mask=offs_dv < DV)
 
 
-def auto_decode_variant(num_reqs: int) -> str:
-    """What "auto" asks for at this batch size (see DECODE_VARIANT)."""
-    return "v2" if num_reqs <= V2_MAX_BATCH else "v1"
-
-
-def pick_decode_variant(requested: str | None, k, v, cache, layer_id: int, *,
-                        num_reqs: int = 1) -> str:
-    """"auto" means v2 for at most V2_MAX_BATCH requests (see DECODE_VARIANT); v2 only
+def pick_decode_variant(requested: str | None, k, v, cache, layer_id: int) -> str:
+    """``requested`` ("v1" / "v2" / "fused"; None: "v1") where it can run: v2 and fused only
     where the kernel's store equals the cache's own write (same dtype, not fp8) and the rows
     are dense in the head dim; else v1."""
-    want = requested or DECODE_VARIANT
-    if want == "auto":
-        want = auto_decode_variant(num_reqs)
+    want = requested or "v1"
     if want not in ("v2", "fused"):
         return "v1"
+    return want if fused_write_ok(k, v, cache, layer_id) else "v1"
+
+
+def fused_write_ok(k, v, cache, layer_id: int) -> bool:
+    """Whether the decode kernel can write the new K/V itself (v2, fused)."""
     exact = (not cache.is_fp8 and k.dtype == cache.k[layer_id].dtype
              and v.dtype == cache.v[layer_id].dtype)
-    return want if exact and k.stride(-1) == 1 and v.stride(-1) == 1 else "v1"
+    return exact and k.stride(-1) == 1 and v.stride(-1) == 1
 
 
 def decode_config(head_dim: int, dtype: torch.dtype, *, interpret: bool) -> dict:
-    """Tile size and launch shape for one head dim and compute dtype (the best of the sweeps
-    on an H200, benchmarks/NOTES-triton.md)."""
-    if interpret:
-        return dict(BLOCK_N=16, num_warps=4, num_stages=1)
-    if dtype == torch.float32:
-        return dict(BLOCK_N=32, num_warps=4, num_stages=2)
-    width = padded_dim(head_dim)
-    if width <= 64:
-        return dict(BLOCK_N=64, num_warps=4, num_stages=3)
-    if width <= 128:
-        return dict(BLOCK_N=64, num_warps=4, num_stages=4)
-    return dict(BLOCK_N=32, num_warps=4, num_stages=4)
+    """Tile size and launch shape for one head dim and compute dtype (configs.py)."""
+    return configs.decode_config(head_dim, dtype == torch.float32, interpret=interpret)
 
 
 def decode_span(kv_len: int, window: int | None, attention_chunk: int | None, block_n: int) -> int:
@@ -255,9 +239,8 @@ def choose_splits(max_kv: int, num_reqs: int, num_kv_heads: int, *, block_n: int
     """(num_splits, chunk): enough programs to fill about two waves of the SMs, each split
     a whole number of tiles and at least ``min_chunk`` keys (below that the merge costs
     more than the parallelism gains). With few (request, KV head) pairs (at most half the
-    SMs) three waves of splits of at least 128 keys: on the H200 sweep of 2026-12-01
-    (benchmarks/results/sweep_hopper.md) B=1 decode ran 1032 vs 945 GB/s at 4k (32 splits vs
-    16) and 2683 vs 2534 at 32k (48 vs 33)."""
+    SMs) three waves of splits of at least 128 keys (the H200 sweep of 2026-12-01,
+    benchmarks/results/sweep_hopper.md, measured B=1 decode faster so)."""
     base = max(1, num_reqs * num_kv_heads)
     waves = 2
     if 2 * base <= num_sms:

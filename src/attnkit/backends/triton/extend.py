@@ -18,23 +18,20 @@ import torch
 import triton
 import triton.language as tl
 
+from attnkit.backends.triton import configs
 from attnkit.backends._triton import (NEG_BIG, attend_range, key_ranges, padded_dim,
                                              store_lse, unit_stride_rows)
 
-# >>> Which extend kernel the backend runs by default. "v2" (extend_new_kv.py) reads the new
-# tokens' K/V from the step's k / v inputs and only the cached prefix through the block
-# table; "v1" (this file) reads every key through the block table. "auto" picks per step:
-# v2 when no request has a cached prefix, else v1. Measured on an H200 in one run
-# (benchmarks/RESULTS.md, triton, 2026-11-29): prefill 16k d128 without prefix v2 467 vs
-# v1 346 TFLOP/s; 2048 new over a 32k prefix v2 287 vs v1 365.
-# "tma" (prefill_tma.py, chosen in tma_path.py): K/V as dense rows read through tensor
-# descriptors; "auto" takes it first where tma_path.tma_route says so.
-EXTEND_VARIANT = "auto"
+# The extend kernels' variants (declaration.py names them for the plan: paged, paged_new_kv,
+# tma, gluon). Option spellings: "v1" / "paged_kv" (this file: every key through the block
+# table), "v2" / "new_kv_direct" (extend_new_kv.py: the new tokens' K/V from the step's k / v,
+# the cached prefix through the block table), "tma" / "dense_rows_tma" (prefill_tma.py: K/V as
+# dense rows through tensor descriptors; tma_path.py), "gluon" (prefill_gluon.py on a one-request
+# fresh prefill). Which runs is the plan's choice (its kernel table), never a threshold here.
 EXTEND_VARIANTS = ("v1", "v2", "tma")
-# The variants by what they do (the backend option takes either spelling):
-EXTEND_VARIANT_NAMES = {"paged_kv": "v1",        # every key through the block table
-                        "new_kv_direct": "v2",   # new tokens' K/V straight from k / v
-                        "dense_rows_tma": "tma"} # K/V as dense rows through tensor descriptors
+EXTEND_VARIANT_NAMES = {"paged_kv": "v1", "new_kv_direct": "v2", "dense_rows_tma": "tma",
+                        "paged": "v1", "paged_new_kv": "v2"}
+PLAN_NAMES = {"v1": "paged", "v2": "paged_new_kv", "tma": "tma", "gluon": "gluon"}
 
 
 @triton.jit
@@ -112,36 +109,24 @@ def _extend_kernel(
              out.to(Out.dtype.element_ty), mask=m_ok[:, None] & dv_ok[None, :])
 
 
-def pick_extend_variant(requested: str | None, k, v, cache, layer_id: int, *,
-                        prefix_lens: list[int] = ()) -> str:
-    """The variant to run: "auto" means v2 when no request has a cached prefix (see
-    EXTEND_VARIANT); v2 only where it reads exactly what the cache holds (same dtype, not
-    fp8) and its int32 row offsets into k / v cannot overflow; else v1."""
-    want = requested or EXTEND_VARIANT
-    if want == "auto":
-        want = "v1" if any(prefix_lens) else "v2"
-    if want != "v2":
+def pick_extend_variant(requested: str | None, k, v, cache, layer_id: int) -> str:
+    """``requested`` ("v1" / "v2"; None: "v1") where it can run: v2 only where it reads exactly
+    what the cache holds (same dtype, not fp8) and its int32 row offsets into k / v cannot
+    overflow; else v1."""
+    if (requested or "v1") != "v2":
         return "v1"
-    kc = cache.k[layer_id]
-    exact = not cache.is_fp8 and k.dtype == kc.dtype and v.dtype == cache.v[layer_id].dtype
-    small = max(k.shape[0] * k.stride(0), v.shape[0] * v.stride(0)) < 2**31
-    return "v2" if exact and small else "v1"
+    return "v2" if new_kv_ok(k, v, cache, layer_id) else "v1"
+
+
+def new_kv_ok(k, v, cache, layer_id: int) -> bool:
+    """Whether extend v2 can read the new tokens' K/V from k / v."""
+    exact = not cache.is_fp8 and k.dtype == cache.k[layer_id].dtype and v.dtype == cache.v[layer_id].dtype
+    return exact and max(k.shape[0] * k.stride(0), v.shape[0] * v.stride(0)) < 2**31
 
 
 def extend_config(head_dim: int, dtype: torch.dtype, *, interpret: bool, variant: str = "v1") -> dict:
-    """Block sizes and launch shape for one head dim, compute dtype and kernel variant."""
-    if interpret:
-        return dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=1)
-    if dtype == torch.float32:       # "ieee" products on CUDA cores; keep the tiles small
-        return dict(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=2)
-    if padded_dim(head_dim) > 128:
-        return dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2)
-    if variant == "v2" and padded_dim(head_dim) in (64, 128):
-        # d128: with 4 warps the 128 x 128 fp32 accumulator leaves no registers: for sm_90
-        # ptxas spills 896 B (v1: 372 B); 8 warps: 234 registers, no spills (NOTES-triton.md).
-        # d64: the H200 sweep of 2026-11-29 measured 432 TFLOP/s with 8 warps, 381 with 4.
-        return dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
-    return dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3)   # sweep winner, H200
+    """Block sizes and launch shape for one head dim, compute dtype and kernel variant (configs.py)."""
+    return configs.extend_config(head_dim, dtype == torch.float32, interpret=interpret, variant=variant)
 
 
 def extend_attention(q, k_cache, v_cache, out, *, block_req, block_m, query_start_loc, seq_lens,

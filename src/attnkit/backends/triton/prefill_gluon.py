@@ -33,11 +33,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 BM = 128                                 # query rows a program: two warpgroups of 64
-# D -> (BN keys a tile, K slots, V slots). H200 sweep 2026-12-01 14:04 UTC, causal 16k
-# (benchmarks/results/sweep_hopper_gluon_v6.md): d128 (128, 4, 2) 684 TFLOP/s, (128, 3, 3) 677,
-# (64, 6, 6) 552; d256 (64, 2, 2) 734, (64, 3, 2) 677, (32, 5, 5) 516; d64 (128, 4, 4) 470.
+# D -> (BN keys a tile, K slots, V slots): the fastest of the H200 sweep of 2026-12-01, causal
+# 16k (benchmarks/results/sweep_hopper_gluon_v6.md, NOTES-hopper.md).
 # Shared memory Q 128 x D + (K + V slots) x BN x D bf16: d64 144 KB, d128 224 KB, d256 192 KB.
-TILES = {64: (128, 4, 4), 128: (128, 4, 2), 256: (64, 2, 2)}
+from attnkit.backends.triton.configs import GLUON_TILES as TILES  # noqa: E402
 MAXNREG = 168                            # 12 warps x 32 x 168 <= 65536 registers
 CONSUMER_REGS = 240                      # the second warpgroup (the default partition: the rest)
 LOADER_REGS = 24

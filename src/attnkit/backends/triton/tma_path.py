@@ -7,16 +7,16 @@ Two routes:
   descriptor's end and read as zeros);
 - "rows": anything else it serves (several requests, a cached prefix, fp8 pages): the gather
   kernel (gather_rows.py) first copies every key from the cache into a padded dense buffer.
-The copy moves 2 x (keys x H_kv x (D + DV)) elements; "auto" (once ``AUTO_TMA`` is on) takes
-the route only where the step's FLOPs per copied byte make that small
-(``MIN_FLOPS_PER_BYTE``), and only on sm_90+, where the descriptors become TMA copies
-(benchmarks/NOTES-hopper.md).
+The copy moves 2 x (keys x H_kv x (D + DV)) elements. Whether a step runs this kernel at all
+is the plan's choice (its kernel table, measured per bucket by attnkit tune: the "tma" and
+"gluon" variants); this module only says which route a step takes and stages its rows.
 """
 from __future__ import annotations
 
 import torch
 
 from attnkit.backends._triton import interpreting, padded_dim
+from attnkit.backends.triton.configs import tma_config
 from attnkit.backends.triton.gather_rows import gather_rows
 from attnkit.errors import fail
 from attnkit.backends.triton.prefill_tma import descriptor_ready, prefill_tma_attention
@@ -28,62 +28,14 @@ except ImportError:         # pragma: no cover - depends on the installed Triton
         return False
     prefill_gluon_attention = None
 
-# >>> Whether extend "auto" takes this kernel where tma_route allows it (sm_90+). On the H200
-# sweep of 2026-12-01 (benchmarks/results/sweep_hopper.md; NOTES-hopper.md) the default tiles
-# beat the paged kernels on every row: prefill 16k d128 497 vs 492 TFLOP/s, d64 426 vs 424,
-# d256 572 vs 399, extend 2048 over a 32k prefix 484 vs 363 (FlexAttention 428).
-AUTO_TMA = True
 PAD = 128                    # rows of a request's buffer segment: a multiple of every BLOCK_N
-MIN_FLOPS_PER_BYTE = 2000    # copy ~3 TB/s vs kernel ~500 TFLOP/s: the copy stays under ~4 %
-MAX_ROWS_BYTES = 1 << 30     # larger steps keep the paged kernels rather than a 1 GiB buffer
+MAX_ROWS_BYTES = 1 << 30     # memory, not speed: no staging buffer of more than 1 GiB a step
 TMA_ONLY_KEYS = ("WS", "FUSED_SCALE", "GLUON")   # extend_config keys the paged kernels do not take
 
 
-def tma_config(head_dim: int, *, interpret: bool) -> dict:
-    """BLOCK_M, BLOCK_N (<= PAD), WS (warp specialisation: 4 warps become 12), FUSED_SCALE
-    (one multiply-add a logit, scale folded into the exp2; NOTES-hopper.md version 2), GLUON
-    (a one-request causal prefill on the direct route runs prefill_gluon.py where it can:
-    sm_90, Triton 3.6; the tile below serves everything else), warps, stages.
-
-    d128 / d256: GLUON. H200 sweep 2026-12-01 14:04 UTC (16k causal prefill,
-    benchmarks/results/sweep_hopper_gluon_v6.md): the Gluon ping-pong kernel 684 / 734 TFLOP/s
-    vs this Triton tile 481 / 568 and cuDNN 617 / 703 in the same run.
-
-    d <= 64: 64 x 128 tiles, 4 warps, 3 stages, FUSED_SCALE, no GLUON. H200 sweep 2026-12-01
-    14:00 UTC (benchmarks/results/sweep_hopper_v2.md): 467 TFLOP/s vs 426 for the unfused
-    128 x 64 tile and cuDNN's 472; the Gluon kernel at d64 ran 470 vs this tile's 472 (14:04):
-    no gain, so not taken. At d128 / d256 the fused form was +0.8 % / -3 % (482 vs 478, 555 vs
-    573): not taken there.
-
-    The default is the three-loop form without warp specialisation (no spills with Triton
-    3.6 for sm_90: d64 127, d128 159, d256 241 registers). The warp-specialised tiles
-    (WS=True, 4 warps: 168 registers, no spills) were slower on the H200 sweep of 2026-12-01
-    (d128 prefill 454 vs 497 TFLOP/s) and wrong (NaN) at 3 stages, which run_tma_extend
-    refuses; NOTES-hopper.md."""
-    if interpret:
-        return dict(BLOCK_M=16, BLOCK_N=16, WS=False, FUSED_SCALE=False, GLUON=False,
-                    num_warps=4, num_stages=1)
-    if head_dim <= 64:
-        return dict(BLOCK_M=64, BLOCK_N=128, WS=False, FUSED_SCALE=True, GLUON=False,
-                    num_warps=4, num_stages=3)
-    if head_dim > 128:
-        return dict(BLOCK_M=128, BLOCK_N=64, WS=False, FUSED_SCALE=False, GLUON=True,
-                    num_warps=8, num_stages=2)
-    return dict(BLOCK_M=128, BLOCK_N=64, WS=False, FUSED_SCALE=False, GLUON=True, num_warps=8,
-                num_stages=3)
-
-
-TILE_KEYS = ("BLOCK_M", "BLOCK_N", "WS", "FUSED_SCALE", "num_warps", "num_stages")
-
-
 def merged_tma_config(head_dim: int, override: dict, *, interpret: bool) -> dict:
-    """tma_config's defaults with the user's extend_config over them. An override that sets a
-    tile (any of TILE_KEYS) but says nothing of GLUON asks for that Triton tile: GLUON is then
-    off, so the tile it named runs rather than the Gluon kernel, which takes no tile keys."""
-    cfg = tma_config(head_dim, interpret=interpret) | override
-    if "GLUON" not in override and any(key in override for key in TILE_KEYS):
-        cfg["GLUON"] = False
-    return cfg
+    """tma_config's launch configuration with the caller's extend_config over it."""
+    return tma_config(head_dim, interpret=interpret) | override
 
 
 def check_tma_override(config: dict) -> None:
@@ -102,13 +54,9 @@ def check_tma_override(config: dict) -> None:
              expected="WS=False, or num_stages <= 2", actual=dict(config))
 
 
-def tma_route(requested: str, q, k, v, layer, cache, meta) -> str | None:
-    """"direct", "rows" or None (the paged kernels) for this step.
-
-    ``requested``: "tma" takes the route wherever the kernel serves the layer; "auto" also asks
-    for sm_90+ and enough work per copied byte; "v1" / "v2" never take it."""
-    if requested not in ("tma", "auto"):
-        return None
+def tma_route(q, k, v, layer, cache, meta) -> str | None:
+    """"direct", "rows", or None where the kernel does not serve the layer / step (then the
+    backend runs the next variant the plan lists)."""
     spec = layer.spec
     lid = spec.layer_id
     served = (q.dtype in (torch.float16, torch.bfloat16) and spec.head_dim == spec.value_dim
@@ -116,23 +64,13 @@ def tma_route(requested: str, q, k, v, layer, cache, meta) -> str | None:
               and getattr(spec, "attention_chunk", None) is None)
     if not served:
         return None
-    if requested == "auto":
-        if (not AUTO_TMA or interpreting() or not q.is_cuda
-                or torch.cuda.get_device_capability(q.device)[0] < 9):
-            return None
     if (meta.num_reqs == 1 and not any(meta.prefix_lens_cpu) and not cache.is_fp8
             and k.dtype == q.dtype == cache.k[lid].dtype == cache.v[lid].dtype
             and descriptor_ready(k) and descriptor_ready(v)):
         return "direct"
     rows = sum(-(-n // PAD) * PAD for n in meta.seq_lens_cpu)
     moved = 2 * rows * spec.num_kv_heads * (spec.head_dim + spec.value_dim) * q.element_size()
-    if requested == "auto":
-        flops = 4 * spec.num_heads * spec.head_dim * sum(
-            n * (p + (n + 1) / 2 if spec.causal else p + n)
-            for n, p in zip(meta.query_lens_cpu, meta.prefix_lens_cpu))
-        if moved > MAX_ROWS_BYTES or flops < MIN_FLOPS_PER_BYTE * moved:
-            return None
-    return "rows"
+    return "rows" if moved <= MAX_ROWS_BYTES else None
 
 
 def row_layout(memo: dict, meta, device) -> tuple[torch.Tensor, int, int]:

@@ -2,9 +2,9 @@
 index tensors each form's kernels read. Built once per step, shared by every layer.
 
 A step whose requests all take one form has one part covering the whole batch (no token
-gathering). A MIXED step (say chunked prefill beside decodes) is split: requests with at
-least ``mha_form_min_query`` new tokens form the "mha" part, the others the "absorbed"
-part, so decode requests never pay for decompressing their whole context.
+gathering). A MIXED step (say chunked prefill beside decodes) is split: the requests the
+plan gives the MHA form make the "mha" part, the others the "absorbed" part, so decode
+requests never pay for decompressing their whole context.
 """
 from __future__ import annotations
 
@@ -90,11 +90,10 @@ def static_parts(meta: BatchMetadata, max_seq_len: int) -> dict[str, Part]:
     return {"absorbed": part}
 
 
-def build_parts(meta: BatchMetadata, device: torch.device,
-                mha_form_min_query: int | None) -> dict[str, Part]:
-    """{"absorbed": Part, "mha": Part}, either one covering the whole batch or both."""
+def build_parts(meta: BatchMetadata, device: torch.device, long: list[bool]) -> dict[str, Part]:
+    """{"absorbed": Part, "mha": Part}, either one covering the whole batch or both;
+    ``long``: per request, whether it takes the MHA form."""
     qlens, kvlens = list(meta.query_lens_cpu), list(meta.seq_lens_cpu)
-    long = [mha_form_min_query is not None and n >= mha_form_min_query for n in qlens]
     if all(long) or not any(long):
         whole = Part(None, _i32(meta.query_start_loc, device), _i32(meta.seq_lens, device),
                      _i32(meta.block_tables, device), qlens, kvlens, meta.page_size)

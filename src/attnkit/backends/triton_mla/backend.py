@@ -5,69 +5,67 @@ Per step ``prepare`` turns the batch metadata into int32 index tensors once; per
 - absorbed (decode, verify, short extends): q_lat = q_nope @ w_kc[h] (torch bmm), the Triton
   split-KV kernel attends against the latent cache with one KV head for all query heads,
   out = out_lat @ w_vc[h] (torch bmm);
-- MHA form (requests with at least ``mha_form_min_query`` new tokens): the latent of their
-  KV is gathered and decompressed into per-head K/V by one GEMM each, then a causal Triton
-  flash-attention kernel runs over them.
-A MIXED step runs each request in its own form (see _parts.py).
+- MHA form: the latent of a request's KV is gathered and decompressed into per-head K/V by
+  one GEMM each, then a causal Triton flash-attention kernel runs over them.
+Which form a request of a prefill / extend step takes, and which absorbed kernel runs, is the
+plan's choice (its kernel tables, ``kernels``: variants mha_form, column_split, whole_rows,
+column_split_tma, ws; declaration.py); a MIXED step runs each request in its own form
+(_parts.py). Without tables the first variant that can, in declaration order, runs.
 """
 from __future__ import annotations
 
 import torch
 import triton
 
-from attnkit.backends.base import AttentionBackend, RuntimeLayer, StepState, check_int_option, check_option
-from attnkit.backends.metadata import BatchMetadata
+from attnkit.backends.base import (AttentionBackend, RuntimeLayer, StepState, check_int_option,
+                                   check_kernel_tables, check_option)
+from attnkit.backends.metadata import BatchMetadata, ForwardMode
 from attnkit.backends._triton import interpreting
 from attnkit.backends.triton_mla._parts import Part, build_parts, static_parts
 from attnkit.backends.triton_mla.declaration import DECLARATION
-from attnkit.backends.triton_mla.decode import (DEFAULT_DECODE_VARIANT, VARIANT_NAMES, VARIANTS,
-                                                absorbed_attention, absorbed_config, auto_variant,
-                                                choose_splits)
+from attnkit.backends.triton_mla.decode import (KERNEL_OF, PLAN_NAMES, VARIANT_NAMES, VARIANTS,
+                                                absorbed_attention, absorbed_config, choose_splits)
 from attnkit.backends.triton_mla.decode_column_split import absorbed_config_v2, v2_block_h
 from attnkit.backends.triton_mla.extend import mha_form_attention
 from attnkit.errors import fail
+from attnkit.registry.kernels import KernelTable, step_point
 
 _CAPS = DECLARATION.capabilities
 _DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 _KV_DTYPES = _DTYPES | {torch.float8_e4m3fn: "fp8_e4m3", torch.float8_e5m2: "fp8_e5m2"}
-# Per key and head, absorbed costs n * 2 * (2L + R) FLOPs for n new tokens; the MHA form
-# costs 2 * L * (nope + v) once (decompression) plus n * 2 * (nope + rope + v). At the rates
-# measured on an H200 (benchmarks/NOTES-mla.md: absorbed ~110 TFLOP/s, MHA-form attention
-# ~270, decompression GEMM assumed ~600) the two cross near n = 25 new tokens.
-MHA_FORM_MIN_QUERY = 32
-
-
 def _sm_count(device: torch.device) -> int:
     if device.type != "cuda":
         return 4
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-# Shared memory a block may opt into, KB, by compute capability (CUDA programming guide);
-# tile shapes that fit sm_80 / sm_90 do not fit the ~99 KB of sm_86 / sm_89 / sm_120.
-_SMEM_KB = {(8, 0): 163, (8, 7): 163, (9, 0): 227, (10, 0): 227, (10, 3): 227}
-
-
 def _smem_kb(device: torch.device) -> int:
+    """Shared memory a block may opt into, KB (the device's own figure: geometry, not a
+    benchmark); tile shapes that fit sm_80 / sm_90 do not fit the ~99 KB of sm_86 / sm_89."""
     if device.type != "cuda":
         return 227
-    return _SMEM_KB.get(torch.cuda.get_device_capability(device), 99)
+    return torch.cuda.get_device_properties(device).shared_memory_per_block_optin // 1024
+
+
+DEFAULT_TABLES = {role: KernelTable(role, fallback=tuple(k.name for k in DECLARATION.variants_for(role)))
+                  for role in ("prefill", "extend", "decode")}
 
 
 class TritonMLABackend(AttentionBackend):
-    """Options (keyword-only) override the per-shape heuristics, for tests and benchmarks:
-    ``num_splits`` (KV splits per tile), ``block_h``, ``block_n``, ``num_warps``,
-    ``num_stages``, ``mha_form_min_query`` (new tokens from which extend uses the MHA form;
-    None = always absorbed), ``extend_tiles`` (block_m, block_n, num_warps, num_stages of
-    the MHA-form kernel), ``variant`` of the absorbed split kernel ("auto", "v1" / "v2" / "tma", or "whole_rows" /
-    "column_split" / "column_split_tma"; default decode.DEFAULT_DECODE_VARIANT), ``v_split`` (v2: column blocks of the latent per head
-    block, 1 or 2)."""
+    """Options (keyword-only): ``kernels``, the plan's kernel tables ({role: KernelTable},
+    Plan.run.backend_options); ``variant`` to run one absorbed kernel ("v1" / "v2" / "tma" /
+    "ws", or "whole_rows" / "column_split" / "column_split_tma"); ``mha_form_min_query``
+    (new tokens from which a request takes the MHA form; None: the kernel tables decide);
+    launch overrides for tests and benchmarks: ``num_splits`` (KV splits per tile),
+    ``block_h``, ``block_n``, ``num_warps``, ``num_stages``, ``extend_tiles`` (block_m,
+    block_n, num_warps, num_stages of the MHA-form kernel), ``v_split`` (v2: column blocks
+    of the latent per head block, 1 or 2)."""
 
     name = "triton_mla"
 
-    def __init__(self, *, num_splits: int | None = None, block_h: int | None = None,
+    def __init__(self, *, kernels=None, num_splits: int | None = None, block_h: int | None = None,
                  block_n: int | None = None, num_warps: int | None = None,
-                 num_stages: int | None = None, mha_form_min_query: int | None = MHA_FORM_MIN_QUERY,
+                 num_stages: int | None = None, mha_form_min_query: int | None = None,
                  extend_tiles: tuple[int, int, int, int] | None = None,
                  variant: str | None = None, v_split: int | None = None):
         for option, value, pow2 in (("num_splits", num_splits, False), ("block_h", block_h, True),
@@ -90,14 +88,39 @@ class TritonMLABackend(AttentionBackend):
         self.num_stages = num_stages
         self.mha_form_min_query = mha_form_min_query
         self.extend_tiles = extend_tiles
-        self.variant = VARIANT_NAMES.get(variant, variant) or DEFAULT_DECODE_VARIANT
-        check_option(self.name, "variant", self.variant, ("auto", *VARIANTS, *VARIANT_NAMES))
+        self.variant = None if variant == "auto" else VARIANT_NAMES.get(variant, variant)
+        check_option(self.name, "variant", self.variant, (None, *VARIANTS, *VARIANT_NAMES))
+        self.kernels = check_kernel_tables(self.name, kernels, DECLARATION)
         check_option(self.name, "v_split", v_split, (None, 1, 2))
         self.v_split = v_split
 
     # ---- per step -------------------------------------------------------------------------
     def _prepare(self, meta: BatchMetadata, cache) -> StepState:
-        return StepState(meta=meta, prepared=build_parts(meta, cache.device, self.mha_form_min_query))
+        return StepState(meta=meta, prepared=build_parts(meta, cache.device, self._mha_requests(meta)))
+
+    def _table(self, meta: BatchMetadata) -> KernelTable:
+        role = ("decode" if meta.mode is ForwardMode.DECODE else
+                "prefill" if meta.mode is ForwardMode.EXTEND and not any(meta.prefix_lens_cpu) else "extend")
+        return self.kernels.get(role) or DEFAULT_TABLES[role]
+
+    def _mha_requests(self, meta: BatchMetadata) -> list[bool]:
+        """Per request, whether it takes the MHA form: the plan's first variant for a step of
+        its own shape (in this step's batch), or ``mha_form_min_query`` where given."""
+        qlens, kvlens = list(meta.query_lens_cpu), list(meta.seq_lens_cpu)
+        if self.mha_form_min_query is not None:
+            return [n >= self.mha_form_min_query for n in qlens]
+        if meta.mode is ForwardMode.DECODE:
+            return [False] * len(qlens)
+        table = self._table(meta)
+        return [table.candidates(len(qlens), n, kv)[0] == "mha_form" for n, kv in zip(qlens, kvlens)]
+
+    def _absorbed_kernel(self, meta: BatchMetadata, part: Part) -> str:
+        """The absorbed kernel the plan lists first for the absorbed part of this step."""
+        if self.variant is not None:
+            return self.variant
+        names = self._table(meta).candidates(*step_point(part.query_lens, part.kv_lens,
+                                                         max_kv=part.static_kv))
+        return next((KERNEL_OF[n] for n in names if n in KERNEL_OF), "v2")
 
     def capture_plan(self, meta: BatchMetadata, cache, *, max_seq_len: int) -> StepState:
         """A static decode step: every request absorbed (one new token each), splits sized
@@ -124,7 +147,8 @@ class TritonMLABackend(AttentionBackend):
             if form == "mha":
                 res = self._mha_form(qn, qp, latent, layer, cache, part, kv_scale)
             else:
-                res = self._absorbed(qn, qp, latent, layer, part, kv_scale)
+                res = self._absorbed(qn, qp, latent, layer, part, kv_scale,
+                                     variant=self._absorbed_kernel(meta, part))
             if part.tokens is None:
                 out = res
             else:
@@ -132,10 +156,10 @@ class TritonMLABackend(AttentionBackend):
                 out[part.tokens] = res
         return out.reshape(T, H * mla.v_head_dim)
 
-    def _absorbed(self, q_nope, q_pe, latent, layer, part: Part, kv_scale):
+    def _absorbed(self, q_nope, q_pe, latent, layer, part: Part, kv_scale, *, variant: str):
         """q_nope: [T, H, nope]; q_pe: [T, H, R]; latent: [pages, page_size, L + R] -> [T, H, Dv]."""
         q_lat = torch.bmm(q_nope.transpose(0, 1), layer.w_kc.to(q_nope.dtype))       # [H, T, L]
-        out_lat = self._attend_latent(q_lat, q_pe, latent, layer, part, kv_scale)
+        out_lat = self._attend_latent(q_lat, q_pe, latent, layer, part, kv_scale, variant=variant)
         return torch.bmm(out_lat.transpose(0, 1), layer.w_vc.to(q_nope.dtype)).transpose(0, 1)
 
     def attend_latent(self, q_lat, q_pe, latent, layer: RuntimeLayer, step: StepState, *,
@@ -144,17 +168,14 @@ class TritonMLABackend(AttentionBackend):
         form (benchmarks time it apart from the projections).
 
         q_lat: [H, T, L]; q_pe: [T, H, R]; latent: [pages, page_size, L + R] -> out_lat [T, H, L]."""
-        return self._attend_latent(q_lat, q_pe, latent, layer, step.prepared["absorbed"], kv_scale)
+        return self._attend_latent(q_lat, q_pe, latent, layer, step.prepared["absorbed"], kv_scale,
+                                   variant=self._absorbed_kernel(step.meta, step.prepared["absorbed"]))
 
-    def _attend_latent(self, q_lat, q_pe, latent, layer, part: Part, kv_scale: float):
+    def _attend_latent(self, q_lat, q_pe, latent, layer, part: Part, kv_scale: float, *, variant: str):
         H = q_lat.shape[0]
         fp32 = q_lat.dtype == torch.float32
         rows = 16 if fp32 else 64         # fp32 tiles are twice the bytes: keep them small
         kw = dict(fp32=fp32, smem_kb=_smem_kb(q_lat.device))
-        variant = self.variant
-        if variant == "auto":
-            variant = auto_variant(H, layer.spec.mla.kv_lora_rank,
-                                   cache_16bit=latent.dtype == q_lat.dtype, **kw)
         v2_tiles = variant in ("v2", "tma")       # tma runs v2's program shapes
         wide = v2_block_h(H, layer.spec.mla.kv_lora_rank, **kw) if v2_tiles else None
         block_h = self.block_h or wide or min(rows, max(16, triton.next_power_of_2(H)))

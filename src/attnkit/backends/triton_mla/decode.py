@@ -29,24 +29,18 @@ try:        # Gluon's Hopper API as Triton 3.6 spells it; another Triton: "ws" r
 except ImportError:         # pragma: no cover - depends on the installed Triton
     WS_BLOCK_H, absorbed_gluon, gluon_ready = 64, None, None
 
-# ---------------------------------------------------------------------------------------
-# DEFAULT DECODE VARIANT of the absorbed split-KV kernel: "v1" (_absorbed_split_kernel) or
-# "v2" (decode_column_split.py: output columns split across programs, page-local key tiles). Measured
-# in one H200 run (benchmarks/RESULTS.md, triton_mla, 2026-11-29): 128 heads B=128 ctx 4k
-# v2 230 vs v1 174 TFLOP/s; 16 heads 3556 vs 2975 GB/s. To revert, set "v1".
-# "auto" (auto_variant below): v1 at 64-key tiles for >= 128 heads on sm_90 (H200 sweep
-# 2026-12-01: 244 vs v2's 230 TFLOP/s at 128 heads), v2 elsewhere.
-DEFAULT_DECODE_VARIANT = "auto"
-# The variants by what they do (the backend option takes either spelling):
-VARIANT_NAMES = {"whole_rows": "v1",        # one program holds a head block's whole latent row
-                 "column_split": "v2",      # output columns split across programs (decode_column_split.py)
-                 "column_split_tma": "tma", # v2 with the latent tiles through tensor descriptors
-                 "warp_specialised": "ws"}  # Gluon, sm_90: loader warp + two warpgroups (decode_gluon.py)
-# ---------------------------------------------------------------------------------------
-# "tma" (decode_tma.py): v2's program with the latent tiles read through tensor descriptors;
-# it serves 128-head programs of a 16-bit cache (decode_tma.tma_ready), else v2 runs.
-# "ws" (decode_gluon.py): one Q.K per tile shared by two warpgroups through shared memory; it
-# serves bf16 decode tokens over 64-key pages on sm_90 (ws_ready), else v1 runs (same tile).
+# The absorbed split kernel's variants (declaration.py names them for the plan): "v1" /
+# "whole_rows" (_absorbed_split_kernel: one program holds a head block's whole latent row),
+# "v2" / "column_split" (decode_column_split.py: output columns split across programs,
+# page-local key tiles), "tma" / "column_split_tma" (decode_tma.py: v2's program with the
+# latent tiles read through tensor descriptors; 128-head programs of a 16-bit cache, else v2
+# runs), "ws" (decode_gluon.py: Gluon, a loader warp and two warpgroups; bf16 decode tokens
+# over 64-key pages on sm_90 with the Triton the declaration names, else v1 runs). Which one
+# runs is the plan's choice (its kernel table, measured by attnkit tune).
+VARIANT_NAMES = {"whole_rows": "v1", "column_split": "v2", "column_split_tma": "tma",
+                 "warp_specialised": "ws"}
+PLAN_NAMES = {"v1": "whole_rows", "v2": "column_split", "tma": "column_split_tma", "ws": "ws"}
+KERNEL_OF = {plan: code for code, plan in PLAN_NAMES.items()}
 VARIANTS = ("v1", "v2", "tma", "ws")
 
 
@@ -152,35 +146,24 @@ def _reduce_splits_kernel(
     tl.store(Out + t * stride_ot + h * stride_oh + offs_l, (acc / total).to(Out.dtype.element_ty))
 
 
-# Version 1's tile for >= 64-row programs on 227 KB parts (sm_90): 64 keys, 8 warps, 3 stages.
-# H200 sweep 2026-12-01 (H=128, B=128, ctx 4k): 244 TFLOP/s vs 230 for v2's 128-head tile and
-# 174 for this kernel at 32 keys; Triton 3.6 ptxas sm_90: 254 registers, no spills, 221696 B
-# of shared memory (benchmarks/NOTES-mla.md, version 4). Does not fit sm_80's 163 KB.
+# Version 1's tile for >= 64-row programs on parts with >= 200 KB of shared memory a block
+# (sm_90): 64 keys, 8 warps, 3 stages; ptxas for sm_90: 254 registers, no spills, 221696 B of
+# shared memory (benchmarks/NOTES-mla.md, version 4). Does not fit sm_80's 163 KB.
 V1_WIDE_TILE_SM90 = dict(block_n=64, num_warps=8, num_stages=3, programs_per_sm=1)
 
 
-def auto_variant(heads: int, latent_width: int, *, fp32: bool, cache_16bit: bool,
-                 smem_kb: int) -> str:
-    """The variant DEFAULT_DECODE_VARIANT = "auto" runs for a rank of >= 128 heads over a
-    16-bit cache on a 227 KB part (the measured case): "ws", the Gluon kernel, which itself
-    runs version 1 with V1_WIDE_TILE_SM90 where it does not serve the call (ws_ready: not
-    sm_90, not Triton 3.6, not bf16, pages not a multiple of 64 keys). H200 sweep 2026-12-01
-    (H=128, B=128, ctx 4k): ws 519 TFLOP/s, v1 243, v2 228. Else "v2" (fp8 caches, fewer
-    heads, smaller parts: v2 measured or v1's 64-key tile unchecked)."""
-    if heads >= 128 and latent_width >= 256 and not fp32 and cache_16bit and smem_kb >= 200:
-        return "ws"
-    return "v2"
-
-
-# Gluon is experimental and its API moves between releases (Triton 3.9 already spells
-# warp_specialize differently): "ws" runs only on the Triton it was written and checked for.
-WS_TRITON = "3.6."
+def _ws_triton() -> tuple:
+    """The Triton versions the ws variant builds with: its declaration's envelope (Gluon is
+    experimental; Triton 3.9 already spells warp_specialize differently)."""
+    from attnkit.backends.triton_mla.declaration import VARIANTS as DECLARED
+    return next(k.triton for k in DECLARED if k.name == "ws")
 
 
 def ws_ready(q_lat, cache_flat, *, page_size: int, block_t: int, block_h: int) -> bool:
     """Whether the Gluon kernel ("ws") serves this call: a Triton with Gluon's Hopper API, a
     compiled (not interpreted) launch on an sm_90 GPU, and decode_gluon.gluon_ready's shapes."""
-    if (gluon_ready is None or not triton.__version__.startswith(WS_TRITON) or not q_lat.is_cuda
+    from attnkit.registry.kernels import in_version_range
+    if (gluon_ready is None or not in_version_range(triton.__version__, _ws_triton()) or not q_lat.is_cuda
             or interpreting() or block_h != WS_BLOCK_H):
         return False
     import torch
@@ -207,7 +190,7 @@ def absorbed_config(block_m: int, latent_width: int, *, fp32: bool = False,
     if block_m >= 64 and smem_kb >= 200:        # sm_90: V1_WIDE_TILE_SM90
         return dict(V1_WIDE_TILE_SM90)
     if block_m >= 64:                           # [64, 512] fp32 accumulator: two warpgroups
-        # H200 sweep (H=128, B=128, ctx 4k): 32 keys x 3 stages 1.25 ms, 16 x 2 1.78 ms
+        # the tile of the H200 sweep at H=128, B=128, ctx 4k (benchmarks/NOTES-mla.md)
         return dict(block_n=32, num_warps=8, num_stages=3, programs_per_sm=1)
     if block_m >= 32:
         return dict(block_n=64, num_warps=8, num_stages=2, programs_per_sm=1)

@@ -1,7 +1,7 @@
 """Absorbed MLA split-KV kernel, version 2: output columns split across programs, 128 heads
 a program, page-local key tiles. Same inputs, outputs and partial layout as decode.py's
 version 1 kernel, so the launcher and the reduce kernel are shared (decode.absorbed_attention,
-``variant``; choose it with decode.DEFAULT_DECODE_VARIANT).
+``variant``: the plan chooses it, its kernel tables measured by attnkit tune).
 
 Why (benchmarks/NOTES-mla.md, version 3): a version 1 program of 64 heads holds the whole
 [64, 512] fp32 accumulator, which needs two warpgroups; Triton then splits the Q.K product

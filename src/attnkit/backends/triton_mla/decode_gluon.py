@@ -35,9 +35,11 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-BLOCK_H = 64          # heads a program: one wgmma M tile
-BLOCK_N = 64          # keys a tile
-NUM_STAGES = 2        # latent tiles in flight: 2 x 72 KB + Q 72 KB + P 8 KB = 224 KB
+from attnkit.backends.triton_mla.configs import WS  # noqa: E402  (the shape a plan names)
+
+BLOCK_H = WS["BLOCK_H"]        # heads a program: one wgmma M tile
+BLOCK_N = WS["BLOCK_N"]        # keys a tile
+NUM_STAGES = WS["NUM_STAGES"]  # latent tiles in flight: 2 x 72 KB + Q 72 KB + P 8 KB = 224 KB
 MAXNREG = 168         # 12 warps (3 warpgroups) x 32 x 168 <= 65536 registers
 VALUES_REGS = 232     # the values warpgroup: a [64, 256] fp32 accumulator (128) and addresses
 LOADER_REGS = 24

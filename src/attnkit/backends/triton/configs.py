@@ -1,0 +1,83 @@
+"""Launch configurations of the triton backend's kernel variants, as torch-free data.
+
+The tiles are the winners of the sweeps benchmarks/NOTES-triton.md and NOTES-hopper.md record
+(checked with ptxas for spills); the kernels read them from here and so does the planner, which
+prints each role's configuration next to its variant (``launch_config``). Which variant runs is
+the plan's (its kernel tables); these are only the shape each variant launches with.
+"""
+from __future__ import annotations
+
+
+def padded(d: int) -> int:
+    """Block width for a head dim: the next power of two, at least 16 (tl.dot's minimum)."""
+    return max(16, 1 << (max(d, 1) - 1).bit_length())
+
+
+def decode_config(head_dim: int, fp32: bool, *, interpret: bool) -> dict:
+    """Split-KV decode: key tile and launch shape for a head dim (fp32: "ieee" dots)."""
+    if interpret:
+        return dict(BLOCK_N=16, num_warps=4, num_stages=1)
+    if fp32:
+        return dict(BLOCK_N=32, num_warps=4, num_stages=2)
+    width = padded(head_dim)
+    if width <= 64:
+        return dict(BLOCK_N=64, num_warps=4, num_stages=3)
+    if width <= 128:
+        return dict(BLOCK_N=64, num_warps=4, num_stages=4)
+    return dict(BLOCK_N=32, num_warps=4, num_stages=4)
+
+
+def extend_config(head_dim: int, fp32: bool, *, interpret: bool, variant: str = "v1") -> dict:
+    """Paged extend ("v1") and new-K/V extend ("v2"): blocks and launch shape."""
+    if interpret:
+        return dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=1)
+    if fp32:                          # "ieee" products on CUDA cores; keep the tiles small
+        return dict(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=2)
+    if padded(head_dim) > 128:
+        return dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2)
+    if variant == "v2" and padded(head_dim) in (64, 128):
+        # d128: with 4 warps the 128 x 128 fp32 accumulator leaves no registers (ptxas for
+        # sm_90 spills); 8 warps: no spills. d64: 8 warps beat 4 (NOTES-triton.md).
+        return dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
+    return dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3)
+
+
+def tma_config(head_dim: int, *, interpret: bool) -> dict:
+    """The tensor-descriptor kernel: BLOCK_M, BLOCK_N (<= the row padding, 128), WS (warp
+    specialisation), FUSED_SCALE (the scale folded into the exp2), GLUON (run prefill_gluon.py
+    on the direct route: the gluon variant sets it), warps, stages (NOTES-hopper.md: d <= 64
+    64 x 128 fused-scale tiles, else 128 x 64; no warp specialisation, which was slower and
+    wrong at 3 stages)."""
+    if interpret:
+        return dict(BLOCK_M=16, BLOCK_N=16, WS=False, FUSED_SCALE=False, GLUON=False,
+                    num_warps=4, num_stages=1)
+    if head_dim <= 64:
+        return dict(BLOCK_M=64, BLOCK_N=128, WS=False, FUSED_SCALE=True, GLUON=False,
+                    num_warps=4, num_stages=3)
+    if head_dim > 128:
+        return dict(BLOCK_M=128, BLOCK_N=64, WS=False, FUSED_SCALE=False, GLUON=False,
+                    num_warps=8, num_stages=2)
+    return dict(BLOCK_M=128, BLOCK_N=64, WS=False, FUSED_SCALE=False, GLUON=False, num_warps=8,
+                num_stages=3)
+
+
+# The Gluon ping-pong prefill: D -> (BN keys a tile, K slots, V slots), 128 query rows a
+# program (two warpgroups of 64), 12 warps (NOTES-hopper.md, sweep_hopper_gluon_v6.md).
+GLUON_TILES = {64: (128, 4, 4), 128: (128, 4, 2), 256: (64, 2, 2)}
+
+
+def launch_config(variant: str, *, head_dim: int, dtype: str) -> dict | None:
+    """What ``variant`` launches with for this head dim and compute dtype on a GPU (the plan
+    prints it); None where the variant has no tile for it."""
+    fp32 = dtype == "fp32"
+    if variant in ("split", "split_write", "split_merge"):
+        return decode_config(head_dim, fp32, interpret=False)
+    if variant in ("paged", "paged_new_kv"):
+        return extend_config(head_dim, fp32, interpret=False,
+                             variant="v2" if variant == "paged_new_kv" else "v1")
+    if variant == "tma":
+        return {k: v for k, v in tma_config(head_dim, interpret=False).items() if k != "GLUON"}
+    if variant == "gluon" and head_dim in GLUON_TILES:
+        bn, ks, vs = GLUON_TILES[head_dim]
+        return dict(BLOCK_M=128, BLOCK_N=bn, K_SLOTS=ks, V_SLOTS=vs, num_warps=12)
+    return None

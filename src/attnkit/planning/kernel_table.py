@@ -1,0 +1,141 @@
+"""Kernel choice: which of a chosen backend's kernel variants run, per role and measured bucket.
+
+A backend with variants (registry/kernels.py) is ranked by the planner as fast as the best
+variant it can run here (measured.best_entries). Once the backends and the page size are
+fixed, this module turns the profile into each role's ``KernelTable``: for every bucket the
+profile measured for the model's shape (that role's buckets, at the plan's page size), the
+variants that can run here, fastest first, with their rates; and, for steps no bucket lists,
+the variants in declaration order. Variants that cannot run here (the Triton installed, the
+compute capability, the model's dtypes, head dims, features) are left out and named in the
+reason, so the plan never silently changes kernel.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Mapping
+
+from attnkit.planning.measured import ROLES as BUCKET_ROLES
+from attnkit.planning.measured import at_page, geomean, model_shape, nearest_static, rate_text
+from attnkit.planning.profile import UNITS, Profile
+from attnkit.registry.capabilities import BackendDeclaration
+from attnkit.registry.kernels import KernelRate, KernelRow, KernelTable, variant_misfits
+
+PHASE_OF = {"prefill": "prefill", "extend": "prefill", "decode": "decode"}
+
+
+def model_facts(model, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """What a variant's envelope is checked against: the model's most common layer shape per
+    rank, its features and whether every layer is causal, the plan's dtypes and page size."""
+    shape = model_shape(model, settings)
+    features = set()
+    for layer in model.layers:
+        features |= set(layer.features())
+    return {"dtype": settings.get("dtype") or "bf16",
+            "kv_dtype": settings.get("kv_cache_dtype") or settings.get("dtype") or "bf16",
+            "head_dim": shape.head_dim if shape else 0, "heads": shape.heads if shape else 0,
+            "page_size": settings.get("page_size"), "features": frozenset(features),
+            "causal": all(layer.causal for layer in model.layers)}
+
+
+def misfits(decl: BackendDeclaration, platform, facts: Mapping[str, Any]) -> dict[str, list[str]]:
+    """variant -> why it cannot run here (only the variants that cannot)."""
+    out = {}
+    for k in decl.variants:
+        why = variant_misfits(k, platform=platform, **facts)
+        if why:
+            out[k.name] = why
+    return out
+
+
+def allowed_variants(registry: Mapping[str, BackendDeclaration], platform, facts) -> dict[str, frozenset[str]]:
+    """backend -> the names of its variants that can run here (backends with variants only)."""
+    return {name: frozenset(k.name for k in d.variants) - set(misfits(d, platform, facts))
+            for name, d in registry.items() if d.variants}
+
+
+def kernel_table(profile: Profile | None, decl: BackendDeclaration, role: str, model, settings,
+                 allowed: frozenset[str]) -> KernelTable:
+    """``role``'s table for backend ``decl`` (see the module docstring)."""
+    fallback = tuple(k.name for k in decl.variants_for(role) if k.name in allowed)
+    shape = model_shape(model, settings)
+    configs = launch_configs(decl, fallback, shape, settings)
+    if profile is None or shape is None:
+        return KernelTable(role, fallback=fallback, configs=configs)
+    phase = PHASE_OF[role]
+    buckets = [b for b in at_page(nearest_static(profile, shape, phase), settings.get("page_size"))
+               if phase == "decode" or BUCKET_ROLES[role](b)]
+    by_bucket = defaultdict(list)
+    for e in profile.entries:
+        if e.backend == decl.name and e.bucket in buckets and e.variant in fallback and e.status == "ok":
+            by_bucket[e.bucket].append(e)
+    rows = []
+    for b in sorted(by_bucket, key=lambda b: b.runtime()):
+        entries = by_bucket[b]
+        method = "graph" if all(e.graph_ms for e in entries) else "eager"
+        order = sorted(entries, key=lambda e: -(e.rate(method) or 0.0))
+        rows.append(KernelRow(b.batch, b.new, b.context,
+                              tuple(KernelRate(e.variant, e.rate(method), UNITS[phase]) for e in order)))
+    return KernelTable(role, rows=tuple(rows), fallback=fallback, configs=configs)
+
+
+def launch_configs(decl: BackendDeclaration, variants, shape, settings) -> dict[str, dict]:
+    """variant -> its launch configuration at ``shape`` (the declaration's launch_config hook)."""
+    if decl.launch_config is None or shape is None:
+        return {}
+    from attnkit.planning.reasons import load_hook
+    hook = load_hook(decl.launch_config)
+    out = {}
+    for v in variants:
+        cfg = hook(v, head_dim=shape.head_dim, dtype=settings.get("dtype") or shape.dtype)
+        if cfg:
+            out[v] = dict(cfg)
+    return out
+
+
+def config_text(cfg: Mapping[str, Any]) -> str:
+    return " ".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in cfg.items())
+
+
+def kernel_tables(profile: Profile | None, registry: Mapping[str, BackendDeclaration],
+                  backends: Mapping[str, str | None], model, settings,
+                  allowed: Mapping[str, frozenset[str]]) -> dict[str, KernelTable]:
+    """role -> table, for the roles whose backend has kernel variants."""
+    out = {}
+    for role in ("prefill", "extend", "decode"):
+        name = backends.get(role) or (backends.get("prefill") if role == "extend" else None)
+        if name is None or not registry[name].variants or role == "decode" and "decode" not in model.phases:
+            continue
+        if role == "extend" and "decode" not in model.phases:
+            continue
+        out[role] = kernel_table(profile, registry[name], role, model, settings, allowed.get(name, frozenset()))
+    return out
+
+
+def describe(table: KernelTable, left_out: Mapping[str, list[str]] | None = None) -> str:
+    """One line for a role's reason: which variant leads in how many measured buckets, with its
+    rate there (geometric mean), then the variants left out and why."""
+    if not table.rows:
+        text = f"kernels: {', '.join(table.fallback) or 'none'} (first that takes the step; no bucket measured)"
+    else:
+        won = defaultdict(list)
+        for r in table.rows:
+            won[r.order[0].variant].append(r)
+        unit = table.rows[0].order[0].unit
+        parts = []
+        for variant, rows in won.items():
+            rate = geomean([r.order[0].rate for r in rows if r.order[0].rate])
+            cfg = f" [{config_text(table.configs[variant])}]" if variant in table.configs else ""
+            parts.append(f"{variant}{cfg} in {len(rows)} of {len(table.rows)} buckets ({_span(rows)}; "
+                         f"{rate_text(rate)} {unit})")
+        text = "kernels: " + ", ".join(parts)
+    if left_out:
+        text += "; not here: " + "; ".join(f"{k} ({', '.join(why)})" for k, why in left_out.items())
+    return text
+
+
+def _span(rows) -> str:
+    def span(vals):
+        return f"{min(vals)}-{max(vals)}" if min(vals) != max(vals) else f"{vals[0]}"
+    if all(r.new == 1 for r in rows):
+        return f"B {span([r.batch for r in rows])}, ctx {span([r.context for r in rows])}"
+    return f"new {span([r.new for r in rows])}, ctx {span([r.context for r in rows])}, B {span([r.batch for r in rows])}"

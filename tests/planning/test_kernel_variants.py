@@ -1,0 +1,75 @@
+"""Kernel variants in planning: a backend ranks as its best variant that can run here; each role
+gets a kernel table from the profile; variants that cannot run here (Triton version, compute
+capability, dtype, heads, pages) are left out and said so; tune times each that can."""
+import dataclasses
+
+from attnkit import plan
+from attnkit.hardware import get_preset
+from attnkit.planning.profile import Bucket, Shape
+from attnkit.registry import declarations
+from attnkit.tune.run import variants_to_time
+
+from profile_fakes import entry, only_given_profiles, profile, write  # noqa: F401
+
+
+def _v(e: dict, variant: str) -> dict:
+    return {**e, "variant": variant}
+
+
+ROWS = [
+    _v(entry("triton", "decode", 300, batch=1), "split_write"), _v(entry("triton", "decode", 250, batch=1), "split"),
+    _v(entry("triton", "decode", 3000, batch=64), "split_write"), _v(entry("triton", "decode", 4000, batch=64), "split"),
+    entry("sdpa", "decode", 200, batch=1), entry("sdpa", "decode", 3900, batch=64),
+    _v(entry("triton", "prefill", 600, new=16384, context=16384), "gluon"),
+    _v(entry("triton", "prefill", 480, new=16384, context=16384), "tma"),
+    _v(entry("triton", "prefill", 450, new=16384, context=16384), "paged"),
+    entry("sdpa", "prefill", 550, new=16384, context=16384),
+]
+
+
+def test_backend_ranks_as_its_best_variant_and_the_table_names_it(tmp_path, only_given_profiles):
+    p = plan("llama-3.1-8b", "h200", profile=write(tmp_path / "p.json", profile(ROWS)))
+    assert p.ok and p.prefill_backend == "triton" and p.decode_backend == "triton"
+    assert "600 vs 550" in p.why["prefill"]                      # gluon's rate, not the mean of variants
+    decode = p.run.role("decode").kernels
+    assert [r.order[0].variant for r in decode.rows] == ["split_write", "split"]
+    assert decode.candidates(1, 1, 4096)[0] == "split_write" and decode.candidates(100, 1, 4096)[0] == "split"
+    assert "split_write [BLOCK_N=64 num_warps=4 num_stages=4] in 1 of 2 buckets" in p.kernel_why["decode"]
+    assert decode.configs["split"] == {"BLOCK_N": 64, "num_warps": 4, "num_stages": 4}  # configs.py's
+    assert p.run.role("prefill").kernels.rows[0].order[0].variant == "gluon"
+    assert p.run.backend_options("triton")["kernels"]["decode"] is decode
+    assert p.to_dict()["run"]["roles"]["decode"]["kernels"]["rows"][0]["order"][0]["variant"] == "split_write"
+
+
+def test_a_variant_the_installed_triton_cannot_build_is_left_out_and_named(tmp_path, only_given_profiles):
+    h200 = get_preset("h200")
+    other = dataclasses.replace(h200, packages={**h200.packages, "triton": "3.9.0"})
+    p = plan("llama-3.1-8b", other, profile=write(tmp_path / "p.json", profile(ROWS)))
+    assert p.ok and p.prefill_backend == "sdpa" and "550 vs 480" in p.why["prefill"]  # tma stands for triton
+    slower_sdpa = [e for e in ROWS if not (e["backend"] == "sdpa" and e["phase"] == "prefill")] + [
+        entry("sdpa", "prefill", 400, new=16384, context=16384)]
+    p = plan("llama-3.1-8b", other, profile=write(tmp_path / "q.json", profile(slower_sdpa)))
+    assert p.prefill_backend == "triton" and "gluon" not in p.run.role("prefill").kernels.variants()
+    assert "gluon (builds with Triton >= 3.6, < 3.7; Triton 3.9.0 here)" in p.kernel_why["prefill"]
+    assert "tma [" in p.kernel_why["prefill"] and "] in 1 of 1 buckets" in p.kernel_why["prefill"]
+
+
+def test_tune_times_each_variant_that_can_run_the_bucket():
+    triton, mla = declarations()["triton"], declarations()["triton_mla"]
+    h200 = get_preset("h200")
+    shape = Shape("mha", 32, 8, 128, 128, "bf16", "bf16")
+    assert variants_to_time(Bucket(shape, "decode", 1, 1, 4096, 16), triton, h200) == \
+        ["split", "split_write", "split_merge"]
+    assert variants_to_time(Bucket(shape, "prefill", 1, 2048, 2048, 16), triton, h200) == \
+        ["paged", "paged_new_kv", "tma", "gluon"]
+    assert "gluon" not in variants_to_time(Bucket(shape, "prefill", 8, 2048, 2048, 16), triton, h200)
+    assert variants_to_time(Bucket(shape, "prefill", 1, 2048, 34816, 16), triton, h200) == \
+        ["paged", "paged_new_kv", "tma"]
+    mla16 = Shape("mla", 16, 1, 192, 128, "bf16", "bf16", 512, 64)
+    mla128 = dataclasses.replace(mla16, heads=128)
+    assert variants_to_time(Bucket(mla16, "decode", 1, 1, 4096, 64), mla, h200) == \
+        ["column_split", "whole_rows"]
+    assert variants_to_time(Bucket(mla128, "decode", 1, 1, 4096, 16), mla, h200) == \
+        ["column_split", "whole_rows", "column_split_tma"]
+    assert variants_to_time(Bucket(mla128, "decode", 1, 1, 4096, 64), mla, h200)[-1] == "ws"
+    assert variants_to_time(Bucket(shape, "decode", 1, 1, 4096, 16), declarations()["sdpa"], h200) == [None]
