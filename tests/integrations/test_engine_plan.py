@@ -90,3 +90,17 @@ def test_interface_problems_name_the_class_and_the_version(monkeypatch):
     assert any("Engine 9.9: fake_engine:Gone is missing" in m for m in found)
     assert problems("Engine", "9.9", [Expected("fake_engine:Backend",
                                                params={"forward": ("q", "k")})]) == []
+
+
+def test_startup_line_names_the_kernels_per_role_from_the_plans_run():
+    """On a GPU plan (h100 preset, planned without a GPU) the run description has kernel
+    tables; the start-up line quotes them per role."""
+    import attnkit
+
+    result = attnkit.plan(CONFIG | {"head_dim": 128, "hidden_size": 512}, "h100",
+                          {"dtype": "bf16", "attention_backend": "triton"})
+    ep = engine_plan.EnginePlan(engine="vLLM", plan=result, backend=None, layers={}, tp_size=1,
+                                page_size=result.run.page_size, kv_dtype=torch.bfloat16)
+    line = engine_plan.startup_line(ep, engine_settings={"device": "cuda:0"})
+    for role in result.run.roles:
+        assert f"{role.role}=triton[{','.join(role.kernels.variants())}]" in line

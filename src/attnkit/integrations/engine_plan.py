@@ -96,10 +96,11 @@ def plan_engine(hf_config: Mapping[str, Any], *, engine: str, name: str, device:
                                                            if v is not None}, strict=True)
     from attnkit.kvcache.paged import TORCH_KV_DTYPES
 
+    run = result.run
     return EnginePlan(engine=engine, plan=result, backend=backend_of(result, None),
-                      layers={l.layer_id: per_rank(l, tp_size) for l in spec.layers},
-                      tp_size=tp_size, page_size=result.settings["page_size"],
-                      kv_dtype=TORCH_KV_DTYPES[result.settings["kv_cache_dtype"]])
+                      layers={l.layer_id: per_rank(l, run.tp_size) for l in spec.layers},
+                      tp_size=run.tp_size, page_size=run.page_size,
+                      kv_dtype=TORCH_KV_DTYPES[run.kv_cache_dtype])
 
 
 def per_rank(spec: LayerAttention, tp_size: int) -> LayerAttention:
@@ -136,30 +137,14 @@ def check_layer(engine: str, spec: LayerAttention, *, num_heads: int, num_kv_hea
 
 
 def startup_line(ep: EnginePlan, *, engine_settings: Mapping[str, Any]) -> str:
-    """The one line logged at start-up: what attnkit runs per role, with which settings, for
-    what the engine asked (``engine_settings``: its own names and values)."""
-    p = ep.plan
-    roles = {"prefill": p.prefill_backend, "extend": p.extend_backend or p.prefill_backend,
-             "decode": p.decode_backend}
-    kernels = _kernels(p)
-    run = " ".join(f"{role}={name}" + (f"[{kernels[role]}]" if kernels.get(role) else "")
-                   for role, name in roles.items())
-    s = p.settings
+    """The one line logged at start-up: what attnkit runs per role (backend and, where the
+    backend has variants, its kernels: ``Plan.run``), with which settings, for what the
+    engine asked (``engine_settings``: its own names and values)."""
+    run = ep.plan.run
+    roles = " ".join(f"{r.role}={r.backend}" + (f"[{','.join(r.kernels.variants())}]"
+                                                  if r.kernels is not None else "")
+                     for r in run.roles)
     asked = " ".join(f"{k}={v}" for k, v in engine_settings.items())
-    return (f"attnkit plan for {p.model} on {p.platform['name']}: {run}; page_size={s['page_size']} "
-            f"kv_cache_dtype={s['kv_cache_dtype']} dtype={s['dtype']} tp_size={s['tp_size']} "
-            f"({ep.engine}: {asked})")
-
-
-def _kernels(p: Plan) -> dict[str, str]:
-    """The kernel variant per role, where the plan names one (its typed run description)."""
-    run = getattr(p, "run", None)
-    if run is None:
-        return {}
-    out = {}
-    for role in ("prefill", "extend", "decode"):
-        entry = getattr(run, role, None)
-        variant = getattr(entry, "variant", None) or getattr(entry, "kernel", None)
-        if variant:
-            out[role] = str(variant)
-    return out
+    return (f"attnkit plan for {ep.plan.model} on {run.device.name}: {roles}; "
+            f"page_size={run.page_size} kv_cache_dtype={run.kv_cache_dtype} dtype={run.dtype} "
+            f"tp_size={run.tp_size} ({ep.engine}: {asked})")

@@ -14,11 +14,8 @@ attnkit's planned backend on SGLang's own KV pool. What SGLang would check for i
 """
 from __future__ import annotations
 
-import logging
-
 NAME = "attnkit"
 TESTED_VERSIONS = {"sglang": "0.5.23"}      # the version the CI tier runs (docs/integrations.md)
-logger = logging.getLogger("sglang.attnkit")   # in SGLang's log stream
 
 
 def register() -> str:

@@ -13,16 +13,18 @@ and ``backend.forward`` writes the new K/V there and attends.
 """
 from __future__ import annotations
 
+import logging
+
 import torch
 from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
 
 from attnkit.backends.batch import Request, build_batch
 from attnkit.errors import fail
 from attnkit.integrations.engine_plan import EnginePlan, plan_engine, startup_line
-from attnkit.integrations.sglang import logger
 from attnkit.kvcache.paged import PagedKVCache
 
 STATS = {"forwards": 0}
+logger = logging.getLogger("sglang.attnkit")   # in SGLang's log stream
 
 
 def plan_runner(runner) -> EnginePlan:
