@@ -23,7 +23,7 @@ ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobin
               "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
-def engine(out: Path, models: list[Path], **env: str) -> subprocess.CompletedProcess:
+def engine(out: Path, models: list[Path], *args: str, **env: str) -> subprocess.CompletedProcess:
     """Run vllm_run.py over ``models`` with the environment ``env`` on top of ENGINE_ENV;
     ATTNKIT_VLLM and the test knob are removed unless ``env`` sets them. The process's log
     (vLLM's, with attnkit's start-up line) is in ``stdout``, stderr included."""
@@ -31,7 +31,7 @@ def engine(out: Path, models: list[Path], **env: str) -> subprocess.CompletedPro
             if k not in ("ATTNKIT_VLLM", "ATTNKIT_ENGINE_TEST_SCALE_ERROR")}
     full.update(ENGINE_ENV)
     full.update(env)
-    return subprocess.run([sys.executable, str(RUN), str(out), *map(str, models)], env=full,
+    return subprocess.run([sys.executable, str(RUN), *args, str(out), *map(str, models)], env=full,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           timeout=900)
 
@@ -117,4 +117,12 @@ def test_planner_refusal_stops_vllm_at_startup(models, tmp_path):
     proc = engine(tmp_path / "out.json", [model], ATTNKIT_VLLM="1", ATTNKIT_ATTENTION_BACKEND="triton")
     assert proc.returncode != 0
     assert f"AttnkitError: {planned.value.code}" in proc.stdout, proc.stdout[-3000:]
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_fp8_kv_cache_is_refused_at_startup(models, tmp_path):
+    proc = engine(tmp_path / "out.json", [models["llama-gqa"]], "--kv-cache-dtype=fp8",
+                  ATTNKIT_VLLM="1")
+    assert proc.returncode != 0
+    assert "AttnkitError: AK493" in proc.stdout and "fp8" in proc.stdout
     assert not (tmp_path / "out.json").exists()

@@ -1,6 +1,6 @@
 """Run tiny models through ``vllm.LLM(...).generate`` in this process and write what came out.
 
-    python tests/engines/vllm_run.py OUT.json MODEL_DIR [MODEL_DIR ...]
+    python tests/engines/vllm_run.py [--kv-cache-dtype=fp8] OUT.json MODEL_DIR [MODEL_DIR ...]
 
 Greedy, fp32, eager, logprobs of the top 5 tokens at every step, prompts of several lengths
 (some longer than the sliding windows and than one 32-token block). The test environment
@@ -22,12 +22,13 @@ def prompts(vocab: int = 256) -> list[list[int]]:
     return [[(7 * i + 3 * j + 1) % vocab for j in range(n)] for i, n in enumerate(PROMPT_LENGTHS)]
 
 
-def run(model_dir: str) -> dict:
+def run(model_dir: str, kv_cache_dtype: str = "auto") -> dict:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
     llm = LLM(model=model_dir, dtype="float32", enforce_eager=True, skip_tokenizer_init=True,
-              max_model_len=128, block_size=32, max_num_seqs=4, seed=0)
+              max_model_len=128, block_size=32, max_num_seqs=4, seed=0,
+              kv_cache_dtype=kv_cache_dtype)
     params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, logprobs=5, detokenize=False)
     results = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts()], params)
     out = {"outputs": [{"tokens": list(r.outputs[0].token_ids),
@@ -54,8 +55,11 @@ def _impl_class(llm) -> str | None:
 
 
 def main(argv: list[str]) -> int:
+    kv = "auto"
+    if argv and argv[0].startswith("--kv-cache-dtype="):
+        kv = argv.pop(0).split("=", 1)[1]
     out_path, *models = argv
-    report = {m: run(m) for m in models}
+    report = {m: run(m, kv) for m in models}
     try:
         from attnkit.integrations.vllm.backend import STATS
         report["attnkit_stats"] = dict(STATS)
