@@ -47,11 +47,11 @@ class EnginePlan:
     kv_dtype: torch.dtype
     bound: dict[int, RuntimeLayer] = field(default_factory=dict)
 
-    def layer(self, layer_id: int, *, num_heads: int, num_kv_heads: int, head_size: int,
+    def check(self, layer_id: int, *, num_heads: int, num_kv_heads: int, head_size: int,
               scale: float, sliding_window: int | None, softcap: float | None,
-              sinks: Any = None) -> RuntimeLayer:
-        """The RuntimeLayer of the engine's layer ``layer_id``, whose attention the engine
-        built with these arguments; AK493 where they are not what the plan was made for."""
+              sinks: Any = None) -> LayerAttention:
+        """The spec of the engine's layer ``layer_id``, whose attention the engine built with
+        these arguments; AK493 where they are not what the plan was made for."""
         spec = self.layers.get(layer_id)
         if spec is None:
             fail("AK493", f"{self.engine}: attention layer {layer_id} is not one of the layers "
@@ -60,12 +60,17 @@ class EnginePlan:
         check_layer(self.engine, spec, num_heads=num_heads, num_kv_heads=num_kv_heads,
                     head_size=head_size, scale=scale, sliding_window=sliding_window,
                     softcap=softcap, sinks=sinks is not None)
+        return spec
+
+    def layer(self, layer_id: int, **args: Any) -> RuntimeLayer:
+        """``check``, then the layer's RuntimeLayer (one per layer id)."""
+        spec = self.check(layer_id, **args)
         found = self.bound.get(layer_id)
         if found is None:
             error = float(os.environ.get(SCALE_ERROR_ENV, "0") or 0)
             if error:
                 spec = dataclasses.replace(spec, scale=spec.softmax_scale * (1 + error))
-            found = self.bound[layer_id] = RuntimeLayer(spec=spec, sinks=sinks)
+            found = self.bound[layer_id] = RuntimeLayer(spec=spec, sinks=args.get("sinks"))
         return found
 
 

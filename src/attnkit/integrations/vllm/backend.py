@@ -180,28 +180,21 @@ class AttnkitImpl(AttentionImpl[AttnkitMetadata]):
         self._layer = None
         self._cache: tuple[int, PagedKVCache] | None = None
 
+    def _args(self) -> dict[str, Any]:
+        return dict(num_heads=self.num_heads, num_kv_heads=self.num_kv_heads, head_size=self.head_size,
+                    scale=self.scale, sliding_window=self.sliding_window, softcap=self.logits_soft_cap,
+                    sinks=self.sinks)
+
     def _check_one_of_plan(self) -> None:
         """At start-up: some planned layer is this one (which, vLLM tells at the first forward)."""
         errors = []
         for lid in sorted(self.plan.layers):
             try:
-                self._bind(lid, scratch=True)
+                self.plan.check(lid, **self._args())
                 return
             except AttnkitError as exc:     # keep the first, for the message
                 errors.append(exc)
         raise errors[0]
-
-    def _bind(self, layer_id: int, *, scratch: bool = False):
-        args = dict(num_heads=self.num_heads, num_kv_heads=self.num_kv_heads, head_size=self.head_size,
-                    scale=self.scale, sliding_window=self.sliding_window, softcap=self.logits_soft_cap,
-                    sinks=self.sinks)
-        if scratch:
-            from attnkit.integrations.engine_plan import check_layer
-
-            spec = self.plan.layers.get(layer_id)
-            check_layer("vLLM", spec, **{k: v is not None if k == "sinks" else v for k, v in args.items()})
-            return None
-        return self.plan.layer(layer_id, **args)
 
     def forward(self, layer, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 kv_cache: torch.Tensor, attn_metadata: AttnkitMetadata | None, output: torch.Tensor,
@@ -218,7 +211,7 @@ class AttnkitImpl(AttentionImpl[AttnkitMetadata]):
         if self._layer is None:
             from vllm.model_executor.models.utils import extract_layer_index
 
-            self._layer = self._bind(extract_layer_index(layer.layer_name))
+            self._layer = self.plan.layer(extract_layer_index(layer.layer_name), **self._args())
         cache = self._paged(kv_cache)
         if self.sinks is not None:          # loaded after start-up; attnkit reads float32 sinks
             self._layer.sinks = self.sinks if self.sinks.dtype == torch.float32 else self.sinks.float()
