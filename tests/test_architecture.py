@@ -44,7 +44,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 ALLOWED: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
     "errors": (),
     "vocabulary": (),
-    "model": ("errors",),
+    "model": ("vocabulary", "errors"),
     "hardware": ("errors",),
     "declarations": ("vocabulary", "model", "errors"),
     "registry": ("vocabulary", "declarations", "errors"),
@@ -53,11 +53,12 @@ ALLOWED: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
     "backends": ("declarations", "registry", "vocabulary", "kvcache", "model", "errors"),
     "reference": ("backends", "declarations", "kvcache", "model", "errors"),
     "runtime": ("registry", "backends", "declarations", "kvcache", "reference", "model", "errors"),
-    "runner": ("backends", "declarations", "registry", "planning", "kvcache", "model", "hardware", "errors"),
-    "tune": ("api", "backends", "declarations", "registry", "vocabulary", "planning", "reference", "kvcache",
-             "model", "hardware", "errors"),
-    "integrations": ("runner", "planning", "backends", "declarations", "registry", "kvcache", "model", "hardware",
-                     "errors"),
+    "runner": ("backends", "declarations", "registry", "vocabulary", "planning", "kvcache", "model", "hardware",
+               "errors"),
+    "tune": ("api", "backends", "declarations", "registry", "vocabulary", "planning", "reference", "kvcache", "model",
+             "hardware", "errors"),
+    "integrations": ("runner", "planning", "backends", "declarations", "registry", "vocabulary", "kvcache", "model",
+                     "hardware", "errors"),
     "api": ("planning", "errors"),
     "cli": ("api", "runner", "tune", "planning", "registry", "model", "hardware", "errors"),
 }.items()}
@@ -74,15 +75,6 @@ KNOWN_LAZY_CYCLES: dict[frozenset[str], str] = {
         "base.py is torch-free and imports the checks (torch) when the first step runs",
     frozenset({"attnkit.backends.base", "attnkit.backends.static", "attnkit.backends.validation"}):
         "base.py's prepare_static imports the static-step checks (torch) when first called",
-    frozenset({"attnkit.runner.models", "attnkit.runner.models.base", "attnkit.runner.models.config",
-               "attnkit.runner.models.deepseek", "attnkit.runner.models.gemma2",
-               "attnkit.runner.models.gpt_oss", "attnkit.runner.models.llama"}):
-        "the family table (models/__init__) names the family modules, which build on base.py; "
-        "base/config look a family up in the table when a model is built",
-    frozenset({"attnkit.runner.engine.engine", "attnkit.runner.engine.generation",
-               "attnkit.runner.engine.scheduler"}):
-        "Engine.generate runs the scheduler loop (generation.py), and the Scheduler checks "
-        "that it was handed an Engine, each when called",
 }
 
 

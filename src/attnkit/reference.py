@@ -23,6 +23,7 @@ from attnkit.backends.base import RuntimeLayer
 from attnkit.backends.batch import slots_of
 from attnkit.backends.metadata import BatchMetadata
 from attnkit.backends.validation import validate_batch, validate_forward
+from attnkit.backends.varlen import VarlenBatch, validate_varlen
 from attnkit.errors import fail
 from attnkit.kvcache.paged import PagedKVCache
 
@@ -63,6 +64,27 @@ def attention(q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None,
         scores, values = _scores_values(q[qs:qe].to(F64), keys, slots, layer)
         out[qs:qe] = _softmax_pv(scores, values, mask, layer)
     return out.reshape(meta.num_tokens, heads * dv)
+
+
+def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: RuntimeLayer,
+                     batch: VarlenBatch) -> torch.Tensor:
+    """The varlen call (backends/varlen.py) densely in float64: sequence b's query rows
+    cu_q[b] .. cu_q[b+1] attend to its key rows cu_k[b] .. cu_k[b+1] whose key_padding_mask
+    is True; no other row of q, k or v is read. Output rows outside every sequence, and of a
+    sequence without an attending key, are 0. Returns float64 [Tq, H_q * D_v]."""
+    validate_varlen(q, k, v, layer, batch, backend="reference", features=("varlen",))
+    spec = layer.spec
+    out = torch.zeros(q.shape[0], spec.num_heads, spec.value_dim, dtype=F64, device=q.device)
+    flags = batch.key_mask.tolist() if batch.key_mask is not None else None
+    keys = (k.to(F64), v.to(F64))
+    for i in range(batch.num_seqs):
+        qs, qe = batch.cu_q_cpu[i], batch.cu_q_cpu[i + 1]
+        rows = [j for j in range(batch.cu_k_cpu[i], batch.cu_k_cpu[i + 1]) if flags is None or flags[j]]
+        if qe == qs or not rows:
+            continue
+        scores, values = _scores_values(q[qs:qe].to(F64), keys, torch.tensor(rows, device=q.device), layer)
+        out[qs:qe] = _softmax_pv(scores, values, None, layer)
+    return out.reshape(q.shape[0], spec.num_heads * spec.value_dim)
 
 
 def stored_kv(k: torch.Tensor | None, v: torch.Tensor | None, layer: RuntimeLayer,

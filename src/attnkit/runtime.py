@@ -22,6 +22,8 @@ _HOMES = {
     "ForwardMode": "attnkit.backends.metadata",
     "Request": "attnkit.backends.batch",
     "build_batch": "attnkit.backends.batch",
+    "varlen_batch": "attnkit.backends.varlen",
+    "VarlenBatch": "attnkit.backends.varlen",
     "PagedKVCache": "attnkit.kvcache.paged",
     "PageAllocator": "attnkit.kvcache.allocator",
     "LayerAttention": "attnkit.model.spec",

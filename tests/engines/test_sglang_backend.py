@@ -80,7 +80,7 @@ def test_sglangs_own_checks_are_attnkits_coded_reasons(registered, change, needl
 
     with pytest.raises(AttnkitError) as err:
         create_backend(runner(hf_config("llama-gqa"), **change))
-    assert err.value.code == "AK493" and needle in str(err.value)
+    assert err.value.code == "AK496" and needle in str(err.value)
 
 
 def test_dual_chunk_model_is_refused_with_a_code(registered):
@@ -90,7 +90,7 @@ def test_dual_chunk_model_is_refused_with_a_code(registered):
     config.dual_chunk_attention_config = {"chunk_size": 32, "local_size": 8}
     with pytest.raises(AttnkitError) as err:
         create_backend(runner(config))
-    assert err.value.code == "AK493" and "dual chunk" in str(err.value)
+    assert err.value.code == "AK496" and "dual chunk" in str(err.value)
 
 
 def test_planner_refusal_is_the_planners_code(registered, monkeypatch):

@@ -101,7 +101,7 @@ def test_mla_model_is_refused_at_startup_with_attnkits_code(tmp_path):
     model = tiny_models.build("deepseek-mla", tmp_path / "mla")
     proc = engine(tmp_path / "out.json", [model], ATTNKIT_VLLM="1")
     assert proc.returncode != 0
-    assert "AK493" in proc.stdout and "MLA" in proc.stdout
+    assert "AK496" in proc.stdout and "MLA" in proc.stdout
     assert not (tmp_path / "out.json").exists()      # nothing generated
 
 
@@ -124,5 +124,5 @@ def test_fp8_kv_cache_is_refused_at_startup(models, tmp_path):
     proc = engine(tmp_path / "out.json", [models["llama-gqa"]], "--kv-cache-dtype=fp8",
                   ATTNKIT_VLLM="1")
     assert proc.returncode != 0
-    assert "AttnkitError: AK493" in proc.stdout and "fp8" in proc.stdout
+    assert "AttnkitError: AK496" in proc.stdout and "fp8" in proc.stdout
     assert not (tmp_path / "out.json").exists()

@@ -30,7 +30,7 @@ def test_register_is_a_no_op_unless_switched_on(monkeypatch):
 
 def test_cuda_route_selects_custom_and_refuses_another_explicit_backend():
     """The CUDA route, checked on its platform class without a GPU: an unset backend becomes
-    CUSTOM, MLA layers get the refusal, an explicit other backend is AK494."""
+    CUSTOM, MLA layers get the refusal, an explicit other backend is AK497."""
     import types
 
     import pytest
@@ -54,6 +54,6 @@ def test_cuda_route_selects_custom_and_refuses_another_explicit_backend():
         assert FakeCuda.get_attn_backend_cls(None, mla).endswith("AttnkitMlaRefusal")
         with pytest.raises(AttnkitError) as err:
             FakeCuda.get_attn_backend_cls(AttentionBackendEnum.FLASH_ATTN, mha)
-        assert err.value.code == "AK494" and "FLASH_ATTN" in str(err.value)
+        assert err.value.code == "AK497" and "FLASH_ATTN" in str(err.value)
     finally:
         AttentionBackendEnum.CUSTOM.clear_override()

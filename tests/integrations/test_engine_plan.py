@@ -42,28 +42,28 @@ def test_a_layer_built_otherwise_than_planned_is_refused():
     assert ep.layer(1, **good).spec.layer_id == 1
     with pytest.raises(AttnkitError) as err:
         ep.layer(0, **{**good, "scale": 0.2})
-    assert err.value.code == "AK493" and "scale" in str(err.value)
+    assert err.value.code == "AK496" and "scale" in str(err.value)
     with pytest.raises(AttnkitError) as err:
         ep.layer(0, **{**good, "sliding_window": 8})
-    assert err.value.code == "AK493" and "sliding_window" in str(err.value)
+    assert err.value.code == "AK496" and "sliding_window" in str(err.value)
     with pytest.raises(AttnkitError) as err:
         ep.layer(7, **good)
-    assert err.value.code == "AK493"
+    assert err.value.code == "AK496"
 
 
 def test_unknown_kv_dtype_and_compute_dtype_are_refused():
     with pytest.raises(AttnkitError) as err:
         plan(kv_cache_dtype="int4")
-    assert err.value.code == "AK493"
+    assert err.value.code == "AK496"
     with pytest.raises(AttnkitError) as err:
         plan(dtype=torch.float64)
-    assert err.value.code == "AK493"
+    assert err.value.code == "AK496"
 
 
 def test_planner_refusals_keep_the_planners_code():
     with pytest.raises(AttnkitError) as err:
         plan(request={"attention_backend": "triton"})
-    assert err.value.code != "AK493"
+    assert err.value.code != "AK496"
 
 
 def test_scale_error_knob_changes_the_bound_scale(monkeypatch):

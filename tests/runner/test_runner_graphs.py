@@ -153,10 +153,14 @@ def test_graphs_refused_where_they_cannot_run(llama64):
     with pytest.raises(AttnkitError) as err:
         rehearsal(path, load_backend("sdpa"))
     assert err.value.code == "AK489"
-    for bad in ({"cuda_graph": "on"}, {"graph_capture": None}, {"max_num_seqs": 0}):
+    for bad in ({"graph_capture": None}, {"max_num_seqs": 0}):
         with pytest.raises(AttnkitError) as err:
             Engine.from_pretrained(path, backend="torch_native", page_size=4, **bad)
         assert err.value.code == "AK483"
+    for bad, code in (("on", "AK489"), ("sometimes", "AK306")):   # the planner's parse: "on" is True
+        with pytest.raises(AttnkitError) as err:
+            Engine.from_pretrained(path, backend="torch_native", page_size=4, cuda_graph=bad)
+        assert err.value.code == code
     auto = Engine.from_pretrained(path, page_size=4)             # auto on the CPU: eager
     assert auto.graphs is None and auto.plan.settings["cuda_graph"] is False
 

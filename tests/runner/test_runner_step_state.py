@@ -110,7 +110,7 @@ def test_shared_context_equals_a_fresh_one_per_layer(tiny_model, family, backend
     engine.prefill(PROMPTS)
     model, ids = engine.model, engine.ids
     reqs = [Request(len(engine.tokens(i)), 1,
-                    engine.allocator.grow(engine.sequence(i), len(engine.tokens(i)) + 1))
+                    engine.allocator.grow_to(engine.sequence(i), len(engine.tokens(i)) + 1))
             for i in ids]
     meta = build_batch(reqs, page_size=engine.page_size)
     step = engine.backend.prepare(meta, engine.cache)
@@ -131,7 +131,7 @@ def test_context_of_another_step_is_refused(tiny_model):
     engine.prefill([PROMPTS[0]])
     (seq,) = engine.ids
     n = len(engine.tokens(seq))
-    row = engine.allocator.grow(engine.sequence(seq), n + 1)
+    row = engine.allocator.grow_to(engine.sequence(seq), n + 1)
     one = build_batch([Request(n, 1, row)], page_size=4)
     ctx = engine.model.context(engine.backend, engine.cache, engine.backend.prepare(one, engine.cache))
     engine.model.forward(torch.tensor([3]), ctx)

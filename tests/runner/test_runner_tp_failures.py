@@ -34,7 +34,7 @@ def test_refused_before_any_process_starts(tiny_model, no_new_ranks, monkeypatch
     ds, _ = tiny_model("deepseek_v2")
     cases = [(lambda: LLM(path, device="cpu", tp_size=3), "AK305"),       # the planner's code
              (lambda: Engine.from_pretrained(ds, tp_size=3), "AK305"),
-             (lambda: Engine.from_pretrained(path, tp_size=0), "AK483"),
+             (lambda: Engine.from_pretrained(path, tp_size=0), "AK306"),    # one parse, one code
              (lambda: LLM(path, device="cpu", tp_size=0), "AK306"),
              (lambda: Engine.from_pretrained(hf, tp_size=2), "AK483"),   # in memory: no shards
              (lambda: Engine.from_pretrained(path, tp_size=2, page_size=4,

@@ -164,13 +164,19 @@ def test_requests_checked_when_added(tiny_model):
     assert eng.allocator.num_free == eng.allocator.num_pages
 
 
-def test_failed_step_releases_every_sequence(tiny_model):
+def mid_run(tiny_model):
+    """(engine, a scheduler two chunked steps into every prompt)."""
     eng = engine(tiny_model)
     sched = Scheduler(eng, max_num_batched_tokens=4)
     for p in PROMPTS:
         sched.add(p, greedy())
     sched.step()
     sched.step()
+    return eng, sched
+
+
+def test_failed_step_releases_every_sequence(tiny_model):
+    eng, sched = mid_run(tiny_model)
 
     def broken(*args, **kwargs):
         raise RuntimeError("boom")

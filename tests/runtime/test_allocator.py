@@ -48,3 +48,31 @@ def test_shuffled_block_table_rows_are_padded_and_disjoint():
     pages = [p for row in table for p in row if p >= 0]
     assert len(set(pages)) == len(pages) == 4
     assert pages != sorted(pages)                         # non-contiguous on purpose
+
+
+class _Holder:
+    """A row kept by its holder, as the runner's Sequence keeps its pages."""
+
+    def __init__(self, seq_id):
+        self.seq_id, self.pages = seq_id, []
+
+
+def test_holder_rows_grow_shrink_back_exactly_and_keep_scratch_apart():
+    alloc = PageAllocator(6, page_size=4, scratch=2)
+    assert alloc.scratch_pages == [6, 7] and alloc.num_free == 6
+    a, b = _Holder("a"), _Holder("b")
+    assert alloc.grow_to(a, 5) == [0, 1] and alloc.shortfall(a, 8) == 0 and alloc.shortfall(a, 9) == 1
+    alloc.grow_to(b, 4)
+    alloc.release(a)                                     # 0, 1 back after the never-used 3, 4, 5
+    before = alloc.free_pages()
+    assert before == [3, 4, 5, 0, 1]
+    for tokens in (8, 12, 16):                           # fresh pages only, then freed ones too
+        alloc.grow_to(a, tokens)
+        alloc.grow_to(b, 8)
+        alloc.shrink(b, 1)                               # undone in reverse order
+        alloc.shrink(a, 0)
+        assert alloc.free_pages() == before and a.pages == [] and b.pages == [2]
+    with pytest.raises(AttnkitError) as err:             # 6 pages; the scratch never handed out
+        alloc.grow_to(a, 24)
+    assert err.value.code == "AK400" and "'a'" in err.value.message
+    assert alloc.free_pages() == before

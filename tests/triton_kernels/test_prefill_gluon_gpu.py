@@ -108,3 +108,38 @@ def test_a_tile_override_runs_that_tile(launches):
     out = be.forward(case.q, case.k, case.v, case.layer, case.cache, be.prepare(case.meta, case.cache))
     assert_close(out, case.reference(), dtype="bf16", what="tile override")
     assert not launches
+
+
+@needs
+@pytest.mark.parametrize("dim", [64, 128, 256])
+@pytest.mark.parametrize("tokens", [1, 77, 1500, 4608])
+def test_non_causal_prefill_runs_gluon_and_matches_reference(dim, tokens, launches):
+    """An encoder layer (a DiT's joint attention: FLUX.1's 4,608 tokens) through the Gluon
+    kernel's non-causal path: every row sees every key; the last partial tile masks past T."""
+    layer = make_layer(num_heads=8, num_kv_heads=2, head_dim=dim, dtype="bf16", device="cuda", role="encoder")
+    case = make_case(layer, prefix_lens=[0], new_lens=[tokens], page_size=16, dtype="bf16",
+                     device="cuda", q_scale=4.0, seed=tokens)
+    out = _run(case)
+    assert launches, "the Gluon kernel did not run"
+    assert_close(out, case.reference(), dtype="bf16", what=f"gluon non-causal d{dim} T={tokens}")
+
+
+@needs
+def test_varlen_gluon_matches_reference():
+    """TritonBackend(varlen_kernel="gluon"): one sequence of 5,000 tokens (the DiT row), and a
+    batch of windows with a key mask (which the Gluon kernel does not take: the tile runs)."""
+    from attnkit import reference
+    from attnkit.backends.base import RuntimeLayer
+    from attnkit.backends.varlen import varlen_batch
+    from attnkit.model.spec import LayerAttention
+
+    layer = RuntimeLayer(LayerAttention(layer_id=0, num_heads=8, num_kv_heads=8, head_dim=128, role="encoder"))
+    be = TritonBackend(varlen_kernel="gluon")
+    for lens, masked in (([5000], False), ([64] * 9 + [30], True)):
+        n = sum(lens)
+        q, k, v = (torch.randn(n, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        cu = torch.tensor([sum(lens[:i]) for i in range(len(lens) + 1)], dtype=torch.int32, device="cuda")
+        mask = (torch.arange(n, device="cuda") % 7 != 3) if masked else None
+        batch = varlen_batch(cu, key_padding_mask=mask)
+        assert_close(be.varlen(q, k, v, layer, batch), reference.varlen_attention(q, k, v, layer, batch),
+                     dtype="bf16", what=f"varlen gluon {len(lens)} sequences")

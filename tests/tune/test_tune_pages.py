@@ -30,7 +30,7 @@ def test_page_64_buckets_are_the_gpu_mla_decode_buckets_with_a_page_16_twin(name
 
 
 def test_a_models_grid_takes_the_mla_pages_too():
-    buckets = grid.buckets(grid.model_grid([load_model("deepseek-v3")], "cuda", False))
+    buckets = grid.buckets(grid.model_grid([load_model("deepseek-v3")], "cuda", False, resolve_platform("h200")))
     assert {(b.phase, b.page_size) for b in buckets} == {("decode", 16), ("decode", 64), ("prefill", 16)}
 
 
@@ -55,3 +55,15 @@ def test_a_page_64_bucket_builds_64_key_pages_and_checks_there():
     assert [len(r) for r in case.rows] == [4, 4, 4]
     e = measure_entry(case, SdpaBackend(), "cpu")
     assert e.status == "ok" and e.bucket.page_size == 64 and e.rel_err < 1e-5
+
+
+def test_a_models_grid_measures_the_planners_dtype():
+    """--models tunes each model in the dtype the planner fills for it on that device (the one
+    default): fp16 for a bf16 model on a T4 (no bf16 there), bf16 on an H200 and the CPU."""
+    import attnkit
+
+    model = load_model("llama-3.1-8b")
+    for device, preset in (("cuda", "t4"), ("cuda", "h200"), ("cpu", "cpu")):
+        shapes = {s.dtype for s, _ in grid.model_grid([model], device, True, resolve_platform(preset))}
+        assert shapes == {attnkit.plan("llama-3.1-8b", preset).run.dtype}
+    assert {s.dtype for s, _ in grid.model_grid([model], "cuda", True, resolve_platform("t4"))} == {"fp16"}

@@ -98,6 +98,21 @@ class AttentionBackend:
             validation.validate_forward(q, k, v, layer, cache, step.meta)
         return self._forward(q, k, v, layer, cache, step)
 
+    def varlen(self, q, k, v, layer: RuntimeLayer, batch):
+        """Dense varlen attention without a KV cache (backends/varlen.py): q: [Tq, H_q, D],
+        k: [Tk, H_kv, D], v: [Tk, H_kv, D_v] packed by ``batch`` (``varlen_batch``); every
+        query attends, non-causally, to the keys of its own sequence. Nothing is written to a
+        cache. Checks the inputs against the layer and the batch, then calls ``_varlen``.
+        Returns [Tq, H_q * D_v] in q's dtype (zero rows past the last sequence)."""
+        if self.validate_inputs:
+            from attnkit.backends.varlen import validate_varlen
+            from attnkit.registry import declarations
+
+            decl = declarations().get(self.name)
+            validate_varlen(q, k, v, layer, batch, backend=self.name,
+                            features=decl.capabilities.features if decl is not None else ())
+        return self._varlen(q, k, v, layer, batch)
+
     def _prepare_again(self, step: StepState, cache) -> None:
         """A step made by hand, by another backend, or for a cache of another layout: its plan
         may index pages this cache lacks, or be another backend's. Check its batch against
@@ -123,6 +138,10 @@ class AttentionBackend:
         return StepState(meta=meta)
 
     def _forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):
+        raise NotImplementedError
+
+    def _varlen(self, q, k, v, layer: RuntimeLayer, batch):
+        """Backends declaring the ``varlen`` feature implement this (inputs already checked)."""
         raise NotImplementedError
 
     # ---- the capture contract (CUDA graphs) ---------------------------------------------

@@ -19,9 +19,7 @@ from typing import Any
 from attnkit.backends.base import AttentionBackend, RuntimeLayer, StepState
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
 from attnkit.errors import fail
-from attnkit.kvcache.paged import TORCH_KV_DTYPES
-
-_KV_NAMES = {dtype: name for name, dtype in TORCH_KV_DTYPES.items()}
+from attnkit.kvcache.paged import dtype_name
 
 
 @dataclass(slots=True)
@@ -88,7 +86,7 @@ def _check_shared_cache(role: str, backend: AttentionBackend, cache) -> None:
     if decl is None:
         return                       # an unregistered backend (tests) declares nothing
     caps = decl.capabilities
-    kv = _KV_NAMES.get(cache.dtype, str(cache.dtype))
+    kv = dtype_name(cache.dtype) or str(cache.dtype)
     for field, ok, allowed, actual in (
             ("page_size", caps.accepts_page_size(cache.page_size), caps.to_dict()["page_sizes"], cache.page_size),
             ("kv_cache_dtype", kv in caps.kv_cache_dtypes, list(caps.kv_cache_dtypes), kv)):

@@ -68,13 +68,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
         fail("AK484", f"--prompt needs the checkpoint's tokenizer: {why}; pass --prompt-ids instead",
              field="prompt", expected="tokenizers or transformers, and tokenizer files", actual=why)
     prompts = [tokenizer.encode(t) for t in args.prompt] if args.prompt else args.prompt_ids
-    flags = {k: v for k, v in request.to_dict().items() if k != "dtype" and v not in (None, [])}
     from attnkit.runner.engine.llm import LLM
 
-    try:
-        llm = LLM(args.model, device=args.device, dtype=request.dtype or "auto",
-                  max_tokens=args.max_tokens, max_num_batched_tokens=args.max_batched_tokens,
-                  progress=not args.no_progress, **flags)
+    try:                                        # the request goes to the planner as parsed
+        llm = LLM(args.model, request=request, device=args.device, max_tokens=args.max_tokens,
+                  max_num_batched_tokens=args.max_batched_tokens, progress=not args.no_progress)
     except AttnkitError as err:
         if "plan" in err.details and err.code not in USAGE_CODES:
             print_error(err)                        # the planner found no backend: as `attnkit plan`

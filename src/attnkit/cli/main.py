@@ -49,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_plan_flags(p)
     p.add_argument("--json", action="store_true", help="print Plan.to_dict() (a list for several)")
     p.add_argument("--profile", metavar="FILE", help="device profile to rank backends by (attnkit tune)")
+    from attnkit.cli.components import add_workload_flags
+    add_workload_flags(p)
 
     b = sub.add_parser("backends", parents=[common], help="list backends: installed, usable here, why not")
     b.add_argument("--device", default="auto", metavar="D")
@@ -109,7 +111,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from attnkit.model import load_model
     from attnkit.planning.solver import plan
 
+    from attnkit.cli.components import find_pipelines, plan_pipelines
+
     request = request_from_args(args)
+    pipelines = find_pipelines(args)     # pipelines and VLMs: one plan per component
+    if pipelines:
+        if len(pipelines) != len(args.models):
+            raise AttnkitError("AK310", "attnkit plan: plan pipelines and VLMs apart from single models ("
+                               f"{', '.join(n for n in args.models if n not in pipelines)} have one part)",
+                               field="argv", actual=args.models)
+        return plan_pipelines(args, pipelines, request)
     devices = args.device or ["auto"]
     # Resolve every name first: a typo is a usage error before any planning output. Under --json
     # each model x device pair whose model or device cannot be read is a failed-plan object.
@@ -190,7 +201,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 def cmd_models(args: argparse.Namespace) -> int:
     from attnkit.model import preset_names
+    from attnkit.model.pipeline import pipeline_names
     sys.stdout.write("".join(f"{n}\n" for n in preset_names()))
+    sys.stdout.write("".join(f"{n}  (pipeline: every component planned)\n" for n in pipeline_names()))
     return EXIT_OK
 
 

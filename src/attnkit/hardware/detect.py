@@ -57,35 +57,43 @@ def host_arch() -> str:
     return aliases.get(machine, machine or "unknown")
 
 
-def detect() -> Platform:
-    """This machine: the first GPU torch sees (CUDA, ROCm, XPU, MPS), else the CPU."""
+def detect(index: int | None = None) -> Platform:
+    """This machine: GPU ``index`` torch sees (CUDA, ROCm, XPU; default the first, or MPS),
+    else the CPU. The Platform records the index it describes."""
     packages = installed_packages()
     if "torch" in packages:
-        found = _detect_with_torch(packages)
+        found = _detect_with_torch(packages, 0 if index is None else index)
         if found is not None:
             return found
+    return cpu_platform(packages)
+
+
+def cpu_platform(packages: dict[str, str] | None = None) -> Platform:
+    """This machine's CPU, with the packages installed here (found if not given)."""
     arch = host_arch()
-    return Platform(kind="cpu", name=f"{arch} CPU", packages=packages, arch=arch)
+    return Platform(kind="cpu", name=f"{arch} CPU",
+                    packages=installed_packages() if packages is None else packages, arch=arch)
 
 
-def _detect_with_torch(packages: dict[str, str]) -> Platform | None:
+def _detect_with_torch(packages: dict[str, str], index: int) -> Platform | None:
     try:
         import torch
     except Exception:   # a broken torch install must not break planning
         return None
     if torch.cuda.is_available():
-        props = torch.cuda.get_device_properties(0)
-        capability = tuple(torch.cuda.get_device_capability(0))
+        props = torch.cuda.get_device_properties(index)
+        capability = tuple(torch.cuda.get_device_capability(index))
         memory = round(props.total_memory / 2**30, 1)
         if getattr(torch.version, "hip", None):
             gfx = str(getattr(props, "gcnArchName", "") or "").split(":")[0] or None
             return Platform(kind="rocm", name=props.name, capability=capability, memory_gb=memory,
-                            packages=packages, arch=gfx)
+                            packages=packages, arch=gfx, index=index)
         return Platform(kind="cuda", name=props.name, capability=capability, memory_gb=memory,
-                        packages=packages, arch=f"sm_{capability[0]}{capability[1]}")
+                        packages=packages, arch=f"sm_{capability[0]}{capability[1]}", index=index)
     xpu = getattr(torch, "xpu", None)
     if xpu is not None and xpu.is_available():
-        return Platform(kind="xpu", name=xpu.get_device_name(0), packages=packages, arch=host_arch())
+        return Platform(kind="xpu", name=xpu.get_device_name(index), packages=packages,
+                        arch=host_arch(), index=index)
     mps = getattr(torch.backends, "mps", None)
     if mps is not None and mps.is_available():
         return Platform(kind="mps", name="Apple silicon GPU (MPS)", packages=packages, arch="arm64")

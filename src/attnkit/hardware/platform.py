@@ -24,6 +24,8 @@ class Platform:
     CPU and MPS have none. ``memory_gb`` is GiB of device memory (nominal for presets).
     ``packages`` maps importable name -> version (``{"torch": "2.11.0", "triton": "3.6.0"}``).
     ``arch`` names the instruction set: ``sm_90``, ``gfx942``, ``x86_64``, ``arm64``.
+    ``index`` is which device of its kind (``cuda:1`` -> 1) when detected; None for presets
+    and the CPU.
     """
     kind: str
     name: str
@@ -32,6 +34,7 @@ class Platform:
     packages: dict[str, str] = field(default_factory=dict)
     preset: str | None = None
     arch: str | None = None
+    index: int | None = None
 
     def has_package(self, name: str) -> bool:
         return name in (self.packages or {})
@@ -45,6 +48,7 @@ class Platform:
             "packages": dict(sorted((self.packages or {}).items())),   # None: none known
             "preset": self.preset,
             "arch": self.arch,
+            "index": self.index,
         }
 
     @classmethod
@@ -53,11 +57,12 @@ class Platform:
         cap = d.get("capability")
         return cls(kind=d["kind"], name=d["name"], capability=tuple(cap) if cap is not None else None,
                    memory_gb=d.get("memory_gb"), packages=dict(d.get("packages") or {}),
-                   preset=d.get("preset"), arch=d.get("arch"))
+                   preset=d.get("preset"), arch=d.get("arch"), index=d.get("index"))
 
     def __hash__(self) -> int:  # packages is a dict; hash the rest plus its items
         return hash((self.kind, self.name, self.capability, self.memory_gb,
-                     tuple(sorted((self.packages or {}).items())), self.preset, self.arch))
+                     tuple(sorted((self.packages or {}).items())), self.preset, self.arch,
+                     self.index))
 
 
 def compute_dtypes(platform: Any) -> tuple[str, ...]:
@@ -104,6 +109,9 @@ def validate_platform(platform: Any) -> None:
     if not isinstance(packages, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                                  for k, v in packages.items()):
         raise bad("packages", "a dict of import name -> version string", packages)
+    index = getattr(platform, "index", None)
+    if index is not None and (isinstance(index, bool) or not isinstance(index, int) or index < 0):
+        raise bad("index", "None or a device index >= 0", index)
     for field_ in ("preset", "arch"):
         value = getattr(platform, field_, None)
         if value is not None and not isinstance(value, str):

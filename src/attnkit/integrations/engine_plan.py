@@ -5,7 +5,7 @@ cache dtype, page / block size, tensor-parallel size and device); ``plan_engine`
 ``attnkit.plan`` to serve exactly that (every setting the engine fixed is an explicit request,
 so the planner honours it or refuses it with its code) and loads the planned backend. The
 engine's attention layers then bind to the plan's layer specs (``EnginePlan.layer``), refusing
-a layer the plan does not describe (AK493). ``startup_line`` is the one line the plugins log.
+a layer the plan does not describe (AK496). ``startup_line`` is the one line the plugins log.
 
 ``ATTNKIT_ENGINE_TEST_SCALE_ERROR`` (tests only: the engine tiers' negative control) multiplies
 every bound layer's softmax scale by (1 + its value).
@@ -51,10 +51,10 @@ class EnginePlan:
               scale: float, sliding_window: int | None, softcap: float | None,
               sinks: Any = None) -> LayerAttention:
         """The spec of the engine's layer ``layer_id``, whose attention the engine built with
-        these arguments; AK493 where they are not what the plan was made for."""
+        these arguments; AK496 where they are not what the plan was made for."""
         spec = self.layers.get(layer_id)
         if spec is None:
-            fail("AK493", f"{self.engine}: attention layer {layer_id} is not one of the layers "
+            fail("AK496", f"{self.engine}: attention layer {layer_id} is not one of the layers "
                           f"attnkit planned ({sorted(self.layers)})", field="layer_id",
                  expected=sorted(self.layers), actual=layer_id)
         check_layer(self.engine, spec, num_heads=num_heads, num_kv_heads=num_kv_heads,
@@ -83,11 +83,11 @@ def plan_engine(hf_config: Mapping[str, Any], *, engine: str, name: str, device:
     from attnkit.planning.solver import plan
 
     if kv_cache_dtype not in KV_CACHE_DTYPES:
-        fail("AK493", f"{engine}: KV cache dtype {kv_cache_dtype!r} has no attnkit equivalent",
+        fail("AK496", f"{engine}: KV cache dtype {kv_cache_dtype!r} has no attnkit equivalent",
              field="kv_cache_dtype", expected=sorted(k for k in KV_CACHE_DTYPES if k),
              actual=kv_cache_dtype)
     if dtype not in COMPUTE_DTYPES.values():
-        fail("AK493", f"{engine}: the model computes in {dtype}; attnkit backends compute in "
+        fail("AK496", f"{engine}: the model computes in {dtype}; attnkit backends compute in "
                       f"{', '.join(COMPUTE_DTYPES)}", field="dtype", expected=list(COMPUTE_DTYPES),
              actual=str(dtype))
     spec = parse_config(dict(hf_config), name=name)
@@ -121,7 +121,7 @@ def per_rank(spec: LayerAttention, tp_size: int) -> LayerAttention:
 def check_layer(engine: str, spec: LayerAttention, *, num_heads: int, num_kv_heads: int,
                 head_size: int, scale: float, sliding_window: int | None, softcap: float | None,
                 sinks: bool) -> None:
-    """AK493 unless the engine's layer arguments are the spec's (per rank)."""
+    """AK496 unless the engine's layer arguments are the spec's (per rank)."""
     want = {"num_heads": spec.num_heads, "num_kv_heads": spec.num_kv_heads,
             "head_size": spec.head_dim, "sliding_window": spec.sliding_window,
             "softcap": spec.logit_softcap or None, "sinks": spec.sinks}
@@ -133,7 +133,7 @@ def check_layer(engine: str, spec: LayerAttention, *, num_heads: int, num_kv_hea
         differ.append("scale")
         want["scale"], got["scale"] = spec.softmax_scale, scale
     if differ:
-        fail("AK493", f"{engine} builds layer {spec.layer_id} with "
+        fail("AK496", f"{engine} builds layer {spec.layer_id} with "
                       + ", ".join(f"{k}={got[k]!r}" for k in differ) + "; attnkit planned "
                       + ", ".join(f"{k}={want[k]!r}" for k in differ)
                       + " from the model's config (attnkit runs only what it planned)",

@@ -22,11 +22,11 @@ import torch
 from attnkit.backends.base import AttentionBackend
 from attnkit.errors import fail
 from attnkit.integrations.dense_step import DenseLayout
-from attnkit.kvcache.paged import TORCH_KV_DTYPES
+from attnkit.kvcache.paged import TORCH_KV_DTYPES, dtype_name
 from attnkit.model.spec import LayerAttention, ModelAttention
 from attnkit.planning.plan import Plan
 from attnkit.planning.request import parse_request
-from attnkit.runner.engine.checks import COMPUTE_DTYPES, dtype_name
+from attnkit.registry.capabilities import DTYPES
 from attnkit.runner.engine.setup import backend_of, platform_of
 
 # The planning settings a transformers user may set (as on `attnkit plan`); the compute
@@ -77,17 +77,17 @@ def plan_config(config: Any, *, device: torch.device, dtype: torch.dtype,
 
     spec = _parse(config)
     _check_servable(spec)
-    request = {k: v for k, v in flags.items() if k != "backend_options"}
-    request["dtype"] = _dtype_name(dtype)
-    if any(l.dual_chunk is not None for l in spec.layers):
-        request["dual_chunk"] = "off"     # transformers runs plain RoPE attention (_plain)
+    plain = {"dual_chunk": "off"} if any(l.dual_chunk is not None for l in spec.layers) else {}
+    # the one parse of this plan's request: transformers runs plain RoPE attention (_plain)
+    request = parse_request({k: v for k, v in flags.items() if k != "backend_options"},
+                            dtype=_dtype_name(dtype), **plain)
     result = plan(spec, platform_of(device), request, strict=True)
     for note in result.warnings:
         warnings.warn(f"attnkit ({spec.name}): {note}", UserWarning, stacklevel=4)
-    return Planned(plan=result, backend=backend_of(result, flags.get("backend_options")),
-                   layers=_plain(spec), device=device, dtype=dtype,
-                   page_size=result.settings["page_size"],
-                   kv_dtype=TORCH_KV_DTYPES[result.settings["kv_cache_dtype"]])
+    run = result.run
+    return Planned(plan=result, backend=backend_of(run, flags.get("backend_options")),
+                   layers=_plain(spec), device=device, dtype=dtype, page_size=run.page_size,
+                   kv_dtype=TORCH_KV_DTYPES[run.kv_cache_dtype])
 
 
 def config_layers(config: Any) -> tuple[LayerAttention, ...]:
@@ -122,11 +122,13 @@ def _check_servable(spec: ModelAttention) -> None:
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
-    if dtype not in COMPUTE_DTYPES.values():
+    """The vocabulary's name of the compute dtype the model runs in (AK490 for one no attnkit
+    backend computes in)."""
+    name = dtype_name(dtype)
+    if name not in DTYPES:
         fail("AK490", f"the model computes in {dtype}; attnkit backends compute in "
-                      f"{', '.join(COMPUTE_DTYPES)}", field="dtype", expected=list(COMPUTE_DTYPES),
-             actual=str(dtype))
-    return dtype_name(dtype, field="dtype", table=COMPUTE_DTYPES)
+                      f"{', '.join(DTYPES)}", field="dtype", expected=list(DTYPES), actual=str(dtype))
+    return name
 
 
 def device_key(device: torch.device) -> torch.device:

@@ -155,14 +155,15 @@ def _device(device: Any) -> torch.device:
 
 def _dtype(dtype: Any) -> torch.dtype:
     """A compute dtype: a torch dtype, or attnkit's name for one (fp32, fp16, bf16)."""
-    from attnkit.runner.engine.checks import COMPUTE_DTYPES
+    from attnkit.kvcache.paged import TORCH_KV_DTYPES
+    from attnkit.registry.capabilities import DTYPES
 
     if isinstance(dtype, torch.dtype):
         return dtype                        # hf_plan refuses those attnkit does not compute in
-    if isinstance(dtype, str) and dtype in COMPUTE_DTYPES:
-        return COMPUTE_DTYPES[dtype]
-    fail("AK306", f"dtype must be a torch dtype or one of {', '.join(COMPUTE_DTYPES)}, got "
-                  f"{dtype!r}", field="dtype", expected=["torch.dtype", *COMPUTE_DTYPES],
+    if isinstance(dtype, str) and dtype in DTYPES:
+        return TORCH_KV_DTYPES[dtype]
+    fail("AK306", f"dtype must be a torch dtype or one of {', '.join(DTYPES)}, got "
+                  f"{dtype!r}", field="dtype", expected=["torch.dtype", *DTYPES],
          actual=repr(dtype))
 
 

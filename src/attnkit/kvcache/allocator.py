@@ -1,7 +1,11 @@
-"""Page allocator: hands out KV-cache pages to requests and takes them back.
+"""Page allocator: hands out KV-cache pages to requests and takes them back; the one place
+page arithmetic happens (the runner's engine and scheduler use it too).
 
 A request owns an ordered list of page ids (its block-table row); token ``p`` of the request
-lives in page ``row[p // page_size]`` at offset ``p % page_size``.
+lives in page ``row[p // page_size]`` at offset ``p % page_size``. The row is held either here,
+by request id (``allocate`` / ``grow`` / ``free`` / ``row``), or by a holder that keeps its own
+``pages`` list (the runner's ``Sequence`` record: ``shortfall`` / ``grow_to`` / ``shrink`` /
+``release``); the free list is the allocator's alone either way.
 """
 from __future__ import annotations
 
@@ -56,12 +60,16 @@ class PageAllocator:
     """
 
     def __init__(self, num_pages: int, *, page_size: int | None = None,
-                 shuffle: int | random.Random | None = None):
+                 shuffle: int | random.Random | None = None, scratch: int = 0):
+        """scratch: pages after the ``num_pages`` it hands out, set apart (``scratch_pages``:
+        the padded rows of captured decode steps, see backends/static.py) and never handed out."""
         _check_count("num_pages", num_pages, minimum=0)
+        _check_count("scratch", scratch, minimum=0)
         if page_size is not None:
             _check_count("page_size", page_size, minimum=1)
         self.num_pages = operator.index(num_pages)
         self.page_size = page_size
+        self.scratch_pages = list(range(self.num_pages, self.num_pages + operator.index(scratch)))
         self._fresh = 0                      # pages [_fresh, num_pages) were never handed out
         self._free: deque[int] = deque()     # pages handed back, oldest first
         if shuffle is not None:
@@ -86,6 +94,37 @@ class PageAllocator:
         """Every free page id, in the order they will be handed out (lists the whole free
         range: for tests and state checks, not the hot path)."""
         return list(range(self._fresh, self.num_pages)) + list(self._free)
+
+    # -- rows their holders keep (anything with a ``pages`` list; the runner's Sequence) --
+    def pages_for(self, tokens: int) -> int:
+        """Pages of this allocator's page size that hold ``tokens`` tokens."""
+        return -(-tokens // self.page_size)
+
+    def shortfall(self, holder, tokens: int) -> int:
+        """Pages ``holder`` still needs to hold ``tokens`` tokens (0 when it has room)."""
+        return max(0, self.pages_for(tokens) - len(holder.pages))
+
+    def grow_to(self, holder, tokens: int) -> list[int]:
+        """Give ``holder`` room for ``tokens`` tokens (AK400 if too few pages are free);
+        returns its row."""
+        holder.pages.extend(self._take(getattr(holder, "seq_id", "?"), self.shortfall(holder, tokens)))
+        return holder.pages
+
+    def shrink(self, holder, pages: int) -> None:
+        """Undo ``grow_to``: ``holder`` keeps its first ``pages`` pages and the rest come back
+        so that they are the next handed out, in order; undoing the last grows in reverse
+        order leaves the free list exactly as before them."""
+        for page in reversed(holder.pages[pages:]):
+            if page == self._fresh - 1:
+                self._fresh -= 1             # it came from the never-used range: back into it
+            else:
+                self._free.appendleft(page)
+        del holder.pages[pages:]
+
+    def release(self, holder) -> None:
+        """Return every page of ``holder`` (its row becomes a new, empty list)."""
+        self._free.extend(holder.pages)
+        holder.pages = []
 
     def _take(self, req_id: Hashable, count: int) -> list[int]:
         if count > MAX_ROW_PAGES:            # no cache holds more pages (int32 block tables)

@@ -35,9 +35,13 @@ def usable_device(device: Any) -> torch.device:
 
 
 def free_bytes(dev: torch.device) -> int | None:
-    """Memory free for new tensors on ``dev``, or None where it is not known (meta ...)."""
+    """Memory free for new tensors on ``dev`` (CUDA: the driver's count; CPU: the OS's
+    available memory), or None where it is not known (meta ...)."""
     if dev.type == "cuda":
-        return torch.cuda.mem_get_info(dev)[0]
+        try:
+            return torch.cuda.mem_get_info(dev)[0]
+        except (RuntimeError, AssertionError):
+            return None
     if dev.type != "cpu":
         return None
     try:
@@ -45,7 +49,7 @@ def free_bytes(dev: torch.device) -> int | None:
             for line in f:
                 if line.startswith("MemAvailable:"):
                     return int(line.split()[1]) * 1024
-    except OSError:
+    except (OSError, ValueError, IndexError):
         pass
     try:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
@@ -53,12 +57,16 @@ def free_bytes(dev: torch.device) -> int | None:
         return None
 
 
-def check_fits(nbytes: int, dev: torch.device, *, what: str) -> None:
+def check_fits(nbytes: int, dev: torch.device, *, what: str, reserve: int = 0) -> None:
+    """AK431 unless ``nbytes`` plus ``reserve`` (bytes the caller keeps free beyond them) fit
+    the memory free on ``dev``: the one memory-fit check of a KV cache."""
     free = free_bytes(dev)
-    if free is not None and nbytes > free:
-        fail("AK431", f"{what} need {nbytes / 2**30:.3g} GiB but {dev} has {free / 2**30:.3g} GiB "
-                      "free", field="num_pages", expected=f"<= {free} bytes", actual=nbytes,
-             details={"bytes": nbytes, "free": free, "device": str(dev)})
+    if free is not None and nbytes + reserve > free:
+        kept = f" (and {reserve / 2**30:.3g} GiB kept free)" if reserve else ""
+        fail("AK431", f"{what} need {nbytes / 2**30:.3g} GiB{kept} but {dev} has "
+                      f"{free / 2**30:.3g} GiB free", field="num_pages",
+             expected=f"<= {free - reserve} bytes", actual=nbytes,
+             details={"bytes": nbytes, "reserve": reserve, "free": free, "device": str(dev)})
 
 
 def check_write(cache, layer_id: Any, slots: Any, k: Any, v: Any) -> None:

@@ -18,11 +18,19 @@ from attnkit.errors import fail, preview
 from attnkit.kvcache.checks import check_fits, check_write, usable_device
 from attnkit.model.spec import LayerAttention
 
+# The one table of torch dtypes by the vocabulary's names (compute dtypes are among them).
 TORCH_KV_DTYPES = {
     "fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
     "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2,
 }
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+_NAMES = {dtype: name for name, dtype in TORCH_KV_DTYPES.items()}
+
+
+def dtype_name(dtype: torch.dtype) -> str | None:
+    """The vocabulary's name (registry/capabilities.py) of a torch dtype, None for one it has
+    no name for: TORCH_KV_DTYPES read backwards, the one torch-side dtype table."""
+    return _NAMES.get(dtype)
 
 
 def _kv_dtype(dtype: Any) -> torch.dtype:
@@ -99,7 +107,9 @@ class PagedKVCache:
     def __init__(self, layers: list[LayerAttention] | tuple[LayerAttention, ...], *,
                  num_pages: int, page_size: int, dtype: torch.dtype | str = torch.bfloat16,
                  device: torch.device | str = "cpu", k_scales: dict[int, float] | None = None,
-                 v_scales: dict[int, float] | None = None):
+                 v_scales: dict[int, float] | None = None, reserve: int = 0):
+        """reserve: bytes to leave free on the device beyond the cache (the runner's decode
+        graphs), part of the memory check."""
         self.dtype = _kv_dtype(dtype)
         _check_size("num_pages", num_pages)
         _check_size("page_size", page_size)
@@ -116,7 +126,8 @@ class PagedKVCache:
                 shapes[("k", l.layer_id)] = (num_pages, page_size, l.num_kv_heads, l.head_dim)
                 shapes[("v", l.layer_id)] = (num_pages, page_size, l.num_kv_heads, l.value_dim)
         need = sum(math.prod(shape) for shape in shapes.values()) * self.dtype.itemsize
-        check_fits(need, dev, what=f"{num_pages} pages of {page_size} tokens for {len(layers)} layer(s)")
+        check_fits(need, dev, what=f"{num_pages} pages of {page_size} tokens for {len(layers)} layer(s)",
+                   reserve=reserve)
         self.num_pages = num_pages
         self.page_size = page_size
         self.device = dev

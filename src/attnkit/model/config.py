@@ -15,6 +15,7 @@ from attnkit.model.enforce import check_keys, refuse_keys
 from attnkit.model.keys import ENCODERS, YARN_MLA
 from attnkit.model.layouts import LAYERS
 from attnkit.model.spec import ModelAttention
+from attnkit.registry.capabilities import dtype_spelled
 
 # transformers' config-class defaults for fields that real config.json files leave out.
 MODEL_DEFAULTS: dict[str, dict] = {
@@ -39,9 +40,6 @@ MLA_FAMILIES = YARN_MLA     # model types whose attention is always multi-head l
 RELATIVE_BIAS_FAMILIES = {"t5", "mt5", "umt5", "longt5", "switch_transformers", "pop2piano"}
 # Encoder families whose attention adds position terms no attnkit backend computes.
 DISENTANGLED = {"deberta", "deberta-v2", "sew-d"}
-DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32",
-          "float": "fp32", "bf16": "bf16", "fp16": "fp16", "fp32": "fp32",
-          "float64": "fp64", "double": "fp64", "fp64": "fp64"}
 
 
 def parse_config(cfg: object, *, name: str | None = None, source: str = "<dict>") -> ModelAttention:
@@ -102,6 +100,12 @@ def parse_traced(cfg: object, *, name: str | None = None, source: str = "<dict>"
     if model_type == "falcon_h1":
         notes.append("every layer runs a Mamba-2 mixer beside its attention (summed); the Mamba state "
                      "is not a KV cache and is not planned")
+    vision = top.sub("vision_config") if top.has("vision_config") else None
+    if vision is not None:
+        kind = vision.cfg.get("model_type") or model_type
+        notes.append(f"vision_config (model_type {kind!r}): a vision tower beside this language model, a "
+                     "component of its own; plan() plans the language model only, `attnkit plan` (or "
+                     "attnkit.planning.components) plans every component")
     architectures = top.list("architectures", default=[])
     arch = architectures[0] if architectures and isinstance(architectures[0], str) else model_type
     return ModelAttention(
@@ -152,7 +156,7 @@ def _dtype(top: ConfigReader, r: ConfigReader) -> str | None:
         key = reader.first("torch_dtype", "dtype")
         if key is not None and isinstance(reader.cfg[key], str):
             raw = reader.cfg[key].strip().lower().removeprefix("torch.")
-            return DTYPES.get(raw, raw[:40] or None)
+            return dtype_spelled(raw) or raw[:40] or None
     return None
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from attnkit.errors import AttnkitError
 
 PRESET_DIR = Path(__file__).parent / "presets"
+PIPELINE_DIR = PRESET_DIR / "pipelines"     # model/pipeline.py: a pipeline's files as data
 
 
 def preset_names() -> list[str]:
@@ -44,8 +45,13 @@ def preset_for_repo(repo_id: str) -> str | None:
     return None
 
 
+def pipeline_names() -> list[str]:
+    """Every pipeline preset name (model/pipeline.py reads them), sorted."""
+    return sorted(p.stem for p in PIPELINE_DIR.glob("*.json"))
+
+
 def unknown_preset(name: str) -> AttnkitError:
-    names = preset_names()
+    names = preset_names() + pipeline_names()
     close = difflib.get_close_matches(name.strip().lower(), names, n=3, cutoff=0.6)
     hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     return AttnkitError(

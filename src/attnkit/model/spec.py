@@ -144,6 +144,9 @@ class ModelAttention:
     source: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
     other_layers: tuple[tuple[int, str], ...] = ()
+    # True for a component run once over its whole input and never decoded (a pipeline's text
+    # encoder, even a causal one such as CLIP's text model or an LLM used for its hidden states)
+    encode_only: bool = False
 
     @property
     def kind(self) -> str:
@@ -151,8 +154,9 @@ class ModelAttention:
 
     @property
     def phases(self) -> tuple[str, ...]:
-        """("prefill",) for encoder-only models (nothing is decoded), else both phases."""
-        if self.layers and all(l.role == "encoder" for l in self.layers):
+        """("prefill",) for encoder-only models and encode-only components (nothing is decoded),
+        else both phases."""
+        if self.encode_only or (self.layers and all(l.role == "encoder" for l in self.layers)):
             return ("prefill",)
         return ("prefill", "decode")
 

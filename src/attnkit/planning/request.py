@@ -10,21 +10,11 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
 from attnkit.errors import AttnkitError, preview
-from attnkit.registry.capabilities import DTYPES, KV_CACHE_DTYPES
+from attnkit.registry.capabilities import DTYPES, KV_CACHE_DTYPES, dtype_spelled
 
 DUAL_CHUNK_MODES = ("auto", "on", "off")
 CUDA_GRAPH_MODES = ("auto", "on", "off")
 BACKEND_FIELDS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend")
-
-# Spellings people type, mapped onto the capability vocabulary.
-_DTYPE_SPELLINGS = {
-    "float32": "fp32", "fp32": "fp32", "float": "fp32",
-    "float16": "fp16", "fp16": "fp16", "half": "fp16",
-    "bfloat16": "bf16", "bf16": "bf16",
-    "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e4m3fn": "fp8_e4m3", "float8_e4m3fn": "fp8_e4m3",
-    "fp8_e5m2": "fp8_e5m2", "float8_e5m2": "fp8_e5m2",
-}
-
 
 @dataclass(frozen=True)
 class PlanRequest:
@@ -62,7 +52,10 @@ class PlanRequest:
 
 
 def parse_request(request: Any = None, **overrides: Any) -> PlanRequest:
-    """A ``PlanRequest`` from None, a dict or a PlanRequest (plus keyword overrides); AK306 on junk."""
+    """A ``PlanRequest`` from None, a dict or a PlanRequest (plus keyword overrides); AK306 on junk.
+    A PlanRequest without overrides is returned as it is (parsed once, its sources kept)."""
+    if isinstance(request, PlanRequest) and not overrides:
+        return request
     if request is None:
         raw: dict[str, Any] = {}
     elif isinstance(request, PlanRequest):
@@ -128,7 +121,7 @@ def _int(name: str, value: Any, *, minimum: int) -> int | None:
 def _dtype(name: str, value: Any, allowed: tuple[str, ...]) -> str | None:
     if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
         return None
-    norm = _DTYPE_SPELLINGS.get(value.strip().lower()) if isinstance(value, str) else None
+    norm = dtype_spelled(value) if isinstance(value, str) else None
     if norm not in allowed:
         raise _bad(name, value, list(allowed), f"choose one of {', '.join(allowed)} (or auto)")
     return norm

@@ -35,8 +35,10 @@ class DeviceRef:
     capability: tuple[int, int] | None = None
 
     def torch_device(self) -> str:
-        """``"cuda:1"``, ``"cuda"``, ``"cpu"``: the string torch.device takes."""
-        return self.kind if self.index is None or self.kind == "cpu" else f"{self.kind}:{self.index}"
+        """``"cuda:1"``, ``"cuda"``, ``"cpu"``: the string torch.device takes (ROCm GPUs are
+        torch's "cuda" devices)."""
+        kind = "cuda" if self.kind == "rocm" else self.kind
+        return kind if self.index is None or kind == "cpu" else f"{kind}:{self.index}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "name": self.name, "index": self.index,

@@ -255,7 +255,10 @@ class Solve:
             raise unserved_features(self.view(), unserved)
         if "decode" not in self.phases:
             self.why["decode"] = (f"{self.model.name} is encoder-only: every layer attends both ways over "
-                                  "the whole input, so there is no decode phase and no decode backend")
+                                  "the whole input, so there is no decode phase and no decode backend"
+                                  if not self.model.encode_only else
+                                  f"{self.model.name} runs once over its whole input (an encoder component "
+                                  "of a pipeline): nothing is decoded, so there is no decode backend")
         fixed = {p: self.backends[p] or self.explicit[p] for p in self.phases}
         failing: dict[str, list[str]] = {}
         reasons: list[Reason] = []

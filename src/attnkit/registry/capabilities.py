@@ -13,9 +13,27 @@ KINDS = ("mha", "mla")
 PHASES = ("prefill", "decode")
 DTYPES = ("fp32", "fp16", "bf16")
 KV_CACHE_DTYPES = ("fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2")
+# Every spelling of a dtype that attnkit reads (config.json's torch names, what users type),
+# lower case, mapped onto the names above (fp64 too: configs name it, nothing computes in it).
+# The one name table; its torch side is kvcache/paged.py's TORCH_KV_DTYPES.
+DTYPE_SPELLINGS = {
+    "fp32": "fp32", "float32": "fp32", "float": "fp32",
+    "fp16": "fp16", "float16": "fp16", "half": "fp16",
+    "bf16": "bf16", "bfloat16": "bf16",
+    "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e4m3fn": "fp8_e4m3", "float8_e4m3fn": "fp8_e4m3",
+    "fp8_e5m2": "fp8_e5m2", "float8_e5m2": "fp8_e5m2",
+    "fp64": "fp64", "float64": "fp64", "double": "fp64",
+}
+
+
+def dtype_spelled(text: str) -> str | None:
+    """attnkit's name for a dtype spelling ("bfloat16", "torch.float16", " FP32 "), else None."""
+    return DTYPE_SPELLINGS.get(text.strip().lower().removeprefix("torch."))
 FEATURES = (
     "sliding_window", "logit_softcap", "sinks", "cross_attention", "non_causal",
     "dual_chunk", "verify", "cuda_graph", "chunked_local", "sparse_topk",
+    # the varlen call: packed non-causal sequences without a KV cache (backends/varlen.py)
+    "varlen",
 )
 
 # page_sizes: "any", an explicit tuple of sizes, or MultipleOf(n)

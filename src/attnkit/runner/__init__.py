@@ -1,6 +1,6 @@
 """The minimal engine: real model architectures on attnkit attention and the paged KV cache.
 
-- ``engine/``: the ``Sequence`` record (sequence.py), the page ledger (ledger.py), ``Engine``
+- ``engine/``: the ``Sequence`` record (sequence.py), ``Engine``
   (engine.py: prefill / decode / mixed steps; build.py loads and plans), the ``Scheduler``
   (continuous batching, chunked prefill, preemption), the decode graph runner (graphs.py:
   CUDA graphs per batch-size bucket), the one generation loop (generation.py) and ``LLM``

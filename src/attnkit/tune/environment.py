@@ -9,8 +9,8 @@ import torch
 
 import attnkit
 from attnkit.errors import AttnkitError
-from attnkit.hardware import Platform, detect, installed_packages
-from attnkit.hardware.detect import host_arch
+from attnkit.hardware import Platform, detect
+from attnkit.hardware.detect import cpu_platform
 
 DEVICES = ("cuda", "cpu")
 
@@ -21,8 +21,7 @@ def platform_for(device: str) -> Platform:
         raise AttnkitError("AK233", f"attnkit tune measures on cuda or cpu, not {device!r}",
                            field="device", expected=list(DEVICES), actual=device)
     if device == "cpu":
-        arch = host_arch()
-        return Platform(kind="cpu", name=f"{arch} CPU", packages=installed_packages(), arch=arch)
+        return cpu_platform()
     found = detect() if torch.cuda.is_available() else None
     if found is None or found.kind != "cuda":
         what = "no CUDA GPU is visible to torch" if found is None else f"the GPU here is {found.kind}"

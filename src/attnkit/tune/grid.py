@@ -106,15 +106,18 @@ def default_grid(device: str, quick: bool) -> tuple[tuple[Shape, Runtime], ...]:
     return GPU_QUICK if quick else GPU_FULL
 
 
-def model_grid(models, device: str, quick: bool) -> list[tuple[Shape, Runtime]]:
-    """``--models``: each model's own shape (its most common layer, tp 1, its dtype) with the
-    runtime shapes of the default grid's first entry of the same kind."""
+def model_grid(models, device: str, quick: bool, platform) -> list[tuple[Shape, Runtime]]:
+    """``--models``: each model's own shape (its most common layer, tp 1, the dtype the planner
+    fills for it on ``platform``: the one default) with the runtime shapes of the default
+    grid's first entry of the same kind."""
+    from attnkit.planning.rules import config_dtype
+
     runtimes = {}
     for shape, rt in default_grid(device, quick):
         runtimes.setdefault(shape.kind, rt)
     out: list[tuple[Shape, Runtime]] = []
     for model in models:
-        dtype = "fp32" if device == "cpu" else (model.dtype if model.dtype in ("fp16", "bf16") else "bf16")
+        dtype, _ = config_dtype(model, platform)
         shape = model_shape(model, {"dtype": dtype, "kv_cache_dtype": dtype, "tp_size": 1})
         if shape is not None and (shape, runtimes[shape.kind]) not in out:
             out.append((shape, runtimes[shape.kind]))

@@ -56,7 +56,7 @@ def tune(*, device: str = "cuda", quick: bool = False, models: Sequence[ModelAtt
     env = os.environ if env is None else env
     platform = platform_for(device)
     if shapes is None:
-        shapes = grids.model_grid(models, device, quick) if models else grids.default_grid(device, quick)
+        shapes = grids.model_grid(models, device, quick, platform) if models else grids.default_grid(device, quick)
     path = Path(out) if out else default_path(platform.name, device, env)
     head = {"device": device_info(platform), "software": software(), "method": method(device)}
     old = resume(path, head)

@@ -34,7 +34,7 @@ from attnkit.backends.dual_chunk.parts import dual_chunk_attend
 from attnkit.backends.metadata import ForwardMode
 from attnkit.backends.paged_torch import read_kv, refuse_unserved, write_step_kv
 from attnkit.errors import fail
-from attnkit.kvcache.paged import TORCH_KV_DTYPES
+from attnkit.kvcache.paged import dtype_name
 
 F32 = torch.float32
 _CAPS = DECLARATION.capabilities
@@ -172,7 +172,7 @@ def _check_queries(q, layer: RuntimeLayer) -> None:
 
 def _check_cache_dtype(cache) -> None:
     """Only the declared KV-cache dtypes (fp8 pages with per-layer scales included)."""
-    kv_dtype = next((k for k, d in TORCH_KV_DTYPES.items() if d == cache.dtype), str(cache.dtype))
+    kv_dtype = dtype_name(cache.dtype) or str(cache.dtype)
     if kv_dtype not in _CAPS.kv_cache_dtypes:
         fail("AK420", f"the dual_chunk backend does not serve a {kv_dtype} KV cache",
              field="cache.dtype", expected=list(_CAPS.kv_cache_dtypes), actual=kv_dtype)

@@ -97,6 +97,12 @@ class SdpaBackend(AttentionBackend):
         check_option(self.name, "mla_form", mla_form, ("auto", "absorbed", "mha"))
         self.mla_form = mla_form
 
+    def _varlen(self, q, k, v, layer: RuntimeLayer, batch):
+        """Packed non-causal sequences without a cache (backends/sdpa/varlen.py)."""
+        from attnkit.backends.sdpa.varlen import sdpa_varlen
+
+        return sdpa_varlen(q, k, v, layer, batch, sdpa)
+
     def _prepare(self, meta: BatchMetadata, cache) -> StepState:
         return StepState(meta=meta, prepared=TokenGrid.build(meta, meta.query_start_loc.device))
 

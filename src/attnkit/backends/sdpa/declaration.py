@@ -23,7 +23,7 @@ DECLARATION = BackendDeclaration(
         page_sizes="any",
         phases=("prefill", "decode"),
         features=frozenset({"sliding_window", "cross_attention", "non_causal", "verify",
-                            "chunked_local"}),
+                            "chunked_local", "varlen"}),
         requires=("torch",),
         mla_dims="any",
         verified=(H200_2026_11_29,),

@@ -34,6 +34,22 @@ class TorchNativeBackend(AttentionBackend):
         check_option(self.name, "mla_form", mla_form, ("auto", "absorbed", "mha"))
         self.mla_form = mla_form
 
+    def _varlen(self, q, k, v, layer: RuntimeLayer, batch):
+        """Packed non-causal sequences without a cache (backends/varlen.py): per sequence, its
+        attending keys (selected, not multiplied by zero), float32 math. -> [Tq, H_q * D_v]."""
+        from attnkit.backends.varlen import visible_keys
+
+        spec = layer.spec
+        out = q.new_zeros(q.shape[0], spec.num_heads, spec.value_dim)
+        for i in range(batch.num_seqs):
+            qs, qe = batch.cu_q_cpu[i], batch.cu_q_cpu[i + 1]
+            idx = visible_keys(batch, i)
+            ks, ke = batch.cu_k_cpu[i], batch.cu_k_cpu[i + 1]
+            k_i, v_i = (k[ks:ke], v[ks:ke]) if idx is None else (k.index_select(0, idx), v.index_select(0, idx))
+            if qe > qs and k_i.shape[0]:
+                out[qs:qe] = attend_mha(q[qs:qe].to(F32), k_i.to(F32), v_i.to(F32), None, layer).to(q.dtype)
+        return out.reshape(q.shape[0], spec.num_heads * spec.value_dim)
+
     def _prepare(self, meta: BatchMetadata, cache) -> StepState:
         return StepState(meta=meta, prepared=PagedStep(meta))
 

@@ -23,7 +23,7 @@ from attnkit.backends.base import (AttentionBackend, RuntimeLayer, StepState, ch
                                    check_kernel_tables, check_launch_config, check_option,
                                    required_tensors)
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
-from attnkit.backends._triton import interpreting, kernel_scales, padded_dim, write_kv
+from attnkit.backends._triton import LOG2E, interpreting, kernel_scales, padded_dim, write_kv
 from attnkit.backends.triton.declaration import DECLARATION
 from attnkit.backends.triton import decode as decode_kernels
 from attnkit.backends.triton import extend as extend_kernels
@@ -125,20 +125,24 @@ class TritonBackend(AttentionBackend):
     (tests, benchmarks: "v1" / "v2" / "tma" / "gluon" for extends, "v1" / "v2" / "fused" for
     decodes, or the declared names); ``extend_config`` / ``decode_config`` dicts (BLOCK_M,
     BLOCK_N, num_warps, num_stages) over a variant's launch configuration, ``num_splits``
-    (decode KV splits; the chunk follows from it)."""
+    (decode KV splits; the chunk follows from it); ``varlen_kernel`` for the varlen call:
+    "tile" (the default, triton/varlen.py) or "gluon" (prefill_gluon.py's non-causal path for
+    each sequence, where it runs: sm_90, Triton 3.6, no key mask, keys = queries; else the tile)."""
 
     name = "triton"
 
     def __init__(self, *, kernels: Mapping[str, KernelTable] | None = None,
                  extend_config: dict | None = None, decode_config: dict | None = None,
                  num_splits: int | None = None, extend_variant: str | None = None,
-                 decode_variant: str | None = None):
+                 decode_variant: str | None = None, varlen_kernel: str = "tile"):
         extend_variant = extend_kernels.EXTEND_VARIANT_NAMES.get(extend_variant, extend_variant)
         decode_variant = decode_kernels.DECODE_VARIANT_NAMES.get(decode_variant, decode_variant)
         check_option("triton", "extend_variant", extend_variant,
                      (None, *extend_kernels.EXTEND_VARIANTS, "gluon", *extend_kernels.EXTEND_VARIANT_NAMES))
         check_option("triton", "decode_variant", decode_variant,
                      (None, *decode_kernels.DECODE_VARIANTS, *decode_kernels.DECODE_VARIANT_NAMES))
+        check_option("triton", "varlen_kernel", varlen_kernel, ("tile", "gluon"))
+        self.varlen_kernel = varlen_kernel
         self.extend_variant = extend_variant
         self.decode_variant = decode_variant
         self.kernels = check_kernel_tables(self.name, kernels, DECLARATION)
@@ -152,6 +156,9 @@ class TritonBackend(AttentionBackend):
         self.decode_override = check_launch_config(self.name, "decode_config", decode_config)
         check_int_option(self.name, "num_splits", num_splits)
         self.num_splits = num_splits
+
+    def _varlen(self, q, k, v, layer: RuntimeLayer, batch):
+        return _varlen(q, k, v, layer, batch, gluon=self.varlen_kernel == "gluon")
 
     def _prepare(self, meta: BatchMetadata, cache) -> StepState:
         dev = cache.device
@@ -310,6 +317,34 @@ def _check_supported(q, layer: RuntimeLayer, cache) -> None:
              field="layer.spec.head_dim", expected=list(_CAPS.head_dims),
              actual=[spec.head_dim, spec.value_dim])
     required_tensors(layer)     # a sinks layer without its sink logits (was AttributeError)
+
+
+def _varlen(q, k, v, layer: RuntimeLayer, batch, *, gluon: bool):
+    """TritonBackend._varlen: the varlen kernel (triton/varlen.py), or with ``gluon`` the Gluon
+    prefill kernel's non-causal path per sequence where it runs -> [Tq, H_q * D_v]."""
+    from attnkit.backends.triton.tma_path import gluon_prefill_ready, prefill_gluon_attention
+    from attnkit.backends.triton.varlen import varlen_attention, varlen_config
+
+    spec = layer.spec
+    _check_device(q)
+    if not _CAPS.accepts_head_dim(spec.head_dim) or spec.value_dim > MAX_HEAD_DIM:
+        fail("AK453", f"layer {spec.layer_id} has head_dim {spec.head_dim} / v_head_dim {spec.value_dim}; "
+                      f"the triton kernels are built and tested for head dims {list(_CAPS.head_dims)}",
+             field="layer.spec.head_dim", expected=list(_CAPS.head_dims), actual=[spec.head_dim, spec.value_dim])
+    dense = [t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v)]
+    out = q.new_zeros(q.shape[0], spec.num_heads, spec.value_dim)
+    spans = list(zip(batch.cu_q_cpu, batch.cu_q_cpu[1:]))
+    if gluon and batch.key_mask is None and batch.cu_k_cpu == batch.cu_q_cpu and prefill_gluon_attention and all(
+            gluon_prefill_ready(*(t[a:b] for t in (*dense, out)), causal=False, window=None, softcap=None,
+                                sinks=None, qk_scale=spec.softmax_scale) for a, b in spans if b > a):
+        for a, b in spans:
+            if b > a:
+                prefill_gluon_attention(*(t[a:b] for t in (*dense, out)), qk_scale=spec.softmax_scale * LOG2E,
+                                        v_scale=1.0, causal=False)
+        return out.reshape(q.shape[0], spec.num_heads * spec.value_dim)
+    varlen_attention(*dense, out, cu_q=batch.cu_q, cu_k=batch.cu_k, key_mask=batch.key_mask, max_q=batch.max_q,
+                     scale=spec.softmax_scale, config=varlen_config(spec.head_dim, q.dtype, interpret=interpreting()))
+    return out.reshape(q.shape[0], spec.num_heads * spec.value_dim)
 
 
 def _check_device(q) -> None:

@@ -52,7 +52,7 @@ DECLARATION = BackendDeclaration(
         page_sizes="any",                # tokens are gathered one by one through the block table
         phases=("prefill", "decode"),
         features=frozenset({"sliding_window", "logit_softcap", "sinks", "non_causal", "verify",
-                            "chunked_local", "cuda_graph"}),
+                            "chunked_local", "cuda_graph", "varlen"}),
         requires=("torch", "triton"),
         verified=(H200_2026_11_29,),
     ),

@@ -1,6 +1,7 @@
-"""Causal prefill of one request on sm_90 in Gluon, warp-specialised with FlashAttention-3's
-ping-pong (the "direct" route of tma_path.py; extend_config GLUON=True, tma_config's default
-at d128 and d256): a loader warp and two computing warpgroups, each its own partition.
+"""Prefill of one request (causal, or non-causal with CAUSAL=False) on sm_90 in Gluon,
+warp-specialised with FlashAttention-3's ping-pong (the "direct" route of tma_path.py;
+extend_config GLUON=True, tma_config's default at d128 and d256): a loader warp and two
+computing warpgroups, each its own partition.
 
 A program owns 128 query rows of one head; warpgroup WG (0 or 1) the rows 64 * WG .. + 63,
 with its own softmax state. The loader brings Q once, then K / V tiles of BN keys through TMA,
@@ -20,7 +21,9 @@ budget) if a wgmma stays in flight across that partition's softmax
 Keys are the step's own k / v rows (one request, no prefix): key n < T is at position n, query
 row i at position i. Key tiles wholly left of the block (j < q0 / BN) run unmasked in a first
 loop; the tiles that cross the diagonal run masked in a second (keys past a row are masked,
-keys past T are zeros from TMA, rows past T are not stored). Scores use the fused scale:
+keys past T are zeros from TMA, rows past T are not stored). Non-causal (an encoder layer, a
+DiT's joint attention): every block walks all T keys; the whole tiles run unmasked and only the
+last partial tile masks the keys past T (TMA's zeros would otherwise score 0, not -inf). Scores use the fused scale:
 exp2(qk * qk_scale - m), m = max(qk) * qk_scale, exact for qk_scale > 0 (the launcher's
 condition).
 """
@@ -67,8 +70,8 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_re
 
 @gluon.jit
 def _tile(j, n_tiles, sc, o, m_i, l_i, rows, q, k_smem, v_smem, k_ready, v_ready, k_free, v_free,
-          turn, qk_scale, MASKED: gl.constexpr, WG: gl.constexpr, BN: gl.constexpr,
-          D: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr):
+          turn, qk_scale, T, MASKED: gl.constexpr, CAUSAL: gl.constexpr, WG: gl.constexpr,
+          BN: gl.constexpr, D: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr):
     """Key tile j for warpgroup WG: the softmax of its scores ``sc`` (ready; for WG 0 the P.V
     of tile j - 1 is still in flight meanwhile); then, holding the turn (its turn j + 1), Q.K
     of tile j + 1 and P.V of tile j are issued, the turn passed on, and the new scores waited
@@ -80,7 +83,10 @@ def _tile(j, n_tiles, sc, o, m_i, l_i, rows, q, k_smem, v_smem, k_ready, v_ready
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     if MASKED:
         cols = j * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
-        sc = gl.where(gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1), sc, float("-inf"))
+        if CAUSAL:
+            sc = gl.where(gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1), sc, float("-inf"))
+        else:       # keys past T: [64, BN] by the same broadcast as the causal comparison
+            sc = gl.where(gl.expand_dims(cols, 0) + gl.expand_dims(rows * 0, 1) < T, sc, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(sc, axis=1) * qk_scale)
     alpha = gl.exp2(m_i - m_new)
     p = gl.exp2(sc * qk_scale - gl.expand_dims(m_new, 1))
@@ -106,7 +112,8 @@ def _tile(j, n_tiles, sc, o, m_i, l_i, rows, q, k_smem, v_smem, k_ready, v_ready
 @gluon.jit
 def _compute(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, turn, Out,
              stride_ot, out_col, q0, n_tiles, T, qk_scale, v_scale, WG: gl.constexpr,
-             BN: gl.constexpr, D: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr):
+             BN: gl.constexpr, D: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr,
+             CAUSAL: gl.constexpr):
     """Rows q0 + 64 * WG .. + 63 of the block over every key tile; then the normalised store.
     Turn 0 of each warpgroup is the first tile's Q.K; tile j's issue is its turn j + 1."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -127,15 +134,18 @@ def _compute(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, tu
     mbarrier.arrive(turn.index(1 - WG), count=1)
     sc = warpgroup_mma_wait(num_outstanding=0, deps=[tok])
     mbarrier.arrive(k_free.index(0), count=1)
-    n_left = q0 // BN                       # tiles wholly left of the block's first row
+    if CAUSAL:
+        n_left = q0 // BN                   # tiles wholly left of the block's first row
+    else:
+        n_left = T // BN                    # whole tiles: every key visible to every row
     for j in range(n_left):
         sc, o, m_i, l_i = _tile(j, n_tiles, sc, o, m_i, l_i, rows, q, k_smem, v_smem, k_ready,
-                                v_ready, k_free, v_free, turn, qk_scale, False, WG, BN, D, NSK,
-                                NSV)
+                                v_ready, k_free, v_free, turn, qk_scale, T, False, CAUSAL, WG, BN,
+                                D, NSK, NSV)
     for j in range(n_left, n_tiles):
         sc, o, m_i, l_i = _tile(j, n_tiles, sc, o, m_i, l_i, rows, q, k_smem, v_smem, k_ready,
-                                v_ready, k_free, v_free, turn, qk_scale, True, WG, BN, D, NSK,
-                                NSV)
+                                v_ready, k_free, v_free, turn, qk_scale, T, True, CAUSAL, WG, BN,
+                                D, NSK, NSV)
     o = warpgroup_mma_wait(num_outstanding=0, deps=[o])
     mbarrier.arrive(v_free.index((n_tiles + NSV - 1) % NSV), count=1)
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
@@ -149,18 +159,19 @@ def _compute(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, tu
 @gluon.jit
 def _compute_second(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, turn, Out,
                     stride_ot, out_col, q0, n_tiles, T, qk_scale, v_scale, BN: gl.constexpr,
-                    D: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr):
+                    D: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr, CAUSAL: gl.constexpr):
     """Warpgroup 1, the worker partition (a separate entry: a partition takes its constexprs
     from its own signature)."""
     _compute(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, turn, Out,
-             stride_ot, out_col, q0, n_tiles, T, qk_scale, v_scale, 1, BN, D, NSK, NSV)
+             stride_ot, out_col, q0, n_tiles, T, qk_scale, v_scale, 1, BN, D, NSK, NSV, CAUSAL)
 
 
 @gluon.jit
 def _prefill_gluon_kernel(q_desc, k_desc, v_desc, Out, stride_ot, T, num_blocks, qk_scale,
                           v_scale, NUM_HEADS: gl.constexpr, GROUP: gl.constexpr, D: gl.constexpr,
                           BN: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr,
-                          CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr):
+                          CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
+                          CAUSAL: gl.constexpr):
     """Grid: (query block, head), heads fastest and the blocks with the most keys first.
     q_desc: [T, H_q * D] blocks [128, D]; k_desc / v_desc: [T, H_kv * D] blocks [BN, D];
     Out: [T, H_q, D] (row stride stride_ot, heads dense). num_warps = 4."""
@@ -168,7 +179,10 @@ def _prefill_gluon_kernel(q_desc, k_desc, v_desc, Out, stride_ot, T, num_blocks,
     blk = num_blocks - 1 - pid // NUM_HEADS
     h = pid % NUM_HEADS
     q0 = blk * 128
-    n_tiles = gl.cdiv(gl.minimum(q0 + 128, T), BN)
+    if CAUSAL:
+        n_tiles = gl.cdiv(gl.minimum(q0 + 128, T), BN)
+    else:
+        n_tiles = gl.cdiv(T, BN)
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [128, D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [NSK, BN, D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [NSV, BN, D], v_desc.layout)
@@ -191,10 +205,11 @@ def _prefill_gluon_kernel(q_desc, k_desc, v_desc, Out, stride_ot, T, num_blocks,
     mbarrier.arrive(turn.index(0), count=1)             # warpgroup 0 has the first turn
     gl.warp_specialize([
         (_compute, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, turn, Out,
-                    stride_ot, h * D, q0, n_tiles, T, qk_scale, v_scale, 0, BN, D, NSK, NSV)),
+                    stride_ot, h * D, q0, n_tiles, T, qk_scale, v_scale, 0, BN, D, NSK, NSV,
+                    CAUSAL)),
         (_compute_second, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free,
                            turn, Out, stride_ot, h * D, q0, n_tiles, T, qk_scale, v_scale, BN,
-                           D, NSK, NSV)),
+                           D, NSK, NSV, CAUSAL)),
         (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
                    k_free, v_free, q0, h * D, (h // GROUP) * D, n_tiles, BN, NSK, NSV)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
@@ -202,8 +217,8 @@ def _prefill_gluon_kernel(q_desc, k_desc, v_desc, Out, stride_ot, T, num_blocks,
 
 def gluon_prefill_ready(q, k, v, out, *, causal, window, softcap, sinks, qk_scale) -> bool:
     """Whether this kernel serves a direct-route prefill: Triton 3.6 on sm_90 (compiled), a
-    16-bit q / k / v / out of one dtype with dense head rows, d 64, 128 or 256, plain causal
-    attention with a positive scale."""
+    16-bit q / k / v / out of one dtype with dense head rows, d 64, 128 or 256, plain causal or
+    non-causal attention (no window, softcap or sinks) with a positive scale."""
     import torch
     import triton
 
@@ -212,14 +227,15 @@ def gluon_prefill_ready(q, k, v, out, *, causal, window, softcap, sinks, qk_scal
             or torch.cuda.get_device_capability(q.device) != (9, 0)):
         return False
     D = q.shape[2]
-    return (causal and window is None and softcap is None and sinks is None and qk_scale > 0
+    return (window is None and softcap is None and sinks is None and qk_scale > 0
             and q.dtype in (torch.float16, torch.bfloat16)
             and k.dtype == v.dtype == out.dtype == q.dtype and D in TILES
             and k.shape[2] == v.shape[2] == D and out.stride(2) == 1 and out.stride(1) == D)
 
 
-def prefill_gluon_attention(q, k, v, out, *, qk_scale, v_scale, tiles=None):
-    """q [T, H_q, D], k / v [T, H_kv, D] (descriptor_ready), out [T, H_q, D] (written).
+def prefill_gluon_attention(q, k, v, out, *, qk_scale, v_scale, tiles=None, causal=True):
+    """q [T, H_q, D], k / v [T, H_kv, D] (descriptor_ready), out [T, H_q, D] (written);
+    ``causal=False``: every query attends to all T keys.
     tiles: (BN, K slots, V slots) instead of TILES[D] (the benchmarks' variants)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     T, H, D = q.shape
@@ -234,5 +250,5 @@ def prefill_gluon_attention(q, k, v, out, *, qk_scale, v_scale, tiles=None):
     _prefill_gluon_kernel[(blocks * H,)](
         desc(q, BM), desc(k, BN), desc(v, BN), out, out.stride(0), T, blocks, qk_scale, v_scale,
         NUM_HEADS=H, GROUP=H // k.shape[1], D=D, BN=BN, NSK=NSK, NSV=NSV, CONSUMER_REGS=CONSUMER_REGS,
-        LOADER_REGS=LOADER_REGS, num_warps=4, maxnreg=MAXNREG)
+        LOADER_REGS=LOADER_REGS, CAUSAL=bool(causal), num_warps=4, maxnreg=MAXNREG)
     return out

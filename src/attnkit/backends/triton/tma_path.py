@@ -96,7 +96,7 @@ def run_tma_extend(route: str, q, k, v, out, cache, layer_id: int, plan, *, conf
             softcap=kernel_args["softcap"], sinks=kernel_args["sinks"],
             qk_scale=kernel_args["qk_scale"]):
         return prefill_gluon_attention(q, k, v, out, qk_scale=kernel_args["qk_scale"],
-                                       v_scale=kernel_args["v_scale"])
+                                       v_scale=kernel_args["v_scale"], causal=kernel_args["causal"])
     if route == "direct":
         k_rows, v_rows, key_start = k, v, plan.query_start_loc[:-1]
     else:

@@ -43,7 +43,7 @@ ENTRIES = [
                     "More running requests than the largest captured bucket."],
         solutions=["Size StaticDecode for the longest sequence and the largest batch you decode "
                    "(the runner uses the cache's room and max_num_seqs).",
-                   "Never hand the scratch page to a request (the runner's page ledger keeps it "
+                   "Never hand the scratch page to a request (the runner's page allocator keeps it "
                    "apart).", "Run such a step eagerly."],
         before="static.fill(8, requests_of_9)",
         after="static.fill(16, requests_of_9)",

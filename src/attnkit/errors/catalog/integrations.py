@@ -86,7 +86,7 @@ ENTRIES = [
         related=("AK490",),
     ),
     entry(
-        "AK493", "Model or layer not servable through the vLLM or SGLang plugin",
+        "AK496", "Model or layer not servable through the vLLM or SGLang plugin",
         meaning="With ATTNKIT_VLLM=1 (vLLM) or --attention-backend attnkit (SGLang) attnkit plans "
                 "the model the engine loaded, at the engine's start-up, and then runs its planned "
                 "backend on the engine's own paged KV cache for every attention layer. It serves "
@@ -112,10 +112,10 @@ ENTRIES = [
                    "(kv_cache_dtype='auto')."],
         before="ATTNKIT_VLLM=1 vllm serve deepseek-ai/DeepSeek-V2-Lite",
         after="vllm serve deepseek-ai/DeepSeek-V2-Lite",
-        related=("AK494", "AK490"),
+        related=("AK497", "AK490"),
     ),
     entry(
-        "AK494", "Engine plugin switched on with a conflicting choice, or an engine version it does not know",
+        "AK497", "Engine plugin switched on with a conflicting choice, or an engine version it does not know",
         meaning="The vLLM plugin registers attnkit's backend as vLLM's CUSTOM backend on CUDA (and "
                 "as the override of CPU_ATTN on CPU) and selects it for every layer; the SGLang "
                 "plugin registers 'attnkit' in SGLang's attention registry. Each is built for the "
@@ -132,6 +132,6 @@ ENTRIES = [
                    "Install the tested versions: pip install 'attnkit[vllm]' or 'attnkit[sglang]'."],
         before="ATTNKIT_VLLM=1 vllm serve MODEL --attention-backend FLASH_ATTN",
         after="ATTNKIT_VLLM=1 vllm serve MODEL",
-        related=("AK493",),
+        related=("AK496",),
     ),
 ]

@@ -10,7 +10,7 @@ with its model runner when it builds the attention backends: it plans the model 
 with the plan, and returns an ``AttnkitSglangBackend`` (integrations/sglang/backend.py) that runs
 attnkit's planned backend on SGLang's own KV pool. What SGLang would check for its own backends
 (MLA against MHA, the page size, dual chunk attention) are attnkit's coded reasons here
-(AK493, or the planner's own code).
+(AK496, or the planner's own code).
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def register() -> str:
 
 
 def create_backend(runner):
-    """SGLang's factory call: ``runner`` is its ModelRunner. Raises attnkit's error (AK493, or
+    """SGLang's factory call: ``runner`` is its ModelRunner. Raises attnkit's error (AK496, or
     the planner's code with every reason) for what attnkit cannot serve, at start-up."""
     from attnkit.integrations.sglang.backend import AttnkitSglangBackend, plan_runner
 

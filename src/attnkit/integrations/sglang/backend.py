@@ -1,7 +1,7 @@
 """SGLang's ``AttentionBackend`` around attnkit's planned backend, on SGLang's own KV pool.
 
 Start-up (``plan_runner``, from the registry's factory call): SGLang's own checks become
-attnkit's coded reasons (MLA: AK493; dual chunk attention: AK493; an fp8 KV pool: AK493), then
+attnkit's coded reasons (MLA: AK496; dual chunk attention: AK496; an fp8 KV pool: AK496), then
 the model SGLang loaded is planned with SGLang's dtype, page size and tensor-parallel size
 (the planner's code for what it refuses) and one line is logged.
 
@@ -33,17 +33,17 @@ def plan_runner(runner) -> EnginePlan:
     hf = mc.hf_config
     name = str(getattr(mc, "model_path", "") or getattr(hf, "name_or_path", "") or "model")
     if getattr(runner, "use_mla_backend", False):
-        fail("AK493", f"SGLang serves {name} with MLA (its latent KV pool); attnkit's SGLang "
+        fail("AK496", f"SGLang serves {name} with MLA (its latent KV pool); attnkit's SGLang "
                       "backend serves MHA/GQA/MQA layers only (its MLA route is not built)",
              field="attention_arch", expected="MHA", actual="MLA")
     if getattr(hf, "dual_chunk_attention_config", None):
-        fail("AK493", f"{name} turns on dual chunk attention, which SGLang runs only with its "
+        fail("AK496", f"{name} turns on dual chunk attention, which SGLang runs only with its "
                       "dual_chunk_flash_attn backend; attnkit's SGLang backend runs plain RoPE "
                       "attention", field="dual_chunk_attention_config", expected=None,
              actual="set")
     kv_dtype = runner.kv_cache_dtype
     if kv_dtype != runner.dtype:
-        fail("AK493", f"SGLang's KV pool stores {kv_dtype} for a {runner.dtype} model; attnkit's "
+        fail("AK496", f"SGLang's KV pool stores {kv_dtype} for a {runner.dtype} model; attnkit's "
                       "SGLang backend runs a KV cache in the compute dtype (no fp8 pool yet)",
              field="kv_cache_dtype", expected=str(runner.dtype), actual=str(kv_dtype))
     tp = _tp_size(runner)
@@ -89,7 +89,7 @@ class AttnkitSglangBackend(AttentionBackend):
         elif fb.forward_mode.is_extend():
             new = list(fb.extend_seq_lens_cpu)
         else:
-            fail("AK493", f"SGLang runs a {fb.forward_mode.name} step; attnkit's SGLang backend "
+            fail("AK496", f"SGLang runs a {fb.forward_mode.name} step; attnkit's SGLang backend "
                           "runs extend and decode steps", field="forward_mode",
                  expected=["EXTEND", "DECODE"], actual=fb.forward_mode.name)
         rows = self.req_to_token_pool.req_to_token[fb.req_pool_indices.long()]
@@ -112,7 +112,7 @@ class AttnkitSglangBackend(AttentionBackend):
         if k is None or v is None or unknown or layer.is_cross_attention:
             what = ", ".join(unknown) or ("cross attention" if layer.is_cross_attention else
                                           "no new K/V")
-            fail("AK493", f"SGLang calls attnkit's backend with {what}; it serves decoder "
+            fail("AK496", f"SGLang calls attnkit's backend with {what}; it serves decoder "
                           "self-attention with the step's own K/V", field="layer",
                  expected="decoder self-attention", actual=what)
         bound = self.plan.layer(

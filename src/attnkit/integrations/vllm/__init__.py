@@ -7,7 +7,7 @@ vLLM loads ``register`` through the ``vllm.general_plugins`` entry point of attn
 package, in every vLLM process. With ``ATTNKIT_VLLM=1`` it registers attnkit's backend
 classes (integrations/vllm/backend.py): on CUDA as ``CUSTOM``, which it also selects for
 every layer that asks for no other backend (an explicit other ``attention_backend`` is refused,
-AK494); on CPU, where vLLM serves every non-MLA layer with ``CPU_ATTN`` and ignores
+AK497); on CPU, where vLLM serves every non-MLA layer with ``CPU_ATTN`` and ignores
 ``CUSTOM``, as the override of ``CPU_ATTN``, and of ``CPU_MLA`` so that an MLA model is refused
 at start-up with attnkit's code rather than run by vLLM's own MLA backend. Without the
 variable nothing changes. docs/integrations.md says what is tested where.
@@ -44,7 +44,7 @@ def register() -> str | None:
 
 def select_custom(platform_cls: type) -> None:
     """Make ``platform_cls.get_attn_backend_cls`` answer CUSTOM for a layer whose backend the
-    user left unset; an explicit other backend is refused (AK494). Idempotent."""
+    user left unset; an explicit other backend is refused (AK497). Idempotent."""
     original = platform_cls.get_attn_backend_cls
     if getattr(original, "_attnkit", False):
         return
@@ -55,7 +55,7 @@ def select_custom(platform_cls: type) -> None:
         if selected_backend not in (None, AttentionBackendEnum.CUSTOM):
             from attnkit.errors import fail
 
-            fail("AK494", f"ATTNKIT_VLLM=1 runs attnkit's backend as vLLM's CUSTOM backend, and "
+            fail("AK497", f"ATTNKIT_VLLM=1 runs attnkit's backend as vLLM's CUSTOM backend, and "
                           f"attention_backend={selected_backend.name} asks for another; leave "
                           "attention_backend unset (or CUSTOM), or unset ATTNKIT_VLLM",
                  field="attention_backend", expected=["CUSTOM", None], actual=selected_backend.name)

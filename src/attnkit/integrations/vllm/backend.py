@@ -4,7 +4,7 @@ Start-up: the first impl (one per attention layer, made while vLLM builds the mo
 first metadata builder ask ``planned()`` for the plan of the model vLLM loaded, made once per
 process from vLLM's config (hf config, dtype, KV-cache dtype, block size, tensor-parallel size,
 device) and logged in one line; a model attnkit refuses fails there, with attnkit's code. Each
-impl then checks that vLLM built its layer as the plan describes (AK493).
+impl then checks that vLLM built its layer as the plan describes (AK496).
 
 Per step: ``AttnkitMetadataBuilder.build`` turns vLLM's ``CommonAttentionMetadata`` into
 attnkit's ``BatchMetadata`` (once per KV-cache group and step); the first layer prepares the
@@ -66,7 +66,7 @@ class AttnkitBackend(AttentionBackend):
 
     forward_includes_kv_cache_update: ClassVar[bool] = True    # attnkit's forward writes K/V
     supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float32, torch.float16, torch.bfloat16]
-    # fp8 reaches the impl so that it is refused there with attnkit's code (AK493)
+    # fp8 reaches the impl so that it is refused there with attnkit's code (AK496)
     supported_kv_cache_dtypes: ClassVar[list[str]] = ["auto", "float32", "float16", "bfloat16",
                                                       "fp8", "fp8_e4m3", "fp8_e5m2"]
     registered_as: ClassVar[str] = "CUSTOM"
@@ -126,7 +126,7 @@ class AttnkitMetadataBuilder(AttentionMetadataBuilder[AttnkitMetadata]):
         self.plan = planned(vllm_config)
         self.block_size = kv_cache_spec.block_size
         if self.block_size != self.plan.page_size:
-            fail("AK493", f"vLLM pages this KV-cache group in blocks of {self.block_size} "
+            fail("AK496", f"vLLM pages this KV-cache group in blocks of {self.block_size} "
                           f"tokens; attnkit planned page_size {self.plan.page_size}",
                  field="block_size", expected=self.plan.page_size, actual=self.block_size)
 
@@ -134,7 +134,7 @@ class AttnkitMetadataBuilder(AttentionMetadataBuilder[AttnkitMetadata]):
               fast_build: bool = False) -> AttnkitMetadata:
         c = common_attn_metadata
         if not (c.causal is True):
-            fail("AK493", "vLLM asks for a non-causal or per-request causal step; attnkit's "
+            fail("AK496", "vLLM asks for a non-causal or per-request causal step; attnkit's "
                           "vLLM backend serves causal decoder attention", field="causal",
                  expected=True, actual=repr(c.causal)[:40])
         starts = c.query_start_loc_cpu[: c.num_reqs + 1].tolist()
@@ -167,13 +167,13 @@ class AttnkitImpl(AttentionImpl[AttnkitMetadata]):
         unsupported = {k: v for k, v in unsupported.items() if v is not None}
         if attn_type != AttentionType.DECODER or unsupported:
             what = ", ".join(f"{k}" for k in unsupported) or f"attention type {attn_type}"
-            fail("AK493", f"vLLM builds an attention layer with {what}; attnkit's vLLM backend "
+            fail("AK496", f"vLLM builds an attention layer with {what}; attnkit's vLLM backend "
                           "serves decoder self-attention (MHA/GQA/MQA, windows, softcap, sinks)",
                  field="layer", expected="decoder self-attention", actual=what)
         if kv_cache_dtype.startswith("fp8"):
             # vLLM stores fp8 pages as bytes with its own quantisation; attnkit reading them gave
             # other logprobs than vLLM's CPU kernel (0.27 apart on a tiny model): not served yet
-            fail("AK493", f"vLLM runs an fp8 KV cache ({kv_cache_dtype}); attnkit's vLLM backend "
+            fail("AK496", f"vLLM runs an fp8 KV cache ({kv_cache_dtype}); attnkit's vLLM backend "
                           "does not read vLLM's fp8 pages yet: use kv_cache_dtype='auto'",
                  field="kv_cache_dtype", expected="auto", actual=kv_cache_dtype)
         self._check_one_of_plan()
@@ -203,7 +203,7 @@ class AttnkitImpl(AttentionImpl[AttnkitMetadata]):
         """query: [T, H, D]; key / value: [T, H_kv, D]; kv_cache: this layer's pages, logical
         [num_blocks, H_kv, block_size, D + D_v]; output: [T, H, D_v], written in place."""
         if output_scale is not None or output_block_scale is not None:
-            fail("AK493", "vLLM asks attnkit's backend to quantise its output (a fused output "
+            fail("AK496", "vLLM asks attnkit's backend to quantise its output (a fused output "
                           "quantisation pass); attnkit returns the output in the compute dtype",
                  field="output_scale", expected=None, actual="a scale")
         if attn_metadata is None or attn_metadata.meta is None:
@@ -228,7 +228,7 @@ class AttnkitImpl(AttentionImpl[AttnkitMetadata]):
         if self._cache is None or self._cache[0] != key:
             d, lid = self.head_size, self._layer.layer_id
             if kv_cache.dtype != self.plan.kv_dtype:
-                fail("AK493", f"vLLM's KV cache of layer {lid} holds {kv_cache.dtype}; attnkit "
+                fail("AK496", f"vLLM's KV cache of layer {lid} holds {kv_cache.dtype}; attnkit "
                               f"planned {self.plan.kv_dtype}", field="kv_cache_dtype",
                      expected=str(self.plan.kv_dtype), actual=str(kv_cache.dtype))
             pages = kv_cache.transpose(1, 2)          # [num_blocks, block_size, H_kv, D + D_v]
@@ -240,7 +240,7 @@ class AttnkitImpl(AttentionImpl[AttnkitMetadata]):
 class AttnkitMlaRefusal(AttnkitBackend):
     """Registered over vLLM's MLA backends: MLA through this plugin is not built. Its impl plans
     the model (so what attnkit's planner refuses is refused with the planner's code) and then
-    refuses with AK493 at start-up."""
+    refuses with AK496 at start-up."""
 
     @staticmethod
     def get_impl_cls():
@@ -254,6 +254,6 @@ class AttnkitMlaRefusal(AttnkitBackend):
 class _MlaRefused:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         planned()
-        fail("AK493", "the model has MLA layers; attnkit's vLLM backend serves MHA/GQA/MQA "
+        fail("AK496", "the model has MLA layers; attnkit's vLLM backend serves MHA/GQA/MQA "
                       "layers only (its MLA route, on vLLM's latent cache, is not built)",
              field="kind", expected="mha", actual="mla")

@@ -15,23 +15,7 @@ import torch
 from attnkit.errors import preview as _preview
 from attnkit.errors import fail
 
-COMPUTE_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-_ALIASES = {"float32": "fp32", "float": "fp32", "float16": "fp16", "half": "fp16",
-            "bfloat16": "bf16"}
 RUN_DEVICES = ("cpu", "cuda", "mps")
-
-
-def dtype_name(dtype: torch.dtype | str, *, field: str, table: Mapping[str, torch.dtype]) -> str:
-    """The attnkit name (fp32, bf16, fp8_e4m3 ...) of a torch dtype or a dtype string."""
-    if isinstance(dtype, torch.dtype):
-        names = [n for n, d in table.items() if d == dtype]
-    else:
-        key = str(dtype).lower().removeprefix("torch.")
-        names = [n for n in (_ALIASES.get(key, key),) if n in table]
-    if not names:
-        fail("AK483", f"{field} {dtype!r} is not one the runner uses ({', '.join(table)})",
-             field=field, expected=list(table), actual=str(dtype))
-    return names[0]
 
 
 def device_of(device: Any) -> torch.device:

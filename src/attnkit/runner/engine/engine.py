@@ -1,4 +1,4 @@
-"""``Engine``: a model, a paged KV cache, its page ledger and one attention backend.
+"""``Engine``: a model, a paged KV cache, its page allocator and one attention backend.
 
     engine = Engine.from_pretrained("/models/tiny-llama", backend="torch_native", page_size=16)
     logits = engine.prefill([[1, 5, 9], [1, 7]])         # [3, V] and [2, V]; sequences 0 and 1
@@ -28,8 +28,8 @@ import torch
 from attnkit.backends.base import AttentionBackend
 from attnkit.backends.batch import Request, build_batch
 from attnkit.errors import fail
+from attnkit.kvcache.allocator import PageAllocator
 from attnkit.runner.engine.checks import check_count, check_id, check_list, coded_args, preview
-from attnkit.runner.engine.ledger import PageLedger
 from attnkit.runner.engine.sequence import Sequence
 from attnkit.runner.engine.tokens import token_ids
 from attnkit.runner.models.base import DecoderModel
@@ -39,14 +39,15 @@ LOGITS = ("all", "last", "argmax")
 
 class Engine:
     """Serve one model with one attention backend. Not thread-safe; one step at a time.
-    ``allocator`` is the page ledger; ``graphs`` the decode graph runner (None: eager)."""
+    ``allocator`` is the page allocator (kvcache/allocator.py); ``graphs`` the decode graph
+    runner (None: eager)."""
 
     def __init__(self, model: DecoderModel, backend: AttentionBackend, cache,
-                 ledger: PageLedger):
+                 allocator: PageAllocator):
         self.model = model
         self.backend = backend
         self.cache = cache
-        self.allocator = ledger
+        self.allocator = allocator
         self.page_size = cache.page_size
         self.device = cache.device
         self.plan = None                                  # the Plan that chose the backend
@@ -97,14 +98,25 @@ class Engine:
     @coded_args("AK483")
     def release(self, ids: Seq[Hashable] | None = None) -> None:
         """Free the pages of ``ids`` (default: every sequence) and forget them (their records
-        keep their tokens, with nothing cached). All or nothing: an unknown or repeated id is
-        AK483 before any sequence is freed."""
+        keep their tokens, with nothing cached). All or nothing: an unknown or repeated id,
+        or a sequence a Scheduler is running (its ``abort()`` frees those), is AK483 before
+        any sequence is freed."""
         check_list("ids", ids, allow_none=True)
         ids = list(self._live) if ids is None else list(ids)
         seqs = [self.sequence(i) for i in ids]
         if len(set(ids)) != len(ids):
             fail("AK483", f"release names a sequence more than once: {preview(ids)}",
                  field="ids", expected="distinct ids", actual=preview(ids))
+        owned = [s.seq_id for s in seqs if s.owner is not None]
+        if owned:
+            fail("AK483", f"sequence(s) {preview(owned)} are running in a Scheduler: releasing them "
+                          "here would silently change their output; Scheduler.abort() frees them",
+                 field="ids", expected="sequences no Scheduler runs", actual=preview(owned))
+        self.free(seqs)
+
+    def free(self, seqs: Seq[Sequence]) -> None:
+        """Release live records ``seqs`` (checked by the caller: the scheduler that owns them,
+        or ``release``): their pages go back, nothing of them is cached, they are forgotten."""
         for seq in seqs:
             self.allocator.release(seq)
             seq.computed = 0
@@ -172,7 +184,7 @@ class Engine:
         "argmax" -> the greedy next token (an int) per id, chosen on the device.
         prompt_lens: {id: whole prompt length} for the dual chunk length scale (see prefill);
         ids left out use their KV length after the step. A failed step leaves every sequence
-        and the page ledger as they were (new ones are not started, pages taken for the step
+        and the page allocator as they were (new ones are not started, pages taken for the step
         go back) and raises its own error."""
         if logits not in LOGITS:
             fail("AK483", f"logits must be one of {', '.join(LOGITS)}, got {logits!r}",
@@ -203,9 +215,9 @@ class Engine:
     def _undone_on_failure(self, seqs: list[Sequence], appended: list[int] | None = None,
                            started: Seq[Sequence] = ()):
         """Run a step's body; if it raises (anything: a kernel's error, an interrupt), put
-        every record and the ledger back as they were when the step began, then let the
+        every record and the allocator back as they were when the step began, then let the
         error go on as it was: each record's pages past those it held (the step's reserve)
-        go back to the ledger in reverse order, so its free list is as before; ``computed``
+        go back to the allocator in reverse order, so its free list is as before; ``computed``
         is restored, the ``appended`` tokens (a count per record) are dropped and the
         records the step ``started`` are forgotten. The KV a failed step wrote lies past
         every record's ``computed`` (or in pages given back): nothing reads it before a
@@ -219,7 +231,7 @@ class Engine:
                 seq.computed = computed
             for seq, n in zip(seqs, appended or ()):     # the step's tokens were not run
                 del seq.prompt[len(seq.prompt) - n:]
-            self.release([s.seq_id for s in started])
+            self.free(started)
             raise
 
     def _records(self, order: list[Hashable], new: dict[Hashable, list[int]]):
@@ -249,15 +261,15 @@ class Engine:
 
     def _reserve(self, seqs: list[Sequence], new: dict[Hashable, list[int]]) -> None:
         """Give every sequence room for its new tokens, all or nothing."""
-        ledger = self.allocator
-        need = sum(ledger.shortfall(s, s.computed + len(new[s.seq_id])) for s in seqs)
-        if need > ledger.num_free:
-            fail("AK400", f"this step needs {need} more KV page(s) but only {ledger.num_free} of "
-                          f"{ledger.num_pages} are free; release finished sequences or build "
+        alloc = self.allocator
+        need = sum(alloc.shortfall(s, s.computed + len(new[s.seq_id])) for s in seqs)
+        if need > alloc.num_free:
+            fail("AK400", f"this step needs {need} more KV page(s) but only {alloc.num_free} of "
+                          f"{alloc.num_pages} are free; release finished sequences or build "
                           "the engine with a larger max_tokens",
-                 field="max_tokens", expected=f">= {need} free pages", actual=ledger.num_free)
+                 field="max_tokens", expected=f">= {need} free pages", actual=alloc.num_free)
         for seq in seqs:
-            ledger.grow(seq, seq.computed + len(new[seq.seq_id]))
+            alloc.grow_to(seq, seq.computed + len(new[seq.seq_id]))
 
     def _run(self, seqs: list[Sequence], counts: list[int], logits: str,
              dca_lengths: list[int] | None) -> dict[Hashable, Any]:
@@ -288,7 +300,7 @@ class Engine:
         on the decode graphs: each step's tokens are the next one's input, so the host
         neither waits nor works between steps. The pages of all the steps are reserved first
         (all or nothing, AK400); every record's ``computed`` moves ``steps`` on. A call that
-        fails part-way (a kernel raising in any step) leaves every record and the ledger as
+        fails part-way (a kernel raising in any step) leaves every record and the allocator as
         they were before it, as a failed ``step`` does, and raises that error. -> each
         sequence's ``steps`` new tokens; the caller appends them (a stop token part-way only
         means the tokens after it are discarded)."""

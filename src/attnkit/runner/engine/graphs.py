@@ -6,7 +6,7 @@
     rows = runner.decode(requests, token_ids, want="argmax", steps=8)   # 8 steps, one read
 
 Each bucket b owns a static step: the StaticDecode metadata of b rows (backends/static.py;
-one set of buffers shared by every bucket, padded rows on scratch pages the page ledger keeps
+one set of buffers shared by every bucket, padded rows on scratch pages the page allocator keeps
 apart), the backend's static plan (``prepare_static``), the input token buffer, and the
 captured body: refill the backend's derived state, build the per-step context over the
 static buffers, run the model, greedy argmax on the device. A step of n requests replays the
@@ -72,13 +72,13 @@ class GraphRunner:
         captured is AK489 (else the plan said it could)."""
         self.engine, self.capture = engine, capture
         self.buckets = buckets_of(max_batch)
-        ledger, dev = engine.allocator, engine.device
-        max_pages = ledger.num_pages
+        alloc, dev = engine.allocator, engine.device
+        max_pages = alloc.num_pages
         limit = engine.model.arch.max_position_embeddings
         if limit:
-            max_pages = min(max_pages, ledger.pages_for(limit))
+            max_pages = min(max_pages, alloc.pages_for(limit))
         self.static = StaticDecode(max_batch=self.buckets[-1], max_pages=max(1, max_pages),
-                                   page_size=engine.page_size, scratch_pages=ledger.scratch_pages,
+                                   page_size=engine.page_size, scratch_pages=alloc.scratch_pages,
                                    device=dev)
         self.tokens = torch.zeros(self.buckets[-1], dtype=torch.int64, device=dev)
         self._host_tokens = torch.zeros(self.buckets[-1], dtype=torch.int64,

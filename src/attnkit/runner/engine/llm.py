@@ -21,7 +21,7 @@ from __future__ import annotations
 import difflib
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Hashable, Sequence, TextIO
 
@@ -29,18 +29,19 @@ import torch
 
 from attnkit.backends.base import AttentionBackend
 from attnkit.errors import AttnkitError, fail
+from attnkit.planning.request import PlanRequest
 from attnkit.runner.engine.checks import check_count, coded_args, device_of
 from attnkit.runner.engine.engine import Engine
 from attnkit.runner.engine.generation import generate
+from attnkit.runner.engine.setup import SPELLINGS, runner_request
 from attnkit.runner.engine.progress import ProgressBar
 from attnkit.runner.engine.sampling import SEED_MAX, SamplingParams
 from attnkit.runner.engine.stats import RequestStats, RunStats
 from attnkit.runner.engine.tokens import stop_ids
 from attnkit.runner.models.weights import read_json
 
-PLAN_FLAGS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend",
-              "page_size", "kv_cache_dtype", "dual_chunk", "tp_size", "speculative_tokens",
-              "cuda_graph", "deny")
+# attnkit plan's settings, by the request's own field names (dtype is LLM's own keyword)
+PLAN_FLAGS = tuple(f.name for f in fields(PlanRequest) if f.name not in ("sources", "dtype"))
 ENGINE_FLAGS = ("backend_options", "tp_timeout")       # Engine.from_pretrained options
 
 
@@ -61,17 +62,23 @@ class Output:
 
 class LLM:
     """model: a local model directory or an in-memory transformers model.
-    device / dtype: "auto" is CUDA in bf16 when torch sees a GPU, else CPU in fp32.
+    device: "auto" is CUDA when torch sees a GPU (the current one), else the CPU; "cuda:N" plans
+    for GPU N. dtype: "auto" (the default) is the planner's (the config's dtype; fp16 where the
+    GPU has no bf16), as ``attnkit plan`` says it; or a name / torch dtype.
     max_tokens: KV-cache room over all running requests (a request that cannot fit alone is
     refused, AK485; others wait or are preempted).
+    request: ``attnkit plan``'s settings as a PlanRequest or dict (the keywords are set over it).
     max_num_batched_tokens / max_num_seqs: the scheduler's per-step limits (defaults for
     ``generate``; max_num_seqs also sizes the largest decode graph). progress: True (stderr)
     or a stream for the line about captured decode graphs. plan_flags: ``attnkit plan``'s
-    settings (``tp_size`` among them), plus ``backend_options`` and ``tp_timeout``;
-    ``attention_backend`` may also be an AttentionBackend object (used unchecked)."""
+    settings (``tp_size`` among them; ``backend``, ``prefill_backend``, ``decode_backend`` spell
+    the backend ones), plus ``backend_options`` and ``tp_timeout``; ``attention_backend`` may
+    also be an AttentionBackend object (used unchecked). They are parsed once into the plan
+    request the engine hands the planner."""
 
     @coded_args("AK487")
-    def __init__(self, model: Any, *, device: str | torch.device = "auto",
+    def __init__(self, model: Any, *, request: PlanRequest | dict | None = None,
+                 device: str | torch.device = "auto",
                  dtype: str | torch.dtype = "auto", max_tokens: int = 4096,
                  max_num_batched_tokens: int = 8192, max_num_seqs: int = 256,
                  progress: bool | TextIO = False, **plan_flags: Any):
@@ -80,13 +87,12 @@ class LLM:
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         dev = device_of(device)
-        if dtype == "auto":
-            dtype = "bf16" if dev.type == "cuda" else "fp32"
+        request, options = plan_request(plan_flags, dtype, request)
         _check_progress(progress)
         stream = None if progress is False else (sys.stderr if progress is True else progress)
-        self.engine = Engine.from_pretrained(model, device=dev, dtype=dtype, max_tokens=max_tokens,
-                                             max_num_seqs=max_num_seqs, progress=stream,
-                                             **engine_options(plan_flags))
+        self.engine = Engine.from_pretrained(model, request=request, device=dev,
+                                             max_tokens=max_tokens, max_num_seqs=max_num_seqs,
+                                             progress=stream, **options)
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
         self.eos_token_ids = default_eos(model)
@@ -186,34 +192,30 @@ class LLM:
                 for r in records]
 
 
-def engine_options(flags: dict[str, Any]) -> dict[str, Any]:
-    """``Engine.from_pretrained`` keywords for ``attnkit plan``-style settings (AK306 on junk
-    values, AK487 on settings the runner cannot honour or names it does not know)."""
-    from attnkit.planning.request import parse_request
-
-    known = PLAN_FLAGS + ENGINE_FLAGS
+def plan_request(flags: dict[str, Any], dtype: Any, request: Any = None
+                 ) -> tuple[PlanRequest, dict[str, Any]]:
+    """``LLM``'s ``request`` and keywords as (the plan request, parsed once; the other
+    ``Engine.from_pretrained`` keywords). AK306 on junk values, AK487 on settings the runner
+    cannot honour or names it does not know."""
+    known = PLAN_FLAGS + tuple(SPELLINGS) + ENGINE_FLAGS
     unknown = sorted(set(flags) - set(known))
     if unknown:
         hints = [m for u in unknown for m in difflib.get_close_matches(u, known, n=1)]
         fail("AK487", f"unknown keyword(s) {', '.join(unknown)}"
                       + (f"; did you mean {', '.join(hints)}?" if hints else ""),
              field="plan_flags", expected=list(known), actual=unknown)
-    obj = flags.get("attention_backend")
-    obj = obj if isinstance(obj, AttentionBackend) else None
-    req = parse_request({k: v for k, v in flags.items() if k not in ENGINE_FLAGS
-                         and not (obj is not None and k == "attention_backend")})
+    settings = {k: v for k, v in flags.items() if k not in ENGINE_FLAGS}
+    obj = next((settings.pop(k) for k in ("attention_backend", "backend")
+                if isinstance(settings.get(k), AttentionBackend)), None)
+    req = runner_request(request, dtype=None if isinstance(dtype, str) and dtype == "auto" else dtype,
+                         **settings)
     for name, off in (("speculative_tokens", 0), ("deny", ())):
         value = getattr(req, name)
         if value not in (None, off):
             fail("AK487", f"the runner does not support {name}={value!r} (no speculative "
                           "decoding, no deny list)", field=name, expected=off, actual=value)
-    extra = {"tp_timeout": flags["tp_timeout"]} if "tp_timeout" in flags else {}
-    return {**extra, "tp_size": req.tp_size or 1, "backend": obj or req.attention_backend or "auto",
-            "prefill_backend": req.prefill_attention_backend,
-            "decode_backend": req.decode_attention_backend, "page_size": req.page_size,
-            "kv_cache_dtype": req.kv_cache_dtype,
-            "dual_chunk": {"on": True, "off": False}.get(req.dual_chunk),
-            "cuda_graph": req.cuda_graph, "backend_options": flags.get("backend_options")}
+    engine = {k: flags[k] for k in ENGINE_FLAGS if k in flags}
+    return req, {**engine, "backend": obj}
 
 
 def default_eos(source: Any) -> tuple[int, ...]:

@@ -12,7 +12,7 @@ Every step spends at most ``max_num_batched_tokens`` tokens, in this order:
 One ``Engine.step`` runs the lot (EXTEND, DECODE or MIXED). A request whose whole known
 sequence is cached after the step samples its next token from the step's last logits.
 
-Pages are checked here, before the step, through the engine's page ledger (the one place
+Pages are checked here, before the step, through the engine's page allocator (the one place
 page arithmetic happens), so the engine never runs out (AK400). A decode that cannot get a
 page preempts the youngest running request (its pages are freed; it waits again and later
 recomputes prompt + generated tokens as a prefill); a prompt chunk shrinks to the room left.
@@ -38,6 +38,7 @@ import bisect
 import math
 import time
 import warnings
+import weakref
 from typing import Callable, Hashable, Iterator, Sequence as Seq
 
 import torch
@@ -50,6 +51,7 @@ from attnkit.runner.engine.sequence import Sequence
 from attnkit.runner.engine.stats import RequestStats, RunStats
 
 DECODE_AHEAD = 16      # steps per call when decoding ahead (see the module docstring)
+ENGINE_SURFACE = ("step", "admit", "free", "new_ids", "decode_ahead")
 
 
 class Scheduler:
@@ -62,9 +64,9 @@ class Scheduler:
     @coded_args("AK486")
     def __init__(self, engine, *, max_num_batched_tokens: int | None = 8192,
                  max_num_seqs: int = 256, decode_ahead: int = DECODE_AHEAD):
-        from attnkit.runner.engine.engine import Engine
-
-        if not isinstance(engine, Engine):
+        # what the scheduler drives, checked by its surface: engine.py (below) is not imported,
+        # since Engine.generate runs this loop
+        if not all(callable(getattr(engine, name, None)) for name in ENGINE_SURFACE):
             fail("AK486", f"a Scheduler runs over an Engine, not {type(engine).__name__}",
                  field="engine", expected="attnkit.runner.Engine", actual=type(engine).__name__)
         check_count("max_num_batched_tokens", max_num_batched_tokens, minimum=1, allow_none=True,
@@ -73,25 +75,21 @@ class Scheduler:
         check_count("decode_ahead", decode_ahead, minimum=1, code="AK486")
         self.engine = engine
         self.decode_ahead = decode_ahead
-        self.ledger = engine.allocator
+        self.allocator = engine.allocator
         self.budget = max_num_batched_tokens or math.inf
         self.max_num_seqs = max_num_seqs
         self.page_size = engine.page_size
         self.waiting: list[Sequence] = []      # both lists sorted by arrival (order)
         self.running: list[Sequence] = []
         self.stats = RunStats()
-        self._ids: dict[Hashable, Sequence] = {}
+        self._ids: dict[Hashable, Sequence] = {}     # the caller's request id -> unfinished record
+        self._done: list[Sequence] = []              # finished on add (max_new_tokens 0), not yet returned
         self._arrivals = 0
+        self._token = object()                       # marks the records this scheduler runs
+        # dropped mid-run without abort(): its running sequences' pages go back to the engine
+        weakref.finalize(self, _free_owned, engine, self._token).atexit = False
         self._reserved = 0                       # pages promised to this step's plan
         self._dual_chunk = any(s.dual_chunk is not None for s in engine.cache.specs.values())
-
-    def _new_seq_id(self) -> Hashable:
-        """A sequence id free in the engine and among this scheduler's own requests."""
-        taken = {r.seq_id for r in self._ids.values()}
-        while True:
-            (seq_id,) = self.engine.new_ids(1)
-            if seq_id not in taken:
-                return seq_id
 
     # -- requests -----------------------------------------------------------------------
     @coded_args("AK486")
@@ -102,14 +100,14 @@ class Scheduler:
         if not isinstance(params, SamplingParams):
             fail("AK486", f"params must be a SamplingParams, not {type(params).__name__}",
                  field="params", expected="SamplingParams | None", actual=type(params).__name__)
-        rid = self._arrivals if request_id is None else request_id
+        rid = self._auto_id() if request_id is None else request_id
         check_id(rid, field="request_id", code="AK486")
         if rid in self._ids:
             fail("AK486", f"request id {rid!r} is already queued or running", field="request_id",
                  expected="an id not in use", actual=repr(rid))
         tokens = self.engine._check_tokens(rid, prompt)
         kv = len(tokens) + max(params.max_new_tokens - 1, 0)   # the last token's KV is never needed
-        room = self.ledger.num_pages * self.page_size
+        room = self.allocator.num_pages * self.page_size
         if kv > room:
             fail("AK485", f"request {rid!r} needs room for {kv} tokens of KV ({len(tokens)} prompt "
                           f"+ {params.max_new_tokens} new - 1) but the whole cache holds {room}",
@@ -121,14 +119,17 @@ class Scheduler:
                           f"max_position_embeddings {limit}; its later tokens may degrade",
                           UserWarning, stacklevel=3)      # add, coded_args
         seed = None if params.greedy else (fresh_seed() if params.seed is None else params.seed)
-        req = Sequence(self._new_seq_id(), tokens, params, request_id=rid, order=self._arrivals,
+        # the engine issues sequence ids (never the same twice), so the records it runs and the
+        # ones still waiting here never share one
+        (seq_id,) = self.engine.new_ids(1)
+        req = Sequence(seq_id, tokens, params, request_id=rid, order=self._arrivals, owner=self._token,
                        stats=RequestStats(seed=seed, num_prompt_tokens=len(tokens),
                                           arrival_s=time.perf_counter()),
                        generator=params.generator(seed))
         self._arrivals += 1
         self._ids[rid] = req
         if params.max_new_tokens == 0:
-            self._finish(req, "length")
+            self._done.append(self._finish(req, "length"))      # the next step returns it
         else:
             self.waiting.append(req)
         return req
@@ -136,11 +137,19 @@ class Scheduler:
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def _auto_id(self) -> int:
+        """The first arrival number from this request's on that no unfinished request uses as
+        its id (a caller's own ids included)."""
+        rid = self._arrivals
+        while rid in self._ids:
+            rid += 1
+        return rid
+
     def run(self, on_step: Callable[[list[Sequence]], None] | None = None) -> Iterator[Sequence]:
         """Step until every request finishes; yields each as it finishes. On an error every
         sequence of this scheduler is released before the error propagates."""
         try:
-            while self.has_unfinished():
+            while self.has_unfinished() or self._done:
                 done = self.step()
                 if on_step is not None:
                     on_step(done)
@@ -152,26 +161,28 @@ class Scheduler:
     def abort(self) -> None:
         """Drop every unfinished request and free its pages."""
         live = set(self.engine.ids)
-        self.engine.release([r.seq_id for r in self.running if r.seq_id in live])
+        self.engine.free([r for r in self.running if r.seq_id in live])
         for r in self.running + self.waiting:
             self._ids.pop(r.request_id, None)
         self.running, self.waiting = [], []
 
     # -- one step -----------------------------------------------------------------------
     def step(self) -> list[Sequence]:
-        """Schedule, run one engine step, sample. Returns the requests that finished."""
+        """Schedule, run one engine step, sample. Returns the requests that finished (those
+        that finished when added first)."""
+        early, self._done = self._done, []
         plan = self.schedule()
         if not plan:
             if self.has_unfinished():
-                fail("AK400", f"no request can run: {self.ledger.num_free} of "
-                              f"{self.ledger.num_pages} KV pages are free and sequences "
+                fail("AK400", f"no request can run: {self.allocator.num_free} of "
+                              f"{self.allocator.num_pages} KV pages are free and sequences "
                               "outside this scheduler hold the rest", field="max_tokens",
-                     expected="pages for the oldest request", actual=self.ledger.num_free)
-            return []
+                     expected="pages for the oldest request", actual=self.allocator.num_free)
+            return early
         start = time.perf_counter()
         ahead = self._steps_ahead(plan)
         if ahead > 1:
-            return self._decode_ahead(list(plan), ahead, start)
+            return early + self._decode_ahead(list(plan), ahead, start)
         batch = {r.seq_id: r.pending(n) for r, n in plan.items()}
         lens = None
         if self._dual_chunk:            # chunks of a prompt use the whole prompt's length scale
@@ -192,7 +203,7 @@ class Scheduler:
                             [r.params for r in ready], [r.generator for r in ready])
         now = time.perf_counter()
         self.stats.add_step(prefill=prefill, decode=decode, seconds=now - start)
-        return [r for r, t in zip(ready, tokens) if self._emit(r, t, now)]
+        return early + [r for r, t in zip(ready, tokens) if self._emit(r, t, now)]
 
     def _emit(self, r: Sequence, token: int, now: float) -> bool:
         """Append a sampled token to ``r``; True when that finished it."""
@@ -219,7 +230,7 @@ class Scheduler:
         k = min([self.decode_ahead] + [r.params.max_new_tokens - len(r.output) for r in plan])
         reqs = [Request(prefix_len=r.computed, num_new=1, block_table=r.pages) for r in plan]
         while k >= 2:                   # the most steps the free pages and the tables allow
-            if sum(self.ledger.shortfall(r, r.computed + k) for r in plan) <= self.ledger.num_free \
+            if sum(self.allocator.shortfall(r, r.computed + k) for r in plan) <= self.allocator.num_free \
                     and graphs.serves(reqs, steps=k):
                 return k
             k //= 2
@@ -275,7 +286,7 @@ class Scheduler:
             self.waiting.pop(0)
             self.engine.admit(r)
             bisect.insort(self.running, r, key=lambda x: x.order)
-            self._reserved += self.ledger.pages_for(n)
+            self._reserved += self.allocator.pages_for(n)
             plan[r], budget = n, budget - n
         self.stats.max_running = max(self.stats.max_running, len(self.running))
         return plan
@@ -285,7 +296,7 @@ class Scheduler:
         return len(r.pages)
 
     def _free_pages(self) -> int:
-        return self.ledger.num_free - self._reserved
+        return self.allocator.num_free - self._reserved
 
     def _fit(self, r: Sequence, want: int, plan: dict[Sequence, int]) -> int:
         """How many of ``want`` tokens of running ``r`` fit this step (reserving their pages);
@@ -299,13 +310,13 @@ class Scheduler:
                 return 0
             self._preempt(victims[-1])
         n = min(want, room())
-        self._reserved += self.ledger.shortfall(r, r.computed + n)
+        self._reserved += self.allocator.shortfall(r, r.computed + n)
         return n
 
     def _preempt(self, r: Sequence) -> None:
         """Free ``r``'s pages and queue it again; it recomputes its tokens when readmitted."""
         if r.seq_id in self.engine.ids:
-            self.engine.release([r.seq_id])
+            self.engine.free([r])
         r.computed = 0
         r.stats.num_preemptions += 1
         self.stats.preemptions += 1
@@ -316,9 +327,15 @@ class Scheduler:
         if r in self.running:
             self.running.remove(r)
         if r.seq_id in self.engine.ids:
-            self.engine.release([r.seq_id])
+            self.engine.free([r])
+        r.owner = None
         r.finish_reason = reason
         r.stats.finish_s = time.perf_counter()
         del self._ids[r.request_id]
         return r
 
+
+
+def _free_owned(engine, token: object) -> None:
+    """A scheduler's finalizer: free the engine's sequences it was running."""
+    engine.free([s for s in list(engine._live.values()) if s.owner is token])

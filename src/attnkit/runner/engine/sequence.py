@@ -1,5 +1,5 @@
 """The one record of a sequence: its tokens, how many have KV in the cache, its pages, and
-(for generation) how it samples and when it stops. The engine, the page ledger and the
+(for generation) how it samples and when it stops. The engine, the page allocator and the
 scheduler all read and write this record; nothing else holds a sequence's state.
 
 ``prompt + output`` are its tokens; ``tokens[:computed]`` have KV in the cache, held in
@@ -30,6 +30,7 @@ class Sequence:
     computed: int = 0                  # tokens with KV in the cache
     pages: list[int] = field(default_factory=list)
     finish_reason: str | None = None   # "stop" (a stop token) | "length" (max_new_tokens)
+    owner: object | None = None        # the token of the Scheduler running it (None: the caller)
 
     def __post_init__(self):
         if self.request_id is None:

@@ -2,10 +2,7 @@
 
 A family module names its ``MODEL_TYPES``, its attention ``KIND`` (mha / mla), config
 ``DEFAULTS``, ``recipe(reader, model_type, hidden=)`` (its own Architecture fields, read from
-config.json) and ``block(model, weights, spec)`` (one decoder layer). config.py reads what
-every family shares; weights.py reads checkpoints.
+config.json) and ``block(model, weights, spec)`` (one decoder layer, from blocks.py).
+families.py is the table of them; config.py reads what every family shares; weights.py reads
+checkpoints.
 """
-from attnkit.runner.models import deepseek, gemma2, gpt_oss, llama
-
-FAMILIES = {t: m for m in (llama, gemma2, gpt_oss, deepseek) for t in m.MODEL_TYPES}
-SUPPORTED = tuple(FAMILIES)

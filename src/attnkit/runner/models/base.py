@@ -11,7 +11,8 @@ input norm, the last one by the final norm)
 (Gemma-2 also norms each half's output: "sandwich" norms), then the final norm and the LM
 head. ``ctx`` is the step's StepContext (layers/context.py), built once by ``context`` and
 passed to every layer: RoPE at the step's positions, the backend and its per-step plan.
-Each family's module (llama.py, gemma2.py, gpt_oss.py, deepseek.py) builds its blocks.
+Each family's module (llama.py, gemma2.py, gpt_oss.py, deepseek.py) builds its blocks
+(from blocks.py); families.py is the table of them.
 
 Under tensor parallelism (``tp``, layers/parallel.py) the model holds this rank's shard: its
 slice of the vocabulary (embedding rows, LM head rows; the logits of every rank's slice are
@@ -21,78 +22,19 @@ on every rank.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
-
 import torch
 import torch.nn.functional as F
 
-from attnkit.backends.base import AttentionBackend, RuntimeLayer, StepState
+from attnkit.backends.base import AttentionBackend, StepState
 from attnkit.errors import fail
 from attnkit.model.spec import LayerAttention
-from attnkit.runner.layers.attention import MHAAttention
 from attnkit.runner.layers.context import StepContext
-from attnkit.runner.layers.moe import feed_forward
 from attnkit.runner.layers.norm import add_rms_norm, rms_norm
 from attnkit.runner.layers.parallel import SINGLE, TensorParallel, vocab_lookup
 from attnkit.runner.layers.rotary import DualChunkRotary, Rotary
 from attnkit.runner.models.config import Architecture
+from attnkit.runner.models.families import FAMILIES
 from attnkit.runner.models.weights import Weights
-
-
-@dataclass(slots=True)
-class Block:
-    """One decoder layer. Norm weights are [hidden]; attention and mlp map ([T, hidden], ctx)
-    to [T, hidden]."""
-    attention: Callable
-    mlp: Callable
-    input_norm: torch.Tensor
-    post_attn_norm: torch.Tensor
-    pre_mlp_norm: torch.Tensor | None = None      # Gemma-2 sandwich norms
-    post_mlp_norm: torch.Tensor | None = None
-
-    @property
-    def attn(self) -> RuntimeLayer:
-        """The layer as the backend sees it (spec, sinks, MLA up-projections)."""
-        return self.attention.layer
-
-    def __call__(self, h: torch.Tensor, ctx: StepContext, style,
-                 pending: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """h: [T, hidden] residual stream; pending: the block before's output, not yet added
-        to it (None: nothing pending). -> (residual stream, this block's output to add):
-        each residual add runs in the next norm's kernel (``add_rms_norm``), the last one in
-        the model's final norm. ``style``: the family's NormStyle."""
-        if pending is None:
-            x = rms_norm(h, self.input_norm, style)
-        else:
-            x, h = add_rms_norm(pending, h, self.input_norm, style)
-        a = self.attention(x, ctx)
-        if self.pre_mlp_norm is not None:
-            x, h = add_rms_norm(rms_norm(a, self.post_attn_norm, style), h, self.pre_mlp_norm, style)
-            return h, rms_norm(self.mlp(x, ctx), self.post_mlp_norm, style)
-        x, h = add_rms_norm(a, h, self.post_attn_norm, style)
-        return h, self.mlp(x, ctx)
-
-
-def norms(arch: Architecture, w: Weights, prefix: str) -> tuple:
-    """(input, post-attention, pre-MLP, post-MLP) norm weights of layer ``prefix``; the last
-    two only with sandwich norms."""
-    shape, sandwich = (arch.hidden_size,), arch.sandwich_norms
-    return (w.get(f"{prefix}input_layernorm.weight", shape=shape),
-            w.get(f"{prefix}post_attention_layernorm.weight", shape=shape),
-            w.get(f"{prefix}pre_feedforward_layernorm.weight", shape=shape) if sandwich else None,
-            w.get(f"{prefix}post_feedforward_layernorm.weight", shape=shape) if sandwich else None)
-
-
-def mha_block(model: "DecoderModel", w: Weights, spec: LayerAttention) -> Block:
-    """An MHA/GQA block: self_attn (with sinks / q-k norms / dual chunk rotation as the
-    checkpoint has them) and the family's MLP or experts."""
-    arch, p = model.arch, f"model.layers.{spec.layer_id}."
-    attention = MHAAttention(w, f"{p}self_attn.", spec, hidden=arch.hidden_size, norm=arch.norm,
-                             rotary=model.rotary, dca=model.dual_chunk_rotary(spec), tp=model.tp)
-    mlp = feed_forward(arch.moe, w, f"{p}mlp.", layer_id=spec.layer_id, hidden=arch.hidden_size,
-                       inter=arch.intermediate_size, act=arch.activation, tp=model.tp)
-    return Block(attention, mlp, *norms(arch, w, p))
 
 
 class DecoderModel:
@@ -102,8 +44,6 @@ class DecoderModel:
                  layers: tuple[LayerAttention, ...], tp: TensorParallel = SINGLE):
         """layers: the whole model's layer specs (each block takes its rank's share);
         tp: this process's rank of the tensor-parallel group."""
-        from attnkit.runner.models import FAMILIES
-
         self.arch, self.tp = arch, tp
         hidden, vocab = arch.hidden_size, arch.vocab_size
         self.vocab_span = tp.span(vocab)                     # this rank's token ids

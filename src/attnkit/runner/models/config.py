@@ -20,6 +20,7 @@ from attnkit.model import ModelAttention, parse_config
 from attnkit.model._fields import ConfigReader
 from attnkit.runner.layers.norm import NormStyle
 from attnkit.runner.layers.rope import RopeConfig, rope_config
+from attnkit.runner.models.families import FAMILIES, SUPPORTED
 
 ACTIVATIONS = ("silu", "gelu_pytorch_tanh", "gelu_tanh", "gelu")
 # transformers' config-class defaults for the block fields a config.json may leave out
@@ -61,8 +62,6 @@ class Architecture:
 def architecture_of(cfg: dict, *, name: str | None = None) -> Architecture:
     """The runner's view of a parsed ``config.json``; AK480 for what the runner cannot run,
     AK5xx for a malformed field."""
-    from attnkit.runner.models import FAMILIES, SUPPORTED
-
     top = ConfigReader(cfg, source=name or "config.json") if isinstance(cfg, dict) else None
     model_type = top.str("model_type", default="").lower() if top else ""
     if model_type not in SUPPORTED:

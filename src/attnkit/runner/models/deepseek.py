@@ -11,7 +11,7 @@ from attnkit.errors import fail
 from attnkit.model._fields import ConfigReader
 from attnkit.runner.layers.mla import MLAAttention
 from attnkit.runner.layers.moe import DeepseekMoEConfig, feed_forward
-from attnkit.runner.models.base import Block, norms
+from attnkit.runner.models.blocks import Block, norms
 
 V2 = ("deepseek_v2",)
 V3 = ("deepseek_v3", "kimi_k2")

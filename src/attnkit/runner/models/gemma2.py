@@ -3,7 +3,7 @@ sqrt(hidden), norms after attention and after the MLP too ("sandwich"), GeGLU (t
 a final logit softcap, tied embeddings by default."""
 from __future__ import annotations
 
-from attnkit.runner.models.base import Block, mha_block
+from attnkit.runner.models.blocks import Block, mha_block
 
 MODEL_TYPES = ("gemma2",)
 KIND = "mha"

@@ -4,7 +4,7 @@ dense MLP (layers/moe.py)."""
 from __future__ import annotations
 
 from attnkit.runner.layers.moe import GptOssMoEConfig
-from attnkit.runner.models.base import Block, mha_block
+from attnkit.runner.models.blocks import Block, mha_block
 
 MODEL_TYPES = ("gpt_oss",)
 KIND = "mha"

@@ -2,7 +2,7 @@
 (Qwen2) and per-head q/k norms (Qwen3) are read from which tensors exist."""
 from __future__ import annotations
 
-from attnkit.runner.models.base import Block, mha_block
+from attnkit.runner.models.blocks import Block, mha_block
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 KIND = "mha"

@@ -1,0 +1,146 @@
+"""DiT attention rows: long non-causal attention, B = 1, bf16, attnkit against cuDNN SDPA, flash
+SDPA and FlexAttention in the same run on one GPU.
+
+    PYTHONPATH=src python3 benchmarks/bench_dit.py [--rows wan2.1-720p,flux.1-1024] [--out FILE.json]
+
+The rows' shapes come from attnkit's own pipeline presets (docs/models.md: the tokens of one
+call from resolution and frames, the heads and head dim of the denoiser's self / joint layers),
+not from numbers typed here:
+
+    wan2.1-720p        wan2.1-t2v-14b at 1280 x 720, 81 frames: 75,600 tokens x 40 heads, d128
+    wan2.1-480p        wan2.1-t2v-14b at  832 x 480, 81 frames: 32,760 x 40, d128
+    flux.1-1024        flux.1-dev at 1024 x 1024: 4,096 image + 512 text = 4,608 x 24, d128
+    hunyuanvideo-720p  hunyuanvideo at 1280 x 720, 129 frames: 118,800 + 256 text = 119,056 x 24, d128
+
+attnkit rows: ``varlen`` (the varlen call, no KV cache: the tile kernel, and the Gluon kernel's
+non-causal path), and ``forward`` (the triton backend on a non-causal encoder layer through the
+paged API, its K/V write included, extend variants gluon and tma). Each attnkit output is
+checked against flash SDPA's before it is timed (max |diff| in the JSON). TFLOP/s count the
+non-causal products once: 4 * T^2 * H * D. Writes JSON (rows, ratios to cuDNN, environment).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import environment, failure_reason, time_ms  # noqa: E402
+
+from attnkit.backends.base import RuntimeLayer  # noqa: E402
+from attnkit.backends.batch import Request, build_batch  # noqa: E402
+from attnkit.backends.triton.backend import TritonBackend  # noqa: E402
+from attnkit.backends.varlen import varlen_batch  # noqa: E402
+from attnkit.kvcache.paged import PagedKVCache  # noqa: E402
+from attnkit.model.pipeline import load_components  # noqa: E402
+
+BF16 = torch.bfloat16
+ROWS = {   # name -> (pipeline preset, inputs)
+    "wan2.1-720p": ("wan2.1-t2v-14b", {"height": 720, "width": 1280, "frames": 81}),
+    "wan2.1-480p": ("wan2.1-t2v-14b", {"height": 480, "width": 832, "frames": 81}),
+    "flux.1-1024": ("flux.1-dev", {"height": 1024, "width": 1024}),
+    "hunyuanvideo-720p": ("hunyuanvideo", {"height": 720, "width": 1280, "frames": 129}),
+}
+
+
+def shape(name: str) -> tuple[int, object]:
+    """(tokens, the denoiser's first non-causal self / joint layer) of one row, from the preset."""
+    preset, inputs = ROWS[name]
+    dit = next(c for c in load_components(preset, inputs=inputs).components if c.role == "denoiser")
+    layer = next(l for l in dit.attention.layers if l.role == "encoder")
+    return dit.workload.tokens, layer
+
+
+def sdpa_peer(kind):
+    def run(q, k, v):         # [1, H, T, D]
+        with sdpa_kernel(kind):
+            return F.scaled_dot_product_attention(q, k, v)
+    return run
+
+
+def flex_peer():
+    from torch.nn.attention.flex_attention import flex_attention
+    compiled = torch.compile(flex_attention, dynamic=False)
+    return lambda q, k, v: compiled(q, k, v)
+
+
+def measure(name: str, *, reps: int) -> dict:
+    tokens, spec = shape(name)
+    heads, dim = spec.num_heads, spec.head_dim
+    flops = 4 * tokens * tokens * heads * dim
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(tokens, n, dim, device="cuda", dtype=BF16, generator=gen)
+               for n in (heads, spec.num_kv_heads, spec.num_kv_heads))
+    bhsd = [t.transpose(0, 1).unsqueeze(0) for t in (q, k, v)]           # [1, H, T, D] views
+    row = {"row": name, "tokens": tokens, "heads": heads, "head_dim": dim, "flops": flops}
+    ref = sdpa_peer(SDPBackend.FLASH_ATTENTION)(*bhsd)[0].transpose(0, 1).reshape(tokens, -1)
+
+    def timed(key, fn, check=None):
+        try:
+            if check is not None:
+                got = check()
+                row[f"{key}_max_abs_diff"] = (got.float() - ref.float()).abs().max().item()
+            ms = time_ms(fn, warmup=3, reps=reps)
+            row[key] = {"ms": ms, "tflops": flops / ms / 1e9}
+        except Exception as exc:  # noqa: BLE001 - a peer that cannot run is a cell, not a crash
+            row[key] = failure_reason(exc)
+
+    for key, kind in (("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa_flash", SDPBackend.FLASH_ATTENTION)):
+        run = sdpa_peer(kind)
+        timed(key, lambda: run(*bhsd))
+    try:
+        flex = flex_peer()
+        timed("flex", lambda: flex(*bhsd))
+    except Exception as exc:  # noqa: BLE001
+        row["flex"] = failure_reason(exc)
+
+    layer = RuntimeLayer(spec)
+    batch = varlen_batch(torch.tensor([0, tokens], dtype=torch.int32, device="cuda"))
+    for kernel in ("tile", "gluon"):
+        be = TritonBackend(varlen_kernel=kernel)
+        call = lambda: be.varlen(q, k, v, layer, batch)  # noqa: E731
+        timed(f"attnkit_varlen_{kernel}", call, check=call)
+
+    pages = -(-tokens // 16)
+    cache = PagedKVCache([spec], num_pages=pages, page_size=16, dtype=BF16, device="cuda")
+    meta = build_batch([Request(0, tokens, list(range(pages)))], page_size=16, device="cuda")
+    for variant in ("gluon", "tma"):
+        be = TritonBackend(extend_variant=variant)
+        step = be.prepare(meta, cache)
+        call = lambda: be.forward(q, k, v, layer, cache, step)  # noqa: E731
+        timed(f"attnkit_forward_{variant}", call, check=call)
+    base = row.get("sdpa_cudnn")
+    if isinstance(base, dict):
+        row["vs_cudnn"] = {key: round(val["tflops"] / base["tflops"], 3) for key, val in row.items()
+                           if isinstance(val, dict) and "tflops" in val}
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated of {', '.join(ROWS)}")
+    parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "dit_rows.json"))
+    args = parser.parse_args()
+    rows = [r.strip() for r in args.rows.split(",") if r.strip()]
+    unknown = [r for r in rows if r not in ROWS]
+    if unknown:
+        parser.error(f"unknown rows {unknown}; known: {', '.join(ROWS)}")
+    results = {"environment": environment(), "command": " ".join(sys.argv), "rows": []}
+    for name in rows:
+        results["rows"].append(measure(name, reps=args.reps))
+        r = results["rows"][-1]
+        cells = "  ".join(f"{k} {v['tflops']:.0f}" for k, v in r.items() if isinstance(v, dict) and "tflops" in v)
+        print(f"{name}: {r['tokens']} x {r['heads']} x d{r['head_dim']}: {cells} TFLOP/s", flush=True)
+        with open(args.out, "w") as f:          # after every row: a run cut short keeps what it measured
+            json.dump(results, f, indent=2)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
