@@ -23,7 +23,8 @@ from attnkit.backends.base import AttentionBackend, RuntimeLayer
 from attnkit.errors import fail
 from attnkit.model.spec import LayerAttention
 from attnkit.planning.plan import Plan
-from attnkit.runner.engine.checks import COMPUTE_DTYPES, dtype_name
+from attnkit.kvcache.paged import TORCH_KV_DTYPES, dtype_name
+from attnkit.registry.capabilities import DTYPES
 from attnkit.runner.engine.setup import backend_of, platform_of
 
 # Engines' KV-cache dtype names -> attnkit's (None: the compute dtype, the engines' "auto").
@@ -86,12 +87,11 @@ def plan_engine(hf_config: Mapping[str, Any], *, engine: str, name: str, device:
         fail("AK496", f"{engine}: KV cache dtype {kv_cache_dtype!r} has no attnkit equivalent",
              field="kv_cache_dtype", expected=sorted(k for k in KV_CACHE_DTYPES if k),
              actual=kv_cache_dtype)
-    if dtype not in COMPUTE_DTYPES.values():
+    compute = dtype_name(dtype)
+    if compute not in DTYPES:
         fail("AK496", f"{engine}: the model computes in {dtype}; attnkit backends compute in "
-                      f"{', '.join(COMPUTE_DTYPES)}", field="dtype", expected=list(COMPUTE_DTYPES),
-             actual=str(dtype))
+                      f"{', '.join(DTYPES)}", field="dtype", expected=list(DTYPES), actual=str(dtype))
     spec = parse_config(dict(hf_config), name=name)
-    compute = dtype_name(dtype, field="dtype", table=COMPUTE_DTYPES)
     asked = {"dtype": compute, "page_size": page_size,
              "kv_cache_dtype": KV_CACHE_DTYPES[kv_cache_dtype] or compute,
              "tp_size": tp_size if tp_size > 1 else None, **dict(request or {})}
@@ -99,10 +99,8 @@ def plan_engine(hf_config: Mapping[str, Any], *, engine: str, name: str, device:
         asked["dual_chunk"] = "off"        # the engines run plain RoPE attention here
     result = plan(spec, platform_of(torch.device(device)), {k: v for k, v in asked.items()
                                                            if v is not None}, strict=True)
-    from attnkit.kvcache.paged import TORCH_KV_DTYPES
-
     run = result.run
-    return EnginePlan(engine=engine, plan=result, backend=backend_of(result, None),
+    return EnginePlan(engine=engine, plan=result, backend=backend_of(run, None),
                       layers={l.layer_id: per_rank(l, run.tp_size) for l in spec.layers},
                       tp_size=run.tp_size, page_size=run.page_size,
                       kv_dtype=TORCH_KV_DTYPES[run.kv_cache_dtype])
