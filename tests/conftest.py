@@ -1,6 +1,7 @@
 """Suite-wide test setup. Shared input factories live in tests/factories.py and are imported
 as ``from factories import make_case`` (pytest puts tests/ on sys.path for this conftest)."""
 import os
+import re
 
 import pytest
 import torch
@@ -19,8 +20,30 @@ def pytest_configure(config):
         torch.set_num_threads(1)
 
 
+# The interpreter tier (marker ``interpreter``): Triton kernels run on the CPU through the
+# Triton interpreter, the slowest third of the suite. The default run (pyproject's addopts:
+# -m "not interpreter") leaves it out; `.ci/run` runs it by name (pytest -m interpreter).
+INTERPRETER_PATHS = ("tests/triton_kernels/", "tests/triton_mla/", "tests/dual_chunk/test_dca_triton.py",
+                     "tests/dual_chunk/test_dca_kernel_parts.py", "tests/runner/test_runner_graphs.py")
+# in these, the cases whose id names a Triton backend or the interpreter
+MIXED_PATHS = ("tests/conformance/", "tests/dual_chunk/", "tests/backends/")
+INTERPRETER_CASES = re.compile(r"\[(triton|triton_mla)[-\]]|-interp-|-triton\]")
+
+
+def _interpreter(item) -> bool:
+    if "gpu" in item.keywords:
+        return False                      # a GPU test runs kernels for real: never this tier
+    path = item.nodeid.split("::")[0]
+    return path.startswith(INTERPRETER_PATHS) or (path.startswith(MIXED_PATHS)
+                                                  and bool(INTERPRETER_CASES.search(item.nodeid)))
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``gpu`` need CUDA; skip them (with the reason) where there is none."""
+    """Tests marked ``gpu`` need CUDA; skip them (with the reason) where there is none. Tests
+    that run Triton kernels through the interpreter get the ``interpreter`` marker."""
+    for item in items:
+        if _interpreter(item):
+            item.add_marker(pytest.mark.interpreter)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (marker gpu)")

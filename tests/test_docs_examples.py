@@ -16,3 +16,16 @@ def test_python_examples_run(page):
         scope: dict = {}
         exec(compile(code, f"docs/{page}", "exec"), scope)
     assert tuple(scope["out"].shape) == (20, 512)
+
+
+def test_runner_examples_run_on_the_tiny_model_the_page_builds(tmp_path, monkeypatch):
+    """docs/runner.md: its first block builds ./tiny-llama; the Engine and LLM examples run on it."""
+    pytest.importorskip("transformers")
+    monkeypatch.chdir(tmp_path)
+    blocks = re.findall(r"```python\n(.*?)```", (DOCS / "runner.md").read_text(), re.S)
+    build, engine, llm = blocks[0], blocks[1], next(b for b in blocks if 'LLM("./tiny-llama"' in b)
+    assert "save_pretrained(\"./tiny-llama\")" in build and 'Engine.from_pretrained("./tiny-llama"' in engine
+    for code in (build, engine, llm):
+        scope: dict = {}
+        exec(compile(code, "docs/runner.md", "exec"), scope)
+    assert len(scope["outs"]) == 2

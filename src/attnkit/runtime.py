@@ -38,6 +38,10 @@ def __getattr__(name: str):
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module 'attnkit.runtime' has no attribute {name!r}")
+    if home not in ("attnkit.registry", "attnkit.model.spec"):     # these two are torch-free
+        from attnkit.hardware.detect import require_package
+
+        require_package("torch", f"attnkit.runtime.{name}")
     if home == "":
         return importlib.import_module(f"attnkit.{name}")
     return getattr(importlib.import_module(home), name)

@@ -84,7 +84,6 @@ def test_text_prompt_through_the_checkpoint_tokenizer(capsys, model_dir, tmp_pat
 
 @pytest.mark.parametrize("extra,code,rc", [
     (["--prompt", "hello"], "AK484", 2),                     # no tokenizer files
-    (["--prompt-ids", "1,2", "--speculative-tokens", "2"], "AK487", 2),
     (["--prompt-ids", "1,2", "--tp-size", "3"], "AK305", 3),     # 4 heads: the plan's refusal
     (["--prompt-ids", "1,2", "--tp-size", "2", "--cuda-graph", "on"], "AK489", 2),
     (["--prompt-ids", "1,2", "--temperature", "-1"], "AK486", 2),
@@ -97,6 +96,35 @@ def test_text_prompt_through_the_checkpoint_tokenizer(capsys, model_dir, tmp_pat
 def test_errors_and_exit_codes(capsys, model_dir, extra, code, rc):
     got, _, err = run(capsys, "generate", str(model_dir), "--device", "cpu", *extra)
     assert got == rc and f"error {code}" in err
+
+
+def test_help_lists_no_flag_the_runner_cannot_run(capsys, model_dir):
+    """--deny and --speculative-tokens always failed (AK487): generate does not offer them."""
+    with pytest.raises(SystemExit):
+        cli.main(["generate", "--help"])
+    text = capsys.readouterr().out
+    assert "--deny" not in text and "--speculative-tokens" not in text and "--attention-backend" in text
+    for flag in (["--deny", "sdpa"], ["--speculative-tokens", "2"]):
+        with pytest.raises(SystemExit) as e:
+            cli.main(["generate", str(model_dir), "--prompt-ids", "1,2", *flag])
+        assert e.value.code == 2 and "error AK310" in capsys.readouterr().err
+
+
+def test_a_plan_preset_as_device_gets_a_pointed_message(capsys, model_dir):
+    rc, _, err = run(capsys, "generate", str(model_dir), "--device", "h100", "--prompt-ids", "1,2")
+    assert rc == 2 and "error AK483" in err and "device preset of `attnkit plan`" in err
+    assert err.count("  fix: ") == 2 and "attnkit plan MODEL_DIR --device h100" in err
+
+
+def test_engine_errors_offer_only_the_fixes_that_apply(capsys, model_dir):
+    """AK483 about the device names the device fix only (not six generic ones); AK486 likewise."""
+    rc, _, err = run(capsys, "generate", str(model_dir), "--device", "meta", "--prompt-ids", "1,2")
+    assert rc == 2 and "error AK483" in err
+    fixes = [line for line in err.splitlines() if line.startswith("  fix: ")]
+    assert len(fixes) == 1 and "device" in fixes[0], err
+    rc, _, err = run(capsys, "generate", str(model_dir), "--device", "cpu", "--prompt-ids", "1,2", "--top-p", "0")
+    fixes = [line for line in err.splitlines() if line.startswith("  fix: ")]
+    assert rc == 2 and "error AK486" in err and len(fixes) == 1 and "top_p" in fixes[0], err
 
 
 def test_bad_prompt_ids_are_a_usage_error(capsys, model_dir):

@@ -160,3 +160,10 @@ def test_mha_value_head_dim():
     m = load_model({"model_type": "mimo_v2_flash", **MHA, "head_dim": 192, "v_head_dim": 128})
     assert {(l.head_dim, l.value_dim) for l in m.layers} == {(192, 128)}
     assert load_model({"model_type": "llama", **MHA, "v_head_dim": 64}).layers[0].v_head_dim is None  # = head_dim
+
+
+def test_an_unknown_model_type_plans_with_a_note():
+    """Issue 25: an unknown model_type planned with no note; it says it was read generically."""
+    m = load_model({"model_type": "mystery", **MHA})
+    assert any("'mystery' is not a family attnkit knows" in n for n in m.notes)
+    assert not any("not a family" in n for n in load_model({"model_type": "llama", **MHA}).notes)

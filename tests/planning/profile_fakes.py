@@ -7,6 +7,7 @@ import json
 import pytest
 
 from attnkit.planning import profile_search
+from attnkit.planning.profile_search import installed_version   # no warning about other software
 from attnkit.planning.profile import SCHEMA, VERSION
 
 H200 = {"kind": "cuda", "name": "NVIDIA H200", "capability": [9, 0]}
@@ -32,7 +33,7 @@ def entry(backend: str, phase: str, rate: float | None = None, *, batch: int = 1
 
 
 def profile(entries: list[dict], *, device: dict = H200, date: str = "2026-12-02", smoke: bool = False) -> dict:
-    return {"schema": SCHEMA, "version": VERSION, "device": dict(device), "software": {"torch": "2.11.0"},
+    return {"schema": SCHEMA, "version": VERSION, "device": dict(device), "software": {"torch": installed_version("torch")},
             "date": date, "smoke": smoke, "method": {"timer": "cuda-graph replay"}, "entries": copy.deepcopy(entries)}
 
 

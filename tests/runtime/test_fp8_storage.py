@@ -62,3 +62,15 @@ def test_non_fp8_caches_ignore_the_scale():
     assert cache.k[0].flatten().tolist() == [1.0, 3.0, -2.0, torch.tensor(0.1).bfloat16().item()]
     assert torch.equal(reference.round_to_cache(x, torch.bfloat16, 0.5).flatten(),
                        cache.k[0].double().flatten())
+
+
+def test_fp8_means_fp8_e4m3_in_the_cache_as_in_the_planner():
+    """Issue 25: `plan --kv-cache-dtype fp8` was fp8_e4m3 but PagedKVCache(dtype='fp8') was AK430."""
+    import attnkit
+    from attnkit.kvcache.paged import PagedKVCache
+    from attnkit.model.spec import LayerAttention
+
+    layers = [LayerAttention(layer_id=0, num_heads=4, num_kv_heads=2, head_dim=64)]
+    assert attnkit.plan("llama-3.1-8b", "cpu", kv_cache_dtype="fp8").settings["kv_cache_dtype"] == "fp8_e4m3"
+    assert PagedKVCache(layers, num_pages=2, page_size=16, dtype="fp8").dtype == torch.float8_e4m3fn
+    assert PagedKVCache(layers, num_pages=2, page_size=16, dtype="bfloat16").dtype == torch.bfloat16

@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
-from attnkit.cli.common import (EXIT_NO_PLAN, EXIT_OK, USAGE_CODES, add_plan_flags, print_error,
-                                request_from_args, require_torch)
+from attnkit.cli.common import (EXIT_NO_PLAN, EXIT_OK, USAGE_CODES, add_plan_flags, failure_dict,
+                                print_error, request_from_args, require_torch)
 from attnkit.errors import AttnkitError, fail
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -45,11 +45,13 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     g.add_argument("--top-k", type=int, default=0, help="0 (default): no top-k")
     g.add_argument("--seed", type=int, help="prompt i samples with seed + i")
     g.add_argument("--ignore-eos", action="store_true", help="always run to --max-new-tokens")
-    g.add_argument("--device", default="auto", metavar="D", help="cpu, cuda, cuda:N or auto")
+    g.add_argument("--device", default="auto", metavar="D",
+                   help="cpu, cuda, cuda:N or auto: a device of this machine (plan presets such as h100 are "
+                        "for attnkit plan)")
     g.add_argument("--max-tokens", type=int, default=4096, metavar="N", help="KV-cache room (tokens)")
     g.add_argument("--max-batched-tokens", type=int, default=8192, metavar="N",
                    help="tokens per step; longer prompts are prefilled in chunks")
-    add_plan_flags(g)
+    add_plan_flags(g, runner=True)
     g.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     g.add_argument("--json", action="store_true", help="print plan, outputs and stats as JSON")
 
@@ -58,6 +60,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from attnkit.planning.render import plan_text
 
     request = request_from_args(args)           # AK306 on junk values, before any loading
+    _check_device(args.device)
     require_torch("attnkit generate")
     if not (Path(args.model) / "config.json").is_file():
         from attnkit.runner.models.weights import read_checkpoint
@@ -75,6 +78,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
                   max_num_batched_tokens=args.max_batched_tokens, progress=not args.no_progress)
     except AttnkitError as err:
         if "plan" in err.details and err.code not in USAGE_CODES:
+            if args.json:                           # one JSON object, with the plan that failed
+                sys.stdout.write(json.dumps({**failure_dict("generate", err), "plan": err.details["plan"]},
+                                            indent=2) + "\n")
             print_error(err)                        # the planner found no backend: as `attnkit plan`
             return EXIT_NO_PLAN
         raise
@@ -100,6 +106,19 @@ def cmd_generate(args: argparse.Namespace) -> int:
             sys.stdout.write(f"    text: {text!r}\n")
     sys.stdout.write(f"\n{llm.last_stats.summary()}\n")
     return EXIT_OK
+
+
+def _check_device(device: str) -> None:
+    """AK483 for a device preset of ``attnkit plan`` (h100, mi300x ...): generate runs here."""
+    from attnkit.hardware import preset_names
+
+    name = device.strip().lower()
+    if name in preset_names() and name not in ("cpu", "mps"):
+        fail("AK483", f"--device {device} is a device preset of `attnkit plan` (planning for a machine you are "
+                      "not on); `attnkit generate` runs on this machine: --device cpu, cuda, cuda:N or auto",
+             field="device", expected=["auto", "cpu", "cuda", "cuda:N"], actual=device,
+             solutions=["attnkit generate MODEL_DIR --device cuda (or auto) on a CUDA machine",
+                        f"attnkit plan MODEL_DIR --device {device} to see what would run there"])
 
 
 def load_tokenizer(model_dir: Path) -> tuple[Tokenizer | None, str]:

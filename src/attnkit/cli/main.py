@@ -1,23 +1,24 @@
 """The ``attnkit`` command: plan, backends, explain, models, devices, generate, tune. Torch-free
 (``generate`` and ``tune`` import torch when they run, not when the parser is built).
 
-Exit codes: 0 planned (or listed), 1 internal error (AK900), 2 usage error (bad flag, unknown
-model/device/code or backend name (AK300/AK301), invalid value (AK306)), 3 no valid plan,
-130 interrupted (Ctrl-C). ``attnkit plan --json`` prints a plan object (or a list) for every
-outcome, failures included: a model, device or flag that cannot be read gives the failed-plan
-shape with ``error`` (docs/plan-json.md).
+Exit codes: 0 planned (or listed), 1 internal error (AK900), 2 usage error (bad flag (AK310),
+unknown model/device/code or backend name (AK300/AK301), invalid value (AK306)), 3 no valid plan,
+130 interrupted (Ctrl-C). Every subcommand takes ``--json`` and then prints exactly one JSON
+object for every outcome, failures included: ``attnkit plan --json`` a plan object (or a list;
+a model, device or flag that cannot be read gives the failed-plan shape with ``error``,
+docs/plan-json.md), the others ``{"ok": false, "command", "error": {"code", ...}}`` on failure.
 """
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import sys
 import traceback
 from typing import Any, Sequence
 
+from attnkit.cli import lists
 from attnkit.cli.common import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_NO_PLAN, EXIT_OK, EXIT_USAGE,
-                                USAGE_CODES, add_plan_flags, print_error, request_from_args)
+                                USAGE_CODES, add_plan_flags, failure_dict, print_error, request_from_args)
 from attnkit.errors import CATALOG, AttnkitError
 
 
@@ -36,24 +37,36 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from attnkit import __version__
+
     parser = _Parser(prog="attnkit", description="Plan, explain and run attention backends.")
+    parser.add_argument("--version", action="version", version=f"attnkit {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
     # --debug is accepted after the subcommand too; SUPPRESS keeps it from resetting the top-level value
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("plan", parents=[common], help="choose prefill/decode backends for a model on a device")
-    p.add_argument("models", nargs="+", metavar="MODEL", help="preset name, config.json or model directory")
-    p.add_argument("--device", action="append", metavar="D", help="platform preset or 'auto' (repeatable)")
+    p = sub.add_parser("plan", parents=[common], help="choose prefill/decode backends for a model on a device",
+                       epilog="Model presets: attnkit models. Device presets: attnkit devices. What a failure "
+                              "means: attnkit explain CODE.")
+    p.add_argument("models", nargs="+", metavar="MODEL",
+                   help="a model preset (attnkit models), a config.json or a model directory")
+    p.add_argument("--device", action="append", metavar="D",
+                   help="a device preset (attnkit devices) or 'auto', this machine (the default; repeatable)")
     add_plan_flags(p)
     p.add_argument("--json", action="store_true", help="print Plan.to_dict() (a list for several)")
     p.add_argument("--profile", metavar="FILE", help="device profile to rank backends by (attnkit tune)")
+    p.add_argument("--strict", action="store_true",
+                   help="refuse (AK314) a plan where a flag you set moves a role to a backend the device "
+                        "profile measures 1.5x or more slower (without --strict: a warning)")
     from attnkit.cli.components import add_workload_flags
     add_workload_flags(p)
 
     b = sub.add_parser("backends", parents=[common], help="list backends: installed, usable here, why not")
-    b.add_argument("--device", default="auto", metavar="D")
+    b.add_argument("--device", default="auto", metavar="D",
+                   help="auto (default): this machine and its installed packages; a preset (attnkit devices): "
+                        "that device with the packages the preset assumes")
     b.add_argument("--json", action="store_true")
 
     from attnkit.cli.generate import add_parser as add_generate   # torch-free; needs cli.common
@@ -63,27 +76,33 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("explain", parents=[common], help="print an error code's catalog entry")
     e.add_argument("code")
-    sub.add_parser("models", parents=[common], help="list model presets")
-    sub.add_parser("devices", parents=[common], help="list device presets")
+    e.add_argument("--json", action="store_true", help="the entry as JSON")
+    m = sub.add_parser("models", parents=[common], help="list model presets")
+    m.add_argument("--json", action="store_true", help="each preset's architecture, kind and layers")
+    d = sub.add_parser("devices", parents=[common], help="list device presets")
+    d.add_argument("--json", action="store_true", help="each preset's platform and assumed packages")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    json_plan = "--json" in argv and next((a for a in argv if not a.startswith("-")), None) == "plan"
+    command = next((a for a in argv if not a.startswith("-")), None)
+    as_json = "--json" in argv
     try:
         args = build_parser().parse_args(argv)
     except UsageError as err:
-        if json_plan:
-            _print_failed(AttnkitError("AK310", f"attnkit plan: {err.message}", field="argv",
-                                       actual=argv[:20], solutions=["run attnkit plan --help for the flags"]))
+        name = f"attnkit {command}" if command in COMMANDS else "attnkit"
+        usage = AttnkitError("AK310", f"{name}: {err.message}", field="argv", actual=argv[:20],
+                             solutions=[f"run {name} --help for the flags"])
+        if as_json:
+            _print_failed(command, usage)
         err.parser.print_usage(sys.stderr)     # then exit 2, as argparse itself does
-        err.parser.exit(EXIT_USAGE, f"{err.parser.prog}: error: {err.message}\n")
+        err.parser.exit(EXIT_USAGE, f"{err.parser.prog}: error AK310: {err.message}\n")
     try:
         return COMMANDS[args.command](args)
     except AttnkitError as err:
-        if json_plan:
-            _print_failed(err)
+        if as_json:
+            _print_failed(args.command, err)
         print_error(err)
         return EXIT_USAGE
     except KeyboardInterrupt:                  # Ctrl-C (a long `generate`): no traceback
@@ -92,17 +111,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the CLI boundary: no raw traceback without --debug
         if args.debug:
             traceback.print_exc()
-        if json_plan:
-            _print_failed(AttnkitError("AK900", f"{type(exc).__name__}: {exc}"[:500]))
+        if as_json:
+            _print_failed(args.command, AttnkitError("AK900", f"{type(exc).__name__}: {exc}"[:500]))
         sys.stderr.write(f"error AK900: {CATALOG['AK900'].title}: {type(exc).__name__}: {exc}\n"
                          + ("" if args.debug else "  re-run with --debug for the traceback and report it\n"))
         return EXIT_INTERNAL
 
 
-def _print_failed(err: AttnkitError, **where: Any) -> None:
-    from attnkit.planning.plan import Plan
+def _print_failed(command: str | None, err: AttnkitError) -> None:
+    """The one JSON object a failed ``--json`` command prints: a failed plan for ``plan``."""
+    if command == "plan":
+        from attnkit.planning.plan import Plan
 
-    sys.stdout.write(json.dumps(Plan.failed(err, **where).to_dict(), indent=2) + "\n")
+        data = Plan.failed(err).to_dict()
+    else:
+        data = failure_dict(command, err)
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -110,6 +134,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from attnkit.hardware import resolve_platform
     from attnkit.model import load_model
     from attnkit.planning.solver import plan
+    from attnkit.planning.speed_cost import refuse
 
     from attnkit.cli.components import find_pipelines, plan_pipelines
 
@@ -125,11 +150,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     # Resolve every name first: a typo is a usage error before any planning output. Under --json
     # each model x device pair whose model or device cannot be read is a failed-plan object.
     models, platforms, failed = _read_all(args.models, devices, load_model, resolve_platform)
-    if failed and not args.json:
+    fleet = len(args.models) * len(devices) > 1
+    if failed and not (args.json or fleet):
         raise next(iter(failed.values()))
-    pairs = [_pair(m, d, models, platforms, failed, request, plan, profile=args.profile, catch=args.json)
-             for m in args.models for d in devices]
-    plans = [p for p, _ in pairs]
+    # a fleet prints every row, an entry that cannot be read or planned as its error cell
+    pairs = [_pair(m, d, models, platforms, failed, request, plan, profile=args.profile,
+                   catch=args.json or fleet) for m in args.models for d in devices]
+    plans = [refuse(p) if args.strict else p for p, _ in pairs]
     single = len(plans) == 1
     if args.json:
         data: Any = plans[0].to_dict() if single else [p.to_dict() for p in plans]
@@ -184,39 +211,6 @@ def cmd_backends(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_explain(args: argparse.Namespace) -> int:
-    from attnkit.errors.docs import page
-
-    code = args.code.strip().upper()
-    code = code if code.startswith("AK") else f"AK{code}"
-    if code not in CATALOG:
-        close = difflib.get_close_matches(code, list(CATALOG), n=3, cutoff=0.5)
-        sys.stderr.write(f"error: unknown error code {args.code!r}"
-                         + (f" (did you mean {' or '.join(close)}?)" if close else "")
-                         + f". Known codes: {', '.join(CATALOG)}\n")
-        return EXIT_USAGE
-    sys.stdout.write(page(CATALOG[code]))
-    return EXIT_OK
-
-
-def cmd_models(args: argparse.Namespace) -> int:
-    from attnkit.model import preset_names
-    from attnkit.model.pipeline import pipeline_names
-    sys.stdout.write("".join(f"{n}\n" for n in preset_names()))
-    sys.stdout.write("".join(f"{n}  (pipeline: every component planned)\n" for n in pipeline_names()))
-    return EXIT_OK
-
-
-def cmd_devices(args: argparse.Namespace) -> int:
-    from attnkit.hardware import get_preset, preset_names
-    from attnkit.hardware.platform import arch_label
-    for name in preset_names():
-        p = get_preset(name)
-        cc = arch_label(p.kind, p.capability, p.arch) or "-"
-        sys.stdout.write(f"{name:<9} {p.kind:<5} {cc:<6} {p.name}\n")
-    return EXIT_OK
-
-
 def cmd_generate(args: argparse.Namespace) -> int:
     from attnkit.cli.generate import cmd_generate as run
 
@@ -229,8 +223,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return run(args)
 
 
-COMMANDS = {"plan": cmd_plan, "backends": cmd_backends, "explain": cmd_explain,
-            "models": cmd_models, "devices": cmd_devices, "generate": cmd_generate, "tune": cmd_tune}
+COMMANDS = {"plan": cmd_plan, "backends": cmd_backends, "explain": lists.cmd_explain,
+            "models": lists.cmd_models, "devices": lists.cmd_devices, "generate": cmd_generate, "tune": cmd_tune}
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -5,6 +5,7 @@ The parser is torch-free; ``cmd_tune`` imports attnkit.tune (torch) when it runs
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from attnkit.cli.common import require_torch
@@ -23,6 +24,7 @@ def add_parser(sub, common) -> None:
     t.add_argument("--backends", metavar="B,B", help="only these backends (comma list)")
     t.add_argument("--out", metavar="FILE", help="profile file (default: the per-user cache, "
                                                  "where attnkit plan finds it)")
+    t.add_argument("--json", action="store_true", help="print {ok, path, profile, entries, counts}")
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -40,6 +42,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
     counts: dict[str, int] = {}
     for e in prof.entries:
         counts[e.status] = counts.get(e.status, 0) + 1
+    if args.json:
+        sys.stdout.write(json.dumps({"ok": True, "path": str(path), "profile": prof.name,
+                                     "entries": len(prof.entries), "counts": counts}, indent=2) + "\n")
+        return 0
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     sys.stdout.write(f"wrote {path}: {prof.name}, {len(prof.entries)} entries ({summary})\n"
                      f"use it: attnkit plan MODEL --profile {path}"

@@ -34,7 +34,8 @@ class AttnkitError(Exception):
         self.field = field
         self.expected = expected
         self.actual = actual
-        self.solutions = list(solutions) if solutions else list(CATALOG[code].solutions) if code in CATALOG else []
+        self.solutions = (list(solutions) if solutions else
+                          list(CATALOG[code].solutions_for(field)) if code in CATALOG else [])
         self.details = dict(details or {})
         super().__init__(f"{code}: {message}")
 

@@ -5,11 +5,11 @@ import dataclasses
 import difflib
 
 from attnkit.errors import AttnkitError
-from attnkit.hardware.detect import detect, installed_packages
+from attnkit.hardware.detect import detect, installed_packages, require_package
 from attnkit.hardware.platform import PLATFORM_KINDS, Platform, compute_dtypes, validate_platform
 from attnkit.hardware.presets import PRESETS, preset_names
 
-__all__ = ["Platform", "PLATFORM_KINDS", "detect", "installed_packages", "preset_names",
+__all__ = ["Platform", "PLATFORM_KINDS", "detect", "installed_packages", "require_package", "preset_names",
            "resolve_platform", "get_preset", "compute_dtypes", "validate_platform"]
 
 

@@ -9,6 +9,7 @@ import importlib.metadata
 import importlib.util
 import platform as _platform
 
+from attnkit.errors import fail
 from attnkit.hardware.platform import Platform
 
 # importable name -> distribution names that provide it (first installed one wins).
@@ -41,6 +42,19 @@ def _dist_version(dists: tuple[str, ...]) -> str | None:
         except importlib.metadata.PackageNotFoundError:
             continue
     return None
+
+
+def require_package(package: str, used_by: str) -> None:
+    """AK212 with the install line unless ``package`` (torch, triton, transformers) is importable:
+    planning needs none of them, running does (``pip install 'attnkit[torch]'`` brings torch)."""
+    if _findable(package):
+        return
+    extra = package if package in ("torch", "triton", "transformers") else None
+    install = (f"pip install 'attnkit[{extra}]'" if extra else f"pip install {package}") + (
+        " (on a GPU machine install your CUDA build of torch first)" if package in ("torch", "triton") else "")
+    fail("AK212", f"{used_by} runs with {package}, which is not installed (planning needs no {package}; "
+                  "running does)", field="requires", expected=[package], actual=package,
+         solutions=[install, "or plan only: attnkit plan MODEL --device D"])
 
 
 def _findable(module: str) -> bool:

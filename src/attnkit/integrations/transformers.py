@@ -31,7 +31,12 @@ import inspect
 from types import SimpleNamespace
 from typing import Any
 
-import torch
+from attnkit.hardware import require_package
+
+require_package("torch", "attnkit.integrations.transformers")     # AK212, not ModuleNotFoundError
+require_package("transformers", "attnkit.integrations.transformers")
+
+import torch  # noqa: E402 - after the check above
 
 from attnkit.errors import fail
 from attnkit.integrations import hf_plan

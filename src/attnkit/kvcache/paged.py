@@ -17,6 +17,7 @@ import torch
 from attnkit.errors import fail, preview
 from attnkit.kvcache.checks import check_fits, check_write, usable_device
 from attnkit.model.spec import LayerAttention
+from attnkit.registry.capabilities import dtype_spelled
 
 # The one table of torch dtypes by the vocabulary's names (compute dtypes are among them).
 TORCH_KV_DTYPES = {
@@ -34,10 +35,12 @@ def dtype_name(dtype: torch.dtype) -> str | None:
 
 
 def _kv_dtype(dtype: Any) -> torch.dtype:
-    """A TORCH_KV_DTYPES name, or any torch dtype, else AK430. Other torch dtypes (int8 ...)
-    pass so that backends report them against their declarations (AK420 / AK451 / AK462)."""
-    if isinstance(dtype, str) and dtype in TORCH_KV_DTYPES:
-        return TORCH_KV_DTYPES[dtype]
+    """A TORCH_KV_DTYPES name (or a spelling of one, registry/capabilities.py: fp8 is fp8_e4m3,
+    as for `attnkit plan --kv-cache-dtype`), or any torch dtype, else AK430. Other torch dtypes
+    (int8 ...) pass so that backends report them against their declarations (AK420 / AK451 / AK462)."""
+    name = dtype_spelled(dtype) if isinstance(dtype, str) else None
+    if name in TORCH_KV_DTYPES:                # the spellings `attnkit plan --kv-cache-dtype` takes
+        return TORCH_KV_DTYPES[name]
     if isinstance(dtype, torch.dtype):
         return dtype
     fail("AK430", f"dtype must be one of {', '.join(TORCH_KV_DTYPES)} or a torch dtype, "

@@ -12,7 +12,7 @@ from attnkit.errors import AttnkitError
 from attnkit.model import families
 from attnkit.model._fields import ConfigReader
 from attnkit.model.enforce import check_keys, refuse_keys
-from attnkit.model.keys import ENCODERS, YARN_MLA
+from attnkit.model.keys import ENCODERS, YARN_MLA, known_family
 from attnkit.model.layouts import LAYERS
 from attnkit.model.spec import ModelAttention
 from attnkit.registry.capabilities import dtype_spelled
@@ -42,6 +42,18 @@ RELATIVE_BIAS_FAMILIES = {"t5", "mt5", "umt5", "longt5", "switch_transformers", 
 DISENTANGLED = {"deberta", "deberta-v2", "sew-d"}
 
 
+def _non_string_key(cfg: dict) -> tuple[str, object] | None:
+    """(where, key) of the first non-string key of the config or of its text_config (the
+    objects the parser reads by name and lists in messages), or None. Keys of other nested
+    objects are not names attnkit reads (transformers' own to_dict() has int keys in id2label)."""
+    for at, obj in (("", cfg), ("text_config", cfg.get("text_config") if all(
+            isinstance(k, str) for k in cfg) else None)):
+        for key in obj if isinstance(obj, dict) else ():
+            if not isinstance(key, str):
+                return at, key
+    return None
+
+
 def parse_config(cfg: object, *, name: str | None = None, source: str = "<dict>") -> ModelAttention:
     """Every attention layer of the model a parsed config.json describes.
 
@@ -58,6 +70,12 @@ def parse_traced(cfg: object, *, name: str | None = None, source: str = "<dict>"
                            f"{type(cfg).__name__} (in {source})", field=None,
                            expected="JSON object", actual=type(cfg).__name__,
                            details={"source": source})
+    bad_key = _non_string_key(cfg)
+    if bad_key is not None:          # JSON keys are strings; a dict built in Python may not be
+        raise AttnkitError("AK502", f"a model config is a JSON object: its keys are strings, but "
+                           f"{bad_key[0] or 'the top level'} has the key {bad_key[1]!r} "
+                           f"({type(bad_key[1]).__name__}) (in {source})", field=bad_key[0] or None,
+                           expected="string keys", actual=repr(bad_key[1])[:80], details={"source": source})
     top = ConfigReader(cfg, source=source)
     model_type = top.str("model_type", default="").lower()
     _reject_unservable(top, model_type)
@@ -97,6 +115,11 @@ def parse_traced(cfg: object, *, name: str | None = None, source: str = "<dict>"
     notes = check_keys(reader, model_type)
     notes = [f"{reader.path(k)} not in config; used transformers' default {reader.defaults[k]!r}"
              for k in dict.fromkeys(reader.used_defaults)] + notes
+    if model_type and not known_family(model_type):
+        notes.append(f"model_type {model_type!r} is not a family attnkit knows: read by the generic decoder "
+                     "rules (full causal attention over the heads, layers and head_dim it names); a key "
+                     "other families use to change attention is refused (AK513), but one only this family "
+                     "knows is not seen, so check the plan against the model's attention code")
     if model_type == "falcon_h1":
         notes.append("every layer runs a Mamba-2 mixer beside its attention (summed); the Mamba state "
                      "is not a KV cache and is not planned")

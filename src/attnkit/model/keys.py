@@ -205,6 +205,15 @@ def is_flag(key: str, family: str) -> bool:
     return bool(own) and all(opts and all(isinstance(o, bool) for o in opts) for opts in options)
 
 
+def known_family(family: str) -> bool:
+    """Whether attnkit knows ``family``: a rule of the table or a family list here names it, or a
+    preset is of it (model/presets.py)."""
+    from attnkit.model.presets import preset_model_types
+
+    named = (QWEN_WINDOW + ALL_LAYER_WINDOW + QWEN_HYBRID + MAMBA_HYBRID + YARN_MLA + ENCODERS + NO_WINDOW)
+    return family in named or any(family in r.families for r in RULES) or family in preset_model_types()
+
+
 def classify(key: str, family: str, value: Any) -> tuple[str, KeyRule | None]:
     """What ``key`` = ``value`` means in ``family``: (a rule's status, the rule); ("inactive", None)
     when it changes nothing; ("foreign", a rule) when only other families' rules know it;

@@ -35,6 +35,27 @@ def _preset_text(key: str) -> str:
     return (PRESET_DIR / f"{key}.json").read_text(encoding="utf-8")
 
 
+@lru_cache(maxsize=None)
+def preset_model_types() -> frozenset[str]:
+    """Every model_type a shipped preset holds (models, their sub-configs, pipeline components):
+    the families attnkit ships a config of."""
+    types: set[str] = set()
+
+    def walk(value) -> None:
+        if isinstance(value, dict):
+            if isinstance(value.get("model_type"), str):
+                types.add(value["model_type"])
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+
+    for path in sorted(PRESET_DIR.rglob("*.json")):
+        walk(json.loads(path.read_text(encoding="utf-8")))
+    return frozenset(types)
+
+
 def preset_for_repo(repo_id: str) -> str | None:
     """The preset whose ``_source`` is the Hugging Face repo ``repo_id`` (case-insensitive)."""
     key = repo_id.strip().strip("/").lower()

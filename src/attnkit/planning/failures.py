@@ -217,6 +217,10 @@ def no_candidate(v: View, phase: str, pool: list[str], by_name: dict[str, list[R
         device = other_device(v, without=drop) if drop else None
         if device:
             hints.insert(0, f"plan for --device {device} without {' and '.join(_flag(v, f) for f in drop)}")
+    elif device and _missing(by_name) and getattr(v.platform, "preset", None) is None:
+        # this machine lacks a package (torch): installing it is the fix here; a preset only assumes it
+        hints.insert(1, f"or plan for --device {device}, a preset that assumes {' and '.join(_missing(by_name))} "
+                        "installed (the plan is for that device, not this machine)")
     elif device:
         hints.insert(0, f"plan for --device {device}, where a backend serves this model with these settings")
     if not pool and v.request.deny and v.entry(phase) is not None:
@@ -257,11 +261,23 @@ def no_common_layout(v: View, options: dict[str, list[str]]) -> AttnkitError:
                     before=v.command(), after=v.command(prefill_attention_backend=None, decode_attention_backend=None))
 
 
+def _missing(by_name: dict[str, list[Reason]]) -> list[str]:
+    return sorted({r.actual for rs in by_name.values() for r in rs if r.code == "AK212"})
+
+
+EXTRAS = ("torch", "triton", "transformers")      # pyproject's extras: pip install 'attnkit[torch]'
+
+
 def _hints(reasons: list[Reason], v: View) -> list[str]:
     hints = []
     missing = sorted({r.actual for r in reasons if r.code == "AK212"})
-    if missing:
-        hints.append(f"install {' and '.join(missing)} on {v.platform.name}")
+    preset = getattr(v.platform, "preset", None)
+    if missing and preset:
+        hints.append(f"the {preset} preset assumes no {' and '.join(missing)}: plan for a preset that "
+                     "assumes it (attnkit devices --json lists each preset's packages)")
+    elif missing:
+        hints += [f"pip install 'attnkit[{p}]' (to install {p} here; planning needs no torch, running does)"
+                  if p in EXTRAS else f"install {p} on {v.platform.name}" for p in missing]
     if any(r.code in ("AK210", "AK211") for r in reasons):
         hints.append("plan for a device these backends run on (attnkit backends --device D shows which)")
     if v.request.deny:

@@ -12,7 +12,8 @@ from attnkit.planning.reasons import platform_reasons
 
 
 def backends_report(platform, registry: Mapping[str, BackendDeclaration] | None = None) -> dict[str, Any]:
-    """``{"platform": {...}, "backends": [{name, aliases, installed, usable, why_not, capabilities}]}``."""
+    """``{"platform": {...}, "packages_source": "preset" | "this machine", "backends": [{name,
+    aliases, installed, usable, why_not, capabilities}]}``."""
     if registry is None:
         from attnkit.registry import declarations
         registry = declarations()
@@ -31,4 +32,6 @@ def backends_report(platform, registry: Mapping[str, BackendDeclaration] | None 
             "variants": [k.to_dict() for k in decl.variants],
         })
     info = platform.to_dict() if hasattr(platform, "to_dict") else {"kind": platform.kind, "name": platform.name}
-    return {"platform": info, "backends": rows}
+    # a preset's packages are what it assumes a typical install has, not what this machine has
+    source = "preset" if getattr(platform, "preset", None) else "this machine"
+    return {"platform": info, "packages_source": source, "backends": rows}

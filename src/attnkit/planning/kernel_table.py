@@ -62,8 +62,8 @@ def kernel_table(profile: Profile | None, decl: BackendDeclaration, role: str, m
     if profile is None or shape is None:
         return KernelTable(role, fallback=fallback, configs=configs)
     phase = PHASE_OF[role]
-    buckets = [b for b in at_page(nearest_static(profile, shape, phase), settings.get("page_size"))
-               if phase == "decode" or BUCKET_ROLES[role](b)]
+    buckets = {b for b in at_page(nearest_static(profile, shape, phase), settings.get("page_size"))
+               if phase == "decode" or BUCKET_ROLES[role](b)}         # a set: entries x buckets is quadratic
     by_bucket = defaultdict(list)
     for e in profile.entries:
         if e.backend == decl.name and e.bucket in buckets and e.variant in fallback and e.status == "ok":

@@ -214,15 +214,15 @@ def nearest_runtime(buckets: list[Bucket], workload: Mapping[str, int]) -> Bucke
 
 def nearest_static(profile: Profile, shape: Shape, phase: str) -> list[Bucket]:
     """The buckets of ``phase`` of the measured shape nearest ``shape``, at every page size."""
-    groups: dict[tuple, list[Bucket]] = {}
+    groups: dict[tuple, dict[Bucket, None]] = {}     # an ordered set per shape: linear, not quadratic
     for e in profile.entries:
         b = e.bucket
-        if b.phase == phase and b not in groups.setdefault(b.static(), []):
-            groups[b.static()].append(b)
-    scored = [(d, key) for key, bs in groups.items() if (d := _static_distance(bs[0].shape, shape)) is not None]
+        if b.phase == phase:
+            groups.setdefault(b.static(), {})[b] = None
+    scored = [(d, key) for key, bs in groups.items() if (d := _static_distance(next(iter(bs)).shape, shape)) is not None]
     if not scored:
         return []
-    return groups[min(scored, key=lambda t: (t[0], repr(t[1])))[1]]
+    return list(groups[min(scored, key=lambda t: (t[0], repr(t[1])))[1]])
 
 
 def _static_distance(b: Shape, s: Shape) -> tuple | None:

@@ -35,8 +35,13 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
     error: dict[str, Any] | None = None
     profile: dict[str, Any] | None = None                         # the device profile used, if any
+    # explicit settings that move a role to a backend the profile measures >= 1.5x slower
+    # (planning/speed_cost.py): {flag, field, role, backend, rate, instead, instead_rate, unit, ...}
+    speed_costs: list[dict[str, Any]] = field(default_factory=list)
     run: RunSpec | None = None                                     # what runs (None when not ok)
     kernel_why: dict[str, str] = field(default_factory=dict)      # role -> its kernel variants, as measured
+    # --require: {"require": [names], "cost": {phase: requirements.cost(...)}}; None without it
+    requirements: dict[str, Any] | None = None
 
     @classmethod
     def failed(cls, err: AttnkitError, *, model: str | None = None, platform: dict[str, Any] | None = None,
@@ -55,6 +60,15 @@ class Plan:
                                actual=e.get("actual"), solutions=e.get("solutions"),
                                details={"example_fix": e.get("example_fix"), "plan": self.to_dict()})
         return self
+
+    def render(self, *, short: bool = False) -> str:
+        """The plan as ``attnkit plan`` prints it (``short``: backends, settings and warnings)."""
+        from attnkit.planning.render import plan_text    # render imports this module
+
+        return plan_text(self, short=short)
+
+    def __str__(self) -> str:
+        return self.render()
 
     def to_dict(self) -> dict[str, Any]:
         shared_keys = {r.key() for r in self.shared}
@@ -79,5 +93,7 @@ class Plan:
             "warnings": list(self.warnings),
             "error": self.error,
             "profile": self.profile,
+            "speed_costs": [dict(c) for c in self.speed_costs],
             "run": None if self.run is None else self.run.to_dict(),
+            "requirements": self.requirements,
         }

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import math
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ SCHEMA = "attnkit-profile"
 VERSION = 1
 STATUSES = ("ok", "wrong", "error", "skipped")
 UNITS = {"decode": "GB/s", "prefill": "TFLOP/s"}      # work is bytes of K/V read, or FLOPs
+MAX_BYTES = 256 << 20     # a profile larger than this is not one tune wrote (--profile /dev/zero)
 
 
 @dataclass(frozen=True)
@@ -161,17 +163,37 @@ class Profile:
 def load_profile(path: str | os.PathLike, *, source: str | None = None) -> Profile:
     """Read and check one profile file: AK230 if it cannot be read, AK231 if it is malformed."""
     p = Path(path)
+    raw = read_bytes(p)
     try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise AttnkitError("AK230", f"cannot read profile {str(p)!r}: {exc.strerror or exc}",
-                           field="profile", expected="a readable JSON file written by attnkit tune",
-                           actual=str(p)) from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise malformed(p, "", f"not UTF-8 text (byte {exc.start}): not a profile attnkit tune wrote") from None
     try:
         data = json.loads(text)
+    except RecursionError:
+        raise malformed(p, "", "not a profile: JSON nested too deep to read") from None
     except ValueError as exc:
         raise malformed(p, "", f"not JSON ({exc})") from None
     return dataclasses.replace(parse_profile(data, where=str(p)), path=str(p), source=source)
+
+
+def read_bytes(p: Path) -> bytes:
+    """The file's bytes: AK230 unless it is a readable regular file (a FIFO would block, a
+    device like /dev/zero never ends), AK231 past MAX_BYTES."""
+    def unreadable(why: str) -> AttnkitError:
+        return AttnkitError("AK230", f"cannot read profile {str(p)!r}: {why}", field="profile",
+                            expected="a readable JSON file written by attnkit tune", actual=str(p))
+    try:
+        info = p.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise unreadable("not a regular file")
+        with p.open("rb") as f:
+            raw = f.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise unreadable(str(exc.strerror or exc)) from None
+    if len(raw) > MAX_BYTES:
+        raise malformed(p, "", f"larger than {MAX_BYTES >> 20} MiB: not a profile attnkit tune wrote")
+    return raw
 
 
 def parse_profile(data: Any, *, where: str = "<profile>") -> Profile:
@@ -179,7 +201,7 @@ def parse_profile(data: Any, *, where: str = "<profile>") -> Profile:
     top = _obj(data, where, "")
     if top.get("schema") != SCHEMA:
         raise malformed(where, "schema", f"must be {SCHEMA!r}, got {top.get('schema')!r}")
-    if top.get("version") != VERSION:
+    if not _is_int(top.get("version")) or top.get("version") != VERSION:
         raise malformed(where, "version", f"must be {VERSION} (this attnkit reads version {VERSION}), "
                                           f"got {top.get('version')!r}")
     device = _obj(top.get("device"), where, "device")
@@ -245,6 +267,10 @@ def _entry(row: Any, where: str, at: str) -> Entry:
         times[key] = v
     if status == "ok" and not (times["graph_ms"] or times["eager_ms"]):
         raise malformed(where, f"{at}", "status ok needs graph_ms or eager_ms")
+    for key in ("graph_ms", "eager_ms"):      # work / time must be a rate (1e300 / 1e-10 is not)
+        ms = times[key]
+        if ms and not math.isfinite(work / ms / (1e6 if bucket.phase == "decode" else 1e9)):
+            raise malformed(where, f"{at}.{key}", f"work {work!r} over {ms!r} ms is not a finite rate")
     note = row.get("note") or ""
     if not isinstance(note, str):
         raise malformed(where, f"{at}.note", f"must be a string, got {type(note).__name__}")

@@ -72,7 +72,8 @@ def find_profile(platform, *, path: str | os.PathLike | None = None, env: Mappin
         prof = load_profile(named[0], source=named[1])
         if covers(prof, platform):
             return prof, ([f"{named[1]} {named[0]} is a smoke profile (tiny shapes, tests the tune "
-                           "code path): its rankings say little about real workloads"] if prof.smoke else [])
+                           "code path): its rankings say little about real workloads"] if prof.smoke else []
+                          ) + software_warnings(prof)
         return None, [f"{named[1]} {named[0]} was measured on {_where(prof.device)}, not on "
                       f"{_where({a: getattr(platform, a) for a in ('name', 'kind', 'capability')})}: not used"]
     if not automatic:
@@ -90,7 +91,36 @@ def find_profile(platform, *, path: str | os.PathLike | None = None, env: Mappin
                 found.append(((not same_device(prof, platform), rank, _neg(prof.date)), prof))
     if not found:
         return None, warnings
-    return min(found, key=lambda t: t[0])[1], warnings
+    best = min(found, key=lambda t: t[0])[1]
+    return best, warnings + (software_warnings(best) if best.source != "shipped" else [])
+
+
+SOFTWARE = ("attnkit", "torch", "triton")     # what tune's resume also insists on (tune/run.py)
+
+
+def installed_version(package: str) -> str | None:
+    """The installed distribution's version, read from its metadata (nothing is imported)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def software_warnings(prof: Profile) -> list[str]:
+    """A warning naming each of attnkit / torch / triton the profile was measured with at
+    another version than the one installed: its rates may not hold for this software. Shipped
+    profiles are exempt (they record the release's measurement)."""
+    diffs = []
+    for name in SOFTWARE:
+        theirs, ours = prof.software.get(name), installed_version(name)
+        if theirs is not None and ours is not None and str(theirs).split("+")[0] != ours.split("+")[0]:
+            diffs.append(f"{name} {theirs} (installed: {ours})")
+    if not diffs:
+        return []
+    return [f"{prof.source or 'profile'} {prof.path}: measured with {', '.join(diffs)}; its rates may not "
+            "hold for this software (re-run attnkit tune)"]
 
 
 def shipped_profiles(kind: str) -> list[Profile]:
@@ -102,7 +132,11 @@ def shipped_profiles(kind: str) -> list[Profile]:
 
 def _load_once(path: Path, source: str) -> Profile:
     """load_profile, parsed once per file version (every plan looks at the cache and the package)."""
-    st = path.stat()
+    try:
+        st = path.stat()
+    except OSError as exc:            # a dangling symlink, a file removed meanwhile
+        raise AttnkitError("AK230", f"cannot read profile {str(path)!r}: {exc.strerror or exc}",
+                           field="profile", expected="a readable JSON file", actual=str(path)) from None
     return _load_version(str(path), source, st.st_mtime_ns, st.st_size)
 
 

@@ -151,7 +151,10 @@ def platform_reasons(decl: BackendDeclaration, platform, *, phase: str | None = 
                 f"needs compute capability {span}; {platform.name} is sm{cc[0]}{cc[1]}")
     for pkg in caps.requires:   # one reason per package, so "torch missing" is shared by all
         if pkg not in (platform.packages or {}):
-            add("AK212", "requires", list(caps.requires), pkg, f"needs package {pkg}, not installed on {platform.name}")
+            preset = getattr(platform, "preset", None)
+            add("AK212", "requires", list(caps.requires), pkg,
+                f"needs package {pkg}, which the {preset} preset does not assume" if preset else
+                f"needs package {pkg}, not installed on {platform.name}")
     return out
 
 

@@ -6,13 +6,13 @@ import textwrap
 from typing import Any
 
 from attnkit.hardware.platform import arch_label
-from attnkit.planning.plan import Plan
+# render takes Plans as arguments and imports no Plan: Plan.render imports this module
 from attnkit.model.summary import layer_ranges
 
 SHARED = "all rejected"
 
 
-def plan_text(plan: Plan, *, short: bool = False) -> str:
+def plan_text(plan, *, short: bool = False) -> str:
     """The plan as ``attnkit plan`` prints it; ``short``: backends, settings and warnings only
     (no reasons, alternatives, adjustments or rejections)."""
     d = plan.to_dict()
@@ -128,7 +128,19 @@ def error_lines(e: dict[str, Any]) -> list[str]:
     return out
 
 
-def matrix_text(plans: list[Plan], models: list[str], devices: list[str]) -> str:
+# what a matrix cell's shape means, printed under the matrix for the shapes it shows
+LEGEND = (
+    (lambda c: c.split(" ")[0].count("/") == 2,
+     "a/b/c = prefill/extend (steps over a cached prefix)/decode backends."),
+    (lambda c: c.split(" ")[0].count("/") == 1 and not c.split(" ")[0].endswith("/-"),
+     "a/b = prefill/decode backends (one backend where they are the same)."),
+    (lambda c: c.split(" ")[0].endswith("/-"), "a/- = prefill only: the model has no decode phase (an encoder)."),
+    (lambda c: c.endswith("(no plan)"), "AKnnn (no plan) = no valid plan, or the entry could not be read: "
+                                         "see errors; attnkit explain AKnnn."),
+)
+
+
+def matrix_text(plans: list, models: list[str], devices: list[str]) -> str:
     """Models down, devices across; a cell is the backend (prefill/decode if they differ,
     prefill/extend/decode with a separate extend backend) or the error code."""
     cells = {}
@@ -153,15 +165,22 @@ def matrix_text(plans: list[Plan], models: list[str], devices: list[str]) -> str
               for w in p.warnings]
     if warned:
         out += ["", "warnings"] + [f"  {m} @ {dv}: {w}" for m, dv, w in warned]
-    split = any(p.ok and p.extend_backend not in (None, p.prefill_backend) for p in plans)
-    out += [""] + (["a/b/c = prefill/extend (steps over a cached prefix)/decode backends."] if split else [])
+    shown = list(cells.values())
+    out += [""] + [text for mark, text in LEGEND if any(mark(c) for c in shown)]
     out += ["pN = KV page size. Details: attnkit plan MODEL --device D (add --json for every field)."]
     return "\n".join(out) + "\n"
 
 
 def backends_text(data: dict[str, Any]) -> str:
     p = data["platform"]
-    out = [f"backends on {p['name']} ({p['kind']})", ""]
+    out = [f"backends on {p['name']} ({p['kind']})"]
+    packages = ", ".join(f"{k} {v}" for k, v in (p.get("packages") or {}).items()) or "none"
+    if data.get("packages_source") == "preset":
+        out += [f"packages: what the {p.get('preset')} preset assumes ({packages}), not this machine's; "
+                "--device auto reads this machine"]
+    else:
+        out += [f"packages: installed on this machine ({packages})"]
+    out.append("")
     width = max([len(b["name"]) for b in data["backends"]] + [4])
     out.append(f"  {'name':<{width}}  installed  usable  aliases / why not")
     for b in data["backends"]:

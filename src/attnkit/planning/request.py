@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
 from attnkit.errors import AttnkitError, preview
-from attnkit.registry.capabilities import DTYPES, KV_CACHE_DTYPES, dtype_spelled
+from attnkit.registry.capabilities import DTYPES, KV_CACHE_DTYPES, NUMERICS, dtype_spelled
 
 DUAL_CHUNK_MODES = ("auto", "on", "off")
 CUDA_GRAPH_MODES = ("auto", "on", "off")
@@ -31,6 +31,7 @@ class PlanRequest:
     dual_chunk: str | None = None
     cuda_graph: bool | None = None
     deny: tuple[str, ...] = ()
+    require: tuple[str, ...] = ()       # NUMERICS every chosen backend must declare (requirements.py)
     # field -> where a value came from when not the caller ("env")
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
@@ -86,6 +87,7 @@ def parse_request(request: Any = None, **overrides: Any) -> PlanRequest:
         dual_chunk=_dual_chunk(raw.get("dual_chunk")),
         cuda_graph=_cuda_graph(raw.get("cuda_graph")),
         deny=_names("deny", raw.get("deny")),
+        require=parse_require(raw.get("require")),
     )
 
 
@@ -155,3 +157,31 @@ def _names(name: str, value: Any) -> tuple[str, ...]:
     if not isinstance(value, (list, tuple, set, frozenset)) or not all(isinstance(v, str) for v in value):
         raise _bad(name, value, "a list of backend names", "expected backend names")
     return tuple(dict.fromkeys(v.strip() for v in value if v.strip()))
+
+
+def parse_require(value: Any) -> tuple[str, ...]:
+    """``"batch-invariant,deterministic"``, a list of names, or None -> canonical names; AK306."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = value.split(",")
+    if not isinstance(value, (list, tuple, set, frozenset)) or not all(isinstance(v, str) for v in value):
+        raise AttnkitError("AK306", f"require={str(value)[:80]} is not valid: expected names of "
+                           f"{', '.join(spelled(n) for n in NUMERICS)}", field="require",
+                           expected=[spelled(n) for n in NUMERICS], actual=str(value)[:80])
+    out = []
+    for raw in value:
+        name = raw.strip().lower().replace("-", "_")
+        if not name:
+            continue
+        if name not in NUMERICS:
+            raise AttnkitError("AK306", f"require={raw.strip()!r} is not valid: choose "
+                               f"{' or '.join(spelled(n) for n in NUMERICS)}", field="require",
+                               expected=[spelled(n) for n in NUMERICS], actual=raw.strip())
+        out.append(name)
+    return tuple(dict.fromkeys(out))
+
+
+def spelled(name: str) -> str:
+    """A numeric property as the command line spells it: batch_invariant -> batch-invariant."""
+    return name.replace("_", "-")

@@ -99,9 +99,11 @@ def tensor_parallel_rule(v: View) -> Iterator[Fill | str]:
                                                   and tp > l.num_kv_heads and tp % l.num_kv_heads})
     if bad or bad_kv:
         heads = layers[0].num_heads
-        valid = [t for t in (1, 2, 4, 8, 16, 32, 64) if all(
-            l.num_heads % t == 0 and (l.kind == "mla" or (l.num_kv_heads % t == 0 if t <= l.num_kv_heads
-                                                            else t % l.num_kv_heads == 0)) for l in layers)]
+        shapes = {(l.kind, l.num_heads, l.num_kv_heads) for l in layers}
+        # every size that splits every layer (not only powers of two: tp 3 splits 6 heads)
+        valid = [t for t in range(1, min(h for _, h, _ in shapes) + 1) if all(
+            h % t == 0 and (kind == "mla" or (kv % t == 0 if t <= kv else t % kv == 0))
+            for kind, h, kv in shapes)]
         what = (f"{bad[0]} query heads" if bad else f"{bad_kv[0]} KV heads")
         raise conflict("AK305", f"--tp-size {tp} does not divide {what} of {v.model.name} evenly; "
                        f"valid tensor-parallel sizes: {', '.join(map(str, valid))}",

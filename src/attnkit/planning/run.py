@@ -59,6 +59,7 @@ class RunSpec:
     dual_chunk: bool                # the layers with dual_chunk_attention_config run it (else plain RoPE)
     speculative_tokens: int
     device: DeviceRef
+    numerics: tuple[str, ...] = ()  # --require: what every chosen backend declares (batch_invariant ...)
 
     def role(self, name: str) -> RoleRun | None:
         return next((r for r in self.roles if r.role == name), None)
@@ -80,7 +81,8 @@ class RunSpec:
                 "cuda_graph": self.cuda_graph, "tp_size": self.tp_size,
                 "heads_per_rank": self.heads_per_rank, "kv_heads_per_rank": self.kv_heads_per_rank,
                 "kv_layout": self.kv_layout, "dual_chunk": self.dual_chunk,
-                "speculative_tokens": self.speculative_tokens, "device": self.device.to_dict()}
+                "speculative_tokens": self.speculative_tokens, "device": self.device.to_dict(),
+                "numerics": list(self.numerics)}
 
 
 def run_spec(backends: Mapping[str, str | None], settings: Mapping[str, Any], platform,

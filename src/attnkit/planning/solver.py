@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from attnkit.errors import AttnkitError
 from attnkit.model.spec import ModelAttention
-from attnkit.planning import failures, kernel_table, priorities
+from attnkit.planning import failures, kernel_table, priorities, requirements
 from attnkit.planning.options import check_options
 from attnkit.planning.outcome import build_plan
 from attnkit.planning.pages import common_page_sizes
@@ -28,6 +28,7 @@ from attnkit.planning.profile_choice import ProfileChoice
 from attnkit.planning.reasons import Reason, check_backend, model_needs
 from attnkit.planning.request import BACKEND_FIELDS, PlanRequest, parse_request
 from attnkit.planning.rules import AFTER, BEFORE, PHASE_FIELDS, Fill, config_dtype
+from attnkit.planning.speed_cost import flag_args, speed_costs, warning
 from attnkit.planning.unserved import unserved_features
 from attnkit.planning.validate import validate_model
 from attnkit.planning.verified import unverified_warnings
@@ -68,13 +69,24 @@ def plan(model: Any, platform: Any = "auto", request: Any = None, *,
         from attnkit.registry import declarations
         registry = declarations()
     env = os.environ if env is None else env
-    solve = Solve(spec, label or spec.name, target, req, dict(registry), table)
     named = profile if profile not in (None, True, False) else None
-    solve.measured = ProfileChoice(target, path=named, env=env, automatic=automatic,
-                                   enabled=profile is not False, workload=workload)
-    result = solve.run(env)
+
+    def run(request: PlanRequest) -> tuple[Plan, Solve]:
+        solve = Solve(spec, label or spec.name, target, request, dict(registry), table)
+        solve.measured = ProfileChoice(target, path=named, env=env, automatic=automatic,
+                                       enabled=profile is not False, workload=workload)
+        return solve.run(env), solve
+
+    result, solve = run(req)
     result.profile = solve.measured.info()
     result.warnings.extend(w for w in solve.measured.warnings if w not in result.warnings)
+    if result.ok and solve.measured.profile is not None:    # what an explicit setting costs in speed
+        def planned(request: PlanRequest) -> Solve | None:
+            other, other_solve = run(request)
+            return other_solve if other.ok else None
+
+        result.speed_costs = speed_costs(solve, planned)
+        result.warnings += [warning(c) for c in result.speed_costs]
     return result.raise_for_error() if strict else result
 
 
@@ -115,6 +127,7 @@ class Solve:
         self.needs = self._needs()               # what every layer asks of attention
         self.env_used: dict[str, str] = {}       # ATTNKIT_* variables that changed the request
         self.measured: ProfileChoice | None = None   # the device profile's ranking (set by plan)
+        self.cost: dict[str, dict[str, Any]] = {}    # phase -> what --require costs (requirements.cost)
         self.kernels: dict[str, KernelTable] = {}   # role -> the chosen backend's kernel table
         self.kernel_why: dict[str, str] = {}        # role -> which variants run, as measured
 
@@ -135,9 +148,13 @@ class Solve:
             self._kernels()
         except AttnkitError as err:
             error = err
-        return build_plan(self.view(), error, table=self.table, adjustments=self.adjustments,
-                          warnings=self.warnings, alternatives=self.alternatives, kernels=self.kernels,
-                          kernel_why=self.kernel_why)
+        result = build_plan(self.view(), error, table=self.table, adjustments=self.adjustments,
+                            warnings=self.warnings, alternatives=self.alternatives, kernels=self.kernels,
+                            kernel_why=self.kernel_why)
+        if result.ok and self.request.require:
+            result.requirements = {"require": list(self.request.require), "cost": self.cost}
+            result.run = dataclasses.replace(result.run, numerics=self.request.require)
+        return result
 
     def view(self) -> View:
         """A read-only snapshot of this run, for rules and failure builders."""
@@ -279,6 +296,8 @@ class Solve:
             pool = self.pool(phase)
             options[phase] = [n for n in pool if not self.reasons(phase, n)]
             if not options[phase]:
+                if any(r.code == "AK312" for n in pool for r in self.reasons(phase, n)):
+                    raise requirements.unmet(self.view(), phase, pool)
                 raise failures.nothing_serves(self.view(), phase, pool)
             if self.measured is not None:
                 if phase == "prefill":
@@ -319,6 +338,22 @@ class Solve:
             self._record(f"{phase}_backend", None, name, "priority",
                          f"first that serves every layer in the {self.platform.kind}/{self.model.kind} "
                          f"priority order ({', '.join(entry.backends)})")
+        if self.request.require:
+            self._price(names)
+
+    def _price(self, names: dict[str, str]) -> None:
+        """What the requirement costs each phase: the chosen backend against the one chosen
+        without it (the first that fails nothing but the requirement), by the profile."""
+        for phase in self.phases:
+            chosen = names.get(phase) or self.backends.get(phase)
+            free = [n for n in self.pool(phase)
+                    if all(r.code == "AK312" for r in self.reasons(phase, n))]
+            other = (chosen if self.explicit.get(phase) or phase in self.chosen_by else   # not the planner's pick
+                     requirements.unconstrained(self.measured, phase, free, self.model, self.settings))
+            self.cost[phase] = requirements.cost(self.measured, phase, chosen, other, self.model,
+                                                 self.settings)
+            line = requirements.cost_text(phase, self.cost[phase])
+            self.why[phase] = f"{self.why.get(phase, '')} Required {', '.join(self.request.require)}: {line}".strip()
 
     def _names_for(self, roles: list[str], options: dict[str, list[str]]) -> dict[str, str]:
         """One backend per role: the combination earliest in every order whose backends share a
@@ -367,6 +402,7 @@ class Solve:
             settings["page_size"] = self.request.page_size
             found = check_backend(self.registry[name], model=self.model, needs=self.needs,
                                   platform=self.platform, phase=phase, settings=settings)
+            found += requirements.reasons(self.registry[name], self.request.require, phase)
             if name in self.request.deny:
                 found.append(Reason("AK307", name, "deny", None, name, "denied by --deny / ATTNKIT_DENY_BACKENDS",
                                     phases=(phase,)))
@@ -384,17 +420,6 @@ class Solve:
         values.update(changes)
         parts = ["attnkit", "plan", self.label] + (["--device", device] if device else [])
         for key, value in values.items():
-            flag = "--" + key.replace("_", "-")
-            if key == "cuda_graph" and value is False:
-                parts += [flag, "off"]
-                continue
-            if value in (None, (), [], False) or (key == "tp_size" and value == 1):
-                continue
-            if key == "deny":
-                parts += [x for n in value for x in (flag, n)]
-            elif value is True:
-                parts.append(flag)
-            else:
-                parts += [flag, str(value)]
+            parts += flag_args(key, value)
         return " ".join(parts)
 

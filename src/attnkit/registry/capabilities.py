@@ -34,7 +34,14 @@ FEATURES = (
     "dual_chunk", "verify", "cuda_graph", "chunked_local", "sparse_topk",
     # the varlen call: packed non-causal sequences without a KV cache (backends/varlen.py)
     "varlen",
+    *("batch_invariant", "deterministic"),
 )
+# Numerics a backend (or one of its options) proves bitwise, not to a tolerance
+# (tests/conformance/test_bitwise.py): ``batch_invariant`` — a request's output does not
+# depend on the other requests of its step (their number, lengths, order, phase);
+# ``deterministic`` — the same step gives the same bits run after run. Requirable with
+# ``--require`` (planning/requirements.py); never inferred from a layer.
+NUMERICS = ("batch_invariant", "deterministic")
 
 # page_sizes: "any", an explicit tuple of sizes, or MultipleOf(n)
 @dataclass(frozen=True)

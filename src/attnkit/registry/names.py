@@ -61,8 +61,8 @@ def resolve(name: str, registry: Mapping[str, BackendDeclaration]) -> tuple[str,
     valid = sorted(registry)
     if key in FOREIGN_BACKENDS:
         raise AttnkitError(
-            "AK301", f"attnkit has no '{name}' backend ({FOREIGN_BACKENDS[key]} belong to other "
-                     f"engines); attnkit's backends are: {', '.join(valid) or 'none registered'}",
+            "AK301", f"attnkit has no '{name}' backend ('{name}' names {FOREIGN_BACKENDS[key]}, which "
+                     f"other engines run); attnkit's backends are: {', '.join(valid) or 'none registered'}",
             field="attention_backend", actual=name, expected=valid, details={"foreign": key})
     choices = valid + [old for d in registry.values() for old in d.aliases]
     close = difflib.get_close_matches(key, choices, n=3, cutoff=0.6)

@@ -23,5 +23,8 @@ def __getattr__(name: str):
     if name in _HOMES:
         import importlib
 
+        from attnkit.hardware import require_package
+
+        require_package("torch", f"attnkit.runner.{name}")   # AK212 with the install line, not ModuleNotFoundError
         return getattr(importlib.import_module(f"attnkit.runner.{_HOMES[name]}"), name)
     raise AttributeError(f"module 'attnkit.runner' has no attribute {name!r}")

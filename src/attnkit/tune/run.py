@@ -59,6 +59,7 @@ def tune(*, device: str = "cuda", quick: bool = False, models: Sequence[ModelAtt
         shapes = grids.model_grid(models, device, quick, platform) if models else grids.default_grid(device, quick)
     path = Path(out) if out else default_path(platform.name, device, env)
     head = {"device": device_info(platform), "software": software(), "method": method(device)}
+    check_writable(path)                  # before anything is measured, not after the first entry
     old = resume(path, head)
     entries = list(old.entries) if old else []
     done = {e.key() for e in entries}
@@ -163,6 +164,27 @@ def resume(path: Path, head: dict) -> Profile | None:
                     field=f"{part}.{key}", expected=have[part].get(key), actual=head[part].get(key),
                     solutions=[f"write to another file (--out), or delete {path} to re-measure"])
     return old
+
+
+def check_writable(path: Path) -> None:
+    """AK230 unless ``write`` can put a profile at ``path``: its folder is (or can be made) a
+    folder, the file and its ``.tmp`` are not folders, and a file can be created there."""
+    tmp = path.with_name(path.name + ".tmp")
+    def refuse(why: str) -> AttnkitError:
+        return AttnkitError("AK230", f"cannot write profile {str(path)!r}: {why}", field="out",
+                            expected="a file path in a writable folder", actual=str(path),
+                            solutions=["pass --out a file path in a folder you can write"])
+    for p in (path, tmp):
+        if p.is_dir():
+            raise refuse(f"{p} is a folder")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tmp.open("ab"):
+            pass
+        if tmp.stat().st_size == 0:
+            tmp.unlink()
+    except OSError as exc:
+        raise refuse(str(exc.strerror or exc)) from None
 
 
 def write(path: Path, head: dict, entries: list[Entry], runs: list[dict], *, smoke: bool) -> Profile:

@@ -11,6 +11,10 @@ Layout per layer:
                         omitted when nothing is masked, and replaced by is_causal for a single
                         square causal prefill so the flash kernel can run.
 Padded query rows see every key (no empty softmax row) and are dropped afterwards.
+Keys far from zero are centred first (``centre_keys``): a shift that every logit of a row
+shares changes no softmax, and it keeps kernels whose running maximum starts at a finite
+sentinel (FlashInfer #4450 / #4451) from taking a row whose logits all lie below it for an
+empty row and returning zeros.
 GQA/MQA use SDPA's enable_gqa where torch has it (>= 2.5), else K/V heads are repeated.
 MLA: decode-like steps in absorbed form (the latent as one shared KV head, q absorbed
 through w_kc, the output lifted through w_vc), long prefills decompressed into per-head
@@ -134,8 +138,8 @@ class SdpaBackend(AttentionBackend):
         else:
             qp = q[grid.q_index]
         qp = qp.transpose(1, 2)                                    # [B, H_q, q_max, D]
-        out = sdpa(qp, keys.transpose(1, 2), values.transpose(1, 2), mask=mask,
-                   is_causal=is_causal, scale=spec.softmax_scale)  # [B, H_q, q_max, D_out]
+        out = sdpa(qp, centre_keys(keys, index.lens).transpose(1, 2), values.transpose(1, 2),
+                   mask=mask, is_causal=is_causal, scale=spec.softmax_scale)  # [B, H_q, q_max, D_out]
         if index.any_empty:                         # no encoder keys: output is zero (as reference)
             empty = torch.tensor([n == 0 for n in index.lens], device=q.device)
             out = out.masked_fill(empty[:, None, None, None], 0)
@@ -160,7 +164,8 @@ class SdpaBackend(AttentionBackend):
         spec, b = layer.spec, len(meta.query_lens_cpu)
         mask, is_causal = self._mask(grid, layer, meta, meta.seq_lens_cpu, q.device)
         grid_view = lambda x: x.contiguous().view(b, grid.q_max, *x.shape[1:]).transpose(1, 2)  # noqa: E731
-        out = sdpa(grid_view(q), grid_view(k), grid_view(v), mask=mask, is_causal=is_causal,
+        keys = centre_keys(k.contiguous().view(b, grid.q_max, *k.shape[1:]), meta.seq_lens_cpu)
+        out = sdpa(grid_view(q), keys.transpose(1, 2), grid_view(v), mask=mask, is_causal=is_causal,
                    scale=spec.softmax_scale)                      # [B, H_q, q_max, D_v]
         return out.transpose(1, 2).reshape(meta.num_tokens, spec.num_heads * spec.value_dim)
 
@@ -201,6 +206,24 @@ class SdpaBackend(AttentionBackend):
                 mask = visibility(layer, q_lens, kv_lens, prefix, device=device, q_max=grid.q_max)
                 masks[key] = (None if mask is None else mask[:, None], False)
         return masks[key]
+
+
+def centre_keys(keys: torch.Tensor, lens) -> torch.Tensor:
+    """keys [B, S, H_k, D], rows past lens[b] zero (select_out) -> the keys less c, their mean
+    over the request's rows, per (request, head) where the mean outweighs the spread
+    (|c|^2 > mean |k - c|^2), else less 0 (the same bits). There every logit of a query row
+    shares the offset q.c, and a kernel may take a row whose logits all lie below its finite
+    sentinel (about -5e4) for an empty one (FlashInfer #4450 / #4451). Softmax drops a shift its
+    row shares, and q.(k - c) has a row maximum >= 0 for a query that sees all its request's
+    keys (decode); keys clustered at c subtract exactly (Sterbenz). No host sync: two
+    reductions and one subtraction over the keys."""
+    n = torch.tensor([max(1, x) for x in lens], device=keys.device, dtype=torch.float32)[:, None]
+    mean = keys.sum(1, dtype=torch.float32) / n[..., None]                              # [B, H, D]
+    squares = torch.linalg.vector_norm(keys, dim=-1, dtype=torch.float32).square().sum(1) / n
+    offset = mean.square().sum(-1)                                                      # [B, H]
+    far = offset > squares - offset                              # |c|^2 > mean |k|^2 - |c|^2
+    shift = torch.where(far[..., None], mean, torch.zeros_like(mean)).to(keys.dtype)
+    return keys - shift[:, None]
 
 
 def sdpa(q, k, v, *, mask, is_causal: bool, scale: float):

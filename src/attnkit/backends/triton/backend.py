@@ -32,6 +32,8 @@ from attnkit.backends.triton.decode import (choose_splits, decode_attention, dec
 from attnkit.backends.triton.decode_merge import merge_counters
 from attnkit.backends.triton.extend import extend_attention, extend_config, new_kv_ok
 from attnkit.backends.triton.extend_new_kv import extend_attention_v2
+from attnkit.backends.triton.invariant import (BATCH_INVARIANT_SPLIT_KEYS, INVARIANT_TABLES,
+                                               DecodeRows, check_invariant_options, fixed_splits)
 from attnkit.backends.triton.tma_path import (TMA_ONLY_KEYS, check_tma_override,
                                               merged_tma_config, run_tma_extend, tma_route)
 from attnkit.backends.triton.tma_path import gluon_prefill_ready
@@ -58,14 +60,18 @@ class TritonStep:
     partials: dict = field(default_factory=dict)   # (H_q, BLOCK_DV, splits) -> 3 f32 buffers
     rows: dict = field(default_factory=dict)       # tma_path.row_layout of the padded K/V rows
     counters: torch.Tensor | None = None           # decode split_merge: merge tickets, zeros
+    # batch_invariant MIXED steps: the one-token rows, run by the decode kernel (DecodeRows)
+    decode_rows: "DecodeRows | None" = None
     variants: tuple[str, ...] = ()                 # the plan's variants for this step, in order
 
     def query_blocks(self, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Request index and first query row of every BLOCK_M-row query block, the blocks
-        with the most keys first so the long programs do not trail at the end of the grid."""
+        with the most keys first so the long programs do not trail at the end of the grid
+        (the requests the decode kernel does not take: all but ``decode_rows``)."""
         if block_m not in self.blocks:
+            rest = None if self.decode_rows is None else self.decode_rows.others
             self.blocks[block_m] = query_blocks(self.meta.query_lens_cpu, self.meta.seq_lens_cpu,
-                                                block_m, device=self.seq_lens.device)
+                                                block_m, device=self.seq_lens.device, requests=rest)
         return self.blocks[block_m]
 
     def decode_splits(self, num_kv_heads: int, window: int | None, attention_chunk: int | None,
@@ -127,14 +133,31 @@ class TritonBackend(AttentionBackend):
     BLOCK_N, num_warps, num_stages) over a variant's launch configuration, ``num_splits``
     (decode KV splits; the chunk follows from it); ``varlen_kernel`` for the varlen call:
     "tile" (the default, triton/varlen.py) or "gluon" (prefill_gluon.py's non-causal path for
-    each sequence, where it runs: sm_90, Triton 3.6, no key mask, keys = queries; else the tile)."""
+    each sequence, where it runs: sm_90, Triton 3.6, no key mask, keys = queries; else the tile).
+
+    ``batch_invariant=True`` makes a request's output independent of the rest of its step
+    (tests/conformance/test_bitwise.py; backends/triton/invariant.py): decode splits of a fixed
+    ``split_keys`` keys (default BATCH_INVARIANT_SPLIT_KEYS) always merged by the reduce kernel,
+    the general kernels only (split decode, paged extend: no variant picked by the step), and
+    in a MIXED step the one-token rows through the decode kernel, as their DECODE steps run.
+    ``split_keys`` alone fixes the split size without the rest."""
 
     name = "triton"
 
     def __init__(self, *, kernels: Mapping[str, KernelTable] | None = None,
                  extend_config: dict | None = None, decode_config: dict | None = None,
                  num_splits: int | None = None, extend_variant: str | None = None,
-                 decode_variant: str | None = None, varlen_kernel: str = "tile"):
+                 decode_variant: str | None = None, split_keys: int | None = None,
+                 batch_invariant: bool = False, varlen_kernel: str = "tile"):
+        check_option("triton", "batch_invariant", batch_invariant, (False, True))
+        if batch_invariant:
+            check_invariant_options(kernels, extend_variant, decode_variant, num_splits)
+            split_keys = BATCH_INVARIANT_SPLIT_KEYS if split_keys is None else split_keys
+        check_int_option(self.name, "split_keys", split_keys)
+        if split_keys is not None and num_splits is not None:
+            fail("AK407", "triton: num_splits and split_keys both fix the decode splits; give one",
+                 field="split_keys", expected="None when num_splits is set", actual=split_keys)
+        self.split_keys, self.batch_invariant = split_keys, batch_invariant
         extend_variant = extend_kernels.EXTEND_VARIANT_NAMES.get(extend_variant, extend_variant)
         decode_variant = decode_kernels.DECODE_VARIANT_NAMES.get(decode_variant, decode_variant)
         check_option("triton", "extend_variant", extend_variant,
@@ -151,6 +174,8 @@ class TritonBackend(AttentionBackend):
             if variant is not None:        # one variant, asked for by name: it alone runs
                 names = decode_kernels.PLAN_NAMES if role == "decode" else extend_kernels.PLAN_NAMES
                 self.kernels[role] = KernelTable.only(role, names[variant])
+        if batch_invariant:
+            self.kernels = dict(INVARIANT_TABLES)
         self.extend_override = check_launch_config(self.name, "extend_config", extend_config)
         check_tma_override(self.extend_override)
         self.decode_override = check_launch_config(self.name, "decode_config", decode_config)
@@ -169,6 +194,8 @@ class TritonBackend(AttentionBackend):
         plan.variants = self._variants(meta)
         if meta.mode is ForwardMode.DECODE and "split_merge" in plan.variants[:1]:
             plan.counters = merge_counters(meta.num_reqs, dev)   # zeroed outside any graph
+        if self.batch_invariant and meta.mode is ForwardMode.MIXED:
+            plan.decode_rows = DecodeRows.of(meta, plan)
         return StepState(meta=meta, prepared=plan)
 
     def _variants(self, meta: BatchMetadata, *, max_kv: int | None = None) -> tuple[str, ...]:
@@ -210,11 +237,12 @@ class TritonBackend(AttentionBackend):
         if decode:
             cfg = decode_config(spec.head_dim, q.dtype, interpret=interpreting()) | self.decode_override
             splits, chunk = self._splits(plan, spec, cfg["BLOCK_N"])
+            fixed = self.split_keys is not None      # every request's partition is its own
             partials = (plan.split_buffers(spec.num_heads, padded_dim(spec.value_dim), splits)
-                        if splits > 1 else None)
+                        if splits > 1 or fixed else None)
             decode_attention(q, k_cache, v_cache, out, seq_lens=plan.seq_lens,
                              block_tables=plan.block_tables, num_splits=splits, chunk=chunk,
-                             partials=partials, config=cfg, **common,
+                             partials=partials, config=cfg, fixed_chunk=fixed, **common,
                              new_kv=(k, v, meta.slot_mapping) if fused_write else None,
                              counters=plan.counters if variant == "split_merge" else None)
         elif variant in ("tma", "gluon"):
@@ -240,6 +268,12 @@ class TritonBackend(AttentionBackend):
                 extend_attention_v2(q, k, v, k_cache, v_cache, out, **common)
             else:
                 extend_attention(q, k_cache, v_cache, out, **common)
+            if plan.decode_rows is not None:          # batch_invariant MIXED: decodes as alone
+                dcfg = decode_config(spec.head_dim, q.dtype, interpret=interpreting()) | self.decode_override
+                scales = {key: common[key] for key in ("qk_scale", "v_scale", "softcap", "window",
+                                                       "attention_chunk", "sinks")}
+                plan.decode_rows.run(q, k_cache, v_cache, out, spec, meta.seq_lens_cpu, config=dcfg,
+                                     split_keys=self.split_keys, **scales)
         return out.view(q.shape[0], spec.num_heads * spec.value_dim)
 
     def _runnable(self, plan: TritonStep, q, k, v, layer, cache, meta) -> str:
@@ -252,6 +286,14 @@ class TritonBackend(AttentionBackend):
         return "split" if meta.mode is ForwardMode.DECODE else "paged"
 
     def _splits(self, plan: TritonStep, spec, block_n: int) -> tuple[int, int]:
+        if self.split_keys is not None:     # fixed keys per split; the grid covers the longest
+            window, attn_chunk = spec.sliding_window, spec.attention_chunk
+            if plan.max_kv is not None:
+                span = max_decode_span(plan.max_kv, window, attn_chunk, block_n)
+            else:
+                span = max((decode_span(n, window, attn_chunk, block_n)
+                            for n in plan.meta.seq_lens_cpu), default=1)
+            return fixed_splits(span, self.split_keys, block_n)
         if self.num_splits is None:
             return plan.decode_splits(spec.num_kv_heads, spec.sliding_window, spec.attention_chunk,
                                       block_n)

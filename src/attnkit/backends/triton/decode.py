@@ -255,7 +255,7 @@ def choose_splits(max_kv: int, num_reqs: int, num_kv_heads: int, *, block_n: int
 
 def decode_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables, qk_scale, v_scale,
                      softcap, window, sinks, num_splits, chunk, partials, config, new_kv=None,
-                     part_starts=None, attention_chunk=None, counters=None):
+                     part_starts=None, attention_chunk=None, counters=None, fixed_chunk=False):
     """q: [B, H_q, D]; k_cache: [P, page, H_kv, D]; v_cache: [P, page, H_kv, DV];
     out: [B, H_q, DV] (written); seq_lens: [B] int32; block_tables: [B, pages] int32;
     partials: (mid_o [B, H_q, S, BLOCK_DV] f32, mid_m [B, H_q, S] f32, mid_l [B, H_q, S] f32)
@@ -274,7 +274,11 @@ def decode_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables, qk_sca
 
     counters (variant "fused"): decode_merge.merge_counters of the step, zeros; with splits
     the kernel's last split program per (request, KV head) merges them (no reduce launch)
-    where decode_merge.merge_shape serves the group."""
+    where decode_merge.merge_shape serves the group.
+
+    fixed_chunk: every request's split s covers keys [lo + s * chunk, ...) whatever the grid's
+    split count, and the reduce kernel merges even one split, so a request's bits do not
+    depend on the other requests of the step (the backend's batch_invariant option)."""
     q = unit_stride_rows(q, k_cache, v_cache)
     parted = q.dim() == 4
     if not parted:
@@ -284,7 +288,7 @@ def decode_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables, qk_sca
     group = num_heads // num_kv_heads
     cfg = dict(config)
     total_splits = num_splits
-    split = total_splits > 1
+    split = total_splits > 1 or fixed_chunk
     mid_o, mid_m, mid_l = partials if split else (out, out, out)
     strides = (mid_m.stride(0), mid_m.stride(1), mid_m.stride(2)) if split else (0, 0, 0)
     sinks_arg = sinks if sinks is not None else q
@@ -309,7 +313,7 @@ def decode_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables, qk_sca
         BLOCK_DV=padded_dim(dv), SPLIT=split, HAS_WINDOW=window is not None,
         HAS_CHUNK=attention_chunk is not None, HAS_SOFTCAP=softcap is not None, HAS_SINKS=sinks is not None,
         FUSED_WRITE=new_kv is not None, NUM_PARTS=num_parts, DOT_PREC="ieee",
-        EVEN_SPLITS=split and part_starts is None,
+        EVEN_SPLITS=split and part_starts is None and not fixed_chunk,
         MERGE_ROWS=merge[0] if merge else 0, MERGE_CHUNK=merge[1] if merge else 0, **cfg,
     )
     if split and not merge:

@@ -21,12 +21,22 @@ class ErrorEntry:
     example_before: str
     example_after: str
     related: tuple[str, ...] = field(default_factory=tuple)
+    # (field, its solutions): an error raised with that ``field`` and no solutions of its own
+    # offers these, not every solution of the page ("*": any other field)
+    fixes: tuple[tuple[str, tuple[str, ...]], ...] = field(default_factory=tuple)
+
+    def solutions_for(self, field_name: str | None) -> tuple[str, ...]:
+        """The solutions that apply to an error about ``field_name`` (all of them without ``fixes``)."""
+        by_field = dict(self.fixes)
+        return by_field.get(field_name or "", by_field.get("*", self.solutions))
 
 
-def entry(code, title, *, meaning, trigger, situations, solutions, before, after, related=()):
-    """Build an ErrorEntry; keyword names mirror the page sections."""
+def entry(code, title, *, meaning, trigger, situations, solutions, before, after, related=(), fixes=None):
+    """Build an ErrorEntry; keyword names mirror the page sections. ``fixes``: field -> the
+    solutions (of ``solutions``, or narrower) an error about that field offers."""
     return ErrorEntry(code, title, meaning, trigger, tuple(situations), tuple(solutions),
-                      before, after, tuple(related))
+                      before, after, tuple(related),
+                      tuple((k, tuple(v)) for k, v in (fixes or {}).items()))
 
 
 def _collect() -> dict[str, ErrorEntry]:

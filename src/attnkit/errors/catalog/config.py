@@ -43,14 +43,17 @@ ENTRIES = [
     entry(
         "AK303", "Page size conflict",
         meaning="The --page-size you set is not accepted by the chosen backend(s). attnkit never "
-                "changes a page size you set; the message lists the valid sizes.",
+                "changes a page size you set; the message lists the valid sizes. With no backend named, "
+                "the planner picks one that accepts it instead; where the device profile measures that "
+                "one 1.5x or more slower than the plan without the flag, the plan warns (AK312 with "
+                "--strict).",
         trigger="An explicit --page-size rejected by a named backend or by every candidate.",
         situations=["A fleet-wide --page-size 128 with triton_mla (1, 16, 32, 64).",
                     "A page size that does not divide the dual-chunk length."],
         solutions=["Use one of the listed page sizes.", "Omit --page-size (default 16 where accepted)."],
-        before="attnkit plan deepseek-v3 --device h100 --page-size 128",
-        after="attnkit plan deepseek-v3 --device h100 --page-size 64",
-        related=("AK107", "AK308"),
+        before="attnkit plan deepseek-v3 --device h100 --attention-backend triton_mla --page-size 128",
+        after="attnkit plan deepseek-v3 --device h100 --attention-backend triton_mla --page-size 64",
+        related=("AK107", "AK308", "AK314"),
     ),
     entry(
         "AK304", "KV-cache dtype conflict",
@@ -59,8 +62,8 @@ ENTRIES = [
         trigger="An explicit --kv-cache-dtype that the named backend, or every candidate, rejects.",
         situations=["--kv-cache-dtype fp8_e4m3 with the dual_chunk backend."],
         solutions=["Use a backend the message lists.", "Omit --kv-cache-dtype (KV in the compute dtype)."],
-        before="attnkit plan qwen2.5-7b-instruct-1m --device h100 --kv-cache-dtype fp8_e4m3",
-        after="attnkit plan qwen2.5-7b-instruct-1m --device h100",
+        before="attnkit plan deepseek-v3 --device h100 --attention-backend triton_mla --kv-cache-dtype fp8_e5m2",
+        after="attnkit plan deepseek-v3 --device h100 --attention-backend triton_mla --kv-cache-dtype fp8_e4m3",
         related=("AK106",),
     ),
     entry(
@@ -139,14 +142,76 @@ ENTRIES = [
         related=("AK109", "AK120"),
     ),
     entry(
+        "AK312", "Backend does not declare a required numeric property",
+        meaning="--require batch-invariant (or deterministic) asks for backends whose output is "
+                "proven bit for bit: batch_invariant, a request's output does not depend on the "
+                "other requests of its batch; deterministic, the same step gives the same bits run "
+                "after run. A backend declares them only where tests/conformance/test_bitwise.py "
+                "proves them; this one does not, so it is not chosen (or, when named, refused).",
+        trigger="--require NAME with a backend that does not declare NAME, named or considered.",
+        situations=["--attention-backend triton --require batch-invariant: triton's split-KV decode "
+                    "sizes its splits by the batch."],
+        solutions=["Drop the backend flag so the planner picks one that declares it.",
+                   "Drop --require if tolerance-level agreement is enough."],
+        before="attnkit plan llama-3.1-8b --device h100 --attention-backend triton --require batch-invariant",
+        after="attnkit plan llama-3.1-8b --device h100 --require batch-invariant",
+        related=("AK313", "AK121"),
+    ),
+    entry(
+        "AK313", "No backend serves the model with the required numerics",
+        meaning="Some backend serves this model here, but none that declares what --require asks "
+                "for (batch_invariant, deterministic). The message names those that would serve "
+                "without the requirement and those that declare it (and why they do not serve here).",
+        trigger="--require NAME when every candidate that declares NAME is denied, not usable on "
+                "the device, or lacks a feature the model needs.",
+        situations=["--deny torch_native --require batch-invariant on a GPU: torch_native is the "
+                    "backend that declares it."],
+        solutions=["Drop --require (the message names what then serves).",
+                   "Let a backend that declares it serve (drop the --deny, plan another device)."],
+        before="attnkit plan llama-3.1-8b --device h100 --deny torch_native --require batch-invariant",
+        after="attnkit plan llama-3.1-8b --device h100 --deny torch_native",
+        related=("AK312", "AK120"),
+    ),
+    entry(
         "AK310", "Command line not understood",
-        meaning="`attnkit plan` could not parse its arguments: an unknown flag, a flag without its "
-                "value, or no model. With --json the failure is printed as a failed plan object.",
-        trigger="argparse rejects the command line of `attnkit plan`.",
-        situations=["A flag from another tool (--model-path)", "--device with no value."],
-        solutions=["Run `attnkit plan --help` for the flags."],
+        meaning="An `attnkit` subcommand could not parse its arguments: an unknown flag, a flag "
+                "without its value, a value outside its choices, or no model. With --json the failure "
+                "is one JSON object (for `attnkit plan` a failed plan object).",
+        trigger="argparse rejects the command line of any `attnkit` subcommand.",
+        situations=["A flag from another tool (--model-path, --gpu).", "--device with no value.",
+                    "A planning flag the runner does not run (`attnkit generate --deny`, AK487)."],
+        solutions=["Run `attnkit COMMAND --help` for its flags."],
         before="attnkit plan llama-3.1-8b --gpu h100",
         after="attnkit plan llama-3.1-8b --device h100",
         related=("AK306",),
+    ),
+    entry(
+        "AK314", "A setting makes the plan measurably slower (--strict)",
+        meaning="An explicit setting (a page size, a KV-cache dtype, --deny ...) moves a role "
+                "(prefill, extend or decode) to a backend the device profile measures at least 1.5x "
+                "slower than the backend the plan without that setting runs. Without --strict this "
+                "is a warning and the plan runs; --strict refuses it. The message names the flag, "
+                "both backends and both rates, all from the profile.",
+        trigger="`attnkit plan --strict` where a flag the user set costs a role 1.5x or more of its "
+                "measured rate.",
+        situations=["--page-size 128 for DeepSeek-V3: triton_mla (16-64) cannot serve it, decode falls "
+                    "to torch_native.",
+                    "--kv-cache-dtype fp8_e5m2, which triton_mla does not store."],
+        solutions=["Drop the flag: attnkit fills the setting in by measurement.",
+                   "Or keep it and drop --strict: the plan runs, slower."],
+        before="attnkit plan deepseek-v3 --device h100 --page-size 128 --strict",
+        after="attnkit plan deepseek-v3 --device h100 --page-size 64 --strict",
+        related=("AK303", "AK107"),
+    ),
+    entry(
+        "AK315", "Unknown error code",
+        meaning="`attnkit explain` was given a code the catalog does not hold. Codes are AK and three "
+                "digits; the message lists the codes that begin with what was typed, or the nearest.",
+        trigger="attnkit explain CODE with a CODE not in the catalog (docs/errors/README.md lists them).",
+        situations=["A prefix (AK12) instead of a whole code.", "A code from a newer attnkit."],
+        solutions=["Use a code the message suggests.", "Every code: docs/errors/README.md."],
+        before="attnkit explain AK12",
+        after="attnkit explain AK121",
+        related=("AK310",),
     ),
 ]

@@ -16,7 +16,7 @@ ENTRIES = [
                    "pip install tokenizers (or transformers).",
                    "Save the tokenizer next to the weights: tokenizer.save_pretrained(MODEL_DIR)."],
         before="attnkit generate ./tiny-llama --prompt \"Hello\"",
-        after="attnkit generate ./tiny-llama --prompt-ids \"1,15043\"",
+        after="attnkit generate ./tiny-llama --prompt-ids \"1,15043\"   # ids from the model's own tokenizer",
         related=("AK486",),
     ),
     entry(
@@ -55,6 +55,10 @@ ENTRIES = [
         before="llm.generate(prompts, top_p=0)",
         after="llm.generate(prompts, top_p=1.0)",
         related=("AK483",),
+        fixes={"seed": ["Give one seed, or exactly one seed per prompt."],
+               **dict.fromkeys(("temperature", "top_p", "top_k"),
+                               ["Use temperature=0 for greedy, top_p=1.0 and top_k=0 for no filtering."]),
+               "*": ["The message names the argument and the values it accepts."]},
     ),
     entry(
         "AK487", "Setting the runner does not support",
@@ -71,8 +75,8 @@ ENTRIES = [
         solutions=["Drop the flag for runner runs; check the full-engine setting with "
                    "`attnkit plan MODEL --device D --speculative-tokens N`.",
                    "Pick the backend directly (--attention-backend NAME) instead of --deny."],
-        before="attnkit generate ./llama --prompt-ids 1,2 --deny sdpa",
-        after="attnkit generate ./llama --prompt-ids 1,2 --attention-backend torch_native",
+        before="LLM(\"./tiny-llama\", speculative_tokens=4)",
+        after="LLM(\"./tiny-llama\")",
         related=("AK306", "AK483"),
     ),
 ]

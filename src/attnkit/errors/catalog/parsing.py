@@ -27,18 +27,19 @@ ENTRIES = [
         solutions=["Fix the JSON at the reported line and column.",
                    "Download config.json again."],
         before="attnkit plan ./broken-model",
-        after="attnkit plan ./broken-model   # after re-downloading config.json",
+        after="attnkit plan ./redownloaded-model   # the same model, config.json downloaded again",
         related=("AK500", "AK502"),
     ),
     entry(
         "AK502", "Model config is not a JSON object",
         meaning="config.json must hold one JSON object of named fields; this one holds a list, "
                 "a string or a number.",
-        trigger="The parsed top-level value is not an object.",
+        trigger="The parsed top-level value is not an object, or a dict given to plan() has "
+                "a key (at any depth) that is not a string, which no JSON file can hold.",
         situations=["A file of several configs in a list.", "A dict-like API given a list."],
         solutions=["Pass the single config object (the model's config.json)."],
-        before="attnkit.plan([cfg], 'h100')",
-        after="attnkit.plan(cfg, 'h100')",
+        before="attnkit plan ./list-model   # its config.json holds a list: [{...}]",
+        after="attnkit plan ./model   # config.json holds one object",
         related=("AK501",),
     ),
     entry(
@@ -119,7 +120,7 @@ ENTRIES = [
         solutions=["Serve the model with an engine path that supports attention bias (eager attention).",
                    "Choose a rotary-position model for attnkit."],
         before="attnkit plan ./flan-t5-xl --device a100",
-        after="attnkit plan ./whisper-large-v3 --device a100   # a model attnkit can serve",
+        after="attnkit plan whisper-large-v3 --device a100   # a model attnkit can serve",
         related=("AK509", "AK510"),
     ),
     entry(
@@ -171,8 +172,8 @@ ENTRIES = [
         situations=["A model family newer than this attnkit.", "A typo in a hand-edited layer_types."],
         solutions=["Serve the model with an engine backend that implements that layer type.",
                    "Fix the entry if it is a typo (the message lists the known ones)."],
-        before="attnkit plan ./my-model   # layer_types: [\"window_attention\", ...]",
-        after="attnkit plan ./my-model   # layer_types: [\"sliding_attention\", ...]",
+        before="attnkit plan ./windowed-model   # layer_types: [\"window_attention\", ...]",
+        after="attnkit plan ./sliding-model   # layer_types: [\"sliding_attention\", ...]",
         related=("AK510", "AK513"),
     ),
     entry(

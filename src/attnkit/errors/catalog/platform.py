@@ -46,8 +46,8 @@ ENTRIES = [
         solutions=["Install the package named in the message (pip install triton; for torch: "
                    "pip install 'attnkit[torch]').",
                    "Use a backend whose requirements are installed."],
-        before="attnkit plan llama-3.1-8b --attention-backend triton   # triton not installed",
-        after="pip install triton && attnkit plan llama-3.1-8b --attention-backend triton",
+        before="attnkit plan llama-3.1-8b --device cpu --attention-backend triton   # the cpu preset assumes no triton",
+        after="attnkit plan llama-3.1-8b --device h100 --attention-backend triton   # a preset that assumes triton",
         related=("AK210", "AK120"),
     ),
 ]

@@ -29,7 +29,7 @@ ENTRIES = [
         solutions=["Re-measure: `attnkit tune --out FILE` writes a valid profile (resumable).",
                    "Use the attnkit version that wrote the file."],
         before="attnkit plan llama-3.1-8b --device h200 --profile edited.json",
-        after="attnkit tune --out h200.json && attnkit plan llama-3.1-8b --device h200 --profile h200.json",
+        after="attnkit plan llama-3.1-8b --device h200 --profile h200.json   # re-measured: attnkit tune --out h200.json",
         related=("AK230", "AK232"),
     ),
     entry(

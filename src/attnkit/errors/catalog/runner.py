@@ -84,6 +84,23 @@ ENTRIES = [
                    "torch_native's mla_form)."],
         before="engine.decode([7, 9])            # one live sequence",
         after="engine.decode([7], ids=engine.ids)",
+        fixes={
+            **dict.fromkeys(("seq_id", "ids", "seqs", "batch", "prompt_lens"),
+                            ["Use engine.ids for the live sequences; decode one token per id."]),
+            **dict.fromkeys(("tokens", "prompts"),
+                            ["Check the tokenizer matches the model (ids < vocab_size)."]),
+            "max_tokens": ["Size max_tokens to the KV room the device has (the message gives the bytes "
+                           "per token and the memory free)."],
+            **dict.fromkeys(("dtype", "kv_cache_dtype"),
+                            ["Use fp32, fp16 or bf16 compute; fp32/fp16/bf16/fp8_e4m3/fp8_e5m2 KV cache."]),
+            **dict.fromkeys(("device", "tp_size"),
+                            ["Pick a device this machine has (device='cpu', or 'cuda:N' below "
+                             "torch.cuda.device_count()); `attnkit plan --device` presets are for planning only."]),
+            **dict.fromkeys(("backend", "backend_options"),
+                            ["Name a backend attnkit has (attnkit backends), and pass backend_options only "
+                             "with a backend that takes them (e.g. torch_native's mla_form)."]),
+            "*": ["The message names the argument and what it accepts."],
+        },
         related=("AK400", "AK405"),
     ),
     entry(

@@ -238,22 +238,23 @@ ENTRIES = [
         solutions=["Let `attnkit plan` choose the backend for this model and device.",
                    "Run `attnkit backends` to see which backends support the feature.",
                    "Use a HybridBackend to serve prefill and decode with different backends."],
-        before="attnkit plan my-model --attention-backend sdpa  # model uses sliding windows",
-        after="attnkit plan my-model   # picks a backend that declares sliding_window",
+        before="load_backend(\"dual_chunk\").prepare(verify_meta, cache)   # a VERIFY step",
+        after="load_backend(\"sdpa\").prepare(verify_meta, cache)   # sdpa declares verify",
         related=("AK406",),
     ),
     entry(
         "AK430", "Invalid KV cache configuration",
         meaning="PagedKVCache was built with an argument it cannot use: num_pages or page_size "
                 "not an int >= 1, a dtype that is neither a torch dtype nor one of the names "
-                "fp32, fp16, bf16, fp8_e4m3, fp8_e5m2, or a k/v scale that is not a finite number > 0 or names a layer "
+                "fp32, fp16, bf16, fp8_e4m3, fp8_e5m2 (or a spelling `attnkit plan --kv-cache-dtype` "
+                "takes: fp8 is fp8_e4m3, bfloat16 is bf16 ...), or a k/v scale that is not a finite number > 0 or names a layer "
                 "the cache does not hold. fp8 pages store value / scale, so a zero, negative or "
                 "NaN scale would silently corrupt every value written. Also layers that are not "
                 "LayerAttention values or repeat a layer id, and a device this process cannot "
                 "put tensors on (cuda without CUDA, mps without MPS, a misspelt name).",
         trigger="PagedKVCache(layers, num_pages=..., page_size=..., dtype=..., k_scales=..., "
                 "v_scales=..., device=...) with such a value.",
-        situations=["dtype='fp8' instead of 'fp8_e4m3' or 'fp8_e5m2'.",
+        situations=["dtype='fp4' (no such KV dtype).",
                     "dtype='int8' (no such KV dtype name: there is no int8 dequantisation path).",
                     "A calibration that produced a scale of 0 for an all-zero layer.",
                     "num_pages computed as 0 for a tiny memory budget."],
@@ -261,8 +262,8 @@ ENTRIES = [
                    "Give every scale a positive finite value (1.0 when uncalibrated).",
                    "Key k_scales / v_scales by the layer ids of the layers passed in.",
                    "Give the cache at least one page of at least one token."],
-        before="PagedKVCache(layers, num_pages=64, page_size=16, dtype='fp8')",
-        after="PagedKVCache(layers, num_pages=64, page_size=16, dtype='fp8_e4m3')",
+        before="PagedKVCache(layers, num_pages=64, page_size=16, dtype='int8')",
+        after="PagedKVCache(layers, num_pages=64, page_size=16, dtype='fp8')   # fp8 is fp8_e4m3, as in attnkit plan",
         related=("AK418", "AK419", "AK304", "AK431"),
     ),
     entry(

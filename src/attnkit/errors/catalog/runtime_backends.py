@@ -23,8 +23,8 @@ ENTRIES = [
         solutions=["Run the layer on a backend that serves the feature; the error lists them.",
                    "Let `attnkit plan MODEL` choose: it never pairs a layer with such a backend.",
                    "A hybrid (prefill, decode) pair: give the layer's phase a backend that serves it."],
-        before='load_backend("sdpa").forward(q, k, v, gemma2_layer, cache, step)  # softcap',
-        after='load_backend("torch_native").forward(q, k, v, gemma2_layer, cache, step)',
+        before="b = load_backend(\"sdpa\"); b.forward(q, k, v, gemma2_layer, cache, b.prepare(meta, cache))   # logit softcap",
+        after="b = load_backend(\"torch_native\"); b.forward(q, k, v, gemma2_layer, cache, b.prepare(meta, cache))",
         related=("AK441",),
     ),
     entry(

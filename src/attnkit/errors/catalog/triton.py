@@ -17,8 +17,8 @@ ENTRIES = [
                     "Qwen2.5-1M with dual chunk attention on and --attention-backend triton."],
         solutions=["Use triton_mla for MLA models, dual_chunk for dual chunk attention.",
                    "Serve cross-attention layers with sdpa or torch_native.", _PLAN],
-        before="attnkit plan deepseek-v3 --attention-backend triton",
-        after="attnkit plan deepseek-v3 --attention-backend triton_mla",
+        before="b = load_backend(\"triton\"); b.forward(mla_q, latent, None, mla_layer, mla_cache, b.prepare(mla_meta, mla_cache))   # an MLA layer",
+        after="b = load_backend(\"triton_mla\"); b.forward(mla_q, latent, None, mla_layer, mla_cache, b.prepare(mla_meta, mla_cache))",
         related=("AK420", "AK460"),
     ),
     entry(
@@ -44,8 +44,8 @@ ENTRIES = [
         solutions=["Run on a CUDA GPU, with the cache and tensors on it.",
                    "On CPUs use torch_native or sdpa.",
                    "For kernel tests on a CPU, set TRITON_INTERPRET=1 before triton is imported."],
-        before="attnkit plan llama-3-8b --device cpu --attention-backend triton",
-        after="attnkit plan llama-3-8b --device cpu --attention-backend sdpa",
+        before="b = load_backend(\"triton\"); b.forward(q, k, v, layer, cache, b.prepare(meta, cache))   # CPU tensors, TRITON_INTERPRET unset",
+        after="TRITON_INTERPRET=1 python my_kernel_test.py   # or CUDA tensors",
         related=("AK412",),
     ),
     entry(
@@ -60,8 +60,8 @@ ENTRIES = [
         situations=["A model with 512-wide heads.", "A small research model with 48-wide heads.",
                     "An MLA layer expanded to MHA form by hand."],
         solutions=["Serve the layer with sdpa or torch_native, which take any head dim.", _PLAN],
-        before="attnkit plan ./wide-heads --attention-backend triton",
-        after="attnkit plan ./wide-heads --attention-backend sdpa",
+        before="b = load_backend(\"triton\"); b.forward(q32, k32, v32, layer32, cache32, b.prepare(meta, cache32))   # head_dim 32",
+        after="b = load_backend(\"sdpa\"); b.forward(q32, k32, v32, layer32, cache32, b.prepare(meta, cache32))",
         related=("AK420",),
     ),
 ]

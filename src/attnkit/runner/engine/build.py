@@ -11,7 +11,7 @@ import dataclasses
 import os
 import warnings
 import weakref
-from typing import Any, Mapping, TextIO
+from typing import Any, Mapping, Sequence, TextIO
 
 import torch
 
@@ -40,7 +40,8 @@ def from_pretrained(cls, source: Any, *, request: PlanRequest | Mapping[str, Any
                     backend_options: Mapping[str, Any] | None = None,
                     cuda_graph: bool | None = None, graph_capture: bool = True,
                     max_num_seqs: int = 256, progress: TextIO | None = None,
-                    tp_size: int | None = None, tp_timeout: float = 300.0):
+                    tp_size: int | None = None, tp_timeout: float = 300.0,
+                    require: Sequence[str] = ()):
     """source: a local model directory (config.json + *.safetensors) or an in-memory
     transformers model.
     request: ``attnkit plan``'s settings (a PlanRequest or a dict); the keywords below that
@@ -74,12 +75,15 @@ def from_pretrained(cls, source: Any, *, request: PlanRequest | Mapping[str, Any
     from ``device`` on (NCCL) or N CPU processes (gloo); the source must be a model
     directory (each rank reads its shard) and the backend a name; decode runs eagerly
     (cuda_graph=True is AK489). tp_timeout: seconds a step may take on the ranks before the
-    run ends with AK482 (starting a rank may take max(tp_timeout, 120 s))."""
+    run ends with AK482 (starting a rank may take max(tp_timeout, 120 s)).
+    require: numerics every chosen backend must declare ("batch_invariant", "deterministic";
+    ``--require``): planned only (a backend object is not planned: AK483)."""
     obj = backend if isinstance(backend, AttentionBackend) else None
     req = runner_request(request, backend=None if obj else backend, page_size=page_size,
                          dtype=dtype, kv_cache_dtype=kv_cache_dtype, dual_chunk=dual_chunk,
                          prefill_backend=prefill_backend, decode_backend=decode_backend,
-                         cuda_graph=cuda_graph, tp_size=tp_size)
+                         cuda_graph=cuda_graph, tp_size=tp_size,
+                         require=list(require) or None)
     check_count("max_tokens", max_tokens, minimum=1)
     if isinstance(tp_timeout, bool) or not isinstance(tp_timeout, (int, float)) or not tp_timeout > 0:
         fail("AK483", f"tp_timeout must be a number of seconds > 0, got {tp_timeout!r}",
@@ -103,6 +107,10 @@ def from_pretrained(cls, source: Any, *, request: PlanRequest | Mapping[str, Any
     plan = None
     if obj is not None:
         attn = obj
+        if req.require:
+            fail("AK483", f"require={list(req.require)} needs a planned backend (a name or 'auto'): "
+                          "a backend object is not checked against the declarations",
+                 field="require", expected="a backend name", actual=type(obj).__name__)
         if req.page_size is None:
             fail("AK483", "page_size must be given with a backend object (no plan picks it)",
                  field="page_size", expected="an int >= 1", actual=None)

@@ -32,6 +32,7 @@ from attnkit.kvcache.allocator import PageAllocator
 from attnkit.runner.engine.checks import check_count, check_id, check_list, coded_args, preview
 from attnkit.runner.engine.sequence import Sequence
 from attnkit.runner.engine.tokens import token_ids
+from attnkit.runner.layers.linear import row_by_row
 from attnkit.runner.models.base import DecoderModel
 
 LOGITS = ("all", "last", "argmax")
@@ -350,7 +351,9 @@ class Engine:
         ctx = self.model.context(self.backend, self.cache, step, dca_lengths=dca_lengths)
         flat = torch.tensor(tokens, dtype=torch.int64, device=self.device)
         rows = meta.query_start_loc[1:].to(torch.int64) - 1 if logits != "all" else None
-        out = self.model.forward(flat, ctx, rows=rows)
+        run = getattr(self.plan, "run", None)
+        with row_by_row("batch_invariant" in getattr(run, "numerics", ())):   # --require
+            out = self.model.forward(flat, ctx, rows=rows)
         return out.argmax(-1).tolist() if logits == "argmax" else out
 
     @torch.no_grad()

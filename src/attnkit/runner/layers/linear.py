@@ -1,6 +1,14 @@
-"""A linear map with Hugging Face's weight layout (``name.weight`` [out, in], ``name.bias`` [out])."""
+"""A linear map with Hugging Face's weight layout (``name.weight`` [out, in], ``name.bias`` [out]).
+
+``row_by_row()`` (the engine enters it for plans with ``--require batch-invariant``): every 2-D
+product inside runs one token row at a time, so a row's bits never depend on how many rows
+share the GEMM (a GEMM library picks its tiling, and so its summation order, by M). Slow by
+design; the mode's cost is measured by benchmarks/bench_deterministic.py.
+"""
 from __future__ import annotations
 
+import contextvars
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
@@ -9,6 +17,28 @@ import torch.nn.functional as F
 
 if TYPE_CHECKING:
     from attnkit.runner.models.weights import Weights
+
+
+# Whether 2-D products run one row at a time (a mode like torch.no_grad: set for one forward
+# by the engine, read here; never set elsewhere).
+_ROW_BY_ROW = contextvars.ContextVar("attnkit_row_by_row", default=False)
+
+
+@contextmanager
+def row_by_row(on: bool = True):
+    """Within: ``Linear`` and ``linear`` compute [T, in] x [in, out] as T products of one row."""
+    token = _ROW_BY_ROW.set(bool(on))
+    try:
+        yield
+    finally:
+        _ROW_BY_ROW.reset(token)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear (x [..., in], weight [out, in]), one row at a time inside ``row_by_row``."""
+    if _ROW_BY_ROW.get() and x.dim() == 2 and x.shape[0] > 1:
+        return torch.cat([F.linear(x[i:i + 1], weight, bias) for i in range(x.shape[0])])
+    return F.linear(x, weight, bias)
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +56,8 @@ class Linear:
         # those with the transpose taken once skips linear's dispatch and the per-call t().
         if x.dim() != 2:
             return F.linear(x, self.weight, self.bias)
+        if x.shape[0] > 1 and _ROW_BY_ROW.get():
+            return torch.cat([self(x[i:i + 1]) for i in range(x.shape[0])])
         if self.bias is None:
             return torch.mm(x, self.weight_t)
         return torch.addmm(self.bias, x, self.weight_t)

@@ -23,12 +23,12 @@ on every rank.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from attnkit.backends.base import AttentionBackend, StepState
 from attnkit.errors import fail
 from attnkit.model.spec import LayerAttention
 from attnkit.runner.layers.context import StepContext
+from attnkit.runner.layers.linear import linear
 from attnkit.runner.layers.norm import add_rms_norm, rms_norm
 from attnkit.runner.layers.parallel import SINGLE, TensorParallel, vocab_lookup
 from attnkit.runner.layers.rotary import DualChunkRotary, Rotary
@@ -102,6 +102,6 @@ class DecoderModel:
             h, pending = h[rows], None if pending is None else pending[rows]
         normed = (self.norm(h, self.final_norm) if pending is None else
                   add_rms_norm(pending, h, self.final_norm, self.norm_style)[0])
-        logits = self.tp.all_gather(F.linear(normed, self.lm_head), self.arch.vocab_size).float()
+        logits = self.tp.all_gather(linear(normed, self.lm_head), self.arch.vocab_size).float()
         cap = self.arch.final_logit_softcap
         return logits if cap is None else cap * torch.tanh(logits / cap)
