@@ -82,6 +82,8 @@ SCHEMATIC = {
     "AK488": "needs the reader's model and two steps",
     "AK490": "needs a transformers checkpoint path",
     "AK491": "needs a transformers model with sliding layers",
+    "AK496": "a vLLM command line: the vLLM engine tier (.ci/engine-tier vllm) tests these refusals",
+    "AK497": "a vLLM command line on CUDA: the vLLM tier tests the CUSTOM selection on its platform class",
 }
 # Examples that drift today, from work still landing (pipelines, varlen): each expected to fail
 # (strict: once it passes, take it off this list). Reported to the lead with what each gives.

@@ -149,6 +149,51 @@ class PagedKVCache:
                           f"{dev}: {exc}", field="num_pages", expected="fewer pages", actual=num_pages,
                  details={"bytes": need, "device": str(dev)})
 
+    @classmethod
+    def over(cls, layers, *, k: dict[int, torch.Tensor], v: dict[int, torch.Tensor],
+             k_scales: dict[int, float] | None = None,
+             v_scales: dict[int, float] | None = None) -> "PagedKVCache":
+        """A cache whose pages are tensors another owner allocated (an engine's own KV cache),
+        used in place: reads and writes go to those tensors, nothing is copied.
+
+        k[layer_id]: [num_pages, page_size, H_kv, D] and v[layer_id]: [num_pages, page_size,
+        H_kv, D_v], MHA layers only, one dtype and device; each may be a strided view (K and V
+        side by side in one buffer) whose last dimension is dense and whose first two
+        dimensions merge into one (slot = page * page_size + offset indexes it without a copy).
+        Anything else is AK430."""
+        layers = _check_layers(layers)
+        self = cls.__new__(cls)
+        bufs = [(name, l, table.get(l.layer_id)) for l in layers
+                for name, table in (("k", k), ("v", v))]
+        first = next((b for _, _, b in bufs if isinstance(b, torch.Tensor)), None)
+        for name, l, buf in bufs:
+            width = l.head_dim if name == "k" else l.value_dim
+            ok = (l.kind == "mha" and isinstance(buf, torch.Tensor) and buf.dim() == 4
+                  and first is not None and buf.dtype == first.dtype and buf.device == first.device
+                  and tuple(buf.shape[:1]) == tuple(first.shape[:1])
+                  and tuple(buf.shape[1:]) == (first.shape[1], l.num_kv_heads, width)
+                  and buf.stride(-1) == 1 and buf.stride(0) == buf.shape[1] * buf.stride(1))
+            if not ok:
+                fail("AK430", f"layer {l.layer_id}: {name} must be an MHA page tensor [num_pages, "
+                              f"page_size, {l.num_kv_heads}, {width}] of the other layers' dtype and "
+                              "device, dense in its last dimension, with pages and offsets that "
+                              f"merge into slots; got {_describe(buf)}",
+                     field=f"{name}[{l.layer_id}]", expected=["num_pages", "page_size", l.num_kv_heads, width],
+                     actual=_describe(buf))
+        ids = {l.layer_id for l in layers}
+        for name, scales in (("k_scales", k_scales), ("v_scales", v_scales)):
+            _check_scales(name, scales or {}, ids)
+        self.dtype = _kv_dtype(first.dtype)
+        self.num_pages, self.page_size = int(first.shape[0]), int(first.shape[1])
+        self.device = first.device
+        self.specs = {l.layer_id: l for l in layers}
+        self.k = {l.layer_id: k[l.layer_id] for l in layers}
+        self.v = {l.layer_id: v[l.layer_id] for l in layers}
+        self.latent = {}
+        self.k_scales = {l.layer_id: 1.0 for l in layers} | dict(k_scales or {})
+        self.v_scales = {l.layer_id: 1.0 for l in layers} | dict(v_scales or {})
+        return self
+
     @property
     def is_fp8(self) -> bool:
         return self.dtype in FP8_DTYPES
@@ -186,3 +231,9 @@ class PagedKVCache:
         if self.is_fp8:
             return buf.to(torch.float32).mul(scale).to(dtype)
         return buf.to(dtype)
+
+
+def _describe(buf: Any) -> str:
+    if not isinstance(buf, torch.Tensor):
+        return "nothing" if buf is None else type(buf).__name__
+    return f"{list(buf.shape)} {buf.dtype} on {buf.device}, strides {list(buf.stride())}"

@@ -1,4 +1,4 @@
-"""AK490-AK499: integrations with other libraries (attnkit.integrations.transformers)."""
+"""AK490-AK499: integrations with other libraries (attnkit.integrations.transformers, .vllm, .sglang)."""
 from attnkit.errors.catalog import entry
 
 ENTRIES = [
@@ -84,5 +84,54 @@ ENTRIES = [
         before="pip install transformers==4.45.2",
         after="pip install 'transformers>=4.55'",
         related=("AK490",),
+    ),
+    entry(
+        "AK496", "Model or layer not servable through the vLLM or SGLang plugin",
+        meaning="With ATTNKIT_VLLM=1 (vLLM) or --attention-backend attnkit (SGLang) attnkit plans "
+                "the model the engine loaded, at the engine's start-up, and then runs its planned "
+                "backend on the engine's own paged KV cache for every attention layer. It serves "
+                "what it planned: decoder self-attention (MHA/GQA/MQA, sliding windows, logit "
+                "softcap, sinks) in the engine's dtype, KV-cache dtype and page size. A layer the "
+                "engine builds differently from the plan, or a kind of attention the plugin does "
+                "not run, is refused at start-up rather than computed differently.",
+        trigger="Starting vLLM with ATTNKIT_VLLM=1 (or SGLang with --attention-backend attnkit) "
+                "on a model with MLA layers, encoder or cross-attention layers, ALiBi slopes or "
+                "KV sharing between layers; a layer whose head counts, head size, softmax scale, "
+                "window, softcap or sinks differ from what attnkit reads in the model's config; "
+                "an fp8 KV cache the plugin does not run; a compute dtype other than fp32, fp16 "
+                "or bf16; SGLang options attnkit's SGLang backend does not serve (dual chunk "
+                "attention, MLA, a page size the plan refuses).",
+        situations=["DeepSeek-V2/V3 (MLA) under ATTNKIT_VLLM=1: MLA through the plugins is not "
+                    "built; vLLM's own MLA backend serves it without the variable.",
+                    "A model whose config attnkit reads differently from the engine (a custom "
+                    "attention scale that the engine computes from another field)."],
+        solutions=["Run the model without the plugin (unset ATTNKIT_VLLM, or choose another "
+                   "SGLang --attention-backend).",
+                   "Check what attnkit plans for the model: attnkit plan MODEL_DIR --device cpu.",
+                   "For a KV-cache dtype the plugin refuses, run with the model's dtype "
+                   "(kv_cache_dtype='auto')."],
+        before="ATTNKIT_VLLM=1 vllm serve deepseek-ai/DeepSeek-V2-Lite",
+        after="vllm serve deepseek-ai/DeepSeek-V2-Lite",
+        related=("AK497", "AK490"),
+    ),
+    entry(
+        "AK497", "Engine plugin switched on with a conflicting choice, or an engine version it does not know",
+        meaning="The vLLM plugin registers attnkit's backend as vLLM's CUSTOM backend on CUDA (and "
+                "as the override of CPU_ATTN on CPU) and selects it for every layer; the SGLang "
+                "plugin registers 'attnkit' in SGLang's attention registry. Each is built for the "
+                "engine versions its tests run (pinned in the attnkit[vllm] and attnkit[sglang] "
+                "extras) and for the classes and method signatures of those versions.",
+        trigger="ATTNKIT_VLLM=1 together with an explicit other attention_backend on CUDA; "
+                "calling the plugins with an engine whose attention interface differs from the "
+                "one they were built for (a class or method signature that changed), or without "
+                "the engine installed.",
+        situations=["attention_backend='FLASH_ATTN' set in a fleet-wide config while "
+                    "ATTNKIT_VLLM=1 is exported.",
+                    "An upgrade of vLLM or SGLang past the tested versions."],
+        solutions=["Leave attention_backend unset (or CUSTOM), or unset ATTNKIT_VLLM.",
+                   "Install the tested versions: pip install 'attnkit[vllm]' or 'attnkit[sglang]'."],
+        before="ATTNKIT_VLLM=1 vllm serve MODEL --attention-backend FLASH_ATTN",
+        after="ATTNKIT_VLLM=1 vllm serve MODEL",
+        related=("AK496",),
     ),
 ]
