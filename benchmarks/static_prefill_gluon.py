@@ -24,18 +24,28 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     mod = load_alone("backends/triton/prefill_gluon.py")
-    for d, (bn, nsk, nsv) in sorted(mod.TILES.items()):
+    sys.modules["attnkit.backends.triton.prefill_gluon"] = mod    # the persistent kernel's import
+    persistent = load_alone("backends/triton/prefill_gluon_persistent.py")
+    # (d, causal, head-major order, persistent): the shipped causal kernels, then the non-causal
+    # forms benchmarks/sweep_dit.py times
+    forms = [(d, True, False, False) for d in sorted(mod.TILES)] + [
+        (128, False, False, False), (128, False, True, False), (128, False, True, True)]
+    for d, causal, head_major, persist in forms:
+        bn, nsk, nsv = mod.TILES[d]
         q_l = gl.NVMMASharedLayout.get_default_for([mod.BM, d], gl.bfloat16)
         kv_l = gl.NVMMASharedLayout.get_default_for([bn, d], gl.bfloat16)
         kv = f"tensordesc<bf16[{bn}, {d}],{kv_l!r}>"
         sig = {"q_desc": f"tensordesc<bf16[{mod.BM}, {d}],{q_l!r}>", "k_desc": kv, "v_desc": kv,
                "Out": "*bf16", "stride_ot": "i32", "T": "i32", "num_blocks": "i32",
-               "qk_scale": "fp32", "v_scale": "fp32"}
+               **({"programs": "i32"} if persist else {}), "qk_scale": "fp32", "v_scale": "fp32"}
         consts = dict(NUM_HEADS=32, GROUP=4, D=d, BN=bn, NSK=nsk, NSV=nsv,
-                      CONSUMER_REGS=mod.CONSUMER_REGS, LOADER_REGS=mod.LOADER_REGS)
-        print(compile_report(mod._prefill_gluon_kernel, sig, consts, f"prefill_gluon_d{d}",
-                             args.out, not_div=("T", "num_blocks"), source=GluonASTSource,
-                             num_warps=4, maxnreg=mod.MAXNREG))
+                      CONSUMER_REGS=mod.CONSUMER_REGS, LOADER_REGS=mod.LOADER_REGS,
+                      CAUSAL=causal, HEAD_MAJOR=head_major)
+        fn = persistent._prefill_gluon_persistent_kernel if persist else mod._prefill_gluon_kernel
+        tag = (f"prefill_gluon_d{d}" + ("" if causal else "_noncausal") + ("_head_major" if head_major else "")
+               + ("_persistent" if persist else ""))
+        print(compile_report(fn, sig, consts, tag, args.out, not_div=("T", "num_blocks", "programs"),
+                             source=GluonASTSource, num_warps=4, maxnreg=mod.MAXNREG), flush=True)
     return 0
 
 
