@@ -22,6 +22,8 @@ def add_parser(sub, common) -> None:
     t.add_argument("--quick", action="store_true", help="the few shapes that decide each phase")
     t.add_argument("--models", nargs="+", metavar="MODEL", help="tune only the shapes of these models")
     t.add_argument("--backends", metavar="B,B", help="only these backends (comma list)")
+    t.add_argument("--phase", action="append", choices=("decode", "prefill", "varlen"),
+                   help="only this phase's buckets (repeatable; varlen: the varlen call at DiT shapes)")
     t.add_argument("--out", metavar="FILE", help="profile file (default: the per-user cache, "
                                                  "where attnkit plan finds it)")
     t.add_argument("--json", action="store_true", help="print {ok, path, profile, entries, counts}")
@@ -38,7 +40,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     backends = [names.resolve(n.strip(), declarations())[0] for n in (args.backends or "").split(",") if n.strip()]
     command = "attnkit tune " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["tune"] else "attnkit tune"
     path, prof = tune(device=args.device, quick=args.quick, models=models, out=args.out,
-                      backends=backends or None, command=command.strip())
+                      backends=backends or None, command=command.strip(), phases=args.phase)
     counts: dict[str, int] = {}
     for e in prof.entries:
         counts[e.status] = counts.get(e.status, 0) + 1

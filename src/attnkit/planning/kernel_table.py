@@ -20,7 +20,7 @@ from attnkit.planning.profile import UNITS, Profile
 from attnkit.registry.capabilities import BackendDeclaration
 from attnkit.registry.kernels import KernelRate, KernelRow, KernelTable, variant_misfits
 
-PHASE_OF = {"prefill": "prefill", "extend": "prefill", "decode": "decode"}
+PHASE_OF = {"prefill": "prefill", "extend": "prefill", "decode": "decode", "varlen": "varlen"}
 
 
 def model_facts(model, settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -78,6 +78,12 @@ def kernel_table(profile: Profile | None, decl: BackendDeclaration, role: str, m
     return KernelTable(role, rows=tuple(rows), fallback=fallback, configs=configs)
 
 
+def runs_varlen(model) -> bool:
+    """Whether the model's attention can run as the varlen call: no decode (nothing cached
+    between calls) and every layer non-causal (a DiT, a vision tower, an encoder)."""
+    return "decode" not in model.phases and bool(model.layers) and not any(l.causal for l in model.layers)
+
+
 def launch_configs(decl: BackendDeclaration, variants, shape, settings) -> dict[str, dict]:
     """variant -> its launch configuration at ``shape`` (the declaration's launch_config hook)."""
     if decl.launch_config is None or shape is None:
@@ -99,9 +105,17 @@ def config_text(cfg: Mapping[str, Any]) -> str:
 def kernel_tables(profile: Profile | None, registry: Mapping[str, BackendDeclaration],
                   backends: Mapping[str, str | None], model, settings,
                   allowed: Mapping[str, frozenset[str]]) -> dict[str, KernelTable]:
-    """role -> table, for the roles whose backend has kernel variants."""
+    """role -> table, for the roles whose backend has kernel variants; ``varlen`` (the varlen
+    call) where the model runs it (runs_varlen) and its prefill backend declares it."""
     out = {}
-    for role in ("prefill", "extend", "decode"):
+    for role in ("prefill", "extend", "decode", "varlen"):
+        if role == "varlen":
+            name = backends.get("prefill")
+            if name is not None and runs_varlen(model) and registry[name].variants_for("varlen") \
+                    and "varlen" in registry[name].capabilities.features:
+                out[role] = kernel_table(profile, registry[name], role, model, settings,
+                                         allowed.get(name, frozenset()))
+            continue
         name = backends.get(role) or (backends.get("prefill") if role == "extend" else None)
         if name is None or not registry[name].variants or role == "decode" and "decode" not in model.phases:
             continue
@@ -115,7 +129,8 @@ def describe(table: KernelTable, left_out: Mapping[str, list[str]] | None = None
     """One line for a role's reason: which variant leads in how many measured buckets, with its
     rate there (geometric mean), then the variants left out and why."""
     if not table.rows:
-        text = f"kernels: {', '.join(table.fallback) or 'none'} (first that takes the step; no bucket measured)"
+        names = [v + (f" [{config_text(table.configs[v])}]" if v in table.configs else "") for v in table.fallback]
+        text = f"kernels: {', '.join(names) or 'none'} (first that takes the step; no bucket measured)"
     else:
         won = defaultdict(list)
         for r in table.rows:

@@ -131,7 +131,7 @@ class Ranking:
                 for n, what in self.failed.items()]
 
 
-ROLES = {"prefill": lambda b: b.prefix == 0, "extend": lambda b: b.prefix > 0}
+ROLES = {"prefill": lambda b: b.prefix == 0, "extend": lambda b: b.prefix > 0, "varlen": lambda b: True}
 
 
 def rank(profile: Profile, shape: Shape, phase: str, candidates: Sequence[str],

@@ -17,7 +17,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-ROLES = ("prefill", "extend", "decode")     # fresh prefills, steps over a cached prefix, decodes
+ROLES = ("prefill", "extend", "decode", "varlen")  # fresh prefills, steps over a cached prefix,
+#   decodes, and the varlen call (packed non-causal sequences, no KV cache: backends/varlen.py)
 STEP_SCOPES = ("any", "one_fresh_request")  # which steps a variant can take
 
 

@@ -7,6 +7,8 @@ DeepSeek-V3 MLA at 16 and 128 heads), so the planner's nearest bucket for those 
 ``--quick`` keeps the rows that decide each phase's choice. The CPU grid is tiny: it tests the
 code path end to end and makes a smoke profile.
 
+The varlen buckets time the varlen call (packed non-causal sequences, no KV cache) at DiT
+shapes: they measure the kernel variants of that call (the plan's varlen kernel table).
 Every bucket is measured at the planner's default page size; the GPU grids' MLA decode buckets
 also at 64 keys a page, where triton_mla runs another kernel (its Hopper decode kernel needs
 pages of a multiple of 64), so the page size rule can compare the two (planning/page_gain.py).
@@ -28,10 +30,12 @@ MLA_DECODE_PAGES = (PAGE_SIZE, 64)  # MLA decode on the GPU: also 64-key pages (
 @dataclass(frozen=True)
 class Runtime:
     """Runtime shapes of one phase: decode (batch, context) pairs or prefill (new, prefix, batch);
-    ``decode_pages``: the page sizes the decode pairs are measured at (prefill: PAGE_SIZE)."""
+    ``decode_pages``: the page sizes the decode pairs are measured at (prefill: PAGE_SIZE);
+    ``varlen``: (sequences, tokens each) of the varlen call (non-causal, no KV cache)."""
     decode: tuple[tuple[int, int], ...]
     prefill: tuple[tuple[int, int, int], ...]
     decode_pages: tuple[int, ...] = (PAGE_SIZE,)
+    varlen: tuple[tuple[int, int], ...] = ()
 
 
 def _mha(heads, kv, dim, dtype="bf16", kv_dtype=None) -> Shape:
@@ -60,6 +64,13 @@ QUICK_MHA = _grid((1, 64), (4096, 32768), [(16384, 0, 1), (2048, 32768, 1)])
 QUICK_MLA = Runtime(((128, 4096),), ((2048, 32768, 1),), MLA_DECODE_PAGES)
 QUICK_MLA_SMALL = Runtime(((128, 4096),), (), MLA_DECODE_PAGES)
 
+# The varlen call at DiT shapes (B = 1, bf16, d128; docs/models.md's pipeline presets): FLUX.1
+# 1024^2 joint attention 4,608 x 24 heads (and 4 of them: a batch of images), HunyuanVideo 720p
+# 119,056 x 24, Wan2.1 480p / 720p 32,760 / 75,600 x 40
+VARLEN_DIT: tuple[tuple[Shape, Runtime], ...] = (
+    (_mha(24, 24, 128), Runtime((), (), varlen=((1, 4608), (4, 4608), (1, 119056)))),
+    (_mha(40, 40, 128), Runtime((), (), varlen=((1, 32760), (1, 75600)))),
+)
 GPU_FULL: tuple[tuple[Shape, Runtime], ...] = (
     (_mha(32, 8, 128), MHA_MAIN),
     (_mha(32, 8, 64), MHA_SIDE),
@@ -69,17 +80,20 @@ GPU_FULL: tuple[tuple[Shape, Runtime], ...] = (
     (_mla(16), MLA_MAIN),
     (_mla(128, kv_dtype="fp8_e4m3"), MLA_FP8),
     (_mla(16, kv_dtype="fp8_e4m3"), MLA_FP8),
+    *VARLEN_DIT,
 )
 GPU_QUICK: tuple[tuple[Shape, Runtime], ...] = (
     (_mha(32, 8, 128), QUICK_MHA),
     (_mla(128), QUICK_MLA),
     (_mla(16), QUICK_MLA_SMALL),
+    (_mha(24, 24, 128), Runtime((), (), varlen=((1, 4608),))),
 )
 # The CPU: float32, tiny heads and lengths (the interpreter-free backends only: sdpa, torch_native).
 CPU_MLA = dict(rank=64, rope=16, nope=32, v=32, dtype="fp32")
 CPU_FULL = (
     (_mha(4, 2, 32, "fp32"), _grid((1, 4), (32, 128), [(32, 0, 1), (16, 48, 1), (16, 16, 2)])),
     (_mla(4, **CPU_MLA), _grid((2,), (64,), [(16, 48, 1)])),
+    (_mha(4, 4, 32, "fp32"), Runtime((), (), varlen=((3, 40),))),
 )
 CPU_QUICK = (
     (_mha(4, 2, 32, "fp32"), _grid((2,), (64,), [(32, 0, 1), (16, 48, 1)])),
@@ -93,6 +107,7 @@ def buckets(grid: Iterable[tuple[Shape, Runtime]]) -> list[Bucket]:
     for shape, rt in grid:
         out += [bucket(shape, "decode", b, 1, ctx, page) for page in rt.decode_pages for b, ctx in rt.decode]
         out += [bucket(shape, "prefill", b, new, prefix + new) for new, prefix, b in rt.prefill]
+        out += [bucket(shape, "varlen", b, tokens, tokens) for b, tokens in rt.varlen]
     return out
 
 

@@ -23,10 +23,11 @@ import torch
 from attnkit.backends.base import (AttentionBackend, RuntimeLayer, StepState, check_int_option,
                                    check_kernel_tables, check_launch_config, check_option)
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
-from attnkit.backends._triton import LOG2E, interpreting, kernel_scales, padded_dim, write_kv
+from attnkit.backends._triton import interpreting, kernel_scales, padded_dim, write_kv
 from attnkit.backends.triton.declaration import DECLARATION
 from attnkit.backends.triton import decode as decode_kernels
 from attnkit.backends.triton import extend as extend_kernels
+from attnkit.backends.triton import varlen_path
 from attnkit.backends.triton.decode import (choose_splits, decode_attention, decode_config,
                                              decode_span, fused_write_ok, max_decode_span)
 from attnkit.backends.triton.decode_merge import merge_counters
@@ -127,9 +128,9 @@ class TritonBackend(AttentionBackend):
     (tests, benchmarks: "v1" / "v2" / "tma" / "gluon" for extends, "v1" / "v2" / "fused" for
     decodes, or the declared names); ``extend_config`` / ``decode_config`` dicts (BLOCK_M,
     BLOCK_N, num_warps, num_stages) over a variant's launch configuration, ``num_splits``
-    (decode KV splits; the chunk follows from it); ``varlen_kernel`` for the varlen call:
-    "tile" (the default, triton/varlen.py) or "gluon" (prefill_gluon.py's non-causal path for
-    each sequence, where it runs: sm_90, Triton 3.6, no key mask, keys = queries; else the tile).
+    (decode KV splits; the chunk follows from it); ``varlen_kernel`` runs one varlen variant
+    alone (varlen_path.py: "tile", "gluon", "persistent" or the declared names; the Gluon forms
+    where they run, else the tile); without it the plan's varlen table decides.
 
     ``batch_invariant=True`` makes a request's output independent of the rest of its step
     (tests/conformance/test_bitwise.py; backends/triton/invariant.py): decode splits of a fixed
@@ -145,7 +146,7 @@ class TritonBackend(AttentionBackend):
                  extend_config: dict | None = None, decode_config: dict | None = None,
                  num_splits: int | None = None, extend_variant: str | None = None,
                  decode_variant: str | None = None, split_keys: int | None = None,
-                 batch_invariant: bool = False, varlen_kernel: str = "tile"):
+                 batch_invariant: bool = False, varlen_kernel: str | None = None):
         check_option("triton", "batch_invariant", batch_invariant, (False, True))
         if batch_invariant:
             check_invariant_options(kernels, extend_variant, decode_variant, num_splits)
@@ -161,8 +162,8 @@ class TritonBackend(AttentionBackend):
                      (None, *extend_kernels.EXTEND_VARIANTS, "gluon", *extend_kernels.EXTEND_VARIANT_NAMES))
         check_option("triton", "decode_variant", decode_variant,
                      (None, *decode_kernels.DECODE_VARIANTS, *decode_kernels.DECODE_VARIANT_NAMES))
-        check_option("triton", "varlen_kernel", varlen_kernel, ("tile", "gluon"))
-        self.varlen_kernel = varlen_kernel
+        check_option("triton", "varlen_kernel", varlen_kernel,
+                     (None, *varlen_path.OPTION_NAMES, *varlen_path.OPTION_NAMES.values()))
         self.extend_variant = extend_variant
         self.decode_variant = decode_variant
         self.kernels = check_kernel_tables(self.name, kernels, DECLARATION)
@@ -173,6 +174,8 @@ class TritonBackend(AttentionBackend):
                 self.kernels[role] = KernelTable.only(role, names[variant])
         if batch_invariant:
             self.kernels = dict(INVARIANT_TABLES)
+        if varlen_kernel is not None:      # one varlen variant, asked for by name
+            self.kernels["varlen"] = KernelTable.only("varlen", varlen_path.OPTION_NAMES.get(varlen_kernel, varlen_kernel))
         self.extend_override = check_launch_config(self.name, "extend_config", extend_config)
         check_tma_override(self.extend_override)
         self.decode_override = check_launch_config(self.name, "decode_config", decode_config)
@@ -180,7 +183,7 @@ class TritonBackend(AttentionBackend):
         self.num_splits = num_splits
 
     def _varlen(self, q, k, v, layer: RuntimeLayer, batch):
-        return _varlen(q, k, v, layer, batch, gluon=self.varlen_kernel == "gluon")
+        return varlen_path.varlen(q, k, v, layer, batch, self.kernels.get("varlen") or DEFAULT_TABLES["varlen"])
 
     def _prepare(self, meta: BatchMetadata, cache) -> StepState:
         dev = cache.device
@@ -324,27 +327,4 @@ RUNNABLE = {
     "gluon": _gluon_ok,
 }
 DEFAULT_TABLES = {role: KernelTable(role, fallback=tuple(k.name for k in DECLARATION.variants_for(role)))
-                  for role in ("prefill", "extend", "decode")}
-
-
-def _varlen(q, k, v, layer: RuntimeLayer, batch, *, gluon: bool):
-    """TritonBackend._varlen: the varlen kernel (triton/varlen.py), or with ``gluon`` the Gluon
-    prefill kernel's non-causal path per sequence where it runs -> [Tq, H_q * D_v]."""
-    from attnkit.backends.triton.tma_path import gluon_prefill_ready, prefill_gluon_attention
-    from attnkit.backends.triton.varlen import varlen_attention, varlen_config
-
-    spec = layer.spec          # device, dtype, head dims: checked by AttentionBackend.varlen
-    dense = [t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v)]
-    out = q.new_zeros(q.shape[0], spec.num_heads, spec.value_dim)
-    spans = list(zip(batch.cu_q_cpu, batch.cu_q_cpu[1:]))
-    if gluon and batch.key_mask is None and batch.cu_k_cpu == batch.cu_q_cpu and prefill_gluon_attention and all(
-            gluon_prefill_ready(*(t[a:b] for t in (*dense, out)), causal=False, window=None, softcap=None,
-                                sinks=None, qk_scale=spec.softmax_scale) for a, b in spans if b > a):
-        for a, b in spans:
-            if b > a:
-                prefill_gluon_attention(*(t[a:b] for t in (*dense, out)), qk_scale=spec.softmax_scale * LOG2E,
-                                        v_scale=1.0, causal=False)
-        return out.reshape(q.shape[0], spec.num_heads * spec.value_dim)
-    varlen_attention(*dense, out, cu_q=batch.cu_q, cu_k=batch.cu_k, key_mask=batch.key_mask, max_q=batch.max_q,
-                     scale=spec.softmax_scale, config=varlen_config(spec.head_dim, q.dtype, interpret=interpreting()))
-    return out.reshape(q.shape[0], spec.num_heads * spec.value_dim)
+                  for role in ("prefill", "extend", "decode", "varlen")}

@@ -64,6 +64,33 @@ def tma_config(head_dim: int, *, interpret: bool) -> dict:
 # The Gluon ping-pong prefill: D -> (BN keys a tile, K slots, V slots), 128 query rows a
 # program (two warpgroups of 64), 12 warps (NOTES-hopper.md, sweep_hopper_gluon_v6.md).
 GLUON_TILES = {64: (128, 4, 4), 128: (128, 4, 2), 256: (64, 2, 2)}
+# The varlen Gluon variants' work order: False = heads fastest (the causal prefill's order),
+# True = a head's blocks one after another (benchmarks/sweep_dit.py compares them)
+VARLEN_GLUON_HEAD_MAJOR = False
+VARLEN_PERSISTENT_PROGRAMS_PER_SM = 1     # the rings take ~224 KB: one program fits an SM
+
+
+def varlen_config(head_dim: int, fp32: bool, *, interpret: bool) -> dict:
+    """The varlen tile kernel (triton/varlen.py): blocks and launch shape."""
+    if interpret:
+        return dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=1)
+    if fp32:
+        return dict(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=2)
+    if padded(head_dim) > 128:
+        return dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2)
+    return dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
+
+
+def varlen_gluon_config(head_dim: int, *, persistent: bool) -> dict | None:
+    """The varlen Gluon variants: the prefill kernel's tiles, the work order and, persistent,
+    the programs per SM (prefill_gluon_attention's tiles / head_major / programs)."""
+    if head_dim not in GLUON_TILES:
+        return None
+    bn, ks, vs = GLUON_TILES[head_dim]
+    cfg = dict(BLOCK_M=128, BLOCK_N=bn, K_SLOTS=ks, V_SLOTS=vs, HEAD_MAJOR=VARLEN_GLUON_HEAD_MAJOR)
+    if persistent:
+        cfg["PROGRAMS_PER_SM"] = VARLEN_PERSISTENT_PROGRAMS_PER_SM
+    return cfg | dict(num_warps=12)
 
 
 def launch_config(variant: str, *, head_dim: int, dtype: str) -> dict | None:
@@ -80,4 +107,8 @@ def launch_config(variant: str, *, head_dim: int, dtype: str) -> dict | None:
     if variant == "gluon" and head_dim in GLUON_TILES:
         bn, ks, vs = GLUON_TILES[head_dim]
         return dict(BLOCK_M=128, BLOCK_N=bn, K_SLOTS=ks, V_SLOTS=vs, num_warps=12)
+    if variant == "varlen_tile":
+        return varlen_config(head_dim, fp32, interpret=False)
+    if variant in ("varlen_gluon", "varlen_gluon_persistent"):
+        return varlen_gluon_config(head_dim, persistent=variant == "varlen_gluon_persistent")
     return None

@@ -34,6 +34,17 @@ VARIANTS = (
                   "one fresh causal request", compute_capability=((9, 0), (9, 0)),
                   triton=("3.6", "3.7"), dtypes=HALF, kv_cache_dtypes=HALF, head_dims=(64, 128, 256),
                   excludes=PLAIN, causal_only=True, step="one_fresh_request"),
+    # the varlen call (packed non-causal sequences without a KV cache: a DiT, a vision tower)
+    KernelVariant("varlen_tile", ("varlen",), "one program per (query block, sequence, head) "
+                  "walking its sequence's keys (triton/varlen.py); any head dim, key padding masks"),
+    KernelVariant("varlen_gluon", ("varlen",), "the Gluon ping-pong kernel's non-causal path "
+                  "(prefill_gluon.py), a program per (query block, head), per sequence; self-"
+                  "attention without a key mask", compute_capability=((9, 0), (9, 0)),
+                  triton=("3.6", "3.7"), dtypes=HALF, head_dims=(64, 128, 256)),
+    KernelVariant("varlen_gluon_persistent", ("varlen",), "varlen_gluon as a persistent kernel "
+                  "(prefill_gluon_persistent.py): a program per SM walking the blocks, each "
+                  "block's loads under the previous one's epilogue", compute_capability=((9, 0), (9, 0)),
+                  triton=("3.6", "3.7"), dtypes=HALF, head_dims=(64, 128, 256)),
 )
 
 DECLARATION = BackendDeclaration(
