@@ -117,14 +117,16 @@ class Row:
 
 def gluon_call(row: Row, options: dict):
     from attnkit.backends.triton.prefill_gluon import prefill_gluon_attention
+    from attnkit.backends.triton.prefill_gluon_persistent import prefill_gluon_persistent_attention
     opts = dict(options)
+    launch = prefill_gluon_attention
     if opts.get("programs") == "sms":
         opts["programs"] = torch.cuda.get_device_properties(0).multi_processor_count
+        launch = prefill_gluon_persistent_attention
     out = torch.empty_like(row.q)
 
     def run():
-        return prefill_gluon_attention(row.q, row.k, row.v, out, qk_scale=row.scale * LOG2E, v_scale=1.0,
-                                       causal=False, **opts)
+        return launch(row.q, row.k, row.v, out, qk_scale=row.scale * LOG2E, v_scale=1.0, causal=False, **opts)
 
     def check():
         out.fill_(float("nan"))

@@ -21,10 +21,11 @@ FORMS = [dict(head_major=True), dict(programs=3), dict(programs=7, head_major=Tr
 
 def _kernel(case, layer, *, causal, **form):
     from attnkit.backends.triton.prefill_gluon import prefill_gluon_attention
+    from attnkit.backends.triton.prefill_gluon_persistent import prefill_gluon_persistent_attention
     spec = layer.spec
     out = torch.full_like(case.q, float("nan"))
-    prefill_gluon_attention(case.q, case.k, case.v, out, qk_scale=spec.softmax_scale * LOG2E, v_scale=1.0,
-                            causal=causal, **form)
+    launch = prefill_gluon_persistent_attention if "programs" in form else prefill_gluon_attention
+    launch(case.q, case.k, case.v, out, qk_scale=spec.softmax_scale * LOG2E, v_scale=1.0, causal=causal, **form)
     torch.cuda.synchronize()
     return out.reshape(out.shape[0], -1)
 

@@ -300,13 +300,9 @@ def gluon_prefill_ready(q, k, v, out, *, causal, window, softcap, sinks, qk_scal
             and k.shape[2] == v.shape[2] == D and out.stride(2) == 1 and out.stride(1) == D)
 
 
-def prefill_gluon_attention(q, k, v, out, *, qk_scale, v_scale, tiles=None, causal=True,
-                            head_major=False, programs=0):
-    """q [T, H_q, D], k / v [T, H_kv, D] (descriptor_ready), out [T, H_q, D] (written);
-    ``causal=False``: every query attends to all T keys.
-    tiles: (BN, K slots, V slots) instead of TILES[D]; head_major: _item's head-major order;
-    programs > 0: the persistent kernel (prefill_gluon_persistent.py) with that many programs
-    (0: one program a block). The launch configuration is the caller's (configs.py)."""
+def launch_args(q, k, v, out, *, tiles, causal, head_major):
+    """The descriptors and constants both launchers (this one and the persistent kernel's)
+    pass: -> (positional head: descriptors, out, its row stride, T, blocks; constexprs)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     T, H, D = q.shape
     elem = gl.bfloat16 if q.dtype.itemsize == 2 and str(q.dtype).endswith("bfloat16") else gl.float16
@@ -320,11 +316,17 @@ def prefill_gluon_attention(q, k, v, out, *, qk_scale, v_scale, tiles=None, caus
     consts = dict(NUM_HEADS=H, GROUP=H // k.shape[1], D=D, BN=BN, NSK=NSK, NSV=NSV,
                   CONSUMER_REGS=CONSUMER_REGS, LOADER_REGS=LOADER_REGS, CAUSAL=bool(causal),
                   HEAD_MAJOR=bool(head_major), num_warps=4, maxnreg=MAXNREG)
-    args = (desc(q, BM), desc(k, BN), desc(v, BN), out, out.stride(0), T, blocks)
-    if programs:
-        from attnkit.backends.triton.prefill_gluon_persistent import _prefill_gluon_persistent_kernel
-        n = min(int(programs), blocks * H)
-        _prefill_gluon_persistent_kernel[(n,)](*args, n, qk_scale, v_scale, **consts)
-    else:
-        _prefill_gluon_kernel[(blocks * H,)](*args, qk_scale, v_scale, **consts)
+    return (desc(q, BM), desc(k, BN), desc(v, BN), out, out.stride(0), T, blocks), consts
+
+
+def prefill_gluon_attention(q, k, v, out, *, qk_scale, v_scale, tiles=None, causal=True,
+                            head_major=False):
+    """q [T, H_q, D], k / v [T, H_kv, D] (descriptor_ready), out [T, H_q, D] (written);
+    ``causal=False``: every query attends to all T keys. One program a (query block, head).
+    tiles: (BN, K slots, V slots) instead of TILES[D]; head_major: _item's head-major order.
+    The launch configuration is the caller's (configs.py). The persistent form:
+    prefill_gluon_persistent.prefill_gluon_persistent_attention."""
+    args, consts = launch_args(q, k, v, out, tiles=tiles, causal=causal, head_major=head_major)
+    blocks, heads = args[-1], q.shape[1]
+    _prefill_gluon_kernel[(blocks * heads,)](*args, qk_scale, v_scale, **consts)
     return out

@@ -9,14 +9,14 @@ one (q_free, after the block's last Q.K): the prologue of one block runs under t
 of the one before, which a program-per-block grid pays for each block.
 
 Same arguments and layouts as ``_prefill_gluon_kernel``, plus the launch's program count
-(the grid). Benchmarks reach it through ``prefill_gluon_attention(..., programs=P)``.
+(the grid); ``prefill_gluon_persistent_attention`` launches it.
 """
 from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from attnkit.backends.triton.prefill_gluon import _block, _item, _loader, _n_tiles, _rings
+from attnkit.backends.triton.prefill_gluon import _block, _item, _loader, _n_tiles, _rings, launch_args
 
 
 @gluon.jit
@@ -92,3 +92,13 @@ def _prefill_gluon_persistent_kernel(q_desc, k_desc, v_desc, Out, stride_ot, T, 
                        v_ready, k_free, v_free, T, num_blocks, programs, NUM_HEADS, GROUP, BN, D,
                        NSK, NSV, CAUSAL, HEAD_MAJOR)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
+
+
+def prefill_gluon_persistent_attention(q, k, v, out, *, qk_scale, v_scale, programs, tiles=None,
+                                       causal=True, head_major=False):
+    """prefill_gluon_attention's arguments (q [T, H_q, D], k / v [T, H_kv, D], out [T, H_q, D])
+    with ``programs`` programs (at most one a (query block, head) item)."""
+    args, consts = launch_args(q, k, v, out, tiles=tiles, causal=causal, head_major=head_major)
+    n = max(1, min(int(programs), args[-1] * q.shape[1]))
+    _prefill_gluon_persistent_kernel[(n,)](*args, n, qk_scale, v_scale, **consts)
+    return out

@@ -58,14 +58,14 @@ def varlen(q, k, v, layer, batch, table) -> torch.Tensor:
 
 
 def _gluon(dense, out, layer, batch, *, persistent: bool) -> None:
-    from attnkit.backends.triton.tma_path import prefill_gluon_attention
     spec = layer.spec
     cfg = varlen_gluon_config(spec.head_dim, persistent=persistent)
-    programs = 0
+    launch = dict(qk_scale=spec.softmax_scale * LOG2E, v_scale=1.0, causal=False,
+                  tiles=(cfg["BLOCK_N"], cfg["K_SLOTS"], cfg["V_SLOTS"]), head_major=cfg["HEAD_MAJOR"])
     if persistent:
-        sms = torch.cuda.get_device_properties(out.device).multi_processor_count
-        programs = sms * cfg["PROGRAMS_PER_SM"]
+        from attnkit.backends.triton.prefill_gluon_persistent import prefill_gluon_persistent_attention as run
+        launch["programs"] = torch.cuda.get_device_properties(out.device).multi_processor_count * cfg["PROGRAMS_PER_SM"]
+    else:
+        from attnkit.backends.triton.tma_path import prefill_gluon_attention as run
     for a, b in spans(batch):
-        prefill_gluon_attention(*(t[a:b] for t in (*dense, out)), qk_scale=spec.softmax_scale * LOG2E, v_scale=1.0,
-                                causal=False, tiles=(cfg["BLOCK_N"], cfg["K_SLOTS"], cfg["V_SLOTS"]),
-                                head_major=cfg["HEAD_MAJOR"], programs=programs)
+        run(*(t[a:b] for t in (*dense, out)), **launch)
