@@ -4,7 +4,8 @@
 # then benchmarks/sweep_dit.py's main set (one program a block: orders, tiles) and, in a process
 # and timeout of its own, the persistent kernel's set; cuDNN and flash SDPA are re-timed in each.
 # Usage (repository root, on the CUDA machine): bash benchmarks/gpu_dit_sweep.sh
-# Writes under $OUT: env.txt, gluon_tests.log, sweep_dit.json, sweep_dit_persistent.json, sweep.log
+# Writes under $OUT: env.txt, gluon_tests.log, sweep_dit.json, sweep_dit_persistent.json, sweep.log,
+# sweep_dit.md (the table printed last)
 set -u
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/attnkit-dit}; mkdir -p "$OUT"
@@ -13,6 +14,7 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 t0=$SECONDS
 timeout 60 python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider \
   tests/triton_kernels/test_prefill_gluon_forms_gpu.py tests/triton_kernels/test_prefill_gluon_gpu.py \
+  tests/conformance/test_varlen.py \
   > "$OUT/gluon_tests.log" 2>&1
 echo "gluon tests rc=$? $((SECONDS - t0))s"; tail -n 8 "$OUT/gluon_tests.log"
 t0=$SECONDS
@@ -21,3 +23,4 @@ echo "main set rc=${PIPESTATUS[0]} $((SECONDS - t0))s"
 t0=$SECONDS
 timeout 60 python3 benchmarks/sweep_dit.py --set persistent --budget-s 40 --out "$OUT/sweep_dit_persistent.json" 2>&1 | tee -a "$OUT/sweep.log"
 echo "persistent set rc=${PIPESTATUS[0]} $((SECONDS - t0))s"
+python3 benchmarks/sweep_dit.py --summary "$OUT/sweep_dit.json" "$OUT/sweep_dit_persistent.json" | tee "$OUT/sweep_dit.md"

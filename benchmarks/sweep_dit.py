@@ -3,6 +3,7 @@ configurations and code forms, next to cuDNN SDPA and flash SDPA in the same pro
 
     PYTHONPATH=src python3 benchmarks/sweep_dit.py [--set main|persistent|all] [--rows ...]
                                                    [--budget-s 170] [--out FILE.json]
+    python3 benchmarks/sweep_dit.py --summary FILE.json ...      (a markdown table of runs)
 
 Rows (B = 1, bf16, non-causal, d128; shapes from attnkit's pipeline presets, as bench_dit.py):
 wan2.1-720p (75,600 tokens x 40 heads), flux.1-1024 (4,608 x 24), and, with fewer forms,
@@ -134,7 +135,29 @@ def gluon_call(row: Row, options: dict):
     return run, check
 
 
+def summary(paths) -> str:
+    """A short table of one or more sweep JSONs: per row and run, TFLOP/s and x cuDNN of that run."""
+    lines = ["| row | run | cell | TFLOP/s | x cuDNN (same run) |", "| --- | --- | --- | ---: | ---: |"]
+    for path in paths:
+        if not os.path.exists(path):
+            lines.append(f"| - | {os.path.basename(path)} | missing | | |")
+            continue
+        with open(path) as f:
+            data = json.load(f)
+        for r in data["rows"]:
+            for key, val in r.items():
+                if isinstance(val, dict) and "tflops" in val:
+                    lines.append(f"| {r['row']} | {data['set']} | {key} | {val['tflops']:.0f} | "
+                                 f"{r.get('vs_cudnn', {}).get(key, '')} |")
+                elif isinstance(val, str) and key not in ("row",):
+                    lines.append(f"| {r['row']} | {data['set']} | {key} | {val[:50]} | |")
+    return "\n".join(lines)
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--summary"]:
+        print(summary(sys.argv[2:]))
+        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--set", choices=("main", "persistent", "all"), default="main")
     ap.add_argument("--rows", default=",".join(ROW_FORMS))
@@ -166,15 +189,20 @@ def main() -> None:
             row.cell(form, run, check=check, reps=args.reps)
             row.ratios()
             save()
-            got = row.cells[form]
-            print(f"{name} {form}: " + (f"{got['tflops']:.0f} TFLOP/s ({row.cells['vs_cudnn'][form]:.3f}x cuDNN)"
+            got, ratio = row.cells[form], row.cells.get("vs_cudnn", {}).get(form)
+            print(f"{name} {form}: " + (f"{got['tflops']:.0f} TFLOP/s" + (f" ({ratio:.3f}x cuDNN)" if ratio else "")
                                         if isinstance(got, dict) else str(got)), flush=True)
         row.ratios()
+        timed = {f: row.cells[f]["tflops"] for f in forms if isinstance(row.cells.get(f), dict)}
+        if timed:
+            best = max(timed, key=timed.get)
+            row.cells["best"] = {"form": best, "tflops": timed[best],
+                                 "vs_cudnn": row.cells.get("vs_cudnn", {}).get(best)}
         save()
         base = {k: row.cells[k] for k in ("sdpa_cudnn", "sdpa_flash")}
         print(f"{name}: {row.tokens} x {row.heads} x d{row.dim}: peers "
-              + ", ".join(f"{k} {v['tflops']:.0f}" if isinstance(v, dict) else f"{k} {v}" for k, v in base.items()),
-              flush=True)
+              + ", ".join(f"{k} {v['tflops']:.0f}" if isinstance(v, dict) else f"{k} {v}" for k, v in base.items())
+              + (f"; best {row.cells['best']}" if "best" in row.cells else ""), flush=True)
         del row
         torch.cuda.empty_cache()
     results["seconds"] = round(time.perf_counter() - start, 1)
