@@ -75,3 +75,17 @@ def test_ordinary_keys_keep_their_bits():
 def test_extreme_logits_equal_the_reference_on_cuda(mode, dtype):
     case = _extreme_case("cuda", dtype, *MODES[mode])
     assert_close(_run(case), case.reference(), dtype=dtype, what=f"sdpa cuda {mode} {dtype}")
+
+
+def test_new_key_counts_are_built_once_per_step():
+    """A step over its own new keys (fresh prefill) builds centre_keys' counts with its first
+    layer and reuses them: a captured call (tune's graphed prefill, warmed up first) then copies
+    nothing from the host (the H200 tune saw 'eager (RuntimeError)' for every fresh sdpa prefill)."""
+    case = _extreme_case("cpu", "fp32", *MODES["prefill"])
+    backend = load_backend("sdpa")
+    step = backend.prepare(case.meta, case.cache)
+    backend.forward(case.q, case.k, case.v, case.layer, case.cache, step)
+    counts = step.prepared.new_counts
+    assert counts is not None and counts.tolist() == [9.0, 9.0]
+    backend.forward(case.q, case.k, case.v, case.layer, case.cache, step)
+    assert step.prepared.new_counts is counts

@@ -49,12 +49,16 @@ class TokenGrid:
     q_index:     [B, q_max] int64  token of cell (b, j); padded cells point at token 0
     token_index: [T] int64         flat cell b * q_max + j of each real token, in token order
     paged:       the step's KV slots and masks (paged_torch.PagedStep)
+    new_counts:  [B] float32, max(1, seq_lens[b]): the key counts of a step over its own new
+                 keys (``centre_keys``), built by the first layer that needs them and reused,
+                 so a captured step (warmed up first) copies nothing from the host
     """
     q_max: int
     uniform: bool
     q_index: torch.Tensor | None
     token_index: torch.Tensor | None
     paged: PagedStep
+    new_counts: torch.Tensor | None = None
 
     @classmethod
     def build(cls, meta: BatchMetadata, device) -> "TokenGrid":
@@ -164,8 +168,10 @@ class SdpaBackend(AttentionBackend):
         spec, b = layer.spec, len(meta.query_lens_cpu)
         mask, is_causal = self._mask(grid, layer, meta, meta.seq_lens_cpu, q.device)
         grid_view = lambda x: x.contiguous().view(b, grid.q_max, *x.shape[1:]).transpose(1, 2)  # noqa: E731
-        counts = torch.tensor([max(1, n) for n in meta.seq_lens_cpu], dtype=torch.float32, device=q.device)
-        keys = centre_keys(k.contiguous().view(b, grid.q_max, *k.shape[1:]), counts)
+        if grid.new_counts is None:
+            grid.new_counts = torch.tensor([max(1, n) for n in meta.seq_lens_cpu],
+                                           dtype=torch.float32, device=q.device)
+        keys = centre_keys(k.contiguous().view(b, grid.q_max, *k.shape[1:]), grid.new_counts)
         out = sdpa(grid_view(q), keys.transpose(1, 2), grid_view(v), mask=mask, is_causal=is_causal,
                    scale=spec.softmax_scale)                      # [B, H_q, q_max, D_v]
         return out.transpose(1, 2).reshape(meta.num_tokens, spec.num_heads * spec.value_dim)
