@@ -142,7 +142,10 @@ class SdpaBackend(AttentionBackend):
         else:
             qp = q[grid.q_index]
         qp = qp.transpose(1, 2)                                    # [B, H_q, q_max, D]
-        out = sdpa(qp, centre_keys(keys, index.counts).transpose(1, 2), values.transpose(1, 2),
+        # centred, the padded rows hold -c: zero them again so no masked logit is huge (q.c
+        # overflows fp16 to inf, and a kernel adding a -inf mask to it gets NaN or 0)
+        keys = select_out(centre_keys(keys, index.counts), index.padding)
+        out = sdpa(qp, keys.transpose(1, 2), values.transpose(1, 2),
                    mask=mask, is_causal=is_causal, scale=spec.softmax_scale)  # [B, H_q, q_max, D_out]
         if index.any_empty:                         # no encoder keys: output is zero (as reference)
             empty = torch.tensor([n == 0 for n in index.lens], device=q.device)
