@@ -63,3 +63,39 @@ def test_persistent_more_programs_than_blocks():
                      q_scale=4.0)
     out = _kernel(case, layer, causal=False, programs=64, head_major=True)
     assert_close(out, case.reference(), dtype="bf16", what="persistent, 4 items, 64 programs asked")
+
+
+@needs
+@pytest.mark.parametrize("variant, module, name", [
+    ("varlen_gluon", "attnkit.backends.triton.tma_path", "prefill_gluon_attention"),
+    ("varlen_gluon_persistent", "attnkit.backends.triton.prefill_gluon_persistent",
+     "prefill_gluon_persistent_attention")])
+def test_the_varlen_variant_runs_its_kernel(variant, module, name, monkeypatch):
+    """The plan's varlen table naming a Gluon form runs that kernel (launches counted), once per
+    sequence, and matches the reference; a key mask (which it does not take) runs the tile."""
+    import importlib
+
+    from attnkit import reference
+    from attnkit.backends.base import RuntimeLayer
+    from attnkit.backends.triton.backend import TritonBackend
+    from attnkit.backends.varlen import varlen_batch
+    from attnkit.model.spec import LayerAttention
+    from attnkit.registry.kernels import KernelTable
+
+    mod = importlib.import_module(module)
+    calls, real = [], getattr(mod, name)
+    monkeypatch.setattr(mod, name, lambda q, *a, **k: calls.append(q.shape[0]) or real(q, *a, **k))
+    layer = RuntimeLayer(LayerAttention(layer_id=0, num_heads=8, num_kv_heads=8, head_dim=128, role="encoder"))
+    be = TritonBackend(kernels={"varlen": KernelTable.only("varlen", variant)})
+    lens = [3000, 1700]
+    q, k, v = (torch.randn(sum(lens), 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    cu = torch.tensor([0, lens[0], sum(lens)], dtype=torch.int32, device="cuda")
+    batch = varlen_batch(cu)
+    assert_close(be.varlen(q, k, v, layer, batch), reference.varlen_attention(q, k, v, layer, batch),
+                 dtype="bf16", what=variant)
+    assert calls == lens
+    calls.clear()
+    masked = varlen_batch(cu, key_padding_mask=torch.arange(sum(lens), device="cuda") % 5 != 0)
+    assert_close(be.varlen(q, k, v, layer, masked), reference.varlen_attention(q, k, v, layer, masked),
+                 dtype="bf16", what=f"{variant} masked: the tile")
+    assert not calls
