@@ -12,8 +12,8 @@ not from numbers typed here:
     flux.1-1024        flux.1-dev at 1024 x 1024: 4,096 image + 512 text = 4,608 x 24, d128
     hunyuanvideo-720p  hunyuanvideo at 1280 x 720, 129 frames: 118,800 + 256 text = 119,056 x 24, d128
 
-attnkit rows: ``varlen`` (the varlen call, no KV cache: the tile kernel, and the Gluon kernel's
-non-causal path), and ``forward`` (the triton backend on a non-causal encoder layer through the
+attnkit rows: ``varlen`` (the varlen call, no KV cache: each declared variant alone, tile,
+gluon and persistent, and ``plan``, what the denoiser's plan runs: its varlen kernel table), and ``forward`` (the triton backend on a non-causal encoder layer through the
 paged API, its K/V write included, extend variants gluon and tma). Each attnkit output is
 checked against flash SDPA's before it is timed (max |diff| in the JSON). TFLOP/s count the
 non-causal products once: 4 * T^2 * H * D. Writes JSON (rows, ratios to cuDNN, environment).
@@ -54,6 +54,19 @@ def shape(name: str) -> tuple[int, object]:
     dit = next(c for c in load_components(preset, inputs=inputs).components if c.role == "denoiser")
     layer = next(l for l in dit.attention.layers if l.role == "encoder")
     return dit.workload.tokens, layer
+
+
+def planned_varlen(name: str) -> dict | None:
+    """The triton options the row's denoiser plan hands it on this GPU (its kernel tables, the
+    varlen one included), or None where the plan chose another backend (Wan: cross-attention)."""
+    from attnkit.planning.components import plan_components
+
+    preset, inputs = ROWS[name]
+    result = plan_components(load_components(preset, inputs=inputs), "auto")
+    dit = next(c for c in result.components if c.component.role == "denoiser")
+    if dit.plan is None or not dit.plan.ok or dit.plan.prefill_backend != "triton":
+        return None
+    return dit.plan.run.backend_options("triton")
 
 
 def sdpa_peer(kind):
@@ -101,9 +114,12 @@ def measure(name: str, *, reps: int) -> dict:
 
     layer = RuntimeLayer(spec)
     batch = varlen_batch(torch.tensor([0, tokens], dtype=torch.int32, device="cuda"))
-    for kernel in ("tile", "gluon"):
-        be = TritonBackend(varlen_kernel=kernel)
-        call = lambda: be.varlen(q, k, v, layer, batch)  # noqa: E731
+    options = planned_varlen(name)
+    backends = {kernel: TritonBackend(varlen_kernel=kernel) for kernel in ("tile", "gluon", "persistent")}
+    if options is not None:                   # what the denoiser's plan runs: its varlen table
+        backends["plan"] = TritonBackend(**options)
+    for kernel, be in backends.items():
+        call = lambda be=be: be.varlen(q, k, v, layer, batch)  # noqa: E731
         timed(f"attnkit_varlen_{kernel}", call, check=call)
 
     pages = -(-tokens // 16)
