@@ -18,7 +18,9 @@ BOTH = ("batch_invariant", "deterministic")
 
 
 def _declaring(name: str) -> list[str]:
-    return sorted(n for n, d in declarations().items() if name in d.capabilities.features)
+    """The backends that declare ``name``, themselves or through a kernel variant."""
+    return sorted(n for n, d in declarations().items()
+                  if name in d.capabilities.features or any(name in k.numerics for k in d.variants))
 
 
 @pytest.mark.parametrize("require", [["batch-invariant"], "deterministic", "batch_invariant,deterministic"])
@@ -26,8 +28,13 @@ def test_only_backends_that_declare_it_are_chosen(require):
     p = attnkit.plan("llama-3.1-8b", "h200", require=require, profile=False)
     wanted = parse_request(require=require).require
     assert p.ok, p.error
-    for name in {p.prefill_backend, p.decode_backend, p.extend_backend}:
-        assert set(wanted) <= declarations()[name].capabilities.features
+    for role in p.run.roles:     # the backend declares it, or its kernel tables list only variants that do
+        decl = declarations()[role.backend]
+        if set(wanted) <= decl.capabilities.features:
+            continue
+        assert role.kernels is not None and role.kernels.variants(), role
+        for v in role.kernels.variants():
+            assert set(wanted) <= next(k for k in decl.variants if k.name == v).numerics, (role.role, v)
     assert p.run.numerics == wanted and p.to_dict()["run"]["numerics"] == list(wanted)
     assert p.to_dict()["requirements"]["require"] == list(wanted)
 
@@ -53,17 +60,17 @@ def test_cost_is_one_when_the_choice_does_not_change():
 
 
 def test_a_named_backend_without_it_is_refused_with_the_reason():
-    p = attnkit.plan("llama-3.1-8b", "h200", require="batch-invariant", attention_backend="triton",
+    p = attnkit.plan("llama-3.1-8b", "h200", require="batch-invariant", attention_backend="sdpa",
                      profile=False)
     assert not p.ok and "does not declare batch_invariant" in p.error["message"]
-    assert any(r["code"] == "AK312" for r in p.to_dict()["rejected"]["triton"])
+    assert any(r["code"] == "AK312" for r in p.to_dict()["rejected"]["sdpa"])
 
 
 def test_none_serving_is_ak313_with_a_fix():
     p = attnkit.plan("llama-3.1-8b", "h200", require="batch-invariant",
                      deny=_declaring("batch_invariant"), profile=False)
     assert not p.ok and p.error["code"] == "AK313"
-    assert p.error["example_fix"]["after"] == "attnkit plan llama-3.1-8b --device h200 --deny torch_native"
+    assert p.error["example_fix"]["after"] == "attnkit plan llama-3.1-8b --device h200 --deny torch_native --deny triton"
     assert any("drop --require batch-invariant" in s for s in p.error["solutions"])
     with pytest.raises(AttnkitError) as err:
         attnkit.plan("llama-3.1-8b", "h200", require="batch-invariant",
@@ -84,5 +91,5 @@ def test_cli_flag_plans_and_refuses():
     ok = run("--device", "cpu", "--require", "batch-invariant", "--require", "deterministic")
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["requirements"]["require"] == list(BOTH)
-    refused = run("--device", "h200", "--require", "batch-invariant", "--deny", "torch_native")
+    refused = run("--device", "h200", "--require", "batch-invariant", "--deny", "torch_native,triton")
     assert refused.returncode == 3 and json.loads(refused.stdout)["error"]["code"] == "AK313"
