@@ -12,7 +12,7 @@ import attnkit
 from attnkit.errors import AttnkitError
 from attnkit.planning.request import parse_request
 from attnkit.registry import declarations
-from profile_fakes import MHA_H200, only_given_profiles, profile, write  # noqa: F401
+from profile_fakes import MHA_H200, entry, only_given_profiles, profile, write  # noqa: F401
 
 BOTH = ("batch_invariant", "deterministic")
 
@@ -93,3 +93,70 @@ def test_cli_flag_plans_and_refuses():
     assert json.loads(ok.stdout)["requirements"]["require"] == list(BOTH)
     refused = run("--device", "h200", "--require", "batch-invariant", "--deny", "torch_native,triton")
     assert refused.returncode == 3 and json.loads(refused.stdout)["error"]["code"] == "AK313"
+
+
+def _v(e: dict, variant: str) -> dict:
+    return {**e, "variant": variant}
+
+
+# triton's decode measured for its best variant and for split_fixed (batch invariant), as `attnkit
+# tune` writes them; torch_native far slower
+VARIANT_ROWS = [
+    _v(entry("triton", "decode", 4000, batch=64), "split_merge"),
+    _v(entry("triton", "decode", 3600, batch=64), "split"),
+    _v(entry("triton", "decode", 2500, batch=64), "split_fixed"),
+    entry("torch_native", "decode", 30, batch=64), entry("sdpa", "decode", 952, batch=64),
+    _v(entry("triton", "prefill", 600, new=16384, context=16384), "tma"),
+    _v(entry("triton", "prefill", 420, new=16384, context=16384), "paged_fixed"),
+    entry("sdpa", "prefill", 500, new=16384, context=16384),
+    entry("torch_native", "prefill", 18, new=16384, context=16384),
+]
+
+
+def test_triton_serves_with_its_declaring_variants_and_the_cost_is_theirs(tmp_path, only_given_profiles):  # noqa: F811
+    path = write(tmp_path / "h200.json", profile(VARIANT_ROWS))
+    p = attnkit.plan("llama-3.1-8b", "h200", profile=path, require="batch-invariant")
+    assert p.ok and p.decode_backend == "triton"
+    decode = p.run.role("decode").kernels
+    assert decode.variants() == ("split_fixed",) and [r.order[0].rate for r in decode.rows] == [pytest.approx(2500)]
+    cost = p.requirements["cost"]["decode"]
+    assert (cost["chosen"], cost["unconstrained"]) == ("triton", "triton")
+    assert (cost["chosen_variants"], cost["unconstrained_variants"]) == (["split_fixed"], ["split_merge"])
+    assert cost["ratio"] == pytest.approx(2500 / 4000)
+    assert "triton (split_fixed) instead of triton (split_merge): 2500 vs 4000 GB/s (0.62x)" in p.why["decode"]
+    assert "only variants that declare batch_invariant (--require): not split, split_write, split_merge" \
+        in p.kernel_why["decode"]
+    assert p.prefill_backend == "triton" and p.run.role("prefill").kernels.variants() == ("paged_fixed",)
+    assert "triton (paged_fixed) instead of triton (tma): 420 vs 600 TFLOP/s (0.70x)" in p.why["prefill"]
+    free = attnkit.plan("llama-3.1-8b", "h200", profile=path)
+    assert "split_fixed" not in [r.order[0].variant for r in free.run.role("decode").kernels.rows]
+    unmeasured = attnkit.plan("llama-3.1-8b", "h200", profile=False, require="batch-invariant")
+    assert "triton (split_fixed) instead of triton (" in unmeasured.why["decode"]
+    assert "cost not measured" in unmeasured.why["decode"]
+
+
+def test_a_declaring_variant_that_cannot_run_here_does_not_serve(only_given_profiles):  # noqa: F811
+    """With split_fixed narrowed to a GPU this is not, triton has no batch-invariant decode here:
+    AK312 says which variant and why, and the decode goes to a backend that declares it."""
+    import dataclasses
+
+    decls = dict(declarations())
+    triton = decls["triton"]
+    narrowed = tuple(dataclasses.replace(k, compute_capability=((10, 0), None)) if k.name == "split_fixed" else k
+                     for k in triton.variants)
+    decls["triton"] = dataclasses.replace(triton, variants=narrowed)
+    p = attnkit.plan("llama-3.1-8b", "h200", require="batch-invariant", registry=decls, profile=False)
+    assert p.ok and p.decode_backend == "torch_native" and p.prefill_backend == "triton"
+    why = [r["message"] for r in p.to_dict()["rejected"]["triton"] if r["code"] == "AK312"]
+    assert why and "its decode variant split_fixed does but cannot run here (needs sm100+, not sm90)" in why[0]
+
+
+def test_a_profile_without_the_declaring_variants_says_so(tmp_path, only_given_profiles):  # noqa: F811
+    """A profile written before split_fixed existed: triton is unmeasured under the requirement,
+    so the measured torch_native decodes, and a warning names the variants to tune."""
+    rows = [e for e in VARIANT_ROWS if e.get("variant") not in ("split_fixed", "paged_fixed")]
+    p = attnkit.plan("llama-3.1-8b", "h200", profile=write(tmp_path / "old.json", profile(rows)),
+                     require="batch-invariant")
+    assert p.ok and p.decode_backend == "torch_native"
+    assert any("no decode measurement of triton's split_fixed" in w and "attnkit tune --backends triton" in w
+               for w in p.warnings), p.warnings

@@ -121,6 +121,9 @@ def cost(profile_choice, phase: str, chosen: str, unconstrained: str | None, mod
     if unconstrained == chosen and variants[0] == variants[1]:
         out["ratio"] = 1.0
         return out
+    for key, name, a in (("chosen", chosen, allowed[0]), ("unconstrained", unconstrained, allowed[1])):
+        # what would run, until the profile says which of them stand for each side
+        out[f"{key}_variants"] = sorted(v for v in (a or {}).get(name, ()) if v)
     prof = getattr(profile_choice, "profile", None)
     shape = measured.model_shape(model, settings)
     if prof is None or shape is None:
@@ -135,13 +138,35 @@ def cost(profile_choice, phase: str, chosen: str, unconstrained: str | None, mod
     for key, (name, a), r in zip(("chosen", "unconstrained"), sides, rankings):
         out[f"{key}_rate"] = r.rates.get(name)
         best = measured.best_entries(prof, set(r.buckets), a)
-        out[f"{key}_variants"] = sorted({e.variant for (n, _), e in best.items() if n == name and e.variant})
-    for key, name, a in (("chosen", chosen, allowed[0]), ("unconstrained", unconstrained, allowed[1])):
-        if not out[f"{key}_variants"] and name in (a or {}):     # not measured: what would run
-            out[f"{key}_variants"] = sorted(v for v in (a or {})[name] if v)
+        out[f"{key}_variants"] = (sorted({e.variant for (n, _), e in best.items() if n == name and e.variant})
+                                  or out[f"{key}_variants"])
     a, b = out["chosen_rate"], out["unconstrained_rate"]
     if a is not None and b and rankings[0].method == rankings[1].method:
         out["ratio"] = a / b
+    return out
+
+
+def unmeasured(profile_choice, phase: str, serving: list[str], model, settings, *, allowed: measured.Allowed,
+               require: tuple[str, ...]) -> list[str]:
+    """A warning per backend of ``serving`` (it serves ``phase`` under the requirement, not
+    chosen) that the profile measured for this shape but not with its declaring variants
+    (``allowed``): ranked after the measured ones, it may be the faster; tune measures it."""
+    prof = getattr(profile_choice, "profile", None)
+    shape = measured.model_shape(model, settings)
+    if prof is None or shape is None:
+        return []
+    out = []
+    page, workload = settings.get("page_size"), profile_choice.workload.get(phase)
+    for name in serving:
+        if name not in (allowed or {}):
+            continue
+        with_them = measured.rank(prof, shape, phase, [name], workload, page_size=page, allowed=allowed)
+        without = measured.rank(prof, shape, phase, [name], workload, page_size=page)
+        if with_them is not None and name not in with_them.rates and without is not None and name in without.rates:
+            variants = ", ".join(sorted(v for v in allowed[name] if v))
+            out.append(f"{prof.name} has no {phase} measurement of {name}'s {variants} (the variants that "
+                       f"serve {flag(require)}), so {name} ranks after the measured backends: "
+                       f"`attnkit tune --backends {name} --out <profile>` measures them")
     return out
 
 

@@ -363,6 +363,9 @@ class Solve:
                                                  self.settings, allowed=allowed)
             line = requirements.cost_text(phase, self.cost[phase])
             self.why[phase] = f"{self.why.get(phase, '')} Required {', '.join(self.request.require)}: {line}".strip()
+            serving = [n for n in self.pool(phase) if n != chosen and not self.reasons(phase, n)]
+            self.warnings += requirements.unmeasured(self.measured, phase, serving, self.model, self.settings,
+                                                     allowed=allowed[0], require=self.request.require)
 
     def _phase_variants(self, phase: str, facts) -> dict[str, frozenset[str]]:
         """backend -> its variants for ``phase``'s roles that can run here (kernel_table.allowed_variants)."""
