@@ -12,7 +12,7 @@ export PYTHONPATH=src PYTHONUNBUFFERED=1
 FINAL=${OUT:-/tmp/attnkit-gpu}; mkdir -p "$FINAL"
 PROFILE="$FINAL/nvidia-h200.json"
 cp src/attnkit/planning/profiles/nvidia-h200.json "$PROFILE"
-timeout 100 python3 -m attnkit tune --backends triton --out "$PROFILE" 2>&1 | tail -n 5 | tee "$FINAL/tune.log"
+timeout 120 python3 -m attnkit tune --backends triton --out "$PROFILE" 2>&1 | tail -n 5 | tee "$FINAL/tune.log"
 python3 -m attnkit plan llama-3.1-8b --device h200 --require batch-invariant --profile "$PROFILE" > "$FINAL/plan_require.txt" 2>&1
 python3 -m attnkit plan llama-3.1-8b --device h200 --require batch-invariant --profile "$PROFILE" --json > "$FINAL/plan_require.json" 2>&1
 sed -n '/^backends/,/^settings/p' "$FINAL/plan_require.txt"
