@@ -51,15 +51,17 @@ def misfits(decl: BackendDeclaration, platform, facts: Mapping[str, Any]) -> dic
     return out
 
 
-def allowed_variants(registry: Mapping[str, BackendDeclaration], platform, facts) -> dict[str, frozenset]:
-    """backend -> the names of its variants that can run here (backends with variants only),
-    and None (a profile entry that names no variant) unless a requirement leaves the backend
-    only its declaring variants."""
+def allowed_variants(registry: Mapping[str, BackendDeclaration], platform, facts, *,
+                     roles: tuple[str, ...] | None = None) -> dict[str, frozenset]:
+    """backend -> the names of its variants that can run here (backends with variants only;
+    ``roles``: only variants of these roles), and None (a profile entry that names no variant)
+    unless a requirement leaves the backend only its declaring variants."""
     out = {}
     for name, d in registry.items():
         if d.variants:
             plain = set() if any(r not in d.capabilities.features for r in facts.get("require", ())) else {None}
-            out[name] = frozenset(k.name for k in d.variants) - set(misfits(d, platform, facts)) | plain
+            names = {k.name for k in d.variants if roles is None or set(k.roles) & set(roles)}
+            out[name] = frozenset(names - set(misfits(d, platform, facts))) | plain
     return out
 
 

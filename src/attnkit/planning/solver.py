@@ -355,7 +355,9 @@ class Solve:
             chosen = names.get(phase) or self.backends.get(phase)
             free = [n for n in self.pool(phase)
                     if all(r.code == "AK312" for r in self.reasons(phase, n))]
-            allowed = tuple(self._phase_variants(phase, f) for f in (self._facts(), self._facts(require=False)))
+            allowed = tuple(kernel_table.allowed_variants(self.registry, self.platform, f,
+                                                          roles=requirements.ROLES[phase])
+                            for f in (self._facts(), self._facts(require=False)))
             other = (chosen if self.explicit.get(phase) or phase in self.chosen_by else   # not the planner's pick
                      requirements.unconstrained(self.measured, phase, free, self.model, self.settings,
                                                 allowed=allowed[1]))
@@ -366,13 +368,6 @@ class Solve:
             serving = [n for n in self.pool(phase) if n != chosen and not self.reasons(phase, n)]
             self.warnings += requirements.unmeasured(self.measured, phase, serving, self.model, self.settings,
                                                      allowed=allowed[0], require=self.request.require)
-
-    def _phase_variants(self, phase: str, facts) -> dict[str, frozenset[str]]:
-        """backend -> its variants for ``phase``'s roles that can run here (kernel_table.allowed_variants)."""
-        roles = requirements.ROLES[phase]
-        return {name: frozenset(v for v in names if v is None
-                                or any(r in roles for k in self.registry[name].variants if k.name == v for r in k.roles))
-                for name, names in kernel_table.allowed_variants(self.registry, self.platform, facts).items()}
 
     def _names_for(self, roles: list[str], options: dict[str, list[str]]) -> dict[str, str]:
         """One backend per role: the combination earliest in every order whose backends share a
