@@ -59,12 +59,12 @@ def test_tune_times_each_variant_that_can_run_the_bucket():
     h200 = get_preset("h200")
     shape = Shape("mha", 32, 8, 128, 128, "bf16", "bf16")
     assert variants_to_time(Bucket(shape, "decode", 1, 1, 4096, 16), triton, h200) == \
-        ["split", "split_write", "split_merge"]
+        ["split", "split_write", "split_merge", "split_fixed"]
     assert variants_to_time(Bucket(shape, "prefill", 1, 2048, 2048, 16), triton, h200) == \
-        ["paged", "paged_new_kv", "tma", "gluon"]
+        ["paged", "paged_new_kv", "tma", "gluon", "paged_fixed"]
     assert "gluon" not in variants_to_time(Bucket(shape, "prefill", 8, 2048, 2048, 16), triton, h200)
     assert variants_to_time(Bucket(shape, "prefill", 1, 2048, 34816, 16), triton, h200) == \
-        ["paged", "paged_new_kv", "tma"]
+        ["paged", "paged_new_kv", "tma", "paged_fixed"]
     mla16 = Shape("mla", 16, 1, 192, 128, "bf16", "bf16", 512, 64)
     mla128 = dataclasses.replace(mla16, heads=128)
     assert variants_to_time(Bucket(mla16, "decode", 1, 1, 4096, 64), mla, h200) == \
@@ -73,3 +73,22 @@ def test_tune_times_each_variant_that_can_run_the_bucket():
         ["column_split", "whole_rows", "column_split_tma"]
     assert variants_to_time(Bucket(mla128, "decode", 1, 1, 4096, 64), mla, h200)[-1] == "ws"
     assert variants_to_time(Bucket(shape, "decode", 1, 1, 4096, 16), declarations()["sdpa"], h200) == [None]
+
+
+def test_resuming_the_shipped_profile_measures_only_the_variants_it_lacks():
+    """`attnkit tune --backends triton --out <copy of the shipped H200 profile>` times the
+    variants declared after it was written (split_fixed, paged_fixed) and nothing it holds."""
+    from importlib import resources
+
+    from attnkit.planning.profile import load_profile
+    from attnkit.tune.grid import default_grid
+    from attnkit.tune.run import pending
+
+    shipped = load_profile(resources.files("attnkit.planning") / "profiles" / "nvidia-h200.json")
+    done = {e.key() for e in shipped.entries}
+    jobs = pending(default_grid("cuda", False), declarations(), get_preset("h200"), ["triton"], done)
+    held = {e.variant for e in shipped.entries if e.backend == "triton"}
+    assert jobs and {n for _, n, _ in jobs} == {"triton"}
+    assert {k for _, _, k in jobs} == {"split_fixed", "paged_fixed"} and not held & {"split_fixed", "paged_fixed"}
+    decode = {b for b, _, k in jobs if k == "split_fixed"}
+    assert decode == {e.bucket for e in shipped.entries if e.variant == "split"}   # every bucket split was timed at

@@ -23,9 +23,10 @@ from attnkit.registry.kernels import KernelRate, KernelRow, KernelTable, variant
 PHASE_OF = {"prefill": "prefill", "extend": "prefill", "decode": "decode", "varlen": "varlen"}
 
 
-def model_facts(model, settings: Mapping[str, Any]) -> dict[str, Any]:
+def model_facts(model, settings: Mapping[str, Any], require: tuple[str, ...] = ()) -> dict[str, Any]:
     """What a variant's envelope is checked against: the model's most common layer shape per
-    rank, its features and whether every layer is causal, the plan's dtypes and page size."""
+    rank, its features and whether every layer is causal, the plan's dtypes and page size, and
+    the numerics the plan requires (``require``, --require)."""
     shape = model_shape(model, settings)
     features = set()
     for layer in model.layers:
@@ -34,11 +35,14 @@ def model_facts(model, settings: Mapping[str, Any]) -> dict[str, Any]:
             "kv_dtype": settings.get("kv_cache_dtype") or settings.get("dtype") or "bf16",
             "head_dim": shape.head_dim if shape else 0, "heads": shape.heads if shape else 0,
             "page_size": settings.get("page_size"), "features": frozenset(features),
-            "causal": all(layer.causal for layer in model.layers)}
+            "causal": all(layer.causal for layer in model.layers), "require": tuple(require)}
 
 
 def misfits(decl: BackendDeclaration, platform, facts: Mapping[str, Any]) -> dict[str, list[str]]:
-    """variant -> why it cannot run here (only the variants that cannot)."""
+    """variant -> why it cannot run here (only the variants that cannot). A requirement the
+    backend declares for all its kernels leaves every variant in."""
+    facts = {**facts, "require": tuple(r for r in facts.get("require", ())
+                                       if r not in decl.capabilities.features)}
     out = {}
     for k in decl.variants:
         why = variant_misfits(k, platform=platform, **facts)
@@ -47,10 +51,18 @@ def misfits(decl: BackendDeclaration, platform, facts: Mapping[str, Any]) -> dic
     return out
 
 
-def allowed_variants(registry: Mapping[str, BackendDeclaration], platform, facts) -> dict[str, frozenset[str]]:
-    """backend -> the names of its variants that can run here (backends with variants only)."""
-    return {name: frozenset(k.name for k in d.variants) - set(misfits(d, platform, facts))
-            for name, d in registry.items() if d.variants}
+def allowed_variants(registry: Mapping[str, BackendDeclaration], platform, facts, *,
+                     roles: tuple[str, ...] | None = None) -> dict[str, frozenset]:
+    """backend -> the names of its variants that can run here (backends with variants only;
+    ``roles``: only variants of these roles), and None (a profile entry that names no variant)
+    unless a requirement leaves the backend only its declaring variants."""
+    out = {}
+    for name, d in registry.items():
+        if d.variants:
+            plain = set() if any(r not in d.capabilities.features for r in facts.get("require", ())) else {None}
+            names = {k.name for k in d.variants if roles is None or set(k.roles) & set(roles)}
+            out[name] = frozenset(names - set(misfits(d, platform, facts))) | plain
+    return out
 
 
 def kernel_table(profile: Profile | None, decl: BackendDeclaration, role: str, model, settings,
@@ -125,9 +137,11 @@ def kernel_tables(profile: Profile | None, registry: Mapping[str, BackendDeclara
     return out
 
 
-def describe(table: KernelTable, left_out: Mapping[str, list[str]] | None = None) -> str:
+def describe(table: KernelTable, left_out: Mapping[str, list[str]] | None = None, *,
+             unproven: list[str] = (), require: tuple[str, ...] = ()) -> str:
     """One line for a role's reason: which variant leads in how many measured buckets, with its
-    rate there (geometric mean), then the variants left out and why."""
+    rate there (geometric mean), then the variants left out and why (``unproven``: those that
+    could run here but do not declare ``require``, --require's numerics)."""
     if not table.rows:
         names = [v + (f" [{config_text(table.configs[v])}]" if v in table.configs else "") for v in table.fallback]
         text = f"kernels: {', '.join(names) or 'none'} (first that takes the step; no bucket measured)"
@@ -143,6 +157,9 @@ def describe(table: KernelTable, left_out: Mapping[str, list[str]] | None = None
             parts.append(f"{variant}{cfg} in {len(rows)} of {len(table.rows)} buckets ({_span(rows)}; "
                          f"{rate_text(rate)} {unit})")
         text = "kernels: " + ", ".join(parts)
+    if unproven:
+        text += (f"; only variants that declare {' and '.join(require)} (--require): not "
+                 + ", ".join(unproven))
     if left_out:
         text += "; not here: " + "; ".join(f"{k} ({', '.join(why)})" for k, why in left_out.items())
     return text

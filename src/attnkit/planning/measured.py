@@ -179,7 +179,8 @@ Allowed = Mapping[str, frozenset[str]] | None
 def best_entries(profile: Profile, buckets: set[Bucket], allowed: Allowed = None) -> dict[tuple, Entry]:
     """(backend, bucket) -> the entry that stands for the backend there: of a backend with kernel
     variants, its fastest ``ok`` variant among ``allowed[backend]`` (the variants that can run
-    for this model here; a backend absent from ``allowed`` keeps all), else one that failed
+    for this model here, None for an entry naming none; a backend absent from ``allowed`` keeps
+    all), else one that failed
     (wrong / error), else one skipped. A backend is as fast as the best kernel the plan can
     give it, and the plan's kernel table (planning/kernel_table.py) names that kernel."""
     def score(e: Entry) -> tuple:
@@ -189,8 +190,7 @@ def best_entries(profile: Profile, buckets: set[Bucket], allowed: Allowed = None
     for e in profile.entries:
         if e.bucket not in buckets:
             continue
-        if e.variant is not None and allowed is not None and e.backend in allowed \
-                and e.variant not in allowed[e.backend]:
+        if allowed is not None and e.backend in allowed and e.variant not in allowed[e.backend]:
             continue
         key = (e.backend, e.bucket)
         if key not in out or score(e) > score(out[key]):

@@ -69,9 +69,7 @@ def tune(*, device: str = "cuda", quick: bool = False, models: Sequence[ModelAtt
     done = {e.key() for e in entries}
     from attnkit.registry import declarations, load_backend
     registry = declarations()
-    jobs = [(b, n, k) for b in grids.buckets(shapes) if not phases or b.phase in phases
-            for n in serving(b, registry, platform, backends)
-            for k in variants_to_time(b, registry[n], platform) if (n, b, k) not in done]
+    jobs = pending(shapes, registry, platform, backends, done, phases)
     if not jobs and not entries:
         raise AttnkitError("AK233", f"no backend to time on {platform.name}"
                            + (f" among {', '.join(backends)}" if backends else ""),
@@ -95,6 +93,17 @@ def tune(*, device: str = "cuda", quick: bool = False, models: Sequence[ModelAtt
     if not jobs:
         prof = load_profile(path)
     return path, prof
+
+
+def pending(shapes, registry, platform, backends: Sequence[str] | None, done: set,
+            phases: Sequence[str] | None = None) -> list[tuple]:
+    """(bucket, backend, variant) to measure: every variant each serving backend can run on each
+    bucket of ``shapes`` (of ``phases`` only, if given), less those the profile being resumed
+    holds (``done``: Entry.key()s), so a profile written before a variant was declared gets just
+    that variant's entries."""
+    return [(b, n, k) for b in grids.buckets(shapes) if not phases or b.phase in phases
+            for n in serving(b, registry, platform, backends)
+            for k in variants_to_time(b, registry[n], platform) if (n, b, k) not in done]
 
 
 def serving(b: Bucket, registry, platform, only: Sequence[str] | None) -> list[str]:

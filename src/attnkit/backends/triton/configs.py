@@ -27,6 +27,14 @@ def decode_config(head_dim: int, fp32: bool, *, interpret: bool) -> dict:
     return dict(BLOCK_N=32, num_warps=4, num_stages=4)
 
 
+def split_keys(*, interpret: bool) -> int:
+    """Keys per split of the split_fixed decode (rounded up to whole BLOCK_N tiles): a fixed
+    size, never derived from the batch or the SM count. 256 is choose_splits' floor, where the
+    merge stops paying for the parallelism; the interpreter's 32 gives its short test requests
+    several splits."""
+    return 32 if interpret else 256
+
+
 def extend_config(head_dim: int, fp32: bool, *, interpret: bool, variant: str = "v1") -> dict:
     """Paged extend ("v1") and new-K/V extend ("v2"): blocks and launch shape."""
     if interpret:
@@ -99,6 +107,10 @@ def launch_config(variant: str, *, head_dim: int, dtype: str) -> dict | None:
     fp32 = dtype == "fp32"
     if variant in ("split", "split_write", "split_merge"):
         return decode_config(head_dim, fp32, interpret=False)
+    if variant == "split_fixed":
+        return decode_config(head_dim, fp32, interpret=False) | {"SPLIT_KEYS": split_keys(interpret=False)}
+    if variant == "paged_fixed":      # its decode rows run split_fixed's configuration
+        return extend_config(head_dim, fp32, interpret=False)
     if variant in ("paged", "paged_new_kv"):
         return extend_config(head_dim, fp32, interpret=False,
                              variant="v2" if variant == "paged_new_kv" else "v1")
