@@ -86,7 +86,11 @@ def test_resuming_the_shipped_profile_measures_only_the_variants_it_lacks():
 
     shipped = load_profile(resources.files("attnkit.planning") / "profiles" / "nvidia-h200.json")
     done = {e.key() for e in shipped.entries}
-    jobs = pending(default_grid("cuda", False), declarations(), get_preset("h200"), ["triton"], done)
+    grid, h200 = default_grid("cuda", False), get_preset("h200")
+    # the varlen call's buckets (issue 29) are new to the shipped profile: all of their variants
+    varlen = pending(grid, declarations(), h200, ["triton"], done, phases=("varlen",))
+    assert {k for _, _, k in varlen} == {"varlen_tile", "varlen_gluon", "varlen_gluon_persistent"}
+    jobs = pending(grid, declarations(), h200, ["triton"], done, phases=("decode", "prefill"))
     held = {e.variant for e in shipped.entries if e.backend == "triton"}
     assert jobs and {n for _, n, _ in jobs} == {"triton"}
     assert {k for _, _, k in jobs} == {"split_fixed", "paged_fixed"} and not held & {"split_fixed", "paged_fixed"}
