@@ -72,9 +72,14 @@ def tma_config(head_dim: int, *, interpret: bool) -> dict:
 # The Gluon ping-pong prefill: D -> (BN keys a tile, K slots, V slots), 128 query rows a
 # program (two warpgroups of 64), 12 warps (NOTES-hopper.md, sweep_hopper_gluon_v6.md).
 GLUON_TILES = {64: (128, 4, 4), 128: (128, 4, 2), 256: (64, 2, 2)}
-# The varlen Gluon variants' work order: False = heads fastest (the causal prefill's order),
-# True = a head's blocks one after another (benchmarks/sweep_dit.py compares them)
-VARLEN_GLUON_HEAD_MAJOR = False
+# The varlen Gluon variants' work order (HEAD_MAJOR: a head's blocks one after another, so the
+# programs running at once share its K / V in L2; else heads fastest, the causal prefill's
+# order), the winners of benchmarks/sweep_dit.py on the H200 (NOTES-hopper.md version 9,
+# results/sweep_dit.md): one program a block, head-major (Wan2.1 720p 647 TFLOP/s against 503
+# heads-fastest); persistent, heads fastest (FLUX.1 4,608 tokens 503 against 497 head-major;
+# long sequences are varlen_gluon's). Which variant runs where is the profile's (attnkit tune).
+VARLEN_GLUON_HEAD_MAJOR = True
+VARLEN_PERSISTENT_HEAD_MAJOR = False
 VARLEN_PERSISTENT_PROGRAMS_PER_SM = 1     # the rings take ~224 KB: one program fits an SM
 
 
@@ -95,7 +100,8 @@ def varlen_gluon_config(head_dim: int, *, persistent: bool) -> dict | None:
     if head_dim not in GLUON_TILES:
         return None
     bn, ks, vs = GLUON_TILES[head_dim]
-    cfg = dict(BLOCK_M=128, BLOCK_N=bn, K_SLOTS=ks, V_SLOTS=vs, HEAD_MAJOR=VARLEN_GLUON_HEAD_MAJOR)
+    cfg = dict(BLOCK_M=128, BLOCK_N=bn, K_SLOTS=ks, V_SLOTS=vs,
+               HEAD_MAJOR=VARLEN_PERSISTENT_HEAD_MAJOR if persistent else VARLEN_GLUON_HEAD_MAJOR)
     if persistent:
         cfg["PROGRAMS_PER_SM"] = VARLEN_PERSISTENT_PROGRAMS_PER_SM
     return cfg | dict(num_warps=12)

@@ -42,17 +42,21 @@ VARIANTS = (
     KernelVariant("paged_fixed", EXTEND_ROLES, "paged whose one-token rows over a cached prefix (a "
                   "MIXED step's decodes) run split_fixed, as their DECODE steps do: a request's bits "
                   "do not depend on its batch", numerics=frozenset(NUMERICS)),
-    # the varlen call (packed non-causal sequences without a KV cache: a DiT, a vision tower)
+    # the varlen call (packed non-causal sequences without a KV cache: a DiT, a vision tower);
+    # unmeasured, the Gluon forms first where they can take the call (results/sweep_dit.md: 1.1x
+    # cuDNN at long sequences, the tile 0.75-0.9x), the tile for every other call
+    KernelVariant("varlen_gluon", ("varlen",), "the Gluon ping-pong kernel's non-causal path "
+                  "(prefill_gluon.py), a program per (query block, head), a head's blocks one after "
+                  "another, per sequence; self-attention without a key mask",
+                  compute_capability=((9, 0), (9, 0)), triton=("3.6", "3.7"), dtypes=HALF,
+                  head_dims=(64, 128, 256)),
+    KernelVariant("varlen_gluon_persistent", ("varlen",), "the same kernel persistent "
+                  "(prefill_gluon_persistent.py): a program per SM walking the blocks, heads "
+                  "fastest, each block's loads under the previous one's epilogue",
+                  compute_capability=((9, 0), (9, 0)), triton=("3.6", "3.7"), dtypes=HALF,
+                  head_dims=(64, 128, 256)),
     KernelVariant("varlen_tile", ("varlen",), "one program per (query block, sequence, head) "
                   "walking its sequence's keys (triton/varlen.py); any head dim, key padding masks"),
-    KernelVariant("varlen_gluon", ("varlen",), "the Gluon ping-pong kernel's non-causal path "
-                  "(prefill_gluon.py), a program per (query block, head), per sequence; self-"
-                  "attention without a key mask", compute_capability=((9, 0), (9, 0)),
-                  triton=("3.6", "3.7"), dtypes=HALF, head_dims=(64, 128, 256)),
-    KernelVariant("varlen_gluon_persistent", ("varlen",), "varlen_gluon as a persistent kernel "
-                  "(prefill_gluon_persistent.py): a program per SM walking the blocks, each "
-                  "block's loads under the previous one's epilogue", compute_capability=((9, 0), (9, 0)),
-                  triton=("3.6", "3.7"), dtypes=HALF, head_dims=(64, 128, 256)),
 )
 
 DECLARATION = BackendDeclaration(

@@ -1,5 +1,5 @@
 """The triton backend's varlen call (backends/varlen.py): which declared variant runs it and
-how it is launched.
+how it is launched (without a plan: the first in declaration order that takes the call).
 
 The plan's ``varlen`` kernel table (registry/kernels.py; declaration.py: varlen_tile,
 varlen_gluon, varlen_gluon_persistent) lists the variants for the call's (sequences, mean
