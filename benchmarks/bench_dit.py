@@ -82,7 +82,7 @@ def flex_peer():
     return lambda q, k, v: compiled(q, k, v)
 
 
-def measure(name: str, *, reps: int) -> dict:
+def measure(name: str, *, reps: int, flex: bool = True, forward: bool = True) -> dict:
     tokens, spec = shape(name)
     heads, dim = spec.num_heads, spec.head_dim
     flops = 4 * tokens * tokens * heads * dim
@@ -106,11 +106,12 @@ def measure(name: str, *, reps: int) -> dict:
     for key, kind in (("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa_flash", SDPBackend.FLASH_ATTENTION)):
         run = sdpa_peer(kind)
         timed(key, lambda: run(*bhsd))
-    try:
-        flex = flex_peer()
-        timed("flex", lambda: flex(*bhsd))
-    except Exception as exc:  # noqa: BLE001
-        row["flex"] = failure_reason(exc)
+    if flex:
+        try:
+            flexed = flex_peer()
+            timed("flex", lambda: flexed(*bhsd))
+        except Exception as exc:  # noqa: BLE001
+            row["flex"] = failure_reason(exc)
 
     layer = RuntimeLayer(spec)
     batch = varlen_batch(torch.tensor([0, tokens], dtype=torch.int32, device="cuda"))
@@ -122,6 +123,8 @@ def measure(name: str, *, reps: int) -> dict:
         call = lambda be=be: be.varlen(q, k, v, layer, batch)  # noqa: E731
         timed(f"attnkit_varlen_{kernel}", call, check=call)
 
+    if not forward:
+        return _ratios(row)
     pages = -(-tokens // 16)
     cache = PagedKVCache([spec], num_pages=pages, page_size=16, dtype=BF16, device="cuda")
     meta = build_batch([Request(0, tokens, list(range(pages)))], page_size=16, device="cuda")
@@ -130,6 +133,10 @@ def measure(name: str, *, reps: int) -> dict:
         step = be.prepare(meta, cache)
         call = lambda: be.forward(q, k, v, layer, cache, step)  # noqa: E731
         timed(f"attnkit_forward_{variant}", call, check=call)
+    return _ratios(row)
+
+
+def _ratios(row: dict) -> dict:
     base = row.get("sdpa_cudnn")
     if isinstance(base, dict):
         row["vs_cudnn"] = {key: round(val["tflops"] / base["tflops"], 3) for key, val in row.items()
@@ -141,6 +148,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated of {', '.join(ROWS)}")
     parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--no-flex", action="store_true", help="leave FlexAttention out (its compile)")
+    parser.add_argument("--no-forward", action="store_true", help="leave the paged forward rows out")
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "dit_rows.json"))
     args = parser.parse_args()
     rows = [r.strip() for r in args.rows.split(",") if r.strip()]
@@ -149,7 +158,7 @@ def main() -> None:
         parser.error(f"unknown rows {unknown}; known: {', '.join(ROWS)}")
     results = {"environment": environment(), "command": " ".join(sys.argv), "rows": []}
     for name in rows:
-        results["rows"].append(measure(name, reps=args.reps))
+        results["rows"].append(measure(name, reps=args.reps, flex=not args.no_flex, forward=not args.no_forward))
         r = results["rows"][-1]
         cells = "  ".join(f"{k} {v['tflops']:.0f}" for k, v in r.items() if isinstance(v, dict) and "tflops" in v)
         print(f"{name}: {r['tokens']} x {r['heads']} x d{r['head_dim']}: {cells} TFLOP/s", flush=True)
