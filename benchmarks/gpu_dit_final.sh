@@ -10,11 +10,11 @@ export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/attnkit-dit-final}; mkdir -p "$OUT"
 python3 -c "import torch, triton; print(torch.cuda.get_device_name(), 'torch', torch.__version__, 'triton', triton.__version__)" | tee "$OUT/env.txt"
 t0=$SECONDS
-timeout 75 python3 -m pytest -q -m gpu -n 12 -p no:cacheprovider \
+timeout 70 python3 -m pytest -q -m gpu -n 12 -p no:cacheprovider \
   tests/triton_kernels/test_prefill_gluon_forms_gpu.py tests/triton_kernels/test_prefill_gluon_gpu.py \
   tests/conformance/test_varlen.py -k "gluon or triton or form or persistent or varlen" > "$OUT/gpu_tests.log" 2>&1
 echo "gpu tests rc=$? $((SECONDS - t0))s"; tail -n 4 "$OUT/gpu_tests.log"
 t0=$SECONDS
-timeout 45 python3 benchmarks/bench_dit.py --rows wan2.1-720p,flux.1-1024 --reps 5 --no-flex --no-forward \
+timeout 55 python3 benchmarks/bench_dit.py --rows wan2.1-720p,flux.1-1024 --reps 5 --no-flex --no-forward \
   --out "$OUT/dit_rows.json" 2>&1 | tail -n 4
 echo "bench_dit rc=${PIPESTATUS[0]} $((SECONDS - t0))s"
