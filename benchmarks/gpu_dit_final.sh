@@ -4,7 +4,7 @@
 # and triton's varlen conformance per variant; then bench_dit's Wan2.1 720p and FLUX.1 rows (the
 # varlen call: tile / gluon / persistent and the plan's own table, next to cuDNN and flash SDPA).
 # Usage (repository root, on the CUDA machine): bash benchmarks/gpu_dit_final.sh
-# Writes under $OUT: env.txt, gpu_tests.log, dit_rows.json
+# Writes under $OUT: env.txt, gpu_tests.log, dit_rows.json (TUNE=1: tune/nvidia-h200.json, tune/tune_varlen.log)
 set -u
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/attnkit-dit-final}; mkdir -p "$OUT"
@@ -18,3 +18,7 @@ t0=$SECONDS
 timeout 55 python3 benchmarks/bench_dit.py --rows wan2.1-720p,flux.1-1024 --reps 5 --no-flex --no-forward \
   --out "$OUT/dit_rows.json" 2>&1 | tail -n 4
 echo "bench_dit rc=${PIPESTATUS[0]} $((SECONDS - t0))s"
+# 3 (TUNE=1, ~1.5 min more): the varlen buckets tuned into a copy of the shipped H200 profile
+# ($OUT/tune/nvidia-h200.json: commit it as src/attnkit/planning/profiles/nvidia-h200.json and
+# the DiT plans print the measured varlen table)
+if [ "${TUNE:-0}" = 1 ]; then OUT="$OUT/tune" bash benchmarks/gpu_tune_varlen.sh; fi

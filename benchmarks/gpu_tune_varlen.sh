@@ -10,12 +10,12 @@ export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/attnkit-tune-varlen}; mkdir -p "$OUT"
 cp src/attnkit/planning/profiles/nvidia-h200.json "$OUT/nvidia-h200.json"
 t0=$SECONDS
-timeout 200 python3 -m attnkit tune --phase varlen --backends triton,sdpa --out "$OUT/nvidia-h200.json" \
+timeout 150 python3 -m attnkit tune --phase varlen --backends triton,sdpa --out "$OUT/nvidia-h200.json" \
   2> "$OUT/tune_varlen.log"
 rc=$?
 if grep -q AK232 "$OUT/tune_varlen.log"; then   # another environment than the shipped profile's: a file of its own
   echo "the shipped profile was measured elsewhere (AK232): writing $OUT/nvidia-h200-varlen.json instead"
-  timeout 200 python3 -m attnkit tune --phase varlen --backends triton,sdpa --out "$OUT/nvidia-h200-varlen.json" \
+  timeout 150 python3 -m attnkit tune --phase varlen --backends triton,sdpa --out "$OUT/nvidia-h200-varlen.json" \
     2>> "$OUT/tune_varlen.log"
   rc=$?
 fi
