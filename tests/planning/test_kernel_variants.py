@@ -73,3 +73,32 @@ def test_tune_times_each_variant_that_can_run_the_bucket():
         ["column_split", "whole_rows", "column_split_tma"]
     assert variants_to_time(Bucket(mla128, "decode", 1, 1, 4096, 64), mla, h200)[-1] == "ws"
     assert variants_to_time(Bucket(shape, "decode", 1, 1, 4096, 16), declarations()["sdpa"], h200) == [None]
+
+
+def test_mla_roles_name_variant_tiles_and_rate_with_the_shipped_profile():
+    """deepseek-v3 on the H200: each triton_mla role names its leading variant with its launch
+    configuration (triton_mla/configs.py at 128 heads, latent 512, 227 KB blocks) and rate; the
+    split count is left to run time and the plan says so."""
+    p = plan("deepseek-v3", "h200")
+    assert p.ok and p.run.role("decode").backend == "triton_mla"
+    decode = p.run.role("decode").kernels
+    assert decode.configs["column_split"] == {"BLOCK_H": 128, "BLOCK_T": 1, "BLOCK_N": 32, "num_warps": 8,
+                                              "num_stages": 3, "V_SPLIT": 2, "num_splits": "from-SM-count"}
+    assert decode.configs["column_split_tma"]["num_stages"] == 2
+    lead = decode.rows[0].order[0].variant
+    assert f"{lead} [" in p.kernel_why["decode"] and "GB/s" in p.kernel_why["decode"]
+    extend = p.to_dict()["run"]["roles"]["extend"]["kernels"]
+    assert extend["configs"]["mha_form"] == {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
+    assert extend["configs"]["whole_rows"]["BLOCK_H"] == 64
+    assert "mha_form [BLOCK_M=64" in p.kernel_why["extend"] and "TFLOP/s" in p.kernel_why["extend"]
+
+
+def test_mla_tiles_follow_the_device_geometry_and_none_is_guessed():
+    """The tiles are functions of the platform's shared memory: ~99 KB blocks get the small ones;
+    a platform that does not state its shared memory gets no configuration named."""
+    l4 = dataclasses.replace(get_preset("h200"), shared_memory_kb=99)
+    p = plan("deepseek-v3", l4)
+    assert p.run.role("decode").kernels.configs["whole_rows"]["BLOCK_N"] == 16
+    assert p.run.role("extend").kernels.configs["mha_form"]["BLOCK_N"] == 32
+    unknown = dataclasses.replace(get_preset("h200"), shared_memory_kb=None)
+    assert plan("deepseek-v3", unknown).run.role("decode").kernels.configs == {}

@@ -54,11 +54,11 @@ def allowed_variants(registry: Mapping[str, BackendDeclaration], platform, facts
 
 
 def kernel_table(profile: Profile | None, decl: BackendDeclaration, role: str, model, settings,
-                 allowed: frozenset[str]) -> KernelTable:
+                 allowed: frozenset[str], *, platform) -> KernelTable:
     """``role``'s table for backend ``decl`` (see the module docstring)."""
     fallback = tuple(k.name for k in decl.variants_for(role) if k.name in allowed)
     shape = model_shape(model, settings)
-    configs = launch_configs(decl, fallback, shape, settings)
+    configs = launch_configs(decl, role, fallback, shape, settings, platform)
     if profile is None or shape is None:
         return KernelTable(role, fallback=fallback, configs=configs)
     phase = PHASE_OF[role]
@@ -78,15 +78,17 @@ def kernel_table(profile: Profile | None, decl: BackendDeclaration, role: str, m
     return KernelTable(role, rows=tuple(rows), fallback=fallback, configs=configs)
 
 
-def launch_configs(decl: BackendDeclaration, variants, shape, settings) -> dict[str, dict]:
-    """variant -> its launch configuration at ``shape`` (the declaration's launch_config hook)."""
+def launch_configs(decl: BackendDeclaration, role: str, variants, shape, settings,
+                   platform) -> dict[str, dict]:
+    """variant -> its launch configuration in ``role`` at ``shape`` on ``platform`` (the
+    declaration's launch_config hook)."""
     if decl.launch_config is None or shape is None:
         return {}
     from attnkit.planning.reasons import load_hook
     hook = load_hook(decl.launch_config)
     out = {}
     for v in variants:
-        cfg = hook(v, head_dim=shape.head_dim, dtype=settings.get("dtype") or shape.dtype)
+        cfg = hook(v, role=role, shape=shape, dtype=settings.get("dtype") or shape.dtype, platform=platform)
         if cfg:
             out[v] = dict(cfg)
     return out
@@ -98,7 +100,7 @@ def config_text(cfg: Mapping[str, Any]) -> str:
 
 def kernel_tables(profile: Profile | None, registry: Mapping[str, BackendDeclaration],
                   backends: Mapping[str, str | None], model, settings,
-                  allowed: Mapping[str, frozenset[str]]) -> dict[str, KernelTable]:
+                  allowed: Mapping[str, frozenset[str]], *, platform) -> dict[str, KernelTable]:
     """role -> table, for the roles whose backend has kernel variants."""
     out = {}
     for role in ("prefill", "extend", "decode"):
@@ -107,7 +109,8 @@ def kernel_tables(profile: Profile | None, registry: Mapping[str, BackendDeclara
             continue
         if role == "extend" and "decode" not in model.phases:
             continue
-        out[role] = kernel_table(profile, registry[name], role, model, settings, allowed.get(name, frozenset()))
+        out[role] = kernel_table(profile, registry[name], role, model, settings,
+                                 allowed.get(name, frozenset()), platform=platform)
     return out
 
 

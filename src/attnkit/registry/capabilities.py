@@ -162,7 +162,9 @@ class BackendDeclaration:
     # () for a backend with one kernel per phase. attnkit tune measures each; the plan picks.
     variants: tuple = ()
     # Optional "module:function" (torch-free) giving a variant's launch configuration,
-    # launch_config(variant, *, head_dim, dtype) -> dict | None; the plan prints it.
+    # launch_config(variant, *, role, shape, dtype, platform) -> dict | None (shape: the
+    # model's layer shape a rank, planning.profile.Shape; platform: its geometry, such as
+    # shared_memory_kb); the plan prints it, the backend's kernels read the same function.
     launch_config: str | None = None
 
     def variants_for(self, role: str) -> tuple:
