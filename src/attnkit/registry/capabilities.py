@@ -13,6 +13,7 @@ KINDS = ("mha", "mla")
 PHASES = ("prefill", "decode")
 DTYPES = ("fp32", "fp16", "bf16")
 KV_CACHE_DTYPES = ("fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2")
+HALF_DTYPES = ("fp16", "bf16")
 # Every spelling of a dtype that attnkit reads (config.json's torch names, what users type),
 # lower case, mapped onto the names above (fp64 too: configs name it, nothing computes in it).
 # The one name table; its torch side is kvcache/paged.py's TORCH_KV_DTYPES.

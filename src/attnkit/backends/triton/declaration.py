@@ -8,11 +8,10 @@ profile (`attnkit tune` times each); without a plan the backend runs the first t
 step in the order below.
 """
 from attnkit.backends.gpu_runs import H200_2026_11_29
-from attnkit.registry.capabilities import BackendDeclaration, Capabilities
+from attnkit.registry.capabilities import HALF_DTYPES as HALF, BackendDeclaration, Capabilities
 from attnkit.registry.kernels import KernelVariant
 
 EXTEND_ROLES = ("prefill", "extend")
-HALF = ("fp16", "bf16")
 PLAIN = frozenset({"sliding_window", "logit_softcap", "sinks", "chunked_local"})
 
 VARIANTS = (
