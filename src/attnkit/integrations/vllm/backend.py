@@ -48,14 +48,15 @@ def planned(config: VllmConfig | None = None) -> EnginePlan:
         if hit is not None and hit[0] is config:
             return hit[1]
         model, cache = config.model_config, config.cache_config
+        tp = config.parallel_config.tensor_parallel_size
         settings = {"block_size": cache.block_size, "kv_cache_dtype": cache.cache_dtype,
                     "dtype": str(model.dtype).removeprefix("torch."),
-                    "tensor_parallel_size": config.parallel_config.tensor_parallel_size,
+                    "tensor_parallel_size": tp,
                     "device": str(config.device_config.device)}
         ep = plan_engine(model.hf_text_config.to_dict(), engine="vLLM", name=str(model.model),
                          device=config.device_config.device, dtype=model.dtype,
                          kv_cache_dtype=cache.cache_dtype, page_size=cache.block_size,
-                         tp_size=settings["tensor_parallel_size"])
+                         tp_size=tp)
         logger.info(startup_line(ep, engine_settings=settings))
         _PLANS[id(config)] = (config, ep)
         return ep
