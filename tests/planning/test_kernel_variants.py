@@ -102,3 +102,13 @@ def test_mla_tiles_follow_the_device_geometry_and_none_is_guessed():
     assert p.run.role("extend").kernels.configs["mha_form"]["BLOCK_N"] == 32
     unknown = dataclasses.replace(get_preset("h200"), shared_memory_kb=None)
     assert plan("deepseek-v3", unknown).run.role("decode").kernels.configs == {}
+
+
+def test_an_unmeasured_role_names_its_variants_launch_configurations():
+    """No profile row for the device (an A100): the reason still names each variant with the
+    configuration it would launch with, in the order the backend tries them."""
+    p = plan("llama-3.1-8b", "a100", profile=False)
+    why = p.kernel_why["decode"]
+    assert "split [BLOCK_N=64 num_warps=4 num_stages=4]" in why and "no bucket measured" in why
+    p = plan("deepseek-v3", "a100", profile=False)
+    assert "whole_rows [BLOCK_H=64 BLOCK_T=1 BLOCK_N=32 num_warps=8 num_stages=3" in p.kernel_why["decode"]

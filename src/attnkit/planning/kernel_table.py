@@ -118,7 +118,8 @@ def describe(table: KernelTable, left_out: Mapping[str, list[str]] | None = None
     """One line for a role's reason: which variant leads in how many measured buckets, with its
     rate there (geometric mean), then the variants left out and why."""
     if not table.rows:
-        text = f"kernels: {', '.join(table.fallback) or 'none'} (first that takes the step; no bucket measured)"
+        text = (f"kernels: {', '.join(_with_config(v, table) for v in table.fallback) or 'none'} "
+                "(first that takes the step; no bucket measured)")
     else:
         won = defaultdict(list)
         for r in table.rows:
@@ -127,13 +128,17 @@ def describe(table: KernelTable, left_out: Mapping[str, list[str]] | None = None
         parts = []
         for variant, rows in won.items():
             rate = geomean([r.order[0].rate for r in rows if r.order[0].rate])
-            cfg = f" [{config_text(table.configs[variant])}]" if variant in table.configs else ""
-            parts.append(f"{variant}{cfg} in {len(rows)} of {len(table.rows)} buckets ({_span(rows)}; "
+            parts.append(f"{_with_config(variant, table)} in {len(rows)} of {len(table.rows)} buckets ({_span(rows)}; "
                          f"{rate_text(rate)} {unit})")
         text = "kernels: " + ", ".join(parts)
     if left_out:
         text += "; not here: " + "; ".join(f"{k} ({', '.join(why)})" for k, why in left_out.items())
     return text
+
+
+def _with_config(variant: str, table: KernelTable) -> str:
+    """``split [BLOCK_N=64 num_warps=4 num_stages=4]``: a variant and its launch configuration."""
+    return f"{variant} [{config_text(table.configs[variant])}]" if variant in table.configs else variant
 
 
 def _span(rows) -> str:
