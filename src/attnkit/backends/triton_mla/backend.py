@@ -14,6 +14,8 @@ column_split_tma, ws; declaration.py); a MIXED step runs each request in its own
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 import triton
 
@@ -195,6 +197,10 @@ class TritonMLABackend(AttentionBackend):
                                       fp32=q_lat.dtype == torch.float32, device=q_lat.device)
             if RUNNABLE[variant](q_lat, flat, part, cfg):
                 break
+        if self.variant is not None and variant != self.variant:     # an explicit choice: said
+            warnings.warn(f"triton_mla: variant {PLAN_NAMES[self.variant]!r} cannot run this call "
+                          f"({RUNNABLE_NEEDS[self.variant]}); running {PLAN_NAMES[variant]!r}",
+                          UserWarning, stacklevel=2)
         block_h, block_t = cfg.pop("block_h"), cfg.pop("block_t")
         per_sm = cfg.pop("programs_per_sm")
         work_req, work_tok = part.tiles(block_t)
@@ -241,4 +247,7 @@ RUNNABLE = {
     "ws": lambda q_lat, flat, part, cfg: ws_ready(q_lat, flat, page_size=part.page_size,
                                                   block_t=cfg["block_t"], block_h=cfg["block_h"]),
 }
+RUNNABLE_NEEDS = {"tma": "it needs a cache of q's 16-bit dtype and key tiles inside one page",
+                  "ws": "it needs a compiled sm_90 launch with the Triton its Gluon code is written for, "
+                        "bf16, 64-head programs over 64-key pages"}
 FALLBACK = {"v1": "v1", "v2": "v2", "tma": "v2", "ws": "v1"}   # a forced variant that cannot run
