@@ -104,3 +104,26 @@ def test_mha_form_tiles_have_one_owner(monkeypatch):
     backend.forward(case.q, case.k, case.v, case.layer, case.cache, backend.prepare(case.meta, case.cache))
     assert (got["block_m"], got["block_n"], got["num_warps"], got["num_stages"]) == (16, 16, 2, 1)
     assert seen[-1]["interpret"] is True and "interpret" not in seen[0]   # the launch, the plan
+
+
+@pytest.mark.gpu
+def test_on_this_gpu_the_backend_tiles_are_the_plans_for_the_detected_device():
+    """The plan made for the detected GPU (its shared memory from the device) names the tiles the
+    backend computes there, for every absorbed variant of the decode table."""
+    import torch
+
+    from attnkit.hardware import detect
+    from attnkit.hardware.presets import PRESETS
+    here = detect()
+    preset = next((p for p in PRESETS.values() if p.name == here.name), None)
+    if preset is not None:
+        assert here.shared_memory_kb == preset.shared_memory_kb      # the preset states the part's figure
+    table = plan("deepseek-v3", here, {"dtype": "bf16"}).run.role("decode").kernels
+    backend = TritonMLABackend(kernels={"decode": table})
+    for variant, named in table.configs.items():
+        if variant not in CODE or variant == "ws":
+            continue
+        tiles = backend.absorbed_tiles(CODE[variant], heads=128, latent_width=512, new_tokens=1,
+                                       fp32=False, device=torch.device("cuda"))
+        assert {TILE_KEYS[k]: tiles[k] for k in TILE_KEYS} == \
+            {k: v for k, v in named.items() if k != "num_splits"}, variant
