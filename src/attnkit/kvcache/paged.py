@@ -17,13 +17,14 @@ import torch
 from attnkit.errors import fail, preview
 from attnkit.kvcache.checks import check_fits, check_write, usable_device
 from attnkit.model.spec import LayerAttention
-from attnkit.registry.capabilities import dtype_spelled
+from attnkit.registry.capabilities import DTYPES, dtype_spelled
 
 # The one table of torch dtypes by the vocabulary's names (compute dtypes are among them).
 TORCH_KV_DTYPES = {
     "fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
     "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2,
 }
+COMPUTE_TORCH_DTYPES = tuple(TORCH_KV_DTYPES[name] for name in DTYPES)   # what backends compute in
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 _NAMES = {dtype: name for name, dtype in TORCH_KV_DTYPES.items()}
 

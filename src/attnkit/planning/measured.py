@@ -31,8 +31,7 @@ from typing import Any, Mapping, Sequence
 from attnkit.errors import AttnkitError, preview
 from attnkit.planning.pages import DEFAULT_PAGE_SIZE
 from attnkit.planning.profile import UNITS, Bucket, Entry, Profile, Shape
-
-HALF = ("fp16", "bf16")
+from attnkit.registry.capabilities import HALF_DTYPES as HALF
 WORKLOAD_KEYS = ("batch", "new", "context")
 MAX_WORKLOAD = 1 << 31       # far above any batch or context; 10**400 broke the log2 distance
 

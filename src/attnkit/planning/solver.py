@@ -256,7 +256,7 @@ class Solve:
         profile = self.measured.profile if self.measured is not None else None
         settings = {"dtype": facts["dtype"], **{k: v for k, v in self.settings.items() if v is not None}}
         self.kernels = kernel_table.kernel_tables(profile, self.registry, self.backends, self.model,
-                                                  settings, allowed)
+                                                  settings, allowed, platform=self.platform)
         free = self._facts(require=False)
         for role, table in self.kernels.items():
             name = self.backends.get(role) or self.backends["prefill"]

@@ -14,7 +14,7 @@ A backend that does not accept a bucket's page size is not measured there (run.s
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable
 
 from attnkit.planning.measured import model_shape
@@ -106,19 +106,27 @@ def default_grid(device: str, quick: bool) -> tuple[tuple[Shape, Runtime], ...]:
     return GPU_QUICK if quick else GPU_FULL
 
 
-def model_grid(models, device: str, quick: bool, platform) -> list[tuple[Shape, Runtime]]:
-    """``--models``: each model's own shape (its most common layer, tp 1, the dtype the planner
-    fills for it on ``platform``: the one default) with the runtime shapes of the default
-    grid's first entry of the same kind."""
-    from attnkit.planning.rules import config_dtype
+def model_grid(models, device: str, quick: bool, platform, request=None) -> list[tuple[Shape, Runtime]]:
+    """``--models``: each model's own shape as ``plan(model, platform, request)`` runs it
+    (``request``: the fields `attnkit plan` takes, handed over unchanged; its dtypes and heads a
+    rank are ``plan.run``'s: one parse, the planner's defaults), with the runtime shapes of the
+    default grid's first entry of the same kind, decodes also at the plan's page size. A
+    request nothing can serve here raises the plan's error."""
+    from attnkit.planning.solver import plan
 
     runtimes = {}
     for shape, rt in default_grid(device, quick):
         runtimes.setdefault(shape.kind, rt)
     out: list[tuple[Shape, Runtime]] = []
     for model in models:
-        dtype, _ = config_dtype(model, platform)
-        shape = model_shape(model, {"dtype": dtype, "kv_cache_dtype": dtype, "tp_size": 1})
-        if shape is not None and (shape, runtimes[shape.kind]) not in out:
-            out.append((shape, runtimes[shape.kind]))
+        run = plan(model, platform, request, strict=True).run
+        shape = model_shape(model, {"dtype": run.dtype, "kv_cache_dtype": run.kv_cache_dtype,
+                                    "tp_size": run.tp_size})
+        if shape is None:
+            continue
+        rt = runtimes[shape.kind]
+        if run.page_size not in rt.decode_pages:
+            rt = replace(rt, decode_pages=(*rt.decode_pages, run.page_size))
+        if (shape, rt) not in out:
+            out.append((shape, rt))
     return out

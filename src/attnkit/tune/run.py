@@ -49,14 +49,17 @@ def method(device: str) -> dict:
 def tune(*, device: str = "cuda", quick: bool = False, models: Sequence[ModelAttention] = (),
          out: str | os.PathLike | None = None, backends: Sequence[str] | None = None,
          env: Mapping[str, str] | None = None, stream: TextIO | None = None,
-         command: str = "attnkit tune", shapes: Sequence | None = None) -> tuple[Path, Profile]:
+         command: str = "attnkit tune", shapes: Sequence | None = None,
+         request=None) -> tuple[Path, Profile]:
     """Measure and write the profile; returns (its path, the profile). ``models``: tune only
-    their shapes; ``backends``: only these (canonical names); ``shapes``: this grid instead
-    (``[(Shape, Runtime)]``, see tune/grid.py)."""
+    their shapes, as ``plan(model, here, request)`` runs them (``request``: a PlanRequest or
+    dict of what `attnkit plan` takes, handed to plan() unchanged); ``backends``: only these
+    (canonical names); ``shapes``: this grid instead (``[(Shape, Runtime)]``, tune/grid.py)."""
     env = os.environ if env is None else env
     platform = platform_for(device)
     if shapes is None:
-        shapes = grids.model_grid(models, device, quick, platform) if models else grids.default_grid(device, quick)
+        shapes = grids.model_grid(models, device, quick, platform, request) if models else \
+            grids.default_grid(device, quick)
     path = Path(out) if out else default_path(platform.name, device, env)
     head = {"device": device_info(platform), "software": software(), "method": method(device)}
     check_writable(path)                  # before anything is measured, not after the first entry
