@@ -6,7 +6,6 @@ prompts up to 13 tokens, so the selection matters (a test shows it does). The ti
 16 indexer heads: with very few, scores of exactly 0 (every head's dot product negative)
 tie, and transformers' torch.topk breaks ties its own way, not by the documented rule."""
 import pytest
-import torch
 
 from attnkit import reference_dsa
 from attnkit.backends.base import AttentionBackend
