@@ -59,3 +59,11 @@ def test_tune_models_deepseek_v32_measures_its_dsa_shape_at_the_dsa_runtimes():
     assert [(s.topk, rt) for s, rt in got] == [(2048, grid.DSA_MAIN)]
     dense = grid.model_grid([load_model("deepseek-v3")], "cuda", False, resolve_platform("h200"))
     assert [(s.topk, rt) for s, rt in dense] == [(None, grid.MLA_MAIN)]
+
+
+def test_an_fp8_dsa_bucket_reads_its_cached_index_keys_back():
+    """The cached fp8 index keys of a tune case have scales (not the cache's zeros)."""
+    b = dataclasses.replace(DSA_BUCKETS[0], shape=dataclasses.replace(DSA_BUCKETS[0].shape, kv_dtype="fp8_e4m3"))
+    case = make_case(b, "cpu")
+    assert case.cache.is_index_fp8 and (case.cache.index_k_scale[0] == 1).all()
+    assert measure_entry(case, TorchNativeBackend(), "cpu").status == "ok"

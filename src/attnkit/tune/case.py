@@ -73,6 +73,8 @@ def make_case(b: Bucket, device: str, *, seed: int = 0) -> Case:
     for buf in (cache.latent, cache.k, cache.v, cache.index_k):
         if 0 in buf:
             _fill(buf[0], gen)
+    for scale in cache.index_k_scale.values():      # fp8 index keys: read back as stored * 1
+        scale.fill_(1.0)
     order = torch.randperm(b.batch * per, generator=torch.Generator().manual_seed(seed))
     rows = order.view(b.batch, per).tolist()
     meta = build_batch([Request(b.prefix, b.new, row) for row in rows], page_size=b.page_size, device=device)
