@@ -39,6 +39,10 @@ NOT_RUN = {
 # the namespace can run): why, per code, for both examples
 SCHEMATIC = {
     "AK104": "needs a backend that declares one phase only; no shipped backend does",
+    "AK122": "every feature of the vocabulary has a backend now (torch_native serves sparse_topk); "
+             "tests/planning/test_planning_dsa.py raises it with a registry that lacks them",
+    "AK111": "needs a sparse backend with narrower DSA sizes than torch_native's (any); the "
+             "planner's reasons are proven by tests/planning/test_planning_dsa.py",
     "AK105": "needs a backend without fp32; every shipped backend has it",
     "AK308": "needs two backends with disjoint page sizes; no shipped pair is",
     "AK900": "an internal error is a bug: nothing reproduces it on purpose",
@@ -62,6 +66,8 @@ SCHEMATIC = {
              "(tests/backends/test_envelope.py proves it)",
     "AK442": "refused when the step meets a cross-attention layer of the reader's model",
     "AK443": "needs an MLA layer spec and its weights of the reader's model",
+    "AK448": "needs a DSA layer spec, its weights and the indexer inputs of the reader's model "
+             "(tests/conformance/test_dsa.py proves the refusal)",
     "AK451": "the shared input check (AK410) refuses a float64 q before triton's own check",
     "AK452": "the test process runs Triton through the interpreter (TRITON_INTERPRET=1), which this check is about",
     "AK457": "needs a StaticDecode buffer set of the reader's engine",

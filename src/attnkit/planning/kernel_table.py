@@ -66,11 +66,11 @@ def allowed_variants(registry: Mapping[str, BackendDeclaration], platform, facts
 
 
 def kernel_table(profile: Profile | None, decl: BackendDeclaration, role: str, model, settings,
-                 allowed: frozenset[str]) -> KernelTable:
+                 allowed: frozenset[str], *, platform) -> KernelTable:
     """``role``'s table for backend ``decl`` (see the module docstring)."""
     fallback = tuple(k.name for k in decl.variants_for(role) if k.name in allowed)
     shape = model_shape(model, settings)
-    configs = launch_configs(decl, fallback, shape, settings)
+    configs = launch_configs(decl, role, fallback, shape, settings, platform)
     if profile is None or shape is None:
         return KernelTable(role, fallback=fallback, configs=configs)
     phase = PHASE_OF[role]
@@ -96,15 +96,17 @@ def runs_varlen(model) -> bool:
     return "decode" not in model.phases and bool(model.layers) and not any(l.causal for l in model.layers)
 
 
-def launch_configs(decl: BackendDeclaration, variants, shape, settings) -> dict[str, dict]:
-    """variant -> its launch configuration at ``shape`` (the declaration's launch_config hook)."""
+def launch_configs(decl: BackendDeclaration, role: str, variants, shape, settings,
+                   platform) -> dict[str, dict]:
+    """variant -> its launch configuration in ``role`` at ``shape`` on ``platform`` (the
+    declaration's launch_config hook)."""
     if decl.launch_config is None or shape is None:
         return {}
     from attnkit.planning.reasons import load_hook
     hook = load_hook(decl.launch_config)
     out = {}
     for v in variants:
-        cfg = hook(v, head_dim=shape.head_dim, dtype=settings.get("dtype") or shape.dtype)
+        cfg = hook(v, role=role, shape=shape, dtype=settings.get("dtype") or shape.dtype, platform=platform)
         if cfg:
             out[v] = dict(cfg)
     return out
@@ -116,7 +118,7 @@ def config_text(cfg: Mapping[str, Any]) -> str:
 
 def kernel_tables(profile: Profile | None, registry: Mapping[str, BackendDeclaration],
                   backends: Mapping[str, str | None], model, settings,
-                  allowed: Mapping[str, frozenset[str]]) -> dict[str, KernelTable]:
+                  allowed: Mapping[str, frozenset[str]], *, platform) -> dict[str, KernelTable]:
     """role -> table, for the roles whose backend has kernel variants; ``varlen`` (the varlen
     call) where the model runs it (runs_varlen) and its prefill backend declares it."""
     out = {}
@@ -126,14 +128,15 @@ def kernel_tables(profile: Profile | None, registry: Mapping[str, BackendDeclara
             if name is not None and runs_varlen(model) and registry[name].variants_for("varlen") \
                     and "varlen" in registry[name].capabilities.features:
                 out[role] = kernel_table(profile, registry[name], role, model, settings,
-                                         allowed.get(name, frozenset()))
+                                         allowed.get(name, frozenset()), platform=platform)
             continue
         name = backends.get(role) or (backends.get("prefill") if role == "extend" else None)
         if name is None or not registry[name].variants or role == "decode" and "decode" not in model.phases:
             continue
         if role == "extend" and "decode" not in model.phases:
             continue
-        out[role] = kernel_table(profile, registry[name], role, model, settings, allowed.get(name, frozenset()))
+        out[role] = kernel_table(profile, registry[name], role, model, settings,
+                                 allowed.get(name, frozenset()), platform=platform)
     return out
 
 
@@ -143,8 +146,8 @@ def describe(table: KernelTable, left_out: Mapping[str, list[str]] | None = None
     rate there (geometric mean), then the variants left out and why (``unproven``: those that
     could run here but do not declare ``require``, --require's numerics)."""
     if not table.rows:
-        names = [v + (f" [{config_text(table.configs[v])}]" if v in table.configs else "") for v in table.fallback]
-        text = f"kernels: {', '.join(names) or 'none'} (first that takes the step; no bucket measured)"
+        text = (f"kernels: {', '.join(_with_config(v, table) for v in table.fallback) or 'none'} "
+                "(first that takes the step; no bucket measured)")
     else:
         won = defaultdict(list)
         for r in table.rows:
@@ -153,8 +156,7 @@ def describe(table: KernelTable, left_out: Mapping[str, list[str]] | None = None
         parts = []
         for variant, rows in won.items():
             rate = geomean([r.order[0].rate for r in rows if r.order[0].rate])
-            cfg = f" [{config_text(table.configs[variant])}]" if variant in table.configs else ""
-            parts.append(f"{variant}{cfg} in {len(rows)} of {len(table.rows)} buckets ({_span(rows)}; "
+            parts.append(f"{_with_config(variant, table)} in {len(rows)} of {len(table.rows)} buckets ({_span(rows)}; "
                          f"{rate_text(rate)} {unit})")
         text = "kernels: " + ", ".join(parts)
     if unproven:
@@ -163,6 +165,11 @@ def describe(table: KernelTable, left_out: Mapping[str, list[str]] | None = None
     if left_out:
         text += "; not here: " + "; ".join(f"{k} ({', '.join(why)})" for k, why in left_out.items())
     return text
+
+
+def _with_config(variant: str, table: KernelTable) -> str:
+    """``split [BLOCK_N=64 num_warps=4 num_stages=4]``: a variant and its launch configuration."""
+    return f"{variant} [{config_text(table.configs[variant])}]" if variant in table.configs else variant
 
 
 def _span(rows) -> str:

@@ -151,7 +151,7 @@ def matrix_text(plans: list, models: list[str], devices: list[str]) -> str:
                 f"{plan.prefill_backend}/{plan.decode_backend or '-'}"
             if plan.extend_backend not in (None, plan.prefill_backend):
                 cell = f"{plan.prefill_backend}/{plan.extend_backend}/{plan.decode_backend or '-'}"
-            cell += f" p{plan.settings.get('page_size')}"
+            cell += f" p{plan.run.page_size}"
         else:
             cell = f"{plan.error['code']} (no plan)"
         cells[m, dev] = cell

@@ -256,7 +256,7 @@ class Solve:
         profile = self.measured.profile if self.measured is not None else None
         settings = {"dtype": facts["dtype"], **{k: v for k, v in self.settings.items() if v is not None}}
         self.kernels = kernel_table.kernel_tables(profile, self.registry, self.backends, self.model,
-                                                  settings, allowed)
+                                                  settings, allowed, platform=self.platform)
         free = self._facts(require=False)
         for role, table in self.kernels.items():
             name = self.backends.get(role) or self.backends["prefill"]
@@ -338,13 +338,17 @@ class Solve:
             evidence = (self.measured.evidence(phase, options[phase], self.model, self.settings)
                         if self.measured is not None else "")
             skipped = [n for n in pool[:pool.index(name)] if self.reasons(phase, n)]
-            self.why[phase] = (f"first in the {self.platform.kind} {self.model.kind} priority order "
-                               f"({', '.join(entry.backends)}) that serves every layer"
-                               + (f" ({', '.join(skipped)} cannot)" if skipped else "") + f". {entry.why}"
-                               + evidence)
+            order = [n for n in entry.backends if n in self.registry]
+            absent = [n for n in entry.backends if n not in self.registry]
+            table = self.model.kind + "".join(f"+{f}" for f in sorted(entry.features))
+            self.why[phase] = (f"first in the {self.platform.kind} {table} priority order "
+                               f"({', '.join(order)}) that serves every layer"
+                               + (f" ({', '.join(skipped)} cannot)" if skipped else "")
+                               + (f"; {', '.join(absent)}: not in this attnkit's registry" if absent else "")
+                               + f". {entry.why}" + evidence)
             self._record(f"{phase}_backend", None, name, "priority",
-                         f"first that serves every layer in the {self.platform.kind}/{self.model.kind} "
-                         f"priority order ({', '.join(entry.backends)})")
+                         f"first that serves every layer in the {self.platform.kind}/{table} "
+                         f"priority order ({', '.join(order)})")
         if self.request.require:
             self._price(names)
 
@@ -393,7 +397,7 @@ class Solve:
     # ---- what the view hands rules and failure builders ----------------------------------------------
     def entry(self, phase: str):
         return priorities.lookup(self.platform.kind, self.platform.capability, self.model.kind, phase,
-                                 table=self.table)
+                                 table=self.table, features=self.model.features())
 
     def page_gain(self, base: int, sizes: list[int]) -> tuple[int, str] | None:
         decode = self.backends.get("decode")

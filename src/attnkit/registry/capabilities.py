@@ -13,6 +13,7 @@ KINDS = ("mha", "mla")
 PHASES = ("prefill", "decode")
 DTYPES = ("fp32", "fp16", "bf16")
 KV_CACHE_DTYPES = ("fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2")
+HALF_DTYPES = ("fp16", "bf16")
 # Every spelling of a dtype that attnkit reads (config.json's torch names, what users type),
 # lower case, mapped onto the names above (fp64 too: configs name it, nothing computes in it).
 # The one name table; its torch side is kvcache/paged.py's TORCH_KV_DTYPES.
@@ -24,6 +25,16 @@ DTYPE_SPELLINGS = {
     "fp8_e5m2": "fp8_e5m2", "float8_e5m2": "fp8_e5m2",
     "fp64": "fp64", "float64": "fp64", "double": "fp64",
 }
+
+
+# The DSA index-key cache's dtypes (kvcache/index_keys.py: fp8 keys carry a scale per token).
+INDEX_DTYPES = ("fp32", "fp16", "bf16", "fp8_e4m3")
+
+
+def default_index_dtype(kv_dtype: str) -> str:
+    """The index-key dtype beside a KV cache of ``kv_dtype`` when none is given (the one rule,
+    for the cache and the planner): fp8 e4m3 beside an fp8 cache, else the KV dtype."""
+    return "fp8_e4m3" if kv_dtype.startswith("fp8") else kv_dtype
 
 
 def dtype_spelled(text: str) -> str | None:
@@ -90,6 +101,13 @@ class Capabilities:
     # MHA value head dims served when they differ from the q/k head dim (v_head_dim != head_dim):
     # a tuple, or "any"; None (the default) = values as wide as queries and keys only.
     v_head_dims: tuple[int, ...] | str | None = None
+    # DeepSeek sparse attention (feature sparse_topk; docs/dsa.md), None where not declared:
+    # indexer sizes served, ((index_n_heads, index_head_dim), ...) or "any"; top-k values
+    # served, a tuple, MultipleOf(n) or "any"; index-key cache dtypes (fp32, fp16, bf16,
+    # fp8_e4m3: kvcache/index_keys.py) served.
+    sparse_dims: tuple[tuple[int, int], ...] | str | None = None
+    sparse_topks: tuple[int, ...] | MultipleOf | str | None = None
+    index_dtypes: tuple[str, ...] | None = None
     # Runs on accelerators that proved this declaration (CPU is proven by every test run).
     verified: tuple[Verified, ...] = ()
 
@@ -108,6 +126,23 @@ class Capabilities:
         if v_dim == head_dim:
             return True
         return self.v_head_dims == "any" or (isinstance(self.v_head_dims, tuple) and v_dim in self.v_head_dims)
+
+    def accepts_sparse(self, sparse) -> list[tuple[str, Any, Any]]:
+        """What of a layer's SparseTopK (model/spec.py) this declaration does not serve, as
+        (field, served, actual) triples; [] when it serves it (or the layer is not DSA)."""
+        if sparse is None:
+            return []
+        out = []
+        dims = (sparse.index_n_heads, sparse.index_head_dim)
+        if self.sparse_dims != "any" and dims not in (self.sparse_dims or ()):
+            out.append(("sparse_dims", _listed(self.sparse_dims), list(dims)))
+        topks = self.sparse_topks
+        ok = (topks == "any" or (isinstance(topks, MultipleOf) and sparse.topk % topks.n == 0)
+              or (isinstance(topks, tuple) and sparse.topk in topks))
+        if not ok:
+            out.append(("sparse_topks", topks.to_dict() if isinstance(topks, MultipleOf) else _listed(topks),
+                        sparse.topk))
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         cc = None
@@ -133,8 +168,19 @@ class Capabilities:
             "mla_dims": (self.mla_dims if self.mla_dims in (None, "any")
                          else [list(d) for d in self.mla_dims]),
             "v_head_dims": self.v_head_dims if self.v_head_dims in (None, "any") else list(self.v_head_dims),
+            "sparse_dims": _listed(self.sparse_dims),
+            "sparse_topks": (self.sparse_topks.to_dict() if isinstance(self.sparse_topks, MultipleOf)
+                             else _listed(self.sparse_topks)),
+            "index_dtypes": None if self.index_dtypes is None else list(self.index_dtypes),
             "verified": [v.to_dict() for v in self.verified],
         }
+
+
+def _listed(value: Any) -> Any:
+    """A declared tuple (of values or of tuples) as JSON lists; None and "any" as they are."""
+    if value in (None, "any"):
+        return value
+    return [list(v) if isinstance(v, tuple) else v for v in value]
 
 
 @dataclass(frozen=True)
@@ -162,7 +208,9 @@ class BackendDeclaration:
     # () for a backend with one kernel per phase. attnkit tune measures each; the plan picks.
     variants: tuple = ()
     # Optional "module:function" (torch-free) giving a variant's launch configuration,
-    # launch_config(variant, *, head_dim, dtype) -> dict | None; the plan prints it.
+    # launch_config(variant, *, role, shape, dtype, platform) -> dict | None (shape: the
+    # model's layer shape a rank, planning.profile.Shape; platform: its geometry, such as
+    # shared_memory_kb); the plan prints it, the backend's kernels read the same function.
     launch_config: str | None = None
 
     def variants_for(self, role: str) -> tuple:

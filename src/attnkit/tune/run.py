@@ -53,14 +53,17 @@ def tune(*, device: str = "cuda", quick: bool = False, models: Sequence[ModelAtt
          out: str | os.PathLike | None = None, backends: Sequence[str] | None = None,
          env: Mapping[str, str] | None = None, stream: TextIO | None = None,
          command: str = "attnkit tune", shapes: Sequence | None = None,
-         phases: Sequence[str] | None = None) -> tuple[Path, Profile]:
+         request=None, phases: Sequence[str] | None = None) -> tuple[Path, Profile]:
     """Measure and write the profile; returns (its path, the profile). ``models``: tune only
-    their shapes; ``backends``: only these (canonical names); ``shapes``: this grid instead
-    (``[(Shape, Runtime)]``, see tune/grid.py); ``phases``: only these phases' buckets."""
+    their shapes, as ``plan(model, here, request)`` runs them (``request``: a PlanRequest or
+    dict of what `attnkit plan` takes, handed to plan() unchanged); ``backends``: only these
+    (canonical names); ``shapes``: this grid instead (``[(Shape, Runtime)]``, tune/grid.py);
+    ``phases``: only these phases' buckets."""
     env = os.environ if env is None else env
     platform = platform_for(device)
     if shapes is None:
-        shapes = grids.model_grid(models, device, quick, platform) if models else grids.default_grid(device, quick)
+        shapes = grids.model_grid(models, device, quick, platform, request) if models else \
+            grids.default_grid(device, quick)
     path = Path(out) if out else default_path(platform.name, device, env)
     head = {"device": device_info(platform), "software": software(), "method": method(device)}
     check_writable(path)                  # before anything is measured, not after the first entry
@@ -158,7 +161,8 @@ def measure_entry(case, backend, device: str, *, variant: str | None = None) -> 
             fwd = lambda: case.call(backend)  # noqa: E731
         else:
             step = backend.prepare(case.meta, case.cache)
-            fwd = lambda: backend.forward(case.q, case.k, case.v, case.layer, case.cache, step)  # noqa: E731
+            extra = {} if case.indexer is None else {"indexer": case.indexer}
+            fwd = lambda: backend.forward(case.q, case.k, case.v, case.layer, case.cache, step, **extra)  # noqa: E731
         err = how.check(case, fwd())
         if not err < tol:
             return Entry(status="wrong", rel_err=err, note=f"relative error {err:.3g} > {tol:g} "

@@ -107,10 +107,10 @@ def varlen_gluon_config(head_dim: int, *, persistent: bool) -> dict | None:
     return cfg | dict(num_warps=12)
 
 
-def launch_config(variant: str, *, head_dim: int, dtype: str) -> dict | None:
-    """What ``variant`` launches with for this head dim and compute dtype on a GPU (the plan
-    prints it); None where the variant has no tile for it."""
-    fp32 = dtype == "fp32"
+def launch_config(variant: str, *, role: str, shape, dtype: str, platform) -> dict | None:
+    """What ``variant`` launches with for a layer of ``shape`` (its head dim) and the compute
+    dtype on a GPU (the plan prints it); None where the variant has no tile for it."""
+    fp32, head_dim = dtype == "fp32", shape.head_dim
     if variant in ("split", "split_write", "split_merge"):
         return decode_config(head_dim, fp32, interpret=False)
     if variant == "split_fixed":

@@ -10,11 +10,10 @@ deterministic (tests/conformance/test_bitwise.py proves them: interpreter and GP
 ``--require batch-invariant`` runs only them.
 """
 from attnkit.backends.gpu_runs import H200_2026_11_29
-from attnkit.registry.capabilities import NUMERICS, BackendDeclaration, Capabilities
+from attnkit.registry.capabilities import HALF_DTYPES as HALF, NUMERICS, BackendDeclaration, Capabilities
 from attnkit.registry.kernels import KernelVariant
 
 EXTEND_ROLES = ("prefill", "extend")
-HALF = ("fp16", "bf16")
 PLAIN = frozenset({"sliding_window", "logit_softcap", "sinks", "chunked_local"})
 
 VARIANTS = (
