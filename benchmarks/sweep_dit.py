@@ -55,6 +55,9 @@ FORMS = {
     "persistent_head_major": dict(tiles=(128, 4, 2), head_major=True, programs="sms"),
     "persistent_block_major": dict(tiles=(128, 4, 2), programs="sms"),
     "persistent_head_major_128_3_3": dict(tiles=(128, 3, 3), head_major=True, programs="sms"),
+    # after call 3 (FLUX: persistent heads-fastest 503, and (128, 2, 2) the best one-block tile)
+    "persistent_block_major_128_2_2": dict(tiles=(128, 2, 2), programs="sms"),
+    "persistent_block_major_128_3_2": dict(tiles=(128, 3, 2), programs="sms"),
 }
 MAIN = [f for f in FORMS if not f.startswith("persistent")]
 PERSISTENT = [f for f in FORMS if f.startswith("persistent")]
