@@ -59,3 +59,40 @@ def test_splits_fill_the_machine_for_one_long_request_and_stay_one_for_big_batch
     assert choose_splits(4096, 64, 8, block_n=64, num_sms=132) == (1, 4096)
     splits, chunk = choose_splits(100, 1, 8, block_n=64, num_sms=132)   # short: never below a tile
     assert splits == 1 and chunk >= 100
+
+
+# Launch-config switches of the decode kernel (configs.py): PACK KV heads per program, masks on
+# the edge tiles only (EDGE_MASK); each must compute what the plain kernel computes.
+SWITCHES = [dict(PACK=2), dict(EDGE_MASK=True), dict(PACK=2, EDGE_MASK=True)]
+
+
+@pytest.mark.parametrize("switch", SWITCHES, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
+@pytest.mark.parametrize("variant", DECODE_VARIANTS)
+@pytest.mark.parametrize("name", ["gqa-page16", "window-odd-page", "softcap-sinks", "head-dim-80"])
+def test_decode_config_switches_match_reference(run_triton, name, variant, switch):
+    layer_kw, case_kw = CASES[name]
+    prefix = case_kw["prefix_lens"]
+    case = make_case(make_layer(**layer_kw, dtype="fp16"), dtype="fp16", new_lens=[1] * len(prefix),
+                     seed=3, **{k: v for k, v in case_kw.items() if k != "prefix_lens"},
+                     prefix_lens=prefix)
+    for splits in (1, 3):
+        out = run_triton(case, num_splits=splits, decode_variant=variant,
+                         decode_config=dict(BLOCK_N=16, num_warps=4, num_stages=1, **switch))
+        assert_close(out, case.reference(), dtype="fp16", what=f"{name} {switch} splits={splits}")
+
+
+def test_heads_pack_only_where_the_rows_of_adjacent_heads_are_adjacent():
+    """PACK takes effect on power-of-two head dims whose KV heads it divides, with dense rows;
+    anything else runs one KV head a program (so the switch tests above do pack)."""
+    from attnkit.backends.triton.decode import decode_pack
+
+    layer = make_layer(num_heads=8, num_kv_heads=2, head_dim=64, dtype="fp16")
+    case = make_case(layer, prefix_lens=[40, 7], new_lens=[1, 1], page_size=16, dtype="fp16")
+    k_cache, v_cache = case.cache.k[0], case.cache.v[0]
+    assert decode_pack(2, k_cache, v_cache, (case.k, case.v)) == 2
+    assert decode_pack(4, k_cache, v_cache) == 1                      # 2 KV heads: 4 does not divide
+    assert decode_pack(2, k_cache[..., :32], v_cache) == 1             # rows not adjacent
+    assert decode_pack(2, k_cache, v_cache, (case.k[:, :, :32], case.v)) == 1
+    odd = make_case(make_layer(num_heads=2, num_kv_heads=2, head_dim=80, dtype="fp16"),
+                    prefix_lens=[33], new_lens=[1], page_size=16, dtype="fp16")
+    assert decode_pack(2, odd.cache.k[0], odd.cache.v[0]) == 1
