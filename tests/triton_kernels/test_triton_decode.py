@@ -92,7 +92,8 @@ def test_heads_pack_only_where_the_rows_of_adjacent_heads_are_adjacent():
     assert decode_pack(2, k_cache, v_cache, (case.k, case.v)) == 2
     assert decode_pack(4, k_cache, v_cache) == 1                      # 2 KV heads: 4 does not divide
     assert decode_pack(2, k_cache[..., :32], v_cache) == 1             # rows not adjacent
-    assert decode_pack(2, k_cache, v_cache, (case.k[:, :, :32], case.v)) == 1
+    wide = case.k.new_zeros(*case.k.shape[:2], 128)[..., :64]          # head stride 128, not 64
+    assert decode_pack(2, k_cache, v_cache, (wide, case.v)) == 1
     odd = make_case(make_layer(num_heads=2, num_kv_heads=2, head_dim=80, dtype="fp16"),
                     prefix_lens=[33], new_lens=[1], page_size=16, dtype="fp16")
     assert decode_pack(2, odd.cache.k[0], odd.cache.v[0]) == 1
