@@ -13,6 +13,19 @@ def padded(d: int) -> int:
     return max(16, 1 << (max(d, 1) - 1).bit_length())
 
 
+# Split-KV decode launch shapes by padded head dim (16-bit compute): BLOCK_N keys a tile,
+# warps, pipeline stages, and where given the kernel's switches (absent: off): PACK, KV heads a
+# program (decode.decode_pack: where the layer's KV heads divide by it and a token's rows of
+# adjacent heads are adjacent, else 1); EDGE_MASK, bounds and window masks on the first and
+# last tile of a split only. NOTES-triton.md, version 5, records the sweep each entry comes
+# from (benchmarks/sweep_decode.py).
+DECODE_TILES = {
+    64: dict(BLOCK_N=64, num_warps=4, num_stages=3),
+    128: dict(BLOCK_N=64, num_warps=4, num_stages=4),
+    256: dict(BLOCK_N=32, num_warps=4, num_stages=4),
+}
+
+
 def decode_config(head_dim: int, fp32: bool, *, interpret: bool) -> dict:
     """Split-KV decode: key tile and launch shape for a head dim (fp32: "ieee" dots)."""
     if interpret:
@@ -20,11 +33,7 @@ def decode_config(head_dim: int, fp32: bool, *, interpret: bool) -> dict:
     if fp32:
         return dict(BLOCK_N=32, num_warps=4, num_stages=2)
     width = padded(head_dim)
-    if width <= 64:
-        return dict(BLOCK_N=64, num_warps=4, num_stages=3)
-    if width <= 128:
-        return dict(BLOCK_N=64, num_warps=4, num_stages=4)
-    return dict(BLOCK_N=32, num_warps=4, num_stages=4)
+    return dict(DECODE_TILES[min(max(width, 64), 256)])
 
 
 def extend_config(head_dim: int, fp32: bool, *, interpret: bool, variant: str = "v1") -> dict:
