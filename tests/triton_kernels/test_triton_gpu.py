@@ -110,3 +110,22 @@ def test_long_decode_splits_with_sinks_and_window(run_triton, splits, variant):
     _check(run_triton, dict(num_heads=32, num_kv_heads=8, head_dim=128, sinks=True,
                             sliding_window=4000), case_kw, what=f"splits {splits} {variant}",
            num_splits=splits, decode_variant=variant)
+
+
+# The decode kernel's config switches (configs.DECODE_TILES), at the tiles the sweep times.
+DECODE_SWITCHES = [(64, dict(BLOCK_N=64, num_warps=4, num_stages=3, PACK=2)),
+                   (64, dict(BLOCK_N=128, num_warps=8, num_stages=3, PACK=2, EDGE_MASK=True)),
+                   (128, dict(BLOCK_N=64, num_warps=4, num_stages=4, EDGE_MASK=True)),
+                   (256, dict(BLOCK_N=32, num_warps=4, num_stages=2, EDGE_MASK=True)),
+                   (64, dict(BLOCK_N=32, num_warps=4, num_stages=3, PACK=4))]
+
+
+@pytest.mark.parametrize("variant", DECODE_VARIANTS)
+@pytest.mark.parametrize("head_dim,config", DECODE_SWITCHES)
+def test_decode_config_switches(run_triton, head_dim, config, variant):
+    case_kw = dict(prefix_lens=[3000, 40, 1023, 64], new_lens=[1, 1, 1, 1], page_size=16)
+    for window, sinks, splits in ((None, False, None), (700, True, 5)):
+        _check(run_triton, dict(num_heads=32, num_kv_heads=8, head_dim=head_dim, sinks=sinks,
+                                sliding_window=window), case_kw,
+               what=f"d{head_dim} {config} {variant} window {window} splits {splits}",
+               num_splits=splits, decode_variant=variant, decode_config=config)
