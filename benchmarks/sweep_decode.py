@@ -54,46 +54,50 @@ P2, P4 = dict(PACK=2), dict(PACK=4)
 
 def candidates(row: str) -> list[tuple[str, int | None, dict]]:
     """(variant, splits or None for the backend's rule, config override) per row, the most
-    likely first (a row's time budget cuts the tail)."""
+    likely first (a row's time budget cuts the tail). Stage counts of 5 are where Triton 3.6
+    double-buffers the gathered K/V tiles (static_decode.py: one buffer at 2-4 stages)."""
     sw, sm, sp = "split_write", "split_merge", "split"
     if row == "d256":
-        tiles = [t(32, 4, 2), t(32, 4, 3), t(16, 4, 4), t(16, 4, 3), t(64, 4, 2), t(64, 8, 2),
-                 t(64, 8, 3), t(32, 8, 4), t(32, 8, 3), t(32, 2, 3), t(16, 2, 3), t(64, 4, 3)]
-        return ([(sp, None, c) for c in tiles] + [(sp, None, E), (sp, None, t(32, 4, 2, **E)),
-                                                   (sp, None, t(64, 4, 2, **E))]
-                + [(sp, n, c) for n in (2, 4) for c in ({}, t(32, 4, 2))]
-                + [(sw, None, {}), (sw, None, t(32, 4, 2)), (sm, 2, t(32, 4, 2))])
+        tiles = [t(16, 4, 5), t(16, 4, 4), t(32, 4, 5), t(32, 4, 2), t(32, 4, 3), t(16, 4, 3),
+                 t(64, 4, 2), t(64, 8, 2), t(32, 8, 5), t(32, 8, 4), t(16, 8, 5), t(16, 2, 5)]
+        return ([(sp, None, c) for c in tiles]
+                + [(sp, n, c) for n in (2, 4) for c in ({}, t(16, 4, 5), t(32, 4, 5))]
+                + [(sp, None, t(16, 4, 5, **E)), (sp, None, E)]
+                + [(sw, None, t(16, 4, 5)), (sw, None, {}), (sm, 2, t(16, 4, 5))])
     if row == "d64":
-        return ([(sp, None, P2), (sp, None, t(64, 4, 4, **P2)), (sp, None, t(128, 4, 3, **P2)),
-                 (sp, None, t(128, 8, 3, **P2)), (sp, None, t(32, 4, 3, **P2)),
-                 (sp, None, t(64, 8, 3, **P2)), (sp, None, t(64, 4, 3, **P4)),
-                 (sp, None, t(32, 4, 3, **P4)), (sp, None, dict(P2, **E)),
-                 (sp, None, t(128, 8, 3, **P2, **E)), (sp, None, E)]
-                + [(sp, None, c) for c in (t(64, 4, 4), t(64, 4, 2), t(32, 4, 3), t(128, 4, 3),
-                                           t(64, 2, 3), t(64, 8, 3))]
-                + [(sp, 1, P2), (sp, 4, P2), (sp, 2, {}), (sw, None, P2), (sw, None, {}),
-                   (sm, None, P2)])
+        return ([(sp, None, t(64, 4, 5)), (sp, None, t(32, 4, 5, **P2)), (sp, None, t(64, 4, 4, **P2)),
+                 (sp, 1, t(64, 4, 5, **P2)), (sp, None, t(128, 4, 4)), (sp, None, t(64, 4, 4)),
+                 (sp, None, P2), (sp, None, t(64, 4, 5, **P2)), (sp, None, t(128, 8, 3, **P2)),
+                 (sp, None, t(32, 4, 5, **P4)), (sp, None, t(64, 4, 3, **P4)),
+                 (sp, 2, t(64, 4, 5)), (sp, 2, t(32, 4, 5, **P2)), (sp, None, t(32, 4, 5)),
+                 (sp, None, t(64, 4, 5, **E)), (sp, None, t(32, 4, 5, **P2, **E)), (sp, None, E),
+                 (sp, None, t(128, 4, 3)), (sp, None, t(64, 8, 5)), (sp, 1, P2), (sp, 4, P2)]
+                + [(sw, None, t(64, 4, 5)), (sw, None, t(32, 4, 5, **P2)), (sw, None, {}),
+                   (sm, None, t(32, 4, 5, **P2))])
     if row == "b1-1k":
-        return ([(v, n, {}) for v in (sm, sw) for n in (None, 16, 4)]
-                + [(v, n, E) for v in (sm, sw) for n in (None, 16)]
-                + [(sm, n, t(32, 4, 2)) for n in (16, 32)] + [(sw, n, t(32, 4, 2)) for n in (16, 32)]
-                + [(sm, None, t(64, 4, 2)), (sm, None, t(64, 2, 2)), (sm, 8, t(128, 4, 2)),
+        return ([(v, n, c) for v in (sm, sw) for n in (None, 16) for c in ({}, t(64, 4, 5))]
+                + [(v, n, {}) for v in (sm, sw) for n in (4, 32)]
+                + [(v, None, E) for v in (sm, sw)] + [(sm, n, t(32, 4, 5)) for n in (16, 32)]
+                + [(sm, None, t(64, 4, 2)), (sm, None, t(64, 2, 5)), (sm, 8, t(128, 4, 5)),
                    (sp, None, {}), (sp, 16, {})])
     if row == "b1-32k":
-        return [(sw, None, E), (sw, 64, {}), (sw, 32, {}), (sm, None, E), (sw, None, t(128, 8, 3))]
+        return [(sw, None, t(64, 4, 5)), (sw, None, E), (sw, 64, {}), (sw, 32, {}),
+                (sw, 64, t(64, 4, 5)), (sm, None, t(64, 4, 5)), (sw, None, t(128, 8, 3))]
     if row == "b64-4k":
-        return [(sp, None, E), (sp, None, t(128, 8, 3)), (sp, None, t(128, 8, 3, **E)),
-                (sw, None, E), (sp, 2, {}), (sp, None, t(64, 4, 3, **E))]
+        return [(sp, None, t(32, 4, 5)), (sp, None, t(64, 4, 5)), (sp, 2, t(64, 4, 5)),
+                (sp, None, E), (sp, None, t(128, 8, 3)), (sw, None, E), (sp, 2, {}),
+                (sp, None, t(64, 4, 3, **E))]
     if row == "b64-1k":
         return ([(v, n, {}) for v in (sp, sw, sm) for n in (None, 2, 4)]
-                + [(sp, None, E), (sm, 2, E), (sp, None, t(128, 8, 3)), (sp, None, t(64, 4, 3)),
-                   (sp, None, t(32, 4, 4))])
+                + [(sp, None, t(32, 4, 5)), (sp, None, t(64, 4, 5)), (sp, 2, t(64, 4, 5)),
+                   (sp, None, E), (sm, 2, E), (sp, None, t(128, 8, 3)), (sp, None, t(64, 4, 3))])
     splits = {"b16-1k": (None, 1, 2, 4, 8), "b16-4k": (None, 4, 6, 8, 12, 16),
               "b16-32k": (None, 4, 8, 16, 32)}[row]
-    return ([(v, n, {}) for n in splits for v in (sm, sw)]
+    return ([(v, n, c) for v in (sm, sw) for n in (None, splits[2]) for c in ({}, t(64, 4, 5))]
+            + [(v, n, {}) for n in splits if n not in (None, splits[2]) for v in (sm, sw)]
             + [(v, n, E) for v, n in ((sm, None), (sw, None), (sm, splits[2]))]
-            + [(v, None, t(128, 8, 3)) for v in (sm, sw)] + [(sp, None, {}), (sp, splits[2], {})]
-            + [(sm, None, t(64, 4, 2)), (sm, splits[2], t(64, 4, 3))])
+            + [(sm, n, t(32, 4, 5)) for n in (None, splits[3])]
+            + [(v, None, t(128, 8, 3)) for v in (sm, sw)] + [(sp, None, {}), (sp, None, t(64, 4, 5))])
 
 
 def run_row(row: str, *, warm: bool, budget_s: float) -> dict:
