@@ -8,7 +8,7 @@
 set -u
 OUT=${OUT:-.}
 mkdir -p "$OUT"
-export PYTHONPATH=${PYTHONPATH:-$PWD/src} PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 GROUPS_=${GROUPS_:-"d256,d64,b1-1k b16-1k,b16-4k,b16-32k b64-1k,b64-4k,b1-32k"}
 T0=$(date +%s)
 for g in $GROUPS_; do

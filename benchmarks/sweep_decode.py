@@ -187,7 +187,10 @@ def _f(v):
 def table(out_dir: str) -> str:
     """Per row: peers, the plan's choice, the best candidate and its ratio to the best peer;
     then every candidate, fastest first."""
-    data = json.load(open(os.path.join(out_dir, "sweep_decode.json")))
+    path = os.path.join(out_dir, "sweep_decode.json")
+    if not os.path.exists(path):
+        return f"no rows: {path} was not written (see sweep_decode.log and warm_*.log)"
+    data = json.load(open(path))
     head = ["| row | shape | cuDNN | flash | plan (again) | best candidate | GB/s (again) | "
             "best / peer | plan / peer |", "|---|---|---|---|---|---|---|---|---|"]
     detail = []
