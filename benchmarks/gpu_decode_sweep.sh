@@ -27,6 +27,6 @@ done
 python3 benchmarks/sweep_decode.py --table --out "$OUT" | head -20
 if [ "${TESTS:-1}" = 1 ]; then
   timeout "${TEST_S:-60}" python3 -m pytest -q -m gpu -n 4 -p no:cacheprovider \
-    tests/triton_kernels/test_triton_gpu.py -k "decode_config_switches or long_decode" 2>&1 | tail -5
+    tests/triton_kernels/test_triton_gpu.py -k "decode_config_switches or long_decode or pdl" 2>&1 | tail -5
 fi
 echo "total $(( $(date +%s) - T0 )) s"

@@ -1,7 +1,7 @@
 """Issue 28's decode sweep: for each decode row of bench_triton.py still under 0.95x its best
-peer, candidate launch configs, kernel switches (configs.DECODE_TILES: PACK, EDGE_MASK), split
-counts and decode variants, next to cuDNN and flash SDPA and the plan's own choice, in one
-process per row on one GPU, by bench_triton's method (CUDA-graph replay of
+peer, candidate launch configs, kernel switches (configs.DECODE_TILES: PACK, EDGE_MASK, PDL),
+split counts and decode variants, next to cuDNN and flash SDPA and the plan's own choice, in
+one process per row on one GPU, by bench_triton's method (CUDA-graph replay of
 ``backend.forward``, K/V write included, L2 flushed, median of 20; peers on contiguous K/V).
 
     PYTHONPATH=src python3 benchmarks/sweep_decode.py --only ROW[,ROW] [--out DIR] [--warm]
@@ -50,6 +50,7 @@ def t(bn, w, s, **switches):
 
 E = dict(EDGE_MASK=True)
 P2, P4 = dict(PACK=2), dict(PACK=4)
+PDL = dict(PDL=True)       # the reduce launch as a programmatic dependent (split / split_write)
 
 
 def candidates(row: str) -> list[tuple[str, int | None, dict]]:
@@ -75,13 +76,15 @@ def candidates(row: str) -> list[tuple[str, int | None, dict]]:
                 + [(sw, None, t(64, 4, 5)), (sw, None, t(32, 4, 5, **P2)), (sw, None, {}),
                    (sm, None, t(32, 4, 5, **P2))])
     if row == "b1-1k":
-        return ([(v, n, c) for v in (sm, sw) for n in (None, 16) for c in ({}, t(64, 4, 5))]
+        return ([(sw, n, c) for n in (None, 16) for c in (PDL, t(64, 4, 5, **PDL))]
+                + [(v, n, c) for v in (sm, sw) for n in (None, 16) for c in ({}, t(64, 4, 5))]
                 + [(v, n, {}) for v in (sm, sw) for n in (4, 32)]
                 + [(v, None, E) for v in (sm, sw)] + [(sm, n, t(32, 4, 5)) for n in (16, 32)]
                 + [(sm, None, t(64, 4, 2)), (sm, None, t(64, 2, 5)), (sm, 8, t(128, 4, 5)),
                    (sp, None, {}), (sp, 16, {})])
     if row == "b1-32k":
-        return [(sw, None, t(64, 4, 5)), (sw, None, E), (sw, 64, {}), (sw, 32, {}),
+        return [(sw, None, t(64, 4, 5)), (sw, None, PDL), (sw, None, t(64, 4, 5, **PDL)),
+                (sw, None, E), (sw, 64, {}), (sw, 32, {}),
                 (sw, 64, t(64, 4, 5)), (sm, None, t(64, 4, 5)), (sw, None, t(128, 8, 3))]
     if row == "b64-4k":
         return [(sp, None, t(32, 4, 5)), (sp, None, t(64, 4, 5)), (sp, 2, t(64, 4, 5)),
@@ -94,6 +97,7 @@ def candidates(row: str) -> list[tuple[str, int | None, dict]]:
     splits = {"b16-1k": (None, 1, 2, 4, 8), "b16-4k": (None, 4, 6, 8, 12, 16),
               "b16-32k": (None, 4, 8, 16, 32)}[row]
     return ([(v, n, c) for v in (sm, sw) for n in (None, splits[2]) for c in ({}, t(64, 4, 5))]
+            + [(sw, n, t(64, 4, 5, **PDL)) for n in (None, splits[2])] + [(sw, None, PDL)]
             + [(v, n, {}) for n in splits if n not in (None, splits[2]) for v in (sm, sw)]
             + [(v, n, E) for v, n in ((sm, None), (sw, None), (sm, splits[2]))]
             + [(sm, n, t(32, 4, 5)) for n in (None, splits[3])]
@@ -155,7 +159,9 @@ def _candidate(s, ref, variant, splits, cfg, gbs, *, warm):
         if not row["err"] < TOL:
             row["gbs"] = f"n/a (wrong: rel err {row['err']:.3g})"
         elif not warm:
-            row["gbs"] = gbs(timed(fwd)[0])
+            ms, note = timed(fwd)
+            row["timing"] = note or "graph"          # or eager, and why
+            row["gbs"] = gbs(ms)
     except Exception as exc:  # noqa: BLE001 - a candidate that fails is reported, not fatal
         torch.cuda.synchronize()
         row["gbs"] = f"n/a ({type(exc).__name__}: {str(exc).splitlines()[0][:100] if str(exc) else ''})"

@@ -17,7 +17,8 @@ def padded(d: int) -> int:
 # warps, pipeline stages, and where given the kernel's switches (absent: off): PACK, KV heads a
 # program (decode.decode_pack: where the layer's KV heads divide by it and a token's rows of
 # adjacent heads are adjacent, else 1); EDGE_MASK, bounds and window masks on the first and
-# last tile of a split only. NOTES-triton.md, version 5, records the sweep each entry comes
+# last tile of a split only; PDL, the split reduction launched as a programmatic dependent
+# of the split kernel (griddepcontrol, sm_90+; never under the interpreter). NOTES-triton.md, version 5, records the sweep each entry comes
 # from (benchmarks/sweep_decode.py).
 DECODE_TILES = {
     64: dict(BLOCK_N=64, num_warps=4, num_stages=3),

@@ -24,9 +24,10 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from attnkit.backends._triton import (NEG_BIG, attend_range, first_key, logits,
-                                             padded_dim, unit_stride_rows)
+from attnkit.backends._triton import (NEG_BIG, attend_range, first_key, interpreting, logits,
+                                      padded_dim, unit_stride_rows)
 from attnkit.backends.triton import configs
 from attnkit.backends.triton.decode_merge import merge_if_last, merge_shape
 
@@ -56,8 +57,10 @@ def _decode_kernel(
     HAS_SINKS: tl.constexpr, FUSED_WRITE: tl.constexpr, NUM_PARTS: tl.constexpr,
     DOT_PREC: tl.constexpr, MERGE_ROWS: tl.constexpr = 0, MERGE_CHUNK: tl.constexpr = 0,
     EVEN_SPLITS: tl.constexpr = False, PACK: tl.constexpr = 1, MID_W: tl.constexpr = 0,
-    EDGE_MASK: tl.constexpr = False,
+    EDGE_MASK: tl.constexpr = False, PDL: tl.constexpr = False,
 ):
+    if PDL:     # the reduce launch may start once every program here has (it waits to read)
+        gdc_launch_dependents()
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     sp_all = tl.program_id(2)          # the split's slot among every part's splits
@@ -209,9 +212,13 @@ def _reduce_kernel(
     Out, MidO, MidM, MidL, Sinks, v_scale, num_splits,
     stride_ot, stride_oh, stride_mb, stride_mh, stride_ms,
     DV: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_S: tl.constexpr, HAS_SINKS: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """Merge the splits of one (request, q head): a log-sum-exp over all split partials at
-    once (one round of loads, no serial chain over splits)."""
+    once (one round of loads, no serial chain over splits). With PDL it was launched as a
+    programmatic dependent of the split kernel and waits for that grid before any load."""
+    if PDL:
+        gdc_wait()
     b = tl.program_id(0)
     h = tl.program_id(1)
     offs_s = tl.arange(0, BLOCK_S)
@@ -362,6 +369,9 @@ def decode_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables, qk_sca
     else:
         k_new, v_new, slots, new_strides = q, q, seq_lens, (0, 0, 0, 0)
     merge = merge_shape(group * pack, padded_dim(dv)) if split and counters is not None else None
+    # PDL: the reduce launch (the one that follows) as a programmatic dependent, on sm_90+
+    pdl = bool(cfg.pop("PDL", False)) and split and not merge and not interpreting()
+    pdl = pdl and torch.cuda.get_device_capability(q.device)[0] >= 9
     _decode_kernel[(num_reqs, num_kv_heads // pack, total_splits)](
         q, k_cache, v_cache, out, mid_o, mid_m, mid_l, sinks_arg, seq_lens, block_tables,
         k_new, v_new, slots, seq_lens if part_starts is None else part_starts,
@@ -374,17 +384,19 @@ def decode_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables, qk_sca
         *strides, *new_strides,
         GROUP=group, G_PAD=max(16, triton.next_power_of_2(group * pack)), D=head_dim, DV=dv,
         PAGE=k_cache.shape[1], BLOCK_N=cfg.pop("BLOCK_N"), BLOCK_D=padded_dim(pack * head_dim),
-        BLOCK_DV=padded_dim(pack * dv), PACK=pack, MID_W=padded_dim(dv), SPLIT=split, HAS_WINDOW=window is not None,
+        BLOCK_DV=padded_dim(pack * dv), PACK=pack, MID_W=padded_dim(dv), SPLIT=split,
+        HAS_WINDOW=window is not None,
         HAS_CHUNK=attention_chunk is not None, HAS_SOFTCAP=softcap is not None, HAS_SINKS=sinks is not None,
         FUSED_WRITE=new_kv is not None, NUM_PARTS=num_parts, DOT_PREC="ieee",
         EVEN_SPLITS=split and part_starts is None and not fixed_chunk,
-        MERGE_ROWS=merge[0] if merge else 0, MERGE_CHUNK=merge[1] if merge else 0, **cfg,
+        MERGE_ROWS=merge[0] if merge else 0, MERGE_CHUNK=merge[1] if merge else 0, PDL=pdl, **cfg,
     )
     if split and not merge:
         _reduce_kernel[(num_reqs, num_heads)](
             out, mid_o, mid_m, mid_l, sinks_arg, v_scale, total_splits,
             out.stride(0), out.stride(1), *strides,
             DV=dv, BLOCK_DV=padded_dim(dv), BLOCK_S=max(2, triton.next_power_of_2(total_splits)),
-            HAS_SINKS=sinks is not None, num_warps=4,
+            HAS_SINKS=sinks is not None, num_warps=4, PDL=pdl,
+            **({"launch_pdl": True} if pdl else {}),
         )
     return out
