@@ -18,18 +18,27 @@ Variant v2 (FUSED_WRITE) also stores the step's new K/V: the program of the spli
 a request's last key writes that token's row for its KV head into the cache and attends to
 it straight from the k / v inputs, so the step needs no separate K/V-write launch and no
 program reads a row another program writes.
+
+Launch-config switches (configs.DECODE_TILES): PACK > 1 gives one program PACK adjacent KV
+heads: their rows of a token are one contiguous PACK * D row of the cache, read as one tile;
+query row r of KV head j holds its query in columns [j * D, (j + 1) * D) and zeros elsewhere,
+so q @ K^T gives each row its own head's logits, and each row keeps only its head's columns
+of p @ V. EDGE_MASK masks only the window's first tile and the split's last partial tile
+(interior tiles load and score unmasked). PDL launches the reduce kernel (decode_merge.py)
+as a programmatic dependent: it may start once every split program has, and waits for the
+split grid before reading its partials.
 """
 from __future__ import annotations
 
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+from triton.language.extra.cuda import gdc_launch_dependents
 
 from attnkit.backends._triton import (NEG_BIG, attend_range, first_key, interpreting, logits,
                                       padded_dim, unit_stride_rows)
 from attnkit.backends.triton import configs
-from attnkit.backends.triton.decode_merge import merge_if_last, merge_shape
+from attnkit.backends.triton.decode_merge import _reduce_kernel, merge_if_last, merge_shape
 
 # The decode kernel's variants (declaration.py names them for the plan: split, split_write,
 # split_merge). Option spellings: "v1" / "separate_write" (the new K/V written by a launch of
@@ -205,41 +214,6 @@ def _write_and_attend_new(q, m_i, l_i, acc, K, V, KN, VN, Slots, b, kvh, q_pos, 
     p = tl.exp2(s - m_new)
     acc = acc * alpha[:, None] + p[:, None] * v.to(q.dtype).to(tl.float32)[None, :]
     return m_new, l_i * alpha + p, acc
-
-
-@triton.jit
-def _reduce_kernel(
-    Out, MidO, MidM, MidL, Sinks, v_scale, num_splits,
-    stride_ot, stride_oh, stride_mb, stride_mh, stride_ms,
-    DV: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_S: tl.constexpr, HAS_SINKS: tl.constexpr,
-    PDL: tl.constexpr = False,
-):
-    """Merge the splits of one (request, q head): a log-sum-exp over all split partials at
-    once (one round of loads, no serial chain over splits). With PDL it was launched as a
-    programmatic dependent of the split kernel and waits for that grid before any load."""
-    if PDL:
-        gdc_wait()
-    b = tl.program_id(0)
-    h = tl.program_id(1)
-    offs_s = tl.arange(0, BLOCK_S)
-    s_ok = offs_s < num_splits
-    offs_dv = tl.arange(0, BLOCK_DV)
-    mid = b.to(tl.int64) * stride_mb + h * stride_mh + offs_s * stride_ms          # [BLOCK_S]
-    m_s = tl.load(MidM + mid, mask=s_ok, other=NEG_BIG)
-    l_s = tl.load(MidL + mid, mask=s_ok, other=0.0)
-    a_s = tl.load(MidO + (mid * BLOCK_DV)[:, None] + offs_dv[None, :], mask=s_ok[:, None], other=0.0)
-    m = tl.max(m_s, 0)
-    if HAS_SINKS:
-        sink = tl.load(Sinks + h).to(tl.float32) * 1.4426950408889634
-        m = tl.maximum(m, sink)
-    w = tl.exp2(m_s - m)
-    l = tl.sum(l_s * w, 0)
-    if HAS_SINKS:
-        l += tl.exp2(sink - m)
-    acc = tl.sum(a_s * w[:, None], 0)
-    l = tl.where(l == 0.0, 1.0, l)
-    tl.store(Out + b.to(tl.int64) * stride_ot + h * stride_oh + offs_dv,
-             (acc * (v_scale / l)).to(Out.dtype.element_ty), mask=offs_dv < DV)
 
 
 def pick_decode_variant(requested: str | None, k, v, cache, layer_id: int) -> str:
