@@ -20,8 +20,8 @@ done
 wait
 echo "warm done after $(( $(date +%s) - T0 )) s" | tee -a "$OUT/sweep_decode.log"
 for g in $GROUPS_; do
-  timeout "${GROUP_S:-75}" python3 benchmarks/sweep_decode.py --only "$g" --out "$OUT" \
-    --budget-s "${ROW_BUDGET_S:-20}" >> "$OUT/sweep_decode.log" 2>&1
+  timeout "${GROUP_S:-90}" python3 benchmarks/sweep_decode.py --only "$g" --out "$OUT" \
+    --budget-s "${ROW_BUDGET_S:-18}" >> "$OUT/sweep_decode.log" 2>&1
   echo "rows $g rc $? at $(( $(date +%s) - T0 )) s" | tee -a "$OUT/sweep_decode.log"
 done
 python3 benchmarks/sweep_decode.py --table --out "$OUT" | head -20

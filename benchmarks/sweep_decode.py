@@ -104,8 +104,10 @@ def candidates(row: str) -> list[tuple[str, int | None, dict]]:
             + [(v, None, t(128, 8, 3)) for v in (sm, sw)] + [(sp, None, {}), (sp, None, t(64, 4, 5))])
 
 
-def run_row(row: str, *, warm: bool, budget_s: float) -> dict:
-    """One row: the peers, the plan's choice, every candidate; GB/s of K/V read."""
+def run_row(row: str, *, warm: bool, budget_s: float, out_dir: str | None = None) -> dict:
+    """One row: the peers, the plan's choice, every candidate; GB/s of K/V read. With
+    ``out_dir`` the row is merged into its JSON after each candidate (a process cut short
+    keeps what it measured)."""
     start = time.time()
     batch, ctx, heads, dim = TARGETS[row]
     s = Setup(batch, ctx - 1, 1, heads=heads, dim=dim)
@@ -137,6 +139,8 @@ def run_row(row: str, *, warm: bool, budget_s: float) -> dict:
             continue
         result["candidates"].append(_candidate(s, ref, variant, splits, cfg, gbs, warm=warm))
         print(json.dumps(result["candidates"][-1], default=str), flush=True)
+        if out_dir and not warm:
+            merge(out_dir, result)
     if not warm:
         _again(s, result, plan_fwd, gbs)
     result["seconds"] = time.time() - start
@@ -245,7 +249,7 @@ def main():
         return
     torch.manual_seed(0)
     for row in args.only.split(","):
-        result = run_row(row, warm=args.warm, budget_s=args.budget_s)
+        result = run_row(row, warm=args.warm, budget_s=args.budget_s, out_dir=args.out)
         if not args.warm:
             merge(args.out, result)
         torch.cuda.empty_cache()
