@@ -231,7 +231,8 @@ class TritonBackend(AttentionBackend):
                       window=spec.sliding_window, attention_chunk=spec.attention_chunk, sinks=sinks)
         k_cache, v_cache = cache.k[lid], cache.v[lid]
         if decode:
-            cfg = decode_config(spec.head_dim, q.dtype, interpret=interpreting()) | self.decode_override
+            cfg = decode_config(spec.head_dim, q.dtype, interpret=interpreting(),
+                                variant=variant) | self.decode_override
             cfg["PACK"] = decode_pack(cfg.get("PACK", 1), k_cache, v_cache, (k, v) if fused_write else None)
             splits, chunk = self._splits(plan, spec, cfg["BLOCK_N"], spec.num_kv_heads // cfg["PACK"])
             fixed = self.split_keys is not None      # every request's partition is its own

@@ -27,14 +27,20 @@ DECODE_TILES = {
 }
 
 
-def decode_config(head_dim: int, fp32: bool, *, interpret: bool) -> dict:
-    """Split-KV decode: key tile and launch shape for a head dim (fp32: "ieee" dots)."""
+# (padded head dim, variant) -> what that variant launches with instead of DECODE_TILES' entry
+# (split_write / split_merge carry the fused write: more registers, other tiles pay).
+DECODE_VARIANT_TILES: dict[tuple[int, str], dict] = {}
+
+
+def decode_config(head_dim: int, fp32: bool, *, interpret: bool, variant: str = "split") -> dict:
+    """Split-KV decode: key tile and launch shape for a head dim and decode variant (split,
+    split_write, split_merge; fp32: "ieee" dots)."""
     if interpret:
         return dict(BLOCK_N=16, num_warps=4, num_stages=1)
     if fp32:
         return dict(BLOCK_N=32, num_warps=4, num_stages=2)
-    width = padded(head_dim)
-    return dict(DECODE_TILES[min(max(width, 64), 256)])
+    width = min(max(padded(head_dim), 64), 256)
+    return dict(DECODE_VARIANT_TILES.get((width, variant), DECODE_TILES[width]))
 
 
 def extend_config(head_dim: int, fp32: bool, *, interpret: bool, variant: str = "v1") -> dict:
@@ -81,7 +87,7 @@ def launch_config(variant: str, *, head_dim: int, dtype: str) -> dict | None:
     prints it); None where the variant has no tile for it."""
     fp32 = dtype == "fp32"
     if variant in ("split", "split_write", "split_merge"):
-        return decode_config(head_dim, fp32, interpret=False)
+        return decode_config(head_dim, fp32, interpret=False, variant=variant)
     if variant in ("paged", "paged_new_kv"):
         return extend_config(head_dim, fp32, interpret=False,
                              variant="v2" if variant == "paged_new_kv" else "v1")

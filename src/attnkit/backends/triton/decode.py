@@ -233,9 +233,12 @@ def fused_write_ok(k, v, cache, layer_id: int) -> bool:
     return exact and k.stride(-1) == 1 and v.stride(-1) == 1
 
 
-def decode_config(head_dim: int, dtype: torch.dtype, *, interpret: bool) -> dict:
-    """Tile size and launch shape for one head dim and compute dtype (configs.py)."""
-    return configs.decode_config(head_dim, dtype == torch.float32, interpret=interpret)
+def decode_config(head_dim: int, dtype: torch.dtype, *, interpret: bool,
+                  variant: str = "split") -> dict:
+    """Tile size and launch shape for one head dim, compute dtype and decode variant (the
+    plan's name: split / split_write / split_merge; configs.py)."""
+    return configs.decode_config(head_dim, dtype == torch.float32, interpret=interpret,
+                                 variant=variant)
 
 
 def decode_span(kv_len: int, window: int | None, attention_chunk: int | None, block_n: int) -> int:
