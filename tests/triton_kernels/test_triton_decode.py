@@ -97,3 +97,18 @@ def test_heads_pack_only_where_the_rows_of_adjacent_heads_are_adjacent():
     odd = make_case(make_layer(num_heads=2, num_kv_heads=2, head_dim=80, dtype="fp16"),
                     prefix_lens=[33], new_lens=[1], page_size=16, dtype="fp16")
     assert decode_pack(2, odd.cache.k[0], odd.cache.v[0]) == 1
+
+
+def test_decode_launch_shapes_are_per_head_dim_then_per_variant(monkeypatch):
+    """configs.decode_config reads DECODE_TILES by padded head dim; a DECODE_VARIANT_TILES entry
+    replaces it for that variant only, and the plan's launch_config prints the same."""
+    from attnkit.backends.triton import configs
+
+    assert configs.decode_config(80, False, interpret=False) == configs.DECODE_TILES[128]
+    assert configs.decode_config(256, False, interpret=False) == configs.DECODE_TILES[256]
+    wide = dict(BLOCK_N=32, num_warps=4, num_stages=5, PDL=True)
+    monkeypatch.setitem(configs.DECODE_VARIANT_TILES, (128, "split_write"), wide)
+    assert configs.decode_config(128, False, interpret=False, variant="split_write") == wide
+    assert configs.launch_config("split_write", head_dim=96, dtype="bf16") == wide
+    assert configs.launch_config("split", head_dim=128, dtype="bf16") == configs.DECODE_TILES[128]
+    assert configs.decode_config(128, True, interpret=False, variant="split_write")["BLOCK_N"] == 32
