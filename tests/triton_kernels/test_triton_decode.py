@@ -58,7 +58,10 @@ def test_splits_fill_the_machine_for_one_long_request_and_stay_one_for_big_batch
     assert splits * 8 >= 132 and chunk % 64 == 0 and splits * chunk >= 32768
     assert choose_splits(4096, 64, 8, block_n=64, num_sms=132) == (1, 4096)
     splits, chunk = choose_splits(100, 1, 8, block_n=64, num_sms=132)   # short: never below a tile
-    assert splits == 1 and chunk >= 100
+    assert (splits, chunk) == (2, 64)
+    assert choose_splits(1024, 1, 8, block_n=64, num_sms=132) == (16, 64)   # one tile a split
+    assert choose_splits(4096, 1, 8, block_n=64, num_sms=132) == (32, 128)  # 3 waves: 50 wanted
+    assert choose_splits(1024, 1, 8, block_n=16, num_sms=132) == (16, 64)   # >= 64 keys a split
 
 
 # Launch-config switches of the decode kernel (configs.py): PACK KV heads per program, masks on
@@ -105,7 +108,10 @@ def test_decode_launch_shapes_are_per_head_dim_then_per_variant(monkeypatch):
     from attnkit.backends.triton import configs
 
     assert configs.decode_config(80, False, interpret=False) == configs.DECODE_TILES[128]
-    assert configs.decode_config(256, False, interpret=False) == configs.DECODE_TILES[256]
+    wide_rows = configs.decode_config(192, False, interpret=False, variant="split_write")
+    assert wide_rows == configs.DECODE_TILES[256]
+    for (width, variant), tile in configs.DECODE_VARIANT_TILES.items():
+        assert configs.decode_config(width, False, interpret=False, variant=variant) == tile
     wide = dict(BLOCK_N=32, num_warps=4, num_stages=5, PDL=True)
     monkeypatch.setitem(configs.DECODE_VARIANT_TILES, (128, "split_write"), wide)
     assert configs.decode_config(128, False, interpret=False, variant="split_write") == wide

@@ -21,15 +21,17 @@ def padded(d: int) -> int:
 # of the split kernel (griddepcontrol, sm_90+; never under the interpreter). NOTES-triton.md, version 5, records the sweep each entry comes
 # from (benchmarks/sweep_decode.py).
 DECODE_TILES = {
-    64: dict(BLOCK_N=64, num_warps=4, num_stages=3),
+    64: dict(BLOCK_N=32, num_warps=4, num_stages=5, PACK=2),
     128: dict(BLOCK_N=64, num_warps=4, num_stages=4),
-    256: dict(BLOCK_N=32, num_warps=4, num_stages=4),
+    256: dict(BLOCK_N=16, num_warps=4, num_stages=5),
 }
 
 
 # (padded head dim, variant) -> what that variant launches with instead of DECODE_TILES' entry
 # (split_write / split_merge carry the fused write: more registers, other tiles pay).
-DECODE_VARIANT_TILES: dict[tuple[int, str], dict] = {}
+DECODE_VARIANT_TILES: dict[tuple[int, str], dict] = {
+    (256, "split"): dict(BLOCK_N=16, num_warps=2, num_stages=5),
+}
 
 
 def decode_config(head_dim: int, fp32: bool, *, interpret: bool, variant: str = "split") -> dict:

@@ -271,12 +271,13 @@ def choose_splits(max_kv: int, num_reqs: int, num_kv_heads: int, *, block_n: int
     """(num_splits, chunk): enough programs to fill about two waves of the SMs, each split
     a whole number of tiles and at least ``min_chunk`` keys (below that the merge costs
     more than the parallelism gains). With few (request, KV head) pairs (at most half the
-    SMs) three waves of splits of at least 128 keys (the H200 sweep of 2026-12-01,
-    benchmarks/results/sweep_hopper.md, measured B=1 decode faster so)."""
+    SMs) three waves of splits of at least 64 keys (the H200 sweeps of 2026-12-01,
+    benchmarks/results/sweep_hopper.md, and 2026-12-02, sweep_decode.md: B=1 decode faster
+    so; ctx 1k: 16 one-tile splits 376 GB/s, 8 of 128 keys 326)."""
     base = max(1, num_reqs * num_kv_heads)
     waves = 2
     if 2 * base <= num_sms:
-        waves, min_chunk = 3, min(min_chunk, 128)
+        waves, min_chunk = 3, min(min_chunk, 64)
     want = max(1, -(-waves * num_sms // base))
     most = max(1, -(-max_kv // max(min_chunk, block_n)))
     splits = min(want, most, max_splits)
