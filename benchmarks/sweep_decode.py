@@ -5,6 +5,7 @@ one process per row on one GPU, by bench_triton's method (CUDA-graph replay of
 ``backend.forward``, K/V write included, L2 flushed, median of 20; peers on contiguous K/V).
 
     PYTHONPATH=src python3 benchmarks/sweep_decode.py --only ROW[,ROW] [--out DIR] [--warm]
+    PYTHONPATH=src python3 benchmarks/sweep_decode.py --verify --only ROW[,ROW] [--out DIR]
     PYTHONPATH=src python3 benchmarks/sweep_decode.py --table [--out DIR]
 
 ``--warm`` runs each candidate once, untimed, so that Triton's on-disk cache holds its
@@ -40,7 +41,22 @@ TARGETS = {
     "b1-1k": (1, 1024, 32, 128), "b16-1k": (16, 1024, 32, 128), "b16-4k": (16, 4096, 32, 128),
     "b16-32k": (16, 32768, 32, 128), "b64-1k": (64, 1024, 32, 128),
     "b64-4k": (64, 4096, 32, 128), "b1-32k": (1, 32768, 32, 128),     # guards: met today
+    "b1-4k": (1, 4096, 32, 128), "d256-b1-32k": (1, 32768, 16, 256),
+    "d64-b1-32k": (1, 32768, 32, 64),
 }
+
+
+def verify(row: str) -> list[tuple[str, int | None, dict]]:
+    """``--verify``: the launch shapes and split counts the plan ran before version 5 (the
+    defaults of 2026-12-01), spelled out, next to the plan's row, which runs today's."""
+    sw, sm, sp = "split_write", "split_merge", "split"
+    old = {64: t(64, 4, 3), 128: t(64, 4, 4), 256: t(32, 4, 4)}
+    dim = TARGETS[row][3]
+    if row == "b1-1k":                      # the split rule gave 8 splits of 128 keys
+        return [(sm, 8, {}), (sw, 8, {})]
+    if dim == 128:
+        return [(sm, None, {}), (sw, None, {}), (sp, None, {})]
+    return [(sw, None, old[dim]), (sp, None, old[dim]), (sm, None, old[dim])]
 
 
 def t(bn, w, s, **switches):
@@ -104,7 +120,8 @@ def candidates(row: str) -> list[tuple[str, int | None, dict]]:
             + [(v, None, t(128, 8, 3)) for v in (sm, sw)] + [(sp, None, {}), (sp, None, t(64, 4, 5))])
 
 
-def run_row(row: str, *, warm: bool, budget_s: float, out_dir: str | None = None) -> dict:
+def run_row(row: str, *, warm: bool, budget_s: float, out_dir: str | None = None,
+            pick=None) -> dict:
     """One row: the peers, the plan's choice, every candidate; GB/s of K/V read. With
     ``out_dir`` the row is merged into its JSON after each candidate (a process cut short
     keeps what it measured)."""
@@ -132,7 +149,7 @@ def run_row(row: str, *, warm: bool, budget_s: float, out_dir: str | None = None
                 got = _peer(lambda: sdpa_peer(kernel, q, k_c, v_c, None, False, expand=True), gbs, ref)
             result[name] = got
         result["plan"]["gbs"] = gbs(timed(plan_fwd)[0])
-    for variant, splits, cfg in candidates(row):
+    for variant, splits, cfg in (pick or candidates)(row):
         if time.time() - start > budget_s:
             result["candidates"].append(dict(variant=variant, splits=splits, config=cfg,
                                              gbs="n/a (row budget spent)"))
@@ -242,6 +259,8 @@ def main():
     ap.add_argument("--warm", action="store_true", help="run each candidate once, untimed")
     ap.add_argument("--budget-s", type=float, default=40.0, help="per row; the rest is skipped")
     ap.add_argument("--table", action="store_true", help="only write the table from the JSON")
+    ap.add_argument("--verify", action="store_true",
+                    help="the previous defaults as the candidates (see verify())")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     if args.table:
@@ -249,7 +268,8 @@ def main():
         return
     torch.manual_seed(0)
     for row in args.only.split(","):
-        result = run_row(row, warm=args.warm, budget_s=args.budget_s, out_dir=args.out)
+        result = run_row(row, warm=args.warm, budget_s=args.budget_s, out_dir=args.out,
+                         pick=verify if args.verify else None)
         if not args.warm:
             merge(args.out, result)
         torch.cuda.empty_cache()
