@@ -1,0 +1,131 @@
+"""Sparse MLA attention (absorbed form) over each query token's selected positions.
+
+One program = one query token x ``BLOCK_H`` heads x one split of the token's index list
+(``indices[t]``, ``topk`` positions in the token's request, -1 = none). Per tile of
+``BLOCK_N`` indices: the latent rows are gathered through the request's block table
+(page = block_table[r, pos // page], slot pos % page), then
+    s   = scale * (q_lat[:, :L] @ c.T + q_lat[:, L:] @ k_pe.T)     [BLOCK_H, BLOCK_N]
+    acc = acc * alpha + softmax_part(s) @ c                        [BLOCK_H, L]
+as in triton_mla's absorbed decode (decode.py, version 1), whose split merge
+(``_reduce_splits_kernel``, base-2 LSE) this reuses. A -1 index is MASKED: its row is never
+loaded (reads 0) and its logit is -inf, so nothing from an unselected or unowned slot
+reaches the output, NaN included. Decode and prefill are the same math: every token has
+its own list, so prefill is just more programs.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from attnkit.backends._triton import LOG2E, NEG_BIG, online_softmax_step
+from attnkit.backends.triton_mla.decode import _reduce_splits_kernel
+
+
+@triton.jit
+def _sparse_mla_kernel(
+    Q, Cache, BlockTables, TokReq, Indices, Out, Lse,
+    stride_qt, stride_qh, stride_cp, stride_cs, stride_bt, stride_it,
+    stride_ot, stride_oh, stride_os, stride_lt, stride_lh,
+    qk_scale, v_scale, H, topk, num_splits, max_pos,
+    L: tl.constexpr, R: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr, DIRECT: tl.constexpr, DOT_PREC: tl.constexpr,
+):
+    """Q: [T, H, L + R]; Cache: [pages, PAGE_SIZE, L + R]; BlockTables: [B, P] int32;
+    TokReq: [T] int32; Indices: [T, topk] int32; Out: [T, H, S, L] fp32 partials (DIRECT:
+    [T, H, L] fp32 final); Lse: [T, H, S] fp32 base-2 log-sum-exp of each split.
+    ``max_pos``: positions >= it are out of the block table (treated as -1).
+    Grid (head blocks, T, splits); head blocks vary fastest so the programs of one token,
+    which gather the same rows, run together and share them through L2."""
+    hb = tl.program_id(0)
+    t = tl.program_id(1).to(tl.int64)
+    split = tl.program_id(2)
+    req = tl.load(TokReq + t)
+    head = hb * BLOCK_H + tl.arange(0, BLOCK_H)
+    h_ok = head < H
+    offs_l = tl.arange(0, L)
+    offs_r = tl.arange(0, R)
+    q_row = Q + t * stride_qt + head[:, None] * stride_qh
+    q_lat = tl.load(q_row + offs_l[None, :], mask=h_ok[:, None], other=0.0)
+    q_pe = tl.load(q_row + L + offs_r[None, :], mask=h_ok[:, None], other=0.0)
+
+    per_split = tl.cdiv(tl.cdiv(topk, num_splits), BLOCK_N) * BLOCK_N
+    start = split * per_split
+    end = tl.minimum(start + per_split, topk)
+    m_i = tl.zeros([BLOCK_H], tl.float32) + NEG_BIG
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, L], tl.float32)
+    offs_n = tl.arange(0, BLOCK_N)
+    for n0 in range(start, end, BLOCK_N):
+        j = n0 + offs_n
+        pos = tl.load(Indices + t * stride_it + j, mask=j < end, other=-1)
+        ok = (pos >= 0) & (pos < max_pos)
+        page = tl.load(BlockTables + req * stride_bt + pos // PAGE_SIZE, mask=ok, other=0)
+        row = page.to(tl.int64) * stride_cp + (pos % PAGE_SIZE).to(tl.int64) * stride_cs
+        c = tl.load(Cache + row[:, None] + offs_l[None, :], mask=ok[:, None],
+                    other=0.0).to(q_lat.dtype)
+        pe = tl.load(Cache + row[:, None] + L + offs_r[None, :], mask=ok[:, None],
+                     other=0.0).to(q_lat.dtype)
+        s = tl.dot(q_lat, tl.trans(c), input_precision=DOT_PREC)
+        s = tl.dot(q_pe, tl.trans(pe), s, input_precision=DOT_PREC)
+        s = tl.where(ok[None, :], s * qk_scale, float("-inf"))
+        m_i, l_i, acc = online_softmax_step(m_i, l_i, acc, s, c, DOT_PREC)
+
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    out = acc * (v_scale / l_safe)[:, None]
+    o_ptr = Out + t * stride_ot + head[:, None] * stride_oh + split * stride_os + offs_l[None, :]
+    tl.store(o_ptr, out, mask=h_ok[:, None])
+    if not DIRECT:
+        lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(l_safe))
+        tl.store(Lse + t * stride_lt + head * stride_lh + split, lse, mask=h_ok)
+
+
+def sparse_mla(q_lat, latent, block_table, token_request, indices, *, scale: float, L: int,
+               kv_scale: float = 1.0, num_splits: int = 1, block_h: int = 64,
+               block_n: int = 32, num_warps: int = 4, num_stages: int = 2,
+               return_lse: bool = False):
+    """out_lat [T, H, L] in q_lat's dtype (and, with ``return_lse``, the natural-log LSE
+    [T, H] fp32 of each row's logits; -inf where a token selected nothing).
+
+    q_lat: [T, H, L + R] (absorbed query: q_nope @ W_kc, then q_pe); latent: [pages, page,
+    L + R] of the compute dtype, or fp8 e4m3 with ``kv_scale`` undoing its storage scale;
+    block_table: [B, P] int32; token_request: [T] int32; indices: [T, topk] int32 positions
+    of the token's request (-1: none); ``scale``: the layer's softmax scale."""
+    T, H, D = q_lat.shape
+    R = D - L
+    topk = indices.shape[1]
+    out = torch.empty(T, H, L, dtype=q_lat.dtype, device=q_lat.device)
+    if T == 0:
+        return (out, torch.empty(T, H, dtype=torch.float32, device=q_lat.device)) if return_lse else out
+    block_h = min(block_h, triton.next_power_of_2(H))
+    num_splits = max(1, min(num_splits, triton.cdiv(topk, block_n)))
+    # with return_lse a single split still stores its LSE (the merge kernel is skipped)
+    direct = num_splits == 1 and not return_lse
+    partial = torch.empty(T, H, num_splits, L, dtype=torch.float32, device=q_lat.device)
+    lse = torch.empty(T, H, num_splits, dtype=torch.float32, device=q_lat.device)
+    max_pos = block_table.shape[1] * latent.shape[1]
+    _sparse_mla_kernel[(triton.cdiv(H, block_h), T, num_splits)](
+        q_lat, latent, block_table, token_request, indices, partial, lse,
+        q_lat.stride(0), q_lat.stride(1), latent.stride(0), latent.stride(1),
+        block_table.stride(0), indices.stride(0),
+        partial.stride(0), partial.stride(1), partial.stride(2), lse.stride(0), lse.stride(1),
+        scale * kv_scale * LOG2E, kv_scale, H, topk, num_splits, max_pos,
+        L=L, R=R, PAGE_SIZE=latent.shape[1], BLOCK_H=block_h, BLOCK_N=block_n,
+        DIRECT=direct, DOT_PREC="ieee" if q_lat.dtype == torch.float32 else "tf32",
+        num_warps=num_warps, num_stages=num_stages,
+    )
+    if num_splits == 1:
+        out.copy_(partial[:, :, 0])
+    else:
+        block_l = min(128, L)
+        _reduce_splits_kernel[(T, H, L // block_l)](
+            partial, lse, out, num_splits, partial.stride(0), partial.stride(1),
+            partial.stride(2), lse.stride(0), lse.stride(1), out.stride(0), out.stride(1),
+            BLOCK_S=min(32, triton.next_power_of_2(num_splits)), BLOCK_L=block_l, num_warps=4,
+        )
+    if not return_lse:
+        return out
+    m = lse.amax(dim=2, keepdim=True)
+    m_safe = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    total = torch.log2(torch.exp2(lse - m_safe).sum(dim=2)) + m_safe[..., 0]
+    return out, total / LOG2E
