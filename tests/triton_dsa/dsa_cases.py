@@ -90,8 +90,10 @@ def _poison(cache: torch.Tensor, where) -> None:
 
 
 def _rows(cache: torch.Tensor, table_row: torch.Tensor, positions) -> torch.Tensor:
+    """cache rows of a request's ``positions`` through its block-table row."""
+    pos = torch.as_tensor(list(positions), dtype=torch.int64)
     page = cache.shape[1]
-    return torch.stack([cache[int(table_row[p // page]), p % page] for p in positions])
+    return cache[table_row.long()[pos // page], pos % page]
 
 
 def ref_scores(case: Case, t: int) -> torch.Tensor:

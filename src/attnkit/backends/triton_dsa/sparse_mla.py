@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from attnkit.backends._triton import LOG2E, NEG_BIG, online_softmax_step
-from attnkit.backends.triton_mla.decode import _reduce_splits_kernel
+from attnkit.backends.triton_mla.decode import _reduce_splits_kernel, absorbed_config, choose_splits
 
 
 @triton.jit
@@ -78,6 +78,25 @@ def _sparse_mla_kernel(
     if not DIRECT:
         lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(l_safe))
         tl.store(Lse + t * stride_lt + head * stride_lh + split, lse, mask=h_ok)
+
+
+def sparse_tile(q_lat, topk: int, *, L: int, block_h: int = 64) -> dict:
+    """The launch shape for ``q_lat`` [T, H, L + R] over ``topk`` indices a token on its
+    device: triton_mla's absorbed tile for programs of ``block_h`` heads (decode.absorbed_config,
+    the same kernel body) and the fewest splits of the index list that fill the SMs."""
+    T, H, _ = q_lat.shape
+    block_h = min(block_h, triton.next_power_of_2(H))
+    fp32 = q_lat.dtype == torch.float32
+    if q_lat.is_cuda:
+        props = torch.cuda.get_device_properties(q_lat.device)
+        smem_kb = props.shared_memory_per_block_optin // 1024
+        sms = props.multi_processor_count
+    else:
+        smem_kb, sms = 227, 4
+    tile = absorbed_config(block_h, L, fp32=fp32, smem_kb=smem_kb)
+    programs = triton.cdiv(H, block_h) * T
+    splits = choose_splits(programs, topk, slots=sms * tile.pop("programs_per_sm"), min_keys=64)
+    return dict(tile, block_h=block_h, num_splits=splits)
 
 
 def sparse_mla(q_lat, latent, block_table, token_request, indices, *, scale: float, L: int,
