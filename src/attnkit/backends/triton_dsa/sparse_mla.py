@@ -1,9 +1,11 @@
 """Sparse MLA attention (absorbed form) over each query token's selected positions.
 
 One program = one query token x ``BLOCK_H`` heads x one split of the token's index list
-(``indices[t]``, ``topk`` positions in the token's request, -1 = none). Per tile of
-``BLOCK_N`` indices: the latent rows are gathered through the request's block table
-(page = block_table[r, pos // page], slot pos % page), then
+(``indices[t]``, ``topk`` positions in the token's request, -1 = none). A first tiny kernel
+turns the positions into cache slots through the request's block table (page =
+block_table[r, pos // page], slot page * page_size + pos % page), so the attention loop
+reads one int32 per row and gathers the row at ``slot * (L + R)``. Per tile of ``BLOCK_N``
+selected rows:
     s   = scale * (q_lat[:, :L] @ c.T + q_lat[:, L:] @ k_pe.T)     [BLOCK_H, BLOCK_N]
     acc = acc * alpha + softmax_part(s) @ c                        [BLOCK_H, L]
 as in triton_mla's absorbed decode (decode.py, version 1), whose split merge
@@ -23,24 +25,38 @@ from attnkit.backends.triton_mla.decode import _reduce_splits_kernel, absorbed_c
 
 
 @triton.jit
+def _slots_kernel(Indices, BlockTables, TokReq, Slots, topk, max_pos, stride_it, stride_bt,
+                  PAGE_SIZE: tl.constexpr, BLOCK: tl.constexpr):
+    """Slots [T, topk] int32: the cache slot of each selected position through its token's
+    block-table row (page * PAGE_SIZE + pos % PAGE_SIZE), -1 where the index is -1 or past
+    the table. Grid (T, ceil(topk / BLOCK))."""
+    t = tl.program_id(0).to(tl.int64)
+    j = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    in_row = j < topk
+    pos = tl.load(Indices + t * stride_it + j, mask=in_row, other=-1)
+    ok = (pos >= 0) & (pos < max_pos)
+    req = tl.load(TokReq + t)
+    page = tl.load(BlockTables + req * stride_bt + pos // PAGE_SIZE, mask=ok, other=0)
+    tl.store(Slots + t * topk + j, tl.where(ok, page * PAGE_SIZE + pos % PAGE_SIZE, -1),
+             mask=in_row)
+
+
+@triton.jit
 def _sparse_mla_kernel(
-    Q, Cache, BlockTables, TokReq, Indices, Out, Lse,
-    stride_qt, stride_qh, stride_cp, stride_cs, stride_bt, stride_it,
-    stride_ot, stride_oh, stride_os, stride_lt, stride_lh,
-    qk_scale, v_scale, H, topk, num_splits, max_pos,
-    L: tl.constexpr, R: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_H: tl.constexpr,
+    Q, Cache, Slots, Out, Lse,
+    stride_qt, stride_qh, stride_ot, stride_oh, stride_os, stride_lt, stride_lh,
+    qk_scale, v_scale, H, topk, num_splits,
+    L: tl.constexpr, R: tl.constexpr, ROW: tl.constexpr, BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr, DIRECT: tl.constexpr, DOT_PREC: tl.constexpr,
 ):
-    """Q: [T, H, L + R]; Cache: [pages, PAGE_SIZE, L + R]; BlockTables: [B, P] int32;
-    TokReq: [T] int32; Indices: [T, topk] int32; Out: [T, H, S, L] fp32 partials (DIRECT:
-    [T, H, L] fp32 final); Lse: [T, H, S] fp32 base-2 log-sum-exp of each split.
-    ``max_pos``: positions >= it are out of the block table (treated as -1).
+    """Q: [T, H, L + R]; Cache: [slots, L + R] rows ROW elements apart; Slots: [T, topk]
+    int32 (-1: none); Out: [T, H, S, L] fp32 partials (DIRECT: [T, H, L] fp32 final); Lse:
+    [T, H, S] fp32 base-2 log-sum-exp of each split.
     Grid (head blocks, T, splits); head blocks vary fastest so the programs of one token,
     which gather the same rows, run together and share them through L2."""
     hb = tl.program_id(0)
     t = tl.program_id(1).to(tl.int64)
     split = tl.program_id(2)
-    req = tl.load(TokReq + t)
     head = hb * BLOCK_H + tl.arange(0, BLOCK_H)
     h_ok = head < H
     offs_l = tl.arange(0, L)
@@ -58,13 +74,11 @@ def _sparse_mla_kernel(
     offs_n = tl.arange(0, BLOCK_N)
     for n0 in range(start, end, BLOCK_N):
         j = n0 + offs_n
-        pos = tl.load(Indices + t * stride_it + j, mask=j < end, other=-1)
-        ok = (pos >= 0) & (pos < max_pos)
-        page = tl.load(BlockTables + req * stride_bt + pos // PAGE_SIZE, mask=ok, other=0)
-        row = page.to(tl.int64) * stride_cp + (pos % PAGE_SIZE).to(tl.int64) * stride_cs
-        c = tl.load(Cache + row[:, None] + offs_l[None, :], mask=ok[:, None],
-                    other=0.0).to(q_lat.dtype)
-        pe = tl.load(Cache + row[:, None] + L + offs_r[None, :], mask=ok[:, None],
+        slot = tl.load(Slots + t * topk + j, mask=j < end, other=-1)
+        ok = slot >= 0
+        row = Cache + slot.to(tl.int64) * ROW
+        c = tl.load(row[:, None] + offs_l[None, :], mask=ok[:, None], other=0.0).to(q_lat.dtype)
+        pe = tl.load(row[:, None] + L + offs_r[None, :], mask=ok[:, None],
                      other=0.0).to(q_lat.dtype)
         s = tl.dot(q_lat, tl.trans(c), input_precision=DOT_PREC)
         s = tl.dot(q_pe, tl.trans(pe), s, input_precision=DOT_PREC)
@@ -78,6 +92,20 @@ def _sparse_mla_kernel(
     if not DIRECT:
         lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(l_safe))
         tl.store(Lse + t * stride_lt + head * stride_lh + split, lse, mask=h_ok)
+
+
+def selected_slots(indices, block_table, token_request, *, page_size: int) -> torch.Tensor:
+    """[T, topk] int32 cache slots of ``indices`` [T, topk] (positions, -1 pads) through
+    each token's block-table row; -1 for a pad or a position past the table."""
+    T, topk = indices.shape
+    slots = torch.empty(T, topk, dtype=torch.int32, device=indices.device)
+    if T and topk:
+        block = min(1024, triton.next_power_of_2(topk))
+        _slots_kernel[(T, triton.cdiv(topk, block))](
+            indices, block_table, token_request, slots, topk,
+            block_table.shape[1] * page_size, indices.stride(0), block_table.stride(0),
+            PAGE_SIZE=page_size, BLOCK=block)
+    return slots
 
 
 def sparse_tile(q_lat, topk: int, *, L: int, block_h: int = 64) -> dict:
@@ -122,14 +150,13 @@ def sparse_mla(q_lat, latent, block_table, token_request, indices, *, scale: flo
     direct = num_splits == 1 and not return_lse
     partial = torch.empty(T, H, num_splits, L, dtype=torch.float32, device=q_lat.device)
     lse = torch.empty(T, H, num_splits, dtype=torch.float32, device=q_lat.device)
-    max_pos = block_table.shape[1] * latent.shape[1]
+    slots = selected_slots(indices, block_table, token_request, page_size=latent.shape[1])
+    rows = latent.view(-1, latent.shape[-1])         # [pages * page, L + R]: one row a slot
     _sparse_mla_kernel[(triton.cdiv(H, block_h), T, num_splits)](
-        q_lat, latent, block_table, token_request, indices, partial, lse,
-        q_lat.stride(0), q_lat.stride(1), latent.stride(0), latent.stride(1),
-        block_table.stride(0), indices.stride(0),
+        q_lat, rows, slots, partial, lse, q_lat.stride(0), q_lat.stride(1),
         partial.stride(0), partial.stride(1), partial.stride(2), lse.stride(0), lse.stride(1),
-        scale * kv_scale * LOG2E, kv_scale, H, topk, num_splits, max_pos,
-        L=L, R=R, PAGE_SIZE=latent.shape[1], BLOCK_H=block_h, BLOCK_N=block_n,
+        scale * kv_scale * LOG2E, kv_scale, H, topk, num_splits,
+        L=L, R=R, ROW=rows.stride(0), BLOCK_H=block_h, BLOCK_N=block_n,
         DIRECT=direct, DOT_PREC="ieee" if q_lat.dtype == torch.float32 else "tf32",
         num_warps=num_warps, num_stages=num_stages,
     )
