@@ -105,7 +105,7 @@ def make_case(layer: RuntimeLayer, *, prefix_lens: Sequence[int], new_lens: Sequ
               kv_dtype: str | torch.dtype | None = None, device: str | torch.device = "cpu",
               mode=None, encoder_lens: Sequence[int] | None = None, encoder: str = "cached",
               seed: int = 0, spare_pages: int = 3, q_scale: float = 1.0,
-              garbage: bool = False) -> Case:
+              garbage: bool = False, index_dtype: str | torch.dtype | None = None) -> Case:
     """Random requests with the given prefix/new lengths on a fresh cache.
 
     encoder_lens (cross layers): encoder tokens per request. encoder="cached" pre-fills the
@@ -115,6 +115,8 @@ def make_case(layer: RuntimeLayer, *, prefix_lens: Sequence[int], new_lens: Sequ
     slot that holds no cached K/V of this step (every page the batch does not own, and each
     request's slots from its prefix on, its new tokens' slots included) is filled with NaN,
     +inf and -inf before the reference is taken (see ``fill_garbage``).
+    index_dtype: the cache's index-key dtype for DSA layers (PagedKVCache; tests/dsa_factory.py
+    writes the index keys; the dense reference refuses DSA layers).
     The reference is computed (and kept) before the case is returned; an input the
     reference refuses is kept as the error and raised by ``case.reference()``.
     """
@@ -135,7 +137,8 @@ def make_case(layer: RuntimeLayer, *, prefix_lens: Sequence[int], new_lens: Sequ
     scales = FP8_SCALES if kv_dt in FP8_DTYPES else (1.0, 1.0)
     lid = spec.layer_id
     cache = PagedKVCache([spec], num_pages=alloc.num_pages, page_size=page_size, dtype=kv_dt,
-                         device=device, k_scales={lid: scales[0]}, v_scales={lid: scales[1]})
+                         device=device, k_scales={lid: scales[0]}, v_scales={lid: scales[1]},
+                         index_dtype=index_dtype)
     has_enc = encoder_lens is not None
     meta = build_batch(reqs, page_size=page_size, device=device, mode=mode,
                        encoder=encoder if has_enc else None)
@@ -184,9 +187,10 @@ class ZeroLast(random.Random):
 
 def fill_garbage(cache: PagedKVCache, layer_id: int, *, keep: Sequence[int]) -> None:
     """Fill every slot of the layer's buffers except ``keep`` with NaN, +inf and -inf (in turn
-    along each row; fp8 e4m3, which has no inf, saturates those to +-448)."""
+    along each row; fp8 e4m3, which has no inf, saturates those to +-448). A DSA layer's index
+    keys and their fp8 scales too."""
     keep_t = torch.tensor(sorted(set(keep)), dtype=torch.int64, device=cache.device)
-    for bufs in (cache.k, cache.v, cache.latent):
+    for bufs in (cache.k, cache.v, cache.latent, cache.index_k, cache.index_k_scale):
         buf = bufs.get(layer_id)
         if buf is None:
             continue

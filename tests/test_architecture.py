@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("hardware", ("attnkit.hardware", "attnkit.hardware.*")),
     ("planning", ("attnkit.planning", "attnkit.planning.*")),
     ("kvcache", ("attnkit.kvcache", "attnkit.kvcache.*")),
-    ("reference", ("attnkit.reference", "attnkit.reference_dca")),
+    ("reference", ("attnkit.reference", "attnkit.reference_dca", "attnkit.reference_dsa")),
     ("runtime", ("attnkit.runtime",)),
     ("runner", ("attnkit.runner", "attnkit.runner.*")),
     ("tune", ("attnkit.tune", "attnkit.tune.*")),

@@ -62,6 +62,8 @@ SCHEMATIC = {
              "(tests/backends/test_envelope.py proves it)",
     "AK442": "refused when the step meets a cross-attention layer of the reader's model",
     "AK443": "needs an MLA layer spec and its weights of the reader's model",
+    "AK448": "needs a DSA layer spec, its weights and the indexer inputs of the reader's model "
+             "(tests/conformance/test_dsa.py proves the refusal)",
     "AK451": "the shared input check (AK410) refuses a float64 q before triton's own check",
     "AK452": "the test process runs Triton through the interpreter (TRITON_INTERPRET=1), which this check is about",
     "AK457": "needs a StaticDecode buffer set of the reader's engine",

@@ -41,6 +41,10 @@ def attention(q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None,
         fail("AK420", "the dense reference computes plain attention, not dual chunk attention; "
                       "use the dual-chunk reference (tests/dual_chunk)",
              field="layer.dual_chunk", expected=None, actual=spec.dual_chunk)
+    if getattr(spec, "sparse_topk", None) is not None:
+        fail("AK420", "the dense reference attends to every key, not to a DSA layer's top-k; use "
+                      "attnkit.reference_dsa.attention(..., indexer=...) (docs/dsa.md)",
+             field="layer.sparse_topk", expected=None, actual=repr(spec.sparse_topk))
     validate_batch(meta, cache)
     validate_forward(q, k, v, layer, cache, meta)
     keys = stored_kv(k, v, layer, cache, meta)

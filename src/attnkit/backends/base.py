@@ -61,11 +61,13 @@ class AttentionBackend:
         return (dataclasses.replace(step, validated=True, made_for=self._made_for(cache))
                 if isinstance(step, StepState) else step)
 
-    def forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):
+    def forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState, *, indexer=None):
         """q: [T, H_q, D]; k: [T, H_kv, D] (MLA: latent [T, L + R]); v: [T, H_kv, D_v] (MLA:
         None). Checks q/k/v and the layer (per layer: no device sync, and nothing ``prepare``
         already checked for the whole step), then writes k/v into ``cache`` for ``layer``
-        and returns [T, H_q * D_v]."""
+        and returns [T, H_q * D_v]. indexer: a DSA layer's (sparse_topk) indexer inputs,
+        ``backends.sparse.IndexerInputs``, and for such layers only (AK448); it reaches
+        ``_forward`` as the keyword ``indexer`` of backends that declare sparse_topk."""
         if self.validate_inputs:
             validation, envelope = _checks()
             if not isinstance(step, StepState):
@@ -79,7 +81,10 @@ class AttentionBackend:
             envelope.check_layer(self, layer, cache)
             validation.validate_tensors(q, k, v, layer, cache, step.meta)
             envelope.check_tensors(self, layer, q)
-        return self._forward(q, k, v, layer, cache, step)
+            validation.validate_indexer(indexer, layer, cache, step.meta, q)
+        if indexer is None:
+            return self._forward(q, k, v, layer, cache, step)
+        return self._forward(q, k, v, layer, cache, step, indexer=indexer)
 
     def varlen(self, q, k, v, layer: RuntimeLayer, batch):
         """Dense varlen attention without a KV cache (backends/varlen.py): q: [Tq, H_q, D],

@@ -11,7 +11,8 @@ its class (``AttentionBackend.declaration``); ``AttentionBackend`` (base.py) cal
 What the data cannot say is the declaration's ``runtime_check`` hook, called inside the
 memoised check. The codes, one per concept:
   AK420 step not served (phase, verify)    AK440 layer kind or feature not served
-  AK444 dtype not served (compute or KV)   AK445 head dim not served (MHA, value or MLA sizes)
+  AK444 dtype not served (compute, KV or DSA index keys)
+  AK445 head dim not served (MHA, value or MLA sizes; DSA indexer sizes and top-k)
   AK446 page size not served               AK447 device not served
   AK443 layer tensor missing
 A backend without a declaration (``declaration = None``: test doubles) is checked for shapes
@@ -70,6 +71,11 @@ def check_cache(backend, cache, *, role: str | None = None) -> None:
         fail("AK444", f"{who} does not serve a {kv} KV cache; it stores "
                       f"{', '.join(caps.kv_cache_dtypes)}", field="kv_cache_dtype",
              expected=list(caps.kv_cache_dtypes), actual=kv)
+    index = dtype_name(cache.index_dtype) if getattr(cache, "index_k", None) else None
+    if index is not None and "sparse_topk" in caps.features and index not in (caps.index_dtypes or ()):
+        fail("AK444", f"{who} does not serve a {index} indexer-key cache (DSA layers); it reads "
+                      f"{', '.join(caps.index_dtypes or ()) or 'none'}", field="index_dtype",
+             expected=list(caps.index_dtypes or ()), actual=index)
     _check_device(decl.name, caps, cache.device, who)
 
 
@@ -159,7 +165,8 @@ def check_varlen(backend, layer: RuntimeLayer, q) -> None:
 
 
 def _check_dims(name: str, caps: Capabilities, spec) -> None:
-    """AK445 for a head dim, value width or MLA latent size ``caps`` does not serve."""
+    """AK445 for a head dim, value width, MLA latent size or DSA indexer size / top-k
+    ``caps`` does not serve."""
     lid = spec.layer_id
     dims = []
     if not caps.accepts_head_dim(spec.head_dim):
@@ -170,6 +177,8 @@ def _check_dims(name: str, caps: Capabilities, spec) -> None:
         latent = (spec.mla.kv_lora_rank, spec.mla.qk_rope_head_dim)
         if latent not in caps.mla_dims:
             dims.append(("mla_dims", [list(d) for d in caps.mla_dims], list(latent)))
+    if "sparse_topk" in caps.features:
+        dims += caps.accepts_sparse(spec.sparse_topk)        # DSA: indexer sizes and top-k
     if dims:
         field, expected, actual = dims[0]
         fail("AK445", f"backend {name!r} does not serve layer {lid}'s {field} {actual} "

@@ -76,10 +76,11 @@ class HybridBackend(AttentionBackend):
         plan = step.prepared
         plan.backend.refill_static(plan.state)
 
-    def _forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):
-        """q: [T, H_q, D]; k/v as for any backend. Returns [T, H_q * D_v]."""
+    def _forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState, *, indexer=None):
+        """q: [T, H_q, D]; k/v (and a DSA layer's indexer inputs) as for any backend.
+        Returns [T, H_q * D_v]."""
         plan: Any = step.prepared
         if not isinstance(plan, HybridStep):
             fail("AK406", "HybridBackend.forward needs the StepState built by HybridBackend.prepare",
                  field="step.prepared", expected="HybridStep", actual=type(plan).__name__)
-        return plan.backend.forward(q, k, v, layer, cache, plan.state)
+        return plan.backend.forward(q, k, v, layer, cache, plan.state, indexer=indexer)

@@ -9,7 +9,8 @@ Two entry points, both called automatically by ``AttentionBackend`` (see base.py
   ``validate_forward(q, k, v, layer, cache, meta)``  per layer (in ``forward``): the layer spec
       (memoised), shapes, dtypes, devices and head counts of q/k/v and the layer's tensors.
       Metadata only, no device sync.
-Each failure is an AttnkitError (AK405, AK406, AK410-AK419, AK472) naming the field, expected
+``validate_indexer`` checks a DSA layer's indexer inputs (AK448), per layer too.
+Each failure is an AttnkitError (AK405, AK406, AK410-AK419, AK448, AK472) naming the field, expected
 and actual. Host lists from the metadata are used so checks do not sync the device.
 """
 from __future__ import annotations
@@ -32,7 +33,7 @@ COMPUTE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 def _shape(name: str, t: Any, expected: tuple, *, code: str = "AK411") -> None:
     if not isinstance(t, torch.Tensor):
-        fail("AK411", f"{name} must be a tensor of shape {list(expected)}, got {type(t).__name__}",
+        fail(code, f"{name} must be a tensor of shape {list(expected)}, got {type(t).__name__}",
              field=name, expected=list(expected), actual=type(t).__name__)
     if t.shape != expected:                      # torch.Size compares equal to a tuple
         fail(code, f"{name} has shape {list(t.shape)}, expected {list(expected)}",
@@ -159,6 +160,15 @@ def _check_cache_layer(layer, cache) -> None:
     else:
         buf = cache.k.get(lid)
         expected = (cache.num_pages, cache.page_size, spec.num_kv_heads, spec.head_dim)
+    if spec.sparse_topk is not None:
+        index_buf = cache.index_k.get(lid)
+        want_index = (cache.num_pages, cache.page_size, spec.sparse_topk.index_head_dim)
+        if index_buf is None or tuple(index_buf.shape) != want_index:
+            fail("AK418", f"layer {lid} is DSA (sparse_topk) but the KV cache has "
+                          f"{'no indexer-key buffer' if index_buf is None else list(index_buf.shape)} "
+                          f"for it; it needs index_k {list(want_index)} (a PagedKVCache built from "
+                          "this spec has one)", field=f"cache.index_k[{lid}]", expected=list(want_index),
+                 actual=None if index_buf is None else list(index_buf.shape))
     if buf is None:
         have = sorted(cache.latent if spec.kind == "mla" else cache.k)
         fail("AK418", f"the KV cache has no {spec.kind.upper()} buffer for layer {lid}",
@@ -280,3 +290,33 @@ def _check_encoder(meta: BatchMetadata, cache) -> None:
                  field="meta.encoder_slot_mapping", expected=[len(expected)],
                  actual=[len(meta.encoder_slot_mapping_cpu)])
         _check_slots("meta.encoder_slot_mapping", meta.encoder_slot_mapping_cpu, expected, cache)
+
+
+def validate_indexer(indexer, layer, cache, meta: BatchMetadata, q) -> None:
+    """The DSA indexer inputs (backends/sparse.py) against the layer, once per layer call:
+    present exactly when the layer has sparse_topk; q [T, H_i, D_i] in q's dtype, weights
+    [T, H_i] float32, k [T, D_i] in q's dtype, all on the cache's device (AK448)."""
+    from attnkit.backends.sparse import IndexerInputs
+
+    sparse = layer.spec.sparse_topk
+    lid = layer.spec.layer_id
+    if sparse is None:
+        if indexer is not None:
+            fail("AK448", f"layer {lid} has no sparse_topk, so it takes no indexer inputs; got "
+                          f"{type(indexer).__name__}", field="indexer", expected=None,
+                 actual=type(indexer).__name__)
+        return
+    if not isinstance(indexer, IndexerInputs):
+        fail("AK448", f"layer {lid} is DeepSeek sparse attention (sparse_topk={sparse.topk}): forward "
+                      f"needs indexer=IndexerInputs(q, weights, k), got "
+                      f"{'nothing' if indexer is None else type(indexer).__name__}",
+             field="indexer", expected="IndexerInputs", actual=repr(indexer)[:80])
+    t, h, d = meta.num_tokens, sparse.index_n_heads, sparse.index_head_dim
+    for name, want, dtypes in (("q", (t, h, d), (q.dtype,)), ("weights", (t, h), (torch.float32,)),
+                               ("k", (t, d), (q.dtype,))):
+        tensor = getattr(indexer, name)
+        _shape(f"indexer.{name}", tensor, want, code="AK448")
+        if tensor.dtype not in dtypes:
+            fail("AK448", f"indexer.{name} has dtype {tensor.dtype}, expected {dtypes[0]}",
+                 field=f"indexer.{name}", expected=str(dtypes[0]), actual=str(tensor.dtype))
+        _device(f"indexer.{name}", tensor, cache.device)

@@ -69,8 +69,9 @@ def check_fits(nbytes: int, dev: torch.device, *, what: str, reserve: int = 0) -
              details={"bytes": nbytes, "reserve": reserve, "free": free, "device": str(dev)})
 
 
-def check_write(cache, layer_id: Any, slots: Any, k: Any, v: Any) -> None:
-    """Everything ``PagedKVCache.write`` needs, before it writes a byte."""
+def check_write(cache, layer_id: Any, slots: Any, k: Any, v: Any, *, buffer: str = "kv") -> None:
+    """Everything ``PagedKVCache.write`` needs, before it writes a byte. buffer="index_k":
+    ``write_index`` (a DSA layer's indexer keys k [T, D_i], v None)."""
     # an int (or numpy int) only: a list is unhashable, and True / 0.0 equal layers 1 / 0
     if isinstance(layer_id, bool) or not hasattr(type(layer_id), "__index__") or layer_id not in cache.specs:
         fail("AK418", f"the KV cache holds no layer {layer_id!r} (layers {sorted(cache.specs)})",
@@ -83,8 +84,13 @@ def check_write(cache, layer_id: Any, slots: Any, k: Any, v: Any) -> None:
     if slots.dim() != 1:
         fail("AK411", f"slot_mapping has shape {list(slots.shape)}, expected [T]",
              field="slot_mapping", expected=["T"], actual=list(slots.shape))
-    mla = layer_id in cache.latent
-    bufs = (cache.latent[layer_id],) if mla else (cache.k[layer_id], cache.v[layer_id])
+    mla = layer_id in cache.latent or buffer == "index_k"
+    if buffer == "index_k" and layer_id not in cache.index_k:
+        fail("AK418", f"layer {layer_id} has no indexer-key buffer (only DSA layers, whose spec "
+                      f"has sparse_topk, do: {sorted(cache.index_k)})",
+             field="layer_id", expected=sorted(cache.index_k), actual=layer_id)
+    bufs = ((cache.index_k[layer_id],) if buffer == "index_k" else (cache.latent[layer_id],) if mla
+            else (cache.k[layer_id], cache.v[layer_id]))
     given = (("k", k),) if mla else (("k", k), ("v", v))
     if mla and v is not None:
         fail("AK411", f"layer {layer_id} is MLA: its latent goes in k and v must be None",

@@ -2,6 +2,9 @@
 
 MHA layer: k [num_pages, page_size, H_kv, D], v [num_pages, page_size, H_kv, D_v].
 MLA layer: latent [num_pages, page_size, L + R] (kv_lora_rank + qk_rope_head_dim).
+DSA layer (MLA with ``sparse_topk``): also index_k [num_pages, page_size, D_i], the indexer's
+keys in the same pages and slots, in the index dtype (a compute dtype, or fp8 e4m3 with
+index_k_scale [num_pages, page_size] float32: one scale per token, kvcache/index_keys.py).
 Slot s is page ``s // page_size``, offset ``s % page_size``.
 fp8 caches store ``value / scale`` and read back ``stored * scale`` (one scale per layer
 and tensor). Head counts are per rank.
@@ -16,6 +19,7 @@ import torch
 
 from attnkit.errors import fail, preview
 from attnkit.kvcache.checks import check_fits, check_write, usable_device
+from attnkit.kvcache.index_keys import INDEX_AMAX_FLOOR, INDEX_DTYPES, INDEX_FP8_MAX
 from attnkit.model.spec import LayerAttention
 from attnkit.registry.capabilities import dtype_spelled
 
@@ -46,6 +50,19 @@ def _kv_dtype(dtype: Any) -> torch.dtype:
     fail("AK430", f"dtype must be one of {', '.join(TORCH_KV_DTYPES)} or a torch dtype, "
                   f"got {dtype!r}",
          field="dtype", expected=list(TORCH_KV_DTYPES), actual=repr(dtype))
+
+
+def _index_dtype(dtype: Any, kv_dtype: torch.dtype) -> torch.dtype:
+    """The index cache's dtype: one of INDEX_DTYPES (a spelling of one, or its torch dtype),
+    else AK430; None follows the KV dtype, fp8_e4m3 when that is fp8."""
+    if dtype is None:
+        return torch.float8_e4m3fn if kv_dtype in FP8_DTYPES else kv_dtype
+    name = dtype_spelled(dtype) if isinstance(dtype, str) else _NAMES.get(dtype)
+    if name not in INDEX_DTYPES:
+        fail("AK430", f"index_dtype must be one of {', '.join(INDEX_DTYPES)} (the indexer-key "
+                      f"cache of DSA layers), got {dtype!r}",
+             field="index_dtype", expected=list(INDEX_DTYPES), actual=repr(dtype))
+    return TORCH_KV_DTYPES[name]
 
 
 def _check_size(name: str, value: Any) -> None:
@@ -110,10 +127,14 @@ class PagedKVCache:
     def __init__(self, layers: list[LayerAttention] | tuple[LayerAttention, ...], *,
                  num_pages: int, page_size: int, dtype: torch.dtype | str = torch.bfloat16,
                  device: torch.device | str = "cpu", k_scales: dict[int, float] | None = None,
-                 v_scales: dict[int, float] | None = None, reserve: int = 0):
+                 v_scales: dict[int, float] | None = None, reserve: int = 0,
+                 index_dtype: torch.dtype | str | None = None):
         """reserve: bytes to leave free on the device beyond the cache (the runner's decode
-        graphs), part of the memory check."""
+        graphs), part of the memory check. index_dtype: the DSA layers' indexer-key dtype
+        (kvcache/index_keys.py: fp32, fp16, bf16 or fp8_e4m3); None: the KV dtype when it is
+        not fp8, else fp8_e4m3. Caches without a DSA layer hold no index buffers."""
         self.dtype = _kv_dtype(dtype)
+        self.index_dtype = _index_dtype(index_dtype, self.dtype)
         _check_size("num_pages", num_pages)
         _check_size("page_size", page_size)
         layers = _check_layers(layers)
@@ -125,10 +146,14 @@ class PagedKVCache:
         for l in layers:
             if l.kind == "mla":
                 shapes[("latent", l.layer_id)] = (num_pages, page_size, l.mla.latent_dim)
+                if l.sparse_topk is not None:
+                    shapes[("index_k", l.layer_id)] = (num_pages, page_size, l.sparse_topk.index_head_dim)
+                    if self.index_dtype == torch.float8_e4m3fn:
+                        shapes[("index_k_scale", l.layer_id)] = (num_pages, page_size)
             else:
                 shapes[("k", l.layer_id)] = (num_pages, page_size, l.num_kv_heads, l.head_dim)
                 shapes[("v", l.layer_id)] = (num_pages, page_size, l.num_kv_heads, l.value_dim)
-        need = sum(math.prod(shape) for shape in shapes.values()) * self.dtype.itemsize
+        need = sum(math.prod(shape) * self._itemsize(name) for (name, _), shape in shapes.items())
         check_fits(need, dev, what=f"{num_pages} pages of {page_size} tokens for {len(layers)} layer(s)",
                    reserve=reserve)
         self.num_pages = num_pages
@@ -138,13 +163,15 @@ class PagedKVCache:
         self.k: dict[int, torch.Tensor] = {}
         self.v: dict[int, torch.Tensor] = {}
         self.latent: dict[int, torch.Tensor] = {}
+        self.index_k: dict[int, torch.Tensor] = {}         # DSA layers: [pages, page_size, D_i]
+        self.index_k_scale: dict[int, torch.Tensor] = {}   # fp8 index: [pages, page_size] float32
         self.k_scales = {l.layer_id: 1.0 for l in layers} | dict(k_scales or {})
         self.v_scales = {l.layer_id: 1.0 for l in layers} | dict(v_scales or {})
         try:
             for (name, lid), shape in shapes.items():
-                getattr(self, name)[lid] = torch.zeros(shape, dtype=self.dtype, device=dev)
+                getattr(self, name)[lid] = torch.zeros(shape, dtype=self._buffer_dtype(name), device=dev)
         except (RuntimeError, MemoryError) as exc:      # free memory moved under the estimate
-            self.k, self.v, self.latent = {}, {}, {}
+            self.k, self.v, self.latent, self.index_k, self.index_k_scale = {}, {}, {}, {}, {}
             fail("AK431", f"the KV cache ({need / 2**30:.3g} GiB) could not be allocated on "
                           f"{dev}: {exc}", field="num_pages", expected="fewer pages", actual=num_pages,
                  details={"bytes": need, "device": str(dev)})
@@ -189,7 +216,8 @@ class PagedKVCache:
         self.specs = {l.layer_id: l for l in layers}
         self.k = {l.layer_id: k[l.layer_id] for l in layers}
         self.v = {l.layer_id: v[l.layer_id] for l in layers}
-        self.latent = {}
+        self.latent, self.index_k, self.index_k_scale = {}, {}, {}
+        self.index_dtype = self.dtype
         self.k_scales = {l.layer_id: 1.0 for l in layers} | dict(k_scales or {})
         self.v_scales = {l.layer_id: 1.0 for l in layers} | dict(v_scales or {})
         return self
@@ -197,6 +225,16 @@ class PagedKVCache:
     @property
     def is_fp8(self) -> bool:
         return self.dtype in FP8_DTYPES
+
+    @property
+    def is_index_fp8(self) -> bool:
+        return self.index_dtype == torch.float8_e4m3fn
+
+    def _buffer_dtype(self, buffer: str) -> torch.dtype:
+        return {"index_k": self.index_dtype, "index_k_scale": torch.float32}.get(buffer, self.dtype)
+
+    def _itemsize(self, buffer: str) -> int:
+        return self._buffer_dtype(buffer).itemsize
 
     @property
     def num_slots(self) -> int:
@@ -225,6 +263,34 @@ class PagedKVCache:
             return
         self._store(self.k[layer_id], slot_mapping, k, self.k_scales[layer_id])
         self._store(self.v[layer_id], slot_mapping, v, self.v_scales[layer_id])
+
+    def write_index(self, layer_id: int, slot_mapping: torch.Tensor, k: torch.Tensor) -> None:
+        """Store a DSA layer's new indexer keys k: [T, D_i] at ``slot_mapping`` [T] (the
+        latent's slots), after the checks of ``write`` (AK410-AK418); nothing is written on a
+        refusal. A backend's forward calls ``store_index``."""
+        check_write(self, layer_id, slot_mapping, k, None, buffer="index_k")
+        self.store_index(layer_id, slot_mapping, k)
+
+    def store_index(self, layer_id: int, slot_mapping: torch.Tensor, k: torch.Tensor) -> None:
+        """``write_index`` without its checks. fp8: each key is quantised with its own scale
+        (kvcache/index_keys.py); other dtypes store k cast to the index dtype."""
+        slots = slot_mapping.long()
+        flat = self.index_k[layer_id].view(-1, self.index_k[layer_id].shape[-1])
+        if not self.is_index_fp8:
+            flat[slots] = k.to(self.index_dtype)
+            return
+        k32 = k.float()
+        scale = k32.abs().amax(dim=-1).clamp(min=INDEX_AMAX_FLOOR) / INDEX_FP8_MAX      # [T]
+        flat[slots] = (k32 / scale[:, None]).clamp(-INDEX_FP8_MAX, INDEX_FP8_MAX).to(self.index_dtype)
+        self.index_k_scale[layer_id].view(-1)[slots] = scale
+
+    def read_index(self, layer_id: int, slots: torch.Tensor) -> torch.Tensor:
+        """The indexer keys at ``slots`` [S] as float32 [S, D_i] (fp8: stored * its scale)."""
+        slots = slots.long()
+        rows = self.index_k[layer_id].view(-1, self.index_k[layer_id].shape[-1])[slots].float()
+        if self.is_index_fp8:
+            rows = rows * self.index_k_scale[layer_id].view(-1)[slots][:, None]
+        return rows
 
     def dequant(self, buf: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.Tensor:
         """Read a (slice of a) buffer back in ``dtype``, undoing the fp8 scale."""

@@ -55,6 +55,9 @@ def layer_problem(layer: object) -> tuple[str, str] | None:
         problem = _sizes_problem(value, cls)
         if problem:
             return name, f"{where} has {name}.{problem}"
+    if layer.sparse_topk is not None and (layer.kind != "mla" or layer.role != "decoder"):
+        return "sparse_topk", (f"{where}: sparse_topk (DeepSeek sparse attention) is defined for causal "
+                               f"MLA decoder layers, not kind {layer.kind!r} role {layer.role!r}")
     if layer.dual_chunk is not None and layer.dual_chunk.local_size >= layer.dual_chunk.chunk_size:
         return "dual_chunk", f"{where}: dual_chunk.local_size must be smaller than chunk_size"
     return None

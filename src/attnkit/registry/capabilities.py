@@ -90,6 +90,13 @@ class Capabilities:
     # MHA value head dims served when they differ from the q/k head dim (v_head_dim != head_dim):
     # a tuple, or "any"; None (the default) = values as wide as queries and keys only.
     v_head_dims: tuple[int, ...] | str | None = None
+    # DeepSeek sparse attention (feature sparse_topk; docs/dsa.md), None where not declared:
+    # indexer sizes served, ((index_n_heads, index_head_dim), ...) or "any"; top-k values
+    # served, a tuple, MultipleOf(n) or "any"; index-key cache dtypes (fp32, fp16, bf16,
+    # fp8_e4m3: kvcache/index_keys.py) served.
+    sparse_dims: tuple[tuple[int, int], ...] | str | None = None
+    sparse_topks: tuple[int, ...] | MultipleOf | str | None = None
+    index_dtypes: tuple[str, ...] | None = None
     # Runs on accelerators that proved this declaration (CPU is proven by every test run).
     verified: tuple[Verified, ...] = ()
 
@@ -108,6 +115,23 @@ class Capabilities:
         if v_dim == head_dim:
             return True
         return self.v_head_dims == "any" or (isinstance(self.v_head_dims, tuple) and v_dim in self.v_head_dims)
+
+    def accepts_sparse(self, sparse) -> list[tuple[str, Any, Any]]:
+        """What of a layer's SparseTopK (model/spec.py) this declaration does not serve, as
+        (field, served, actual) triples; [] when it serves it (or the layer is not DSA)."""
+        if sparse is None:
+            return []
+        out = []
+        dims = (sparse.index_n_heads, sparse.index_head_dim)
+        if self.sparse_dims != "any" and dims not in (self.sparse_dims or ()):
+            out.append(("sparse_dims", _listed(self.sparse_dims), list(dims)))
+        topks = self.sparse_topks
+        ok = (topks == "any" or (isinstance(topks, MultipleOf) and sparse.topk % topks.n == 0)
+              or (isinstance(topks, tuple) and sparse.topk in topks))
+        if not ok:
+            out.append(("sparse_topks", topks.to_dict() if isinstance(topks, MultipleOf) else _listed(topks),
+                        sparse.topk))
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         cc = None
@@ -133,8 +157,19 @@ class Capabilities:
             "mla_dims": (self.mla_dims if self.mla_dims in (None, "any")
                          else [list(d) for d in self.mla_dims]),
             "v_head_dims": self.v_head_dims if self.v_head_dims in (None, "any") else list(self.v_head_dims),
+            "sparse_dims": _listed(self.sparse_dims),
+            "sparse_topks": (self.sparse_topks.to_dict() if isinstance(self.sparse_topks, MultipleOf)
+                             else _listed(self.sparse_topks)),
+            "index_dtypes": None if self.index_dtypes is None else list(self.index_dtypes),
             "verified": [v.to_dict() for v in self.verified],
         }
+
+
+def _listed(value: Any) -> Any:
+    """A declared tuple (of values or of tuples) as JSON lists; None and "any" as they are."""
+    if value in (None, "any"):
+        return value
+    return [list(v) if isinstance(v, tuple) else v for v in value]
 
 
 @dataclass(frozen=True)

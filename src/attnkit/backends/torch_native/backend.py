@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 
+import torch
+
 from attnkit.backends.base import AttentionBackend, RuntimeLayer, StepState, check_option
 from attnkit.backends.metadata import BatchMetadata
 from attnkit.backends.paged_torch import (PagedStep, begin_forward, gather_kv, local_limits,
@@ -17,6 +19,7 @@ from attnkit.backends.paged_torch import (PagedStep, begin_forward, gather_kv, l
 from attnkit.backends.torch_native.declaration import DECLARATION
 from attnkit.backends.torch_native.mha import F32, attend_mha
 from attnkit.backends.torch_native.mla import attend_mla
+from attnkit.backends.torch_native.sparse import topk_mask
 
 
 
@@ -53,11 +56,14 @@ class TorchNativeBackend(AttentionBackend):
     def _prepare(self, meta: BatchMetadata, cache) -> StepState:
         return StepState(meta=meta, prepared=PagedStep(meta))
 
-    def _forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):
+    def _forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState, *, indexer=None):
         """q: [T, H_q, D]; k/v: [T, H_kv, D|D_v] (MLA: latent [T, L + R], None; cross layers:
-        encoder K/V [Te, ...] or None). Returns [T, H_q * D_v] in q.dtype."""
+        encoder K/V [Te, ...] or None); indexer: a DSA layer's IndexerInputs (docs/dsa.md).
+        Returns [T, H_q * D_v] in q.dtype."""
         meta, spec = step.meta, layer.spec
         dv = begin_forward(k, v, layer, cache, meta)
+        if indexer is not None:
+            cache.store_index(spec.layer_id, meta.slot_mapping, indexer.k)
         num_tokens = meta.num_tokens
         out = q.new_zeros(num_tokens, spec.num_heads, dv)
         if num_tokens == 0:
@@ -71,8 +77,10 @@ class TorchNativeBackend(AttentionBackend):
             s = index.lens[i]
             if n and s:                    # no keys (empty encoder): output stays zero
                 k_i, v_i = gather_kv(cache, layer, index.request_slots(i), F32)   # [S, ...]
-                out[start:start + n] = attend(q32[start:start + n], k_i, v_i,
-                                              _mask(paged, layer, i, n, s, q.device), layer)
+                mask = _mask(paged, layer, i, n, s, q.device)
+                if indexer is not None:
+                    mask = _selected(indexer, layer, cache, index, meta, i, start, n, mask)
+                out[start:start + n] = attend(q32[start:start + n], k_i, v_i, mask, layer)
             start += n
         return out.reshape(num_tokens, spec.num_heads * dv)
 
@@ -80,6 +88,16 @@ class TorchNativeBackend(AttentionBackend):
         if layer.spec.kind != "mla":
             return attend_mha
         return functools.partial(attend_mla, form=self.mla_form)
+
+
+def _selected(indexer, layer: RuntimeLayer, cache, index, meta, i: int, start: int, n: int, mask):
+    """Request i's DSA mask [n, S]: its visibility mask (None: all) and the indexer's top-k."""
+    keys = cache.read_index(layer.layer_id, index.request_slots(i))          # [S, D_i] float32
+    prefix = meta.prefix_lens_cpu[i]
+    positions = torch.arange(prefix, prefix + n, device=keys.device)
+    chosen = topk_mask(indexer.q[start:start + n], indexer.weights[start:start + n], keys,
+                       positions, layer.spec.sparse_topk.topk)
+    return chosen if mask is None else chosen & mask
 
 
 def _mask(paged: PagedStep, layer: RuntimeLayer, i: int, n: int, s: int, device):

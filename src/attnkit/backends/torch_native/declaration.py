@@ -11,7 +11,7 @@ DECLARATION = BackendDeclaration(
     name="torch_native",
     impl="attnkit.backends.torch_native.backend:TorchNativeBackend",
     description="Pure torch ops over gathered pages, float32 math; any head size, MHA/GQA/MQA "
-                "and MLA, every feature but dual chunk. Portable baseline, not fast.",
+                "and MLA (DeepSeek sparse attention too), every feature but dual chunk. Portable baseline, not fast.",
     capabilities=Capabilities(
         # Only what tests have run: CPU here, CUDA through tests marked gpu. The ops are plain
         # torch, but mps/xpu/rocm stay out until a test has run there.
@@ -24,10 +24,15 @@ DECLARATION = BackendDeclaration(
         phases=("prefill", "decode"),
         features=frozenset({"sliding_window", "logit_softcap", "sinks", "cross_attention",
                             "non_causal", "verify", "chunked_local", "varlen", "batch_invariant",
-                            "deterministic"}),
+                            "deterministic", "sparse_topk"}),
         requires=("torch",),
         mla_dims="any",
         v_head_dims="any",              # tests/backends/test_torch_native.py (value dim 8, q/k 16)
+        # DSA (docs/dsa.md): any indexer size and top-k, every index-key dtype
+        # (tests/conformance/test_dsa.py)
+        sparse_dims="any",
+        sparse_topks="any",
+        index_dtypes=("fp32", "fp16", "bf16", "fp8_e4m3"),
         verified=(H200_2026_11_29,),
     ),
     aliases={

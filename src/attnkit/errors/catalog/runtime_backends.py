@@ -81,10 +81,33 @@ ENTRIES = [
         related=("AK411",),
     ),
     entry(
+        "AK448", "DeepSeek sparse attention layer without (or with wrong) indexer inputs",
+        meaning="A DSA layer (spec.sparse_topk: DeepSeek-V3.2, GLM-5) attends only to the top-k "
+                "cached tokens its lightning indexer scores best, so its forward needs the "
+                "indexer's inputs for the step: indexer=IndexerInputs(q [T, H_i, D_i] in q's "
+                "dtype, weights [T, H_i] float32, k [T, D_i] in q's dtype), on the cache's device "
+                "(docs/dsa.md). Without them the backend could only compute dense attention, "
+                "which is not what the model computes. A layer without sparse_topk takes none.",
+        trigger="AttentionBackend.forward on a layer with sparse_topk and indexer=None or a "
+                "value that is not an IndexerInputs, or whose tensors have the wrong shape, dtype "
+                "or device; or on a layer without sparse_topk with an indexer given.",
+        situations=["A model runner that computes the MLA inputs but not the indexer's.",
+                    "Indexer weights left in bf16 (they are float32, every scale folded in).",
+                    "Indexer keys handed per head [T, H_i, D_i]: DSA keys have one head [T, D_i]."],
+        solutions=["Compute the indexer's q, weights and k as the model defines them and pass "
+                   "indexer=IndexerInputs(q=..., weights=..., k=...) to forward for DSA layers only.",
+                   "Cast weights to float32 after folding in the model's scales."],
+        before="backend.forward(q, latent, None, dsa_layer, cache, step)",
+        after="backend.forward(q, latent, None, dsa_layer, cache, step, "
+              "indexer=IndexerInputs(q=iq, weights=iw, k=ik))",
+        related=("AK440", "AK411"),
+    ),
+    entry(
         "AK444", "dtype or KV-cache dtype not served by this backend",
-        meaning="The compute dtype of q (and so of k and v) or the KV cache's dtype is not one the "
-                "backend declares (its dtypes and kv_cache_dtypes). fp8 pages are read back as "
-                "stored * scale by the backends that declare them.",
+        meaning="The compute dtype of q (and so of k and v), the KV cache's dtype, or (DSA layers) "
+                "the indexer-key cache's dtype is not one the backend declares (its dtypes, "
+                "kv_cache_dtypes, index_dtypes). fp8 pages are read back as stored * scale by the "
+                "backends that declare them.",
         trigger="AttentionBackend.prepare for the cache's dtype (once per step; a hybrid checks "
                 "every inner backend, idle ones too), AttentionBackend.forward for q's dtype.",
         situations=["q handed in as float64 from a reference computation.",
@@ -98,9 +121,10 @@ ENTRIES = [
     ),
     entry(
         "AK445", "Head dim not served by this backend",
-        meaning="A layer's q/k head dim, its value head dim, or its MLA latent sizes "
-                "(kv_lora_rank, qk_rope_head_dim) are outside what the backend declares "
-                "(head_dims, v_head_dims, mla_dims): kernels built around whole power-of-two tiles "
+        meaning="A layer's q/k head dim, its value head dim, its MLA latent sizes "
+                "(kv_lora_rank, qk_rope_head_dim), or a DSA layer's indexer sizes (index_n_heads, "
+                "index_head_dim) or top-k are outside what the backend declares "
+                "(head_dims, v_head_dims, mla_dims, sparse_dims, sparse_topks): kernels built around whole power-of-two tiles "
                 "serve only the sizes they were built and tested for, and refuse the rest rather "
                 "than run them unverified.",
         trigger="AttentionBackend.forward, the first time such a layer spec reaches the backend; "
@@ -108,7 +132,8 @@ ENTRIES = [
                 "takes the torch path there).",
         situations=["A small research model with 48-wide heads on the triton backend.",
                     "An MLA model with kv_lora_rank 384 on triton_mla.",
-                    "Values narrower than queries and keys on a backend that declares none."],
+                    "Values narrower than queries and keys on a backend that declares none.",
+                    "A DSA layer whose indexer heads or top-k the sparse kernels were not built for."],
         solutions=["Serve the layer with sdpa or torch_native, which take any head dim.", _PLAN],
         before="attnkit plan ./wide-heads --attention-backend triton",
         after="attnkit plan ./wide-heads --attention-backend sdpa",
