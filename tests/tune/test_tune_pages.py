@@ -18,7 +18,7 @@ def twin(b: Bucket, page: int) -> Bucket:
     return dataclasses.replace(b, page_size=page)
 
 
-@pytest.mark.parametrize("name, extra", [("GPU_FULL", 20), ("GPU_QUICK", 2), ("CPU_FULL", 0), ("CPU_QUICK", 0)])
+@pytest.mark.parametrize("name, extra", [("GPU_FULL", 28), ("GPU_QUICK", 3), ("CPU_FULL", 0), ("CPU_QUICK", 0)])
 def test_page_64_buckets_are_the_gpu_mla_decode_buckets_with_a_page_16_twin(name, extra):
     buckets = grid.buckets(getattr(grid, name))
     at_64 = [b for b in buckets if b.page_size == 64]

@@ -3,9 +3,11 @@
 The matching rule (docs/profile.md says the same):
   1. The model's shape: its most common layer shape (kind, per-rank query and KV heads, head
      and value dims, MLA latent sizes) with the plan's dtype and KV-cache dtype.
-  2. The nearest measured shape of that phase: same kind (and latent sizes for MLA); dtype
+  2. The nearest measured shape of that phase: same kind (and latent sizes for MLA; a DSA
+     shape only a DSA one, and a dense one only a dense one); dtype
      equal, else the other 16-bit one (fp32 only matches fp32); then KV dtype equal, else the
-     same family (16-bit, fp8), else any; then the smallest |log2| head-dim ratio; then the
+     same family (16-bit, fp8), else any; then the smallest |log2| head-dim ratio (DSA: plus
+     those of the top-k, indexer heads and indexer head dim); then the
      smallest |log2| ratio of query heads plus that of the GQA group size.
   3. Its runtime buckets, all at one page size (the plan's, where the user fixed one and the
      shape was measured with it; else the default 16; else the smallest measured): given a
@@ -46,8 +48,10 @@ def model_shape(model, settings: Mapping[str, Any]) -> Shape | None:
     for l in model.layers:
         mla = l.mla if l.kind == "mla" else None
         kv = 1 if mla else max(1, l.num_kv_heads // tp)
+        sparse = l.sparse_topk
         shapes[Shape(l.kind, max(1, l.num_heads // tp), kv, l.head_dim, l.value_dim, dtype, kv_dtype,
-                     mla.kv_lora_rank if mla else None, mla.qk_rope_head_dim if mla else None)] += 1
+                     mla.kv_lora_rank if mla else None, mla.qk_rope_head_dim if mla else None,
+                     *((sparse.topk, sparse.index_n_heads, sparse.index_head_dim) if sparse else ()))] += 1
     return shapes.most_common(1)[0][0] if shapes else None
 
 
@@ -229,6 +233,8 @@ def _static_distance(b: Shape, s: Shape) -> tuple | None:
     """How far a measured shape ``b`` is from the model's ``s`` (None: not comparable)."""
     if b.kind != s.kind or (s.kind == "mla" and (b.kv_lora_rank, b.rope_dim) != (s.kv_lora_rank, s.rope_dim)):
         return None
+    if (b.topk is None) != (s.topk is None):      # dense and DSA steps do different work
+        return None
     if b.dtype == s.dtype:
         dt = 0
     elif b.dtype in HALF and s.dtype in HALF:
@@ -237,6 +243,9 @@ def _static_distance(b: Shape, s: Shape) -> tuple | None:
         return None
     kv = 0 if b.kv_dtype == s.kv_dtype else 1 if _family(b.kv_dtype) == _family(s.kv_dtype) else 2
     dims = abs(math.log2(b.head_dim / s.head_dim)) + abs(math.log2(b.v_head_dim / s.v_head_dim))
+    if s.topk is not None:
+        dims += sum(abs(math.log2(x / y)) for x, y in ((b.topk, s.topk), (b.index_heads, s.index_heads),
+                                                          (b.index_dim, s.index_dim)))
     heads = abs(math.log2(b.heads / s.heads)) + abs(math.log2((b.heads / b.kv_heads) / (s.heads / s.kv_heads)))
     return (dt, kv, dims, heads)
 

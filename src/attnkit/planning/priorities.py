@@ -26,9 +26,15 @@ class Priority:
     why: str
     min_capability: Capability | None = None   # inclusive; None = any
     max_capability: Capability | None = None   # inclusive; None = no upper bound
+    # the entry is for models that need every one of these (DeepSeek sparse attention:
+    # {"sparse_topk"}); empty: any model of the kinds
+    features: frozenset[str] = frozenset()
 
-    def matches(self, platform_kind: str, capability: Capability | None, kind: str, phase: str) -> bool:
+    def matches(self, platform_kind: str, capability: Capability | None, kind: str, phase: str,
+                features: frozenset[str] = frozenset()) -> bool:
         if platform_kind != self.platform or kind not in self.kinds or phase not in self.phases:
+            return False
+        if not self.features <= features:
             return False
         if self.min_capability is not None and (capability is None or tuple(capability) < self.min_capability):
             return False
@@ -47,6 +53,10 @@ TABLE: tuple[Priority, ...] = (
     Priority("cuda", ("mha",), BOTH, ("sdpa", "triton", "torch_native"),
              why="Pre-Ampere GPUs (e.g. T4): the triton backend is declared for sm80 and newer only, "
                  "so torch's SDPA kernels go first."),
+    Priority("cuda", ("mla",), BOTH, ("triton_dsa", "torch_native"), features=frozenset({"sparse_topk"}),
+             why="DeepSeek sparse attention (each query attends to its indexer's top-k): triton_dsa "
+                 "scores the paged index keys and gathers only the selected latent rows; "
+                 "torch_native scores and masks per request in plain torch, the portable baseline."),
     Priority("cuda", ("mla",), BOTH, ("triton_mla", "sdpa", "torch_native"),
              why="MLA: triton_mla reads the paged latent cache in place (absorbed form for decode, "
                  "the MHA form for long new chunks); sdpa computes the same forms but gathers the "
@@ -74,12 +84,13 @@ TABLE: tuple[Priority, ...] = (
 
 
 def lookup(platform_kind: str, capability: Capability | None, kind: str, phase: str,
-           *, table: tuple[Priority, ...] = TABLE) -> Priority | None:
-    """The first entry that matches, or None when no table covers this platform."""
+           *, table: tuple[Priority, ...] = TABLE, features: frozenset[str] = frozenset()) -> Priority | None:
+    """The first entry that matches (``features``: the model's), or None when no table covers
+    this platform."""
     if kind not in KINDS or phase not in PHASES:
         return None
     for entry in table:
-        if entry.matches(platform_kind, capability, kind, phase):
+        if entry.matches(platform_kind, capability, kind, phase, frozenset(features)):
             return entry
     return None
 

@@ -42,11 +42,20 @@ class Shape:
     kv_dtype: str
     kv_lora_rank: int | None = None
     rope_dim: int | None = None
+    # DeepSeek sparse attention (docs/dsa.md): the top-k and the indexer's heads and head dim;
+    # None for dense layers. A DSA layer's work differs (top-k latent rows per query plus the
+    # indexer over every key), so its buckets are its own.
+    topk: int | None = None
+    index_heads: int | None = None
+    index_dim: int | None = None
 
     def label(self) -> str:
-        """``32/8 heads, d128, bf16`` (MLA: ``128 heads, latent 512+64, bf16``), KV dtype if other."""
+        """``32/8 heads, d128, bf16`` (MLA: ``128 heads, latent 512+64, bf16``; DSA adds
+        ``top-k 2048, indexer 64x128``), KV dtype if other."""
         heads = (f"{self.heads} heads, latent {self.kv_lora_rank}+{self.rope_dim}" if self.kind == "mla"
                  else f"{self.heads}/{self.kv_heads} heads, d{self.head_dim}")
+        if self.topk is not None:
+            heads += f", top-k {self.topk}, indexer {self.index_heads}x{self.index_dim}"
         kv = "" if self.kv_dtype == self.dtype else f", {self.kv_dtype} KV"
         return f"{heads}, {self.dtype}{kv}"
 
@@ -87,7 +96,8 @@ class Bucket:
         return f"new={self.new} prefix={self.prefix}" + (f" B={self.batch}" if self.batch > 1 else "")
 
 
-_OPTIONAL = ("kv_lora_rank", "rope_dim")
+_OPTIONAL = ("kv_lora_rank", "rope_dim", "topk", "index_heads", "index_dim")
+_SPARSE = ("topk", "index_heads", "index_dim")
 _STEP_FIELDS = {"phase": "str", "batch": "int", "new": "int", "context": "int", "page_size": "int"}
 
 
@@ -248,6 +258,10 @@ def _entry(row: Any, where: str, at: str) -> Entry:
                                                           f"got {values[name]!r}")
     if values["kind"] == "mla" and (values["kv_lora_rank"] is None or values["rope_dim"] is None):
         raise malformed(where, f"{at}.bucket", "an mla bucket needs kv_lora_rank and rope_dim")
+    given = [values[n] is not None for n in _SPARSE]
+    if any(given) and not (all(given) and values["kind"] == "mla"):
+        raise malformed(where, f"{at}.bucket", "a DSA bucket is an mla bucket with all of topk, "
+                                               "index_heads and index_dim")
     bucket = Bucket(Shape(**{n: values.pop(n) for n in Shape.__dataclass_fields__}), **values)
     if bucket.new > bucket.context:
         raise malformed(where, f"{at}.bucket", f"new ({bucket.new}) exceeds context ({bucket.context})")

@@ -379,7 +379,7 @@ class Solve:
     # ---- what the view hands rules and failure builders ----------------------------------------------
     def entry(self, phase: str):
         return priorities.lookup(self.platform.kind, self.platform.capability, self.model.kind, phase,
-                                 table=self.table)
+                                 table=self.table, features=self.model.features())
 
     def page_gain(self, base: int, sizes: list[int]) -> tuple[int, str] | None:
         decode = self.backends.get("decode")

@@ -1,7 +1,9 @@
 """One bucket as a real step: a paged cache with random K/V, shuffled block tables, the step's
 q/k/v; the work it does; and the check of a backend's output against the float64 reference.
 
-The check runs attnkit.reference on sampled output rows (first, middle and last query of the
+A DSA bucket (``Shape.topk`` set, docs/dsa.md) also fills the index-key cache and hands the
+step's IndexerInputs; its check is attnkit.reference_dsa's. The check runs the reference on
+sampled output rows (first, middle and last query of the
 first, middle and last request), over a compact copy of just those requests' pages, so that it
 costs little next to the step even at 128 requests x 32k tokens (the reference is a float64
 loop over requests). Each sampled query becomes a one-token request at its own position: the
@@ -14,12 +16,13 @@ from dataclasses import dataclass
 
 import torch
 
-from attnkit import reference
+from attnkit import reference, reference_dsa
 from attnkit.backends.base import RuntimeLayer
 from attnkit.backends.batch import Request, build_batch
 from attnkit.backends.metadata import BatchMetadata
+from attnkit.backends.sparse import IndexerInputs
 from attnkit.kvcache.paged import FP8_DTYPES, TORCH_KV_DTYPES, PagedKVCache
-from attnkit.model.spec import LayerAttention, MLAConfig
+from attnkit.model.spec import LayerAttention, MLAConfig, SparseTopK
 from attnkit.planning.profile import Bucket, Shape
 
 # Relative error (Frobenius, per sampled query row) a result may have: DESIGN.md's bounds.
@@ -36,6 +39,7 @@ class Case:
     k: torch.Tensor                   # [T, H_kv, D] (MLA: latent [T, L + R])
     v: torch.Tensor | None            # [T, H_kv, D_v] (MLA: None)
     rows: list[list[int]]             # block-table row of each request
+    indexer: IndexerInputs | None = None   # DSA buckets: q [T, H_i, D_i], weights [T, H_i], k [T, D_i]
 
 
 def layer_spec(s: Shape) -> LayerAttention:
@@ -43,8 +47,9 @@ def layer_spec(s: Shape) -> LayerAttention:
     if s.kind == "mla":
         mla = MLAConfig(kv_lora_rank=s.kv_lora_rank, qk_rope_head_dim=s.rope_dim,
                         qk_nope_head_dim=s.head_dim - s.rope_dim, v_head_dim=s.v_head_dim)
+        sparse = SparseTopK(s.topk, s.index_heads, s.index_dim) if s.topk is not None else None
         return LayerAttention(layer_id=0, num_heads=s.heads, num_kv_heads=1, head_dim=s.head_dim,
-                              v_head_dim=s.v_head_dim, kind="mla", mla=mla)
+                              v_head_dim=s.v_head_dim, kind="mla", mla=mla, sparse_topk=sparse)
     return LayerAttention(layer_id=0, num_heads=s.heads, num_kv_heads=s.kv_heads, head_dim=s.head_dim,
                           v_head_dim=s.v_head_dim)
 
@@ -64,7 +69,7 @@ def make_case(b: Bucket, device: str, *, seed: int = 0) -> Case:
     per = -(-b.context // b.page_size)
     cache = PagedKVCache([spec], num_pages=b.batch * per, page_size=b.page_size,
                          dtype=TORCH_KV_DTYPES[s.kv_dtype], device=device)
-    for buf in (cache.latent, cache.k, cache.v):
+    for buf in (cache.latent, cache.k, cache.v, cache.index_k):
         if 0 in buf:
             _fill(buf[0], gen)
     order = torch.randperm(b.batch * per, generator=torch.Generator().manual_seed(seed))
@@ -77,7 +82,11 @@ def make_case(b: Bucket, device: str, *, seed: int = 0) -> Case:
         k, v = rand(t, spec.mla.latent_dim), None
     else:
         k, v = rand(t, s.kv_heads, s.head_dim), rand(t, s.kv_heads, s.v_head_dim)
-    return Case(b, layer, cache, meta, q, k, v, rows)
+    indexer = None
+    if s.topk is not None:
+        indexer = IndexerInputs(q=rand(t, s.index_heads, s.index_dim),
+                                weights=rand(t, s.index_heads).float(), k=rand(t, s.index_dim))
+    return Case(b, layer, cache, meta, q, k, v, rows, indexer)
 
 
 def _fill(buf: torch.Tensor, gen: torch.Generator, chunk: int = 1 << 26) -> None:
@@ -93,14 +102,41 @@ def _fill(buf: torch.Tensor, gen: torch.Generator, chunk: int = 1 << 26) -> None
 
 def work(b: Bucket) -> float:
     """Decode: bytes of K/V (MLA: latent) read; prefill: FLOPs of QK^T and PV over the
-    causally visible pairs (MLA in its MHA form: (nope + rope) + v per pair and head)."""
+    causally visible pairs (MLA in its MHA form: (nope + rope) + v per pair and head).
+    DSA (docs/dsa.md): decode reads every index key of the context and the latent rows of the
+    min(topk, context) selected; prefill does the attention FLOPs over the selected pairs
+    (min(topk, p + 1) per query at position p) plus the indexer's 2 * H_i * D_i per visible pair."""
     s = b.shape
     itemsize = TORCH_KV_DTYPES[s.kv_dtype].itemsize
+    pairs = b.batch * (b.new * b.prefix + b.new * (b.new + 1) / 2)
+    if s.topk is not None:
+        index_row = s.index_dim * index_itemsize(s.kv_dtype) + (4 if s.kv_dtype in FP8_NAMES else 0)
+        if b.phase == "decode":
+            latent = (s.kv_lora_rank + s.rope_dim) * itemsize
+            return float(b.batch * (b.context * index_row + min(s.topk, b.context) * latent))
+        chosen = b.batch * _selected(b.prefix, b.context, s.topk)
+        return float(2 * s.heads * chosen * (s.head_dim + s.v_head_dim) + 2 * s.index_heads * s.index_dim * pairs)
     if b.phase == "decode":
         row = s.kv_lora_rank + s.rope_dim if s.kind == "mla" else s.kv_heads * (s.head_dim + s.v_head_dim)
         return float(b.batch * b.context * row * itemsize)
-    pairs = b.batch * (b.new * b.prefix + b.new * (b.new + 1) / 2)
     return float(2 * s.heads * pairs * (s.head_dim + s.v_head_dim))
+
+
+FP8_NAMES = ("fp8_e4m3", "fp8_e5m2")
+
+
+def index_itemsize(kv_dtype: str) -> int:
+    """Bytes of one index-key value: the cache's default index dtype follows the KV dtype
+    (fp8 e4m3 for an fp8 KV cache; PagedKVCache)."""
+    return 1 if kv_dtype in FP8_NAMES else TORCH_KV_DTYPES[kv_dtype].itemsize
+
+
+def _selected(prefix: int, context: int, topk: int) -> int:
+    """sum of min(topk, p + 1) over the query positions p = prefix .. context - 1."""
+    lo, hi = prefix + 1, context                      # p + 1 runs over lo .. hi
+    top = min(hi, topk)
+    ramp = (top * (top + 1) - (lo - 1) * lo) // 2 if top >= lo else 0
+    return ramp + topk * max(0, hi - max(lo - 1, topk))
 
 
 def check(case: Case, out: torch.Tensor) -> float:
@@ -114,7 +150,7 @@ def check(case: Case, out: torch.Tensor) -> float:
     index = torch.tensor(pages, device=cache.device)
     small = PagedKVCache([case.layer.spec], num_pages=len(pages), page_size=cache.page_size, dtype=cache.dtype,
                          device=cache.device, k_scales=dict(cache.k_scales), v_scales=dict(cache.v_scales))
-    for name in ("latent", "k", "v"):
+    for name in ("latent", "k", "v", "index_k", "index_k_scale"):
         if 0 in getattr(cache, name):
             getattr(small, name)[0].copy_(getattr(cache, name)[0].index_select(0, index))
     tokens, requests = [], []
@@ -126,7 +162,12 @@ def check(case: Case, out: torch.Tensor) -> float:
     meta = build_batch(requests, page_size=cache.page_size, device=cache.device)
     pick = torch.tensor(tokens, device=cache.device)
     sel = lambda x: None if x is None else x.index_select(0, pick)  # noqa: E731
-    ref = reference.attention(sel(case.q), sel(case.k), sel(case.v), case.layer, small, meta)
+    if case.indexer is None:
+        ref = reference.attention(sel(case.q), sel(case.k), sel(case.v), case.layer, small, meta)
+    else:
+        ix = case.indexer
+        ref = reference_dsa.attention(sel(case.q), sel(case.k), None, case.layer, small, meta,
+                                      indexer=IndexerInputs(sel(ix.q), sel(ix.weights), sel(ix.k)))
     got = out.index_select(0, pick).double()
     err = (got - ref).norm(dim=-1) / ref.norm(dim=-1).clamp_min(1e-30)
     return float(err.max())

@@ -3,7 +3,9 @@
 A grid is static shapes (heads, head dims, dtypes: what a model fixes) times runtime shapes
 (batch and lengths: what each step varies). The GPU grids hold the shapes of
 benchmarks/bench_triton.py and bench_mla.py (Llama-3-8B-like 32/8 heads, d64/d128/d256;
-DeepSeek-V3 MLA at 16 and 128 heads), so the planner's nearest bucket for those rows is exact;
+DeepSeek-V3 MLA at 16 and 128 heads), so the planner's nearest bucket for those rows is exact,
+and DeepSeek-V3.2's sparse attention (128 heads, top-k 2048, indexer 64 x 128: its own buckets,
+since a DSA step's work is not a dense one's);
 ``--quick`` keeps the rows that decide each phase's choice. The CPU grid is tiny: it tests the
 code path end to end and makes a smoke profile.
 
@@ -14,6 +16,7 @@ A backend that does not accept a bucket's page size is not measured there (run.s
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -42,6 +45,11 @@ def _mla(heads, *, rank=512, rope=64, nope=128, v=128, dtype="bf16", kv_dtype=No
     return Shape("mla", heads, 1, nope + rope, v, dtype, kv_dtype or dtype, rank, rope)
 
 
+def _dsa(heads, *, topk=2048, index_heads=64, index_dim=128, **mla) -> Shape:
+    """A DeepSeek sparse attention layer (DeepSeek-V3.2: top-k 2048, indexer 64 x 128)."""
+    return dataclasses.replace(_mla(heads, **mla), topk=topk, index_heads=index_heads, index_dim=index_dim)
+
+
 def _grid(decode_b, decode_ctx, prefill, pages=(PAGE_SIZE,)) -> Runtime:
     return Runtime(tuple((b, c) for b in decode_b for c in decode_ctx), tuple(prefill), pages)
 
@@ -59,6 +67,10 @@ MLA_FP8 = Runtime(((128, 4096),), (), MLA_DECODE_PAGES)
 QUICK_MHA = _grid((1, 64), (4096, 32768), [(16384, 0, 1), (2048, 32768, 1)])
 QUICK_MLA = Runtime(((128, 4096),), ((2048, 32768, 1),), MLA_DECODE_PAGES)
 QUICK_MLA_SMALL = Runtime(((128, 4096),), (), MLA_DECODE_PAGES)
+# DSA: contexts from 8k (top-k a quarter of them) to 32k; prefill over a long prefix and fresh
+# (decode at 16- and 64-key pages too: FlashMLA's sparse kernels page by 64)
+DSA_MAIN = _grid((1, 32, 64, 128), (8192, 32768), [(2048, 32768, 1), (4096, 0, 1)], MLA_DECODE_PAGES)
+QUICK_DSA = Runtime(((64, 32768),), ((2048, 32768, 1),), MLA_DECODE_PAGES)
 
 GPU_FULL: tuple[tuple[Shape, Runtime], ...] = (
     (_mha(32, 8, 128), MHA_MAIN),
@@ -69,21 +81,26 @@ GPU_FULL: tuple[tuple[Shape, Runtime], ...] = (
     (_mla(16), MLA_MAIN),
     (_mla(128, kv_dtype="fp8_e4m3"), MLA_FP8),
     (_mla(16, kv_dtype="fp8_e4m3"), MLA_FP8),
+    (_dsa(128), DSA_MAIN),
 )
 GPU_QUICK: tuple[tuple[Shape, Runtime], ...] = (
     (_mha(32, 8, 128), QUICK_MHA),
     (_mla(128), QUICK_MLA),
     (_mla(16), QUICK_MLA_SMALL),
+    (_dsa(128), QUICK_DSA),
 )
 # The CPU: float32, tiny heads and lengths (the interpreter-free backends only: sdpa, torch_native).
 CPU_MLA = dict(rank=64, rope=16, nope=32, v=32, dtype="fp32")
+CPU_DSA = dict(CPU_MLA, topk=8, index_heads=2, index_dim=16)
 CPU_FULL = (
     (_mha(4, 2, 32, "fp32"), _grid((1, 4), (32, 128), [(32, 0, 1), (16, 48, 1), (16, 16, 2)])),
     (_mla(4, **CPU_MLA), _grid((2,), (64,), [(16, 48, 1)])),
+    (_dsa(4, **CPU_DSA), _grid((2,), (64,), [(16, 48, 1)])),
 )
 CPU_QUICK = (
     (_mha(4, 2, 32, "fp32"), _grid((2,), (64,), [(32, 0, 1), (16, 48, 1)])),
     (_mla(4, **CPU_MLA), _grid((2,), (64,), [(16, 48, 1)])),
+    (_dsa(4, **CPU_DSA), _grid((2,), (64,), [(16, 48, 1)])),
 )
 
 
@@ -109,16 +126,17 @@ def default_grid(device: str, quick: bool) -> tuple[tuple[Shape, Runtime], ...]:
 def model_grid(models, device: str, quick: bool, platform) -> list[tuple[Shape, Runtime]]:
     """``--models``: each model's own shape (its most common layer, tp 1, the dtype the planner
     fills for it on ``platform``: the one default) with the runtime shapes of the default
-    grid's first entry of the same kind."""
+    grid's first entry of the same kind (and DSA or not)."""
     from attnkit.planning.rules import config_dtype
 
     runtimes = {}
     for shape, rt in default_grid(device, quick):
-        runtimes.setdefault(shape.kind, rt)
+        runtimes.setdefault((shape.kind, shape.topk is not None), rt)
     out: list[tuple[Shape, Runtime]] = []
     for model in models:
         dtype, _ = config_dtype(model, platform)
         shape = model_shape(model, {"dtype": dtype, "kv_cache_dtype": dtype, "tp_size": 1})
-        if shape is not None and (shape, runtimes[shape.kind]) not in out:
-            out.append((shape, runtimes[shape.kind]))
+        rt = shape and runtimes[(shape.kind, shape.topk is not None)]
+        if shape is not None and (shape, rt) not in out:
+            out.append((shape, rt))
     return out

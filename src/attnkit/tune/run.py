@@ -128,7 +128,8 @@ def measure_entry(case, backend, device: str, *, variant: str | None = None) -> 
     base = dict(backend=backend.name, bucket=b, work=work(b), variant=variant)
     try:
         step = backend.prepare(case.meta, case.cache)
-        fwd = lambda: backend.forward(case.q, case.k, case.v, case.layer, case.cache, step)  # noqa: E731
+        extra = {} if case.indexer is None else {"indexer": case.indexer}
+        fwd = lambda: backend.forward(case.q, case.k, case.v, case.layer, case.cache, step, **extra)  # noqa: E731
         err = check(case, fwd())
         if not err < tol:
             return Entry(status="wrong", rel_err=err, note=f"relative error {err:.3g} > {tol:g} "
