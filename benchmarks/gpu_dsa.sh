@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# triton_dsa on the GPU in one call (< 4 min on an H200): its GPU tests, then bench_dsa.py.
+# triton_dsa on the GPU in one call (< 4 min on an H200): its GPU kernel tests and the DSA
+# conformance cases on cuda (tests/conformance/test_dsa.py), then bench_dsa.py.
 # Usage (repository root, CUDA machine): bash benchmarks/gpu_dsa.sh
 # Writes under $OUT: env.txt, gpu_tests.log, bench_dsa.log, bench_dsa.json, bench_dsa.md.
 set -u
@@ -13,5 +14,5 @@ step() {  # step NAME SECONDS CMD...
   timeout "$secs" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
   echo "== $name rc=$rc $((SECONDS - t0))s"; tail -n 25 "$OUT/$name.log"
 }
-step gpu_tests 80 python3 -m pytest -q -m gpu -p no:cacheprovider tests/triton_dsa
+step gpu_tests 90 python3 -m pytest -q -m gpu -p no:cacheprovider tests/triton_dsa tests/conformance/test_dsa.py -k "triton_dsa or test_gpu"
 step bench_dsa 150 python3 benchmarks/bench_dsa.py --out "$OUT"

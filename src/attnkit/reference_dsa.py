@@ -77,8 +77,12 @@ def index_scores(layer: RuntimeLayer, cache: PagedKVCache, meta: BatchMetadata, 
         for j, t in enumerate(range(starts[i], starts[i + 1])):
             p = prefix + j
             ks = keys[torch.tensor(slots_of(row, range(p + 1), meta.page_size), device=keys.device)]
-            dots = torch.einsum("hd,sd->hs", iq[t], ks)                  # [H_i, p + 1]
-            out.append((iw[t][:, None] * dots.clamp(min=0)).sum(dim=0))
+            # per position, elementwise products summed over the head dim, then the weighted
+            # sum over heads, each a reduction along a row: every position takes the same
+            # operations, so equal keys tie exactly (a matmul, or a sum across rows, may round
+            # some columns another way and break ties by noise)
+            dots = (ks[:, None, :] * iq[t][None, :, :]).sum(dim=-1)          # [p + 1, H_i]
+            out.append((dots.clamp(min=0) * iw[t][None, :]).sum(dim=-1))
     return out
 
 

@@ -25,29 +25,30 @@ import triton.language as tl
 def _index_score_kernel(
     Q, W, K, KScale, BlockTables, TileReq, TileTok, TokReq, TokPos, Scores,
     stride_qt, stride_qh, stride_wt, stride_kp, stride_ks, stride_sp, stride_bt, stride_st,
-    T,
-    H: tl.constexpr, D: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_T: tl.constexpr,
+    T, H,
+    HP: tl.constexpr, D: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_T: tl.constexpr,
     BLOCK_N: tl.constexpr, HAS_SCALE: tl.constexpr, DOT_PREC: tl.constexpr,
 ):
     """Q: [T, H, D]; W: [T, H] fp32; K: [pages, PAGE_SIZE, D] (KScale [pages, PAGE_SIZE] fp32
     when HAS_SCALE); BlockTables: [B, P] int32; TileReq / TileTok: [W] request and first
     token of each tile (its tokens: the next BLOCK_T of that request); TokReq / TokPos: [T]
     int32 request and absolute position of each token; Scores: [T, S] fp32.
+    Each token takes HP >= H rows (a power of two, >= 16 for the MMA); rows past H read 0.
     Grid (tiles, ceil(S / BLOCK_N))."""
-    BLOCK_M: tl.constexpr = BLOCK_T * H
+    BLOCK_M: tl.constexpr = BLOCK_T * HP
     w = tl.program_id(0)
     nb = tl.program_id(1)
     req = tl.load(TileReq + w)
     tok0 = tl.load(TileTok + w)
     rows = tl.arange(0, BLOCK_M)
-    tok = tok0 + rows // H                      # [BLOCK_M] the token of each query row
-    head = rows % H
+    tok = tok0 + rows // HP                     # [BLOCK_M] the token of each query row
+    head = rows % HP
     tok_t = tok0 + tl.arange(0, BLOCK_T)        # [BLOCK_T]
     t_ok = tok_t < T
     t_ok = t_ok & (tl.load(TokReq + tok_t, mask=t_ok, other=-1) == req)
     pos_t = tl.load(TokPos + tok_t, mask=t_ok, other=-1)
     row_ok = tok < T
-    row_ok = row_ok & (tl.load(TokReq + tok, mask=row_ok, other=-1) == req)
+    row_ok = row_ok & (tl.load(TokReq + tok, mask=row_ok, other=-1) == req) & (head < H)
     p_max = tl.max(pos_t, axis=0)             # keys past it are never read
 
     offs_n = nb * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -66,7 +67,7 @@ def _index_score_kernel(
             ks = tl.load(KScale + page * stride_sp + offs_n % PAGE_SIZE, mask=k_ok, other=0.0)
             qk = qk * ks[None, :]
         part = tl.maximum(qk, 0.0) * wt[:, None]
-        score = tl.sum(tl.reshape(part, [BLOCK_T, H, BLOCK_N]), axis=1)  # [BLOCK_T, BLOCK_N]
+        score = tl.sum(tl.reshape(part, [BLOCK_T, HP, BLOCK_N]), axis=1)  # [BLOCK_T, BLOCK_N]
     else:
         score = tl.zeros([BLOCK_T, BLOCK_N], tl.float32)
     seen = offs_n[None, :] <= pos_t[:, None]
@@ -92,27 +93,37 @@ def token_tiles(token_request: torch.Tensor, block_t: int) -> tuple[torch.Tensor
     return token_request[starts].to(torch.int32), starts
 
 
+def head_rows(heads: int) -> int:
+    """Query rows a token takes in the score kernel: a power of two, at least 16 (the MMA)."""
+    return max(16, triton.next_power_of_2(heads))
+
+
 def index_scores(q, weights, index_k, index_k_scale, block_table, token_request, token_position,
                  *, max_kv: int, block_t: int = 1, block_n: int = 64, num_warps: int = 4,
-                 num_stages: int = 2) -> torch.Tensor:
+                 num_stages: int = 2, tiles=None) -> torch.Tensor:
     """scores [T, S] fp32, S = ceil(max_kv / block_n) * block_n, -inf past each token's
-    position. q: [T, H_i, D_i]; weights: [T, H_i] fp32; index_k: [pages, page, D_i] (compute
-    dtype, or fp8 e4m3 with index_k_scale [pages, page] fp32); block_table: [B, P] int32;
-    token_request / token_position: [T] int32; ``max_kv``: at least every position + 1."""
+    position. q: [T, H_i, D_i]; weights: [T, H_i] fp32; index_k: [pages, page, D_i] (any
+    compute dtype, or fp8 e4m3 with index_k_scale [pages, page] fp32); block_table: [B, P]
+    int32; token_request / token_position: [T] int32; ``max_kv``: at least every position + 1;
+    ``tiles``: token_tiles(token_request, block_t) when the caller has them (no host sync).
+    Keys of another 16-bit dtype than q, or fp32 keys, are scored in fp32 (q cast up), so
+    every product is exact before the fp32 sums."""
     T, H, D = q.shape
     S = triton.cdiv(max(max_kv, 1), block_n) * block_n
     scores = torch.empty(T, S, dtype=torch.float32, device=q.device)
     if T == 0:
         return scores
-    tile_req, tile_tok = token_tiles(token_request, block_t)
+    if index_k.dtype != q.dtype and index_k.dtype != torch.float8_e4m3fn:
+        q = q.float()
+    tile_req, tile_tok = tiles if tiles is not None else token_tiles(token_request, block_t)
     has_scale = index_k_scale is not None
     kscale = index_k_scale if has_scale else weights      # any tensor: not read
     _index_score_kernel[(tile_req.numel(), S // block_n)](
         q, weights, index_k, kscale, block_table, tile_req, tile_tok, token_request,
         token_position, scores,
         q.stride(0), q.stride(1), weights.stride(0), index_k.stride(0), index_k.stride(1),
-        kscale.stride(0) if has_scale else 0, block_table.stride(0), scores.stride(0), T,
-        H=H, D=D, PAGE_SIZE=index_k.shape[1], BLOCK_T=block_t, BLOCK_N=block_n,
+        kscale.stride(0) if has_scale else 0, block_table.stride(0), scores.stride(0), T, H,
+        HP=head_rows(H), D=D, PAGE_SIZE=index_k.shape[1], BLOCK_T=block_t, BLOCK_N=block_n,
         HAS_SCALE=has_scale, DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32",
         num_warps=num_warps, num_stages=num_stages,
     )

@@ -113,8 +113,9 @@ def sparse_tile(q_lat, topk: int, *, L: int, block_h: int = 64) -> dict:
     device: triton_mla's absorbed tile for programs of ``block_h`` heads (decode.absorbed_config,
     the same kernel body) and the fewest splits of the index list that fill the SMs."""
     T, H, _ = q_lat.shape
-    block_h = min(block_h, triton.next_power_of_2(H))
     fp32 = q_lat.dtype == torch.float32
+    # fp32 tiles are twice the bytes: 16 heads a program, as triton_mla's; >= 16 for the MMA
+    block_h = max(16, min(16 if fp32 else block_h, triton.next_power_of_2(H)))
     if q_lat.is_cuda:
         props = torch.cuda.get_device_properties(q_lat.device)
         smem_kb = props.shared_memory_per_block_optin // 1024
@@ -144,7 +145,7 @@ def sparse_mla(q_lat, latent, block_table, token_request, indices, *, scale: flo
     out = torch.empty(T, H, L, dtype=q_lat.dtype, device=q_lat.device)
     if T == 0:
         return (out, torch.empty(T, H, dtype=torch.float32, device=q_lat.device)) if return_lse else out
-    block_h = min(block_h, triton.next_power_of_2(H))
+    block_h = max(16, min(block_h, triton.next_power_of_2(H)))
     num_splits = max(1, min(num_splits, triton.cdiv(topk, block_n)))
     # with return_lse a single split still stores its LSE (the merge kernel is skipped)
     direct = num_splits == 1 and not return_lse
