@@ -1,8 +1,8 @@
 """triton_dsa's kernels on a CUDA GPU at DeepSeek-V3.2 sizes (L 512, R 64, 128 heads, indexer
-64 heads x 128, top-k 2048) against the float64 oracle of dsa_cases.py."""
+64 heads x 128, top-k 2048) against the float64 oracle of dsa_kernel_cases.py."""
 import pytest
 import torch
-from dsa_cases import FP8, make, ref_attention, ref_scores, ref_topk
+from dsa_kernel_cases import FP8, make, ref_attention, ref_scores, ref_topk
 
 from attnkit.backends.triton_dsa.indexer import index_scores, indexer_topk
 from attnkit.backends.triton_dsa.sparse_mla import sparse_mla, sparse_tile

@@ -1,9 +1,9 @@
-"""triton_dsa's kernels against the float64 DSA formula of dsa_cases.py (interpreter on CPU):
+"""triton_dsa's kernels against the float64 DSA formula of dsa_kernel_cases.py (interpreter on CPU):
 indexer scores, deterministic top-k, sparse MLA attention; NaN in unowned pages and stale
 slots never reaches a result."""
 import pytest
 import torch
-from dsa_cases import FP8, make, ref_attention, ref_logits, ref_scores, ref_topk
+from dsa_kernel_cases import FP8, make, ref_attention, ref_logits, ref_scores, ref_topk
 
 from attnkit.backends.triton_dsa.indexer import index_scores, indexer_topk, select_topk
 from attnkit.backends.triton_dsa.sparse_mla import sparse_mla
