@@ -1,0 +1,43 @@
+"""triton_dsa's envelope beyond the conformance suite: it serves DSA layers only (AK440 at run
+time, a reason in the plan), and refuses bad launch options when made (AK407)."""
+import dataclasses
+
+import pytest
+import torch
+from dsa_factory import make_dsa_case, make_dsa_layer
+
+from attnkit.backends.base import RuntimeLayer
+from attnkit.backends.triton_dsa.backend import TritonDSABackend
+from attnkit.backends.triton_dsa.declaration import check
+from attnkit.errors import AttnkitError
+from attnkit.model.loader import load_model
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def test_a_plain_mla_layer_is_refused():
+    layer = make_dsa_layer(topk=4, device=DEV)
+    dsa = make_dsa_case(layer, prefix_lens=[5], new_lens=[1], device=DEV)
+    plain = RuntimeLayer(dataclasses.replace(layer.spec, sparse_topk=None), w_kc=layer.w_kc,
+                         w_vc=layer.w_vc)
+    backend = TritonDSABackend()
+    before = dsa.cache.latent[0].clone()
+    with pytest.raises(AttnkitError) as err:
+        backend.forward(dsa.q, dsa.k, dsa.v, plain, dsa.cache, backend.prepare(dsa.meta, dsa.cache))
+    assert err.value.code == "AK440"
+    assert torch.equal(dsa.cache.latent[0].nan_to_num(), before.nan_to_num())   # nothing written
+
+
+@pytest.mark.parametrize("option", [dict(block_h=24), dict(block_n=8), dict(num_warps=3),
+                                    dict(num_splits=0), dict(index_block_n=48)])
+def test_bad_launch_options_are_refused(option):
+    with pytest.raises(AttnkitError) as err:
+        TritonDSABackend(**option)
+    assert err.value.code == "AK407"
+
+
+def test_the_planner_hook_names_dense_layers():
+    dsa_model = load_model("deepseek-v3.2")
+    assert check(model=dsa_model, platform=None, phase="decode", settings={}) == []
+    reasons = check(model=load_model("deepseek-v3"), platform=None, phase="decode", settings={})
+    assert reasons and reasons[0][0] == "sparse_topk" and "dense layers" in reasons[0][3]
