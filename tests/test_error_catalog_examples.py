@@ -39,6 +39,10 @@ NOT_RUN = {
 # the namespace can run): why, per code, for both examples
 SCHEMATIC = {
     "AK104": "needs a backend that declares one phase only; no shipped backend does",
+    "AK122": "every feature of the vocabulary has a backend now (torch_native serves sparse_topk); "
+             "tests/planning/test_planning_dsa.py raises it with a registry that lacks them",
+    "AK111": "needs a sparse backend with narrower DSA sizes than torch_native's (any); the "
+             "planner's reasons are proven by tests/planning/test_planning_dsa.py",
     "AK105": "needs a backend without fp32; every shipped backend has it",
     "AK308": "needs two backends with disjoint page sizes; no shipped pair is",
     "AK900": "an internal error is a bug: nothing reproduces it on purpose",

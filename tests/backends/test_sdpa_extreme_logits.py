@@ -75,3 +75,38 @@ def test_ordinary_keys_keep_their_bits():
 def test_extreme_logits_equal_the_reference_on_cuda(mode, dtype):
     case = _extreme_case("cuda", dtype, *MODES[mode])
     assert_close(_run(case), case.reference(), dtype=dtype, what=f"sdpa cuda {mode} {dtype}")
+
+
+def test_new_key_counts_are_built_once_per_step():
+    """A step over its own new keys (fresh prefill) builds centre_keys' counts with its first
+    layer and reuses them: a captured call (tune's graphed prefill, warmed up first) then copies
+    nothing from the host (the H200 tune saw 'eager (RuntimeError)' for every fresh sdpa prefill)."""
+    case = _extreme_case("cpu", "fp32", *MODES["prefill"])
+    backend = load_backend("sdpa")
+    step = backend.prepare(case.meta, case.cache)
+    backend.forward(case.q, case.k, case.v, case.layer, case.cache, step)
+    counts = step.prepared.new_counts
+    assert counts is not None and counts.tolist() == [9.0, 9.0]
+    backend.forward(case.q, case.k, case.v, case.layer, case.cache, step)
+    assert step.prepared.new_counts is counts
+
+
+def fp16_logits_kernel(q, k, v, attn_mask=None, is_causal=False, scale=None, enable_gqa=False):
+    """SDPA as a kernel that rounds its logits to fp16 and adds the mask as -inf computes it
+    (the H200's fp16 path, call 1 of 2026-12-02): a masked logit that overflowed to +inf becomes
+    NaN, and a row holding one is lost."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1).float(), v.repeat_interleave(group, 1).float()
+    s = ((q.float() @ k.transpose(-1, -2)) * scale).half().float()
+    if attn_mask is not None:
+        s = s + torch.zeros_like(s).masked_fill(~attn_mask, float("-inf"))
+    return (torch.softmax(s, -1) @ v).to(q.dtype)
+
+
+@pytest.mark.parametrize("mode", ["decode", "mixed"])
+def test_padded_keys_stay_small_after_centring(mode, monkeypatch):
+    """Requests shorter than the step's longest: their padded key rows are zero again after the
+    keys are centred, so q.(0) is a small masked logit, not q.(-c) (about +8e4, inf in fp16)."""
+    case = _extreme_case("cpu", "fp32", *MODES[mode])
+    monkeypatch.setattr(sdpa_backend.F, "scaled_dot_product_attention", fp16_logits_kernel)
+    assert_close(_run(case), case.reference(), dtype="fp16", what=f"sdpa fp16-logit kernel {mode}")

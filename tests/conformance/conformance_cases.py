@@ -109,6 +109,19 @@ def torch_device(device: str) -> str:
     return "cpu" if device == INTERPRETER else device
 
 
+def params(confs) -> list:
+    """pytest params of cases with ``id``, ``device`` and ``skip``: CUDA ones marked gpu."""
+    import pytest
+
+    out = []
+    for c in confs:
+        marks = [pytest.mark.gpu] if c.device == "cuda" else []
+        if c.skip:
+            marks.append(pytest.mark.skip(reason=c.skip))
+        out.append(pytest.param(c, id=c.id, marks=marks))
+    return out
+
+
 def _devices(decl) -> list[str]:
     """Declared platforms tests can reach (cpu; cuda, marked gpu), plus the interpreter for a
     CUDA-only Triton backend, so that every CI run proves its declaration on the CPU too."""

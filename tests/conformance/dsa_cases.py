@@ -19,7 +19,7 @@ import zlib
 from dataclasses import dataclass, replace
 
 from attnkit.registry import declarations
-from attnkit.registry.capabilities import MultipleOf
+from attnkit.registry.capabilities import INDEX_DTYPES, MultipleOf
 from conformance_cases import (ANY_MLA_DIMS, INTERPRETER, _devices, _interpreter_skip,
                                _missing_requirement, page_sizes)
 
@@ -27,7 +27,6 @@ DSA_HEADS = 4                             # query heads of the MLA layer
 ANY_SPARSE_DIMS = ((4, 32), (2, 16))      # (index_n_heads, index_head_dim) for "any"
 ANY_TOPKS = (4, 8)                        # small, so that selection matters
 MODES = ("decode", "prefill", "prefix", "mixed")
-INDEX_DTYPES = ("fp32", "fp16", "bf16", "fp8_e4m3")
 
 
 @dataclass(frozen=True)

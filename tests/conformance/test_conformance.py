@@ -15,21 +15,11 @@ from attnkit.kvcache.paged import FP8_DTYPES
 from attnkit.model.spec import MLAConfig
 from attnkit.registry import load_backend
 from conformance_cases import (CHUNK_SIZES, DEFAULT_FP8_TOLERANCE, FP8_KV_TOLERANCE, NORM_TOLERANCE,
-                               Conf, all_cases, torch_device)
+                               Conf, all_cases, params, torch_device)
 from factories import assert_close, make_case, make_layer, torch_dtype
 
 ACCURACY, PROBES = all_cases()
 LARGE_LOGIT_TOLERANCE = 5e-2   # fp16 rounds logits near 30 to ~0.02: a precision floor, not a bug
-
-
-def _params(confs: list[Conf]):
-    out = []
-    for c in confs:
-        marks = [pytest.mark.gpu] if c.device == "cuda" else []
-        if c.skip:
-            marks.append(pytest.mark.skip(reason=c.skip))
-        out.append(pytest.param(c, id=c.id, marks=marks))
-    return out
 
 
 def _mla_config(dims: tuple[int, int]) -> MLAConfig:
@@ -105,7 +95,7 @@ def run(c: Conf, case):
     return backend.forward(case.q, case.k, case.v, case.layer, case.cache, step)
 
 
-@pytest.mark.parametrize("conf", _params(ACCURACY))
+@pytest.mark.parametrize("conf", params(ACCURACY))
 def test_matches_reference(conf: Conf):
     case = build(conf)
     expected_cache = reference.stored_kv(case.k, case.v, case.layer, case.cache, case.meta)
@@ -146,7 +136,7 @@ def _check_cache_written(case, expected) -> None:
                                        msg=lambda m: f"cache {name} after forward: {m}")
 
 
-@pytest.mark.parametrize("conf", _params(PROBES))
+@pytest.mark.parametrize("conf", params(PROBES))
 def test_undeclared_input_is_refused(conf: Conf):
     """An input outside the declaration raises AttnkitError instead of computing."""
     case = build(conf)

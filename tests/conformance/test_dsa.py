@@ -15,22 +15,12 @@ from attnkit.backends.sparse import IndexerInputs
 from attnkit.errors import AttnkitError
 from attnkit.model.spec import MLAConfig
 from attnkit.registry import load_backend
-from conformance_cases import DEFAULT_FP8_TOLERANCE, torch_device
+from conformance_cases import DEFAULT_FP8_TOLERANCE, params, torch_device
 from dsa_cases import DSAConf, all_cases, lengths
 from dsa_factory import make_dsa_case, make_dsa_layer
 from factories import assert_close
 
 ACCURACY, PROBES = all_cases()
-
-
-def _params(confs):
-    out = []
-    for c in confs:
-        marks = [pytest.mark.gpu] if c.device == "cuda" else []
-        if c.skip:
-            marks.append(pytest.mark.skip(reason=c.skip))
-        out.append(pytest.param(c, id=c.id, marks=marks))
-    return out
 
 
 def build(c: DSAConf):
@@ -52,7 +42,7 @@ def run(c: DSAConf, dsa):
     return backend.forward(dsa.q, dsa.k, dsa.v, dsa.layer, dsa.cache, step, indexer=dsa.indexer)
 
 
-@pytest.mark.parametrize("conf", _params(ACCURACY))
+@pytest.mark.parametrize("conf", params(ACCURACY))
 def test_matches_dsa_reference(conf: DSAConf):
     dsa = build(conf)
     latent_after = reference.stored_kv(dsa.k, None, dsa.layer, dsa.cache, dsa.meta)
@@ -70,7 +60,7 @@ def test_matches_dsa_reference(conf: DSAConf):
     torch.testing.assert_close(got_index, index_after, rtol=tol, atol=0, equal_nan=True)
 
 
-@pytest.mark.parametrize("conf", _params(PROBES))
+@pytest.mark.parametrize("conf", params(PROBES))
 def test_undeclared_dsa_input_is_refused(conf: DSAConf):
     dsa = build(conf)
     with pytest.raises(AttnkitError):

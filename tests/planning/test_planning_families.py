@@ -19,19 +19,6 @@ def run(model, platform="h100", request=None, **kw):
     return plan(model, platform, request, **kw)
 
 
-def test_dsa_is_refused_plainly_with_what_serves_it_elsewhere():
-    p = run("deepseek-v3.2", "h200")
-    assert not p.ok and p.error["code"] == "AK122"
-    assert p.model_info["features"] == ["sparse_topk"]
-    assert "no attnkit backend implements" in p.error["message"] and "2048" in p.error["message"]
-    fixes = " ".join(p.error["solutions"])
-    assert "FlashMLA" in fixes and "FLASHMLA_SPARSE" in fixes and "nsa" in fixes
-    for name, reasons in p.rejected.items():   # every candidate names the feature it lacks
-        assert any(r.field == "features" and r.actual == "sparse_topk" for r in reasons), name
-    groups = p.model_info["layer_groups"]
-    assert groups[0]["sparse_topk"] == {"topk": 2048, "index_n_heads": 64, "index_head_dim": 128}
-
-
 def test_llama4_plans_once_a_backend_declares_chunked_local():
     model = load_model("llama-4-scout")
     without = run(model, GPU, registry=FAKE)

@@ -97,6 +97,11 @@ FAMILIES = {
     "deepseek_v3_kimi": ("DeepseekV3Config", "DeepseekV3ForCausalLM",
                          {**DEEPSEEK_V3, "n_group": 1, "topk_group": 1,
                           "routed_scaling_factor": 2.827}),
+    # DeepSeek-V3.2 (test_runner_deepseek_v32.py): V3 plus the DSA indexer; top-k 4 of prompts
+    # up to 13 tokens, so the selection matters
+    "deepseek_v32": ("DeepseekV32Config", "DeepseekV32ForCausalLM",
+                     {**DEEPSEEK_V3, "num_key_value_heads": 4, "index_topk": 4, "index_n_heads": 16,
+                      "index_head_dim": 16}),
     # triton_mla's (64, 16) latent (interpreter on CPU), neox rope
     "deepseek_v3_triton": ("DeepseekV3Config", "DeepseekV3ForCausalLM",
                            {**DEEPSEEK_V3, "kv_lora_rank": 64, "qk_rope_head_dim": 16,

@@ -50,3 +50,20 @@ def test_dsa_work_counts_the_selection_and_the_indexer():
     assert work(b) == b.batch * (b.context * s.index_dim * 2 + s.topk * latent)
     assert work(b) < work(dense)
     assert _selected(0, 3, 8) == 1 + 2 + 3 and _selected(10, 12, 4) == 8
+
+
+def test_tune_models_deepseek_v32_measures_its_dsa_shape_at_the_dsa_runtimes():
+    from attnkit.hardware import resolve_platform
+
+    got = grid.model_grid([load_model("deepseek-v3.2")], "cuda", False, resolve_platform("h200"))
+    assert [(s.topk, rt) for s, rt in got] == [(2048, grid.DSA_MAIN)]
+    dense = grid.model_grid([load_model("deepseek-v3")], "cuda", False, resolve_platform("h200"))
+    assert [(s.topk, rt) for s, rt in dense] == [(None, grid.MLA_MAIN)]
+
+
+def test_an_fp8_dsa_bucket_reads_its_cached_index_keys_back():
+    """The cached fp8 index keys of a tune case have scales (not the cache's zeros)."""
+    b = dataclasses.replace(DSA_BUCKETS[0], shape=dataclasses.replace(DSA_BUCKETS[0].shape, kv_dtype="fp8_e4m3"))
+    case = make_case(b, "cpu")
+    assert case.cache.is_index_fp8 and (case.cache.index_k_scale[0] == 1).all()
+    assert measure_entry(case, TorchNativeBackend(), "cpu").status == "ok"

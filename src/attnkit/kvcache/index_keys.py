@@ -10,8 +10,7 @@ indexer keys in blocks of the head dim, so one block per key):
     read   = float32(stored) * scale
 
 The floor keeps an all-zero key's scale finite (it stores zeros). docs/dsa.md states it again.
+Which dtypes an index cache may have, and its default: registry/capabilities.py.
 """
 INDEX_FP8_MAX = 448.0
 INDEX_AMAX_FLOOR = 1e-4
-# The index cache's dtypes (registry/capabilities.py spellings).
-INDEX_DTYPES = ("fp32", "fp16", "bf16", "fp8_e4m3")

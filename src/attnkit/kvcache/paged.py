@@ -19,9 +19,9 @@ import torch
 
 from attnkit.errors import fail, preview
 from attnkit.kvcache.checks import check_fits, check_write, usable_device
-from attnkit.kvcache.index_keys import INDEX_AMAX_FLOOR, INDEX_DTYPES, INDEX_FP8_MAX
+from attnkit.kvcache.index_keys import INDEX_AMAX_FLOOR, INDEX_FP8_MAX
 from attnkit.model.spec import LayerAttention
-from attnkit.registry.capabilities import dtype_spelled
+from attnkit.registry.capabilities import INDEX_DTYPES, default_index_dtype, dtype_spelled
 
 # The one table of torch dtypes by the vocabulary's names (compute dtypes are among them).
 TORCH_KV_DTYPES = {
@@ -56,7 +56,8 @@ def _index_dtype(dtype: Any, kv_dtype: torch.dtype) -> torch.dtype:
     """The index cache's dtype: one of INDEX_DTYPES (a spelling of one, or its torch dtype),
     else AK430; None follows the KV dtype, fp8_e4m3 when that is fp8."""
     if dtype is None:
-        return torch.float8_e4m3fn if kv_dtype in FP8_DTYPES else kv_dtype
+        kv = _NAMES.get(kv_dtype)
+        return TORCH_KV_DTYPES[default_index_dtype(kv)] if kv else kv_dtype
     name = dtype_spelled(dtype) if isinstance(dtype, str) else _NAMES.get(dtype)
     if name not in INDEX_DTYPES:
         fail("AK430", f"index_dtype must be one of {', '.join(INDEX_DTYPES)} (the indexer-key "
@@ -131,8 +132,9 @@ class PagedKVCache:
                  index_dtype: torch.dtype | str | None = None):
         """reserve: bytes to leave free on the device beyond the cache (the runner's decode
         graphs), part of the memory check. index_dtype: the DSA layers' indexer-key dtype
-        (kvcache/index_keys.py: fp32, fp16, bf16 or fp8_e4m3); None: the KV dtype when it is
-        not fp8, else fp8_e4m3. Caches without a DSA layer hold no index buffers."""
+        (fp32, fp16, bf16 or fp8_e4m3, format in kvcache/index_keys.py); None: the KV dtype when
+        it is not fp8, else fp8_e4m3 (registry/capabilities.py default_index_dtype). Caches
+        without a DSA layer hold no index buffers."""
         self.dtype = _kv_dtype(dtype)
         self.index_dtype = _index_dtype(index_dtype, self.dtype)
         _check_size("num_pages", num_pages)

@@ -69,6 +69,9 @@ TABLE: tuple[Priority, ...] = (
                  "the portable backends, in the CPU order."),
     Priority("cpu", ("mha",), BOTH, ("sdpa", "torch_native"),
              why="CPU: torch SDPA uses the fused CPU flash kernel; torch_native is the fallback."),
+    Priority("cpu", ("mla",), BOTH, ("torch_native",), features=frozenset({"sparse_topk"}),
+             why="CPU DeepSeek sparse attention: torch_native scores and masks per request, the "
+                 "one portable implementation."),
     Priority("cpu", ("mla",), BOTH, ("sdpa", "torch_native"),
              why="CPU MLA: sdpa makes one fused call per layer (absorbed form for decode, decompressed "
                  "for long prefills); torch_native loops over requests."),

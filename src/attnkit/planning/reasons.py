@@ -13,7 +13,7 @@ from typing import Any, Mapping
 from attnkit.errors import _jsonable
 from attnkit.model.spec import ModelAttention
 from attnkit.model.summary import layer_ranges
-from attnkit.registry.capabilities import BackendDeclaration, MultipleOf
+from attnkit.registry.capabilities import BackendDeclaration, MultipleOf, default_index_dtype
 from attnkit.registry.discovery import load_hook
 
 
@@ -116,6 +116,9 @@ def check_backend(decl: BackendDeclaration, *, model: ModelAttention, needs: Mod
         if feat not in caps.features:
             add("AK103", "features", sorted(caps.features), feat,     # what it serves / what the model needs
                 f"does not support {feat}, needed by layers {layer_ranges(layers)}", layers)
+    if "sparse_topk" in needs.features and "sparse_topk" in caps.features:
+        for field_, served, actual, message, layers in sparse_reasons(caps, model, dtype, kv_dtype):
+            add("AK111", field_, served, actual, message, layers)
     # VERIFY steps run on the backend of prefill-like steps (HybridBackend), and a backend that
     # serves both phases runs them too: both phases must verify
     if settings.get("speculative_tokens", 0) > 0 and "verify" not in caps.features:
@@ -127,6 +130,35 @@ def check_backend(decl: BackendDeclaration, *, model: ModelAttention, needs: Mod
         for item in load_hook(decl.check)(model=model, platform=platform, phase=phase, settings=settings) or ():
             field, required, actual, message = (("check", None, None, item) if isinstance(item, str) else item)
             add("AK110", field, required, actual, message)
+    return out
+
+
+def index_dtype(dtype: str | None, kv_dtype: str | None) -> str | None:
+    """The DSA index-key cache's dtype a plan runs: the cache's default beside its KV dtype."""
+    kv = kv_dtype or dtype
+    return None if kv is None else default_index_dtype(kv)
+
+
+def sparse_reasons(caps, model: ModelAttention, dtype, kv_dtype) -> list[tuple]:
+    """What of the model's DSA layers ``caps`` (declaring sparse_topk) does not serve: indexer
+    sizes, top-k (Capabilities.accepts_sparse) and the index dtype, as (field, served, actual,
+    message, layers)."""
+    by_config: dict = {}
+    for layer in model.layers:
+        if layer.sparse_topk is not None:
+            by_config.setdefault(layer.sparse_topk, []).append(layer.layer_id)
+    out = []
+    for sparse, layers in by_config.items():
+        for field_, served, actual in caps.accepts_sparse(sparse):
+            what = "indexer sizes (heads, head dim)" if field_ == "sparse_dims" else "top-k"
+            out.append((field_, served, actual, f"serves DSA {what} {served}, not {actual} "
+                                                f"(layers {layer_ranges(layers)})", tuple(layers)))
+    index = index_dtype(dtype, kv_dtype)
+    if index is not None and index not in (caps.index_dtypes or ()):
+        every = tuple(lid for ids in by_config.values() for lid in ids)
+        out.append(("index_dtype", list(caps.index_dtypes or ()), index,
+                    f"reads DSA index keys as {_words(caps.index_dtypes or ('nothing',))}, not {index} "
+                    f"(the KV-cache dtype {kv_dtype or dtype} stores them so)", every))
     return out
 
 

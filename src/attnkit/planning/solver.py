@@ -331,13 +331,17 @@ class Solve:
             evidence = (self.measured.evidence(phase, options[phase], self.model, self.settings)
                         if self.measured is not None else "")
             skipped = [n for n in pool[:pool.index(name)] if self.reasons(phase, n)]
-            self.why[phase] = (f"first in the {self.platform.kind} {self.model.kind} priority order "
-                               f"({', '.join(entry.backends)}) that serves every layer"
-                               + (f" ({', '.join(skipped)} cannot)" if skipped else "") + f". {entry.why}"
-                               + evidence)
+            order = [n for n in entry.backends if n in self.registry]
+            absent = [n for n in entry.backends if n not in self.registry]
+            table = self.model.kind + "".join(f"+{f}" for f in sorted(entry.features))
+            self.why[phase] = (f"first in the {self.platform.kind} {table} priority order "
+                               f"({', '.join(order)}) that serves every layer"
+                               + (f" ({', '.join(skipped)} cannot)" if skipped else "")
+                               + (f"; {', '.join(absent)}: not in this attnkit's registry" if absent else "")
+                               + f". {entry.why}" + evidence)
             self._record(f"{phase}_backend", None, name, "priority",
-                         f"first that serves every layer in the {self.platform.kind}/{self.model.kind} "
-                         f"priority order ({', '.join(entry.backends)})")
+                         f"first that serves every layer in the {self.platform.kind}/{table} "
+                         f"priority order ({', '.join(order)})")
         if self.request.require:
             self._price(names)
 

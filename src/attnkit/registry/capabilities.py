@@ -26,6 +26,16 @@ DTYPE_SPELLINGS = {
 }
 
 
+# The DSA index-key cache's dtypes (kvcache/index_keys.py: fp8 keys carry a scale per token).
+INDEX_DTYPES = ("fp32", "fp16", "bf16", "fp8_e4m3")
+
+
+def default_index_dtype(kv_dtype: str) -> str:
+    """The index-key dtype beside a KV cache of ``kv_dtype`` when none is given (the one rule,
+    for the cache and the planner): fp8 e4m3 beside an fp8 cache, else the KV dtype."""
+    return "fp8_e4m3" if kv_dtype.startswith("fp8") else kv_dtype
+
+
 def dtype_spelled(text: str) -> str | None:
     """attnkit's name for a dtype spelling ("bfloat16", "torch.float16", " FP32 "), else None."""
     return DTYPE_SPELLINGS.get(text.strip().lower().removeprefix("torch."))

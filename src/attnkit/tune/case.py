@@ -24,6 +24,7 @@ from attnkit.backends.sparse import IndexerInputs
 from attnkit.kvcache.paged import FP8_DTYPES, TORCH_KV_DTYPES, PagedKVCache
 from attnkit.model.spec import LayerAttention, MLAConfig, SparseTopK
 from attnkit.planning.profile import Bucket, Shape
+from attnkit.registry.capabilities import default_index_dtype
 
 # Relative error (Frobenius, per sampled query row) a result may have: DESIGN.md's bounds.
 TOLERANCE = {"fp32": 1e-5, "fp16": 1e-2, "bf16": 1e-2}
@@ -72,6 +73,8 @@ def make_case(b: Bucket, device: str, *, seed: int = 0) -> Case:
     for buf in (cache.latent, cache.k, cache.v, cache.index_k):
         if 0 in buf:
             _fill(buf[0], gen)
+    for scale in cache.index_k_scale.values():      # fp8 index keys: read back as stored * 1
+        scale.fill_(1.0)
     order = torch.randperm(b.batch * per, generator=torch.Generator().manual_seed(seed))
     rows = order.view(b.batch, per).tolist()
     meta = build_batch([Request(b.prefix, b.new, row) for row in rows], page_size=b.page_size, device=device)
@@ -110,7 +113,8 @@ def work(b: Bucket) -> float:
     itemsize = TORCH_KV_DTYPES[s.kv_dtype].itemsize
     pairs = b.batch * (b.new * b.prefix + b.new * (b.new + 1) / 2)
     if s.topk is not None:
-        index_row = s.index_dim * index_itemsize(s.kv_dtype) + (4 if s.kv_dtype in FP8_NAMES else 0)
+        fp8 = default_index_dtype(s.kv_dtype).startswith("fp8")
+        index_row = s.index_dim * index_itemsize(s.kv_dtype) + (4 if fp8 else 0)     # + its scale
         if b.phase == "decode":
             latent = (s.kv_lora_rank + s.rope_dim) * itemsize
             return float(b.batch * (b.context * index_row + min(s.topk, b.context) * latent))
@@ -122,13 +126,9 @@ def work(b: Bucket) -> float:
     return float(2 * s.heads * pairs * (s.head_dim + s.v_head_dim))
 
 
-FP8_NAMES = ("fp8_e4m3", "fp8_e5m2")
-
-
 def index_itemsize(kv_dtype: str) -> int:
-    """Bytes of one index-key value: the cache's default index dtype follows the KV dtype
-    (fp8 e4m3 for an fp8 KV cache; PagedKVCache)."""
-    return 1 if kv_dtype in FP8_NAMES else TORCH_KV_DTYPES[kv_dtype].itemsize
+    """Bytes of one index-key value in the cache's default index dtype beside ``kv_dtype``."""
+    return TORCH_KV_DTYPES[default_index_dtype(kv_dtype)].itemsize
 
 
 def _selected(prefix: int, context: int, topk: int) -> int:

@@ -49,12 +49,16 @@ class TokenGrid:
     q_index:     [B, q_max] int64  token of cell (b, j); padded cells point at token 0
     token_index: [T] int64         flat cell b * q_max + j of each real token, in token order
     paged:       the step's KV slots and masks (paged_torch.PagedStep)
+    new_counts:  [B] float32, max(1, seq_lens[b]): the key counts of a step over its own new
+                 keys (``centre_keys``), built by the first layer that needs them and reused,
+                 so a captured step (warmed up first) copies nothing from the host
     """
     q_max: int
     uniform: bool
     q_index: torch.Tensor | None
     token_index: torch.Tensor | None
     paged: PagedStep
+    new_counts: torch.Tensor | None = None
 
     @classmethod
     def build(cls, meta: BatchMetadata, device) -> "TokenGrid":
@@ -138,7 +142,10 @@ class SdpaBackend(AttentionBackend):
         else:
             qp = q[grid.q_index]
         qp = qp.transpose(1, 2)                                    # [B, H_q, q_max, D]
-        out = sdpa(qp, centre_keys(keys, index.counts).transpose(1, 2), values.transpose(1, 2),
+        # centred, the padded rows hold -c: zero them again so no masked logit is huge (q.c
+        # overflows fp16 to inf, and a kernel adding a -inf mask to it gets NaN or 0)
+        keys = select_out(centre_keys(keys, index.counts), index.padding)
+        out = sdpa(qp, keys.transpose(1, 2), values.transpose(1, 2),
                    mask=mask, is_causal=is_causal, scale=spec.softmax_scale)  # [B, H_q, q_max, D_out]
         if index.any_empty:                         # no encoder keys: output is zero (as reference)
             empty = torch.tensor([n == 0 for n in index.lens], device=q.device)
@@ -164,8 +171,10 @@ class SdpaBackend(AttentionBackend):
         spec, b = layer.spec, len(meta.query_lens_cpu)
         mask, is_causal = self._mask(grid, layer, meta, meta.seq_lens_cpu, q.device)
         grid_view = lambda x: x.contiguous().view(b, grid.q_max, *x.shape[1:]).transpose(1, 2)  # noqa: E731
-        counts = torch.tensor([max(1, n) for n in meta.seq_lens_cpu], dtype=torch.float32, device=q.device)
-        keys = centre_keys(k.contiguous().view(b, grid.q_max, *k.shape[1:]), counts)
+        if grid.new_counts is None:
+            grid.new_counts = torch.tensor([max(1, n) for n in meta.seq_lens_cpu],
+                                           dtype=torch.float32, device=q.device)
+        keys = centre_keys(k.contiguous().view(b, grid.q_max, *k.shape[1:]), grid.new_counts)
         out = sdpa(grid_view(q), keys.transpose(1, 2), grid_view(v), mask=mask, is_causal=is_causal,
                    scale=spec.softmax_scale)                      # [B, H_q, q_max, D_v]
         return out.transpose(1, 2).reshape(meta.num_tokens, spec.num_heads * spec.value_dim)

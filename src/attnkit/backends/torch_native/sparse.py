@@ -10,6 +10,23 @@ from __future__ import annotations
 import torch
 
 F32 = torch.float32
+CHUNK_ELEMENTS = 1 << 24        # products held at once (n x keys x H_i x D_i), 64 MiB of float32
+
+
+def index_scores(q: torch.Tensor, weights: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """q: [n, H_i, D_i], weights: [n, H_i], keys: [S, D_i] float32 -> scores [n, S]:
+    sum_h weights * relu(q . k). Each score is reduced along the last dimension only (products
+    over D_i, then over heads), so every key takes the same operations and equal keys score
+    bitwise equal: a matmul may round some columns another way and break ties by noise. Keys
+    go in chunks so the products stay within CHUNK_ELEMENTS."""
+    n, h, d = q.shape
+    step = max(1, CHUNK_ELEMENTS // max(1, n * h * d))
+    out = []
+    for s0 in range(0, keys.shape[0], step):
+        dots = (q[:, None] * keys[None, s0:s0 + step, None]).sum(dim=-1)     # [n, c, H_i]
+        out.append((dots.clamp(min=0) * weights[:, None]).sum(dim=-1))      # [n, c]
+    # + 0.0 turns -0.0 (a negative weight times relu's 0) into 0.0: the same score, a tie
+    return torch.cat(out, dim=1) + 0.0 if out else q.new_zeros(n, 0)
 
 
 def topk_mask(q: torch.Tensor, weights: torch.Tensor, keys: torch.Tensor, positions: torch.Tensor,
@@ -18,9 +35,7 @@ def topk_mask(q: torch.Tensor, weights: torch.Tensor, keys: torch.Tensor, positi
     positions [n] (int64); keys: [S, D_i] float32 index keys of its positions 0..S-1.
     Returns [n, S] bool: True where the token attends (its topk, or all of 0..p when
     p + 1 <= topk)."""
-    dots = torch.einsum("nhd,sd->nhs", q.to(F32), keys)                     # [n, H_i, S]
-    # + 0.0 turns -0.0 (a negative weight times relu's 0) into 0.0: the same score, a tie
-    scores = (weights.to(F32)[:, :, None] * dots.clamp(min=0)).sum(dim=1) + 0.0   # [n, S]
+    scores = index_scores(q.to(F32), weights.to(F32), keys)                # [n, S]
     s = keys.shape[0]
     causal = torch.arange(s, device=keys.device)[None, :] <= positions[:, None]
     scores = scores.masked_fill(~causal, float("-inf"))

@@ -34,6 +34,26 @@ ENTRIES = [
         related=("AK121",),
     ),
     entry(
+        "AK111", "DeepSeek sparse attention sizes not served",
+        meaning="The backend serves DeepSeek sparse attention (feature sparse_topk) but not this "
+                "model's: its top-k, its indexer's heads and head dim, or the dtype the index keys "
+                "are cached in (fp8 e4m3 beside an fp8 KV cache, else the KV-cache dtype) are "
+                "outside the backend's declared sparse_topks, sparse_dims or index_dtypes "
+                "(docs/dsa.md). Sparse kernels are built around a top-k tile and an indexer "
+                "width, and serve only the sizes they were tested for.",
+        trigger="A candidate declaring sparse_topk whose sparse_topks, sparse_dims or "
+                "index_dtypes exclude some DSA layer's.",
+        situations=["A GLM-5 style indexer (32 heads) on kernels declared for DeepSeek-V3.2's 64.",
+                    "A top-k that is not a multiple of the kernel's tile.",
+                    "--kv-cache-dtype fp8 (fp8 index keys) on a backend reading 16-bit index keys."],
+        solutions=["Use torch_native, which serves any top-k, indexer size and index dtype.",
+                   "Change --kv-cache-dtype so the index keys are cached in a dtype the backend reads.",
+                   _SEE_ALL],
+        before="attnkit plan deepseek-v3.2 --device h200 --attention-backend <sparse backend> --kv-cache-dtype fp8",
+        after="attnkit plan deepseek-v3.2 --device h200 --attention-backend torch_native --kv-cache-dtype fp8",
+        related=("AK103", "AK445"),
+    ),
+    entry(
         "AK103", "Layer feature not supported",
         meaning="Some layers need a feature the backend does not implement: sliding_window, "
                 "logit_softcap, sinks, cross_attention, non_causal (encoder), chunked_local (Llama-4) "
@@ -162,12 +182,13 @@ ENTRIES = [
                 "declares, so nothing here can serve the model: not another device, not another flag. "
                 "The message says what would serve it elsewhere when attnkit knows.",
         trigger="A model whose layers need a feature absent from every backend declaration.",
-        situations=["DeepSeek-V3.2 or GLM-5 (index_topk: DeepSeek sparse attention).",
-                    "Llama-4 before a backend declares chunked_local."],
+        situations=["A feature parsed into the vocabulary before any backend declares it (DeepSeek-V3.2's "
+                    "sparse_topk was, until torch_native served it; docs/dsa.md).",
+                    "An installation whose registry lacks the backends that declare the feature."],
         solutions=["Serve the model with an engine that implements the feature (the message names some).",
                    "Plan a model without it."],
-        before="attnkit plan deepseek-v3.2 --device h200",
-        after="attnkit plan deepseek-v3 --device h200   # dense MLA, served by triton_mla",
+        before="attnkit plan ./model-with-an-unserved-feature --device h200",
+        after="attnkit plan deepseek-v3 --device h200   # a model whose features attnkit serves",
         related=("AK103", "AK120"),
     ),
     entry(

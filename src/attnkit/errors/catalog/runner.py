@@ -6,7 +6,8 @@ ENTRIES = [
         "AK480", "Model not runnable by the attnkit runner",
         meaning="The runner holds block recipes (norms, MLP, rotary, LM head) for a few "
                 "decoder-only families: llama, mistral, qwen2, qwen3, gemma2, gpt_oss, "
-                "deepseek_v2, deepseek_v3 and kimi_k2 (MLA), with RoPE of type default, linear, "
+                "deepseek_v2, deepseek_v3, kimi_k2 and deepseek_v32 (MLA; V3.2 with DeepSeek sparse "
+                "attention), with RoPE of type default, linear, "
                 "llama3 or yarn, from unquantized weights. A config outside them parses for "
                 "planning, but the runner cannot compute it.",
         trigger="Engine.from_pretrained on a config whose model_type, activation, rope type, "
@@ -14,6 +15,9 @@ ENTRIES = [
                 "attention layout (encoder-decoder) the runner lacks, that carries a "
                 "quantization_config, whose rope type needs a field it does not set (llama3 "
                 "without low_freq_factor), that combines dual chunk attention with scaled RoPE, "
+                "whose DSA indexer cannot be computed as defined (no q_lora_rank, an "
+                "index_head_dim that is not a power of two at least qk_rope_head_dim, an "
+                "mlp_layer_types other than first_k_dense_replace gives), "
                 "or whose hidden_size / intermediate_size / vocab_size is not a positive integer.",
         situations=["A Whisper (encoder-decoder) checkpoint given to the runner.",
                     "DeepSeek-V3 / Kimi-K2 as released (fp8 weights with block scales, a "

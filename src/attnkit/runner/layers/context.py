@@ -27,7 +27,7 @@ class StepContext:
     rope: RopeTable [T, 1, rotary_dim] at the step's positions (attention factor in);
     dca_lengths: per request, the L of the dual chunk length scale (None: KV length after the
     step); dca: (DualChunkRotary, rotary width) -> (tables, length scale [T]), built on first
-    use; static: a captured (static) decode step."""
+    use; static: a captured (static) decode step; halves: ``rope`` in neox halves, on first use."""
     backend: AttentionBackend
     cache: Any
     step: StepState
@@ -35,6 +35,7 @@ class StepContext:
     dca_lengths: list[int] | None = None
     static: bool = False
     dca: dict = field(default_factory=dict)
+    halves: RopeTable | None = None
 
     @classmethod
     def build(cls, rotary: Rotary, backend: AttentionBackend, cache, step: StepState, *,
@@ -50,9 +51,18 @@ class StepContext:
         return self.rope.cos.shape[0]
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None,
-               layer: RuntimeLayer) -> torch.Tensor:
-        """The backend's forward for ``layer`` this step: [T, H_q * D_v]."""
-        return self.backend.forward(q, k, v, layer, self.cache, self.step)
+               layer: RuntimeLayer, *, indexer=None) -> torch.Tensor:
+        """The backend's forward for ``layer`` this step: [T, H_q * D_v]. indexer: a DSA
+        layer's IndexerInputs (docs/dsa.md)."""
+        if indexer is None:
+            return self.backend.forward(q, k, v, layer, self.cache, self.step)
+        return self.backend.forward(q, k, v, layer, self.cache, self.step, indexer=indexer)
+
+    def rope_halves(self) -> RopeTable:
+        """The step's RoPE table in neox halves (DeepSeek-V3.2's indexer), built on first use."""
+        if self.halves is None:
+            self.halves = self.rope.in_halves()
+        return self.halves
 
     def dual_chunk(self, dca: DualChunkRotary, spec: LayerAttention, rotary_dim: int):
         """(tables, length scale [T]) of ``dca`` for this step, built on first use. A static

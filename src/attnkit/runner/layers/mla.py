@@ -20,7 +20,8 @@ DeepseekV3Attention do. V2 and V3 attention differ in nothing else the runner co
 Under tensor parallelism (parallel.py) a rank holds its heads' rows of q_proj / q_b_proj and
 kv_b_proj and o_proj's matching input columns; q_a_proj, kv_a_proj_with_mqa and their norms
 are replicated, so every rank caches the same whole latent; o_proj's partials are summed
-over ranks (one all-reduce).
+over ranks (one all-reduce). A DSA layer (spec.sparse_topk, DeepSeek-V3.2) adds its
+indexer (indexer.py), whose inputs go to the backend with q and the latent.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ import torch
 from attnkit.backends.base import RuntimeLayer
 from attnkit.model.spec import LayerAttention
 from attnkit.runner.layers.context import StepContext
+from attnkit.runner.layers.indexer import Indexer
 from attnkit.runner.layers.linear import Linear
 from attnkit.runner.layers.norm import NormStyle, rms_norm
 from attnkit.runner.layers.parallel import SINGLE, TensorParallel
@@ -67,6 +69,9 @@ class MLAAttention:
                                   w_vc=kv_b[:, nope:].transpose(1, 2).contiguous())
         self.o = Linear.load_row_parallel(w, f"{prefix}o_proj", hidden, heads * dv, tp=tp,
                                           cols=(h0 * dv, h1 * dv))
+        # DeepSeek sparse attention (DeepSeek-V3.2): the indexer, replicated on every rank
+        self.indexer = (Indexer(w, f"{prefix}indexer.", spec, hidden=hidden)
+                        if spec.sparse_topk is not None else None)
 
     def __call__(self, x: torch.Tensor, ctx: StepContext) -> torch.Tensor:
         spec, mla, n = self.spec, self.spec.mla, x.shape[0]
@@ -78,4 +83,5 @@ class MLAAttention:
         c = rms_norm(kv[:, :rank], self.kv_a_norm, self.norm)
         k_pe = self.rotary(kv[:, None, rank:], ctx.rope)[:, 0]             # [T, R]
         latent = torch.cat([c, k_pe], dim=-1)
-        return self.o(ctx.attend(q, latent, None, self.layer))             # [T, H * D_v] in
+        indexer = None if self.indexer is None else self.indexer(x, xq, ctx.rope_halves())
+        return self.o(ctx.attend(q, latent, None, self.layer, indexer=indexer))   # [T, H * D_v] in

@@ -78,6 +78,13 @@ class RopeTable:
             c, s = torch.cat([cos, cos], dim=-1), torch.cat([-sin, sin], dim=-1)
         return cls(c[:, None], s[:, None], interleaved)
 
+    def in_halves(self) -> "RopeTable":
+        """The same angles laid out for neox halves (DeepSeek-V3.2's indexer rotates so while
+        its MLA uses interleaved pairs)."""
+        if not self.interleaved:
+            return self
+        return RopeTable.build(self.cos[:, 0, 0::2], self.sin[:, 0, 1::2], interleaved=False)
+
     def rotate(self, x: torch.Tensor, *, scale: torch.Tensor | float = 1.0) -> torch.Tensor:
         """x: [N, H, D]. Rotates the first rd features; the rest pass through. ``scale`` (a
         float or [N]) multiplies the whole result. Returns x's shape and dtype."""

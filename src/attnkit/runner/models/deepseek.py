@@ -1,4 +1,5 @@
-"""DeepSeek-V2, DeepSeek-V3 and Kimi-K2 (V3's architecture under Moonshot's name):
+"""DeepSeek-V2, DeepSeek-V3, Kimi-K2 (V3's architecture under Moonshot's name) and DeepSeek-V3.2
+(V3 with DeepSeek sparse attention: each MLA layer's indexer, layers/indexer.py, docs/dsa.md):
 Llama-like norms around multi-head latent attention (layers/mla.py) with interleaved rotary
 pairs (V3 configs may turn that off: ``rope_interleave`` false gives neox halves); dense MLPs
 for the first ``first_k_dense_replace`` layers, routed plus shared experts after
@@ -9,12 +10,13 @@ from __future__ import annotations
 
 from attnkit.errors import fail
 from attnkit.model._fields import ConfigReader
+from attnkit.runner.layers.indexer import indexer_problem
 from attnkit.runner.layers.mla import MLAAttention
 from attnkit.runner.layers.moe import DeepseekMoEConfig, feed_forward
 from attnkit.runner.models.blocks import Block, norms
 
 V2 = ("deepseek_v2",)
-V3 = ("deepseek_v3", "kimi_k2")
+V3 = ("deepseek_v3", "kimi_k2", "deepseek_v32")
 MODEL_TYPES = V2 + V3
 KIND = "mla"
 DEFAULTS: dict = {}
@@ -35,10 +37,34 @@ DEEPSEEK_DEFAULTS = {
 
 def recipe(r: ConfigReader, model_type: str, *, hidden: int) -> dict:
     v3 = model_type in V3
+    moe = _deepseek_moe(r, "v3" if v3 else "v2")
+    if model_type == "deepseek_v32":
+        _check_mlp_layer_types(r, moe)
+    if r.has("index_topk") or model_type == "deepseek_v32":       # DSA layers: their indexer
+        problem = indexer_problem(q_lora_rank=r.cfg.get("q_lora_rank"),
+                                  index_head_dim=r.int("index_head_dim"),
+                                  rope_dim=r.int("qk_rope_head_dim"))
+        if problem:
+            fail("AK480", f"DeepSeek sparse attention: {problem[1]}", field=problem[0],
+                 actual=r.cfg.get(problem[0]))
     # rotary pairs interleaved unless a V3 config says otherwise (null counts as false, as
-    # transformers tests it)
-    return dict(rope_interleaved=r.flag("rope_interleave", default=True) if v3 else True,
-                moe=_deepseek_moe(r, "v3" if v3 else "v2"))
+    # transformers tests it); V3.2's MLA always interleaves (its config has no such key)
+    flag = v3 and model_type != "deepseek_v32"
+    return dict(rope_interleaved=r.flag("rope_interleave", default=True) if flag else True, moe=moe)
+
+
+def _check_mlp_layer_types(r: ConfigReader, moe) -> None:
+    """DeepSeek-V3.2 may list its MLPs (mlp_layer_types: dense / sparse per layer); the runner
+    builds them from first_k_dense_replace, so a list that says otherwise is AK480."""
+    if not r.has("mlp_layer_types"):
+        return
+    n = r.int("num_hidden_layers")
+    first = n if moe is None else moe.first_dense
+    expected = ["dense"] * first + ["sparse"] * (n - first)
+    if r.cfg["mlp_layer_types"] != expected:
+        fail("AK480", "mlp_layer_types must be dense for the first first_k_dense_replace layers "
+                      "and sparse (experts) after, as the runner builds them",
+             field="mlp_layer_types", expected=expected, actual=r.cfg["mlp_layer_types"][:20])
 
 
 def block(model, w, spec) -> Block:
