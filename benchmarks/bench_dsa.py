@@ -9,7 +9,8 @@ page 64, bf16 latent. Rows:
 - decode: ctx {8k, 32k, 128k} x B {1, 8, 64, 128}, one token a request. Sparse core = the
   sparse MLA kernel over the indexer's own selection; TFLOP/s count 2*H*topk*(L+R) +
   2*H*topk*L per token. Indexer = score kernel (bf16 keys; fp8 keys too) + top-k
-  (torch.topk over packed keys); "share" = indexer / (indexer + sparse core).
+  (torch.topk over the kernel's packed (score, position) keys; peer: torch.topk of fp32
+  scores, ties unordered); "share" = indexer / (indexer + sparse core).
   Peers: the dense triton_mla kernel core over the whole context (the plan's variant), and
   "torch gather": the selected rows gathered, then two batched matmuls. Every sparse row is
   checked against the torch gather result first.
@@ -34,7 +35,7 @@ import bench_mla as mla  # noqa: E402
 from bench_mla import L, NOPE, R, Setup, _planned  # noqa: E402
 from common import environment, failure_reason  # noqa: E402
 
-from attnkit.backends.triton_dsa.indexer import index_scores, select_topk  # noqa: E402
+from attnkit.backends.triton_dsa.indexer import index_scores, topk_of_keys  # noqa: E402
 from attnkit.backends.triton_dsa.sparse_mla import sparse_mla, sparse_tile  # noqa: E402
 from attnkit.backends.triton_mla.backend import TritonMLABackend  # noqa: E402
 
@@ -64,10 +65,11 @@ class DSASetup:
         self.q_cat = torch.cat([q_lat.transpose(0, 1), s.q[..., NOPE:]], -1).contiguous()
         self.scale = s.spec.softmax_scale
 
-    def scores(self, fp8=False, **tile):
+    def scores(self, fp8=False, packed=True, **tile):
+        """The score kernel's packed top-k keys [T, S] int64 (packed=False: fp32 scores)."""
         k, ks = (self.index_k8, self.index_scale) if fp8 else (self.index_k, None)
         return index_scores(self.q_idx, self.weights, k, ks, self.table, self.req, self.pos,
-                            max_kv=self.max_kv, **tile)
+                            max_kv=self.max_kv, packed=packed, **tile)
 
     def sparse(self, idx, tile):
         return sparse_mla(self.q_cat, self.s.cache.latent[0], self.table, self.req, idx,
@@ -96,9 +98,13 @@ def decode_row(batch, ctx, args, dense):
     reps = dict(warmup=3, reps=args.reps, cold_l2=True)
     t_score, _ = mla.graph_ms(lambda: d.scores(), **reps)
     t_score8, _ = mla.graph_ms(lambda: d.scores(fp8=True), **reps)
-    scores = d.scores()
-    t_topk, _ = mla.graph_ms(lambda: select_topk(scores, d.pos, TOPK), **reps)
-    idx = select_topk(scores, d.pos, TOPK)
+    keys = d.scores()
+    t_topk, _ = mla.graph_ms(lambda: topk_of_keys(keys, d.pos, TOPK), **reps)
+    idx = topk_of_keys(keys, d.pos, TOPK)
+    del keys
+    floats = d.scores(packed=False)      # peer: torch.topk of the fp32 scores (ties unordered)
+    t_topk32, _ = mla.graph_ms(lambda: torch.topk(floats, min(TOPK, floats.shape[1]), dim=1), **reps)
+    del floats
     tile = sparse_tile(d.q_cat, TOPK, L=L)
     err = rel_err(d.sparse(idx, tile), torch_gather(d, idx))
     if not err < 2e-2:
@@ -114,7 +120,7 @@ def decode_row(batch, ctx, args, dense):
     ind = t_score + t_topk
     row = dict(kind="decode", batch=batch, ctx=ctx, tile=tile, timing=how, core_ms=t_core,
                core_tflops=flops / t_core / 1e9, score_ms=t_score, score_fp8_ms=t_score8,
-               topk_ms=t_topk, indexer_share=ind / (ind + t_core),
+               topk_ms=t_topk, topk_fp32_ms=t_topk32, indexer_share=ind / (ind + t_core),
                score_gbs=batch * ctx * ID * 2 / t_score / 1e6, gather_ms=t_gather,
                dense_ms=t_dense, dense_tflops=batch * 2 * HEADS * ctx * (2 * L + R) / t_dense / 1e9,
                rel_err=err)
@@ -128,10 +134,10 @@ def prefill_row(new, ctx, args, dense):
     reps = dict(warmup=1, reps=max(3, args.reps // 4))
     tile_i = dict(block_t=2, block_n=64)
     t_score = mla.time_ms(lambda: d.scores(**tile_i), **reps)
-    scores = d.scores(**tile_i)
-    t_topk = mla.time_ms(lambda: select_topk(scores, d.pos, TOPK), **reps)
-    idx = select_topk(scores, d.pos, TOPK)
-    del scores
+    keys = d.scores(**tile_i)
+    t_topk = mla.time_ms(lambda: topk_of_keys(keys, d.pos, TOPK), **reps)
+    idx = topk_of_keys(keys, d.pos, TOPK)
+    del keys
     tile = sparse_tile(d.q_cat, TOPK, L=L)
     part = slice(new - 64, new)                      # the last 64 tokens, checked
     sub = sparse_mla(d.q_cat[part], d.s.cache.latent[0], d.table, d.req[part], idx[part],
@@ -172,7 +178,7 @@ def tile_rows(args):
     batch, ctx = TILE_SHAPE
     d = DSASetup(batch, ctx - 1, 1)
     rows = []
-    idx = select_topk(d.scores(), d.pos, TOPK)
+    idx = topk_of_keys(d.scores(), d.pos, TOPK)
     flops = batch * (2 * HEADS * TOPK * (L + R) + 2 * HEADS * TOPK * L)
     for bh, bn, w, st in SPARSE_TILES:
         tile = dict(block_h=bh, block_n=bn, num_warps=w, num_stages=st, num_splits=1)
@@ -196,14 +202,14 @@ def tile_rows(args):
 
 def table(rows, ceil) -> str:
     out = [f"ceilings: copy {ceil['copy_gbs']:.0f} GB/s, bf16 matmul {ceil['matmul_tflops']:.0f} TFLOP/s", "",
-           "| decode B | ctx | sparse core ms | TFLOP/s | score ms (bf16 / fp8 keys) | top-k ms | "
+           "| decode B | ctx | sparse core ms | TFLOP/s | score ms (bf16 / fp8 keys) | top-k ms (fp32 topk, ties unordered) | "
            "indexer share | torch gather ms | dense triton_mla ms (TFLOP/s) | tile |",
            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         if r["kind"] == "decode":
             t = r["tile"]
             out.append(f"| {r['batch']} | {r['ctx']} | {r['core_ms']:.3f} | {r['core_tflops']:.0f} | "
-                       f"{r['score_ms']:.3f} / {r['score_fp8_ms']:.3f} | {r['topk_ms']:.3f} | "
+                       f"{r['score_ms']:.3f} / {r['score_fp8_ms']:.3f} | {r['topk_ms']:.3f} ({r['topk_fp32_ms']:.3f}) | "
                        f"{100 * r['indexer_share']:.0f} % | {r['gather_ms']:.3f} | "
                        f"{r['dense_ms']:.3f} ({r['dense_tflops']:.0f}) | {t['block_h']}h {t['block_n']}k "
                        f"{t['num_warps']}w {t['num_stages']}s {t['num_splits']} splits |")

@@ -126,3 +126,13 @@ def test_indexer_then_attention_isolation():
     after = run(case)
     assert torch.equal(before[0], after[0])
     assert torch.isnan(after[1]).any()
+
+
+def test_kernel_packed_keys_equal_pack_keys_of_its_scores():
+    """The score kernel's int64 keys (packed=True) are pack_keys of its float scores, bit for
+    bit, -inf past each token's position included (block_t 4: a prefill tile)."""
+    from attnkit.backends.triton_dsa.indexer import pack_keys
+    case = make(prefix=[30, 0], new=[1, 9], page=16, device=DEV, seed=13, integer=True)
+    scores = _scores(case, block_t=4, block_n=16)
+    keys = _scores(case, block_t=4, block_n=16, packed=True)
+    assert keys.dtype == torch.int64 and torch.equal(keys, pack_keys(scores))

@@ -19,7 +19,7 @@ from attnkit.backends.base import AttentionBackend, RuntimeLayer, StepState, che
 from attnkit.backends.metadata import BatchMetadata
 from attnkit.backends.triton_dsa._step import build_step
 from attnkit.backends.triton_dsa.declaration import DECLARATION
-from attnkit.backends.triton_dsa.indexer import head_rows, index_scores, select_topk
+from attnkit.backends.triton_dsa.indexer import head_rows, index_scores, topk_of_keys
 from attnkit.backends.triton_dsa.sparse_mla import sparse_mla, sparse_tile
 
 
@@ -61,11 +61,11 @@ class TritonDSABackend(AttentionBackend):
         cache.store(lid, meta.slot_mapping, k, None)
         cache.store_index(lid, meta.slot_mapping, indexer.k)
         (block_t, tiles), = st.tiles.items()
-        scores = index_scores(indexer.q, indexer.weights, cache.index_k[lid],
-                              cache.index_k_scale.get(lid), st.block_tables, st.token_request,
-                              st.token_position, max_kv=st.max_kv, block_t=block_t,
-                              block_n=self.index_block_n, tiles=tiles)
-        indices = select_topk(scores, st.token_position, spec.sparse_topk.topk)
+        keys = index_scores(indexer.q, indexer.weights, cache.index_k[lid],
+                            cache.index_k_scale.get(lid), st.block_tables, st.token_request,
+                            st.token_position, max_kv=st.max_kv, block_t=block_t,
+                            block_n=self.index_block_n, tiles=tiles, packed=True)
+        indices = topk_of_keys(keys, st.token_position, spec.sparse_topk.topk)
         nope, L = mla.qk_nope_head_dim, mla.kv_lora_rank
         q_lat = torch.bmm(q[..., :nope].transpose(0, 1), layer.w_kc.to(q.dtype))      # [H, T, L]
         q_cat = torch.cat([q_lat.transpose(0, 1), q[..., nope:]], dim=-1)              # [T, H, L+R]

@@ -10,9 +10,11 @@ positions. The tile's queries [BLOCK_T * H_i, D_i] are one dot against the gathe
 tokens share each key read). fp8 keys are cast to the query dtype for the dot and their
 per-token scale multiplies the product before the ReLU.
 
-Top-k (``select_topk``): torch.topk on the GPU (no Triton select yet) over int64 keys that
+Top-k (``topk_of_keys``): torch.topk on the GPU (no Triton select yet) over int64 keys that
 pack (the fp32 score as an order-preserving int32, 2^32 - 1 - position), so equal scores
-rank the LOWER position first and the result does not depend on topk's tie handling.
+rank the LOWER position first and the result does not depend on topk's tie handling. The
+score kernel writes these keys itself (``packed=True``), so the float scores never make a
+round trip through memory; ``pack_keys`` builds the same keys from float scores.
 """
 from __future__ import annotations
 
@@ -28,11 +30,13 @@ def _index_score_kernel(
     T, H,
     HP: tl.constexpr, D: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_T: tl.constexpr,
     BLOCK_N: tl.constexpr, HAS_SCALE: tl.constexpr, DOT_PREC: tl.constexpr,
+    PACKED: tl.constexpr,
 ):
     """Q: [T, H, D]; W: [T, H] fp32; K: [pages, PAGE_SIZE, D] (KScale [pages, PAGE_SIZE] fp32
     when HAS_SCALE); BlockTables: [B, P] int32; TileReq / TileTok: [W] request and first
     token of each tile (its tokens: the next BLOCK_T of that request); TokReq / TokPos: [T]
-    int32 request and absolute position of each token; Scores: [T, S] fp32.
+    int32 request and absolute position of each token; Scores: [T, S] fp32, or with PACKED
+    the int64 top-k keys of pack_keys (the scores never leave the kernel as floats).
     Each token takes HP >= H rows (a power of two, >= 16 for the MMA); rows past H read 0.
     Grid (tiles, ceil(S / BLOCK_N))."""
     BLOCK_M: tl.constexpr = BLOCK_T * HP
@@ -72,7 +76,15 @@ def _index_score_kernel(
         score = tl.zeros([BLOCK_T, BLOCK_N], tl.float32)
     seen = offs_n[None, :] <= pos_t[:, None]
     score = tl.where(seen, score, float("-inf"))
-    tl.store(Scores + tok_t[:, None].to(tl.int64) * stride_st + offs_n[None, :], score,
+    if PACKED:
+        # -0.0 becomes 0.0 (they tie); a where, as a compiler may fold away x + 0.0
+        bits = tl.where(score == 0.0, 0.0, score).to(tl.int32, bitcast=True)
+        ordered = tl.where(bits < 0, bits ^ 2147483647, bits).to(tl.int64)
+        low = 4294967295 - offs_n.to(tl.int64)
+        out = (ordered << 32) | low[None, :]
+    else:
+        out = score
+    tl.store(Scores + tok_t[:, None].to(tl.int64) * stride_st + offs_n[None, :], out,
              mask=t_ok[:, None])
 
 
@@ -100,17 +112,18 @@ def head_rows(heads: int) -> int:
 
 def index_scores(q, weights, index_k, index_k_scale, block_table, token_request, token_position,
                  *, max_kv: int, block_t: int = 1, block_n: int = 64, num_warps: int = 4,
-                 num_stages: int = 2, tiles=None) -> torch.Tensor:
+                 num_stages: int = 2, tiles=None, packed: bool = False) -> torch.Tensor:
     """scores [T, S] fp32, S = ceil(max_kv / block_n) * block_n, -inf past each token's
     position. q: [T, H_i, D_i]; weights: [T, H_i] fp32; index_k: [pages, page, D_i] (any
     compute dtype, or fp8 e4m3 with index_k_scale [pages, page] fp32); block_table: [B, P]
     int32; token_request / token_position: [T] int32; ``max_kv``: at least every position + 1;
     ``tiles``: token_tiles(token_request, block_t) when the caller has them (no host sync).
     Keys of another 16-bit dtype than q, or fp32 keys, are scored in fp32 (q cast up), so
-    every product is exact before the fp32 sums."""
+    every product is exact before the fp32 sums. ``packed``: return pack_keys(scores) [T, S]
+    int64 instead, computed in the kernel (for topk_of_keys)."""
     T, H, D = q.shape
     S = triton.cdiv(max(max_kv, 1), block_n) * block_n
-    scores = torch.empty(T, S, dtype=torch.float32, device=q.device)
+    scores = torch.empty(T, S, dtype=torch.int64 if packed else torch.float32, device=q.device)
     if T == 0:
         return scores
     if index_k.dtype != q.dtype and index_k.dtype != torch.float8_e4m3fn:
@@ -125,22 +138,29 @@ def index_scores(q, weights, index_k, index_k_scale, block_table, token_request,
         kscale.stride(0) if has_scale else 0, block_table.stride(0), scores.stride(0), T, H,
         HP=head_rows(H), D=D, PAGE_SIZE=index_k.shape[1], BLOCK_T=block_t, BLOCK_N=block_n,
         HAS_SCALE=has_scale, DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32",
-        num_warps=num_warps, num_stages=num_stages,
+        PACKED=packed, num_warps=num_warps, num_stages=num_stages,
     )
     return scores
 
 
-def select_topk(scores: torch.Tensor, token_position: torch.Tensor, topk: int) -> torch.Tensor:
-    """[T, topk] int32 positions: the ``topk`` best of each row of ``scores`` [T, S] among
-    positions <= token_position, best first, equal scores lower position first; -1 pads a
-    row whose token sees fewer than ``topk`` keys (then all of 0..p are selected)."""
-    T, S = scores.shape
-    k = min(topk, S)
-    bits = (scores + 0.0).view(torch.int32)   # + 0.0: -0.0 becomes +0.0, an exact tie
+def pack_keys(scores: torch.Tensor) -> torch.Tensor:
+    """[T, S] int64 keys ordered as (score descending, position ascending): the fp32 score's
+    bits as an order-preserving int32 (after + 0.0, so -0.0 ties 0.0) in the high half,
+    2^32 - 1 - position in the low half. The score kernel writes the same keys (PACKED)."""
+    bits = (scores + 0.0).view(torch.int32)
     ordered = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits).to(torch.int64)  # monotone in score
-    pos = torch.arange(S, dtype=torch.int64, device=scores.device)
-    packed = (ordered << 32) | (0xFFFFFFFF - pos)
-    top = torch.topk(packed, k, dim=1, sorted=True).values
+    pos = torch.arange(scores.shape[1], dtype=torch.int64, device=scores.device)
+    return (ordered << 32) | (0xFFFFFFFF - pos)
+
+
+def topk_of_keys(keys: torch.Tensor, token_position: torch.Tensor, topk: int) -> torch.Tensor:
+    """[T, topk] int32 positions from pack_keys' keys [T, S]: the ``topk`` largest keys of each
+    row (torch.topk: any tie handling gives the same, the keys are distinct), best first;
+    positions past token_position (they scored -inf) become -1, so a token seeing fewer than
+    ``topk`` keys selects all of 0..p and -1 pads the rest."""
+    T, S = keys.shape
+    k = min(topk, S)
+    top = torch.topk(keys, k, dim=1, sorted=True).values
     idx = 0xFFFFFFFF - (top & 0xFFFFFFFF)
     idx = torch.where(idx <= token_position.to(torch.int64)[:, None], idx, -1).to(torch.int32)
     if k < topk:
@@ -148,9 +168,17 @@ def select_topk(scores: torch.Tensor, token_position: torch.Tensor, topk: int) -
     return idx
 
 
+def select_topk(scores: torch.Tensor, token_position: torch.Tensor, topk: int) -> torch.Tensor:
+    """[T, topk] int32 positions: the ``topk`` best of each row of ``scores`` [T, S] fp32 among
+    positions <= token_position, best first, equal scores lower position first; -1 pads a
+    row whose token sees fewer than ``topk`` keys (then all of 0..p are selected)."""
+    return topk_of_keys(pack_keys(scores), token_position, topk)
+
+
 def indexer_topk(q, weights, index_k, index_k_scale, block_table, token_request, token_position,
                  topk: int, *, max_kv: int, **tile) -> torch.Tensor:
-    """The indexer step: index_scores then select_topk; [T, topk] int32 positions (-1 pad)."""
-    scores = index_scores(q, weights, index_k, index_k_scale, block_table, token_request,
-                          token_position, max_kv=max_kv, **tile)
-    return select_topk(scores, token_position, topk)
+    """The indexer step: the score kernel's packed keys, then their top-k; [T, topk] int32
+    positions (-1 pad)."""
+    keys = index_scores(q, weights, index_k, index_k_scale, block_table, token_request,
+                        token_position, max_kv=max_kv, packed=True, **tile)
+    return topk_of_keys(keys, token_position, topk)
