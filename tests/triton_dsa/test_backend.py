@@ -41,3 +41,20 @@ def test_the_planner_hook_names_dense_layers():
     assert check(model=dsa_model, platform=None, phase="decode", settings={}) == []
     reasons = check(model=load_model("deepseek-v3"), platform=None, phase="decode", settings={})
     assert reasons and reasons[0][0] == "sparse_topk" and "dense layers" in reasons[0][3]
+
+
+def test_the_indexer_runs_in_token_chunks_within_its_memory_bound():
+    """keys_bytes small enough for 3 tokens a chunk: a mixed step (a 9-token prefill tile
+    split across chunks, decodes) gives the output of one chunk, and the reference's."""
+    from factories import assert_close
+    layer = make_dsa_layer(topk=4, index_heads=4, index_dim=32, device=DEV, seed=5)
+    dsa = make_dsa_case(layer, prefix_lens=[0, 20, 7], new_lens=[9, 1, 2], page_size=16,
+                        device=DEV, seed=5)
+    outs = []
+    for keys_bytes in (1 << 30, 8 * 64 * 3):
+        cache = dsa.cache
+        backend = TritonDSABackend(keys_bytes=keys_bytes)
+        outs.append(backend.forward(dsa.q, dsa.k, dsa.v, dsa.layer, cache,
+                                    backend.prepare(dsa.meta, cache), indexer=dsa.indexer))
+    assert torch.equal(outs[0], outs[1])
+    assert_close(outs[1], dsa.reference, dtype="fp32", what="chunked")

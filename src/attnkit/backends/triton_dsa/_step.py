@@ -23,6 +23,18 @@ class DSAStep:
     max_kv: int
     max_query_len: int
     tiles: dict
+    tile_starts: list
+
+    def chunks(self, max_tokens: int):
+        """(first token, end token, first tile, end tile) of consecutive token ranges of at
+        most ``max_tokens`` tokens (or one tile, if a tile is longer), cut at tile starts."""
+        T = int(self.token_request.numel())
+        starts = self.tile_starts + [T]
+        first = 0
+        for i in range(1, len(starts)):
+            if i == len(starts) - 1 or starts[i + 1] - starts[first] > max_tokens:
+                yield starts[first], starts[i], first, i
+                first = i
 
 
 def build_step(meta: BatchMetadata, device, *, head_rows: int, max_rows: int = 128) -> DSAStep:
@@ -45,4 +57,4 @@ def build_step(meta: BatchMetadata, device, *, head_rows: int, max_rows: int = 1
 
     return DSAStep(i32(req), i32(pos), torch.as_tensor(meta.block_tables, device=device).to(torch.int32),
                    max(meta.seq_lens_cpu, default=0), longest,
-                   {block_t: (i32(tile_req), i32(tile_tok))})
+                   {block_t: (i32(tile_req), i32(tile_tok))}, tile_tok)

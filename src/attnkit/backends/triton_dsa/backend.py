@@ -22,23 +22,30 @@ from attnkit.backends.triton_dsa.declaration import DECLARATION
 from attnkit.backends.triton_dsa.indexer import head_rows, index_scores, topk_of_keys
 from attnkit.backends.triton_dsa.sparse_mla import sparse_mla, sparse_tile
 
+KEYS_BYTES = 1 << 30     # the score kernel's int64 keys held at once (tokens x context x 8 B)
+
 
 class TritonDSABackend(AttentionBackend):
     """Launch overrides (keyword-only, for tests and benchmarks) of the sparse attention
     kernel: ``num_splits`` (splits of each token's index list), ``block_h``, ``block_n``,
-    ``num_warps``, ``num_stages``; and of the score kernel: ``index_block_n``."""
+    ``num_warps``, ``num_stages``; and of the score kernel: ``index_block_n``;
+    ``keys_bytes``: the most memory the indexer's top-k keys take at once (tests: small, so
+    that a step is scored in several token chunks)."""
     name = "triton_dsa"
     declaration = DECLARATION
 
     def __init__(self, *, num_splits: int | None = None, block_h: int | None = None,
                  block_n: int | None = None, num_warps: int | None = None,
-                 num_stages: int | None = None, index_block_n: int | None = None):
+                 num_stages: int | None = None, index_block_n: int | None = None,
+                 keys_bytes: int = KEYS_BYTES):
         for option, value, pow2 in (("num_splits", num_splits, False), ("block_h", block_h, True),
                                     ("block_n", block_n, True), ("num_stages", num_stages, False),
                                     ("index_block_n", index_block_n, True)):
             check_int_option(self.name, option, value, power_of_two=pow2,
                              minimum=16 if option in ("block_h", "block_n", "index_block_n") else 1)
         check_int_option(self.name, "num_warps", num_warps, power_of_two=True, maximum=32)
+        check_int_option(self.name, "keys_bytes", keys_bytes)
+        self.keys_bytes = keys_bytes
         self.overrides = {k: v for k, v in (("num_splits", num_splits), ("block_h", block_h),
                                             ("block_n", block_n), ("num_warps", num_warps),
                                             ("num_stages", num_stages)) if v is not None}
@@ -60,12 +67,7 @@ class TritonDSABackend(AttentionBackend):
         lid = spec.layer_id
         cache.store(lid, meta.slot_mapping, k, None)
         cache.store_index(lid, meta.slot_mapping, indexer.k)
-        (block_t, tiles), = st.tiles.items()
-        keys = index_scores(indexer.q, indexer.weights, cache.index_k[lid],
-                            cache.index_k_scale.get(lid), st.block_tables, st.token_request,
-                            st.token_position, max_kv=st.max_kv, block_t=block_t,
-                            block_n=self.index_block_n, tiles=tiles, packed=True)
-        indices = topk_of_keys(keys, st.token_position, spec.sparse_topk.topk)
+        indices = self._select(indexer, cache, lid, st, spec.sparse_topk.topk)
         nope, L = mla.qk_nope_head_dim, mla.kv_lora_rank
         q_lat = torch.bmm(q[..., :nope].transpose(0, 1), layer.w_kc.to(q.dtype))      # [H, T, L]
         q_cat = torch.cat([q_lat.transpose(0, 1), q[..., nope:]], dim=-1)              # [T, H, L+R]
@@ -75,3 +77,21 @@ class TritonDSABackend(AttentionBackend):
                              scale=spec.softmax_scale, L=L, kv_scale=kv_scale, **tile)
         out = torch.bmm(out_lat.transpose(0, 1), layer.w_vc.to(q.dtype)).transpose(0, 1)
         return out.reshape(T, H * mla.v_head_dim)
+
+    def _select(self, indexer, cache, lid: int, st, topk: int) -> torch.Tensor:
+        """[T, topk] int32 selected positions: the score kernel's packed keys, then their
+        top-k, over chunks of the step's tokens whose keys [tokens, max_kv] int64 stay within
+        ``keys_bytes`` (a long prefill over a long context would need tens of GB at once)."""
+        (block_t, (tile_req, tile_tok)), = st.tiles.items()
+        S = -(-max(st.max_kv, 1) // self.index_block_n) * self.index_block_n
+        per_chunk = max(1, self.keys_bytes // (8 * S))
+        T = st.token_request.numel()
+        out = torch.empty(T, topk, dtype=torch.int32, device=st.token_request.device)
+        for a, b, w0, w1 in st.chunks(per_chunk):
+            keys = index_scores(indexer.q[a:b], indexer.weights[a:b], cache.index_k[lid],
+                                cache.index_k_scale.get(lid), st.block_tables,
+                                st.token_request[a:b], st.token_position[a:b], max_kv=st.max_kv,
+                                block_t=block_t, block_n=self.index_block_n, packed=True,
+                                tiles=(tile_req[w0:w1], tile_tok[w0:w1] - a))
+            out[a:b] = topk_of_keys(keys, st.token_position[a:b], topk)
+        return out
