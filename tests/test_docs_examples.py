@@ -18,6 +18,15 @@ def test_python_examples_run(page):
     assert tuple(scope["out"].shape) == (20, 512)
 
 
+def test_the_dsa_example_runs():
+    """docs/dsa.md: a DSA layer on torch_native with an fp8 index cache, against reference_dsa."""
+    blocks = re.findall(r"```python\n(.*?)```", (DOCS / "dsa.md").read_text(), re.S)
+    assert len(blocks) == 1
+    scope: dict = {}
+    exec(compile(blocks[0], "docs/dsa.md", "exec"), scope)
+    assert tuple(scope["out"].shape) == (20, 128) and scope["cache"].index_k_scale[0].any()
+
+
 def test_runner_examples_run_on_the_tiny_model_the_page_builds(tmp_path, monkeypatch):
     """docs/runner.md: its first block builds ./tiny-llama; the Engine and LLM examples run on it."""
     pytest.importorskip("transformers")

@@ -4,7 +4,8 @@
                                  Request, build_batch, load_backend, reference)
 
 Importing this module imports nothing heavy; each name is loaded (with torch) on first use.
-``reference`` is the float64 reference module (``reference.attention(...)``).
+``reference`` is the float64 reference module (``reference.attention(...)``); DeepSeek sparse
+attention layers take ``IndexerInputs`` and have their own, ``reference_dsa`` (docs/dsa.md).
 """
 from __future__ import annotations
 
@@ -29,7 +30,10 @@ _HOMES = {
     "LayerAttention": "attnkit.model.spec",
     "MLAConfig": "attnkit.model.spec",
     "DualChunkConfig": "attnkit.model.spec",
+    "SparseTopK": "attnkit.model.spec",
+    "IndexerInputs": "attnkit.backends.sparse",
     "reference": "",
+    "reference_dsa": "",
 }
 __all__ = sorted(_HOMES)
 

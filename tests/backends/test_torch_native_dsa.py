@@ -1,8 +1,18 @@
-"""torch_native's DSA scores (backends/torch_native/sparse.py): equal index keys score bitwise
-equal, so the tie rule (the lower position) decides, never rounding noise; -0.0 ties 0.0."""
+"""torch_native's DSA path (backends/torch_native/sparse.py): equal index keys score bitwise
+equal, so the tie rule (the lower position) decides, never rounding noise; -0.0 ties 0.0; a
+hybrid passes the indexer inputs on; sparse_topk only on causal MLA layers."""
+import pytest
 import torch
 
+from attnkit.backends.base import RuntimeLayer
+from attnkit.backends.hybrid import HybridBackend
 from attnkit.backends.torch_native.sparse import CHUNK_ELEMENTS, index_scores, topk_mask
+from attnkit.errors import AttnkitError
+from attnkit.model.spec import LayerAttention, ModelAttention, SparseTopK
+from attnkit.planning.solver import plan
+from attnkit.registry import load_backend
+from dsa_factory import make_dsa_case, make_dsa_layer
+from factories import assert_close, make_case
 
 
 def test_equal_keys_score_bitwise_equal_across_chunks(monkeypatch):
@@ -31,3 +41,26 @@ def test_ties_go_to_the_lower_position_and_negative_zero_ties_zero():
     assert mask.tolist() == [[True, False, True, False, False], [False, True, False, True, False]]
     scores = index_scores(q, w, keys)
     assert not torch.signbit(scores[scores == 0]).any()      # no -0.0 (a radix sort orders it below 0.0)
+
+
+def test_a_hybrid_hands_the_indexer_inputs_to_the_backend_of_the_step():
+    layer = make_dsa_layer(topk=4)
+    hybrid = HybridBackend(prefill=load_backend("torch_native"), decode=load_backend("torch_native"))
+    for prefix, new in (([0, 9], [7, 1]), ([5, 12], [1, 1])):        # MIXED, then DECODE
+        dsa = make_dsa_case(layer, prefix_lens=prefix, new_lens=new, page_size=4, seed=len(new) + prefix[1])
+        out = hybrid.forward(dsa.q, dsa.k, dsa.v, dsa.layer, dsa.cache, hybrid.prepare(dsa.meta, dsa.cache),
+                             indexer=dsa.indexer)
+        assert_close(out, dsa.reference, dtype="fp32")
+
+
+def test_sparse_topk_is_for_causal_mla_layers_only():
+    """model/checks.py: the planner's AK130 and the runtime's AK419 for a DSA MHA layer."""
+    mha = LayerAttention(0, 4, 4, 32, sparse_topk=SparseTopK(4, 2, 16))
+    with pytest.raises(AttnkitError) as err:
+        plan(ModelAttention("m", "x", (mha,)), "cpu", env={})
+    assert err.value.code == "AK130" and "sparse_topk" in str(err.value)
+    case = make_case(RuntimeLayer(LayerAttention(0, 4, 4, 32)), prefix_lens=[0], new_lens=[3])
+    backend = load_backend("torch_native")
+    with pytest.raises(AttnkitError) as err:
+        backend.forward(case.q, case.k, case.v, RuntimeLayer(mha), case.cache, backend.prepare(case.meta, case.cache))
+    assert err.value.code == "AK419"

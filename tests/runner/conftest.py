@@ -111,6 +111,12 @@ FAMILIES = {
     "deepseek_v3_triton": ("DeepseekV3Config", "DeepseekV3ForCausalLM",
                            {**DEEPSEEK_V3, "kv_lora_rank": 64, "qk_rope_head_dim": 16,
                             "rope_interleave": False}),
+    # DeepSeek-V3.2 at the latent (64, 16) and indexer (64 x 128) the sparse Triton kernels
+    # declare (test_runner_deepseek_v32_gpu.py)
+    "deepseek_v32_wide": ("DeepseekV32Config", "DeepseekV32ForCausalLM",
+                          {**DEEPSEEK_V3, "num_key_value_heads": 4, "kv_lora_rank": 64,
+                           "qk_rope_head_dim": 16, "index_topk": 4, "index_n_heads": 64,
+                           "index_head_dim": 128}),
 }
 
 

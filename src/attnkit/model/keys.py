@@ -146,6 +146,12 @@ RULES: tuple[KeyRule, ...] = (
     _rule("indexer_types", "glm_moe_dsa", "outside", "which DSA layers run their own indexer (full) and "
           "which reuse the previous full layer's top-k (shared)", "where a layer's key selection comes "
           "from, not how it attends", {"indexer_types": ["full", "shared", "full", "shared"]}),
+    # GLM-5's other spellings of that schedule (transformers' GlmMoeDsaConfig derives
+    # indexer_types from them): the same selection source, the same status
+    *(_rule(k, "glm_moe_dsa", "outside", "which DSA layers run their own indexer and which reuse the "
+            "previous full layer's top-k, as a pattern or a period", "where a layer's key selection "
+            "comes from, not how it attends", {k: v})
+      for k, v in (("index_topk_pattern", "FSFS"), ("index_topk_freq", 2), ("index_skip_topk_offset", 2))),
     _rule("attn_type_list", "*", "refused", "lightning (linear) attention on some layers (MiniMax)",
           "layer_types naming the linear_attention layers", {"attn_type_list": [0, 1, 0, 1]}),
     # -- positions and biases ---------------------------------------------------------------
