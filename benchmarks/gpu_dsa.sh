@@ -14,5 +14,5 @@ step() {  # step NAME SECONDS CMD...
   timeout "$secs" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
   echo "== $name rc=$rc $((SECONDS - t0))s"; tail -n 25 "$OUT/$name.log"
 }
-step gpu_tests 110 python3 -m pytest -q -m gpu -n 4 -p no:cacheprovider tests/triton_dsa tests/runner/test_runner_dsa_triton.py tests/conformance/test_dsa.py -k "triton_dsa or test_gpu or test_cuda"
+step gpu_tests 110 python3 -m pytest -q -m gpu -n 4 -p no:cacheprovider tests/triton_dsa tests/runner/test_runner_dsa_triton.py tests/runner/test_runner_deepseek_v32_gpu.py tests/conformance/test_dsa.py -k "triton_dsa or test_gpu or test_cuda or test_each"
 step bench_dsa 130 python3 benchmarks/bench_dsa.py --out "$OUT"
