@@ -202,14 +202,16 @@ def tile_rows(args):
 
 def table(rows, ceil) -> str:
     out = [f"ceilings: copy {ceil['copy_gbs']:.0f} GB/s, bf16 matmul {ceil['matmul_tflops']:.0f} TFLOP/s", "",
-           "| decode B | ctx | sparse core ms | TFLOP/s | score ms (bf16 / fp8 keys) | top-k ms (fp32 topk, ties unordered) | "
-           "indexer share | torch gather ms | dense triton_mla ms (TFLOP/s) | tile |",
+           "| decode B | ctx | sparse core ms | TFLOP/s | score ms (bf16 / fp8 keys) | "
+           "top-k ms (fp32 topk, ties unordered) | indexer share | torch gather ms | "
+           "dense triton_mla ms (TFLOP/s) | tile |",
            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         if r["kind"] == "decode":
             t = r["tile"]
             out.append(f"| {r['batch']} | {r['ctx']} | {r['core_ms']:.3f} | {r['core_tflops']:.0f} | "
-                       f"{r['score_ms']:.3f} / {r['score_fp8_ms']:.3f} | {r['topk_ms']:.3f} ({r['topk_fp32_ms']:.3f}) | "
+                       f"{r['score_ms']:.3f} / {r['score_fp8_ms']:.3f} | "
+                       f"{r['topk_ms']:.3f} ({r['topk_fp32_ms']:.3f}) | "
                        f"{100 * r['indexer_share']:.0f} % | {r['gather_ms']:.3f} | "
                        f"{r['dense_ms']:.3f} ({r['dense_tflops']:.0f}) | {t['block_h']}h {t['block_n']}k "
                        f"{t['num_warps']}w {t['num_stages']}s {t['num_splits']} splits |")
