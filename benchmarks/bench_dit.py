@@ -12,8 +12,8 @@ not from numbers typed here:
     flux.1-1024        flux.1-dev at 1024 x 1024: 4,096 image + 512 text = 4,608 x 24, d128
     hunyuanvideo-720p  hunyuanvideo at 1280 x 720, 129 frames: 118,800 + 256 text = 119,056 x 24, d128
 
-attnkit rows: ``varlen`` (the varlen call, no KV cache: the tile kernel, and the Gluon kernel's
-non-causal path), and ``forward`` (the triton backend on a non-causal encoder layer through the
+attnkit rows: ``varlen`` (the varlen call, no KV cache: each declared variant alone, tile,
+gluon and persistent, and ``plan``, what the denoiser's plan runs: its varlen kernel table), and ``forward`` (the triton backend on a non-causal encoder layer through the
 paged API, its K/V write included, extend variants gluon and tma). Each attnkit output is
 checked against flash SDPA's before it is timed (max |diff| in the JSON). TFLOP/s count the
 non-causal products once: 4 * T^2 * H * D. Writes JSON (rows, ratios to cuDNN, environment).
@@ -56,6 +56,19 @@ def shape(name: str) -> tuple[int, object]:
     return dit.workload.tokens, layer
 
 
+def planned_varlen(name: str) -> dict | None:
+    """The triton options the row's denoiser plan hands it on this GPU (its kernel tables, the
+    varlen one included), or None where the plan chose another backend (Wan: cross-attention)."""
+    from attnkit.planning.components import plan_components
+
+    preset, inputs = ROWS[name]
+    result = plan_components(load_components(preset, inputs=inputs), "auto")
+    dit = next(c for c in result.components if c.component.role == "denoiser")
+    if dit.plan is None or not dit.plan.ok or dit.plan.prefill_backend != "triton":
+        return None
+    return dit.plan.run.backend_options("triton")
+
+
 def sdpa_peer(kind):
     def run(q, k, v):         # [1, H, T, D]
         with sdpa_kernel(kind):
@@ -69,7 +82,7 @@ def flex_peer():
     return lambda q, k, v: compiled(q, k, v)
 
 
-def measure(name: str, *, reps: int) -> dict:
+def measure(name: str, *, reps: int, flex: bool = True, forward: bool = True) -> dict:
     tokens, spec = shape(name)
     heads, dim = spec.num_heads, spec.head_dim
     flops = 4 * tokens * tokens * heads * dim
@@ -93,19 +106,25 @@ def measure(name: str, *, reps: int) -> dict:
     for key, kind in (("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa_flash", SDPBackend.FLASH_ATTENTION)):
         run = sdpa_peer(kind)
         timed(key, lambda: run(*bhsd))
-    try:
-        flex = flex_peer()
-        timed("flex", lambda: flex(*bhsd))
-    except Exception as exc:  # noqa: BLE001
-        row["flex"] = failure_reason(exc)
+    if flex:
+        try:
+            flexed = flex_peer()
+            timed("flex", lambda: flexed(*bhsd))
+        except Exception as exc:  # noqa: BLE001
+            row["flex"] = failure_reason(exc)
 
     layer = RuntimeLayer(spec)
     batch = varlen_batch(torch.tensor([0, tokens], dtype=torch.int32, device="cuda"))
-    for kernel in ("tile", "gluon"):
-        be = TritonBackend(varlen_kernel=kernel)
-        call = lambda: be.varlen(q, k, v, layer, batch)  # noqa: E731
+    options = planned_varlen(name)
+    backends = {kernel: TritonBackend(varlen_kernel=kernel) for kernel in ("tile", "gluon", "persistent")}
+    if options is not None:                   # what the denoiser's plan runs: its varlen table
+        backends["plan"] = TritonBackend(**options)
+    for kernel, be in backends.items():
+        call = lambda be=be: be.varlen(q, k, v, layer, batch)  # noqa: E731
         timed(f"attnkit_varlen_{kernel}", call, check=call)
 
+    if not forward:
+        return _ratios(row)
     pages = -(-tokens // 16)
     cache = PagedKVCache([spec], num_pages=pages, page_size=16, dtype=BF16, device="cuda")
     meta = build_batch([Request(0, tokens, list(range(pages)))], page_size=16, device="cuda")
@@ -114,6 +133,10 @@ def measure(name: str, *, reps: int) -> dict:
         step = be.prepare(meta, cache)
         call = lambda: be.forward(q, k, v, layer, cache, step)  # noqa: E731
         timed(f"attnkit_forward_{variant}", call, check=call)
+    return _ratios(row)
+
+
+def _ratios(row: dict) -> dict:
     base = row.get("sdpa_cudnn")
     if isinstance(base, dict):
         row["vs_cudnn"] = {key: round(val["tflops"] / base["tflops"], 3) for key, val in row.items()
@@ -125,6 +148,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated of {', '.join(ROWS)}")
     parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--no-flex", action="store_true", help="leave FlexAttention out (its compile)")
+    parser.add_argument("--no-forward", action="store_true", help="leave the paged forward rows out")
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "dit_rows.json"))
     args = parser.parse_args()
     rows = [r.strip() for r in args.rows.split(",") if r.strip()]
@@ -133,7 +158,7 @@ def main() -> None:
         parser.error(f"unknown rows {unknown}; known: {', '.join(ROWS)}")
     results = {"environment": environment(), "command": " ".join(sys.argv), "rows": []}
     for name in rows:
-        results["rows"].append(measure(name, reps=args.reps))
+        results["rows"].append(measure(name, reps=args.reps, flex=not args.no_flex, forward=not args.no_forward))
         r = results["rows"][-1]
         cells = "  ".join(f"{k} {v['tflops']:.0f}" for k, v in r.items() if isinstance(v, dict) and "tflops" in v)
         print(f"{name}: {r['tokens']} x {r['heads']} x d{r['head_dim']}: {cells} TFLOP/s", flush=True)

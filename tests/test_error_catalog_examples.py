@@ -91,19 +91,10 @@ SCHEMATIC = {
     "AK496": "a vLLM command line: the vLLM engine tier (.ci/engine-tier vllm) tests these refusals",
     "AK497": "a vLLM command line on CUDA: the vLLM tier tests the CUSTOM selection on its platform class",
 }
-# Examples that drift today, from work still landing (pipelines, varlen): each expected to fail
-# (strict: once it passes, take it off this list). Reported to the lead with what each gives.
-DRIFTING = {
-    ("AK140", "before"): "gives AK121/AK508: wan2.1's umt5 text encoder is refused (AK508) before any backend",
-    ("AK140", "after"): "exits 3 with AK508 (the umt5 text encoder)",
-    ("AK141", "before"): "gives AK121, not AK141",
-    ("AK524", "after"): "exits 3 with AK508/AK513 from flux.1-dev's text encoders",
-    **dict.fromkeys([("AK520", w) for w in ("before", "after")] + [("AK521", w) for w in ("before", "after")]
-                    + [("AK522", w) for w in ("before", "after")] + [("AK523", w) for w in ("before", "after")],
-                    "names a local pipeline directory this test has no fixture for yet"),
-    ("AK493", "before"): "names backend.varlen and varlen_batch, which the namespace lacks",
-    ("AK493", "after"): "names backend.varlen and varlen_batch, which the namespace lacks",
-}
+# Examples that drift from what attnkit does, each expected to fail (strict: once it passes, take
+# it off): (code, which) -> what it gives. None today; a new entry is a bug to report to the lead.
+DRIFTING: dict[tuple[str, str], str] = {}
+
 for _code, _why in SCHEMATIC.items():
     for _which in ("before", "after"):
         NOT_RUN.setdefault((_code, _which), _why)
@@ -146,7 +137,39 @@ def _files() -> dict[str, str | bytes]:
         "broken/config.json": '{"model_type": "llama", "num_attention_heads": ' + "9" * 5000 + "}",
         "h200.json": SHIPPED_PROFILE.read_text(),
         "edited.json": '{"schema": 1, "entries": "not a list"}',
+        **_pipeline_dirs(),
     }
+
+
+def _hunyuan() -> dict:
+    files = json.loads((PRESETS / "pipelines" / "hunyuanvideo.json").read_text())
+    files.pop("_source")
+    return files
+
+
+def _pipeline_dirs() -> dict[str, str]:
+    """Pipeline directories the AK52x examples name, made from the hunyuanvideo preset's files:
+    a partial download (no transformer config), a DiT config with an attention key attnkit does
+    not read, a custom pipeline class, and a transformer class attnkit does not know."""
+    files = _hunyuan()
+    index, dit = files["model_index.json"], files["transformer/config.json"]
+    dirs = {
+        "HunyuanVideo": {k: v for k, v in files.items() if k != "transformer/config.json"},
+        "hunyuanvideo-sparse": {**files, "transformer/config.json": {**dit, "sparse_attention": True}},
+        "MyPipeline": {"model_index.json": {**index, "_class_name": "MyPipeline"},
+                       "text_encoder/config.json": files["text_encoder_2/config.json"]},   # CLIP's
+        "pipeline-with-new-dit": {**files, "model_index.json": {**index, "transformer": ["diffusers", "MyNewDiT"]}},
+    }
+    return {f"{d}/{path}": json.dumps(content) for d, parts in dirs.items() for path, content in parts.items()}
+
+
+# What an "after" example's comment says was done first, done in a copy of the scratch directory
+AFTER_DONE = {
+    ("AK522", "after"): lambda: {"hunyuanvideo-sparse/transformer/config.json":
+                                 json.dumps(_hunyuan()["transformer/config.json"])},
+    ("AK523", "after"): lambda: {"HunyuanVideo/transformer/config.json":
+                                 json.dumps(_hunyuan()["transformer/config.json"])},
+}
 
 
 def _examples():
@@ -183,7 +206,7 @@ def scratch(tmp_path_factory):
 
 
 @pytest.mark.parametrize("code,which,text", list(_examples()))
-def test_catalog_example(code, which, text, scratch, monkeypatch, request):
+def test_catalog_example(code, which, text, scratch, monkeypatch, request, tmp_path):
     kind = _kind(text)
     if (code, which) in DRIFTING:
         request.applymarker(pytest.mark.xfail(reason=DRIFTING[code, which], strict=True))
@@ -191,6 +214,8 @@ def test_catalog_example(code, which, text, scratch, monkeypatch, request):
         assert kind in ("python", "command", "install", "shell"), (code, which)
         pytest.skip(NOT_RUN[code, which])
     assert kind not in ("install", "shell"), f"{code} {which} is a {kind} line: list it in NOT_RUN with why"
+    if (code, which) in AFTER_DONE:
+        scratch = _copy_with(scratch, tmp_path, AFTER_DONE[code, which]())
     monkeypatch.chdir(scratch)
     raised = CATALOG[code].merged_into or code     # a merged code's example raises the new one
     if kind == "command":
@@ -203,6 +228,18 @@ def test_catalog_example(code, which, text, scratch, monkeypatch, request):
         _check_config(raised, which, text)
     else:
         _check_python(raised, which, text, request)
+
+
+def _copy_with(scratch: Path, tmp_path: Path, files: dict[str, str]) -> Path:
+    """A copy of the scratch directory with ``files`` written over it."""
+    import shutil
+
+    root = tmp_path / "scratch"
+    shutil.copytree(scratch, root, symlinks=True)
+    for rel, content in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(content)
+    return root
 
 
 def _run_commands(text: str, monkeypatch, request) -> tuple[int | None, str]:
@@ -307,6 +344,13 @@ def namespace():
     backend = ns["load_backend"]("torch_native")
     alloc = ns["PageAllocator"](num_pages=8)
     alloc.allocate("r0", num_tokens=20, page_size=16)
+    import torch
+
+    # the varlen call: an encoder layer and 14 packed rows (two sequences, 5 + 9)
+    encoder = make_layer(num_heads=4, num_kv_heads=2, head_dim=64, role="encoder")
+    gen = torch.Generator().manual_seed(0)
+    packed = {f"packed_{n}": torch.randn(14, h, 64, generator=gen) for n, h in (("q", 4), ("k", 2), ("v", 2))}
+    ns.update(torch=torch, encoder_layer=encoder, **packed)
     ns.update(attnkit=attnkit, ModelAttention=ModelAttention, layers=[layer.spec], alloc=alloc,
               backend=backend, layer=case.layer, q=case.q, k=case.k, v=case.v, cache=case.cache,
               meta=case.meta, step=backend.prepare(case.meta, case.cache), T=case.q.shape[0], H_q=4,

@@ -12,7 +12,7 @@ def plan(model, platform="auto", request=None, **kwargs):
     """Plan the attention backends that serve ``model`` on ``platform``: a ``Plan``.
 
         >>> p = attnkit.plan("deepseek-v3", "h100", page_size=64)
-        >>> p.ok, p.prefill_backend, p.decode_backend, p.settings["page_size"]
+        >>> p.ok, p.prefill_backend, p.decode_backend, p.run.page_size
         (True, 'sdpa', 'triton_mla', 64)
         >>> print(p)                  # the text `attnkit plan` prints (p.render(short=True): brief)
         >>> p.to_dict()               # the JSON `attnkit plan --json` prints (docs/plan-json.md)

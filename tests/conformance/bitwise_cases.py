@@ -3,10 +3,10 @@ read from the declarations (never a hand list), and the batches that prove it.
 
 A claim is proven per device a test can reach (cpu; the Triton interpreter for CUDA-only
 Triton backends; cuda, marked gpu), per kind and per compute dtype (the interpreter leaves
-bf16 to the GPU, conformance_cases._axes says why). ``OPTION_CLAIMS`` holds the claims that
-hold only with a backend option (a fixed split size in keys instead of a split count sized by
-the batch): proven here all the same, they are planned once the option is declared as a
-kernel variant (registry/kernels.py).
+bf16 to the GPU, conformance_cases._axes says why). A backend claims them in its capabilities
+(every kernel), or through kernel variants that declare them (registry/kernels.py
+``KernelVariant.numerics``): then the claim is the backend run with kernel tables naming only
+those variants, one per role (what a plan with ``--require`` hands it).
 
 Each family below is a pool of requests (prefix length, new tokens) around one *target*; the
 target's rows alone are compared, bit for bit, with its rows in batches of the others: every
@@ -18,13 +18,12 @@ import importlib.util
 import os
 from dataclasses import dataclass
 
+import itertools
+
 from attnkit.registry import declarations
 from attnkit.registry.capabilities import NUMERICS
+from attnkit.registry.kernels import ROLES, KernelTable
 
-# Claims that need a backend option; (backend, options, features). Empty options never here.
-OPTION_CLAIMS: tuple[tuple[str, tuple, frozenset], ...] = (
-    ("triton", (("batch_invariant", True), ("split_keys", 32)), frozenset(NUMERICS)),
-)
 BATCH_SIZES = (2, 9, 65)          # with the target; 65: the target and 64 others (not on the interpreter)
 INTERPRETER = "interp"
 
@@ -49,13 +48,19 @@ class BitConf:
     kind: str
     dtype: str
     features: frozenset
-    options: tuple = ()
+    variants: tuple = ()          # ((role, variant), ...): the kernel tables it runs with
     skip: str | None = None
 
     @property
     def id(self) -> str:
-        opts = "-".join(f"{k}{v}" for k, v in self.options)
-        return "-".join(p for p in (self.backend, self.device, self.kind, self.dtype, opts) if p)
+        names = "+".join(dict.fromkeys(v for _, v in self.variants))
+        return "-".join(p for p in (self.backend, self.device, self.kind, self.dtype, names) if p)
+
+    def options(self) -> dict:
+        """The backend's options: kernel tables of the claiming variants, as a plan hands them."""
+        if not self.variants:
+            return {}
+        return {"kernels": {role: KernelTable.only(role, v) for role, v in self.variants}}
 
 
 def lengths(family: str, device: str) -> list[tuple[int, int]]:
@@ -89,21 +94,35 @@ def _skip(caps, device: str) -> str | None:
 
 
 def claims() -> list[tuple[str, tuple, frozenset]]:
-    """(backend, options, numeric features claimed): the declarations', then OPTION_CLAIMS."""
-    out = [(name, (), frozenset(decl.capabilities.features) & frozenset(NUMERICS))
-           for name, decl in declarations().items()]
-    return [c for c in out if c[2]] + list(OPTION_CLAIMS)
+    """(backend, ((role, variant), ...), numeric features claimed): each backend's own claim,
+    and for a backend with variants every combination of one claiming variant per role, with
+    what they all declare (a role without one: no claim through variants)."""
+    out = []
+    for name, decl in declarations().items():
+        own = frozenset(decl.capabilities.features) & frozenset(NUMERICS)
+        if own:
+            out.append((name, (), own))
+            continue
+        per_role = [[(role, k) for k in decl.variants_for(role) if k.numerics]
+                    for role in ROLES if decl.variants_for(role)]
+        if not per_role or not all(per_role):
+            continue
+        for combo in itertools.product(*per_role):
+            common = frozenset.intersection(*(frozenset(k.numerics) for _, k in combo))
+            if common:
+                out.append((name, tuple((role, k.name) for role, k in combo), common))
+    return out
 
 
 def cases() -> list[BitConf]:
     decls = declarations()
     out = []
-    for name, options, features in claims():
+    for name, variants, features in claims():
         caps = decls[name].capabilities
         for device in _devices(caps):
             dtypes = [d for d in caps.dtypes if not (device == INTERPRETER and d == "bf16")]
             for kind in caps.kinds:
                 for dtype in dtypes:
-                    out.append(BitConf(name, device, kind, dtype, features, options,
+                    out.append(BitConf(name, device, kind, dtype, features, variants,
                                        _skip(caps, device)))
     return out

@@ -56,7 +56,7 @@ class World:
         if slots:
             self.cache.write(spec.layer_id, torch.tensor(slots, device=self.device), k, v)
         self.inputs = [(draw(n, spec.num_heads, spec.head_dim), *self._kv(draw, n)) for _, n in pool]
-        self.options = dict(conf.options)
+        self.options = conf.options()
         self.backend = load_backend(conf.backend, **self.options)
 
     def _kv(self, draw, n: int):

@@ -17,6 +17,7 @@ from attnkit.backends.varlen import varlen_batch
 from attnkit.errors import AttnkitError
 from attnkit.model.spec import LayerAttention
 from attnkit.registry import declarations, load_backend
+from attnkit.registry.kernels import KernelTable
 from conformance_cases import INTERPRETER, _devices, _interpreter_skip, _missing_requirement, torch_device
 from factories import assert_close, torch_dtype
 
@@ -39,17 +40,25 @@ def _params():
         caps = decl.capabilities
         if "varlen" not in caps.features:
             continue
-        for device in _devices(decl):
-            skip = _missing_requirement(decl) or _interpreter_skip(device)
-            dtypes = [d for d in caps.dtypes if not (device == INTERPRETER and d == "bf16")]
-            for dtype in dtypes:
-                for name in CASES:
-                    if caps.head_dims != "any" and CASES[name][0][2] not in caps.head_dims:
-                        continue
-                    marks = ([pytest.mark.gpu] if device == "cuda" else []) + (
-                        [pytest.mark.skip(reason=skip)] if skip else [])
-                    out.append(pytest.param(decl.name, device, dtype, name, marks=marks,
-                                            id=f"{decl.name}-{device}-{dtype}-{name}"))
+        # each declared varlen variant on its own (a variant with an envelope of its own, e.g. a
+        # compute capability, on the GPU only); a backend without variants: None
+        variants = [k for k in decl.variants_for("varlen")] or [None]
+        for variant in variants:
+            for device in _devices(decl):
+                if variant is not None and variant.compute_capability is not None and device != "cuda":
+                    continue
+                skip = _missing_requirement(decl) or _interpreter_skip(device)
+                dtypes = [d for d in caps.dtypes if not (device == INTERPRETER and d == "bf16")
+                          and (variant is None or not variant.dtypes or d in variant.dtypes)]
+                for dtype in dtypes:
+                    for name in CASES:
+                        if caps.head_dims != "any" and CASES[name][0][2] not in caps.head_dims:
+                            continue
+                        marks = ([pytest.mark.gpu] if device == "cuda" else []) + (
+                            [pytest.mark.skip(reason=skip)] if skip else [])
+                        label = decl.name + (f"/{variant.name}" if variant else "")
+                        out.append(pytest.param(decl.name, variant and variant.name, device, dtype, name,
+                                                marks=marks, id=f"{label}-{device}-{dtype}-{name}"))
     return out
 
 
@@ -81,10 +90,11 @@ def build(name: str, dtype: str, device: str):
     return layer, cast(q), cast(k), cast(v), batch
 
 
-@pytest.mark.parametrize("backend,device,dtype,name", _params())
-def test_varlen_matches_the_reference(backend, device, dtype, name):
+@pytest.mark.parametrize("backend,variant,device,dtype,name", _params())
+def test_varlen_matches_the_reference(backend, variant, device, dtype, name):
     layer, q, k, v, batch = build(name, dtype, device)
-    out = load_backend(backend).varlen(q, k, v, layer, batch)
+    options = {"kernels": {"varlen": KernelTable.only("varlen", variant)}} if variant else {}
+    out = load_backend(backend, **options).varlen(q, k, v, layer, batch)
     ref = reference.varlen_attention(q, k, v, layer, batch)
     assert out.dtype == q.dtype and out.shape == ref.shape
     assert_close(out, ref, dtype=dtype, what=f"{backend} {name}")

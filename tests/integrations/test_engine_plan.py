@@ -104,3 +104,18 @@ def test_startup_line_names_the_kernels_per_role_from_the_plans_run():
     line = engine_plan.startup_line(ep, engine_settings={"device": "cuda:0"})
     for role in result.run.roles:
         assert f"{role.role}=triton[{','.join(role.kernels.variants())}]" in line
+
+
+def test_engine_kv_dtype_names_are_read_with_the_one_spelling_table():
+    """vLLM's KV-cache dtype names go through the vocabulary's spellings (what `attnkit plan
+    --kv-cache-dtype` reads): "auto" is the compute dtype, fp8 is fp8_e4m3; a dtype with no KV
+    cache equivalent is AK496."""
+    from attnkit.errors import AttnkitError
+    from attnkit.integrations.engine_plan import engine_kv_dtype
+    assert engine_kv_dtype("vllm", "auto") is None and engine_kv_dtype("vllm", None) is None
+    assert [engine_kv_dtype("vllm", n) for n in ("bfloat16", "half", "fp8", "fp8_e5m2", "float32")] == \
+        ["bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp32"]
+    for bad in ("float64", "int8", 3):
+        with pytest.raises(AttnkitError) as err:
+            engine_kv_dtype("vllm", bad)
+        assert err.value.code == "AK496"

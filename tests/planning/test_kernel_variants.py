@@ -59,12 +59,12 @@ def test_tune_times_each_variant_that_can_run_the_bucket():
     h200 = get_preset("h200")
     shape = Shape("mha", 32, 8, 128, 128, "bf16", "bf16")
     assert variants_to_time(Bucket(shape, "decode", 1, 1, 4096, 16), triton, h200) == \
-        ["split", "split_write", "split_merge"]
+        ["split", "split_write", "split_merge", "split_fixed"]
     assert variants_to_time(Bucket(shape, "prefill", 1, 2048, 2048, 16), triton, h200) == \
-        ["paged", "paged_new_kv", "tma", "gluon"]
+        ["paged", "paged_new_kv", "tma", "gluon", "paged_fixed"]
     assert "gluon" not in variants_to_time(Bucket(shape, "prefill", 8, 2048, 2048, 16), triton, h200)
     assert variants_to_time(Bucket(shape, "prefill", 1, 2048, 34816, 16), triton, h200) == \
-        ["paged", "paged_new_kv", "tma"]
+        ["paged", "paged_new_kv", "tma", "paged_fixed"]
     mla16 = Shape("mla", 16, 1, 192, 128, "bf16", "bf16", 512, 64)
     mla128 = dataclasses.replace(mla16, heads=128)
     assert variants_to_time(Bucket(mla16, "decode", 1, 1, 4096, 64), mla, h200) == \
@@ -73,3 +73,67 @@ def test_tune_times_each_variant_that_can_run_the_bucket():
         ["column_split", "whole_rows", "column_split_tma"]
     assert variants_to_time(Bucket(mla128, "decode", 1, 1, 4096, 64), mla, h200)[-1] == "ws"
     assert variants_to_time(Bucket(shape, "decode", 1, 1, 4096, 16), declarations()["sdpa"], h200) == [None]
+
+
+def test_resuming_the_shipped_profile_measures_only_the_variants_it_lacks():
+    """`attnkit tune --backends triton --out <a profile without split_fixed / paged_fixed>` (the
+    shipped H200 profile before they were tuned in) times those variants and nothing it holds."""
+    from importlib import resources
+
+    from attnkit.planning.profile import load_profile
+    from attnkit.tune.grid import default_grid
+    from attnkit.tune.run import pending
+
+    shipped = load_profile(resources.files("attnkit.planning") / "profiles" / "nvidia-h200.json")
+    fixed = {"split_fixed", "paged_fixed"}
+    shipped = dataclasses.replace(shipped, entries=[e for e in shipped.entries if e.variant not in fixed])
+    done = {e.key() for e in shipped.entries}
+    grid, h200 = default_grid("cuda", False), get_preset("h200")
+    # the varlen call's buckets (issue 29) are new to the shipped profile: all of their variants
+    varlen = pending(grid, declarations(), h200, ["triton"], done, phases=("varlen",))
+    assert {k for _, _, k in varlen} == {"varlen_tile", "varlen_gluon", "varlen_gluon_persistent"}
+    jobs = pending(grid, declarations(), h200, ["triton"], done, phases=("decode", "prefill"))
+    held = {e.variant for e in shipped.entries if e.backend == "triton"}
+    assert jobs and {n for _, n, _ in jobs} == {"triton"}
+    assert {k for _, _, k in jobs} == {"split_fixed", "paged_fixed"} and not held & {"split_fixed", "paged_fixed"}
+    decode = {b for b, _, k in jobs if k == "split_fixed"}
+    assert decode == {e.bucket for e in shipped.entries if e.variant == "split"}   # every bucket split was timed at
+
+
+def test_mla_roles_name_variant_tiles_and_rate_with_the_shipped_profile():
+    """deepseek-v3 on the H200: each triton_mla role names its leading variant with its launch
+    configuration (triton_mla/configs.py at 128 heads, latent 512, 227 KB blocks) and rate; the
+    split count is left to run time and the plan says so."""
+    p = plan("deepseek-v3", "h200")
+    assert p.ok and p.run.role("decode").backend == "triton_mla"
+    decode = p.run.role("decode").kernels
+    assert decode.configs["column_split"] == {"BLOCK_H": 128, "BLOCK_T": 1, "BLOCK_N": 32, "num_warps": 8,
+                                              "num_stages": 3, "V_SPLIT": 2, "num_splits": "from-SM-count"}
+    assert decode.configs["column_split_tma"]["num_stages"] == 2
+    lead = decode.rows[0].order[0].variant
+    assert f"{lead} [" in p.kernel_why["decode"] and "GB/s" in p.kernel_why["decode"]
+    extend = p.to_dict()["run"]["roles"]["extend"]["kernels"]
+    assert extend["configs"]["mha_form"] == {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
+    assert extend["configs"]["whole_rows"]["BLOCK_H"] == 64
+    assert "mha_form [BLOCK_M=64" in p.kernel_why["extend"] and "TFLOP/s" in p.kernel_why["extend"]
+
+
+def test_mla_tiles_follow_the_device_geometry_and_none_is_guessed():
+    """The tiles are functions of the platform's shared memory: ~99 KB blocks get the small ones;
+    a platform that does not state its shared memory gets no configuration named."""
+    l4 = dataclasses.replace(get_preset("h200"), shared_memory_kb=99)
+    p = plan("deepseek-v3", l4)
+    assert p.run.role("decode").kernels.configs["whole_rows"]["BLOCK_N"] == 16
+    assert p.run.role("extend").kernels.configs["mha_form"]["BLOCK_N"] == 32
+    unknown = dataclasses.replace(get_preset("h200"), shared_memory_kb=None)
+    assert plan("deepseek-v3", unknown).run.role("decode").kernels.configs == {}
+
+
+def test_an_unmeasured_role_names_its_variants_launch_configurations():
+    """No profile row for the device (an A100): the reason still names each variant with the
+    configuration it would launch with, in the order the backend tries them."""
+    p = plan("llama-3.1-8b", "a100", profile=False)
+    why = p.kernel_why["decode"]
+    assert "split [BLOCK_N=64 num_warps=4 num_stages=4]" in why and "no bucket measured" in why
+    p = plan("deepseek-v3", "a100", profile=False)
+    assert "whole_rows [BLOCK_H=64 BLOCK_T=1 BLOCK_N=32 num_warps=8 num_stages=3" in p.kernel_why["decode"]

@@ -71,8 +71,12 @@ def test_planned_backends_declare_the_requirement(tiny_model):
     from attnkit.registry import declarations
 
     assert engine.plan.run.numerics == REQUIRE
-    for role in engine.plan.run.roles:
-        assert set(REQUIRE) <= declarations()[role.backend].capabilities.features
+    for role in engine.plan.run.roles:   # the backend declares both, or its tables list only variants that do
+        decl = declarations()[role.backend]
+        if not set(REQUIRE) <= decl.capabilities.features:
+            assert role.kernels is not None and role.kernels.variants()
+            assert all(set(REQUIRE) <= next(k for k in decl.variants if k.name == v).numerics
+                       for v in role.kernels.variants())
 
 
 def test_alone_in_a_batch_of_64_and_again_bitwise(tiny_model):

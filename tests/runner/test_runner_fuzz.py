@@ -74,7 +74,7 @@ def snapshot(engine, sched):
     contents = [buf[pages].clone() for buf in (*cache.k.values(), *cache.v.values())]
     queues = [[(r.request_id, r.computed, list(r.output)) for r in q]
               for q in (sched.waiting, sched.running)]
-    return rows, alloc.free_pages(), pages, contents, queues, sorted(map(repr, sched._ids))
+    return rows, alloc.free_pages(), pages, contents, queues, sorted(map(repr, engine.sequences.request_ids(sched._token)))
 
 
 def same(before, after) -> bool:

@@ -58,3 +58,24 @@ def test_releasing_a_running_request_behind_the_schedulers_back_is_refused(tiny_
     eng.prefill([[5, 6]], ids=["mine"])
     eng.release(["mine"])                                     # the caller's own: released
     assert eng.allocator.num_free == eng.allocator.num_pages
+
+
+def test_one_sequence_registry_the_engines(tiny_model):
+    """The scheduler keeps no table of its own: its requests' ids are held by the engine's
+    registry (sequence.SequenceRegistry) beside the live sequences, one namespace per scheduler,
+    freed as requests finish, and forgotten with a scheduler dropped mid-run."""
+    eng = engine(tiny_model)
+    a, b = Scheduler(eng), Scheduler(eng)
+    assert not any(isinstance(v, dict) for v in vars(a).values())
+    ra, rb = a.add(PROMPTS[0], greedy(2), request_id="x"), b.add(PROMPTS[1], greedy(2), request_id="x")
+    assert eng.sequences.request_ids(a._token) == ["x"] == eng.sequences.request_ids(b._token)
+    with pytest.raises(AttnkitError) as err:
+        a.add(PROMPTS[2], greedy(2), request_id="x")
+    assert err.value.code == "AK486"
+    a.step()
+    assert eng.sequences.live[ra.seq_id] is ra and rb.seq_id not in eng.sequences.live
+    assert [r.request_id for r in a.run()] == ["x"] and eng.sequences.request_ids(a._token) == []
+    token = b._token
+    del b
+    gc.collect()
+    assert eng.sequences.request_ids(token) == []

@@ -1,7 +1,8 @@
 """Host-side choices of triton_mla: KV split counts and tile shapes (no kernels run)."""
 import pytest
 
-from attnkit.backends.triton_mla.decode import absorbed_config, choose_splits
+from attnkit.backends.triton_mla.configs import absorbed_config
+from attnkit.backends.triton_mla.decode import choose_splits
 
 
 @pytest.mark.parametrize("programs, max_kv, slots, expected", [
@@ -30,7 +31,7 @@ def test_tiles_fit_shared_memory():
 def test_v2_tiles():
     """v2 splits the latent columns only for 64-row programs on ~227 KB parts; elsewhere the
     launcher falls back to version 1's tile (None)."""
-    from attnkit.backends.triton_mla.decode_column_split import absorbed_config_v2, v2_block_h
+    from attnkit.backends.triton_mla.configs import absorbed_config_v2, v2_block_h
     assert absorbed_config_v2(128, 512, smem_kb=227) == dict(block_n=32, num_warps=8, num_stages=3,
                                                              programs_per_sm=1, v_split=2)
     assert v2_block_h(128, 512, smem_kb=227) == 128
@@ -61,7 +62,7 @@ def test_the_plan_tables_choose_each_request_form_and_the_absorbed_kernel():
         query_lens_cpu, seq_lens_cpu, prefix_lens_cpu = [1, 1500], [3000, 3500], [2999, 2000]
     assert backend._mha_requests(Meta) == [False, True]
     part = type("P", (), {"query_lens": [1], "kv_lens": [3000], "static_kv": None})
-    assert backend._absorbed_kernel(Meta, part) == "v1"           # whole_rows
+    assert backend._absorbed_kernels(Meta, part) == ("v1", "v2")    # whole_rows, then the general one
     assert TritonMLABackend()._mha_requests(Meta) == [False, False]   # no table: declaration order
     assert TritonMLABackend(mha_form_min_query=2)._mha_requests(Meta) == [False, True]
 

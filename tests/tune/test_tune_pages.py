@@ -67,3 +67,28 @@ def test_a_models_grid_measures_the_planners_dtype():
         shapes = {s.dtype for s, _ in grid.model_grid([model], device, True, resolve_platform(preset))}
         assert shapes == {attnkit.plan("llama-3.1-8b", preset).run.dtype}
     assert {s.dtype for s, _ in grid.model_grid([model], "cuda", True, resolve_platform("t4"))} == {"fp16"}
+
+
+def test_a_models_grid_is_what_plan_runs_for_the_request(monkeypatch):
+    """attnkit tune takes a request (what `attnkit plan` takes) and hands it to plan() unchanged;
+    the shapes are plan.run's: dtypes, heads a rank (tp), and its page size among the decodes'."""
+    from attnkit.planning import solver
+    from attnkit.planning.request import parse_request
+
+    request = parse_request({"dtype": "fp16", "tp_size": 8, "page_size": 32})
+    seen = []
+    real = solver.plan
+    monkeypatch.setattr(solver, "plan", lambda m, p, r, **kw: seen.append(r) or real(m, p, r, **kw))
+    shapes = grid.model_grid([load_model("deepseek-v3")], "cuda", True, resolve_platform("h200"), request)
+    assert seen == [request] and seen[0] is request
+    ((shape, rt),) = shapes
+    assert (shape.heads, shape.dtype, shape.kv_dtype) == (16, "fp16", "fp16") and 32 in rt.decode_pages
+
+
+def test_tune_plan_flags_need_models_and_are_parsed_once(capsys):
+    from attnkit.cli.main import main
+    assert main(["tune", "--device", "cpu", "--dtype", "fp16"]) != 0
+    assert "AK306" in capsys.readouterr().err
+    assert main(["tune", "--device", "cpu", "--models", "qwen3-4b", "--page-size", "abc"]) != 0
+    err = capsys.readouterr().err
+    assert "AK306" in err and "page_size" in err

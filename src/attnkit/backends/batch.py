@@ -18,6 +18,7 @@ from attnkit.backends.metadata import BatchMetadata, ForwardMode
 from attnkit.backends.metadata import is_int as _is_int
 from attnkit.backends.tables import slots_of
 from attnkit.errors import fail, preview
+from attnkit.kvcache.allocator import check_page_size
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,9 +149,7 @@ def build_batch(requests: Sequence[Any], *, page_size: int, device: torch.device
         fail("AK405", f"requests must be a sequence of requests, got {type(requests).__name__}",
              field="requests", expected="a list of Request / dict / tuple", actual=repr(requests)[:80])
     reqs = [Request.of(r, i) for i, r in enumerate(requests)]
-    if not _is_int(page_size) or not 1 <= page_size <= _INT32_MAX:
-        fail("AK405", f"page_size must be an int >= 1 (and < 2**31), got {preview(page_size)}",
-             field="page_size", expected="int >= 1", actual=preview(page_size))
+    check_page_size(page_size)
     for i, r in enumerate(reqs):
         _check_request(i, r, page_size)
     mode = _parse_mode(mode) if mode is not None else infer_mode(reqs)

@@ -27,6 +27,7 @@ from typing import Any, Sequence
 
 from attnkit.backends.tables import TableFacts, derive_slots, table_facts
 from attnkit.errors import fail
+from attnkit.kvcache.allocator import check_page_size
 
 
 class ForwardMode(enum.Enum):
@@ -214,9 +215,7 @@ class BatchMetadata:
             if n != b:
                 fail("AK405", f"meta.{name} has {n} entries but the batch has {b} requests "
                               f"(len(seq_lens_cpu))", field=f"meta.{name}", expected=b, actual=n)
-        if not is_int(self.page_size) or self.page_size < 1:
-            fail("AK405", f"page_size must be an int >= 1, got {self.page_size!r}",
-                 field="meta.page_size", expected="int >= 1", actual=repr(self.page_size))
+        check_page_size(self.page_size, field="meta.page_size")
         new = [s - p for s, p in zip(self.seq_lens_cpu, self.prefix_lens_cpu)]
         if any(p < 0 for p in self.prefix_lens_cpu) or any(n < 1 for n in new):
             fail("AK405", f"every request needs prefix_len >= 0 and at least one new token "

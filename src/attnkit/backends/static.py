@@ -45,6 +45,7 @@ from attnkit.backends.metadata import BatchMetadata, ForwardMode
 from attnkit.backends.tables import slots_of
 from attnkit.backends.validation import validate_batch
 from attnkit.errors import fail, preview
+from attnkit.kvcache.allocator import check_page_size
 from attnkit.kvcache.checks import check_fits, usable_device
 
 I32, I64 = torch.int32, torch.int64
@@ -67,8 +68,8 @@ class StaticDecode:
 
     def __init__(self, *, max_batch: int, max_pages: int, page_size: int,
                  scratch_pages: Sequence[int], device: torch.device | str):
-        for name, value in (("max_batch", max_batch), ("max_pages", max_pages),
-                            ("page_size", page_size)):
+        check_page_size(page_size)
+        for name, value in (("max_batch", max_batch), ("max_pages", max_pages)):
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**31:
                 fail("AK458", f"{name} must be an int >= 1 (and < 2**31), got {preview(value)}", field=name,
                      expected="int >= 1", actual=preview(value))

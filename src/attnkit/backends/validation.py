@@ -24,11 +24,10 @@ from attnkit.backends.step import Passed, RuntimeLayer
 from attnkit.backends.tables import slots_of
 from attnkit.errors import fail
 from attnkit.kvcache.checks import same_device
-from attnkit.kvcache.paged import PagedKVCache
+from attnkit.kvcache.paged import COMPUTE_TORCH_DTYPES, PagedKVCache
 from attnkit.model.checks import layer_problem
 from attnkit.model.spec import LayerAttention
 
-COMPUTE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def _shape(name: str, t: Any, expected: tuple, *, code: str = "AK411") -> None:
@@ -98,7 +97,7 @@ def validate_tensors(q, k, v, layer, cache, meta: BatchMetadata) -> None:
         _shape("q", q, (num_tokens, 3, spec.num_heads, spec.head_dim))
     else:
         _heads_tensor("q", q, num_tokens, spec.num_heads, spec.head_dim, lid)
-    _dtype("q", q, COMPUTE_DTYPES)
+    _dtype("q", q, COMPUTE_TORCH_DTYPES)
     _device("q", q, cache.device)
     n_kv = num_tokens
     if spec.cross_attention:

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import torch
 
 from attnkit.errors import fail
+from attnkit.kvcache.paged import COMPUTE_TORCH_DTYPES
 
-DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # LayerAttention fields a varlen layer must leave unset: the call computes plain attention
 PLAIN = ("sliding_window", "logit_softcap", "dual_chunk", "attention_chunk", "sparse_topk")
 
@@ -115,7 +115,7 @@ def validate_varlen(q, k, v, layer, batch: VarlenBatch, *, backend: str, feature
         if not isinstance(t, torch.Tensor) or t.dim() != 3:
             fail("AK411", f"{name} must be a 3-D tensor [tokens, heads, head_dim]", field=name,
                  expected="[T, H, D]", actual=list(getattr(t, "shape", [])))
-        if t.dtype not in DTYPES or t.dtype != q.dtype:
+        if t.dtype not in COMPUTE_TORCH_DTYPES or t.dtype != q.dtype:
             fail("AK410", f"{name} is {t.dtype}; q, k and v share one of fp16, bf16, fp32 (q is {q.dtype})",
                  field=name, expected=str(q.dtype), actual=str(t.dtype))
         if t.device != batch.cu_q.device:

@@ -8,7 +8,8 @@ import argparse
 import json
 import sys
 
-from attnkit.cli.common import require_torch
+from attnkit.cli.common import add_plan_flags, request_from_args, require_torch
+from attnkit.errors import fail
 
 
 def add_parser(sub, common) -> None:
@@ -22,23 +23,33 @@ def add_parser(sub, common) -> None:
     t.add_argument("--quick", action="store_true", help="the few shapes that decide each phase")
     t.add_argument("--models", nargs="+", metavar="MODEL", help="tune only the shapes of these models")
     t.add_argument("--backends", metavar="B,B", help="only these backends (comma list)")
+    t.add_argument("--phase", action="append", choices=("decode", "prefill", "varlen"),
+                   help="only this phase's buckets (repeatable; varlen: the varlen call at DiT shapes)")
     t.add_argument("--out", metavar="FILE", help="profile file (default: the per-user cache, "
                                                  "where attnkit plan finds it)")
     t.add_argument("--json", action="store_true", help="print {ok, path, profile, entries, counts}")
+    # attnkit plan's settings: with --models, each model is tuned as plan() plans it for them
+    add_plan_flags(t)
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from attnkit.model import load_model
+    from attnkit.planning.request import PlanRequest
     from attnkit.registry import declarations, names
 
     require_torch("attnkit tune")
     from attnkit.tune.run import tune
 
+    request = request_from_args(args)            # the one parse (AK306 names a junk flag)
+    if not args.models and request != PlanRequest():
+        fail("AK306", "attnkit tune's plan flags choose the shapes of --models; name the models",
+             field="models", expected="--models MODEL ... with plan flags", actual=None)
     models = [load_model(m) for m in args.models or ()]
     backends = [names.resolve(n.strip(), declarations())[0] for n in (args.backends or "").split(",") if n.strip()]
     command = "attnkit tune " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["tune"] else "attnkit tune"
     path, prof = tune(device=args.device, quick=args.quick, models=models, out=args.out,
-                      backends=backends or None, command=command.strip())
+                      backends=backends or None, command=command.strip(), request=request,
+                      phases=args.phase)
     counts: dict[str, int] = {}
     for e in prof.entries:
         counts[e.status] = counts.get(e.status, 0) + 1

@@ -98,12 +98,15 @@ def _detect_with_torch(packages: dict[str, str], index: int) -> Platform | None:
         props = torch.cuda.get_device_properties(index)
         capability = tuple(torch.cuda.get_device_capability(index))
         memory = round(props.total_memory / 2**30, 1)
+        optin = getattr(props, "shared_memory_per_block_optin", None)
+        smem = int(optin) // 1024 if optin else None
         if getattr(torch.version, "hip", None):
             gfx = str(getattr(props, "gcnArchName", "") or "").split(":")[0] or None
             return Platform(kind="rocm", name=props.name, capability=capability, memory_gb=memory,
-                            packages=packages, arch=gfx, index=index)
+                            packages=packages, arch=gfx, index=index, shared_memory_kb=smem)
         return Platform(kind="cuda", name=props.name, capability=capability, memory_gb=memory,
-                        packages=packages, arch=f"sm_{capability[0]}{capability[1]}", index=index)
+                        packages=packages, arch=f"sm_{capability[0]}{capability[1]}", index=index,
+                        shared_memory_kb=smem)
     xpu = getattr(torch, "xpu", None)
     if xpu is not None and xpu.is_available():
         return Platform(kind="xpu", name=xpu.get_device_name(index), packages=packages,

@@ -25,7 +25,9 @@ class Platform:
     ``packages`` maps importable name -> version (``{"torch": "2.11.0", "triton": "3.6.0"}``).
     ``arch`` names the instruction set: ``sm_90``, ``gfx942``, ``x86_64``, ``arm64``.
     ``index`` is which device of its kind (``cuda:1`` -> 1) when detected; None for presets
-    and the CPU.
+    and the CPU. ``shared_memory_kb`` is the shared memory (ROCm: LDS) one thread block may
+    opt into, KB: geometry from the part's specification (presets) or the device (detected),
+    which kernels' tile shapes must fit; None where unknown.
     """
     kind: str
     name: str
@@ -35,6 +37,7 @@ class Platform:
     preset: str | None = None
     arch: str | None = None
     index: int | None = None
+    shared_memory_kb: int | None = None
 
     def has_package(self, name: str) -> bool:
         return name in (self.packages or {})
@@ -49,6 +52,7 @@ class Platform:
             "preset": self.preset,
             "arch": self.arch,
             "index": self.index,
+            "shared_memory_kb": self.shared_memory_kb,
         }
 
     @classmethod
@@ -57,12 +61,13 @@ class Platform:
         cap = d.get("capability")
         return cls(kind=d["kind"], name=d["name"], capability=tuple(cap) if cap is not None else None,
                    memory_gb=d.get("memory_gb"), packages=dict(d.get("packages") or {}),
-                   preset=d.get("preset"), arch=d.get("arch"), index=d.get("index"))
+                   preset=d.get("preset"), arch=d.get("arch"), index=d.get("index"),
+                   shared_memory_kb=d.get("shared_memory_kb"))
 
     def __hash__(self) -> int:  # packages is a dict; hash the rest plus its items
         return hash((self.kind, self.name, self.capability, self.memory_gb,
                      tuple(sorted((self.packages or {}).items())), self.preset, self.arch,
-                     self.index))
+                     self.index, self.shared_memory_kb))
 
 
 def compute_dtypes(platform: Any) -> tuple[str, ...]:
@@ -112,6 +117,9 @@ def validate_platform(platform: Any) -> None:
     index = getattr(platform, "index", None)
     if index is not None and (isinstance(index, bool) or not isinstance(index, int) or index < 0):
         raise bad("index", "None or a device index >= 0", index)
+    smem = getattr(platform, "shared_memory_kb", None)
+    if smem is not None and (isinstance(smem, bool) or not isinstance(smem, int) or smem <= 0):
+        raise bad("shared_memory_kb", "None or an integer > 0 (KB)", smem)
     for field_ in ("preset", "arch"):
         value = getattr(platform, field_, None)
         if value is not None and not isinstance(value, str):

@@ -24,13 +24,9 @@ from attnkit.errors import fail
 from attnkit.model.spec import LayerAttention
 from attnkit.planning.plan import Plan
 from attnkit.kvcache.paged import TORCH_KV_DTYPES, dtype_name
-from attnkit.registry.capabilities import DTYPES
+from attnkit.registry.capabilities import DTYPES, KV_CACHE_DTYPES, dtype_spelled
 from attnkit.runner.engine.setup import backend_of, platform_of
 
-# Engines' KV-cache dtype names -> attnkit's (None: the compute dtype, the engines' "auto").
-KV_CACHE_DTYPES = {"auto": None, None: None, "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3",
-                   "fp8_e5m2": "fp8_e5m2", "bfloat16": "bf16", "float16": "fp16",
-                   "float32": "fp32", "bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}
 SCALE_ERROR_ENV = "ATTNKIT_ENGINE_TEST_SCALE_ERROR"
 SCALE_TOLERANCE = 1e-6          # relative: the engine's softmax scale against the spec's
 
@@ -83,17 +79,14 @@ def plan_engine(hf_config: Mapping[str, Any], *, engine: str, name: str, device:
     from attnkit.model import parse_config
     from attnkit.planning.solver import plan
 
-    if kv_cache_dtype not in KV_CACHE_DTYPES:
-        fail("AK496", f"{engine}: KV cache dtype {kv_cache_dtype!r} has no attnkit equivalent",
-             field="kv_cache_dtype", expected=sorted(k for k in KV_CACHE_DTYPES if k),
-             actual=kv_cache_dtype)
+    kv_name = engine_kv_dtype(engine, kv_cache_dtype)
     compute = dtype_name(dtype)
     if compute not in DTYPES:
         fail("AK496", f"{engine}: the model computes in {dtype}; attnkit backends compute in "
                       f"{', '.join(DTYPES)}", field="dtype", expected=list(DTYPES), actual=str(dtype))
     spec = parse_config(dict(hf_config), name=name)
     asked = {"dtype": compute, "page_size": page_size,
-             "kv_cache_dtype": KV_CACHE_DTYPES[kv_cache_dtype] or compute,
+             "kv_cache_dtype": kv_name or compute,
              "tp_size": tp_size if tp_size > 1 else None, **dict(request or {})}
     if any(l.dual_chunk is not None for l in spec.layers):
         asked["dual_chunk"] = "off"        # the engines run plain RoPE attention here
@@ -104,6 +97,19 @@ def plan_engine(hf_config: Mapping[str, Any], *, engine: str, name: str, device:
                       layers={l.layer_id: per_rank(l, run.tp_size) for l in spec.layers},
                       tp_size=run.tp_size, page_size=run.page_size,
                       kv_dtype=TORCH_KV_DTYPES[run.kv_cache_dtype])
+
+
+def engine_kv_dtype(engine: str, name: str | None) -> str | None:
+    """An engine's KV-cache dtype name in attnkit's spelling (the vocabulary's table, which
+    reads vLLM's "bfloat16" and "fp8" as `attnkit plan` does); None for the engines' "auto"
+    (the compute dtype); AK496 for a name with no attnkit equivalent."""
+    if name is None or name == "auto":
+        return None
+    spelled = dtype_spelled(name) if isinstance(name, str) else None
+    if spelled not in KV_CACHE_DTYPES:
+        fail("AK496", f"{engine}: KV cache dtype {name!r} has no attnkit equivalent",
+             field="kv_cache_dtype", expected=["auto", *KV_CACHE_DTYPES], actual=name)
+    return spelled
 
 
 def per_rank(spec: LayerAttention, tp_size: int) -> LayerAttention:

@@ -29,6 +29,24 @@ def _check_count(name: str, value: object, *, minimum: int) -> None:
              field=name, expected=f"int >= {minimum}", actual=preview(value))
 
 
+PAGE_SIZE_MAX = 2**31 - 1        # block tables and slot mappings are int32
+
+
+def check_page_size(value: object, *, field: str = "page_size") -> None:
+    """The one check of a page size a runtime input names (an allocation, a batch built by
+    ``build_batch`` or by hand, static decode buffers): AK405 unless an int 1 .. 2**31 - 1.
+    The other boundaries have their own: a request's page size is the planner's (AK306), a
+    cache's its construction's (AK430), and each step's batch is compared once with its cache
+    by the runtime check layer (AK418)."""
+    try:
+        ok = not isinstance(value, bool) and 1 <= operator.index(value) <= PAGE_SIZE_MAX
+    except TypeError:
+        ok = False
+    if not ok:
+        fail("AK405", f"{field} must be an int >= 1 (and < 2**31), got {preview(value)}",
+             field=field, expected="int >= 1", actual=preview(value))
+
+
 def _check_id(req_id: object) -> None:
     """Request ids key a dict: AK405 for one that cannot (a list, a dict ...)."""
     try:
@@ -66,7 +84,7 @@ class PageAllocator:
         _check_count("num_pages", num_pages, minimum=0)
         _check_count("scratch", scratch, minimum=0)
         if page_size is not None:
-            _check_count("page_size", page_size, minimum=1)
+            check_page_size(page_size)
         self.num_pages = operator.index(num_pages)
         self.page_size = page_size
         self.scratch_pages = list(range(self.num_pages, self.num_pages + operator.index(scratch)))
@@ -149,7 +167,7 @@ class PageAllocator:
         if size is None:
             fail("AK405", "page_size must be given: this allocator has no default page size",
                  field="page_size", expected="int >= 1", actual=None)
-        _check_count("page_size", size, minimum=1)
+        check_page_size(size)
         _check_id(req_id)
         if req_id in self._owned:
             fail("AK401", f"request {req_id!r} already holds pages; free it before allocating again",

@@ -21,13 +21,14 @@ from attnkit.errors import fail, preview
 from attnkit.kvcache.checks import check_fits, check_write, usable_device
 from attnkit.kvcache.index_keys import INDEX_AMAX_FLOOR, INDEX_FP8_MAX
 from attnkit.model.spec import LayerAttention
-from attnkit.registry.capabilities import INDEX_DTYPES, default_index_dtype, dtype_spelled
+from attnkit.registry.capabilities import DTYPES, INDEX_DTYPES, default_index_dtype, dtype_spelled
 
 # The one table of torch dtypes by the vocabulary's names (compute dtypes are among them).
 TORCH_KV_DTYPES = {
     "fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
     "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2,
 }
+COMPUTE_TORCH_DTYPES = tuple(TORCH_KV_DTYPES[name] for name in DTYPES)   # what backends compute in
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 _NAMES = {dtype: name for name, dtype in TORCH_KV_DTYPES.items()}
 

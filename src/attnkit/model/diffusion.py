@@ -22,6 +22,7 @@ from attnkit.model._fields import ConfigReader
 from attnkit.model.components import Inputs, Workload
 from attnkit.model.layouts import MAX_LAYERS
 from attnkit.model.spec import LayerAttention, ModelAttention
+from attnkit.registry.capabilities import dtype_spelled
 
 
 @dataclass(frozen=True)
@@ -197,7 +198,7 @@ def _qwen_image(r: ConfigReader):
 
 def _dtype(r: ConfigReader) -> str | None:
     value = r.cfg.get("torch_dtype")
-    return {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(value) if isinstance(value, str) else None
+    return dtype_spelled(value) if isinstance(value, str) else None
 
 
 DENOISERS: dict[str, Denoiser] = {

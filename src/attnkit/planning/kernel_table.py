@@ -20,12 +20,13 @@ from attnkit.planning.profile import UNITS, Profile
 from attnkit.registry.capabilities import BackendDeclaration
 from attnkit.registry.kernels import KernelRate, KernelRow, KernelTable, variant_misfits
 
-PHASE_OF = {"prefill": "prefill", "extend": "prefill", "decode": "decode"}
+PHASE_OF = {"prefill": "prefill", "extend": "prefill", "decode": "decode", "varlen": "varlen"}
 
 
-def model_facts(model, settings: Mapping[str, Any]) -> dict[str, Any]:
+def model_facts(model, settings: Mapping[str, Any], require: tuple[str, ...] = ()) -> dict[str, Any]:
     """What a variant's envelope is checked against: the model's most common layer shape per
-    rank, its features and whether every layer is causal, the plan's dtypes and page size."""
+    rank, its features and whether every layer is causal, the plan's dtypes and page size, and
+    the numerics the plan requires (``require``, --require)."""
     shape = model_shape(model, settings)
     features = set()
     for layer in model.layers:
@@ -34,11 +35,14 @@ def model_facts(model, settings: Mapping[str, Any]) -> dict[str, Any]:
             "kv_dtype": settings.get("kv_cache_dtype") or settings.get("dtype") or "bf16",
             "head_dim": shape.head_dim if shape else 0, "heads": shape.heads if shape else 0,
             "page_size": settings.get("page_size"), "features": frozenset(features),
-            "causal": all(layer.causal for layer in model.layers)}
+            "causal": all(layer.causal for layer in model.layers), "require": tuple(require)}
 
 
 def misfits(decl: BackendDeclaration, platform, facts: Mapping[str, Any]) -> dict[str, list[str]]:
-    """variant -> why it cannot run here (only the variants that cannot)."""
+    """variant -> why it cannot run here (only the variants that cannot). A requirement the
+    backend declares for all its kernels leaves every variant in."""
+    facts = {**facts, "require": tuple(r for r in facts.get("require", ())
+                                       if r not in decl.capabilities.features)}
     out = {}
     for k in decl.variants:
         why = variant_misfits(k, platform=platform, **facts)
@@ -47,18 +51,26 @@ def misfits(decl: BackendDeclaration, platform, facts: Mapping[str, Any]) -> dic
     return out
 
 
-def allowed_variants(registry: Mapping[str, BackendDeclaration], platform, facts) -> dict[str, frozenset[str]]:
-    """backend -> the names of its variants that can run here (backends with variants only)."""
-    return {name: frozenset(k.name for k in d.variants) - set(misfits(d, platform, facts))
-            for name, d in registry.items() if d.variants}
+def allowed_variants(registry: Mapping[str, BackendDeclaration], platform, facts, *,
+                     roles: tuple[str, ...] | None = None) -> dict[str, frozenset]:
+    """backend -> the names of its variants that can run here (backends with variants only;
+    ``roles``: only variants of these roles), and None (a profile entry that names no variant)
+    unless a requirement leaves the backend only its declaring variants."""
+    out = {}
+    for name, d in registry.items():
+        if d.variants:
+            plain = set() if any(r not in d.capabilities.features for r in facts.get("require", ())) else {None}
+            names = {k.name for k in d.variants if roles is None or set(k.roles) & set(roles)}
+            out[name] = frozenset(names - set(misfits(d, platform, facts))) | plain
+    return out
 
 
 def kernel_table(profile: Profile | None, decl: BackendDeclaration, role: str, model, settings,
-                 allowed: frozenset[str]) -> KernelTable:
+                 allowed: frozenset[str], *, platform) -> KernelTable:
     """``role``'s table for backend ``decl`` (see the module docstring)."""
     fallback = tuple(k.name for k in decl.variants_for(role) if k.name in allowed)
     shape = model_shape(model, settings)
-    configs = launch_configs(decl, fallback, shape, settings)
+    configs = launch_configs(decl, role, fallback, shape, settings, platform)
     if profile is None or shape is None:
         return KernelTable(role, fallback=fallback, configs=configs)
     phase = PHASE_OF[role]
@@ -78,15 +90,23 @@ def kernel_table(profile: Profile | None, decl: BackendDeclaration, role: str, m
     return KernelTable(role, rows=tuple(rows), fallback=fallback, configs=configs)
 
 
-def launch_configs(decl: BackendDeclaration, variants, shape, settings) -> dict[str, dict]:
-    """variant -> its launch configuration at ``shape`` (the declaration's launch_config hook)."""
+def runs_varlen(model) -> bool:
+    """Whether the model's attention can run as the varlen call: no decode (nothing cached
+    between calls) and every layer non-causal (a DiT, a vision tower, an encoder)."""
+    return "decode" not in model.phases and bool(model.layers) and not any(l.causal for l in model.layers)
+
+
+def launch_configs(decl: BackendDeclaration, role: str, variants, shape, settings,
+                   platform) -> dict[str, dict]:
+    """variant -> its launch configuration in ``role`` at ``shape`` on ``platform`` (the
+    declaration's launch_config hook)."""
     if decl.launch_config is None or shape is None:
         return {}
     from attnkit.planning.reasons import load_hook
     hook = load_hook(decl.launch_config)
     out = {}
     for v in variants:
-        cfg = hook(v, head_dim=shape.head_dim, dtype=settings.get("dtype") or shape.dtype)
+        cfg = hook(v, role=role, shape=shape, dtype=settings.get("dtype") or shape.dtype, platform=platform)
         if cfg:
             out[v] = dict(cfg)
     return out
@@ -98,24 +118,36 @@ def config_text(cfg: Mapping[str, Any]) -> str:
 
 def kernel_tables(profile: Profile | None, registry: Mapping[str, BackendDeclaration],
                   backends: Mapping[str, str | None], model, settings,
-                  allowed: Mapping[str, frozenset[str]]) -> dict[str, KernelTable]:
-    """role -> table, for the roles whose backend has kernel variants."""
+                  allowed: Mapping[str, frozenset[str]], *, platform) -> dict[str, KernelTable]:
+    """role -> table, for the roles whose backend has kernel variants; ``varlen`` (the varlen
+    call) where the model runs it (runs_varlen) and its prefill backend declares it."""
     out = {}
-    for role in ("prefill", "extend", "decode"):
+    for role in ("prefill", "extend", "decode", "varlen"):
+        if role == "varlen":
+            name = backends.get("prefill")
+            if name is not None and runs_varlen(model) and registry[name].variants_for("varlen") \
+                    and "varlen" in registry[name].capabilities.features:
+                out[role] = kernel_table(profile, registry[name], role, model, settings,
+                                         allowed.get(name, frozenset()), platform=platform)
+            continue
         name = backends.get(role) or (backends.get("prefill") if role == "extend" else None)
         if name is None or not registry[name].variants or role == "decode" and "decode" not in model.phases:
             continue
         if role == "extend" and "decode" not in model.phases:
             continue
-        out[role] = kernel_table(profile, registry[name], role, model, settings, allowed.get(name, frozenset()))
+        out[role] = kernel_table(profile, registry[name], role, model, settings,
+                                 allowed.get(name, frozenset()), platform=platform)
     return out
 
 
-def describe(table: KernelTable, left_out: Mapping[str, list[str]] | None = None) -> str:
+def describe(table: KernelTable, left_out: Mapping[str, list[str]] | None = None, *,
+             unproven: list[str] = (), require: tuple[str, ...] = ()) -> str:
     """One line for a role's reason: which variant leads in how many measured buckets, with its
-    rate there (geometric mean), then the variants left out and why."""
+    rate there (geometric mean), then the variants left out and why (``unproven``: those that
+    could run here but do not declare ``require``, --require's numerics)."""
     if not table.rows:
-        text = f"kernels: {', '.join(table.fallback) or 'none'} (first that takes the step; no bucket measured)"
+        text = (f"kernels: {', '.join(_with_config(v, table) for v in table.fallback) or 'none'} "
+                "(first that takes the step; no bucket measured)")
     else:
         won = defaultdict(list)
         for r in table.rows:
@@ -124,13 +156,20 @@ def describe(table: KernelTable, left_out: Mapping[str, list[str]] | None = None
         parts = []
         for variant, rows in won.items():
             rate = geomean([r.order[0].rate for r in rows if r.order[0].rate])
-            cfg = f" [{config_text(table.configs[variant])}]" if variant in table.configs else ""
-            parts.append(f"{variant}{cfg} in {len(rows)} of {len(table.rows)} buckets ({_span(rows)}; "
+            parts.append(f"{_with_config(variant, table)} in {len(rows)} of {len(table.rows)} buckets ({_span(rows)}; "
                          f"{rate_text(rate)} {unit})")
         text = "kernels: " + ", ".join(parts)
+    if unproven:
+        text += (f"; only variants that declare {' and '.join(require)} (--require): not "
+                 + ", ".join(unproven))
     if left_out:
         text += "; not here: " + "; ".join(f"{k} ({', '.join(why)})" for k, why in left_out.items())
     return text
+
+
+def _with_config(variant: str, table: KernelTable) -> str:
+    """``split [BLOCK_N=64 num_warps=4 num_stages=4]``: a variant and its launch configuration."""
+    return f"{variant} [{config_text(table.configs[variant])}]" if variant in table.configs else variant
 
 
 def _span(rows) -> str:

@@ -33,8 +33,7 @@ from typing import Any, Mapping, Sequence
 from attnkit.errors import AttnkitError, preview
 from attnkit.planning.pages import DEFAULT_PAGE_SIZE
 from attnkit.planning.profile import UNITS, Bucket, Entry, Profile, Shape
-
-HALF = ("fp16", "bf16")
+from attnkit.registry.capabilities import HALF_DTYPES as HALF
 WORKLOAD_KEYS = ("batch", "new", "context")
 MAX_WORKLOAD = 1 << 31       # far above any batch or context; 10**400 broke the log2 distance
 
@@ -135,7 +134,7 @@ class Ranking:
                 for n, what in self.failed.items()]
 
 
-ROLES = {"prefill": lambda b: b.prefix == 0, "extend": lambda b: b.prefix > 0}
+ROLES = {"prefill": lambda b: b.prefix == 0, "extend": lambda b: b.prefix > 0, "varlen": lambda b: True}
 
 
 def rank(profile: Profile, shape: Shape, phase: str, candidates: Sequence[str],
@@ -183,7 +182,8 @@ Allowed = Mapping[str, frozenset[str]] | None
 def best_entries(profile: Profile, buckets: set[Bucket], allowed: Allowed = None) -> dict[tuple, Entry]:
     """(backend, bucket) -> the entry that stands for the backend there: of a backend with kernel
     variants, its fastest ``ok`` variant among ``allowed[backend]`` (the variants that can run
-    for this model here; a backend absent from ``allowed`` keeps all), else one that failed
+    for this model here, None for an entry naming none; a backend absent from ``allowed`` keeps
+    all), else one that failed
     (wrong / error), else one skipped. A backend is as fast as the best kernel the plan can
     give it, and the plan's kernel table (planning/kernel_table.py) names that kernel."""
     def score(e: Entry) -> tuple:
@@ -193,8 +193,7 @@ def best_entries(profile: Profile, buckets: set[Bucket], allowed: Allowed = None
     for e in profile.entries:
         if e.bucket not in buckets:
             continue
-        if e.variant is not None and allowed is not None and e.backend in allowed \
-                and e.variant not in allowed[e.backend]:
+        if allowed is not None and e.backend in allowed and e.variant not in allowed[e.backend]:
             continue
         key = (e.backend, e.bucket)
         if key not in out or score(e) > score(out[key]):

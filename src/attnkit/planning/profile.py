@@ -24,7 +24,9 @@ from attnkit.registry.capabilities import DTYPES, KINDS, KV_CACHE_DTYPES
 SCHEMA = "attnkit-profile"
 VERSION = 1
 STATUSES = ("ok", "wrong", "error", "skipped")
-UNITS = {"decode": "GB/s", "prefill": "TFLOP/s"}      # work is bytes of K/V read, or FLOPs
+UNITS = {"decode": "GB/s", "prefill": "TFLOP/s", "varlen": "TFLOP/s"}  # work: bytes of K/V read, or FLOPs
+# "varlen": the varlen call (packed non-causal sequences, no KV cache); its buckets measure kernel
+# variants only (the kernel table of the varlen role), never the ranking of backends
 MAX_BYTES = 256 << 20     # a profile larger than this is not one tune wrote (--profile /dev/zero)
 
 
@@ -90,9 +92,12 @@ class Bucket:
                 "page_size": self.page_size}
 
     def label(self) -> str:
-        """``B=64 ctx=4096`` (decode) or ``new=2048 prefix=32768`` (prefill)."""
+        """``B=64 ctx=4096`` (decode), ``new=2048 prefix=32768`` (prefill), ``B=1 tokens=4608``
+        (varlen: sequences of ``new`` queries and ``context`` keys)."""
         if self.phase == "decode":
             return f"B={self.batch} ctx={self.context}"
+        if self.phase == "varlen":
+            return f"B={self.batch} tokens={self.new}" + (f" keys={self.context}" if self.context != self.new else "")
         return f"new={self.new} prefix={self.prefix}" + (f" B={self.batch}" if self.batch > 1 else "")
 
 

@@ -32,10 +32,11 @@ def plan_text(plan, *, short: bool = False) -> str:
             out.append(f"  {phase:<15} {d[f'{key}_backend'] or 'none'}")
             out += [] if short else _wrap(d["why"].get(key, ""), indent=4)
             roles = {"prefill+decode": ("prefill", "extend", "decode"), "extend": ("extend",),
-                     "decode": ("decode",), "prefill": ("prefill",) if split else ("prefill", "extend")}[phase]
+                     "decode": ("decode",),
+                     "prefill": ("prefill", "varlen") if split else ("prefill", "extend", "varlen")}[phase]
             for role in roles if not short else ():
                 if role in d["kernel_why"]:
-                    out += _wrap(d["kernel_why"][role].replace("kernels:", f"kernels for {role} steps:", 1), indent=4)
+                    out += _wrap(kernel_line(d["kernel_why"], role), indent=4)
         alts = {k: v for k, v in d["alternatives"].items() if v}
         if alts and not short:
             seen = list(alts.values())
@@ -150,7 +151,7 @@ def matrix_text(plans: list, models: list[str], devices: list[str]) -> str:
                 f"{plan.prefill_backend}/{plan.decode_backend or '-'}"
             if plan.extend_backend not in (None, plan.prefill_backend):
                 cell = f"{plan.prefill_backend}/{plan.extend_backend}/{plan.decode_backend or '-'}"
-            cell += f" p{plan.settings.get('page_size')}"
+            cell += f" p{plan.run.page_size}"
         else:
             cell = f"{plan.error['code']} (no plan)"
         cells[m, dev] = cell
@@ -201,3 +202,10 @@ def _short(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(map(str, value)) + "]"
     return "-" if value is None else str(value)
+
+
+def kernel_line(kernel_why: dict[str, str], role: str) -> str:
+    """A role's kernel reason as the plan prints it: ``kernels for prefill steps: ...``
+    (the varlen role: ``kernels for varlen calls: ...``)."""
+    what = "calls" if role == "varlen" else "steps"
+    return kernel_why[role].replace("kernels:", f"kernels for {role} {what}:", 1)

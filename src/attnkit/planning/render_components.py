@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from attnkit.hardware.platform import arch_label
-from attnkit.planning.render import _wrap
+from attnkit.planning.render import _wrap, kernel_line
 
 
 def components_text(d: dict[str, Any]) -> str:
@@ -54,6 +54,8 @@ def _component_lines(c: dict[str, Any]) -> list[str]:
                      + f": {w['formula']}", indent=4, first="  ")
     why = plan["why"].get("prefill", "")
     out += _wrap(why.split(". ")[0].rstrip("."), indent=4, first="  why: ")     # the rest: --json
+    if "varlen" in plan["kernel_why"]:
+        out += _wrap(kernel_line(plan["kernel_why"], "varlen"), indent=4, first="  ")
     if "decode" in info["phases"]:
         out.append(f"  decode: {plan['decode_backend']}")
     for note in [*c["notes"], *info["notes"]][:6]:

@@ -17,7 +17,7 @@ from attnkit.registry.kernels import ROLES, KernelTable
 
 @dataclass(frozen=True)
 class RoleRun:
-    role: str                       # "prefill" | "extend" | "decode"
+    role: str                       # "prefill" | "extend" | "decode" | "varlen" (the varlen call)
     backend: str
     kernels: KernelTable | None     # None: the backend has one kernel for the role
 
@@ -90,9 +90,10 @@ def run_spec(backends: Mapping[str, str | None], settings: Mapping[str, Any], pl
     """The RunSpec of a finished plan: ``backends`` (prefill, extend, decode -> name),
     ``settings`` (the plan's filled settings), ``kernels`` (role -> table)."""
     names = {"prefill": backends["prefill"], "extend": backends.get("extend") or backends["prefill"],
-             "decode": backends.get("decode")}
+             "decode": backends.get("decode"),
+             "varlen": backends["prefill"] if "varlen" in kernels else None}   # the varlen call: its table
     roles = tuple(RoleRun(role, names[role], kernels.get(role)) for role in ROLES
-                  if names[role] is not None and (has_decode or role == "prefill"))
+                  if names[role] is not None and (has_decode or role in ("prefill", "varlen")))
     cc = getattr(platform, "capability", None)
     device = DeviceRef(platform.kind, platform.name, getattr(platform, "index", None),
                        tuple(cc) if cc is not None else None)

@@ -241,10 +241,12 @@ class Solve:
     def _record(self, field: str, old: Any, new: Any, rule: str, reason: str) -> None:
         self.adjustments.append({"field": field, "from": old, "to": new, "rule": rule, "reason": reason})
 
-    def _facts(self) -> dict[str, Any]:
+    def _facts(self, *, require: bool = True) -> dict[str, Any]:
+        """kernel_table.model_facts at the current settings (``require``: with --require's numerics)."""
         default = config_dtype(self.model, self.platform)[0]
         return kernel_table.model_facts(self.model, {"dtype": default, **{
-            k: v for k, v in self.settings.items() if v is not None}})
+            k: v for k, v in self.settings.items() if v is not None}},
+            self.request.require if require else ())
 
     def _kernels(self) -> None:
         """Each role's kernel table for its chosen backend, at the final settings, and a line
@@ -254,13 +256,18 @@ class Solve:
         profile = self.measured.profile if self.measured is not None else None
         settings = {"dtype": facts["dtype"], **{k: v for k, v in self.settings.items() if v is not None}}
         self.kernels = kernel_table.kernel_tables(profile, self.registry, self.backends, self.model,
-                                                  settings, allowed)
+                                                  settings, allowed, platform=self.platform)
+        free = self._facts(require=False)
         for role, table in self.kernels.items():
             name = self.backends.get(role) or self.backends["prefill"]
             decl = self.registry[name]
-            left_out = {k: why for k, why in kernel_table.misfits(decl, self.platform, facts).items()
+            here = kernel_table.misfits(decl, self.platform, free)
+            left_out = {k: why for k, why in here.items()
                         if role in next(v for v in decl.variants if v.name == k).roles}
-            self.kernel_why[role] = kernel_table.describe(table, left_out)
+            unproven = [k.name for k in decl.variants_for(role)
+                        if k.name not in here and k.name not in allowed.get(name, ())]
+            self.kernel_why[role] = kernel_table.describe(table, left_out, unproven=unproven,
+                                                          require=self.request.require)
 
     def _choose(self) -> None:
         """Fixed phases (named or rule-chosen) must serve; open phases walk the priority table."""
@@ -352,12 +359,19 @@ class Solve:
             chosen = names.get(phase) or self.backends.get(phase)
             free = [n for n in self.pool(phase)
                     if all(r.code == "AK312" for r in self.reasons(phase, n))]
+            allowed = tuple(kernel_table.allowed_variants(self.registry, self.platform, f,
+                                                          roles=requirements.ROLES[phase])
+                            for f in (self._facts(), self._facts(require=False)))
             other = (chosen if self.explicit.get(phase) or phase in self.chosen_by else   # not the planner's pick
-                     requirements.unconstrained(self.measured, phase, free, self.model, self.settings))
+                     requirements.unconstrained(self.measured, phase, free, self.model, self.settings,
+                                                allowed=allowed[1]))
             self.cost[phase] = requirements.cost(self.measured, phase, chosen, other, self.model,
-                                                 self.settings)
+                                                 self.settings, allowed=allowed)
             line = requirements.cost_text(phase, self.cost[phase])
             self.why[phase] = f"{self.why.get(phase, '')} Required {', '.join(self.request.require)}: {line}".strip()
+            serving = [n for n in self.pool(phase) if n != chosen and not self.reasons(phase, n)]
+            self.warnings += requirements.unmeasured(self.measured, phase, serving, self.model, self.settings,
+                                                     allowed=allowed[0], require=self.request.require)
 
     def _names_for(self, roles: list[str], options: dict[str, list[str]]) -> dict[str, str]:
         """One backend per role: the combination earliest in every order whose backends share a
@@ -406,7 +420,9 @@ class Solve:
             settings["page_size"] = self.request.page_size
             found = check_backend(self.registry[name], model=self.model, needs=self.needs,
                                   platform=self.platform, phase=phase, settings=settings)
-            found += requirements.reasons(self.registry[name], self.request.require, phase)
+            found += requirements.reasons(self.registry[name], self.request.require, phase,
+                                          platform=self.platform,
+                                          facts=kernel_table.model_facts(self.model, settings))
             if name in self.request.deny:
                 found.append(Reason("AK307", name, "deny", None, name, "denied by --deny / ATTNKIT_DENY_BACKENDS",
                                     phases=(phase,)))

@@ -13,6 +13,7 @@ KINDS = ("mha", "mla")
 PHASES = ("prefill", "decode")
 DTYPES = ("fp32", "fp16", "bf16")
 KV_CACHE_DTYPES = ("fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2")
+HALF_DTYPES = ("fp16", "bf16")
 # Every spelling of a dtype that attnkit reads (config.json's torch names, what users type),
 # lower case, mapped onto the names above (fp64 too: configs name it, nothing computes in it).
 # The one name table; its torch side is kvcache/paged.py's TORCH_KV_DTYPES.
@@ -207,7 +208,9 @@ class BackendDeclaration:
     # () for a backend with one kernel per phase. attnkit tune measures each; the plan picks.
     variants: tuple = ()
     # Optional "module:function" (torch-free) giving a variant's launch configuration,
-    # launch_config(variant, *, head_dim, dtype) -> dict | None; the plan prints it.
+    # launch_config(variant, *, role, shape, dtype, platform) -> dict | None (shape: the
+    # model's layer shape a rank, planning.profile.Shape; platform: its geometry, such as
+    # shared_memory_kb); the plan prints it, the backend's kernels read the same function.
     launch_config: str | None = None
 
     def variants_for(self, role: str) -> tuple:

@@ -17,7 +17,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-ROLES = ("prefill", "extend", "decode")     # fresh prefills, steps over a cached prefix, decodes
+ROLES = ("prefill", "extend", "decode", "varlen")  # fresh prefills, steps over a cached prefix,
+#   decodes, and the varlen call (packed non-causal sequences, no KV cache: backends/varlen.py)
 STEP_SCOPES = ("any", "one_fresh_request")  # which steps a variant can take
 
 
@@ -38,6 +39,10 @@ class KernelVariant:
     excludes: frozenset[str] = frozenset()           # layer features it does not serve
     causal_only: bool = False
     step: str = "any"                                # STEP_SCOPES
+    # numerics it holds (capabilities.NUMERICS: batch_invariant, deterministic), declared only
+    # where tests/conformance/test_bitwise.py proves them for this variant; a plan that
+    # requires one (--require) runs only the variants that declare it
+    numerics: frozenset[str] = frozenset()
 
     def to_dict(self) -> dict[str, Any]:
         cc = self.compute_capability
@@ -48,7 +53,7 @@ class KernelVariant:
                 "dtypes": list(self.dtypes) or None, "kv_cache_dtypes": list(self.kv_cache_dtypes) or None,
                 "head_dims": list(self.head_dims) or None, "min_heads": self.min_heads,
                 "page_multiple": self.page_multiple, "excludes": sorted(self.excludes),
-                "causal_only": self.causal_only, "step": self.step}
+                "causal_only": self.causal_only, "step": self.step, "numerics": sorted(self.numerics)}
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
@@ -138,10 +143,11 @@ class KernelTable:
 
 def variant_misfits(variant: KernelVariant, *, platform, dtype: str, kv_dtype: str, head_dim: int,
                     heads: int, page_size: int | None, features: frozenset[str] | set[str],
-                    causal: bool) -> list[str]:
+                    causal: bool, require: tuple[str, ...] = ()) -> list[str]:
     """Why ``variant`` cannot run for a model of this shape on ``platform`` (empty: it can).
-    ``features``: what the model's layers need; ``page_size`` None: not fixed yet."""
-    out = []
+    ``features``: what the model's layers need; ``page_size`` None: not fixed yet;
+    ``require``: the numerics the plan requires (--require)."""
+    out = [f"does not declare {name} (--require)" for name in require if name not in variant.numerics]
     cc = getattr(platform, "capability", None)
     if variant.compute_capability is not None:
         lo, hi = variant.compute_capability

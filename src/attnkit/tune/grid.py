@@ -9,6 +9,8 @@ since a DSA step's work is not a dense one's);
 ``--quick`` keeps the rows that decide each phase's choice. The CPU grid is tiny: it tests the
 code path end to end and makes a smoke profile.
 
+The varlen buckets time the varlen call (packed non-causal sequences, no KV cache) at DiT
+shapes: they measure the kernel variants of that call (the plan's varlen kernel table).
 Every bucket is measured at the planner's default page size; the GPU grids' MLA decode buckets
 also at 64 keys a page, where triton_mla runs another kernel (its Hopper decode kernel needs
 pages of a multiple of 64), so the page size rule can compare the two (planning/page_gain.py).
@@ -16,8 +18,7 @@ A backend that does not accept a bucket's page size is not measured there (run.s
 """
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable
 
 from attnkit.planning.measured import model_shape
@@ -31,10 +32,12 @@ MLA_DECODE_PAGES = (PAGE_SIZE, 64)  # MLA decode on the GPU: also 64-key pages (
 @dataclass(frozen=True)
 class Runtime:
     """Runtime shapes of one phase: decode (batch, context) pairs or prefill (new, prefix, batch);
-    ``decode_pages``: the page sizes the decode pairs are measured at (prefill: PAGE_SIZE)."""
+    ``decode_pages``: the page sizes the decode pairs are measured at (prefill: PAGE_SIZE);
+    ``varlen``: (sequences, tokens each) of the varlen call (non-causal, no KV cache)."""
     decode: tuple[tuple[int, int], ...]
     prefill: tuple[tuple[int, int, int], ...]
     decode_pages: tuple[int, ...] = (PAGE_SIZE,)
+    varlen: tuple[tuple[int, int], ...] = ()
 
 
 def _mha(heads, kv, dim, dtype="bf16", kv_dtype=None) -> Shape:
@@ -47,7 +50,7 @@ def _mla(heads, *, rank=512, rope=64, nope=128, v=128, dtype="bf16", kv_dtype=No
 
 def _dsa(heads, *, topk=2048, index_heads=64, index_dim=128, **mla) -> Shape:
     """A DeepSeek sparse attention layer (DeepSeek-V3.2: top-k 2048, indexer 64 x 128)."""
-    return dataclasses.replace(_mla(heads, **mla), topk=topk, index_heads=index_heads, index_dim=index_dim)
+    return replace(_mla(heads, **mla), topk=topk, index_heads=index_heads, index_dim=index_dim)
 
 
 def _grid(decode_b, decode_ctx, prefill, pages=(PAGE_SIZE,)) -> Runtime:
@@ -72,6 +75,13 @@ QUICK_MLA_SMALL = Runtime(((128, 4096),), (), MLA_DECODE_PAGES)
 DSA_MAIN = _grid((1, 32, 64, 128), (8192, 32768), [(2048, 32768, 1), (4096, 0, 1)], MLA_DECODE_PAGES)
 QUICK_DSA = Runtime(((64, 32768),), ((2048, 32768, 1),), MLA_DECODE_PAGES)
 
+# The varlen call at DiT shapes (B = 1, bf16, d128; docs/models.md's pipeline presets): FLUX.1
+# 1024^2 joint attention 4,608 x 24 heads (and 4 of them: a batch of images), HunyuanVideo 720p
+# 119,056 x 24, Wan2.1 480p / 720p 32,760 / 75,600 x 40
+VARLEN_DIT: tuple[tuple[Shape, Runtime], ...] = (
+    (_mha(24, 24, 128), Runtime((), (), varlen=((1, 4608), (4, 4608), (1, 119056)))),
+    (_mha(40, 40, 128), Runtime((), (), varlen=((1, 32760), (1, 75600)))),
+)
 GPU_FULL: tuple[tuple[Shape, Runtime], ...] = (
     (_mha(32, 8, 128), MHA_MAIN),
     (_mha(32, 8, 64), MHA_SIDE),
@@ -82,12 +92,14 @@ GPU_FULL: tuple[tuple[Shape, Runtime], ...] = (
     (_mla(128, kv_dtype="fp8_e4m3"), MLA_FP8),
     (_mla(16, kv_dtype="fp8_e4m3"), MLA_FP8),
     (_dsa(128), DSA_MAIN),
+    *VARLEN_DIT,
 )
 GPU_QUICK: tuple[tuple[Shape, Runtime], ...] = (
     (_mha(32, 8, 128), QUICK_MHA),
     (_mla(128), QUICK_MLA),
     (_mla(16), QUICK_MLA_SMALL),
     (_dsa(128), QUICK_DSA),
+    (_mha(24, 24, 128), Runtime((), (), varlen=((1, 4608),))),
 )
 # The CPU: float32, tiny heads and lengths (the interpreter-free backends only: sdpa, torch_native).
 CPU_MLA = dict(rank=64, rope=16, nope=32, v=32, dtype="fp32")
@@ -96,6 +108,7 @@ CPU_FULL = (
     (_mha(4, 2, 32, "fp32"), _grid((1, 4), (32, 128), [(32, 0, 1), (16, 48, 1), (16, 16, 2)])),
     (_mla(4, **CPU_MLA), _grid((2,), (64,), [(16, 48, 1)])),
     (_dsa(4, **CPU_DSA), _grid((2,), (64,), [(16, 48, 1)])),
+    (_mha(4, 4, 32, "fp32"), Runtime((), (), varlen=((3, 40),))),
 )
 CPU_QUICK = (
     (_mha(4, 2, 32, "fp32"), _grid((2,), (64,), [(32, 0, 1), (16, 48, 1)])),
@@ -110,6 +123,7 @@ def buckets(grid: Iterable[tuple[Shape, Runtime]]) -> list[Bucket]:
     for shape, rt in grid:
         out += [bucket(shape, "decode", b, 1, ctx, page) for page in rt.decode_pages for b, ctx in rt.decode]
         out += [bucket(shape, "prefill", b, new, prefix + new) for new, prefix, b in rt.prefill]
+        out += [bucket(shape, "varlen", b, tokens, tokens) for b, tokens in rt.varlen]
     return out
 
 
@@ -123,20 +137,27 @@ def default_grid(device: str, quick: bool) -> tuple[tuple[Shape, Runtime], ...]:
     return GPU_QUICK if quick else GPU_FULL
 
 
-def model_grid(models, device: str, quick: bool, platform) -> list[tuple[Shape, Runtime]]:
-    """``--models``: each model's own shape (its most common layer, tp 1, the dtype the planner
-    fills for it on ``platform``: the one default) with the runtime shapes of the default
-    grid's first entry of the same kind (and DSA or not)."""
-    from attnkit.planning.rules import config_dtype
+def model_grid(models, device: str, quick: bool, platform, request=None) -> list[tuple[Shape, Runtime]]:
+    """``--models``: each model's own shape as ``plan(model, platform, request)`` runs it
+    (``request``: the fields `attnkit plan` takes, handed over unchanged; its dtypes and heads a
+    rank are ``plan.run``'s: one parse, the planner's defaults), with the runtime shapes of the
+    default grid's first entry of the same kind, decodes also at the plan's page size. A
+    request nothing can serve here raises the plan's error."""
+    from attnkit.planning.solver import plan
 
     runtimes = {}
     for shape, rt in default_grid(device, quick):
         runtimes.setdefault((shape.kind, shape.topk is not None), rt)
     out: list[tuple[Shape, Runtime]] = []
     for model in models:
-        dtype, _ = config_dtype(model, platform)
-        shape = model_shape(model, {"dtype": dtype, "kv_cache_dtype": dtype, "tp_size": 1})
-        rt = shape and runtimes[(shape.kind, shape.topk is not None)]
-        if shape is not None and (shape, rt) not in out:
+        run = plan(model, platform, request, strict=True).run
+        shape = model_shape(model, {"dtype": run.dtype, "kv_cache_dtype": run.kv_cache_dtype,
+                                    "tp_size": run.tp_size})
+        if shape is None:
+            continue
+        rt = runtimes[(shape.kind, shape.topk is not None)]
+        if run.page_size not in rt.decode_pages:
+            rt = replace(rt, decode_pages=(*rt.decode_pages, run.page_size))
+        if (shape, rt) not in out:
             out.append((shape, rt))
     return out

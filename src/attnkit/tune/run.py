@@ -26,7 +26,9 @@ from attnkit.planning.profile_search import cache_dir
 from attnkit.planning.reasons import check_backend, model_needs
 from attnkit.registry.kernels import KernelTable, takes_step, variant_misfits
 from attnkit.tune import grid as grids
-from attnkit.tune.case import TOLERANCE, check, layer_spec, make_case, work
+from attnkit.tune import case as paged_case
+from attnkit.tune import varlen_case
+from attnkit.tune.case import TOLERANCE
 from attnkit.tune.environment import device_info, platform_for, slug, software
 from attnkit.tune.timing import measure
 
@@ -38,7 +40,8 @@ RESUME_KEYS = {"device": ("kind", "name", "capability"), "software": ("attnkit",
 
 def method(device: str) -> dict:
     return {"timer": "cuda-graph replay (and eager), CUDA events" if device == "cuda" else "wall clock",
-            "what": "backend.forward, K/V write included; prepare once per step, outside the timing",
+            "what": "backend.forward, K/V write included; prepare once per step, outside the timing "
+                    "(varlen buckets: backend.varlen, no KV cache)",
             "statistic": "median", "warmup": WARMUP if device == "cuda" else 1,
             "reps": REPS if device == "cuda" else 3, "budget_s": BUDGET_S, "slow_s": SLOW_S,
             "l2_flush": device == "cuda",
@@ -49,14 +52,18 @@ def method(device: str) -> dict:
 def tune(*, device: str = "cuda", quick: bool = False, models: Sequence[ModelAttention] = (),
          out: str | os.PathLike | None = None, backends: Sequence[str] | None = None,
          env: Mapping[str, str] | None = None, stream: TextIO | None = None,
-         command: str = "attnkit tune", shapes: Sequence | None = None) -> tuple[Path, Profile]:
+         command: str = "attnkit tune", shapes: Sequence | None = None,
+         request=None, phases: Sequence[str] | None = None) -> tuple[Path, Profile]:
     """Measure and write the profile; returns (its path, the profile). ``models``: tune only
-    their shapes; ``backends``: only these (canonical names); ``shapes``: this grid instead
-    (``[(Shape, Runtime)]``, see tune/grid.py)."""
+    their shapes, as ``plan(model, here, request)`` runs them (``request``: a PlanRequest or
+    dict of what `attnkit plan` takes, handed to plan() unchanged); ``backends``: only these
+    (canonical names); ``shapes``: this grid instead (``[(Shape, Runtime)]``, tune/grid.py);
+    ``phases``: only these phases' buckets."""
     env = os.environ if env is None else env
     platform = platform_for(device)
     if shapes is None:
-        shapes = grids.model_grid(models, device, quick, platform) if models else grids.default_grid(device, quick)
+        shapes = grids.model_grid(models, device, quick, platform, request) if models else \
+            grids.default_grid(device, quick)
     path = Path(out) if out else default_path(platform.name, device, env)
     head = {"device": device_info(platform), "software": software(), "method": method(device)}
     check_writable(path)                  # before anything is measured, not after the first entry
@@ -65,8 +72,7 @@ def tune(*, device: str = "cuda", quick: bool = False, models: Sequence[ModelAtt
     done = {e.key() for e in entries}
     from attnkit.registry import declarations, load_backend
     registry = declarations()
-    jobs = [(b, n, k) for b in grids.buckets(shapes) for n in serving(b, registry, platform, backends)
-            for k in variants_to_time(b, registry[n], platform) if (n, b, k) not in done]
+    jobs = pending(shapes, registry, platform, backends, done, phases)
     if not jobs and not entries:
         raise AttnkitError("AK233", f"no backend to time on {platform.name}"
                            + (f" among {', '.join(backends)}" if backends else ""),
@@ -79,7 +85,7 @@ def tune(*, device: str = "cuda", quick: bool = False, models: Sequence[ModelAtt
         if case is None or case.bucket != b:
             case = None
             _free(device)
-            case = make_case(b, device)
+            case = case_module(b).make_case(b, device)
         options = {} if variant is None else {"kernels": {role_of(b): KernelTable.only(role_of(b), variant)}}
         entry = measure_entry(case, load_backend(name, **options), device, variant=variant)
         entries.append(entry)
@@ -92,21 +98,43 @@ def tune(*, device: str = "cuda", quick: bool = False, models: Sequence[ModelAtt
     return path, prof
 
 
+def pending(shapes, registry, platform, backends: Sequence[str] | None, done: set,
+            phases: Sequence[str] | None = None) -> list[tuple]:
+    """(bucket, backend, variant) to measure: every variant each serving backend can run on each
+    bucket of ``shapes`` (of ``phases`` only, if given), less those the profile being resumed
+    holds (``done``: Entry.key()s), so a profile written before a variant was declared gets just
+    that variant's entries."""
+    return [(b, n, k) for b in grids.buckets(shapes) if not phases or b.phase in phases
+            for n in serving(b, registry, platform, backends)
+            for k in variants_to_time(b, registry[n], platform) if (n, b, k) not in done]
+
+
 def serving(b: Bucket, registry, platform, only: Sequence[str] | None) -> list[str]:
-    """The backends whose declarations serve bucket ``b`` here (the planner's check)."""
+    """The backends whose declarations serve bucket ``b`` here (the planner's check; a varlen
+    bucket: a non-causal layer's prefill, by the backends declaring the varlen call)."""
     model = ModelAttention(name=f"bucket {b.label()}", architecture="attnkit-tune",
-                           layers=(layer_spec(b.shape),), dtype=b.shape.dtype)
+                           layers=(case_module(b).layer_spec(b.shape),), dtype=b.shape.dtype)
     needs = model_needs(model)
     settings = {"dtype": b.shape.dtype, "kv_cache_dtype": b.shape.kv_dtype, "page_size": b.page_size,
                 "speculative_tokens": 0, "cuda_graph": False}
+    phase = "prefill" if b.phase == "varlen" else b.phase
     return [n for n, d in sorted(registry.items())
             if (n in only if only else not d.explicit_only)
-            and not check_backend(d, model=model, needs=needs, platform=platform, phase=b.phase, settings=settings)]
+            and (b.phase != "varlen" or "varlen" in d.capabilities.features)
+            and not check_backend(d, model=model, needs=needs, platform=platform, phase=phase, settings=settings)]
+
+
+def case_module(b: Bucket):
+    """How a bucket becomes a call: tune/case.py (a paged step) or tune/varlen_case.py."""
+    return varlen_case if b.phase == "varlen" else paged_case
 
 
 def role_of(b: Bucket) -> str:
-    """The plan role a bucket measures: decode, a fresh prefill, or an extend over a prefix."""
-    return "decode" if b.phase == "decode" else "prefill" if b.prefix == 0 else "extend"
+    """The plan role a bucket measures: decode, a fresh prefill, an extend over a prefix, or
+    the varlen call."""
+    if b.phase in ("decode", "varlen"):
+        return b.phase
+    return "prefill" if b.prefix == 0 else "extend"
 
 
 def variants_to_time(b: Bucket, decl, platform) -> list[str | None]:
@@ -115,7 +143,8 @@ def variants_to_time(b: Bucket, decl, platform) -> list[str | None]:
     if not decl.variants:
         return [None]
     facts = dict(dtype=b.shape.dtype, kv_dtype=b.shape.kv_dtype, head_dim=b.shape.head_dim,
-                 heads=b.shape.heads, page_size=b.page_size, features=frozenset(), causal=True)
+                 heads=b.shape.heads, page_size=b.page_size, features=frozenset(),
+                 causal=b.phase != "varlen")
     return [k.name for k in decl.variants_for(role_of(b))
             if not variant_misfits(k, platform=platform, **facts)
             and takes_step(k, num_reqs=b.batch, has_prefix=b.prefix > 0)]
@@ -125,12 +154,16 @@ def measure_entry(case, backend, device: str, *, variant: str | None = None) -> 
     """Check, then time, one backend (one kernel variant of it) on one case."""
     b = case.bucket
     tol = TOLERANCE[b.shape.dtype]
-    base = dict(backend=backend.name, bucket=b, work=work(b), variant=variant)
+    how = case_module(b)
+    base = dict(backend=backend.name, bucket=b, work=how.work(b), variant=variant)
     try:
-        step = backend.prepare(case.meta, case.cache)
-        extra = {} if case.indexer is None else {"indexer": case.indexer}
-        fwd = lambda: backend.forward(case.q, case.k, case.v, case.layer, case.cache, step, **extra)  # noqa: E731
-        err = check(case, fwd())
+        if b.phase == "varlen":
+            fwd = lambda: case.call(backend)  # noqa: E731
+        else:
+            step = backend.prepare(case.meta, case.cache)
+            extra = {} if case.indexer is None else {"indexer": case.indexer}
+            fwd = lambda: backend.forward(case.q, case.k, case.v, case.layer, case.cache, step, **extra)  # noqa: E731
+        err = how.check(case, fwd())
         if not err < tol:
             return Entry(status="wrong", rel_err=err, note=f"relative error {err:.3g} > {tol:g} "
                                                            "against the float64 reference", **base)

@@ -30,6 +30,7 @@ from attnkit.backends._triton import interpreting, kernel_scales, padded_dim, wr
 from attnkit.backends.triton.backend import query_blocks, sm_count, split_buffers
 from attnkit.backends.triton.decode import choose_splits, decode_attention, decode_config
 from attnkit.backends.triton.extend import extend_attention, extend_config
+from attnkit.kvcache.paged import COMPUTE_TORCH_DTYPES
 
 I32 = torch.int32
 NUM_PARTS = 3           # intra, successor, inter: the order of q's variant axis
@@ -204,8 +205,7 @@ class DcaTritonStep:
 def serves(q: torch.Tensor, layer) -> bool:
     """Whether the Triton path can run this layer (else the torch parts serve it)."""
     spec = layer.spec
-    return max(spec.head_dim, spec.value_dim) <= MAX_HEAD_DIM and q.dtype in (
-        torch.float32, torch.float16, torch.bfloat16)
+    return max(spec.head_dim, spec.value_dim) <= MAX_HEAD_DIM and q.dtype in COMPUTE_TORCH_DTYPES
 
 
 def triton_dual_chunk(q3, k, v, layer, cache, plan: DcaTritonStep, cl: int) -> torch.Tensor:

@@ -5,8 +5,8 @@ what depends on a layer's shape (query-block tables per block size, split counts
 partial buffers per KV-head count): the first layer builds them, the others reuse them.
 Per layer ``forward`` writes the new K/V into the cache, then runs extend
 (EXTEND / MIXED / VERIFY) or decode (DECODE); IDLE returns an empty output. Which kernel
-variant runs (declaration.py: split / split_write / split_merge for decodes; paged /
-paged_new_kv / tma / gluon for prefills and extends) is the plan's choice: the backend is
+variant runs (declaration.py: split / split_write / split_merge / split_fixed for decodes;
+paged / paged_new_kv / tma / gluon / paged_fixed for prefills and extends) is the plan's choice: the backend is
 handed the plan's kernel tables (``kernels``) and per step runs the first variant listed for
 the nearest measured bucket that can take the step (registry/kernels.py). Without tables it
 runs the first that can, in declaration order.
@@ -23,17 +23,18 @@ import torch
 from attnkit.backends.base import (AttentionBackend, RuntimeLayer, StepState, check_int_option,
                                    check_kernel_tables, check_launch_config, check_option)
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
-from attnkit.backends._triton import LOG2E, interpreting, kernel_scales, padded_dim, write_kv
+from attnkit.backends._triton import interpreting, kernel_scales, padded_dim, write_kv
 from attnkit.backends.triton.declaration import DECLARATION
 from attnkit.backends.triton import decode as decode_kernels
 from attnkit.backends.triton import extend as extend_kernels
+from attnkit.backends.triton import varlen_path
 from attnkit.backends.triton.decode import (choose_splits, decode_attention, decode_config,
                                              decode_span, fused_write_ok, max_decode_span)
 from attnkit.backends.triton.decode_merge import merge_counters
 from attnkit.backends.triton.extend import extend_attention, extend_config, new_kv_ok
 from attnkit.backends.triton.extend_new_kv import extend_attention_v2
-from attnkit.backends.triton.invariant import (BATCH_INVARIANT_SPLIT_KEYS, INVARIANT_TABLES,
-                                               DecodeRows, check_invariant_options, fixed_splits)
+from attnkit.backends.triton.configs import split_keys as default_split_keys
+from attnkit.backends.triton.invariant import DecodeRows, check_invariant_options, fixed_splits
 from attnkit.backends.triton.tma_path import (TMA_ONLY_KEYS, check_tma_override,
                                               merged_tma_config, run_tma_extend, tma_route)
 from attnkit.backends.triton.tma_path import gluon_prefill_ready
@@ -51,24 +52,25 @@ class TritonStep:
     block_tables: torch.Tensor        # [B, P]
     num_sms: int
     max_kv: int | None = None         # static (captured) steps: the longest KV a refill may hold
-    blocks: dict = field(default_factory=dict)     # BLOCK_M -> (block_req [NB], block_m [NB])
+    blocks: dict = field(default_factory=dict)     # (BLOCK_M, apart) -> (block_req [NB], block_m [NB])
     splits: dict = field(default_factory=dict)     # (H_kv, window, attn chunk, BLOCK_N) -> (splits, chunk)
     partials: dict = field(default_factory=dict)   # (H_q, BLOCK_DV, splits) -> 3 f32 buffers
     rows: dict = field(default_factory=dict)       # tma_path.row_layout of the padded K/V rows
     counters: torch.Tensor | None = None           # decode split_merge: merge tickets, zeros
-    # batch_invariant MIXED steps: the one-token rows, run by the decode kernel (DecodeRows)
+    # paged_fixed: the one-token rows over a cached prefix, run by the decode kernel (DecodeRows)
     decode_rows: "DecodeRows | None" = None
     variants: tuple[str, ...] = ()                 # the plan's variants for this step, in order
 
-    def query_blocks(self, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def query_blocks(self, block_m: int, *, apart: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Request index and first query row of every BLOCK_M-row query block, the blocks
         with the most keys first so the long programs do not trail at the end of the grid
-        (the requests the decode kernel does not take: all but ``decode_rows``)."""
-        if block_m not in self.blocks:
-            rest = None if self.decode_rows is None else self.decode_rows.others
-            self.blocks[block_m] = query_blocks(self.meta.query_lens_cpu, self.meta.seq_lens_cpu,
-                                                block_m, device=self.seq_lens.device, requests=rest)
-        return self.blocks[block_m]
+        (``apart``: of the requests the decode kernel does not take, all but ``decode_rows``)."""
+        key = (block_m, apart and self.decode_rows is not None)
+        if key not in self.blocks:
+            rest = self.decode_rows.others if key[1] else None
+            self.blocks[key] = query_blocks(self.meta.query_lens_cpu, self.meta.seq_lens_cpu,
+                                            block_m, device=self.seq_lens.device, requests=rest)
+        return self.blocks[key]
 
     def decode_splits(self, num_kv_heads: int, window: int | None, attention_chunk: int | None,
                       block_n: int) -> tuple[int, int]:
@@ -124,19 +126,18 @@ def sm_count(device: torch.device) -> int:
 class TritonBackend(AttentionBackend):
     """Options (keyword-only): ``kernels``, the plan's kernel tables ({role: KernelTable},
     Plan.run.backend_options), or ``extend_variant`` / ``decode_variant`` to run one variant
-    (tests, benchmarks: "v1" / "v2" / "tma" / "gluon" for extends, "v1" / "v2" / "fused" for
-    decodes, or the declared names); ``extend_config`` / ``decode_config`` dicts (BLOCK_M,
-    BLOCK_N, num_warps, num_stages) over a variant's launch configuration, ``num_splits``
-    (decode KV splits; the chunk follows from it); ``varlen_kernel`` for the varlen call:
-    "tile" (the default, triton/varlen.py) or "gluon" (prefill_gluon.py's non-causal path for
-    each sequence, where it runs: sm_90, Triton 3.6, no key mask, keys = queries; else the tile).
+    (tests, benchmarks: "v1" / "v2" / "tma" / "gluon" / "fixed" for extends, "v1" / "v2" /
+    "fused" / "fixed" for decodes, or the declared names); ``extend_config`` / ``decode_config``
+    dicts (BLOCK_M, BLOCK_N, num_warps, num_stages) over a variant's launch configuration,
+    ``num_splits`` (decode KV splits of the split-counted variants; the chunk follows from it),
+    ``split_keys`` (keys per split of split_fixed, default configs.split_keys); ``varlen_kernel``
+    runs one varlen variant alone (varlen_path.py: "tile", "gluon", "persistent" or the declared
+    names; the Gluon forms where they run, else the tile); without it the plan's varlen table
+    decides.
 
-    ``batch_invariant=True`` makes a request's output independent of the rest of its step
-    (tests/conformance/test_bitwise.py; backends/triton/invariant.py): decode splits of a fixed
-    ``split_keys`` keys (default BATCH_INVARIANT_SPLIT_KEYS) always merged by the reduce kernel,
-    the general kernels only (split decode, paged extend: no variant picked by the step), and
-    in a MIXED step the one-token rows through the decode kernel, as their DECODE steps run.
-    ``split_keys`` alone fixes the split size without the rest."""
+    ``batch_invariant=True`` is the variants that declare batch_invariant and deterministic
+    (split_fixed, paged_fixed: backends/triton/invariant.py), spelled as one option; it refuses
+    options that would run another (AK407)."""
 
     name = "triton"
     declaration = DECLARATION
@@ -145,24 +146,29 @@ class TritonBackend(AttentionBackend):
                  extend_config: dict | None = None, decode_config: dict | None = None,
                  num_splits: int | None = None, extend_variant: str | None = None,
                  decode_variant: str | None = None, split_keys: int | None = None,
-                 batch_invariant: bool = False, varlen_kernel: str = "tile"):
+                 batch_invariant: bool = False, varlen_kernel: str | None = None):
         check_option("triton", "batch_invariant", batch_invariant, (False, True))
-        if batch_invariant:
+        extend_variant = extend_kernels.EXTEND_VARIANT_NAMES.get(extend_variant, extend_variant)
+        decode_variant = decode_kernels.DECODE_VARIANT_NAMES.get(decode_variant, decode_variant)
+        check_option("triton", "extend_variant", extend_variant,
+                     (None, *extend_kernels.EXTEND_VARIANTS, "gluon", "fixed",
+                      *extend_kernels.EXTEND_VARIANT_NAMES))
+        check_option("triton", "decode_variant", decode_variant,
+                     (None, *decode_kernels.DECODE_VARIANTS, "fixed", *decode_kernels.DECODE_VARIANT_NAMES))
+        if batch_invariant:                 # the declared variants, by one option
             check_invariant_options(kernels, extend_variant, decode_variant, num_splits)
-            split_keys = BATCH_INVARIANT_SPLIT_KEYS if split_keys is None else split_keys
+            extend_variant = decode_variant = "fixed"
         check_int_option(self.name, "split_keys", split_keys)
         if split_keys is not None and num_splits is not None:
             fail("AK407", "triton: num_splits and split_keys both fix the decode splits; give one",
                  field="split_keys", expected="None when num_splits is set", actual=split_keys)
-        self.split_keys, self.batch_invariant = split_keys, batch_invariant
-        extend_variant = extend_kernels.EXTEND_VARIANT_NAMES.get(extend_variant, extend_variant)
-        decode_variant = decode_kernels.DECODE_VARIANT_NAMES.get(decode_variant, decode_variant)
-        check_option("triton", "extend_variant", extend_variant,
-                     (None, *extend_kernels.EXTEND_VARIANTS, "gluon", *extend_kernels.EXTEND_VARIANT_NAMES))
-        check_option("triton", "decode_variant", decode_variant,
-                     (None, *decode_kernels.DECODE_VARIANTS, *decode_kernels.DECODE_VARIANT_NAMES))
-        check_option("triton", "varlen_kernel", varlen_kernel, ("tile", "gluon"))
-        self.varlen_kernel = varlen_kernel
+        if decode_variant == "fixed" and num_splits is not None:
+            fail("AK407", "triton: split_fixed splits every request in split_keys keys; num_splits "
+                          "would size the splits by the batch's longest request",
+                 field="num_splits", expected="None (use split_keys)", actual=num_splits)
+        self.split_keys = default_split_keys(interpret=interpreting()) if split_keys is None else split_keys
+        check_option("triton", "varlen_kernel", varlen_kernel,
+                     (None, *varlen_path.OPTION_NAMES, *varlen_path.OPTION_NAMES.values()))
         self.extend_variant = extend_variant
         self.decode_variant = decode_variant
         self.kernels = check_kernel_tables(self.name, kernels, DECLARATION)
@@ -171,8 +177,8 @@ class TritonBackend(AttentionBackend):
             if variant is not None:        # one variant, asked for by name: it alone runs
                 names = decode_kernels.PLAN_NAMES if role == "decode" else extend_kernels.PLAN_NAMES
                 self.kernels[role] = KernelTable.only(role, names[variant])
-        if batch_invariant:
-            self.kernels = dict(INVARIANT_TABLES)
+        if varlen_kernel is not None:      # one varlen variant, asked for by name
+            self.kernels["varlen"] = KernelTable.only("varlen", varlen_path.OPTION_NAMES.get(varlen_kernel, varlen_kernel))
         self.extend_override = check_launch_config(self.name, "extend_config", extend_config)
         check_tma_override(self.extend_override)
         self.decode_override = check_launch_config(self.name, "decode_config", decode_config)
@@ -180,7 +186,7 @@ class TritonBackend(AttentionBackend):
         self.num_splits = num_splits
 
     def _varlen(self, q, k, v, layer: RuntimeLayer, batch):
-        return _varlen(q, k, v, layer, batch, gluon=self.varlen_kernel == "gluon")
+        return varlen_path.varlen(q, k, v, layer, batch, self.kernels.get("varlen") or DEFAULT_TABLES["varlen"])
 
     def _prepare(self, meta: BatchMetadata, cache) -> StepState:
         dev = cache.device
@@ -191,7 +197,7 @@ class TritonBackend(AttentionBackend):
         plan.variants = self._variants(meta)
         if meta.mode is ForwardMode.DECODE and "split_merge" in plan.variants[:1]:
             plan.counters = merge_counters(meta.num_reqs, dev)   # zeroed outside any graph
-        if self.batch_invariant and meta.mode is ForwardMode.MIXED:
+        if meta.mode is not ForwardMode.DECODE and "paged_fixed" in plan.variants:
             plan.decode_rows = DecodeRows.of(meta, plan)
         return StepState(meta=meta, prepared=plan)
 
@@ -231,8 +237,8 @@ class TritonBackend(AttentionBackend):
         k_cache, v_cache = cache.k[lid], cache.v[lid]
         if decode:
             cfg = decode_config(spec.head_dim, q.dtype, interpret=interpreting()) | self.decode_override
-            splits, chunk = self._splits(plan, spec, cfg["BLOCK_N"])
-            fixed = self.split_keys is not None      # every request's partition is its own
+            fixed = variant == "split_fixed"         # every request's partition is its own
+            splits, chunk = self._splits(plan, spec, cfg["BLOCK_N"], fixed=fixed)
             partials = (plan.split_buffers(spec.num_heads, padded_dim(spec.value_dim), splits)
                         if splits > 1 or fixed else None)
             decode_attention(q, k_cache, v_cache, out, seq_lens=plan.seq_lens,
@@ -255,7 +261,8 @@ class TritonBackend(AttentionBackend):
             paged = {key: val for key, val in self.extend_override.items() if key not in TMA_ONLY_KEYS}
             cfg = extend_config(spec.head_dim, q.dtype, interpret=interpreting(),
                                 variant=kernel) | paged
-            block_req, block_m = plan.query_blocks(cfg["BLOCK_M"])
+            apart = variant == "paged_fixed"          # its decode rows run the decode kernel
+            block_req, block_m = plan.query_blocks(cfg["BLOCK_M"], apart=apart)
             common.update(block_req=block_req, block_m=block_m, query_start_loc=plan.query_start_loc,
                           seq_lens=plan.seq_lens, block_tables=plan.block_tables,
                           causal=spec.causal, config=cfg)
@@ -263,7 +270,7 @@ class TritonBackend(AttentionBackend):
                 extend_attention_v2(q, k, v, k_cache, v_cache, out, **common)
             else:
                 extend_attention(q, k_cache, v_cache, out, **common)
-            if plan.decode_rows is not None:          # batch_invariant MIXED: decodes as alone
+            if apart and plan.decode_rows is not None:    # as split_fixed runs them alone
                 dcfg = decode_config(spec.head_dim, q.dtype, interpret=interpreting()) | self.decode_override
                 scales = {key: common[key] for key in ("qk_scale", "v_scale", "softcap", "window",
                                                        "attention_chunk", "sinks")}
@@ -280,8 +287,8 @@ class TritonBackend(AttentionBackend):
                 return variant
         return "split" if meta.mode is ForwardMode.DECODE else "paged"
 
-    def _splits(self, plan: TritonStep, spec, block_n: int) -> tuple[int, int]:
-        if self.split_keys is not None:     # fixed keys per split; the grid covers the longest
+    def _splits(self, plan: TritonStep, spec, block_n: int, *, fixed: bool) -> tuple[int, int]:
+        if fixed:                           # split_keys keys per split; the grid covers the longest
             window, attn_chunk = spec.sliding_window, spec.attention_chunk
             if plan.max_kv is not None:
                 span = max_decode_span(plan.max_kv, window, attn_chunk, block_n)
@@ -322,29 +329,8 @@ RUNNABLE = {
     "paged_new_kv": lambda q, k, v, layer, cache, meta: new_kv_ok(k, v, cache, layer.spec.layer_id),
     "tma": lambda q, k, v, layer, cache, meta: tma_route(q, k, v, layer, cache, meta) is not None,
     "gluon": _gluon_ok,
+    "split_fixed": lambda q, k, v, layer, cache, meta: True,
+    "paged_fixed": lambda q, k, v, layer, cache, meta: True,
 }
 DEFAULT_TABLES = {role: KernelTable(role, fallback=tuple(k.name for k in DECLARATION.variants_for(role)))
-                  for role in ("prefill", "extend", "decode")}
-
-
-def _varlen(q, k, v, layer: RuntimeLayer, batch, *, gluon: bool):
-    """TritonBackend._varlen: the varlen kernel (triton/varlen.py), or with ``gluon`` the Gluon
-    prefill kernel's non-causal path per sequence where it runs -> [Tq, H_q * D_v]."""
-    from attnkit.backends.triton.tma_path import gluon_prefill_ready, prefill_gluon_attention
-    from attnkit.backends.triton.varlen import varlen_attention, varlen_config
-
-    spec = layer.spec          # device, dtype, head dims: checked by AttentionBackend.varlen
-    dense = [t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v)]
-    out = q.new_zeros(q.shape[0], spec.num_heads, spec.value_dim)
-    spans = list(zip(batch.cu_q_cpu, batch.cu_q_cpu[1:]))
-    if gluon and batch.key_mask is None and batch.cu_k_cpu == batch.cu_q_cpu and prefill_gluon_attention and all(
-            gluon_prefill_ready(*(t[a:b] for t in (*dense, out)), causal=False, window=None, softcap=None,
-                                sinks=None, qk_scale=spec.softmax_scale) for a, b in spans if b > a):
-        for a, b in spans:
-            if b > a:
-                prefill_gluon_attention(*(t[a:b] for t in (*dense, out)), qk_scale=spec.softmax_scale * LOG2E,
-                                        v_scale=1.0, causal=False)
-        return out.reshape(q.shape[0], spec.num_heads * spec.value_dim)
-    varlen_attention(*dense, out, cu_q=batch.cu_q, cu_k=batch.cu_k, key_mask=batch.key_mask, max_q=batch.max_q,
-                     scale=spec.softmax_scale, config=varlen_config(spec.head_dim, q.dtype, interpret=interpreting()))
-    return out.reshape(q.shape[0], spec.num_heads * spec.value_dim)
+                  for role in ("prefill", "extend", "decode", "varlen")}

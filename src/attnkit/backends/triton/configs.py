@@ -27,6 +27,14 @@ def decode_config(head_dim: int, fp32: bool, *, interpret: bool) -> dict:
     return dict(BLOCK_N=32, num_warps=4, num_stages=4)
 
 
+def split_keys(*, interpret: bool) -> int:
+    """Keys per split of the split_fixed decode (rounded up to whole BLOCK_N tiles): a fixed
+    size, never derived from the batch or the SM count. 256 is choose_splits' floor, where the
+    merge stops paying for the parallelism; the interpreter's 32 gives its short test requests
+    several splits."""
+    return 32 if interpret else 256
+
+
 def extend_config(head_dim: int, fp32: bool, *, interpret: bool, variant: str = "v1") -> dict:
     """Paged extend ("v1") and new-K/V extend ("v2"): blocks and launch shape."""
     if interpret:
@@ -64,14 +72,51 @@ def tma_config(head_dim: int, *, interpret: bool) -> dict:
 # The Gluon ping-pong prefill: D -> (BN keys a tile, K slots, V slots), 128 query rows a
 # program (two warpgroups of 64), 12 warps (NOTES-hopper.md, sweep_hopper_gluon_v6.md).
 GLUON_TILES = {64: (128, 4, 4), 128: (128, 4, 2), 256: (64, 2, 2)}
+# The varlen Gluon variants' work order (HEAD_MAJOR: a head's blocks one after another, so the
+# programs running at once share its K / V in L2; else heads fastest, the causal prefill's
+# order), the winners of benchmarks/sweep_dit.py on the H200 (NOTES-hopper.md version 9,
+# results/sweep_dit.md): one program a block, head-major (Wan2.1 720p 647 TFLOP/s against 503
+# heads-fastest); persistent, heads fastest (FLUX.1 4,608 tokens 503 against 497 head-major;
+# long sequences are varlen_gluon's). Which variant runs where is the profile's (attnkit tune).
+VARLEN_GLUON_HEAD_MAJOR = True
+VARLEN_PERSISTENT_HEAD_MAJOR = False
+VARLEN_PERSISTENT_PROGRAMS_PER_SM = 1     # the rings take ~224 KB: one program fits an SM
 
 
-def launch_config(variant: str, *, head_dim: int, dtype: str) -> dict | None:
-    """What ``variant`` launches with for this head dim and compute dtype on a GPU (the plan
-    prints it); None where the variant has no tile for it."""
-    fp32 = dtype == "fp32"
+def varlen_config(head_dim: int, fp32: bool, *, interpret: bool) -> dict:
+    """The varlen tile kernel (triton/varlen.py): blocks and launch shape."""
+    if interpret:
+        return dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=1)
+    if fp32:
+        return dict(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=2)
+    if padded(head_dim) > 128:
+        return dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2)
+    return dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
+
+
+def varlen_gluon_config(head_dim: int, *, persistent: bool) -> dict | None:
+    """The varlen Gluon variants: the prefill kernel's tiles, the work order and, persistent,
+    the programs per SM (prefill_gluon_attention's tiles / head_major / programs)."""
+    if head_dim not in GLUON_TILES:
+        return None
+    bn, ks, vs = GLUON_TILES[head_dim]
+    cfg = dict(BLOCK_M=128, BLOCK_N=bn, K_SLOTS=ks, V_SLOTS=vs,
+               HEAD_MAJOR=VARLEN_PERSISTENT_HEAD_MAJOR if persistent else VARLEN_GLUON_HEAD_MAJOR)
+    if persistent:
+        cfg["PROGRAMS_PER_SM"] = VARLEN_PERSISTENT_PROGRAMS_PER_SM
+    return cfg | dict(num_warps=12)
+
+
+def launch_config(variant: str, *, role: str, shape, dtype: str, platform) -> dict | None:
+    """What ``variant`` launches with for a layer of ``shape`` (its head dim) and the compute
+    dtype on a GPU (the plan prints it); None where the variant has no tile for it."""
+    fp32, head_dim = dtype == "fp32", shape.head_dim
     if variant in ("split", "split_write", "split_merge"):
         return decode_config(head_dim, fp32, interpret=False)
+    if variant == "split_fixed":
+        return decode_config(head_dim, fp32, interpret=False) | {"SPLIT_KEYS": split_keys(interpret=False)}
+    if variant == "paged_fixed":      # its decode rows run split_fixed's configuration
+        return extend_config(head_dim, fp32, interpret=False)
     if variant in ("paged", "paged_new_kv"):
         return extend_config(head_dim, fp32, interpret=False,
                              variant="v2" if variant == "paged_new_kv" else "v1")
@@ -80,4 +125,8 @@ def launch_config(variant: str, *, head_dim: int, dtype: str) -> dict | None:
     if variant == "gluon" and head_dim in GLUON_TILES:
         bn, ks, vs = GLUON_TILES[head_dim]
         return dict(BLOCK_M=128, BLOCK_N=bn, K_SLOTS=ks, V_SLOTS=vs, num_warps=12)
+    if variant == "varlen_tile":
+        return varlen_config(head_dim, fp32, interpret=False)
+    if variant in ("varlen_gluon", "varlen_gluon_persistent"):
+        return varlen_gluon_config(head_dim, persistent=variant == "varlen_gluon_persistent")
     return None

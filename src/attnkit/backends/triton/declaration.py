@@ -5,14 +5,15 @@ Every entry below is run on a GPU by tests/conformance and tests/triton_kernels 
 benchmarks/NOTES-triton.md for what was measured where. Torch-free: the planner reads it.
 Variants (registry/kernels.py): the plan picks one per role and measured bucket from the device
 profile (`attnkit tune` times each); without a plan the backend runs the first that takes the
-step in the order below.
+step in the order below. split_fixed and paged_fixed declare batch_invariant and
+deterministic (tests/conformance/test_bitwise.py proves them: interpreter and GPU); a plan with
+``--require batch-invariant`` runs only them.
 """
 from attnkit.backends.gpu_runs import H200_2026_11_29
-from attnkit.registry.capabilities import BackendDeclaration, Capabilities
+from attnkit.registry.capabilities import HALF_DTYPES as HALF, NUMERICS, BackendDeclaration, Capabilities
 from attnkit.registry.kernels import KernelVariant
 
 EXTEND_ROLES = ("prefill", "extend")
-HALF = ("fp16", "bf16")
 PLAIN = frozenset({"sliding_window", "logit_softcap", "sinks", "chunked_local"})
 
 VARIANTS = (
@@ -22,6 +23,9 @@ VARIANTS = (
                   "kernel (one launch fewer); 16-bit / fp32 caches of the compute dtype"),
     KernelVariant("split_merge", ("decode",), "split_write whose last split program per (request, "
                   "KV head) also merges the splits: one launch a step"),
+    KernelVariant("split_fixed", ("decode",), "split-KV decode in splits of a fixed number of keys "
+                  "(SPLIT_KEYS, configs.py) from each request's own first key, merged in key order: a "
+                  "request's bits do not depend on its batch", numerics=frozenset(NUMERICS)),
     # prefill and extend
     KernelVariant("paged", EXTEND_ROLES, "every key read through the block table"),
     KernelVariant("paged_new_kv", EXTEND_ROLES, "cached prefix through the block table, the new "
@@ -34,6 +38,24 @@ VARIANTS = (
                   "one fresh causal request", compute_capability=((9, 0), (9, 0)),
                   triton=("3.6", "3.7"), dtypes=HALF, kv_cache_dtypes=HALF, head_dims=(64, 128, 256),
                   excludes=PLAIN, causal_only=True, step="one_fresh_request"),
+    KernelVariant("paged_fixed", EXTEND_ROLES, "paged whose one-token rows over a cached prefix (a "
+                  "MIXED step's decodes) run split_fixed, as their DECODE steps do: a request's bits "
+                  "do not depend on its batch", numerics=frozenset(NUMERICS)),
+    # the varlen call (packed non-causal sequences without a KV cache: a DiT, a vision tower);
+    # unmeasured, the Gluon forms first where they can take the call (results/sweep_dit.md: 1.1x
+    # cuDNN at long sequences, the tile 0.75-0.9x), the tile for every other call
+    KernelVariant("varlen_gluon", ("varlen",), "the Gluon ping-pong kernel's non-causal path "
+                  "(prefill_gluon.py), a program per (query block, head), a head's blocks one after "
+                  "another, per sequence; self-attention without a key mask",
+                  compute_capability=((9, 0), (9, 0)), triton=("3.6", "3.7"), dtypes=HALF,
+                  head_dims=(64, 128, 256)),
+    KernelVariant("varlen_gluon_persistent", ("varlen",), "the same kernel persistent "
+                  "(prefill_gluon_persistent.py): a program per SM walking the blocks, heads "
+                  "fastest, each block's loads under the previous one's epilogue",
+                  compute_capability=((9, 0), (9, 0)), triton=("3.6", "3.7"), dtypes=HALF,
+                  head_dims=(64, 128, 256)),
+    KernelVariant("varlen_tile", ("varlen",), "one program per (query block, sequence, head) "
+                  "walking its sequence's keys (triton/varlen.py); any head dim, key padding masks"),
 )
 
 DECLARATION = BackendDeclaration(

@@ -28,18 +28,20 @@ import triton.language as tl
 from attnkit.backends._triton import (NEG_BIG, attend_range, first_key, logits,
                                              padded_dim, unit_stride_rows)
 from attnkit.backends.triton import configs
-from attnkit.backends.triton.decode_merge import merge_if_last, merge_shape
+from attnkit.backends.triton.decode_merge import merge_if_last, merge_shape, reduce_in_order
 
 # The decode kernel's variants (declaration.py names them for the plan: split, split_write,
 # split_merge). Option spellings: "v1" / "separate_write" (the new K/V written by a launch of
 # its own, then every key read from the cache), "v2" / "fused_write" (the kernel writes the
 # new K/V itself: one launch fewer), "fused" / "merge_in_kernel" (v2 whose last split program
-# per (request, KV head) also merges the splits: one launch a step). Which runs is the plan's
-# choice (its kernel table, measured by attnkit tune), never a threshold here.
+# per (request, KV head) also merges the splits: one launch a step), "fixed" / "split_fixed"
+# (v1 in splits of a fixed number of keys, merged in key order: fixed_chunk below). Which runs
+# is the plan's choice (its kernel table, measured by attnkit tune), never a threshold here.
+# DECODE_VARIANTS: those a test may run with any split count (fixed sizes its own splits).
 DECODE_VARIANTS = ("v1", "v2", "fused")
 DECODE_VARIANT_NAMES = {"separate_write": "v1", "fused_write": "v2", "merge_in_kernel": "fused",
-                        "split": "v1", "split_write": "v2", "split_merge": "fused"}
-PLAN_NAMES = {"v1": "split", "v2": "split_write", "fused": "split_merge"}
+                        "split": "v1", "split_write": "v2", "split_merge": "fused", "split_fixed": "fixed"}
+PLAN_NAMES = {"v1": "split", "v2": "split_write", "fused": "split_merge", "fixed": "split_fixed"}
 
 
 @triton.jit
@@ -276,9 +278,9 @@ def decode_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables, qk_sca
     the kernel's last split program per (request, KV head) merges them (no reduce launch)
     where decode_merge.merge_shape serves the group.
 
-    fixed_chunk: every request's split s covers keys [lo + s * chunk, ...) whatever the grid's
-    split count, and the reduce kernel merges even one split, so a request's bits do not
-    depend on the other requests of the step (the backend's batch_invariant option)."""
+    fixed_chunk (variant "fixed"): every request's split s covers keys [lo + s * chunk, ...)
+    whatever the grid's split count, and decode_merge.reduce_in_order merges its splits, even
+    one, in key order, so a request's bits do not depend on the other requests of the step."""
     q = unit_stride_rows(q, k_cache, v_cache)
     parted = q.dim() == 4
     if not parted:
@@ -316,7 +318,10 @@ def decode_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables, qk_sca
         EVEN_SPLITS=split and part_starts is None and not fixed_chunk,
         MERGE_ROWS=merge[0] if merge else 0, MERGE_CHUNK=merge[1] if merge else 0, **cfg,
     )
-    if split and not merge:
+    if fixed_chunk:
+        reduce_in_order(out, (mid_o, mid_m, mid_l), sinks=sinks, v_scale=v_scale,
+                        num_splits=total_splits)
+    elif split and not merge:
         _reduce_kernel[(num_reqs, num_heads)](
             out, mid_o, mid_m, mid_l, sinks_arg, v_scale, total_splits,
             out.stride(0), out.stride(1), *strides,

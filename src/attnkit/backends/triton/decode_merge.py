@@ -1,4 +1,5 @@
-"""Split merge inside the decode kernel: the last split program of a (request, KV head) merges.
+"""Split merges beyond decode.py's reduce: inside the decode kernel (variant "fused"), and in
+key order (variant "fixed").
 
 Decode variant "fused" (decode.py's kernel with MERGE) drops the separate reduce launch: each
 split program stores its partials (max, denominator, unnormalised output per query row),
@@ -11,6 +12,12 @@ barrier, then an acq_rel atomic at GPU scope, which is cumulative), and the merg
 reads the partials after its own ticket (acquire), bypassing L1 (``.cg``), so it sees every
 other program's stores. No program waits for another, so there is no deadlock whatever
 order the programs run in.
+
+Variant "fixed" (split_fixed) merges with ``reduce_in_order``: one program per (request, query
+head) folds its splits one after another, first key first, skipping the splits that hold no
+key. Its arithmetic is a chain over the request's own splits, the same whatever the grid's
+split count (the reduce's one-shot ``tl.sum`` over a power-of-two padding of every split is
+a tree whose shape follows the longest request of the step).
 """
 from __future__ import annotations
 
@@ -77,3 +84,51 @@ def merge_shape(group: int, block_dv: int) -> tuple[int, int] | None:
 def merge_counters(num_reqs: int, device) -> torch.Tensor:
     """Zeroed tickets for one step: [num_reqs * MAX_KV_HEADS] int32 (the kernel leaves them 0)."""
     return torch.zeros(num_reqs * MAX_KV_HEADS.value, dtype=torch.int32, device=device)
+
+
+@triton.jit
+def _reduce_in_order_kernel(
+    Out, MidO, MidM, MidL, Sinks, v_scale, num_splits,
+    stride_ot, stride_oh, stride_mb, stride_mh, stride_ms,
+    DV: tl.constexpr, BLOCK_DV: tl.constexpr, HAS_SINKS: tl.constexpr,
+):
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    base = b.to(tl.int64) * stride_mb + h * stride_mh
+    m = tl.full([1], -1.0e30, tl.float32)
+    l = tl.zeros([1], tl.float32)
+    acc = tl.zeros([BLOCK_DV], tl.float32)
+    for s in range(0, num_splits):
+        mid = base + s * stride_ms
+        l_s = tl.load(MidL + mid + tl.arange(0, 1))
+        if tl.sum(l_s, 0) > 0.0:                 # a split past the request's keys is empty
+            m_s = tl.load(MidM + mid + tl.arange(0, 1))
+            a_s = tl.load(MidO + mid * BLOCK_DV + offs_dv)
+            m_new = tl.maximum(m, m_s)
+            alpha = tl.exp2(m - m_new)
+            beta = tl.exp2(m_s - m_new)
+            acc = acc * alpha + a_s * beta
+            l = l * alpha + l_s * beta
+            m = m_new
+    if HAS_SINKS:   # the sink: a logit with no value, counted once, after the keys
+        sink = tl.load(Sinks + h + tl.arange(0, 1)).to(tl.float32) * 1.4426950408889634
+        m_new = tl.maximum(m, sink)
+        alpha = tl.exp2(m - m_new)
+        acc = acc * alpha
+        l = l * alpha + tl.exp2(sink - m_new)
+    l = tl.where(l == 0.0, 1.0, l)
+    tl.store(Out + b.to(tl.int64) * stride_ot + h * stride_oh + offs_dv,
+             (acc * (v_scale / l)).to(Out.dtype.element_ty), mask=offs_dv < DV)
+
+
+def reduce_in_order(out, partials, *, sinks, v_scale: float, num_splits: int) -> None:
+    """out: [B, H_q, DV] (written); partials: (mid_o [B, H_q, S, BLOCK_DV], mid_m [B, H_q, S],
+    mid_l [B, H_q, S]) float32 from the decode kernel, S = num_splits; sinks: [H_q] f32 or None."""
+    mid_o, mid_m, mid_l = partials
+    dv = out.shape[-1]
+    _reduce_in_order_kernel[(out.shape[0], out.shape[1])](
+        out, mid_o, mid_m, mid_l, sinks if sinks is not None else mid_m, v_scale, num_splits,
+        out.stride(0), out.stride(1), mid_m.stride(0), mid_m.stride(1), mid_m.stride(2),
+        DV=dv, BLOCK_DV=mid_o.shape[-1], HAS_SINKS=sinks is not None, num_warps=4,
+    )

@@ -27,11 +27,13 @@ from attnkit.backends._triton import (NEG_BIG, attend_range, key_ranges, padded_
 # table), "v2" / "new_kv_direct" (extend_new_kv.py: the new tokens' K/V from the step's k / v,
 # the cached prefix through the block table), "tma" / "dense_rows_tma" (prefill_tma.py: K/V as
 # dense rows through tensor descriptors; tma_path.py), "gluon" (prefill_gluon.py on a one-request
-# fresh prefill). Which runs is the plan's choice (its kernel table), never a threshold here.
-EXTEND_VARIANTS = ("v1", "v2", "tma")
+# fresh prefill), "fixed" / "paged_fixed" (v1 whose one-token rows over a cached prefix run the
+# split_fixed decode: backends/triton/invariant.py). Which runs is the plan's choice (its kernel
+# table), never a threshold here.
+EXTEND_VARIANTS = ("v1", "v2", "tma")       # gluon and fixed: spelled, tested on their own
 EXTEND_VARIANT_NAMES = {"paged_kv": "v1", "new_kv_direct": "v2", "dense_rows_tma": "tma",
-                        "paged": "v1", "paged_new_kv": "v2"}
-PLAN_NAMES = {"v1": "paged", "v2": "paged_new_kv", "tma": "tma", "gluon": "gluon"}
+                        "paged": "v1", "paged_new_kv": "v2", "paged_fixed": "fixed"}
+PLAN_NAMES = {"v1": "paged", "v2": "paged_new_kv", "tma": "tma", "gluon": "gluon", "fixed": "paged_fixed"}
 
 
 @triton.jit

@@ -1,12 +1,16 @@
-"""The triton backend's batch-invariant pieces (its ``batch_invariant`` / ``split_keys`` options).
+"""The triton backend's batch-invariant variants, split_fixed and paged_fixed (declaration.py).
 
 A request's bits depend only on the request when (1) its decode splits are a fixed number of
-keys each, ``split_keys`` rounded up to whole tiles, from its own first key on, whatever the
-grid's split count, and always merged by the reduce kernel (one split included: the kernel's
-own normalisation differs in its last bits); (2) no kernel choice depends on the batch (the
-variants "auto" picks by batch size or prefix are fixed by the backend); (3) a MIXED step runs
-its one-token rows through the decode kernel, as their DECODE steps do (``DecodeRows``).
-Proven by tests/conformance/test_bitwise.py.
+keys each, ``split_keys`` (configs.split_keys) rounded up to whole tiles, from its own first
+key on, whatever the grid's split count, and always merged in key order (decode_merge.py's
+reduce_in_order; one split included: the decode kernel's own normalisation differs in its last
+bits): split_fixed; (2) no kernel choice depends on the batch: a plan that requires
+batch_invariant lists only these variants in its kernel tables; (3) a step of the extend kernel
+(paged_fixed) runs its one-token rows over a cached prefix (a MIXED step's decodes) through the
+split_fixed decode, as their DECODE steps do (``DecodeRows``). The paged extend kernel's own
+reduction order is a request's: one program per BLOCK_M query rows of one request, its keys in
+BLOCK_N tiles from the first, tiles fixed by head dim and dtype (configs.py), never by the batch.
+Proven by tests/conformance/test_bitwise.py. ``batch_invariant=True`` spells both variants.
 """
 from __future__ import annotations
 
@@ -18,14 +22,9 @@ from attnkit.backends._triton import padded_dim
 from attnkit.backends.metadata import BatchMetadata
 from attnkit.backends.triton.decode import decode_attention, decode_span
 from attnkit.errors import fail
-from attnkit.registry.kernels import KernelTable
 
-BATCH_INVARIANT_SPLIT_KEYS = 256   # keys per decode split by default (choose_splits' floor)
-# The general kernel of each role: what a batch_invariant backend runs for every step (the
-# other variants are picked per step by the plan's tables, and some by the step's own size).
-INVARIANT_TABLES = {role: KernelTable.only(role, "split" if role == "decode" else "paged")
-                    for role in ("prefill", "extend", "decode")}
-_ALLOWED = {"extend_variant": (None, "v1", "paged_kv"), "decode_variant": (None, "v1", "separate_write")}
+# option -> what batch_invariant=True allows beside it (the fixed variant, by either name)
+_ALLOWED = {"extend_variant": (None, "fixed"), "decode_variant": (None, "fixed")}
 
 
 def fixed_splits(span: int, split_keys: int, block_n: int) -> tuple[int, int]:
@@ -35,17 +34,19 @@ def fixed_splits(span: int, split_keys: int, block_n: int) -> tuple[int, int]:
 
 
 def check_invariant_options(kernels, extend_variant, decode_variant, num_splits) -> None:
-    """batch_invariant runs the general kernels: refuse a choice that brings another back (AK407)."""
+    """batch_invariant=True runs split_fixed and paged_fixed: refuse a choice that brings
+    another variant back (AK407). The variant options arrive as their internal names."""
     if kernels:
-        fail("AK407", "triton: batch_invariant runs the general kernels (split decode, paged extend); "
-                      "kernel tables pick another per step", field="kernels", expected=None,
+        fail("AK407", "triton: batch_invariant runs split_fixed and paged_fixed; kernel tables "
+                      "pick variants per step (a plan with --require batch-invariant lists only "
+                      "those two: pass its tables alone)", field="kernels", expected=None,
              actual=sorted(kernels))
     for option, value in (("extend_variant", extend_variant), ("decode_variant", decode_variant)):
         if value not in _ALLOWED[option]:
+            fixed = "paged_fixed" if option == "extend_variant" else "split_fixed"
             fail("AK407", f"triton: {option}={value!r} does not keep a request's bits independent "
-                          "of its batch (picked by the step's size, or writing K/V inside a kernel "
-                          f"MIXED steps do not run); leave it unset or name {_ALLOWED[option][1]}",
-                 field=option, expected=[a for a in _ALLOWED[option] if a], actual=value)
+                          f"of its batch (it does not declare batch_invariant); leave it unset or "
+                          f"name {fixed}", field=option, expected=[fixed], actual=value)
     if num_splits is not None:
         fail("AK407", "triton: num_splits sizes each request's splits by the batch's longest; "
                       "batch_invariant uses split_keys (keys per split) instead",
@@ -54,8 +55,9 @@ def check_invariant_options(kernels, extend_variant, decode_variant, num_splits)
 
 @dataclass(slots=True)
 class DecodeRows:
-    """The decode-like requests of a MIXED step (one new token over a cached prefix), as the
-    decode kernel takes them, so that such a request's bits are those of its DECODE steps.
+    """The decode-like requests of a paged_fixed step (one new token over a cached prefix: a
+    MIXED step's decodes), as the decode kernel takes them, so that such a request's bits are
+    those of its DECODE steps.
 
     requests: their indices; others: the other requests' (the extend kernel's)
     tokens: [Bd] int64 their token rows; seq_lens: [Bd] int32; block_tables: [Bd, P] int32

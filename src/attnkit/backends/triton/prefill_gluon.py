@@ -46,36 +46,54 @@ LOADER_REGS = 24
 
 
 @gluon.jit
-def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free,
-            v_free, q_row0, q_col, kv_col, n_tiles, BN: gl.constexpr, NSK: gl.constexpr,
-            NSV: gl.constexpr):
-    """Q once; then K one tile ahead of V (K of tile i + 1 before V of tile i), each into its
-    own ring once both warpgroups have released the slot."""
+def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready,
+            k_free, v_free, q_row0, q_col, kv_col, n_tiles, g0, q_phase, BN: gl.constexpr,
+            NSK: gl.constexpr, NSV: gl.constexpr):
+    """One block's loads: K of its first tile, Q once both warpgroups released the previous
+    block's (q_free; phase q_phase), then K one tile ahead of V (K of tile i + 1 before V of
+    tile i), each into its own ring once both warpgroups have released the slot. Slots and
+    phases count tiles from g0 (the tiles this program loaded before the block)."""
+    s0 = g0 % NSK
+    mbarrier.wait(k_free.index(s0), ((g0 // NSK) & 1) ^ 1)
+    mbarrier.expect(k_ready.index(s0), k_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(k_desc, [0, kv_col], k_ready.index(s0), k_smem.index(s0))
+    mbarrier.wait(q_free, q_phase ^ 1)
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [q_row0, q_col], q_bar, q_smem)
-    mbarrier.expect(k_ready.index(0), k_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(k_desc, [0, kv_col], k_ready.index(0), k_smem.index(0))
     for i in range(n_tiles):
         if i + 1 < n_tiles:
-            sk = (i + 1) % NSK
-            mbarrier.wait(k_free.index(sk), (((i + 1) // NSK) & 1) ^ 1)
+            gk = g0 + i + 1
+            sk = gk % NSK
+            mbarrier.wait(k_free.index(sk), ((gk // NSK) & 1) ^ 1)
             mbarrier.expect(k_ready.index(sk), k_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(k_desc, [(i + 1) * BN, kv_col], k_ready.index(sk),
                                             k_smem.index(sk))
-        sv = i % NSV
-        mbarrier.wait(v_free.index(sv), ((i // NSV) & 1) ^ 1)
+        gv = g0 + i
+        sv = gv % NSV
+        mbarrier.wait(v_free.index(sv), ((gv // NSV) & 1) ^ 1)
         mbarrier.expect(v_ready.index(sv), v_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(v_desc, [i * BN, kv_col], v_ready.index(sv), v_smem.index(sv))
 
 
 @gluon.jit
-def _tile(j, n_tiles, sc, o, m_i, l_i, rows, q, k_smem, v_smem, k_ready, v_ready, k_free, v_free,
-          turn, qk_scale, T, MASKED: gl.constexpr, CAUSAL: gl.constexpr, WG: gl.constexpr,
+def _load_one(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready,
+              k_free, v_free, q_row0, q_col, kv_col, n_tiles, BN: gl.constexpr, NSK: gl.constexpr,
+              NSV: gl.constexpr):
+    """The loader partition of the one-block kernel."""
+    _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready,
+            k_free, v_free, q_row0, q_col, kv_col, n_tiles, 0, 0, BN, NSK, NSV)
+
+
+@gluon.jit
+def _tile(j, g0, t0, n_tiles, sc, o, m_i, l_i, rows, q, k_smem, v_smem, k_ready, v_ready, k_free,
+          v_free, turn, qk_scale, T, MASKED: gl.constexpr, CAUSAL: gl.constexpr, WG: gl.constexpr,
           BN: gl.constexpr, D: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr):
-    """Key tile j for warpgroup WG: the softmax of its scores ``sc`` (ready; for WG 0 the P.V
-    of tile j - 1 is still in flight meanwhile); then, holding the turn (its turn j + 1), Q.K
-    of tile j + 1 and P.V of tile j are issued, the turn passed on, and the new scores waited
-    for. The spare Q.K the last tile issues releases nothing. -> (sc, o, m_i, l_i)."""
+    """Key tile j of the block for warpgroup WG: the softmax of its scores ``sc`` (ready; for
+    WG 0 the P.V of tile j - 1 is still in flight meanwhile); then, holding the turn (its turn
+    t0 + j + 1), Q.K of tile j + 1 and P.V of tile j are issued, the turn passed on, and the
+    new scores waited for. Ring slots and phases count tiles from g0 (the tiles this program
+    ran before the block: 0 but in the persistent kernel). The last tile's K slot is released
+    by the spare Q.K the last tile issues (it reads that slot), not before. -> (sc, o, m_i, l_i)."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BN, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -92,30 +110,35 @@ def _tile(j, n_tiles, sc, o, m_i, l_i, rows, q, k_smem, v_smem, k_ready, v_ready
     p = gl.exp2(sc * qk_scale - gl.expand_dims(m_new, 1))
     l_i = l_i * alpha + gl.sum(p, axis=1)
     o = warpgroup_mma_wait(num_outstanding=0, deps=[o])              # P.V of tile j - 1
-    mbarrier.arrive(v_free.index((j + NSV - 1) % NSV), count=1, pred=j > 0)
+    mbarrier.arrive(v_free.index((g0 + j + NSV - 1) % NSV), count=1, pred=j > 0)
     p16 = gl.convert_layout(p.to(q.dtype), p_layout)
     o = o * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-    jn = gl.minimum(j + 1, n_tiles - 1)                              # the last issues a spare
-    sn = jn % NSK
-    mbarrier.wait(k_ready.index(sn), (jn // NSK) & 1)
-    mbarrier.wait(turn.index(WG), (j + 1) & 1)
+    gn = g0 + gl.minimum(j + 1, n_tiles - 1)                         # the last issues a spare
+    sn = gn % NSK
+    mbarrier.wait(k_ready.index(sn), (gn // NSK) & 1)
+    mbarrier.wait(turn.index(WG), (t0 + j + 1) & 1)
     tok = warpgroup_mma(q, k_smem.index(sn).permute((1, 0)),
                         gl.zeros([64, BN], gl.float32, s_layout), use_acc=False, is_async=True)
-    mbarrier.wait(v_ready.index(j % NSV), (j // NSV) & 1)
-    o = warpgroup_mma(p16, v_smem.index(j % NSV), o, is_async=True)
+    gv = g0 + j
+    mbarrier.wait(v_ready.index(gv % NSV), (gv // NSV) & 1)
+    o = warpgroup_mma(p16, v_smem.index(gv % NSV), o, is_async=True)
     mbarrier.arrive(turn.index(1 - WG), count=1)
     sc = warpgroup_mma_wait(num_outstanding=1 - WG, deps=[tok])     # scores of tile j + 1
-    mbarrier.arrive(k_free.index(sn), count=1, pred=j + 1 < n_tiles)
+    # release the slot just read, except the last tile's at its real Q.K (j = n - 2): the
+    # spare (j = n - 1) reads it again and releases it
+    mbarrier.arrive(k_free.index(sn), count=1, pred=j + 2 != n_tiles)
     return sc, o, m_new, l_i
 
 
 @gluon.jit
-def _compute(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, turn, Out,
-             stride_ot, out_col, q0, n_tiles, T, qk_scale, v_scale, WG: gl.constexpr,
-             BN: gl.constexpr, D: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr,
-             CAUSAL: gl.constexpr):
-    """Rows q0 + 64 * WG .. + 63 of the block over every key tile; then the normalised store.
-    Turn 0 of each warpgroup is the first tile's Q.K; tile j's issue is its turn j + 1."""
+def _block(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_free, v_free, turn, Out,
+           stride_ot, out_col, q0, n_tiles, g0, t0, q_phase, T, qk_scale, v_scale,
+           WG: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, NSK: gl.constexpr,
+           NSV: gl.constexpr, CAUSAL: gl.constexpr):
+    """Rows q0 + 64 * WG .. + 63 of one block over every key tile; then the normalised store.
+    Turn t0 of the warpgroup is the first tile's Q.K; tile j's issue is its turn t0 + j + 1.
+    g0: the tiles this program ran before (ring slots and phases), q_phase: the Q load's phase;
+    Q is released (q_free) after the block's last Q.K."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BN, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -126,28 +149,30 @@ def _compute(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, tu
     m_i = gl.full([64], -1.0e30, gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([64], gl.float32, gl.SliceLayout(1, s_layout))
     o = warpgroup_mma_init(gl.zeros([64, D], gl.float32, o_layout))
-    mbarrier.wait(q_bar, 0)
-    mbarrier.wait(k_ready.index(0), 0)
-    mbarrier.wait(turn.index(WG), 0)
-    tok = warpgroup_mma(q, k_smem.index(0).permute((1, 0)),
+    s0 = g0 % NSK
+    mbarrier.wait(q_bar, q_phase)
+    mbarrier.wait(k_ready.index(s0), (g0 // NSK) & 1)
+    mbarrier.wait(turn.index(WG), t0 & 1)
+    tok = warpgroup_mma(q, k_smem.index(s0).permute((1, 0)),
                         gl.zeros([64, BN], gl.float32, s_layout), use_acc=False, is_async=True)
     mbarrier.arrive(turn.index(1 - WG), count=1)
     sc = warpgroup_mma_wait(num_outstanding=0, deps=[tok])
-    mbarrier.arrive(k_free.index(0), count=1)
+    mbarrier.arrive(k_free.index(s0), count=1, pred=n_tiles > 1)   # one tile: the spare frees it
     if CAUSAL:
         n_left = q0 // BN                   # tiles wholly left of the block's first row
     else:
         n_left = T // BN                    # whole tiles: every key visible to every row
     for j in range(n_left):
-        sc, o, m_i, l_i = _tile(j, n_tiles, sc, o, m_i, l_i, rows, q, k_smem, v_smem, k_ready,
-                                v_ready, k_free, v_free, turn, qk_scale, T, False, CAUSAL, WG, BN,
-                                D, NSK, NSV)
+        sc, o, m_i, l_i = _tile(j, g0, t0, n_tiles, sc, o, m_i, l_i, rows, q, k_smem, v_smem,
+                                k_ready, v_ready, k_free, v_free, turn, qk_scale, T, False, CAUSAL,
+                                WG, BN, D, NSK, NSV)
     for j in range(n_left, n_tiles):
-        sc, o, m_i, l_i = _tile(j, n_tiles, sc, o, m_i, l_i, rows, q, k_smem, v_smem, k_ready,
-                                v_ready, k_free, v_free, turn, qk_scale, T, True, CAUSAL, WG, BN,
-                                D, NSK, NSV)
+        sc, o, m_i, l_i = _tile(j, g0, t0, n_tiles, sc, o, m_i, l_i, rows, q, k_smem, v_smem,
+                                k_ready, v_ready, k_free, v_free, turn, qk_scale, T, True, CAUSAL,
+                                WG, BN, D, NSK, NSV)
+    mbarrier.arrive(q_free, count=1)
     o = warpgroup_mma_wait(num_outstanding=0, deps=[o])
-    mbarrier.arrive(v_free.index((n_tiles + NSV - 1) % NSV), count=1)
+    mbarrier.arrive(v_free.index((g0 + n_tiles - 1) % NSV), count=1)
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
     out = o * gl.expand_dims(v_scale / gl.where(l_o == 0.0, 1.0, l_o), 1)
     orow = r0 + gl.arange(0, 64, layout=gl.SliceLayout(1, o_layout))
@@ -157,42 +182,67 @@ def _compute(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, tu
 
 
 @gluon.jit
-def _compute_second(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, turn, Out,
-                    stride_ot, out_col, q0, n_tiles, T, qk_scale, v_scale, BN: gl.constexpr,
+def _compute(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_free, v_free, turn, Out,
+             stride_ot, out_col, q0, n_tiles, T, qk_scale, v_scale, WG: gl.constexpr,
+             BN: gl.constexpr, D: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr,
+             CAUSAL: gl.constexpr):
+    """Warpgroup WG's half of the program's one block."""
+    _block(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_free, v_free, turn, Out,
+           stride_ot, out_col, q0, n_tiles, 0, 0, 0, T, qk_scale, v_scale, WG, BN, D, NSK, NSV,
+           CAUSAL)
+
+
+@gluon.jit
+def _compute_second(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_free, v_free, turn,
+                    Out, stride_ot, out_col, q0, n_tiles, T, qk_scale, v_scale, BN: gl.constexpr,
                     D: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr, CAUSAL: gl.constexpr):
     """Warpgroup 1, the worker partition (a separate entry: a partition takes its constexprs
     from its own signature)."""
-    _compute(q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, turn, Out,
+    _compute(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_free, v_free, turn, Out,
              stride_ot, out_col, q0, n_tiles, T, qk_scale, v_scale, 1, BN, D, NSK, NSV, CAUSAL)
 
 
 @gluon.jit
-def _prefill_gluon_kernel(q_desc, k_desc, v_desc, Out, stride_ot, T, num_blocks, qk_scale,
-                          v_scale, NUM_HEADS: gl.constexpr, GROUP: gl.constexpr, D: gl.constexpr,
-                          BN: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr,
-                          CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
-                          CAUSAL: gl.constexpr):
-    """Grid: (query block, head), heads fastest and the blocks with the most keys first.
-    q_desc: [T, H_q * D] blocks [128, D]; k_desc / v_desc: [T, H_kv * D] blocks [BN, D];
-    Out: [T, H_q, D] (row stride stride_ot, heads dense). num_warps = 4."""
-    pid = gl.program_id(0)
-    blk = num_blocks - 1 - pid // NUM_HEADS
-    h = pid % NUM_HEADS
-    q0 = blk * 128
-    if CAUSAL:
-        n_tiles = gl.cdiv(gl.minimum(q0 + 128, T), BN)
+def _item(i, num_blocks, NUM_HEADS: gl.constexpr, HEAD_MAJOR: gl.constexpr):
+    """Work item i -> (query block, head). Block-major (the causal default): heads fastest, the
+    blocks with the most keys first. HEAD_MAJOR: a head's blocks one after another, so the
+    programs running at once share one head's K / V in L2 (non-causal long sequences: one
+    head's K / V is read by every block of it)."""
+    if HEAD_MAJOR:
+        blk = i % num_blocks
+        h = i // num_blocks
     else:
-        n_tiles = gl.cdiv(T, BN)
+        blk = num_blocks - 1 - i // NUM_HEADS
+        h = i % NUM_HEADS
+    return blk, h
+
+
+@gluon.jit
+def _n_tiles(q0, T, BN: gl.constexpr, CAUSAL: gl.constexpr):
+    if CAUSAL:
+        return gl.cdiv(gl.minimum(q0 + 128, T), BN)
+    else:
+        return gl.cdiv(T, BN)
+
+
+@gluon.jit
+def _rings(q_desc, k_desc, v_desc, D: gl.constexpr, BN: gl.constexpr, NSK: gl.constexpr,
+           NSV: gl.constexpr):
+    """Shared memory (Q, the K and V rings) and the barriers, initialised; warpgroup 0 holds
+    the first turn. -> (q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_free,
+    v_free, turn)."""
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [128, D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [NSK, BN, D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [NSV, BN, D], v_desc.layout)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [NSK, 1], mbarrier.MBarrierLayout())
     k_free = gl.allocate_shared_memory(gl.int64, [NSK, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [NSV, 1], mbarrier.MBarrierLayout())
     v_free = gl.allocate_shared_memory(gl.int64, [NSV, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
+    mbarrier.init(q_free, count=2)                      # both warpgroups release Q
     for s in gl.static_range(NSK):
         mbarrier.init(k_ready.index(s), count=1)
         mbarrier.init(k_free.index(s), count=2)         # both warpgroups release a slot
@@ -203,15 +253,32 @@ def _prefill_gluon_kernel(q_desc, k_desc, v_desc, Out, stride_ot, T, num_blocks,
     mbarrier.init(turn.index(1), count=1)
     fence_async_shared()
     mbarrier.arrive(turn.index(0), count=1)             # warpgroup 0 has the first turn
+    return q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_free, v_free, turn
+
+
+@gluon.jit
+def _prefill_gluon_kernel(q_desc, k_desc, v_desc, Out, stride_ot, T, num_blocks, qk_scale,
+                          v_scale, NUM_HEADS: gl.constexpr, GROUP: gl.constexpr, D: gl.constexpr,
+                          BN: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr,
+                          CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
+                          CAUSAL: gl.constexpr, HEAD_MAJOR: gl.constexpr):
+    """Grid: (query block, head), in _item's order. q_desc: [T, H_q * D] blocks [128, D];
+    k_desc / v_desc: [T, H_kv * D] blocks [BN, D]; Out: [T, H_q, D] (row stride stride_ot,
+    heads dense). num_warps = 4."""
+    blk, h = _item(gl.program_id(0), num_blocks, NUM_HEADS, HEAD_MAJOR)
+    q0 = blk * 128
+    n_tiles = _n_tiles(q0, T, BN, CAUSAL)
+    q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_free, v_free, turn = _rings(
+        q_desc, k_desc, v_desc, D, BN, NSK, NSV)
     gl.warp_specialize([
-        (_compute, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free, turn, Out,
-                    stride_ot, h * D, q0, n_tiles, T, qk_scale, v_scale, 0, BN, D, NSK, NSV,
+        (_compute, (q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_free, v_free, turn,
+                    Out, stride_ot, h * D, q0, n_tiles, T, qk_scale, v_scale, 0, BN, D, NSK, NSV,
                     CAUSAL)),
-        (_compute_second, (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free,
+        (_compute_second, (q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_free, v_free,
                            turn, Out, stride_ot, h * D, q0, n_tiles, T, qk_scale, v_scale, BN,
                            D, NSK, NSV, CAUSAL)),
-        (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
-                   k_free, v_free, q0, h * D, (h // GROUP) * D, n_tiles, BN, NSK, NSV)),
+        (_load_one, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, k_ready,
+                     v_ready, k_free, v_free, q0, h * D, (h // GROUP) * D, n_tiles, BN, NSK, NSV)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 
@@ -233,10 +300,9 @@ def gluon_prefill_ready(q, k, v, out, *, causal, window, softcap, sinks, qk_scal
             and k.shape[2] == v.shape[2] == D and out.stride(2) == 1 and out.stride(1) == D)
 
 
-def prefill_gluon_attention(q, k, v, out, *, qk_scale, v_scale, tiles=None, causal=True):
-    """q [T, H_q, D], k / v [T, H_kv, D] (descriptor_ready), out [T, H_q, D] (written);
-    ``causal=False``: every query attends to all T keys.
-    tiles: (BN, K slots, V slots) instead of TILES[D] (the benchmarks' variants)."""
+def launch_args(q, k, v, out, *, tiles, causal, head_major):
+    """The descriptors and constants both launchers (this one and the persistent kernel's)
+    pass: -> (positional head: descriptors, out, its row stride, T, blocks; constexprs)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     T, H, D = q.shape
     elem = gl.bfloat16 if q.dtype.itemsize == 2 and str(q.dtype).endswith("bfloat16") else gl.float16
@@ -247,8 +313,20 @@ def prefill_gluon_attention(q, k, v, out, *, qk_scale, v_scale, tiles=None, caus
 
     BN, NSK, NSV = tiles or TILES[D]
     blocks = -(-T // BM)
-    _prefill_gluon_kernel[(blocks * H,)](
-        desc(q, BM), desc(k, BN), desc(v, BN), out, out.stride(0), T, blocks, qk_scale, v_scale,
-        NUM_HEADS=H, GROUP=H // k.shape[1], D=D, BN=BN, NSK=NSK, NSV=NSV, CONSUMER_REGS=CONSUMER_REGS,
-        LOADER_REGS=LOADER_REGS, CAUSAL=bool(causal), num_warps=4, maxnreg=MAXNREG)
+    consts = dict(NUM_HEADS=H, GROUP=H // k.shape[1], D=D, BN=BN, NSK=NSK, NSV=NSV,
+                  CONSUMER_REGS=CONSUMER_REGS, LOADER_REGS=LOADER_REGS, CAUSAL=bool(causal),
+                  HEAD_MAJOR=bool(head_major), num_warps=4, maxnreg=MAXNREG)
+    return (desc(q, BM), desc(k, BN), desc(v, BN), out, out.stride(0), T, blocks), consts
+
+
+def prefill_gluon_attention(q, k, v, out, *, qk_scale, v_scale, tiles=None, causal=True,
+                            head_major=False):
+    """q [T, H_q, D], k / v [T, H_kv, D] (descriptor_ready), out [T, H_q, D] (written);
+    ``causal=False``: every query attends to all T keys. One program a (query block, head).
+    tiles: (BN, K slots, V slots) instead of TILES[D]; head_major: _item's head-major order.
+    The launch configuration is the caller's (configs.py). The persistent form:
+    prefill_gluon_persistent.prefill_gluon_persistent_attention."""
+    args, consts = launch_args(q, k, v, out, tiles=tiles, causal=causal, head_major=head_major)
+    blocks, heads = args[-1], q.shape[1]
+    _prefill_gluon_kernel[(blocks * heads,)](*args, qk_scale, v_scale, **consts)
     return out

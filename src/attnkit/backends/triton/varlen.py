@@ -63,17 +63,6 @@ def _varlen_kernel(Q, K, V, O, CuQ, CuK, Mask, stride_qt, stride_qh, stride_kt, 
              out.to(O.dtype.element_ty), mask=m_ok[:, None] & dv_ok[None, :])
 
 
-def varlen_config(head_dim: int, dtype: torch.dtype, *, interpret: bool) -> dict:
-    """Block sizes and launch shape for one head dim and compute dtype."""
-    if interpret:
-        return dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=1)
-    if dtype == torch.float32:
-        return dict(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=2)
-    if padded_dim(head_dim) > 128:
-        return dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2)
-    return dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
-
-
 def varlen_attention(q, k, v, out, *, cu_q, cu_k, key_mask, max_q: int, scale: float, config: dict):
     """q: [Tq, H_q, D]; k: [Tk, H_kv, D]; v: [Tk, H_kv, DV]; out: [Tq, H_q, DV] zeroed;
     cu_q / cu_k: [B+1] int32; key_mask: [Tk] bool | None. Head rows must be dense (stride 1)."""

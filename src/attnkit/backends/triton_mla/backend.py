@@ -14,6 +14,8 @@ column_split_tma, ws; declaration.py); a MIXED step runs each request in its own
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 import triton
 
@@ -23,9 +25,10 @@ from attnkit.backends.metadata import BatchMetadata, ForwardMode
 from attnkit.backends._triton import interpreting
 from attnkit.backends.triton_mla._parts import Part, build_parts, static_parts
 from attnkit.backends.triton_mla.declaration import DECLARATION
+from attnkit.backends.triton_mla import configs
 from attnkit.backends.triton_mla.decode import (KERNEL_OF, PLAN_NAMES, VARIANT_NAMES, VARIANTS,
-                                                absorbed_attention, absorbed_config, choose_splits)
-from attnkit.backends.triton_mla.decode_column_split import absorbed_config_v2, v2_block_h
+                                                absorbed_attention, choose_splits, ws_ready)
+from attnkit.backends.triton_mla.decode_tma import tma_ready
 from attnkit.backends.triton_mla.extend import mha_form_attention
 from attnkit.errors import fail
 from attnkit.registry.kernels import KernelTable, step_point
@@ -112,13 +115,15 @@ class TritonMLABackend(AttentionBackend):
         table = self._table(meta)
         return [table.candidates(len(qlens), n, kv)[0] == "mha_form" for n, kv in zip(qlens, kvlens)]
 
-    def _absorbed_kernel(self, meta: BatchMetadata, part: Part) -> str:
-        """The absorbed kernel the plan lists first for the absorbed part of this step."""
+    def _absorbed_kernels(self, meta: BatchMetadata, part: Part) -> tuple[str, ...]:
+        """The absorbed kernels for the absorbed part of this step, in the plan's order (its
+        nearest bucket's, fastest first), then the general ones (v2, v1) every call can take;
+        the ``variant`` option alone where given, then its general kernel."""
         if self.variant is not None:
-            return self.variant
+            return (self.variant, FALLBACK[self.variant])
         names = self._table(meta).candidates(*step_point(part.query_lens, part.kv_lens,
                                                          max_kv=part.static_kv))
-        return next((KERNEL_OF[n] for n in names if n in KERNEL_OF), "v2")
+        return tuple(dict.fromkeys([KERNEL_OF[n] for n in names if n in KERNEL_OF] + ["v2", "v1"]))
 
     def capture_plan(self, meta: BatchMetadata, cache, *, max_seq_len: int) -> StepState:
         """A static decode step: every request absorbed (one new token each), splits sized
@@ -146,7 +151,7 @@ class TritonMLABackend(AttentionBackend):
                 res = self._mha_form(qn, qp, latent, layer, cache, part, kv_scale)
             else:
                 res = self._absorbed(qn, qp, latent, layer, part, kv_scale,
-                                     variant=self._absorbed_kernel(meta, part))
+                                     kernels=self._absorbed_kernels(meta, part))
             if part.tokens is None:
                 out = res
             else:
@@ -154,10 +159,10 @@ class TritonMLABackend(AttentionBackend):
                 out[part.tokens] = res
         return out.reshape(T, H * mla.v_head_dim)
 
-    def _absorbed(self, q_nope, q_pe, latent, layer, part: Part, kv_scale, *, variant: str):
+    def _absorbed(self, q_nope, q_pe, latent, layer, part: Part, kv_scale, *, kernels):
         """q_nope: [T, H, nope]; q_pe: [T, H, R]; latent: [pages, page_size, L + R] -> [T, H, Dv]."""
         q_lat = torch.bmm(q_nope.transpose(0, 1), layer.w_kc.to(q_nope.dtype))       # [H, T, L]
-        out_lat = self._attend_latent(q_lat, q_pe, latent, layer, part, kv_scale, variant=variant)
+        out_lat = self._attend_latent(q_lat, q_pe, latent, layer, part, kv_scale, kernels=kernels)
         return torch.bmm(out_lat.transpose(0, 1), layer.w_vc.to(q_nope.dtype)).transpose(0, 1)
 
     def attend_latent(self, q_lat, q_pe, latent, layer: RuntimeLayer, step: StepState, *,
@@ -166,32 +171,44 @@ class TritonMLABackend(AttentionBackend):
         form (benchmarks time it apart from the projections).
 
         q_lat: [H, T, L]; q_pe: [T, H, R]; latent: [pages, page_size, L + R] -> out_lat [T, H, L]."""
-        return self._attend_latent(q_lat, q_pe, latent, layer, step.prepared["absorbed"], kv_scale,
-                                   variant=self._absorbed_kernel(step.meta, step.prepared["absorbed"]))
+        part = step.prepared["absorbed"]
+        return self._attend_latent(q_lat, q_pe, latent, layer, part, kv_scale,
+                                   kernels=self._absorbed_kernels(step.meta, part))
 
-    def _attend_latent(self, q_lat, q_pe, latent, layer, part: Part, kv_scale: float, *, variant: str):
-        H = q_lat.shape[0]
-        fp32 = q_lat.dtype == torch.float32
-        rows = 16 if fp32 else 64         # fp32 tiles are twice the bytes: keep them small
-        kw = dict(fp32=fp32, smem_kb=_smem_kb(q_lat.device))
-        v2_tiles = variant in ("v2", "tma")       # tma runs v2's program shapes
-        wide = v2_block_h(H, layer.spec.mla.kv_lora_rank, **kw) if v2_tiles else None
-        block_h = self.block_h or wide or min(rows, max(16, triton.next_power_of_2(H)))
-        block_t = max(1, min(triton.next_power_of_2(part.max_query_len), rows // block_h))
-        args = (block_h * block_t, layer.spec.mla.kv_lora_rank)
-        cfg = (absorbed_config_v2(*args, **kw) if v2_tiles else None) \
-            or dict(absorbed_config(*args, **kw), v_split=1)
+    def absorbed_tiles(self, variant: str, *, heads: int, latent_width: int, new_tokens: int,
+                       fp32: bool, device) -> dict:
+        """The tile ``variant`` (a kernel code: v1 / v2 / tma / ws) launches with: configs.py's
+        (what the plan names) for this layer and device, then this backend's overrides."""
+        cfg = configs.absorbed_tiles(PLAN_NAMES[variant], heads=heads, latent_width=latent_width,
+                                     new_tokens=new_tokens, fp32=fp32, smem_kb=_smem_kb(device),
+                                     block_h=self.block_h)
+        columns = variant in ("v2", "tma")
         cfg.update({k: v for k, v in (("block_n", self.block_n), ("num_warps", self.num_warps),
                                       ("num_stages", self.num_stages),
-                                      ("v_split", self.v_split if v2_tiles else None))
-                    if v})
+                                      ("v_split", self.v_split if columns else None)) if v})
+        return cfg
+
+    def _attend_latent(self, q_lat, q_pe, latent, layer, part: Part, kv_scale: float, *, kernels):
+        H = q_lat.shape[0]
+        flat = latent.view(-1, latent.shape[-1])
+        for variant in kernels:      # the first that can take this call (RUNNABLE)
+            cfg = self.absorbed_tiles(variant, heads=H, latent_width=layer.spec.mla.kv_lora_rank,
+                                      new_tokens=part.max_query_len,
+                                      fp32=q_lat.dtype == torch.float32, device=q_lat.device)
+            if RUNNABLE[variant](q_lat, flat, part, cfg):
+                break
+        if self.variant is not None and variant != self.variant:     # an explicit choice: said
+            warnings.warn(f"triton_mla: variant {PLAN_NAMES[self.variant]!r} cannot run this call "
+                          f"({RUNNABLE_NEEDS[self.variant]}); running {PLAN_NAMES[variant]!r}",
+                          UserWarning, stacklevel=2)
+        block_h, block_t = cfg.pop("block_h"), cfg.pop("block_t")
         per_sm = cfg.pop("programs_per_sm")
         work_req, work_tok = part.tiles(block_t)
         splits = self.num_splits or choose_splits(
             work_req.numel() * triton.cdiv(H, block_h) * cfg["v_split"], part.max_kv_len,
             slots=_sm_count(q_lat.device) * per_sm)
         return absorbed_attention(
-            q_lat, q_pe, latent.view(-1, latent.shape[-1]), part.block_tables, work_req,
+            q_lat, q_pe, flat, part.block_tables, work_req,
             work_tok, part.query_start_loc, part.seq_lens,
             page_size=part.page_size, scale=layer.spec.softmax_scale, kv_scale=kv_scale,
             block_t=block_t, block_h=block_h, num_splits=splits, variant=variant, **cfg)
@@ -209,14 +226,28 @@ class TritonMLABackend(AttentionBackend):
         w_vc = layer.w_vc.to(dtype).transpose(0, 1).reshape(L, H * mla.v_head_dim)
         k_nope = (c @ w_kc.T).view(-1, H, mla.qk_nope_head_dim)                      # [S, H, nope]
         v = (c @ w_vc).view(-1, H, mla.v_head_dim)                                  # [S, H, Dv]
-        on_gpu = q_nope.is_cuda and not interpreting()
-        # (block_m, block_n, warps, stages): no spills and pipelined loads with ptxas for
-        # sm_90 (144 KB of shared memory); 32-key tiles (68 KB) where blocks get ~99 KB
-        wide = (64, 64, 4, 3) if _smem_kb(q_nope.device) >= 160 else (64, 32, 4, 3)
-        tiles = (32, 32, 4, 2) if dtype == torch.float32 else wide
-        block_m, block_n, warps, stages = self.extend_tiles or (tiles if on_gpu else (16, 16, 4, 1))
+        tiles = configs.mha_form_tiles(fp32=dtype == torch.float32, smem_kb=_smem_kb(q_nope.device),
+                                       interpret=not q_nope.is_cuda or interpreting())
+        block_m, block_n, warps, stages = self.extend_tiles or tuple(tiles.values())
         work_req, work_tok = part.tiles(block_m)
         return mha_form_attention(
             q_nope, q_pe, k_nope, k_pe, v, work_req, work_tok, part.query_start_loc,
             kv_start, scale=layer.spec.softmax_scale, block_m=block_m, block_n=block_n,
             num_warps=warps, num_stages=stages)
+
+
+# What each absorbed kernel needs of a call beyond its declaration (a plan made for this device
+# has checked the envelope): tma a 16-bit cache of q's dtype and key tiles inside one page; ws
+# the Triton and device its Gluon code is written for. v1 and v2 take every call.
+RUNNABLE = {
+    "v1": lambda q_lat, flat, part, cfg: True,
+    "v2": lambda q_lat, flat, part, cfg: True,
+    "tma": lambda q_lat, flat, part, cfg: tma_ready(q_lat, flat, page_size=part.page_size,
+                                                    block_h=cfg["block_h"], block_n=cfg["block_n"]),
+    "ws": lambda q_lat, flat, part, cfg: ws_ready(q_lat, flat, page_size=part.page_size,
+                                                  block_t=cfg["block_t"], block_h=cfg["block_h"]),
+}
+RUNNABLE_NEEDS = {"tma": "it needs a cache of q's 16-bit dtype and key tiles inside one page",
+                  "ws": "it needs a compiled sm_90 launch with the Triton its Gluon code is written for, "
+                        "bf16, 64-head programs over 64-key pages"}
+FALLBACK = {"v1": "v1", "v2": "v2", "tma": "v2", "ws": "v1"}   # a forced variant that cannot run

@@ -1,14 +1,139 @@
-"""Launch configurations of triton_mla's kernel variants that a plan can name, torch-free.
+"""Launch configurations of triton_mla's kernel variants, torch-free: the one owner of every tile.
 
-The Gluon decode kernel (ws) has one fixed shape; decode_gluon.py reads it from here. The
-Triton kernels (column_split, whole_rows, column_split_tma, mha_form) pick their tiles per step
-from the tokens a program holds and the device's shared memory (decode.absorbed_config,
-backend._mha_form), so a plan made without the device names none for them.
+The kernels' launchers (backend.py) and the planner (the declaration's ``launch_config`` hook,
+which ``attnkit plan`` prints per role) both call these functions, with the same inputs: the
+layer's shape (query heads a rank, latent width), the compute dtype, the new tokens a request
+brings (decode: 1), and the device's geometry (the shared memory a block may opt into: the
+device's own figure at run time, ``Platform.shared_memory_kb`` in a plan). No measured figure
+goes in; the tiles are the shapes benchmarks/NOTES-mla.md records fitting each part with ptxas
+(no spills, shared memory within the part's limit). What stays per step: the KV split count,
+from the SM count and the step's lengths (decode.choose_splits), which a plan says it leaves
+to run time.
+
+Variant names here are the plan's (declaration.py): whole_rows, column_split, column_split_tma,
+ws, mha_form.
 """
 from __future__ import annotations
 
 WS = dict(BLOCK_H=64, BLOCK_N=64, NUM_STAGES=2, num_warps=12)   # a loader warp + two warpgroups
 
+# Version 1's tile for >= 64-row programs on parts with >= 200 KB of shared memory a block
+# (sm_90): 64 keys, 8 warps, 3 stages; ptxas for sm_90: 254 registers, no spills, 221696 B of
+# shared memory (benchmarks/NOTES-mla.md, version 4). Does not fit sm_80's 163 KB.
+V1_WIDE_TILE_SM90 = dict(block_n=64, num_warps=8, num_stages=3, programs_per_sm=1)
 
-def launch_config(variant: str, *, head_dim: int, dtype: str) -> dict | None:
-    return dict(WS) if variant == "ws" else None
+ABSORBED = ("whole_rows", "column_split", "column_split_tma", "ws")
+SPLITS_AT_RUN_TIME = "from-SM-count"   # how a plan names the split count
+
+
+def next_pow2(n: int) -> int:
+    return 1 << (max(1, n) - 1).bit_length()
+
+
+def absorbed_config(block_m: int, latent_width: int, *, fp32: bool = False,
+                    smem_kb: int = 227) -> dict:
+    """Version 1 tile for a ``block_m``-row program, for a GPU with ``smem_kb`` KB of shared
+    memory per block (checked with ptxas for sm_90, sm_80 and sm_89 for spills and shared
+    memory). ``programs_per_sm``: how many fit in shared memory together. fp32 (correctness,
+    not speed: IEEE dots) keeps 16-row programs and 16-key tiles."""
+    if latent_width < 256 or fp32:              # toy sizes (interpreter tests) or fp32
+        return dict(block_n=16, num_warps=4, num_stages=2, programs_per_sm=2)
+    if smem_kb < 160:                           # sm_86 / sm_89 / sm_120: ~99 KB per block
+        if block_m >= 64:
+            return dict(block_n=16, num_warps=8, num_stages=2, programs_per_sm=1)
+        if block_m >= 32:
+            return dict(block_n=32, num_warps=4, num_stages=2, programs_per_sm=1)
+        return dict(block_n=64, num_warps=4, num_stages=3, programs_per_sm=1)
+    if block_m >= 64 and smem_kb >= 200:        # sm_90: V1_WIDE_TILE_SM90
+        return dict(V1_WIDE_TILE_SM90)
+    if block_m >= 64:                           # [64, 512] fp32 accumulator: two warpgroups
+        return dict(block_n=32, num_warps=8, num_stages=3, programs_per_sm=1)
+    if block_m >= 32:
+        return dict(block_n=64, num_warps=8, num_stages=2, programs_per_sm=1)
+    # ~93 KB a program: two share an SM on sm_90 (227 KB), one on sm_80 (163 KB)
+    return dict(block_n=64, num_warps=4, num_stages=3, programs_per_sm=2 if smem_kb >= 200 else 1)
+
+
+def v2_block_h(heads: int, latent_width: int, *, fp32: bool = False,
+               smem_kb: int = 227) -> int | None:
+    """Heads per program for column_split where it differs from version 1: a 128-head rank
+    takes all its heads in one program (two warpgroups of 64 rows, so every latent tile is read
+    into shared memory once for all 128 heads); None elsewhere."""
+    if heads >= 128 and latent_width >= 256 and not fp32 and smem_kb >= 200:
+        return 128
+    return None
+
+
+def absorbed_config_v2(block_m: int, latent_width: int, *, fp32: bool = False,
+                       smem_kb: int = 227) -> dict | None:
+    """column_split tile for a ``block_m``-row program, or None where version 1's tile (with
+    ``v_split`` = 1) is used. Checked with ptxas for sm_90 (benchmarks/NOTES-mla.md)."""
+    if latent_width < 256 or fp32 or smem_kb < 200:
+        return None
+    if block_m >= 128:
+        # Triton splits the 128 rows between two warpgroups (warpsPerCTA [8, 1]): each runs
+        # Q.K as 64 x 32 wgmma and owns a [64, 256] accumulator; 211 registers, 0 spills,
+        # 221 KB shared memory (ptxas sm_90)
+        return dict(block_n=32, num_warps=8, num_stages=3, programs_per_sm=1, v_split=2)
+    if block_m >= 64:
+        # one warpgroup, [64, 256] accumulator: 0 spills, 147 KB shared memory (ptxas sm_90);
+        # 64-key tiles spilled 25-32 registers at 4 warps
+        return dict(block_n=32, num_warps=4, num_stages=3, programs_per_sm=1, v_split=2)
+    return None
+
+
+def absorbed_tiles(variant: str, *, heads: int, latent_width: int, new_tokens: int, fp32: bool,
+                   smem_kb: int, block_h: int | None = None) -> dict:
+    """The tile an absorbed variant launches with -> {block_h, block_t, block_n, num_warps,
+    num_stages, v_split, programs_per_sm}. A program holds ``block_t`` tokens of one request x
+    ``block_h`` heads (64 rows, 16 in fp32: fp32 tiles are twice the bytes); ``new_tokens``:
+    the most a request of the step brings (decode 1). ``block_h``: a caller's override. The
+    ws kernel's own shape is ``WS``; the tile here is what its launcher is handed."""
+    rows = 16 if fp32 else 64
+    columns = variant in ("column_split", "column_split_tma")
+    wide = v2_block_h(heads, latent_width, fp32=fp32, smem_kb=smem_kb) if columns else None
+    block_h = block_h or wide or min(rows, max(16, next_pow2(heads)))
+    block_t = max(1, min(next_pow2(new_tokens), rows // block_h))
+    args = (block_h * block_t, latent_width)
+    kw = dict(fp32=fp32, smem_kb=smem_kb)
+    cfg = (absorbed_config_v2(*args, **kw) if columns else None) or dict(absorbed_config(*args, **kw), v_split=1)
+    if variant == "column_split_tma":
+        cfg["num_stages"] = min(cfg["num_stages"], 2)        # 3 stages spill (ptxas sm_90)
+    return dict(block_h=block_h, block_t=block_t, **cfg)
+
+
+def mha_form_tiles(*, fp32: bool, smem_kb: int, interpret: bool = False) -> dict:
+    """The MHA-form flash kernel's tile: no spills and pipelined loads with ptxas for sm_90
+    (144 KB of shared memory); 32-key tiles (68 KB) where blocks get ~99 KB; small fp32 tiles
+    ("ieee" dots); the interpreter's smallest."""
+    if interpret:
+        return dict(block_m=16, block_n=16, num_warps=4, num_stages=1)
+    if fp32:
+        return dict(block_m=32, block_n=32, num_warps=4, num_stages=2)
+    return dict(block_m=64, block_n=64 if smem_kb >= 160 else 32, num_warps=4, num_stages=3)
+
+
+def launch_config(variant: str, *, role: str, shape, dtype: str, platform) -> dict | None:
+    """What ``variant`` launches with for a layer of ``shape`` (planning.profile.Shape: heads a
+    rank, kv_lora_rank) in ``role`` on ``platform``; None where the platform does not say its
+    shared memory. Tiles in upper case as the kernels name them; ``num_splits`` is left to run
+    time (SPLITS_AT_RUN_TIME)."""
+    smem_kb = getattr(platform, "shared_memory_kb", None)
+    if smem_kb is None or shape.kv_lora_rank is None:
+        return None
+    fp32 = dtype == "fp32"
+    if variant == "mha_form":
+        tiles = mha_form_tiles(fp32=fp32, smem_kb=smem_kb)
+    elif variant == "ws":
+        tiles = {k.lower(): v for k, v in WS.items()}
+        tiles["num_splits"] = SPLITS_AT_RUN_TIME
+    elif variant in ABSORBED:
+        # decode brings one token a request; a prefill / extend request the most a program holds
+        tiles = absorbed_tiles(variant, heads=shape.heads, latent_width=shape.kv_lora_rank,
+                               new_tokens=1 if role == "decode" else 1 << 30, fp32=fp32,
+                               smem_kb=smem_kb)
+        tiles.pop("programs_per_sm")
+        tiles["num_splits"] = SPLITS_AT_RUN_TIME
+    else:
+        return None
+    return {k if k.startswith("num_") else k.upper(): v for k, v in tiles.items()}

@@ -1,6 +1,6 @@
 """What the triton_mla backend serves, as torch-free data (checked by tests/conformance)."""
 from attnkit.backends.gpu_runs import H200_2026_11_29
-from attnkit.registry.capabilities import BackendDeclaration, Capabilities
+from attnkit.registry.capabilities import HALF_DTYPES as HALF, BackendDeclaration, Capabilities
 from attnkit.registry.kernels import KernelVariant
 
 # Latent widths are tl.arange extents, so each must be a power of two; these are the pairs
@@ -8,7 +8,6 @@ from attnkit.registry.kernels import KernelVariant
 MLA_DIMS = ((512, 64), (64, 16))
 PAGE_SIZES = (1, 16, 32, 64)
 ALL_ROLES = ("prefill", "extend", "decode")
-HALF = ("fp16", "bf16")
 
 # Kernel variants (registry/kernels.py): the plan picks one per role and measured bucket (and,
 # in an extend step, per request: the absorbed kernels or the MHA form); without a plan the

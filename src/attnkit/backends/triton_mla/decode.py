@@ -21,22 +21,25 @@ from triton.runtime.errors import OutOfResources
 
 from attnkit.backends._triton import LOG2E, NEG_BIG, interpreting, online_softmax_step
 from attnkit.backends.triton_mla.decode_column_split import _absorbed_v2_kernel, work_rows
-from attnkit.backends.triton_mla.decode_tma import absorbed_tma, tma_ready
+from attnkit.backends.triton_mla.decode_tma import absorbed_tma
 
-try:        # Gluon's Hopper API as Triton 3.6 spells it; another Triton: "ws" runs v1
-    from attnkit.backends.triton_mla.decode_gluon import BLOCK_H as WS_BLOCK_H
+from attnkit.backends.triton_mla.configs import WS
+
+try:        # Gluon's Hopper API as Triton 3.6 spells it; another Triton: "ws" does not run
     from attnkit.backends.triton_mla.decode_gluon import absorbed_gluon, gluon_ready
 except ImportError:         # pragma: no cover - depends on the installed Triton
-    WS_BLOCK_H, absorbed_gluon, gluon_ready = 64, None, None
+    absorbed_gluon, gluon_ready = None, None
 
 # The absorbed split kernel's variants (declaration.py names them for the plan): "v1" /
 # "whole_rows" (_absorbed_split_kernel: one program holds a head block's whole latent row),
 # "v2" / "column_split" (decode_column_split.py: output columns split across programs,
 # page-local key tiles), "tma" / "column_split_tma" (decode_tma.py: v2's program with the
-# latent tiles read through tensor descriptors; 128-head programs of a 16-bit cache, else v2
-# runs), "ws" (decode_gluon.py: Gluon, a loader warp and two warpgroups; bf16 decode tokens
-# over 64-key pages on sm_90 with the Triton the declaration names, else v1 runs). Which one
-# runs is the plan's choice (its kernel table, measured by attnkit tune).
+# latent tiles read through tensor descriptors; 128-head programs of a 16-bit cache:
+# decode_tma.tma_ready), "ws" (decode_gluon.py: Gluon, a loader warp and two warpgroups; bf16
+# decode tokens over 64-key pages on sm_90 with the Triton the declaration names: ws_ready).
+# Which one runs is the plan's choice (its kernel table, measured by attnkit tune); the backend
+# runs the first of the table's that can take the call (backend.RUNNABLE), and this launcher
+# runs the one it is given. Tiles: configs.py.
 VARIANT_NAMES = {"whole_rows": "v1", "column_split": "v2", "column_split_tma": "tma",
                  "warp_specialised": "ws"}
 PLAN_NAMES = {"v1": "whole_rows", "v2": "column_split", "tma": "column_split_tma", "ws": "ws"}
@@ -146,12 +149,6 @@ def _reduce_splits_kernel(
     tl.store(Out + t * stride_ot + h * stride_oh + offs_l, (acc / total).to(Out.dtype.element_ty))
 
 
-# Version 1's tile for >= 64-row programs on parts with >= 200 KB of shared memory a block
-# (sm_90): 64 keys, 8 warps, 3 stages; ptxas for sm_90: 254 registers, no spills, 221696 B of
-# shared memory (benchmarks/NOTES-mla.md, version 4). Does not fit sm_80's 163 KB.
-V1_WIDE_TILE_SM90 = dict(block_n=64, num_warps=8, num_stages=3, programs_per_sm=1)
-
-
 def _ws_triton() -> tuple:
     """The Triton versions the ws variant builds with: its declaration's envelope (Gluon is
     experimental; Triton 3.9 already spells warp_specialize differently)."""
@@ -164,38 +161,13 @@ def ws_ready(q_lat, cache_flat, *, page_size: int, block_t: int, block_h: int) -
     compiled (not interpreted) launch on an sm_90 GPU, and decode_gluon.gluon_ready's shapes."""
     from attnkit.registry.kernels import in_version_range
     if (gluon_ready is None or not in_version_range(triton.__version__, _ws_triton()) or not q_lat.is_cuda
-            or interpreting() or block_h != WS_BLOCK_H):
+            or interpreting() or block_h != WS["BLOCK_H"]):
         return False
     import torch
     if torch.cuda.get_device_capability(q_lat.device) != (9, 0):
         return False
     return gluon_ready(q_lat, cache_flat, page_size=page_size, block_t=block_t,
                        heads=q_lat.shape[0])
-
-
-def absorbed_config(block_m: int, latent_width: int, *, fp32: bool = False,
-                    smem_kb: int = 227) -> dict:
-    """Tile shape for a ``block_m``-row program, for a GPU with ``smem_kb`` KB of shared memory
-    per block (checked with ptxas for sm_90, sm_80 and sm_89 for spills and shared memory; see
-    benchmarks/NOTES-mla.md). ``programs_per_sm``: how many fit in shared memory together.
-    fp32 (correctness, not speed: IEEE dots) keeps 16-row programs and 16-key tiles."""
-    if latent_width < 256 or fp32:              # toy sizes (interpreter tests) or fp32
-        return dict(block_n=16, num_warps=4, num_stages=2, programs_per_sm=2)
-    if smem_kb < 160:                           # sm_86 / sm_89 / sm_120: ~99 KB per block
-        if block_m >= 64:
-            return dict(block_n=16, num_warps=8, num_stages=2, programs_per_sm=1)
-        if block_m >= 32:
-            return dict(block_n=32, num_warps=4, num_stages=2, programs_per_sm=1)
-        return dict(block_n=64, num_warps=4, num_stages=3, programs_per_sm=1)
-    if block_m >= 64 and smem_kb >= 200:        # sm_90: V1_WIDE_TILE_SM90
-        return dict(V1_WIDE_TILE_SM90)
-    if block_m >= 64:                           # [64, 512] fp32 accumulator: two warpgroups
-        # the tile of the H200 sweep at H=128, B=128, ctx 4k (benchmarks/NOTES-mla.md)
-        return dict(block_n=32, num_warps=8, num_stages=3, programs_per_sm=1)
-    if block_m >= 32:
-        return dict(block_n=64, num_warps=8, num_stages=2, programs_per_sm=1)
-    # ~93 KB a program: two share an SM on sm_90 (227 KB), one on sm_80 (163 KB)
-    return dict(block_n=64, num_warps=4, num_stages=3, programs_per_sm=2 if smem_kb >= 200 else 1)
 
 
 def choose_splits(programs: int, max_kv: int, *, slots: int, min_keys: int = 128) -> int:
@@ -241,12 +213,6 @@ def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok
         lse = torch.empty(T, H, num_splits, dtype=torch.float32, device=q_lat.device)
         sp = (partial.stride(0), partial.stride(1), partial.stride(2), lse.stride(0), lse.stride(1))
     dot_prec = "ieee" if q_lat.dtype == torch.float32 else "tf32"
-    if variant == "ws" and not ws_ready(q_lat, cache_flat, page_size=page_size, block_t=block_t,
-                                        block_h=block_h):
-        variant = "v1"
-    if variant == "tma" and not tma_ready(q_lat, cache_flat, page_size=page_size,
-                                          block_h=block_h, block_n=block_n):
-        variant = "v2"
     if variant == "ws":
         absorbed_gluon(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok,
                        query_start_loc, seq_lens, partial, lse, sp,
@@ -258,7 +224,7 @@ def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok
                      sp, qk_scale=scale * kv_scale * LOG2E, v_scale=kv_scale,
                      num_splits=num_splits, page_size=page_size, block_t=block_t,
                      block_h=block_h, block_n=block_n, v_split=v_split, direct=direct,
-                     num_warps=num_warps, num_stages=min(num_stages, 2))   # 3 stages spill
+                     num_warps=num_warps, num_stages=num_stages)
     elif variant == "v2":
         def launch(stages):
             _absorbed_v2_kernel[(head_blocks * v_split, W, num_splits)](

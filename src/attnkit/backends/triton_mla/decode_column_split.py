@@ -160,31 +160,3 @@ def _absorbed_v2_kernel(
 
     store_split(Out, Lse, acc, m_i, l_i, tok, head, row_ok, vb, split, offs_v, v_scale,
                 stride_ot, stride_oh, stride_os, stride_lt, stride_lh, DIRECT)
-
-
-def v2_block_h(heads: int, latent_width: int, *, fp32: bool = False,
-               smem_kb: int = 227) -> int | None:
-    """Heads per program for v2 where it differs from version 1: a 128-head rank takes all its
-    heads in one program (two warpgroups of 64 rows, so every latent tile is read into shared
-    memory once for all 128 heads); None elsewhere."""
-    if heads >= 128 and latent_width >= 256 and not fp32 and smem_kb >= 200:
-        return 128
-    return None
-
-
-def absorbed_config_v2(block_m: int, latent_width: int, *, fp32: bool = False,
-                       smem_kb: int = 227) -> dict | None:
-    """Version 2 tile for a ``block_m``-row program, or None where version 1's tile (with
-    ``v_split`` = 1) is used. Checked with ptxas for sm_90 (benchmarks/NOTES-mla.md)."""
-    if latent_width < 256 or fp32 or smem_kb < 200:
-        return None
-    if block_m >= 128:
-        # Triton splits the 128 rows between two warpgroups (warpsPerCTA [8, 1]): each runs
-        # Q.K as 64 x 32 wgmma and owns a [64, 256] accumulator; 211 registers, 0 spills,
-        # 221 KB shared memory (ptxas sm_90)
-        return dict(block_n=32, num_warps=8, num_stages=3, programs_per_sm=1, v_split=2)
-    if block_m >= 64:
-        # one warpgroup, [64, 256] accumulator: 0 spills, 147 KB shared memory (ptxas sm_90);
-        # 64-key tiles spilled 25-32 registers at 4 warps
-        return dict(block_n=32, num_warps=4, num_stages=3, programs_per_sm=1, v_split=2)
-    return None

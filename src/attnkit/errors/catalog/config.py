@@ -147,13 +147,16 @@ ENTRIES = [
                 "proven bit for bit: batch_invariant, a request's output does not depend on the "
                 "other requests of its batch; deterministic, the same step gives the same bits run "
                 "after run. A backend declares them only where tests/conformance/test_bitwise.py "
-                "proves them; this one does not, so it is not chosen (or, when named, refused).",
-        trigger="--require NAME with a backend that does not declare NAME, named or considered.",
-        situations=["--attention-backend triton --require batch-invariant: triton's split-KV decode "
-                    "sizes its splits by the batch."],
+                "proves them, for all its kernels or through kernel variants (then it serves with "
+                "those variants alone, one for each role of the phase, runnable here); this one does "
+                "not, so it is not chosen (or, when named, refused).",
+        trigger="--require NAME with a backend that does not declare NAME, named or considered, or "
+                "whose variants that declare it cannot run for this model here.",
+        situations=["--attention-backend sdpa --require batch-invariant: sdpa runs one padded call "
+                    "per step, whose shape (and so its kernel's blocking) depends on the batch."],
         solutions=["Drop the backend flag so the planner picks one that declares it.",
                    "Drop --require if tolerance-level agreement is enough."],
-        before="attnkit plan llama-3.1-8b --device h100 --attention-backend triton --require batch-invariant",
+        before="attnkit plan llama-3.1-8b --device h100 --attention-backend sdpa --require batch-invariant",
         after="attnkit plan llama-3.1-8b --device h100 --require batch-invariant",
         related=("AK313", "AK121"),
     ),
@@ -164,12 +167,12 @@ ENTRIES = [
                 "without the requirement and those that declare it (and why they do not serve here).",
         trigger="--require NAME when every candidate that declares NAME is denied, not usable on "
                 "the device, or lacks a feature the model needs.",
-        situations=["--deny torch_native --require batch-invariant on a GPU: torch_native is the "
-                    "backend that declares it."],
+        situations=["--deny torch_native,triton --require batch-invariant on a GPU: torch_native "
+                    "declares it, triton through its split_fixed / paged_fixed variants."],
         solutions=["Drop --require (the message names what then serves).",
                    "Let a backend that declares it serve (drop the --deny, plan another device)."],
-        before="attnkit plan llama-3.1-8b --device h100 --deny torch_native --require batch-invariant",
-        after="attnkit plan llama-3.1-8b --device h100 --deny torch_native",
+        before="attnkit plan llama-3.1-8b --device h100 --deny torch_native,triton --require batch-invariant",
+        after="attnkit plan llama-3.1-8b --device h100 --deny torch_native,triton",
         related=("AK312", "AK120"),
     ),
     entry(

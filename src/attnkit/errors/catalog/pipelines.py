@@ -9,13 +9,13 @@ ENTRIES = [
                 "named in the message with why), and the backend asked for is not in it.",
         trigger="--attention-backend (or ATTNKIT_ATTENTION_BACKEND) names a backend outside a "
                 "component's supported set when a pipeline or VLM is planned.",
-        situations=["A fleet-wide --attention-backend triton on a pipeline whose cross-attention layers "
-                    "only the gathering backends serve.",
+        situations=["A fleet-wide --attention-backend (dual_chunk for long-context text models) on a VLM "
+                    "whose vision tower runs only on the backends with the varlen call.",
                     "cuDNN / flash SDPA names: they count as sdpa, so they are refused only where sdpa is."],
         solutions=["Name a backend from the supported set in the message.",
                    "Omit --attention-backend: each component then gets the first of its set that serves it."],
-        before="attnkit plan wan2.1-t2v-14b --device h100 --attention-backend triton",
-        after="attnkit plan wan2.1-t2v-14b --device h100",
+        before="attnkit plan qwen2.5-vl-7b-instruct --device h100 --attention-backend dual_chunk",
+        after="attnkit plan qwen2.5-vl-7b-instruct --device h100",
         related=("AK141", "AK103"),
     ),
     entry(
@@ -25,12 +25,12 @@ ENTRIES = [
         trigger="Every reason the chosen backend fails is about the platform, the head size or the dtype "
                 "(AK210, AK211, AK102, AK105).",
         situations=["A vision tower with head size 72 (SigLIP) on a kernel compiled for 64/128.",
-                    "A GPU-only backend planned for --device cpu."],
+                    "A backend planned for a GPU older than its kernels (triton on a T4, sm75)."],
         solutions=["Use another backend of the component's supported set that has the head size and dtype "
                    "here (the message lists them), or omit --attention-backend.",
                    "Plan for a device the backend runs on, or with a --dtype it computes in."],
-        before="attnkit plan qwen2.5-vl-7b-instruct --device cpu --attention-backend triton",
-        after="attnkit plan qwen2.5-vl-7b-instruct --device cpu",
+        before="attnkit plan qwen2.5-vl-7b-instruct --device t4 --attention-backend triton",
+        after="attnkit plan qwen2.5-vl-7b-instruct --device t4",
         related=("AK140", "AK102", "AK105", "AK210"),
     ),
     entry(
@@ -57,7 +57,7 @@ ENTRIES = [
         solutions=["Plan the other components; serve this one with the engine's own attention.",
                    "Ask for the class to be modelled (docs/models.md)."],
         before="attnkit plan ./pipeline-with-new-dit --device h100",
-        after="attnkit plan ./pipeline-with-new-dit --device h100 --json   # every other component planned",
+        after="attnkit plan ./pipeline-with-new-dit/text_encoder --device h100   # a known component alone",
         related=("AK520", "AK522"),
     ),
     entry(
@@ -71,8 +71,8 @@ ENTRIES = [
                     "A fine-tune that turned on a custom attention processor in its config."],
         solutions=["Remove the key if the checkpoint does not use it.",
                    "Serve this component with the engine that implements that attention."],
-        before="attnkit plan ./wan-sparse --device h100",
-        after="attnkit plan ./wan-sparse --device h100   # after removing the unused key",
+        before="attnkit plan ./hunyuanvideo-sparse --device h100",
+        after="attnkit plan ./hunyuanvideo-sparse --device h100   # after removing the unused key",
         related=("AK521", "AK513"),
     ),
     entry(
@@ -83,8 +83,8 @@ ENTRIES = [
         situations=["A partial download (model_index.json and the VAE only)."],
         solutions=["Download the component's config.json (huggingface-cli download REPO "
                    "<component>/config.json)."],
-        before="attnkit plan ./FLUX.1-dev --device h100",
-        after="attnkit plan ./FLUX.1-dev --device h100   # after downloading transformer/config.json",
+        before="attnkit plan ./HunyuanVideo --device h100",
+        after="attnkit plan ./HunyuanVideo --device h100   # after downloading transformer/config.json",
         related=("AK500",),
     ),
     entry(
@@ -96,8 +96,8 @@ ENTRIES = [
         situations=["--height 0", "--width 8 on a pipeline whose latent patch covers 16 pixels."],
         solutions=["Give positive sizes of at least one latent patch (docs/models.md lists the formulas).",
                    "Omit the flag to use the model's own default."],
-        before="attnkit plan flux.1-dev --device h100 --height 8",
-        after="attnkit plan flux.1-dev --device h100 --height 1024",
+        before="attnkit plan hunyuanvideo --device h100 --height 8",
+        after="attnkit plan hunyuanvideo --device h100 --height 720",
         related=("AK306",),
     ),
     entry(
@@ -111,8 +111,9 @@ ENTRIES = [
                     "float lengths (torch.tensor([0., 5.]))."],
         solutions=["Build cu_seqlens as torch.cumsum of the lengths with a leading 0, int32.",
                    "Pass the VarlenBatch from varlen_batch(cu_seqlens_q, cu_seqlens_k, key_padding_mask=...)."],
-        before="backend.varlen(q, k, v, layer, torch.tensor([5, 9]))",
-        after="backend.varlen(q, k, v, layer, varlen_batch(torch.tensor([0, 5, 14], dtype=torch.int32)))",
+        before="backend.varlen(packed_q, packed_k, packed_v, encoder_layer, torch.tensor([5, 9]))",
+        after="backend.varlen(packed_q, packed_k, packed_v, encoder_layer, "
+              "varlen_batch(torch.tensor([0, 5, 14], dtype=torch.int32)))",
         related=("AK411", "AK417"),
     ),
 ]

@@ -31,7 +31,7 @@ from attnkit.backends.batch import Request, build_batch
 from attnkit.backends.metadata import BatchMetadata
 from attnkit.errors import AttnkitError, fail
 from attnkit.integrations.engine_plan import EnginePlan, plan_engine, startup_line
-from attnkit.kvcache.paged import PagedKVCache
+from attnkit.kvcache.paged import COMPUTE_TORCH_DTYPES, PagedKVCache
 
 STATS = {"forwards": 0, "steps": 0}     # this process's counts (tests read them)
 _PLANS: dict[int, tuple[Any, EnginePlan]] = {}
@@ -48,14 +48,15 @@ def planned(config: VllmConfig | None = None) -> EnginePlan:
         if hit is not None and hit[0] is config:
             return hit[1]
         model, cache = config.model_config, config.cache_config
+        tp = config.parallel_config.tensor_parallel_size
         settings = {"block_size": cache.block_size, "kv_cache_dtype": cache.cache_dtype,
                     "dtype": str(model.dtype).removeprefix("torch."),
-                    "tensor_parallel_size": config.parallel_config.tensor_parallel_size,
+                    "tensor_parallel_size": tp,
                     "device": str(config.device_config.device)}
         ep = plan_engine(model.hf_text_config.to_dict(), engine="vLLM", name=str(model.model),
                          device=config.device_config.device, dtype=model.dtype,
                          kv_cache_dtype=cache.cache_dtype, page_size=cache.block_size,
-                         tp_size=settings["tensor_parallel_size"])
+                         tp_size=tp)
         logger.info(startup_line(ep, engine_settings=settings))
         _PLANS[id(config)] = (config, ep)
         return ep
@@ -65,7 +66,7 @@ class AttnkitBackend(AttentionBackend):
     """What vLLM asks of a backend class; the plan answers the rest at start-up."""
 
     forward_includes_kv_cache_update: ClassVar[bool] = True    # attnkit's forward writes K/V
-    supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float32, torch.float16, torch.bfloat16]
+    supported_dtypes: ClassVar[list[torch.dtype]] = list(COMPUTE_TORCH_DTYPES)
     # fp8 reaches the impl so that it is refused there with attnkit's code (AK496)
     supported_kv_cache_dtypes: ClassVar[list[str]] = ["auto", "float32", "float16", "bfloat16",
                                                       "fp8", "fp8_e4m3", "fp8_e5m2"]

@@ -30,7 +30,7 @@ from attnkit.backends.batch import Request, build_batch
 from attnkit.errors import fail
 from attnkit.kvcache.allocator import PageAllocator
 from attnkit.runner.engine.checks import check_count, check_id, check_list, coded_args, preview
-from attnkit.runner.engine.sequence import Sequence
+from attnkit.runner.engine.sequence import Sequence, SequenceRegistry
 from attnkit.runner.engine.tokens import token_ids
 from attnkit.runner.layers.linear import row_by_row
 from attnkit.runner.models.base import DecoderModel
@@ -55,8 +55,7 @@ class Engine:
         self.graphs = None                                # engine/graphs.py GraphRunner
         self.ranks = None                                 # engine/ranks.py RankGroup (tp > 1)
         self.rank_key = None                              # this engine's key on the other ranks
-        self._live: dict[Hashable, Sequence] = {}        # id -> record, oldest first
-        self._next_id = 0
+        self.sequences = SequenceRegistry()              # the one table of sequences (sequence.py)
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs) -> "Engine":
@@ -70,16 +69,16 @@ class Engine:
     @property
     def ids(self) -> list[Hashable]:
         """Live sequences, oldest first."""
-        return list(self._live)
+        return list(self.sequences.live)
 
     @coded_args("AK483")
     def sequence(self, seq_id: Hashable) -> Sequence:
         """The record of live sequence ``seq_id``."""
         check_id(seq_id, field="ids")
-        if seq_id not in self._live:
+        if seq_id not in self.sequences.live:
             fail("AK483", f"no live sequence has id {seq_id!r} (live: {self.ids[:8]})",
                  field="ids", expected="a live sequence id", actual=seq_id)
-        return self._live[seq_id]
+        return self.sequences.live[seq_id]
 
     @coded_args("AK483")
     def tokens(self, seq_id: Hashable) -> list[int]:
@@ -91,10 +90,10 @@ class Engine:
         """Make ``seq`` (a record made elsewhere, e.g. by the scheduler) live: its pending
         tokens run in later steps. Its id must be free."""
         check_id(seq.seq_id, field="seq_id")
-        if seq.seq_id in self._live:
+        if seq.seq_id in self.sequences.live:
             fail("AK483", f"sequence id {seq.seq_id!r} is already live", field="seq_id",
                  expected="an id not in use", actual=repr(seq.seq_id))
-        self._live[seq.seq_id] = seq
+        self.sequences.live[seq.seq_id] = seq
 
     @coded_args("AK483")
     def release(self, ids: Seq[Hashable] | None = None) -> None:
@@ -103,7 +102,7 @@ class Engine:
         or a sequence a Scheduler is running (its ``abort()`` frees those), is AK483 before
         any sequence is freed."""
         check_list("ids", ids, allow_none=True)
-        ids = list(self._live) if ids is None else list(ids)
+        ids = list(self.sequences.live) if ids is None else list(ids)
         seqs = [self.sequence(i) for i in ids]
         if len(set(ids)) != len(ids):
             fail("AK483", f"release names a sequence more than once: {preview(ids)}",
@@ -121,18 +120,13 @@ class Engine:
         for seq in seqs:
             self.allocator.release(seq)
             seq.computed = 0
-            del self._live[seq.seq_id]
+            del self.sequences.live[seq.seq_id]
 
     @coded_args("AK483")
     def new_ids(self, count: int) -> list[int]:
         """``count`` fresh integer sequence ids."""
         check_count("count", count, minimum=0)
-        out = []
-        while len(out) < count:
-            if self._next_id not in self._live:
-                out.append(self._next_id)
-            self._next_id += 1
-        return out
+        return self.sequences.new_ids(count)
 
     # -- steps --------------------------------------------------------------------------
     @coded_args("AK483")
@@ -242,7 +236,7 @@ class Engine:
         Everything is checked before anything changes.
         -> (records, tokens appended to each, records started)."""
         for i in order:
-            seq = self._live.get(i)
+            seq = self.sequences.live.get(i)
             if seq is not None and seq.computed < seq.num_tokens \
                     and seq.pending(len(new[i])) != new[i]:
                 fail("AK483", f"sequence {i!r} has pending tokens {preview(seq.pending(len(new[i])))}; "
@@ -250,9 +244,9 @@ class Engine:
                      expected=seq.pending(len(new[i])), actual=new[i])
         seqs, appended, started = [], [], []
         for i in order:
-            seq = self._live.get(i)
+            seq = self.sequences.live.get(i)
             if seq is None:
-                seq = self._live[i] = Sequence(i, [])
+                seq = self.sequences.live[i] = Sequence(i, [])
                 started.append(seq)
             added = 0 if seq.computed < seq.num_tokens else len(new[i])
             seq.prompt.extend(new[i][:added])
@@ -308,7 +302,7 @@ class Engine:
         check_count("steps", steps, minimum=1)
         check_list("seqs", seqs)
         steps, seqs, graphs = int(steps), list(seqs), self.graphs
-        ours = all(isinstance(s, Sequence) and self._live.get(s.seq_id) is s and s.decoding
+        ours = all(isinstance(s, Sequence) and self.sequences.live.get(s.seq_id) is s and s.decoding
                    for s in seqs) and len({s.seq_id for s in seqs}) == len(seqs)
         reqs = [Request(prefix_len=s.computed, num_new=1, block_table=s.pages)
                 for s in seqs] if ours else []
@@ -393,7 +387,7 @@ class Engine:
             return None
         out = []
         for i in order:
-            seq = self._live.get(i)
+            seq = self.sequences.live.get(i)
             after = (seq.computed if seq else 0) + len(new[i])
             length = prompt_lens.get(i, after)
             if not isinstance(length, int) or length < after:

@@ -204,11 +204,11 @@ def plan_request(flags: dict[str, Any], dtype: Any, request: Any = None
         fail("AK487", f"unknown keyword(s) {', '.join(unknown)}"
                       + (f"; did you mean {', '.join(hints)}?" if hints else ""),
              field="plan_flags", expected=list(known), actual=unknown)
-    settings = {k: v for k, v in flags.items() if k not in ENGINE_FLAGS}
-    obj = next((settings.pop(k) for k in ("attention_backend", "backend")
-                if isinstance(settings.get(k), AttentionBackend)), None)
+    plan_flags = {k: v for k, v in flags.items() if k not in ENGINE_FLAGS}
+    obj = next((plan_flags.pop(k) for k in ("attention_backend", "backend")
+                if isinstance(plan_flags.get(k), AttentionBackend)), None)
     req = runner_request(request, dtype=None if isinstance(dtype, str) and dtype == "auto" else dtype,
-                         **settings)
+                         **plan_flags)
     for name, off in (("speculative_tokens", 0), ("deny", ())):
         value = getattr(req, name)
         if value not in (None, off):

@@ -82,7 +82,6 @@ class Scheduler:
         self.waiting: list[Sequence] = []      # both lists sorted by arrival (order)
         self.running: list[Sequence] = []
         self.stats = RunStats()
-        self._ids: dict[Hashable, Sequence] = {}     # the caller's request id -> unfinished record
         self._done: list[Sequence] = []              # finished on add (max_new_tokens 0), not yet returned
         self._arrivals = 0
         self._token = object()                       # marks the records this scheduler runs
@@ -102,7 +101,7 @@ class Scheduler:
                  field="params", expected="SamplingParams | None", actual=type(params).__name__)
         rid = self._auto_id() if request_id is None else request_id
         check_id(rid, field="request_id", code="AK486")
-        if rid in self._ids:
+        if self.engine.sequences.has_request(self._token, rid):
             fail("AK486", f"request id {rid!r} is already queued or running", field="request_id",
                  expected="an id not in use", actual=repr(rid))
         tokens = self.engine._check_tokens(rid, prompt)
@@ -127,7 +126,7 @@ class Scheduler:
                                           arrival_s=time.perf_counter()),
                        generator=params.generator(seed))
         self._arrivals += 1
-        self._ids[rid] = req
+        self.engine.sequences.add_request(req)
         if params.max_new_tokens == 0:
             self._done.append(self._finish(req, "length"))      # the next step returns it
         else:
@@ -141,7 +140,7 @@ class Scheduler:
         """The first arrival number from this request's on that no unfinished request uses as
         its id (a caller's own ids included)."""
         rid = self._arrivals
-        while rid in self._ids:
+        while self.engine.sequences.has_request(self._token, rid):
             rid += 1
         return rid
 
@@ -163,7 +162,7 @@ class Scheduler:
         live = set(self.engine.ids)
         self.engine.free([r for r in self.running if r.seq_id in live])
         for r in self.running + self.waiting:
-            self._ids.pop(r.request_id, None)
+            self.engine.sequences.drop_request(r, self._token)
         self.running, self.waiting = [], []
 
     # -- one step -----------------------------------------------------------------------
@@ -331,11 +330,12 @@ class Scheduler:
         r.owner = None
         r.finish_reason = reason
         r.stats.finish_s = time.perf_counter()
-        del self._ids[r.request_id]
+        self.engine.sequences.drop_request(r, self._token)
         return r
 
 
 
 def _free_owned(engine, token: object) -> None:
     """A scheduler's finalizer: free the engine's sequences it was running."""
-    engine.free([s for s in list(engine._live.values()) if s.owner is token])
+    engine.free([s for s in list(engine.sequences.live.values()) if s.owner is token])
+    engine.sequences.drop_owner(token)
