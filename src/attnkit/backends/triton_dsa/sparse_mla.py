@@ -21,7 +21,8 @@ import triton
 import triton.language as tl
 
 from attnkit.backends._triton import LOG2E, NEG_BIG, online_softmax_step
-from attnkit.backends.triton_mla.decode import _reduce_splits_kernel, absorbed_config, choose_splits
+from attnkit.backends.triton_mla.configs import absorbed_config
+from attnkit.backends.triton_mla.decode import _reduce_splits_kernel, choose_splits
 
 
 @triton.jit
@@ -110,7 +111,7 @@ def selected_slots(indices, block_table, token_request, *, page_size: int) -> to
 
 def sparse_tile(q_lat, topk: int, *, L: int, block_h: int = 64) -> dict:
     """The launch shape for ``q_lat`` [T, H, L + R] over ``topk`` indices a token on its
-    device: triton_mla's absorbed tile for programs of ``block_h`` heads (decode.absorbed_config,
+    device: triton_mla's absorbed tile for programs of ``block_h`` heads (configs.absorbed_config,
     the same kernel body) and the fewest splits of the index list that fill the SMs."""
     T, H, _ = q_lat.shape
     fp32 = q_lat.dtype == torch.float32
