@@ -58,4 +58,68 @@ def test_splits_fill_the_machine_for_one_long_request_and_stay_one_for_big_batch
     assert splits * 8 >= 132 and chunk % 64 == 0 and splits * chunk >= 32768
     assert choose_splits(4096, 64, 8, block_n=64, num_sms=132) == (1, 4096)
     splits, chunk = choose_splits(100, 1, 8, block_n=64, num_sms=132)   # short: never below a tile
-    assert splits == 1 and chunk >= 100
+    assert (splits, chunk) == (2, 64)
+    assert choose_splits(1024, 1, 8, block_n=64, num_sms=132) == (16, 64)   # one tile a split
+    assert choose_splits(4096, 1, 8, block_n=64, num_sms=132) == (32, 128)  # 3 waves: 50 wanted
+    assert choose_splits(1024, 1, 8, block_n=16, num_sms=132) == (16, 64)   # >= 64 keys a split
+
+
+# Launch-config switches of the decode kernel (configs.py): PACK KV heads per program, masks on
+# the edge tiles only (EDGE_MASK); each must compute what the plain kernel computes.
+SWITCHES = [dict(PACK=2), dict(EDGE_MASK=True), dict(PACK=2, EDGE_MASK=True)]
+
+
+@pytest.mark.parametrize("switch", SWITCHES, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
+@pytest.mark.parametrize("variant", DECODE_VARIANTS)
+@pytest.mark.parametrize("name", ["gqa-page16", "window-odd-page", "softcap-sinks", "head-dim-80"])
+def test_decode_config_switches_match_reference(run_triton, name, variant, switch):
+    layer_kw, case_kw = CASES[name]
+    prefix = case_kw["prefix_lens"]
+    case = make_case(make_layer(**layer_kw, dtype="fp16"), dtype="fp16", new_lens=[1] * len(prefix),
+                     seed=3, **{k: v for k, v in case_kw.items() if k != "prefix_lens"},
+                     prefix_lens=prefix)
+    for splits in (1, 3):
+        out = run_triton(case, num_splits=splits, decode_variant=variant,
+                         decode_config=dict(BLOCK_N=16, num_warps=4, num_stages=1, **switch))
+        assert_close(out, case.reference(), dtype="fp16", what=f"{name} {switch} splits={splits}")
+
+
+def test_heads_pack_only_where_the_rows_of_adjacent_heads_are_adjacent():
+    """PACK takes effect on power-of-two head dims whose KV heads it divides, with dense rows;
+    anything else runs one KV head a program (so the switch tests above do pack)."""
+    from attnkit.backends.triton.decode import decode_pack
+
+    layer = make_layer(num_heads=8, num_kv_heads=2, head_dim=64, dtype="fp16")
+    case = make_case(layer, prefix_lens=[40, 7], new_lens=[1, 1], page_size=16, dtype="fp16")
+    k_cache, v_cache = case.cache.k[0], case.cache.v[0]
+    assert decode_pack(2, k_cache, v_cache, (case.k, case.v)) == 2
+    assert decode_pack(4, k_cache, v_cache) == 1                      # 2 KV heads: 4 does not divide
+    assert decode_pack(2, k_cache[..., :32], v_cache) == 1             # rows not adjacent
+    wide = case.k.new_zeros(*case.k.shape[:2], 128)[..., :64]          # head stride 128, not 64
+    assert decode_pack(2, k_cache, v_cache, (wide, case.v)) == 1
+    odd = make_case(make_layer(num_heads=2, num_kv_heads=2, head_dim=80, dtype="fp16"),
+                    prefix_lens=[33], new_lens=[1], page_size=16, dtype="fp16")
+    assert decode_pack(2, odd.cache.k[0], odd.cache.v[0]) == 1
+
+
+def test_decode_launch_shapes_are_per_head_dim_then_per_variant(monkeypatch):
+    """configs.decode_config reads DECODE_TILES by padded head dim; a DECODE_VARIANT_TILES entry
+    replaces it for that variant only, and the plan's launch_config prints the same."""
+    from attnkit.backends.triton import configs
+    from attnkit.hardware import get_preset
+    from attnkit.planning.profile import Shape
+
+    assert configs.decode_config(80, False, interpret=False) == configs.DECODE_TILES[128]
+    wide_rows = configs.decode_config(192, False, interpret=False, variant="split_write")
+    assert wide_rows == configs.DECODE_TILES[256]
+    for (width, variant), tile in configs.DECODE_VARIANT_TILES.items():
+        assert configs.decode_config(width, False, interpret=False, variant=variant) == tile
+    wide = dict(BLOCK_N=32, num_warps=4, num_stages=5, PDL=True)
+    monkeypatch.setitem(configs.DECODE_VARIANT_TILES, (128, "split_write"), wide)
+    assert configs.decode_config(128, False, interpret=False, variant="split_write") == wide
+    launch = lambda variant, d: configs.launch_config(  # noqa: E731
+        variant, role="decode", shape=Shape("mha", 8, 2, d, d, "bf16", "bf16"), dtype="bf16",
+        platform=get_preset("h200"))
+    assert launch("split_write", 96) == wide
+    assert launch("split", 128) == configs.DECODE_TILES[128]
+    assert configs.decode_config(128, True, interpret=False, variant="split_write")["BLOCK_N"] == 32

@@ -110,3 +110,56 @@ def test_long_decode_splits_with_sinks_and_window(run_triton, splits, variant):
     _check(run_triton, dict(num_heads=32, num_kv_heads=8, head_dim=128, sinks=True,
                             sliding_window=4000), case_kw, what=f"splits {splits} {variant}",
            num_splits=splits, decode_variant=variant)
+
+
+# The decode kernel's config switches (configs.DECODE_TILES), at the tiles the sweep times.
+DECODE_SWITCHES = [(64, dict(BLOCK_N=64, num_warps=4, num_stages=3, PACK=2)),
+                   (64, dict(BLOCK_N=128, num_warps=8, num_stages=3, PACK=2, EDGE_MASK=True)),
+                   (128, dict(BLOCK_N=64, num_warps=4, num_stages=4, EDGE_MASK=True)),
+                   (256, dict(BLOCK_N=32, num_warps=4, num_stages=2, EDGE_MASK=True)),
+                   (64, dict(BLOCK_N=32, num_warps=4, num_stages=3, PACK=4)),
+                   (128, dict(BLOCK_N=64, num_warps=4, num_stages=5, PDL=True)),
+                   (64, dict(BLOCK_N=32, num_warps=4, num_stages=5, PACK=2, PDL=True))]
+
+
+@pytest.mark.parametrize("variant", DECODE_VARIANTS)
+@pytest.mark.parametrize("head_dim,config", DECODE_SWITCHES)
+def test_decode_config_switches(run_triton, head_dim, config, variant):
+    case_kw = dict(prefix_lens=[3000, 40, 1023, 64], new_lens=[1, 1, 1, 1], page_size=16)
+    for window, sinks, splits in ((None, False, None), (700, True, 5)):
+        _check(run_triton, dict(num_heads=32, num_kv_heads=8, head_dim=head_dim, sinks=sinks,
+                                sliding_window=window), case_kw,
+               what=f"d{head_dim} {config} {variant} window {window} splits {splits}",
+               num_splits=splits, decode_variant=variant, decode_config=config)
+
+
+@pytest.mark.parametrize("variant", ["v1", "v2"])
+def test_decode_with_pdl_replays_in_a_cuda_graph(variant):
+    """PDL (the reduce launch as a programmatic dependent of the split kernel) captured in a
+    CUDA graph: every replay gives the reference, with the queries changed between replays
+    (so a replay that read stale partials would show)."""
+    import dataclasses
+
+    import torch
+
+    from attnkit.backends.triton.backend import TritonBackend
+
+    layer = make_layer(num_heads=32, num_kv_heads=8, head_dim=128, dtype="bf16", device="cuda")
+    case = make_case(layer, dtype="bf16", device="cuda", prefix_lens=[1000, 37, 4000],
+                     new_lens=[1, 1, 1], page_size=16)
+    backend = TritonBackend(num_splits=8, decode_variant=variant,
+                            decode_config=dict(BLOCK_N=64, num_warps=4, num_stages=4, PDL=True))
+    step = backend.prepare(case.meta, case.cache)
+    q = case.q.clone()
+    fwd = lambda: backend.forward(q, case.k, case.v, case.layer, case.cache, step)  # noqa: E731
+    fwd()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fwd()
+    for seed in range(3):
+        q.copy_(torch.randn(q.shape, generator=torch.Generator().manual_seed(seed)).to(q))
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = dataclasses.replace(case, q=q.clone(), _ref=None).reference()
+        assert_close(out, ref, dtype="bf16", what=f"replay {seed} {variant}")

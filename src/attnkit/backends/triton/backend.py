@@ -29,7 +29,8 @@ from attnkit.backends.triton import decode as decode_kernels
 from attnkit.backends.triton import extend as extend_kernels
 from attnkit.backends.triton import varlen_path
 from attnkit.backends.triton.decode import (choose_splits, decode_attention, decode_config,
-                                             decode_span, fused_write_ok, max_decode_span)
+                                             decode_pack, decode_span, fused_write_ok,
+                                             max_decode_span)
 from attnkit.backends.triton.decode_merge import merge_counters
 from attnkit.backends.triton.extend import extend_attention, extend_config, new_kv_ok
 from attnkit.backends.triton.extend_new_kv import extend_attention_v2
@@ -236,9 +237,12 @@ class TritonBackend(AttentionBackend):
                       window=spec.sliding_window, attention_chunk=spec.attention_chunk, sinks=sinks)
         k_cache, v_cache = cache.k[lid], cache.v[lid]
         if decode:
-            cfg = decode_config(spec.head_dim, q.dtype, interpret=interpreting()) | self.decode_override
+            cfg = decode_config(spec.head_dim, q.dtype, interpret=interpreting(),
+                                variant=variant) | self.decode_override
+            cfg["PACK"] = decode_pack(cfg.get("PACK", 1), k_cache, v_cache, (k, v) if fused_write else None)
             fixed = variant == "split_fixed"         # every request's partition is its own
-            splits, chunk = self._splits(plan, spec, cfg["BLOCK_N"], fixed=fixed)
+            splits, chunk = self._splits(plan, spec, cfg["BLOCK_N"], spec.num_kv_heads // cfg["PACK"],
+                                         fixed=fixed)
             partials = (plan.split_buffers(spec.num_heads, padded_dim(spec.value_dim), splits)
                         if splits > 1 or fixed else None)
             decode_attention(q, k_cache, v_cache, out, seq_lens=plan.seq_lens,
@@ -287,7 +291,10 @@ class TritonBackend(AttentionBackend):
                 return variant
         return "split" if meta.mode is ForwardMode.DECODE else "paged"
 
-    def _splits(self, plan: TritonStep, spec, block_n: int, *, fixed: bool) -> tuple[int, int]:
+    def _splits(self, plan: TritonStep, spec, block_n: int, kv_programs: int, *,
+                fixed: bool) -> tuple[int, int]:
+        """(splits, chunk) of a decode whose grid has ``kv_programs`` programs per request
+        and split (the KV heads over the config's PACK); ``fixed``: split_fixed's partition."""
         if fixed:                           # split_keys keys per split; the grid covers the longest
             window, attn_chunk = spec.sliding_window, spec.attention_chunk
             if plan.max_kv is not None:
@@ -297,8 +304,7 @@ class TritonBackend(AttentionBackend):
                             for n in plan.meta.seq_lens_cpu), default=1)
             return fixed_splits(span, self.split_keys, block_n)
         if self.num_splits is None:
-            return plan.decode_splits(spec.num_kv_heads, spec.sliding_window, spec.attention_chunk,
-                                      block_n)
+            return plan.decode_splits(kv_programs, spec.sliding_window, spec.attention_chunk, block_n)
         longest = plan.max_kv or max(plan.meta.seq_lens_cpu, default=1)
         per_split = -(-longest // self.num_splits)
         chunk = -(-per_split // block_n) * block_n

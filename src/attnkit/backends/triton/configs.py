@@ -13,18 +13,36 @@ def padded(d: int) -> int:
     return max(16, 1 << (max(d, 1) - 1).bit_length())
 
 
-def decode_config(head_dim: int, fp32: bool, *, interpret: bool) -> dict:
-    """Split-KV decode: key tile and launch shape for a head dim (fp32: "ieee" dots)."""
+# Split-KV decode launch shapes by padded head dim (16-bit compute): BLOCK_N keys a tile,
+# warps, pipeline stages, and where given the kernel's switches (absent: off): PACK, KV heads a
+# program (decode.decode_pack: where the layer's KV heads divide by it and a token's rows of
+# adjacent heads are adjacent, else 1); EDGE_MASK, bounds and window masks on the first and
+# last tile of a split only; PDL, the split reduction launched as a programmatic dependent
+# of the split kernel (griddepcontrol, sm_90+; never under the interpreter). NOTES-triton.md, version 5, records the sweep each entry comes
+# from (benchmarks/sweep_decode.py).
+DECODE_TILES = {
+    64: dict(BLOCK_N=32, num_warps=4, num_stages=5, PACK=2),
+    128: dict(BLOCK_N=64, num_warps=4, num_stages=4),
+    256: dict(BLOCK_N=16, num_warps=4, num_stages=5),
+}
+
+
+# (padded head dim, variant) -> what that variant launches with instead of DECODE_TILES' entry
+# (split_write / split_merge carry the fused write: more registers, other tiles pay).
+DECODE_VARIANT_TILES: dict[tuple[int, str], dict] = {
+    (256, "split"): dict(BLOCK_N=16, num_warps=2, num_stages=5),
+}
+
+
+def decode_config(head_dim: int, fp32: bool, *, interpret: bool, variant: str = "split") -> dict:
+    """Split-KV decode: key tile and launch shape for a head dim and decode variant (split,
+    split_write, split_merge; fp32: "ieee" dots)."""
     if interpret:
         return dict(BLOCK_N=16, num_warps=4, num_stages=1)
     if fp32:
         return dict(BLOCK_N=32, num_warps=4, num_stages=2)
-    width = padded(head_dim)
-    if width <= 64:
-        return dict(BLOCK_N=64, num_warps=4, num_stages=3)
-    if width <= 128:
-        return dict(BLOCK_N=64, num_warps=4, num_stages=4)
-    return dict(BLOCK_N=32, num_warps=4, num_stages=4)
+    width = min(max(padded(head_dim), 64), 256)
+    return dict(DECODE_VARIANT_TILES.get((width, variant), DECODE_TILES[width]))
 
 
 def split_keys(*, interpret: bool) -> int:
@@ -112,9 +130,9 @@ def launch_config(variant: str, *, role: str, shape, dtype: str, platform) -> di
     dtype on a GPU (the plan prints it); None where the variant has no tile for it."""
     fp32, head_dim = dtype == "fp32", shape.head_dim
     if variant in ("split", "split_write", "split_merge"):
-        return decode_config(head_dim, fp32, interpret=False)
+        return decode_config(head_dim, fp32, interpret=False, variant=variant)
     if variant == "split_fixed":
-        return decode_config(head_dim, fp32, interpret=False) | {"SPLIT_KEYS": split_keys(interpret=False)}
+        return decode_config(head_dim, fp32, interpret=False, variant=variant) | {"SPLIT_KEYS": split_keys(interpret=False)}
     if variant == "paged_fixed":      # its decode rows run split_fixed's configuration
         return extend_config(head_dim, fp32, interpret=False)
     if variant in ("paged", "paged_new_kv"):

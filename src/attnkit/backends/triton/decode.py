@@ -18,17 +18,28 @@ Variant v2 (FUSED_WRITE) also stores the step's new K/V: the program of the spli
 a request's last key writes that token's row for its KV head into the cache and attends to
 it straight from the k / v inputs, so the step needs no separate K/V-write launch and no
 program reads a row another program writes.
+
+Launch-config switches (configs.DECODE_TILES): PACK > 1 gives one program PACK adjacent KV
+heads: their rows of a token are one contiguous PACK * D row of the cache, read as one tile;
+query row r of KV head j holds its query in columns [j * D, (j + 1) * D) and zeros elsewhere,
+so q @ K^T gives each row its own head's logits, and each row keeps only its head's columns
+of p @ V. EDGE_MASK masks only the window's first tile and the split's last partial tile
+(interior tiles load and score unmasked). PDL launches the reduce kernel (decode_merge.py)
+as a programmatic dependent: it may start once every split program has, and waits for the
+split grid before reading its partials.
 """
 from __future__ import annotations
 
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents
 
-from attnkit.backends._triton import (NEG_BIG, attend_range, first_key, logits,
-                                             padded_dim, unit_stride_rows)
+from attnkit.backends._triton import (NEG_BIG, attend_range, first_key, interpreting, logits,
+                                      padded_dim, unit_stride_rows)
 from attnkit.backends.triton import configs
-from attnkit.backends.triton.decode_merge import merge_if_last, merge_shape, reduce_in_order
+from attnkit.backends.triton.decode_merge import (_reduce_kernel, merge_if_last, merge_shape,
+                                                 reduce_in_order)
 
 # The decode kernel's variants (declaration.py names them for the plan: split, split_write,
 # split_merge). Option spellings: "v1" / "separate_write" (the new K/V written by a launch of
@@ -57,8 +68,11 @@ def _decode_kernel(
     HAS_SOFTCAP: tl.constexpr,
     HAS_SINKS: tl.constexpr, FUSED_WRITE: tl.constexpr, NUM_PARTS: tl.constexpr,
     DOT_PREC: tl.constexpr, MERGE_ROWS: tl.constexpr = 0, MERGE_CHUNK: tl.constexpr = 0,
-    EVEN_SPLITS: tl.constexpr = False,
+    EVEN_SPLITS: tl.constexpr = False, PACK: tl.constexpr = 1, MID_W: tl.constexpr = 0,
+    EDGE_MASK: tl.constexpr = False, PDL: tl.constexpr = False,
 ):
+    if PDL:     # the reduce launch may start once every program here has (it waits to read)
+        gdc_launch_dependents()
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     sp_all = tl.program_id(2)          # the split's slot among every part's splits
@@ -82,16 +96,26 @@ def _decode_kernel(
     else:
         cached = kv_len
 
+    kvb = kvh * PACK                   # the program's first KV head (PACK heads, see above)
     rows = tl.arange(0, G_PAD)
-    row_ok = rows < GROUP
-    heads = kvh * GROUP + rows
+    row_ok = rows < GROUP * PACK
+    heads = kvb * GROUP + rows
     offs_d = tl.arange(0, BLOCK_D)
-    d_ok = offs_d < D
+    d_ok = offs_d < PACK * D
     offs_dv = tl.arange(0, BLOCK_DV)
-    dv_ok = offs_dv < DV
-    q = tl.load(Q + b.to(tl.int64) * stride_qt + part * stride_qp + heads[:, None] * stride_qh
-                + offs_d[None, :],
-                mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+    dv_ok = offs_dv < PACK * DV
+    if PACK > 1:   # row r holds its query in the columns of its own KV head, zeros elsewhere
+        qd = offs_d[None, :] - ((rows // GROUP) * D)[:, None]                 # [G_PAD, BLOCK_D]
+        q_ok = row_ok[:, None] & (qd >= 0) & (qd < D)
+        od = offs_dv[None, :] - ((rows // GROUP) * DV)[:, None]               # [G_PAD, BLOCK_DV]
+        o_ok = row_ok[:, None] & (od >= 0) & (od < DV)
+    else:
+        qd = offs_d[None, :]
+        q_ok = row_ok[:, None] & d_ok[None, :]
+        od = offs_dv[None, :]
+        o_ok = row_ok[:, None] & dv_ok[None, :]
+    q = tl.load(Q + b.to(tl.int64) * stride_qt + part * stride_qp + heads[:, None] * stride_qh + qd,
+                mask=q_ok, other=0.0)
     q_pos = tl.zeros([G_PAD], tl.int32) + (kv_len - 1)
 
     if HAS_SINKS and not SPLIT:   # one split: the sink starts the softmax (see extend)
@@ -102,16 +126,33 @@ def _decode_kernel(
         l_i = tl.zeros([G_PAD], tl.float32)
     acc = tl.zeros([G_PAD, BLOCK_DV], tl.float32)
     bt_row = BlockTables + part.to(tl.int64) * stride_bp + b.to(tl.int64) * stride_bt
-    m_i, l_i, acc = attend_range(q, m_i, l_i, acc, K, V, bt_row,
-                                 n_lo, tl.minimum(n_hi, cached), q_pos, cached, kvh * stride_kh,
-                                 kvh * stride_vh, offs_d, d_ok, offs_dv, dv_ok, stride_kp,
-                                 stride_kt, stride_vp, stride_vt, qk_scale, softcap, window,
-                                 attn_chunk, PAGE, BLOCK_N, True, False, HAS_WINDOW, HAS_CHUNK,
-                                 HAS_SOFTCAP, D == BLOCK_D, DV == BLOCK_DV, DOT_PREC)
+    hi = tl.minimum(n_hi, cached)
+    if EDGE_MASK:   # masks on the window's first tile and the last partial tile only
+        full_lo = n_lo
+        if HAS_WINDOW or HAS_CHUNK:
+            fk = first_key(kv_len - 1, window, attn_chunk, 0, HAS_WINDOW, HAS_CHUNK)
+            full_lo = tl.minimum(tl.maximum(tl.cdiv(fk, BLOCK_N) * BLOCK_N, n_lo), hi)
+        full_hi = full_lo + (tl.maximum(hi - full_lo, 0) // BLOCK_N) * BLOCK_N
+        m_i, l_i, acc = _attend(q, m_i, l_i, acc, K, V, bt_row, n_lo, full_lo, q_pos, cached, kvb,
+                                offs_d, d_ok, offs_dv, dv_ok, stride_kp, stride_kt, stride_kh,
+                                stride_vp, stride_vt, stride_vh, qk_scale, softcap, window,
+                                attn_chunk, PAGE, BLOCK_N, True, HAS_WINDOW, HAS_CHUNK,
+                                HAS_SOFTCAP, PACK * D == BLOCK_D, PACK * DV == BLOCK_DV, DOT_PREC)
+        m_i, l_i, acc = _attend(q, m_i, l_i, acc, K, V, bt_row, full_lo, full_hi, q_pos, cached,
+                                kvb, offs_d, d_ok, offs_dv, dv_ok, stride_kp, stride_kt, stride_kh,
+                                stride_vp, stride_vt, stride_vh, qk_scale, softcap, window,
+                                attn_chunk, PAGE, BLOCK_N, False, HAS_WINDOW, HAS_CHUNK,
+                                HAS_SOFTCAP, PACK * D == BLOCK_D, PACK * DV == BLOCK_DV, DOT_PREC)
+        n_lo = full_hi
+    m_i, l_i, acc = _attend(q, m_i, l_i, acc, K, V, bt_row, n_lo, hi, q_pos, cached, kvb,
+                            offs_d, d_ok, offs_dv, dv_ok, stride_kp, stride_kt, stride_kh,
+                            stride_vp, stride_vt, stride_vh, qk_scale, softcap, window,
+                            attn_chunk, PAGE, BLOCK_N, True, HAS_WINDOW, HAS_CHUNK,
+                            HAS_SOFTCAP, PACK * D == BLOCK_D, PACK * DV == BLOCK_DV, DOT_PREC)
     if FUSED_WRITE:
         if owner:
             m_i, l_i, acc = _write_and_attend_new(
-                q, m_i, l_i, acc, K, V, KN, VN, Slots, b, kvh, q_pos, qk_scale, softcap, window,
+                q, m_i, l_i, acc, K, V, KN, VN, Slots, b, kvb, q_pos, qk_scale, softcap, window,
                 offs_d, d_ok, offs_dv, dv_ok, stride_kp, stride_kt, stride_kh, stride_vp,
                 stride_vt, stride_vh, stride_knt, stride_knh, stride_vnt, stride_vnh,
                 PAGE, HAS_WINDOW, HAS_SOFTCAP)
@@ -119,16 +160,36 @@ def _decode_kernel(
         mid = b.to(tl.int64) * stride_mb + heads * stride_mh + sp_all * stride_ms    # [G_PAD]
         tl.store(MidM + mid, m_i, mask=row_ok)
         tl.store(MidL + mid, l_i, mask=row_ok)
-        tl.store(MidO + (mid * BLOCK_DV)[:, None] + offs_dv[None, :], acc, mask=row_ok[:, None])
+        if PACK > 1:    # each row's own DV columns, at the partials' row width MID_W
+            tl.store(MidO + (mid * MID_W)[:, None] + od, acc, mask=o_ok)
+        else:
+            tl.store(MidO + (mid * BLOCK_DV)[:, None] + offs_dv[None, :], acc, mask=row_ok[:, None])
         if MERGE_ROWS > 0:     # variant "fused": the last split program merges (decode_merge.py)
             merge_if_last(Out, MidO, MidM, MidL, Counter, Sinks, b, kvh, v_scale,
                           tl.num_programs(2), stride_ot, stride_oh, stride_mb, stride_mh,
-                          stride_ms, GROUP, DV, BLOCK_DV, HAS_SINKS, MERGE_ROWS, MERGE_CHUNK)
+                          stride_ms, GROUP * PACK, DV, MID_W if PACK > 1 else BLOCK_DV,
+                          HAS_SINKS, MERGE_ROWS, MERGE_CHUNK)
     else:
         l_i = tl.where(l_i == 0.0, 1.0, l_i)
         out = acc * (v_scale / l_i)[:, None]
-        tl.store(Out + b.to(tl.int64) * stride_ot + heads[:, None] * stride_oh + offs_dv[None, :],
-                 out.to(Out.dtype.element_ty), mask=row_ok[:, None] & dv_ok[None, :])
+        tl.store(Out + b.to(tl.int64) * stride_ot + heads[:, None] * stride_oh + od,
+                 out.to(Out.dtype.element_ty), mask=o_ok)
+
+
+@triton.jit
+def _attend(q, m_i, l_i, acc, K, V, bt_row, n_lo, n_hi, q_pos, kv_len, kvb, offs_d, d_ok, offs_dv,
+            dv_ok, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, qk_scale,
+            softcap, window, attn_chunk, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
+            MASK: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_CHUNK: tl.constexpr,
+            HAS_SOFTCAP: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
+            DOT_PREC: tl.constexpr):
+    """attend_range over cached keys [n_lo, n_hi) of KV heads kvb .. kvb + PACK (their rows
+    are adjacent in a token's cache row), masked with MASK, no causal mask (decode)."""
+    return attend_range(q, m_i, l_i, acc, K, V, bt_row, n_lo, n_hi, q_pos, kv_len,
+                        kvb * stride_kh, kvb * stride_vh, offs_d, d_ok, offs_dv, dv_ok, stride_kp,
+                        stride_kt, stride_vp, stride_vt, qk_scale, softcap, window, attn_chunk,
+                        PAGE, BLOCK_N, MASK, False, HAS_WINDOW, HAS_CHUNK, HAS_SOFTCAP, EVEN_D,
+                        EVEN_DV, DOT_PREC)
 
 
 @triton.jit
@@ -158,37 +219,6 @@ def _write_and_attend_new(q, m_i, l_i, acc, K, V, KN, VN, Slots, b, kvh, q_pos, 
     return m_new, l_i * alpha + p, acc
 
 
-@triton.jit
-def _reduce_kernel(
-    Out, MidO, MidM, MidL, Sinks, v_scale, num_splits,
-    stride_ot, stride_oh, stride_mb, stride_mh, stride_ms,
-    DV: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_S: tl.constexpr, HAS_SINKS: tl.constexpr,
-):
-    """Merge the splits of one (request, q head): a log-sum-exp over all split partials at
-    once (one round of loads, no serial chain over splits)."""
-    b = tl.program_id(0)
-    h = tl.program_id(1)
-    offs_s = tl.arange(0, BLOCK_S)
-    s_ok = offs_s < num_splits
-    offs_dv = tl.arange(0, BLOCK_DV)
-    mid = b.to(tl.int64) * stride_mb + h * stride_mh + offs_s * stride_ms          # [BLOCK_S]
-    m_s = tl.load(MidM + mid, mask=s_ok, other=NEG_BIG)
-    l_s = tl.load(MidL + mid, mask=s_ok, other=0.0)
-    a_s = tl.load(MidO + (mid * BLOCK_DV)[:, None] + offs_dv[None, :], mask=s_ok[:, None], other=0.0)
-    m = tl.max(m_s, 0)
-    if HAS_SINKS:
-        sink = tl.load(Sinks + h).to(tl.float32) * 1.4426950408889634
-        m = tl.maximum(m, sink)
-    w = tl.exp2(m_s - m)
-    l = tl.sum(l_s * w, 0)
-    if HAS_SINKS:
-        l += tl.exp2(sink - m)
-    acc = tl.sum(a_s * w[:, None], 0)
-    l = tl.where(l == 0.0, 1.0, l)
-    tl.store(Out + b.to(tl.int64) * stride_ot + h * stride_oh + offs_dv,
-             (acc * (v_scale / l)).to(Out.dtype.element_ty), mask=offs_dv < DV)
-
-
 def pick_decode_variant(requested: str | None, k, v, cache, layer_id: int) -> str:
     """``requested`` ("v1" / "v2" / "fused"; None: "v1") where it can run: v2 and fused only
     where the kernel's store equals the cache's own write (same dtype, not fp8) and the rows
@@ -206,9 +236,12 @@ def fused_write_ok(k, v, cache, layer_id: int) -> bool:
     return exact and k.stride(-1) == 1 and v.stride(-1) == 1
 
 
-def decode_config(head_dim: int, dtype: torch.dtype, *, interpret: bool) -> dict:
-    """Tile size and launch shape for one head dim and compute dtype (configs.py)."""
-    return configs.decode_config(head_dim, dtype == torch.float32, interpret=interpret)
+def decode_config(head_dim: int, dtype: torch.dtype, *, interpret: bool,
+                  variant: str = "split") -> dict:
+    """Tile size and launch shape for one head dim, compute dtype and decode variant (the
+    plan's name: split / split_write / split_merge; configs.py)."""
+    return configs.decode_config(head_dim, dtype == torch.float32, interpret=interpret,
+                                 variant=variant)
 
 
 def decode_span(kv_len: int, window: int | None, attention_chunk: int | None, block_n: int) -> int:
@@ -241,18 +274,34 @@ def choose_splits(max_kv: int, num_reqs: int, num_kv_heads: int, *, block_n: int
     """(num_splits, chunk): enough programs to fill about two waves of the SMs, each split
     a whole number of tiles and at least ``min_chunk`` keys (below that the merge costs
     more than the parallelism gains). With few (request, KV head) pairs (at most half the
-    SMs) three waves of splits of at least 128 keys (the H200 sweep of 2026-12-01,
-    benchmarks/results/sweep_hopper.md, measured B=1 decode faster so)."""
+    SMs) three waves of splits of at least 64 keys (the H200 sweeps of 2026-12-01,
+    benchmarks/results/sweep_hopper.md, and 2026-12-02, sweep_decode.md: B=1 decode faster
+    so; ctx 1k: 16 one-tile splits 376 GB/s, 8 of 128 keys 326)."""
     base = max(1, num_reqs * num_kv_heads)
     waves = 2
     if 2 * base <= num_sms:
-        waves, min_chunk = 3, min(min_chunk, 128)
+        waves, min_chunk = 3, min(min_chunk, 64)
     want = max(1, -(-waves * num_sms // base))
     most = max(1, -(-max_kv // max(min_chunk, block_n)))
     splits = min(want, most, max_splits)
     chunk = -(-max(max_kv, 1) // splits)
     chunk = -(-chunk // block_n) * block_n
     return -(-max(max_kv, 1) // chunk), chunk
+
+
+def decode_pack(want: int, k_cache, v_cache, new_kv=None) -> int:
+    """KV heads per decode program: ``want`` (a launch config's PACK) where it divides the
+    layer's KV heads, the head dims are powers of two and a token's K (V) rows of adjacent KV
+    heads are adjacent in the cache and in the step's new k / v (head stride = head dim,
+    unit stride within a row); else 1. k_cache: [P, page, H_kv, D]; v_cache: [P, page, H_kv, DV]."""
+    num_kv_heads, d, dv = k_cache.shape[2], k_cache.shape[3], v_cache.shape[3]
+    if want <= 1 or num_kv_heads % want or d & (d - 1) or dv & (dv - 1):
+        return 1
+    rows = [(k_cache, d), (v_cache, dv)]
+    if new_kv is not None:
+        rows += [(new_kv[0], d), (new_kv[1], dv)]
+    dense = all(t.stride(-1) == 1 and t.stride(-2) == width for t, width in rows)
+    return want if dense else 1
 
 
 def decode_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables, qk_scale, v_scale,
@@ -289,6 +338,7 @@ def decode_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables, qk_sca
     num_kv_heads, dv = k_cache.shape[2], v_cache.shape[3]
     group = num_heads // num_kv_heads
     cfg = dict(config)
+    pack = decode_pack(cfg.pop("PACK", 1), k_cache, v_cache, new_kv)
     total_splits = num_splits
     split = total_splits > 1 or fixed_chunk
     mid_o, mid_m, mid_l = partials if split else (out, out, out)
@@ -299,8 +349,11 @@ def decode_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables, qk_sca
         new_strides = (k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1))
     else:
         k_new, v_new, slots, new_strides = q, q, seq_lens, (0, 0, 0, 0)
-    merge = merge_shape(group, padded_dim(dv)) if split and counters is not None else None
-    _decode_kernel[(num_reqs, num_kv_heads, total_splits)](
+    merge = merge_shape(group * pack, padded_dim(dv)) if split and counters is not None else None
+    # PDL: the reduce launch (the one that follows) as a programmatic dependent, on sm_90+
+    pdl = bool(cfg.pop("PDL", False)) and split and not merge and not interpreting()
+    pdl = pdl and torch.cuda.get_device_capability(q.device)[0] >= 9
+    _decode_kernel[(num_reqs, num_kv_heads // pack, total_splits)](
         q, k_cache, v_cache, out, mid_o, mid_m, mid_l, sinks_arg, seq_lens, block_tables,
         k_new, v_new, slots, seq_lens if part_starts is None else part_starts,
         counters if merge else seq_lens,
@@ -310,13 +363,14 @@ def decode_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables, qk_sca
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), seq_lens.stride(0),
         block_tables.stride(0), block_tables.stride(1),
         *strides, *new_strides,
-        GROUP=group, G_PAD=max(16, triton.next_power_of_2(group)), D=head_dim, DV=dv,
-        PAGE=k_cache.shape[1], BLOCK_N=cfg.pop("BLOCK_N"), BLOCK_D=padded_dim(head_dim),
-        BLOCK_DV=padded_dim(dv), SPLIT=split, HAS_WINDOW=window is not None,
+        GROUP=group, G_PAD=max(16, triton.next_power_of_2(group * pack)), D=head_dim, DV=dv,
+        PAGE=k_cache.shape[1], BLOCK_N=cfg.pop("BLOCK_N"), BLOCK_D=padded_dim(pack * head_dim),
+        BLOCK_DV=padded_dim(pack * dv), PACK=pack, MID_W=padded_dim(dv), SPLIT=split,
+        HAS_WINDOW=window is not None,
         HAS_CHUNK=attention_chunk is not None, HAS_SOFTCAP=softcap is not None, HAS_SINKS=sinks is not None,
         FUSED_WRITE=new_kv is not None, NUM_PARTS=num_parts, DOT_PREC="ieee",
         EVEN_SPLITS=split and part_starts is None and not fixed_chunk,
-        MERGE_ROWS=merge[0] if merge else 0, MERGE_CHUNK=merge[1] if merge else 0, **cfg,
+        MERGE_ROWS=merge[0] if merge else 0, MERGE_CHUNK=merge[1] if merge else 0, PDL=pdl, **cfg,
     )
     if fixed_chunk:
         reduce_in_order(out, (mid_o, mid_m, mid_l), sinks=sinks, v_scale=v_scale,
@@ -326,6 +380,7 @@ def decode_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables, qk_sca
             out, mid_o, mid_m, mid_l, sinks_arg, v_scale, total_splits,
             out.stride(0), out.stride(1), *strides,
             DV=dv, BLOCK_DV=padded_dim(dv), BLOCK_S=max(2, triton.next_power_of_2(total_splits)),
-            HAS_SINKS=sinks is not None, num_warps=4,
+            HAS_SINKS=sinks is not None, num_warps=4, PDL=pdl,
+            **({"launch_pdl": True} if pdl else {}),
         )
     return out

@@ -1,5 +1,6 @@
-"""Split merges beyond decode.py's reduce: inside the decode kernel (variant "fused"), and in
-key order (variant "fixed").
+"""The decode splits' merges: inside the decode kernel (the last split program of a (request,
+KV head) merges), the reduce launch that follows it (``_reduce_kernel``), and in key order
+(variant split_fixed, ``reduce_in_order``).
 
 Decode variant "fused" (decode.py's kernel with MERGE) drops the separate reduce launch: each
 split program stores its partials (max, denominator, unnormalised output per query row),
@@ -24,6 +25,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_wait
+
+from attnkit.backends._triton import NEG_BIG
 
 MAX_KV_HEADS = tl.constexpr(256)     # tickets per request in the step plan's counters
 
@@ -71,6 +75,41 @@ def merge_if_last(Out, MidO, MidM, MidL, Counter, Sinks, b, kvh, v_scale, num_sp
                  (acc * (v_scale / l)[:, None]).to(Out.dtype.element_ty),
                  mask=row_ok[:, None] & (offs_dv < DV)[None, :])
         tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")     # ready for the next launch
+
+
+@triton.jit
+def _reduce_kernel(
+    Out, MidO, MidM, MidL, Sinks, v_scale, num_splits,
+    stride_ot, stride_oh, stride_mb, stride_mh, stride_ms,
+    DV: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_S: tl.constexpr, HAS_SINKS: tl.constexpr,
+    PDL: tl.constexpr = False,
+):
+    """Merge the splits of one (request, q head): a log-sum-exp over all split partials at
+    once (one round of loads, no serial chain over splits). With PDL it was launched as a
+    programmatic dependent of the split kernel and waits for that grid before any load."""
+    if PDL:
+        gdc_wait()
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    offs_s = tl.arange(0, BLOCK_S)
+    s_ok = offs_s < num_splits
+    offs_dv = tl.arange(0, BLOCK_DV)
+    mid = b.to(tl.int64) * stride_mb + h * stride_mh + offs_s * stride_ms          # [BLOCK_S]
+    m_s = tl.load(MidM + mid, mask=s_ok, other=NEG_BIG)
+    l_s = tl.load(MidL + mid, mask=s_ok, other=0.0)
+    a_s = tl.load(MidO + (mid * BLOCK_DV)[:, None] + offs_dv[None, :], mask=s_ok[:, None], other=0.0)
+    m = tl.max(m_s, 0)
+    if HAS_SINKS:
+        sink = tl.load(Sinks + h).to(tl.float32) * 1.4426950408889634
+        m = tl.maximum(m, sink)
+    w = tl.exp2(m_s - m)
+    l = tl.sum(l_s * w, 0)
+    if HAS_SINKS:
+        l += tl.exp2(sink - m)
+    acc = tl.sum(a_s * w[:, None], 0)
+    l = tl.where(l == 0.0, 1.0, l)
+    tl.store(Out + b.to(tl.int64) * stride_ot + h * stride_oh + offs_dv,
+             (acc * (v_scale / l)).to(Out.dtype.element_ty), mask=offs_dv < DV)
 
 
 def merge_shape(group: int, block_dv: int) -> tuple[int, int] | None:
