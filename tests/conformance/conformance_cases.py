@@ -35,6 +35,7 @@ HEADS = ((4, 4), (8, 2), (4, 1))             # MHA, GQA 4, MQA
 ANY_HEAD_DIMS = (64, 128, 96, 256)
 ANY_MLA_DIMS = ((64, 16),)
 DUAL_CHUNK_SKIP = "dual chunk layers take three query rotations; covered by tests/dual_chunk"
+SPARSE_ONLY_SKIP = "serves only DeepSeek sparse attention layers; covered by tests/conformance/test_dsa.py"
 # Bound (atol = rtol) per backend with an fp8 KV cache. The reference rounds the new K/V to
 # fp8 by the documented convention itself (reference.stored_kv) and reads the cached ones
 # back by it, so only the compute side differs. Every
@@ -129,6 +130,24 @@ def _devices(decl) -> list[str]:
     if "triton" in caps.requires and "cuda" in caps.platforms and "cpu" not in caps.platforms:
         out.append(INTERPRETER)
     return out
+
+
+def sparse_only(decl) -> bool:
+    """Whether the backend refuses every layer without sparse_topk (its runtime_check says
+    AK440 to a plain MLA layer): its dense cases would only be refusals."""
+    if "sparse_topk" not in decl.capabilities.features or decl.runtime_check is None:
+        return False
+    from attnkit.errors import AttnkitError
+    from attnkit.model.spec import LayerAttention, MLAConfig
+    module, name = decl.runtime_check.split(":")
+    check = getattr(importlib.import_module(module), name)
+    plain = LayerAttention(layer_id=0, num_heads=4, num_kv_heads=1, head_dim=48, v_head_dim=32,
+                           kind="mla", mla=MLAConfig(64, 16, 32, 32))
+    try:
+        check(plain, page_size=16)
+    except AttnkitError as exc:
+        return exc.code == "AK440"
+    return False
 
 
 def _interpreter_skip(device: str) -> str | None:
@@ -285,6 +304,8 @@ def all_cases() -> tuple[list[Conf], list[Conf]]:
         skip = _missing_requirement(decl)
         if "dual_chunk" in decl.capabilities.features:
             skip = DUAL_CHUNK_SKIP
+        if sparse_only(decl):
+            skip = SPARSE_ONLY_SKIP
         for device in _devices(decl):
             why = skip or _interpreter_skip(device)
             for kind in decl.capabilities.kinds:

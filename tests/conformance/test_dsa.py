@@ -169,3 +169,27 @@ def test_the_dense_reference_refuses_a_dsa_layer():
     with pytest.raises(AttnkitError) as err:
         reference.attention(dsa.q, dsa.k, dsa.v, dsa.layer, dsa.cache, dsa.meta)
     assert err.value.code == "AK420"
+
+
+def test_equal_index_keys_score_exactly_equal_in_the_reference():
+    """The tie rule needs exact ties: positions holding the same key score bitwise the same
+    (a float64 matmul over 18 positions rounded its last two columns differently, so the
+    reference broke ties by noise instead of toward the lower position)."""
+    from dsa_factory import make_dsa_layer
+    layer = make_dsa_layer(topk=8, index_heads=64, index_dim=128, mla=MLAConfig(64, 16, 32, 32))
+    dsa = make_dsa_case_ties(layer)
+    keys = reference_dsa.stored_index(dsa.indexer.k, layer, dsa.cache, dsa.meta)
+    scores = reference_dsa.index_scores(layer, dsa.cache, dsa.meta, indexer=dsa.indexer)
+    row = dsa.meta.block_tables_cpu[0]
+    page = dsa.meta.page_size
+    for t, s in enumerate(scores):
+        ks = keys[[row[p // page] * page + p % page for p in range(len(s))]]
+        for a in range(len(s)):
+            for b in range(a):
+                if torch.equal(ks[a], ks[b]):
+                    assert s[a].item() == s[b].item(), (t, a, b)
+
+
+def make_dsa_case_ties(layer):
+    from dsa_factory import make_dsa_case
+    return make_dsa_case(layer, prefix_lens=[0], new_lens=[23], page_size=16, ties=True, seed=3)

@@ -13,13 +13,14 @@ from attnkit.backends.batch import Request, build_batch
 from attnkit.backends.hybrid import HybridBackend
 from attnkit.registry import declarations, load_backend
 from conformance_cases import (_devices, _interpreter_skip, _missing_requirement, page_sizes,
-                               torch_device)
+                               sparse_only, torch_device)
 from factories import assert_close, make_case, make_layer
 
 
 def _pairs():
     decls = [d for d in declarations().values()
-             if "dual_chunk" not in d.capabilities.features and not _missing_requirement(d)]
+             if "dual_chunk" not in d.capabilities.features and not _missing_requirement(d)
+             and not sparse_only(d)]           # the pairs run plain layers
     for pre, dec in itertools.product(decls, repeat=2):
         if pre.name == dec.name or "prefill" not in pre.capabilities.phases \
                 or "decode" not in dec.capabilities.phases:

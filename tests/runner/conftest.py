@@ -102,6 +102,11 @@ FAMILIES = {
     "deepseek_v32": ("DeepseekV32Config", "DeepseekV32ForCausalLM",
                      {**DEEPSEEK_V3, "num_key_value_heads": 4, "index_topk": 4, "index_n_heads": 16,
                       "index_head_dim": 16}),
+    # triton_dsa's toy sizes (latent 64 + 16, indexer 4 x 32; test_runner_dsa_triton.py)
+    "deepseek_v32_triton": ("DeepseekV32Config", "DeepseekV32ForCausalLM",
+                            {**DEEPSEEK_V3, "num_key_value_heads": 4, "kv_lora_rank": 64,
+                             "qk_rope_head_dim": 16, "rope_interleave": False, "index_topk": 4,
+                             "index_n_heads": 4, "index_head_dim": 32}),
     # triton_mla's (64, 16) latent (interpreter on CPU), neox rope
     "deepseek_v3_triton": ("DeepseekV3Config", "DeepseekV3ForCausalLM",
                            {**DEEPSEEK_V3, "kv_lora_rank": 64, "qk_rope_head_dim": 16,

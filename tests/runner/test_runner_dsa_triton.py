@@ -1,0 +1,43 @@
+"""triton_dsa in the runner: a tiny DeepSeek-V3.2 at the kernels' toy sizes (latent 64 + 16,
+indexer 4 heads x 32, top-k 4 of prompts up to 13 tokens) gives the logits of the float64
+reference path (test_runner_deepseek_v32.ReferenceDSA) at every prefill row and decode step,
+and its greedy tokens; by the Triton interpreter on the CPU, and on CUDA (marked gpu). With 4
+indexer heads, exact-zero scores tie often, so the reference path (ties to the lower
+position, docs/dsa.md) is the oracle here, not transformers' torch.topk."""
+import pytest
+import torch
+
+from attnkit.registry import load_backend
+from attnkit.runner import Engine
+from runner_helpers import close
+from test_runner_deepseek_v32 import PROMPTS, ReferenceDSA, steps
+
+
+
+def _engines(tiny_model, page_size, device):
+    path, _ = tiny_model("deepseek_v32_triton")
+    # a backend object skips the planner, which keeps triton_dsa to CUDA
+    ours = Engine.from_pretrained(path, backend=load_backend("triton_dsa"), page_size=page_size,
+                                  device=device, dtype="fp32")
+    ref = Engine.from_pretrained(path, backend=ReferenceDSA(), page_size=page_size, device=device,
+                                 dtype="fp32")
+    return ours, ref
+
+
+def _match(tiny_model, page_size, device, rtol):
+    ours, ref = _engines(tiny_model, page_size, device)
+    for got, want in zip(steps(ours, PROMPTS), steps(ref, PROMPTS)):
+        close(got, want, rtol=rtol)
+    assert ours.generate(PROMPTS, max_new_tokens=6) == ref.generate(PROMPTS, max_new_tokens=6)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter run; the GPU test covers CUDA")
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_interpreter_matches_the_reference_path(tiny_model, page_size):
+    _match(tiny_model, page_size, "cpu", 1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_cuda_matches_the_reference_path(tiny_model, page_size):
+    _match(tiny_model, page_size, "cuda", 5e-3)      # fp32 dots may run in TF32 on the GPU
