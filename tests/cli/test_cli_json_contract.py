@@ -34,7 +34,7 @@ def files(tmp_path):
     (["llama-3.1-8b", "--device", "h100", "--bogus-flag"], "AK310", 2),
     (["--device", "h100"], "AK310", 2),
     (["llama-3.1-8b", "--device", "h100", "--attention-backend", "tritn"], "AK300", 2),
-    (["deepseek-v3.2", "--device", "h100", "--deny", "torch_native"], "AK120", 3),
+    (["deepseek-v3.2", "--device", "h100", "--deny", "torch_native,triton_dsa"], "AK120", 3),
     (["gemma-2-9b", "--device", "t4", "--dtype", "bf16"], "AK309", 3),
 ])
 def test_every_failure_prints_a_failed_plan(capsys, argv, code, rc):

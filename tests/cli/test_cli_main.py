@@ -116,7 +116,7 @@ def test_text_collapses_shared_causes_into_one_line(capsys, monkeypatch):
     monkeypatch.delenv("ATTNKIT_ATTENTION_BACKEND", raising=False)
     monkeypatch.delenv("ATTNKIT_DENY_BACKENDS", raising=False)
     rc, out, _ = run(capsys, "plan", "llama-3.1-8b", "--device", "cpu", "--attention-backend", "triton")
-    assert rc == 3 and "all rejected (triton, triton_mla):" in out
+    assert rc == 3 and "all rejected (triton, triton_dsa, triton_mla):" in out
     rejected = out.split("rejected\n", 1)[1].split("\n\n", 1)[0]
     assert rejected.count("AK210") == 1 and "error AK121" in out and "after:  attnkit plan" in out
 

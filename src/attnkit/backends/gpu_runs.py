@@ -10,3 +10,8 @@ from attnkit.registry.capabilities import Verified
 H200_2026_11_29 = Verified(
     "cuda", (9, 0), "NVIDIA H200", "2026-11-29",
     record="benchmarks/RESULTS.md, 'The final run' and 'The second session's GPU calls'")
+
+H200_2026_12_02 = Verified(
+    "cuda", (9, 0), "NVIDIA H200", "2026-12-02",
+    record="benchmarks/RESULTS.md, 'Session of 2026-12-02': call 2 (triton_dsa's GPU tests and the "
+           "DSA conformance cases on cuda) and call 4 (the whole GPU suite)")

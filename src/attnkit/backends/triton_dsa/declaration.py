@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from attnkit.backends.gpu_runs import H200_2026_12_02
 from attnkit.registry.capabilities import BackendDeclaration, Capabilities
 
 # tl.arange extents, so powers of two: DeepSeek-V3.2's sizes on the GPU (latent 512 + 64,
@@ -36,6 +37,7 @@ DECLARATION = BackendDeclaration(
         sparse_dims=SPARSE_DIMS,
         sparse_topks="any",         # the index list is read in masked tiles of any length
         index_dtypes=("fp32", "fp16", "bf16", "fp8_e4m3"),
+        verified=(H200_2026_12_02,),
     ),
     check="attnkit.backends.triton_dsa.declaration:check",
     runtime_check="attnkit.backends.triton_dsa.declaration:runtime_check",
