@@ -34,6 +34,11 @@ def test_wan_components_each_get_their_own_plan():
     dit = comps["transformer"].plan
     assert dit.ok and dit.prefill_backend == "triton"                  # cross layers are varlen calls too
     assert "triton" not in dit.rejected
+    shipped = plan_components(load_components("wan2.1-t2v-14b"), "h200", env={})   # the shipped profile
+    on_h200 = next(c for c in shipped.components if c.component.role == "denoiser").plan
+    assert on_h200.prefill_backend == "triton" and "varlen_tile" in on_h200.kernel_why["varlen"]
+    page = next(a for a in on_h200.adjustments if a["field"] == "page_size")
+    assert "keeps no KV cache" in page["reason"]
     assert comps["text_encoder"].error["code"] == "AK508" and not result.ok
     d = result.to_dict()
     assert [c["name"] for c in d["components"]] == [c.name for c in result.pipeline.components]
