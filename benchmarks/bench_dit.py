@@ -58,7 +58,8 @@ def shape(name: str) -> tuple[int, object]:
 
 def planned_varlen(name: str) -> dict | None:
     """The triton options the row's denoiser plan hands it on this GPU (its kernel tables, the
-    varlen one included), or None where the plan chose another backend (Wan: cross-attention)."""
+    varlen one included), or None where the plan chose another backend (since issue 29's mm3 the
+    Wan rows plan triton too: their cross-attention layers are varlen calls, run by varlen_tile)."""
     from attnkit.planning.components import plan_components
 
     preset, inputs = ROWS[name]

@@ -32,8 +32,13 @@ def test_wan_components_each_get_their_own_plan():
     result = plan_components(load_components("wan2.1-t2v-14b"), "h100", env={}, profile=False)
     comps = {c.component.name: c for c in result.components}
     dit = comps["transformer"].plan
-    assert dit.ok and dit.prefill_backend != "triton"                  # its cross-attention layers
-    assert any(r.code == "AK103" and r.actual == "cross_attention" for r in dit.rejected["triton"])
+    assert dit.ok and dit.prefill_backend == "triton"                  # cross layers are varlen calls too
+    assert "triton" not in dit.rejected
+    shipped = plan_components(load_components("wan2.1-t2v-14b"), "h200", env={})   # the shipped profile
+    on_h200 = next(c for c in shipped.components if c.component.role == "denoiser").plan
+    assert on_h200.prefill_backend == "triton" and "varlen_tile" in on_h200.kernel_why["varlen"]
+    page = next(a for a in on_h200.adjustments if a["field"] == "page_size")
+    assert "keeps no KV cache" in page["reason"]
     assert comps["text_encoder"].error["code"] == "AK508" and not result.ok
     d = result.to_dict()
     assert [c["name"] for c in d["components"]] == [c.name for c in result.pipeline.components]
@@ -79,9 +84,63 @@ def test_no_kernel_on_this_platform_is_the_same_code():
 
 
 def test_a_reason_other_than_the_kernel_keeps_the_plans_own_error():
-    layers = [dataclasses.replace(l, role="cross") for l in enc()]      # triton has no cross-attention
-    got = planned(one(layers), attention_backend="triton")
+    got = plan_components(one(enc()), "h100", {"attention_backend": "triton"}, registry=without_varlen("triton"),
+                          env={}, profile=False).components[0]             # no varlen call: not a kernel gap
     assert got.error is None and not got.plan.ok
+
+
+def without_varlen(name):
+    from attnkit.registry import declarations
+    out = dict(declarations())
+    caps = out[name].capabilities
+    out[name] = dataclasses.replace(out[name], capabilities=dataclasses.replace(
+        caps, features=caps.features - {"varlen"}))
+    return out
+
+
+def test_a_cache_less_component_checks_the_varlen_call_not_the_paged_path():
+    layers = [*enc(), *(dataclasses.replace(l, layer_id=l.layer_id + 2, role="cross") for l in enc())]
+    pipe = one(layers)
+    model = pipe.components[0].attention
+    assert model.varlen_only and model.features() == {"non_causal", "cross_attention"}
+    got = planned(pipe)
+    assert got.plan.ok and got.plan.prefill_backend == "triton"        # triton has no paged cross_attention
+    rejected = plan_components(pipe, "h100", registry=without_varlen("triton"), env={},
+                               profile=False).components[0].plan
+    reasons = rejected.rejected["triton"]
+    assert rejected.ok and rejected.prefill_backend == "sdpa"
+    assert [(r.code, r.actual) for r in reasons if r.field == "features"] == [("AK103", "varlen")]
+    assert "needed by layers 0-3" in reasons[0].message and "without a KV cache" in reasons[0].message
+
+
+def test_a_cache_less_component_is_not_checked_for_kv_cache_settings():
+    from attnkit.registry import declarations
+    registry = dict(declarations())
+    paged_only = dataclasses.replace(registry["triton"].capabilities, kv_cache_dtypes=("bf16",), page_sizes=(16,))
+    registry["triton"] = dataclasses.replace(registry["triton"], capabilities=paged_only)
+    request = {"kv_cache_dtype": "fp8_e4m3", "page_size": 32}
+    got = plan_components(one(enc()), "h100", request, registry=registry, env={}, profile=False).components[0]
+    assert got.plan.ok and got.plan.prefill_backend == "triton" and "triton" not in got.plan.rejected
+    from attnkit import plan
+    cached = plan("qwen3-8b", "h100", request, registry=registry, env={}, profile=False)   # an LLM still is
+    assert {r.code for r in cached.rejected["triton"]} >= {"AK106", "AK107"}
+
+
+def test_a_layer_the_varlen_call_cannot_compute_keeps_the_paged_check():
+    window = [dataclasses.replace(l, sliding_window=64) for l in enc()]
+    model = one(window).components[0].attention
+    assert not model.varlen_only and model.varlen_gaps() == ["sliding_window"]
+    p = planned(one(window)).plan
+    assert all(r.actual != "varlen" for rs in p.rejected.values() for r in rs)
+    causal = one([dataclasses.replace(l, role="decoder") for l in enc()]).components[0].attention
+    assert not causal.varlen_only and causal.varlen_gaps() == ["causal"]
+
+
+def test_an_llm_with_cross_attention_still_needs_cross_attention():
+    from attnkit import plan
+    p = plan("whisper-large-v3", "h200", env={}, profile=False)           # cached: a decode phase
+    assert any(r.code == "AK103" and r.actual == "cross_attention" for r in p.rejected["triton"])
+    assert p.prefill_backend != "triton"
 
 
 def run_cli(*args):

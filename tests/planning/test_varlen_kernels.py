@@ -87,3 +87,25 @@ def test_tune_times_each_varlen_variant_that_can_run():
     assert variants_to_time(d80, triton, h200) == ["varlen_tile"]
     names = serving(b, declarations(), h200, None)
     assert "triton" in names and all("varlen" in declarations()[n].capabilities.features for n in names)
+
+
+def test_wan_plans_triton_and_its_cross_layers_take_the_tile(tmp_path, only_given_profiles):
+    wan = dict(heads=40, kv_heads=40, head_dim=128)
+    rows = [_v(entry("triton", "varlen", r, new=32760, context=32760, **wan), v)
+            for r, v in ((640, "varlen_gluon"), (600, "varlen_gluon_persistent"), (480, "varlen_tile"))]
+    result = plan_components(load_components("wan2.1-t2v-14b"), "h200", profile=write(tmp_path / "p.json", profile(rows)))
+    dit = next(c for c in result.components if c.component.role == "denoiser").plan
+    assert dit.ok and dit.prefill_backend == "triton" and "triton" not in dit.rejected
+    table = dit.run.role("varlen").kernels
+    assert [k.variant for k in table.rows[0].order] == ["varlen_gluon", "varlen_gluon_persistent", "varlen_tile"]
+    why = dit.kernel_why["varlen"]
+    assert "cross-attention layers 1, 3, 5" in why
+    assert "varlen_tile (not varlen_gluon, varlen_gluon_persistent: does not serve cross_attention)" in why
+    assert "not here" not in why                       # the Gluon forms run the self-attention layers
+    text = components_text(result.to_dict())
+    assert "kernels for varlen calls: varlen_gluon" in text and "cross-attention layers" in text
+
+
+def test_flux_joint_attention_has_no_cross_layers_to_name(flux):
+    dit, _ = flux
+    assert "cross-attention layers" not in dit.plan.kernel_why["varlen"]

@@ -55,3 +55,21 @@ def test_tune_measures_the_triton_tile_on_a_varlen_bucket():
                       variant="varlen_tile")
     assert e.status == "ok" and e.rel_err < 1e-2 and e.variant == "varlen_tile"
     assert e.work == 2 * 4 * 2 * 24 * 24 * 128
+
+
+def test_a_cross_layer_never_runs_a_gluon_form(monkeypatch):
+    """The declaration's excludes (self-attention only) hold at run time, even where the Gluon
+    kernel could take the shapes (here pretended: it cannot run on the CPU)."""
+    import dataclasses
+
+    from attnkit.backends.triton import tma_path, varlen_path
+    monkeypatch.setattr(tma_path, "gluon_prefill_ready", lambda *a, **k: True)
+    spec = LayerAttention(layer_id=0, num_heads=4, num_kv_heads=4, head_dim=64, role="encoder")
+    q = torch.zeros(8, 4, 64, dtype=torch.float16)
+    batch = varlen_batch(torch.tensor([0, 8], dtype=torch.int32))
+    args = ((q, q, q), q, batch)
+    for form in varlen_path.GLUON_FORMS:
+        assert varlen_path.runnable(form, args[0], args[1], RuntimeLayer(spec), args[2])
+        cross = RuntimeLayer(dataclasses.replace(spec, role="cross"))
+        assert not varlen_path.runnable(form, args[0], args[1], cross, args[2])
+    assert varlen_path.runnable("varlen_tile", args[0], args[1], RuntimeLayer(dataclasses.replace(spec, role="cross")), args[2])

@@ -27,9 +27,8 @@ import torch
 
 from attnkit.errors import fail
 from attnkit.kvcache.paged import COMPUTE_TORCH_DTYPES
+from attnkit.model.spec import VARLEN_FEATURES
 
-# LayerAttention fields a varlen layer must leave unset: the call computes plain attention
-PLAIN = ("sliding_window", "logit_softcap", "dual_chunk", "attention_chunk", "sparse_topk")
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +103,7 @@ def validate_varlen(q, k, v, layer, batch: VarlenBatch, *, backend: str, feature
         fail("AK493", f"varlen takes the VarlenBatch that varlen_batch() builds, not {type(batch).__name__}",
              field="batch", expected="VarlenBatch", actual=type(batch).__name__)
     spec = layer.spec
-    bad = [f for f in PLAIN if getattr(spec, f) is not None] + (["sinks"] if spec.sinks else [])
+    bad = sorted(spec.features() - VARLEN_FEATURES)     # the call computes plain attention
     if spec.causal or spec.kind != "mha" or bad:
         what = "causal (role decoder)" if spec.causal else (f"kind {spec.kind}" if spec.kind != "mha" else
                                                               ", ".join(bad))

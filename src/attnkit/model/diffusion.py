@@ -52,8 +52,8 @@ def denoiser_attention(class_name: str, r: ConfigReader, vae: VaeScale, inputs: 
     tokens, context, formula = family.tokens(r, vae, used)
     if inputs.frames is not None and not family.video:    # an input the user set is never dropped silently
         notes = [*notes, f"frames = {inputs.frames} ignored: {class_name} makes images, not video"]
-    notes = [*notes, "no KV cache is kept between denoising steps: the varlen call runs it without one "
-             "(backends declaring varlen); forward() writes each call's K/V to pages first"]
+    notes = [*notes, "no KV cache is kept between denoising steps: every layer, self- and cross-attention, "
+             "is a varlen call (backends declaring varlen), checked as such, with no KV-cache dtype or pages"]
     model = ModelAttention(name=name, architecture=class_name, layers=tuple(layers), dtype=_dtype(r),
                            source=r.source, notes=tuple(notes), encode_only=True)
     return model, Workload(tokens=tokens, context=context, formula=formula, inputs=used)

@@ -125,6 +125,11 @@ class LayerAttention:
         return frozenset(out)
 
 
+# The layer features the varlen call computes (backends/varlen.py): plain non-causal attention,
+# self (role encoder) or cross (role cross); a layer needing anything else runs on the paged path.
+VARLEN_FEATURES = frozenset({"non_causal", "cross_attention"})
+
+
 @dataclass(frozen=True)
 class ModelAttention:
     """Every attention layer of a model, plus what the planner needs to name it.
@@ -159,6 +164,25 @@ class ModelAttention:
         if self.encode_only or (self.layers and all(l.role == "encoder" for l in self.layers)):
             return ("prefill",)
         return ("prefill", "decode")
+
+    @property
+    def varlen_only(self) -> bool:
+        """True for a component run once over its input with nothing cached (``encode_only``)
+        whose every layer the varlen call computes (``varlen_gaps`` empty): it is planned on
+        that call (the ``varlen`` feature), not on the paged path."""
+        return self.encode_only and bool(self.layers) and not self.varlen_gaps()
+
+    def varlen_gaps(self) -> list[str]:
+        """Why the varlen call (backends/varlen.py) cannot compute every layer: a causal or MLA
+        layer, or a layer feature outside ``VARLEN_FEATURES``; empty when it can."""
+        out = []
+        for layer in self.layers:
+            extra = sorted(layer.features() - VARLEN_FEATURES)
+            what = ("causal" if layer.causal else f"kind {layer.kind}" if layer.kind != "mha"
+                    else ", ".join(extra) if extra else None)
+            if what and what not in out:
+                out.append(what)
+        return out
 
     @property
     def attention_layer_ids(self) -> tuple[int, ...]:

@@ -96,6 +96,64 @@ def runs_varlen(model) -> bool:
     return "decode" not in model.phases and bool(model.layers) and not any(l.causal for l in model.layers)
 
 
+def varlen_groups(model) -> dict[str, tuple[frozenset[str], tuple[int, ...]]]:
+    """The layers the varlen call runs, by kind: ``self-attention`` (role encoder: self or
+    joint attention) and ``cross-attention`` (role cross) -> (their features, their layer ids),
+    for the kinds the model has. A variant's envelope is checked per kind: one that serves
+    self-attention only still runs those layers' calls."""
+    out: dict[str, tuple[frozenset[str], tuple[int, ...]]] = {}
+    for layer in model.layers:
+        kind = "cross-attention" if layer.cross_attention else "self-attention"
+        features, ids = out.get(kind, (frozenset(), ()))
+        out[kind] = (features | layer.features(), ids + (layer.layer_id,))
+    return out
+
+
+def varlen_misfits(decl: BackendDeclaration, platform, model, facts) -> dict[str, dict[str, list[str]]]:
+    """kind (varlen_groups) -> varlen variant of ``decl`` -> why it cannot run that kind's calls
+    (only the variants that cannot)."""
+    out = {}
+    for kind, (features, _) in varlen_groups(model).items():
+        here = misfits(decl, platform, {**facts, "features": features})
+        out[kind] = {k.name: here[k.name] for k in decl.variants_for("varlen") if k.name in here}
+    return out
+
+
+def with_varlen_kinds(allowed: dict[str, frozenset], registry: Mapping[str, BackendDeclaration], platform,
+                      model, facts) -> dict[str, frozenset]:
+    """``allowed`` (allowed_variants at the whole model's facts) plus each varlen variant that
+    can run some kind of the model's layers (varlen_groups)."""
+    out = dict(allowed)
+    for name, d in registry.items():
+        if d.variants_for("varlen") and name in out:
+            some = set()
+            for features, _ in varlen_groups(model).values():
+                some |= allowed_variants({name: d}, platform, {**facts, "features": features},
+                                         roles=("varlen",))[name]
+            out[name] = out[name] | frozenset(some)
+    return out
+
+
+def kinds_text(table: KernelTable, by_kind: Mapping[str, Mapping[str, list[str]]], model) -> str:
+    """``; cross-attention layers 1, 3 (+38 more runs): varlen_tile (not varlen_gluon: does not
+    serve cross_attention)``: for each kind of layer some of the table's variants cannot run,
+    which of them its calls take; empty when every kind takes them all."""
+    from attnkit.model.summary import layer_ranges
+    listed = table.variants()
+    groups = varlen_groups(model)
+    parts = []
+    for kind, why in by_kind.items():
+        refused = [v for v in listed if v in why]
+        if refused and len(refused) < len(listed):
+            takes = [v for v in listed if v not in why]
+            reasons: dict[str, list[str]] = {}
+            for v in refused:
+                reasons.setdefault(", ".join(why[v]), []).append(v)
+            parts.append(f"{kind} layers {layer_ranges(groups[kind][1])}: {', '.join(takes)} (not "
+                         + "; ".join(f"{', '.join(vs)}: {w}" for w, vs in reasons.items()) + ")")
+    return "".join(f"; {p}" for p in parts)
+
+
 def launch_configs(decl: BackendDeclaration, role: str, variants, shape, settings,
                    platform) -> dict[str, dict]:
     """variant -> its launch configuration in ``role`` at ``shape`` on ``platform`` (the

@@ -17,6 +17,10 @@ from attnkit.registry.capabilities import BackendDeclaration, MultipleOf, defaul
 from attnkit.registry.discovery import load_hook
 
 
+VARLEN_WHY = (" (the varlen call: packed non-causal sequences without a KV cache, which a component "
+              "that keeps no cache runs for every layer)")
+
+
 @dataclass(frozen=True)
 class Reason:
     """One failed constraint: ``backend`` needs ``required`` for ``field`` but got ``actual``."""
@@ -51,16 +55,20 @@ class ModelNeeds:
 
 
 def model_needs(model: ModelAttention, *, dual_chunk: bool = True) -> ModelNeeds:
-    """Group the layers' needs; ``dual_chunk=False`` drops that feature (``--dual-chunk off``)."""
+    """Group the layers' needs; ``dual_chunk=False`` drops that feature (``--dual-chunk off``).
+    A component without a KV cache whose layers the varlen call computes (``varlen_only``: a
+    DiT, a vision tower) needs that call, ``varlen``, for every layer, self- and cross-attention
+    alike, instead of the paged path's ``non_causal`` / ``cross_attention``."""
     head_dims: dict[int, list[int]] = {}
     features: dict[str, list[int]] = {}
     mla: dict[tuple[int, int], list[int]] = {}
     v_dims: dict[tuple[int, int], list[int]] = {}
+    varlen = model.varlen_only       # every layer is the varlen call: that is what it needs
     for layer in model.layers:
         head_dims.setdefault(layer.head_dim, []).append(layer.layer_id)
         if layer.kind == "mha" and layer.value_dim != layer.head_dim:
             v_dims.setdefault((layer.head_dim, layer.value_dim), []).append(layer.layer_id)
-        for feat in layer.features():
+        for feat in ("varlen",) if varlen else layer.features():
             if feat != "dual_chunk" or dual_chunk:
                 features.setdefault(feat, []).append(layer.layer_id)
         if layer.mla is not None:
@@ -106,16 +114,18 @@ def check_backend(decl: BackendDeclaration, *, model: ModelAttention, needs: Mod
     dtype, kv_dtype, page = settings.get("dtype"), settings.get("kv_cache_dtype"), settings.get("page_size")
     if dtype is not None and dtype not in caps.dtypes:
         add("AK105", "dtype", list(caps.dtypes), dtype, f"computes in {_words(caps.dtypes)}, not {dtype}")
-    if kv_dtype is not None and kv_dtype not in caps.kv_cache_dtypes:
+    cached = not model.varlen_only      # the varlen call keeps no KV cache: no cache dtype, no pages
+    if cached and kv_dtype is not None and kv_dtype not in caps.kv_cache_dtypes:
         add("AK106", "kv_cache_dtype", list(caps.kv_cache_dtypes), kv_dtype,
             f"stores the KV cache as {_words(caps.kv_cache_dtypes)}, not {kv_dtype}")
-    if page is not None and not caps.accepts_page_size(page):
+    if cached and page is not None and not caps.accepts_page_size(page):
         add("AK107", "page_size", page_sizes_text(caps.page_sizes), page,
             f"accepts page sizes {page_sizes_text(caps.page_sizes)}, not {page}")
     for feat, layers in sorted(needs.features.items()):
         if feat not in caps.features:
             add("AK103", "features", sorted(caps.features), feat,     # what it serves / what the model needs
-                f"does not support {feat}, needed by layers {layer_ranges(layers)}", layers)
+                f"does not support {feat}{VARLEN_WHY if feat == 'varlen' else ''}, needed by layers "
+                f"{layer_ranges(layers)}", layers)
     if "sparse_topk" in needs.features and "sparse_topk" in caps.features:
         for field_, served, actual, message, layers in sparse_reasons(caps, model, dtype, kv_dtype):
             add("AK111", field_, served, actual, message, layers)

@@ -227,6 +227,11 @@ def page_size_rule(v: View) -> Iterator[Fill | str]:
     unless the device profile measured the decode backend more than page_gain.MARGIN faster
     at another common size (over the same decode buckets), which is then filled, its reason
     quoting both measured rates."""
+    if v.model.varlen_only:      # the varlen call keeps no KV cache: no backend's page sizes apply
+        if v.request.page_size is None:
+            yield Fill("page_size", DEFAULT_PAGE_SIZE, f"default {DEFAULT_PAGE_SIZE}; {v.model.name} keeps no "
+                       "KV cache (the varlen call), so no backend's page sizes apply")
+        return
     chosen = sorted({n for n in v.backends.values() if n})
     decls = [v.registry[n] for n in chosen]
     valid = common_page_sizes(decls, v.model)

@@ -253,6 +253,9 @@ class Solve:
         for the role's reason naming the variants and their measured rates."""
         facts = self._facts()
         allowed = kernel_table.allowed_variants(self.registry, self.platform, facts)
+        varlen = kernel_table.runs_varlen(self.model)
+        if varlen:       # a varlen variant is listed where it runs some kind of layer (self / cross)
+            allowed = kernel_table.with_varlen_kinds(allowed, self.registry, self.platform, self.model, facts)
         profile = self.measured.profile if self.measured is not None else None
         settings = {"dtype": facts["dtype"], **{k: v for k, v in self.settings.items() if v is not None}}
         self.kernels = kernel_table.kernel_tables(profile, self.registry, self.backends, self.model,
@@ -262,12 +265,17 @@ class Solve:
             name = self.backends.get(role) or self.backends["prefill"]
             decl = self.registry[name]
             here = kernel_table.misfits(decl, self.platform, free)
+            by_kind = kernel_table.varlen_misfits(decl, self.platform, self.model, free) if role == "varlen" else {}
+            if by_kind:      # left out: the variants no kind of layer can run
+                here = {k: why for k, why in here.items() if all(k in w for w in by_kind.values())}
             left_out = {k: why for k, why in here.items()
                         if role in next(v for v in decl.variants if v.name == k).roles}
             unproven = [k.name for k in decl.variants_for(role)
                         if k.name not in here and k.name not in allowed.get(name, ())]
             self.kernel_why[role] = kernel_table.describe(table, left_out, unproven=unproven,
                                                           require=self.request.require)
+            if by_kind:
+                self.kernel_why[role] += kernel_table.kinds_text(table, by_kind, self.model)
 
     def _choose(self) -> None:
         """Fixed phases (named or rule-chosen) must serve; open phases walk the priority table."""

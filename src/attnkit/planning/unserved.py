@@ -37,7 +37,9 @@ def unserved_features(v: View, features: list[str]) -> AttnkitError:
 
 
 def _detail(v: View, feat: str) -> str:
-    layer = next(l for l in v.model.layers if feat in l.features())
+    layer = next((l for l in v.model.layers if feat in l.features()), None)   # varlen: no layer feature
+    if layer is None:
+        return ""
     if feat == "sparse_topk":
         t = layer.sparse_topk
         return (f": each query attends to the {t.topk} keys an indexer of {t.index_n_heads} heads x "

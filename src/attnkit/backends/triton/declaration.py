@@ -15,6 +15,9 @@ from attnkit.registry.kernels import KernelVariant
 
 EXTEND_ROLES = ("prefill", "extend")
 PLAIN = frozenset({"sliding_window", "logit_softcap", "sinks", "chunked_local"})
+# the Gluon varlen forms take self-attention only (a sequence's keys are its queries): a
+# cross-attention layer's varlen calls run varlen_tile (varlen_path.runnable reads this)
+SELF_ONLY = frozenset({"cross_attention"})
 
 VARIANTS = (
     # decode
@@ -48,12 +51,12 @@ VARIANTS = (
                   "(prefill_gluon.py), a program per (query block, head), a head's blocks one after "
                   "another, per sequence; self-attention without a key mask",
                   compute_capability=((9, 0), (9, 0)), triton=("3.6", "3.7"), dtypes=HALF,
-                  head_dims=(64, 128, 256)),
+                  head_dims=(64, 128, 256), excludes=SELF_ONLY),
     KernelVariant("varlen_gluon_persistent", ("varlen",), "the same kernel persistent "
                   "(prefill_gluon_persistent.py): a program per SM walking the blocks, heads "
                   "fastest, each block's loads under the previous one's epilogue",
                   compute_capability=((9, 0), (9, 0)), triton=("3.6", "3.7"), dtypes=HALF,
-                  head_dims=(64, 128, 256)),
+                  head_dims=(64, 128, 256), excludes=SELF_ONLY),
     KernelVariant("varlen_tile", ("varlen",), "one program per (query block, sequence, head) "
                   "walking its sequence's keys (triton/varlen.py); any head dim, key padding masks"),
 )

@@ -4,7 +4,8 @@ how it is launched (without a plan: the first in declaration order that takes th
 The plan's ``varlen`` kernel table (registry/kernels.py; declaration.py: varlen_tile,
 varlen_gluon, varlen_gluon_persistent) lists the variants for the call's (sequences, mean
 query length, mean key length) point, fastest first; the first that can take the call runs
-(``runnable``): the Gluon forms take self-attention without a key mask where the Gluon kernel
+(``runnable``): the Gluon forms take self-attention (not a cross layer: their declared
+``excludes``) without a key mask where the Gluon kernel
 runs (sm_90, Triton 3.6, 16-bit, d 64 / 128 / 256), one launch per sequence; the tile takes any
 call. Launch configurations come from configs.py (the plan prints the same).
 """
@@ -14,9 +15,11 @@ import torch
 
 from attnkit.backends._triton import LOG2E, interpreting
 from attnkit.backends.triton.configs import varlen_config, varlen_gluon_config
+from attnkit.backends.triton.declaration import VARIANTS
 from attnkit.registry.kernels import step_point
 
 GLUON_FORMS = ("varlen_gluon", "varlen_gluon_persistent")
+EXCLUDES = {k.name: k.excludes for k in VARIANTS if k.name in GLUON_FORMS}   # layer features they refuse
 # the backend's varlen_kernel option: a short name -> the declared variant it runs alone
 OPTION_NAMES = {"tile": "varlen_tile", "gluon": "varlen_gluon", "persistent": "varlen_gluon_persistent"}
 
@@ -30,6 +33,8 @@ def runnable(variant: str, dense, out, layer, batch) -> bool:
     """Whether ``variant`` can take this call (beyond the plan's envelope check)."""
     if variant not in GLUON_FORMS:
         return True
+    if layer.spec.features() & EXCLUDES[variant]:      # declared: self-attention only
+        return False
     from attnkit.backends.triton.tma_path import gluon_prefill_ready
     return (batch.key_mask is None and batch.cu_k_cpu == batch.cu_q_cpu
             and all(gluon_prefill_ready(*(t[a:b] for t in (*dense, out)), causal=False, window=None,
