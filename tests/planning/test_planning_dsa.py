@@ -34,11 +34,14 @@ def test_deepseek_v32_plans_on_a_backend_declaring_sparse_topk():
     for name, reasons in p.rejected.items():       # every other candidate names what it lacks
         assert any(r.field in ("features", "kind") for r in reasons), name
     assert any(r.code == "AK103" and r.actual == "sparse_topk" for r in p.rejected["triton_mla"])
-    # the reasons quote no dense-MLA measurement: DSA steps are measured as DSA buckets only
-    # (the shipped profile has none yet)
+    # the reasons quote DSA buckets only (never a dense-MLA measurement): the shipped H200
+    # profile measured triton_dsa at DeepSeek-V3.2's shape (2026-12-02)
     for phase in ("prefill", "decode"):
-        assert "DeepSeek sparse attention" in p.why[phase], p.why[phase]
-        assert "GB/s" not in p.why[phase] and "TFLOP/s" not in p.why[phase], p.why[phase]
+        assert "top-k 2048, indexer 64x128" in p.why[phase], p.why[phase]
+    unmeasured = run("deepseek-v3.2", "h200", profile=False)
+    for phase in ("prefill", "decode"):
+        assert "DeepSeek sparse attention" in unmeasured.why[phase], unmeasured.why[phase]
+        assert "GB/s" not in unmeasured.why[phase] and "TFLOP/s" not in unmeasured.why[phase]
     groups = p.model_info["layer_groups"]
     assert groups[0]["sparse_topk"] == {"topk": 2048, "index_n_heads": 64, "index_head_dim": 128}
 

@@ -109,3 +109,29 @@ def test_wan_plans_triton_and_its_cross_layers_take_the_tile(tmp_path, only_give
 def test_flux_joint_attention_has_no_cross_layers_to_name(flux):
     dit, _ = flux
     assert "cross-attention layers" not in dit.plan.kernel_why["varlen"]
+
+
+def test_a_cacheless_component_is_ranked_by_its_varlen_buckets(tmp_path, only_given_profiles):
+    """The denoiser runs the varlen call, so its backend is ranked by the varlen buckets (each
+    backend's fastest variant that can run it), not by the paged prefill's: here sdpa leads the
+    prefill buckets and triton's Gluon variant the varlen ones."""
+    rows = [entry("triton", "prefill", 400, new=4608, context=4608, **DIT),
+            entry("sdpa", "prefill", 450, new=4608, context=4608, **DIT),
+            entry("sdpa", "varlen", 500, new=4608, context=4608, **DIT),
+            _v(entry("triton", "varlen", 430, new=4608, context=4608, **DIT), "varlen_tile"),
+            _v(entry("triton", "varlen", 560, new=4608, context=4608, **DIT), "varlen_gluon")]
+    path = write(tmp_path / "p.json", profile(rows))
+    result = plan_components(load_components("flux.1-dev"), "h200", profile=path)
+    dit = next(c for c in result.components if c.component.role == "denoiser").plan
+    assert dit.ok and dit.prefill_backend == "triton"
+    assert dit.why["prefill"].startswith("varlen: triton, 560 vs 500 TFLOP/s (sdpa)"), dit.why["prefill"]
+
+
+def test_pipeline_components_are_ranked_by_the_shipped_profile():
+    """With no --profile and the shipped declarations, components use the device's shipped
+    profile like any model (a custom registry was what turned it off for them)."""
+    result = plan_components(load_components("wan2.1-t2v-14b"), "h200")
+    dit = next(c for c in result.components if c.component.role == "denoiser").plan
+    assert dit.ok and dit.to_dict()["profile"] is not None
+    assert dit.why["prefill"].startswith("varlen: "), dit.why["prefill"]
+    assert "varlen" in dit.run.backend_options(dit.prefill_backend).get("kernels", {}) or dit.prefill_backend != "triton"

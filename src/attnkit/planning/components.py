@@ -83,9 +83,11 @@ def plan_components(pipeline: Pipeline, platform: Any = "auto", request: Any = N
     if not req.attention_backend and (env.get("ATTNKIT_ATTENTION_BACKEND") or "").strip().lower() not in ("", "auto"):
         req = req.with_values("env", attention_backend=env["ATTNKIT_ATTENTION_BACKEND"].strip())
     target = _platform(platform)
-    if registry is None:
+    if registry is None:               # the shipped declarations: plan() then ranks by the device's profile
         from attnkit.registry import declarations
         registry = declarations()
+    else:                              # a custom registry is not what the profile timed (plan())
+        kw = {**kw, "registry": registry}
     out = []
     for comp in pipeline.components:
         if comp.attention is None:
@@ -139,7 +141,7 @@ def _plan_one(comp: Component, target, req: PlanRequest, registry, env, label: s
     workload = None
     if comp.workload is not None:
         workload = {"prefill": {"batch": 1, "new": comp.workload.tokens, "context": comp.workload.tokens}}
-    result = plan(comp.attention, target, req, registry=registry, env={**env, "ATTNKIT_ATTENTION_BACKEND": ""},
+    result = plan(comp.attention, target, req, env={**env, "ATTNKIT_ATTENTION_BACKEND": ""},
                   label=f"{label}", workload=workload, **kw)
     if why_single and result.ok:
         result.why["prefill"] = why_single

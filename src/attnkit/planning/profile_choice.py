@@ -21,6 +21,7 @@ import os
 from typing import Any, Mapping
 
 from attnkit.planning import measured
+from attnkit.planning.kernel_table import runs_varlen
 from attnkit.planning.page_gain import page_gain
 from attnkit.planning.profile_search import find_profile, same_device, shipped_profiles
 
@@ -53,8 +54,13 @@ class ProfileChoice:
         shape = measured.model_shape(model, settings)
         if self.profile is None or shape is None:
             return candidates
-        ranking = measured.rank(self.profile, shape, phase, candidates, self.workload.get(phase),
-                                page_size=settings.get("page_size"), allowed=self.allowed)
+        ranking = None
+        if phase == "prefill" and runs_varlen(model):   # what runs is the varlen call: its buckets
+            ranking = measured.rank(self.profile, shape, "varlen", candidates, self.workload.get(phase),
+                                    allowed=self.allowed)
+        if ranking is None or not ranking.measured:
+            ranking = measured.rank(self.profile, shape, phase, candidates, self.workload.get(phase),
+                                    page_size=settings.get("page_size"), allowed=self.allowed)
         notes = [] if ranking is None else ranking.failure_warnings()
         if ranking is not None:
             self.rankings[phase] = ranking

@@ -248,14 +248,19 @@ class Solve:
             k: v for k, v in self.settings.items() if v is not None}},
             self.request.require if require else ())
 
+    def _allowed(self, facts) -> dict[str, frozenset]:
+        """backend -> the kernel variants that can run here (the ranking and the kernel tables
+        read the same): a varlen variant counts where it runs some kind of layer (self / cross)."""
+        allowed = kernel_table.allowed_variants(self.registry, self.platform, facts)
+        if kernel_table.runs_varlen(self.model):
+            allowed = kernel_table.with_varlen_kinds(allowed, self.registry, self.platform, self.model, facts)
+        return allowed
+
     def _kernels(self) -> None:
         """Each role's kernel table for its chosen backend, at the final settings, and a line
         for the role's reason naming the variants and their measured rates."""
         facts = self._facts()
-        allowed = kernel_table.allowed_variants(self.registry, self.platform, facts)
-        varlen = kernel_table.runs_varlen(self.model)
-        if varlen:       # a varlen variant is listed where it runs some kind of layer (self / cross)
-            allowed = kernel_table.with_varlen_kinds(allowed, self.registry, self.platform, self.model, facts)
+        allowed = self._allowed(facts)
         profile = self.measured.profile if self.measured is not None else None
         settings = {"dtype": facts["dtype"], **{k: v for k, v in self.settings.items() if v is not None}}
         self.kernels = kernel_table.kernel_tables(profile, self.registry, self.backends, self.model,
@@ -280,7 +285,7 @@ class Solve:
     def _choose(self) -> None:
         """Fixed phases (named or rule-chosen) must serve; open phases walk the priority table."""
         if self.measured is not None:
-            self.measured.allowed = kernel_table.allowed_variants(self.registry, self.platform, self._facts())
+            self.measured.allowed = self._allowed(self._facts())
         unserved = [f for f in self.needs.features
                     if not any(f in d.capabilities.features for d in self.registry.values())]
         if unserved:
