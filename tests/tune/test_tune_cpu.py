@@ -138,3 +138,21 @@ def test_a_very_slow_backend_is_skipped_not_timed(monkeypatch):
     case = make_case(grid.buckets(grid.CPU_QUICK)[0], "cpu")
     e = measure_entry(case, SdpaBackend(), "cpu")
     assert e.status == "skipped" and e.note.startswith("slow: one call took") and e.eager_ms is None
+
+
+def test_a_selection_with_nothing_to_time_is_refused_whether_or_not_a_profile_exists(tmp_path, capsys):
+    """Found by the probe: `tune --phase varlen --models deepseek-v3.2 --device cpu` (no layer of
+    it is a varlen bucket) refused with AK233 into a new file, but into an existing profile it
+    printed "wrote ..." and exited 0, the file rewritten with nothing measured. Now AK233 both
+    ways, the file unchanged; a resume whose selection is all measured still succeeds."""
+    out = tmp_path / "cpu.json"
+    args = ["tune", "--device", "cpu", "--quick", "--out", str(out), "--models", "deepseek-v3.2"]
+    assert main([*args, "--phase", "varlen"]) == 2
+    assert "AK233" in capsys.readouterr().err and not out.exists()
+    assert main([*args, "--phase", "decode"]) == 0
+    before = out.read_bytes()
+    assert main([*args, "--phase", "varlen"]) == 2
+    err = capsys.readouterr().err
+    assert "AK233" in err and "varlen" in err and out.read_bytes() == before
+    assert main([*args, "--phase", "decode"]) == 0                    # all measured: a resume, fine
+    assert out.read_bytes() == before
