@@ -50,6 +50,9 @@ def attention(q: torch.Tensor, k: torch.Tensor | None, v: None, layer: RuntimeLa
                              device=q.device)
         scores, values = _scores_values(q[qs:qe].to(F64), keys, slots, layer)
         out[qs:qe] = _softmax_pv(scores, values, mask, layer)
+    for t in range(meta.num_tokens):     # a NaN / inf indexer input: no selection to trust
+        if not (torch.isfinite(indexer.q[t]).all() and torch.isfinite(indexer.weights[t]).all()):
+            out[t] = float("nan")
     return out.reshape(meta.num_tokens, heads * dv)
 
 

@@ -193,3 +193,29 @@ def test_equal_index_keys_score_exactly_equal_in_the_reference():
 def make_dsa_case_ties(layer):
     from dsa_factory import make_dsa_case
     return make_dsa_case(layer, prefix_lens=[0], new_lens=[23], page_size=16, ties=True, seed=3)
+
+
+@pytest.mark.parametrize("name", ["torch_native", pytest.param("triton_dsa", marks=pytest.mark.interpreter)])
+def test_non_finite_indexer_inputs_give_nan_rows_not_a_silent_selection(name):
+    """Found by the probe: a NaN indexer weight made every score of its token NaN, and the token
+    silently attended to positions 0..topk-1 with a finite output (the reference too). Now a
+    token whose indexer q or weights hold a NaN / inf gets an all-NaN row, in every backend
+    and the reference; the other tokens are unchanged."""
+    if name == "triton_dsa" and not torch.cuda.is_available():
+        pytest.importorskip("triton")
+    layer = make_dsa_layer(topk=8, seed=3)
+    dsa = make_dsa_case(layer, prefix_lens=[0, 20], new_lens=[9, 1], seed=3)
+    q, w = dsa.indexer.q.clone(), dsa.indexer.weights.clone()
+    w[9, 0] = float("nan")                  # the decode token: 21 candidates, top-k 8
+    q[3, 1, 0] = float("inf")               # a prefill token at position 3 (all 0..3 visible)
+    ix = IndexerInputs(q, w, dsa.indexer.k)
+    ref = reference_dsa.attention(dsa.q, dsa.k, dsa.v, dsa.layer, dsa.cache, dsa.meta, indexer=ix)
+    backend = load_backend(name)
+    out = backend.forward(dsa.q, dsa.k, dsa.v, dsa.layer, dsa.cache, backend.prepare(dsa.meta, dsa.cache),
+                          indexer=ix)
+    bad = torch.tensor([3, 9])
+    good = torch.tensor([t for t in range(out.shape[0]) if t not in (3, 9)])
+    assert ref[bad].isnan().all() and out[bad].isnan().all()
+    assert not ref[good].isnan().any()
+    assert_close(out[good], ref[good], dtype="fp32", what=name)
+    assert_close(out[good], dsa.reference[good], dtype="fp32", what="the finite tokens unchanged")

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from attnkit.errors import AttnkitError
 from attnkit.model.components import Component, Pipeline, SupportedSet, Workload
 from attnkit.model.pipeline import load_components
 from attnkit.model.spec import LayerAttention, ModelAttention
@@ -194,3 +195,18 @@ def test_the_prefill_flag_goes_through_the_set_and_its_alias_too():
     assert planned(pipe, prefill_attention_backend="triton").error["code"] == "AK140"
     got = planned(pipe, prefill_attention_backend="cudnn_sdpa")
     assert got.plan.ok and got.plan.prefill_backend == "sdpa"
+
+
+def test_plan_components_takes_a_pipeline_name_and_refuses_what_is_not_a_pipeline():
+    """Found by the probe: plan_components("flux.1-dev") and plan_components(None) raised
+    AttributeError. A name or path is read by load_components; a model of one part or another
+    type is AK511 pointing to attnkit.plan."""
+    by_name = plan_components("flux.1-dev", "h200")
+    assert by_name.to_dict() == plan_components(load_components("flux.1-dev"), "h200").to_dict()
+    for bad in (None, 3, "llama-3.1-8b"):
+        with pytest.raises(AttnkitError) as err:
+            plan_components(bad, "h200")
+        assert err.value.code == "AK511" and "attnkit.plan" in str(err.value), bad
+    with pytest.raises(AttnkitError) as err:
+        plan_components("flux-1-dev", "h200")                         # a typo: the loader's own code
+    assert err.value.code == "AK507"

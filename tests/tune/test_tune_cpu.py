@@ -138,3 +138,37 @@ def test_a_very_slow_backend_is_skipped_not_timed(monkeypatch):
     case = make_case(grid.buckets(grid.CPU_QUICK)[0], "cpu")
     e = measure_entry(case, SdpaBackend(), "cpu")
     assert e.status == "skipped" and e.note.startswith("slow: one call took") and e.eager_ms is None
+
+
+def test_a_selection_with_nothing_to_time_is_refused_whether_or_not_a_profile_exists(tmp_path, capsys):
+    """Found by the probe: `tune --phase varlen --models deepseek-v3.2 --device cpu` (no layer of
+    it is a varlen bucket) refused with AK233 into a new file, but into an existing profile it
+    printed "wrote ..." and exited 0, the file rewritten with nothing measured. Now AK233 both
+    ways, the file unchanged; a resume whose selection is all measured still succeeds."""
+    out = tmp_path / "cpu.json"
+    args = ["tune", "--device", "cpu", "--quick", "--out", str(out), "--models", "deepseek-v3.2"]
+    assert main([*args, "--phase", "varlen"]) == 2
+    assert "AK233" in capsys.readouterr().err and not out.exists()
+    assert main([*args, "--phase", "decode"]) == 0
+    before = out.read_bytes()
+    assert main([*args, "--phase", "varlen"]) == 2
+    err = capsys.readouterr().err
+    assert "AK233" in err and "varlen" in err and out.read_bytes() == before
+    assert main([*args, "--phase", "decode"]) == 0                    # all measured: a resume, fine
+    assert out.read_bytes() == before
+
+
+def test_models_takes_a_comma_list_as_backends_does(tmp_path, capsys):
+    """Found by the probe: `--models deepseek-v3.2,llama-3.1-8b` was one unknown preset (AK507)
+    while --backends takes B,B. Now both spellings name the same models; a typo is named alone."""
+    assert main(["tune", "--device", "cpu", "--quick", "--models", "qwen3-4b,lama-3.1-8b",
+                 "--out", str(tmp_path / "x.json")]) == 2
+    err = capsys.readouterr().err
+    assert "AK507" in err and "'lama-3.1-8b' is not" in err and not (tmp_path / "x.json").exists()
+    outs = []
+    for models in (["qwen3-4b,phi-3-mini"], ["qwen3-4b", "phi-3-mini"]):
+        out = tmp_path / f"{len(models)}.json"
+        assert main(["tune", "--device", "cpu", "--quick", "--backends", "sdpa", "--phase", "decode",
+                     "--out", str(out), "--models", *models]) == 0
+        outs.append({e.key() for e in load_profile(out).entries})
+    assert outs[0] == outs[1] and len(outs[0]) >= 2

@@ -84,7 +84,7 @@ class AttentionBackend:
             validation.validate_indexer(indexer, layer, cache, step.meta, q)
         if indexer is None:
             return self._forward(q, k, v, layer, cache, step)
-        return self._forward(q, k, v, layer, cache, step, indexer=indexer)
+        return _nan_where_unscorable(self._forward(q, k, v, layer, cache, step, indexer=indexer), indexer)
 
     def varlen(self, q, k, v, layer: RuntimeLayer, batch):
         """Dense varlen attention without a KV cache (backends/varlen.py): q: [Tq, H_q, D],
@@ -249,3 +249,13 @@ def check_kernel_tables(backend: str, kernels, declaration) -> dict:
                           f"{backend} does not declare for {role} steps", field=f"kernels[{role!r}]",
                  expected=sorted(declared), actual=unknown)
     return dict(kernels)
+
+
+def _nan_where_unscorable(out, indexer):
+    """out [T, H * D_v] with NaN rows where the token's indexer q [T, H_i, D_i] or weights
+    [T, H_i] hold a NaN / inf: its scores would be NaN and any selection arbitrary, so the
+    row shows it, as dense attention shows a NaN q (docs/dsa.md). Tensor ops, no host sync."""
+    import torch
+
+    ok = torch.isfinite(indexer.q).flatten(1).all(dim=1) & torch.isfinite(indexer.weights).all(dim=1)
+    return torch.where(ok[:, None], out, torch.full_like(out, float("nan")))

@@ -12,6 +12,14 @@ from attnkit.cli.common import add_plan_flags, request_from_args, require_torch
 from attnkit.errors import fail
 
 
+def model_names(given) -> list[str]:
+    """--models' words, each split at commas (``a,b`` as --backends takes them) unless it is an
+    existing path holding a comma."""
+    import os
+
+    return [n for word in given for n in ([word] if os.path.exists(word) else word.split(",")) if n.strip()]
+
+
 def add_parser(sub, common) -> None:
     t = sub.add_parser("tune", parents=[common], help="time the backends on this device, write a profile",
                        description="Time every usable backend per phase over a grid of shapes (each result "
@@ -21,7 +29,8 @@ def add_parser(sub, common) -> None:
     t.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                    help="cuda (default), or cpu for a smoke run of tiny shapes (a CPU profile)")
     t.add_argument("--quick", action="store_true", help="the few shapes that decide each phase")
-    t.add_argument("--models", nargs="+", metavar="MODEL", help="tune only the shapes of these models")
+    t.add_argument("--models", nargs="+", metavar="MODEL",
+                   help="tune only the shapes of these models (space- or comma-separated, as --backends)")
     t.add_argument("--backends", metavar="B,B", help="only these backends (comma list)")
     t.add_argument("--phase", action="append", choices=("decode", "prefill", "varlen"),
                    help="only this phase's buckets (repeatable; varlen: the varlen call at DiT shapes)")
@@ -44,7 +53,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if not args.models and request != PlanRequest():
         fail("AK306", "attnkit tune's plan flags choose the shapes of --models; name the models",
              field="models", expected="--models MODEL ... with plan flags", actual=None)
-    models = [load_model(m) for m in args.models or ()]
+    models = [load_model(m) for m in model_names(args.models or ())]
     backends = [names.resolve(n.strip(), declarations())[0] for n in (args.backends or "").split(",") if n.strip()]
     command = "attnkit tune " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["tune"] else "attnkit tune"
     path, prof = tune(device=args.device, quick=args.quick, models=models, out=args.out,

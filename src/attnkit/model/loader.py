@@ -8,7 +8,8 @@ from pathlib import Path
 
 from attnkit.errors import AttnkitError
 from attnkit.model.config import parse_config
-from attnkit.model.presets import preset_config, preset_for_repo, preset_names, unknown_preset
+from attnkit.model.presets import (pipeline_names, preset_config, preset_for_repo, preset_names,
+                                   unknown_preset)
 from attnkit.model.spec import ModelAttention
 
 
@@ -46,6 +47,8 @@ def _load_named(text: str, *, name: str | None) -> ModelAttention:
                            actual=_shown(text), details={"source": _shown(text)}) from None
     if is_dir:
         config = path / "config.json"
+        if not config.is_file() and (path / "model_index.json").is_file():
+            raise _a_pipeline(text, source=str(path))
         if not config.is_file():
             raise AttnkitError("AK500", f"model directory {str(path)!r} has no config.json",
                                field="model", expected=str(config), actual=None,
@@ -54,6 +57,8 @@ def _load_named(text: str, *, name: str | None) -> ModelAttention:
     if is_file:
         default = path.resolve().parent.name if path.name == "config.json" else path.stem
         return parse_config(_read_json(path), name=name or default, source=str(path))
+    if not looks_like_path and text.strip().lower() in pipeline_names():
+        raise _a_pipeline(text.strip().lower(), source=f"preset {text.strip().lower()}")
     if not looks_like_path:
         raise unknown_preset(text)
     preset = preset_for_repo(text)
@@ -68,6 +73,17 @@ def _load_named(text: str, *, name: str | None) -> ModelAttention:
     raise AttnkitError("AK500", f"model config {_shown(text)} does not exist.{hint}", field="model",
                        expected="an existing config.json or model directory", actual=_shown(text),
                        details={"source": _shown(text)})
+
+
+def _a_pipeline(text: str, *, source: str) -> AttnkitError:
+    """AK525: ``text`` names a pipeline (several components), not a model of one part."""
+    how = (f"from attnkit.model.pipeline import load_components; from attnkit.planning.components "
+           f"import plan_components; plan_components(load_components({text!r}), platform)")
+    return AttnkitError(
+        "AK525", f"{_shown(text)} is a pipeline of several components, not one model; plan() plans "
+        f"one model. Plan every component with `attnkit plan {text} --device DEVICE`, or in Python: "
+        f"{how}", field="model", expected="a model of one part", actual=_shown(text),
+        solutions=[f"attnkit plan {text} --device DEVICE", how], details={"source": source})
 
 
 def _read_json(path: Path) -> object:

@@ -71,12 +71,39 @@ class PipelinePlan:
                 "components": [c.to_dict() for c in self.components]}
 
 
-def plan_components(pipeline: Pipeline, platform: Any = "auto", request: Any = None, *,
+def _as_pipeline(source: Any) -> Pipeline:
+    if isinstance(source, Pipeline):
+        return source
+    from attnkit.model.loader import load_model
+    from attnkit.model.pipeline import load_components
+
+    pipe = load_components(source) if isinstance(source, (str, os.PathLike)) else None
+    if pipe is not None:
+        return pipe
+    if isinstance(source, (str, os.PathLike)):
+        load_model(source)             # an unreadable name or path: the loader's own code (AK507, AK500 ...)
+    raise AttnkitError(
+        "AK511", f"plan_components plans a pipeline (a Pipeline from load_components, a pipeline preset "
+        f"name or directory), not {_shown(source)}; plan a model of one part with attnkit.plan",
+        field="pipeline", expected="Pipeline | pipeline preset name | pipeline directory",
+        actual=_shown(source), solutions=["attnkit.plan(model, platform) for a model of one part",
+                                          "plan_components(load_components(source), platform)"])
+
+
+def _shown(source: Any) -> str:
+    return repr(os.fsdecode(source))[:120] if isinstance(source, (str, os.PathLike)) else type(source).__name__
+
+
+def plan_components(pipeline: Pipeline | str | os.PathLike, platform: Any = "auto", request: Any = None, *,
                     registry: Mapping[str, BackendDeclaration] | None = None,
                     env: Mapping[str, str] | None = None, label: str | None = None, **kw: Any) -> PipelinePlan:
     """Every component of ``pipeline`` (model/pipeline.py's ``load_components``), each planned
-    by ``plan()`` with ``request``; AK306 for junk settings, as ``plan()``."""
+    by ``plan()`` with ``request``; AK306 for junk settings, as ``plan()``. ``pipeline`` may
+    also be a pipeline preset name or directory (read by ``load_components``); a model of one
+    part, or anything else, is AK511 (plan it with ``attnkit.plan``)."""
     from attnkit.planning.solver import _platform, plan
+
+    pipeline = _as_pipeline(pipeline)
 
     req = parse_request(request)
     env = os.environ if env is None else env

@@ -73,9 +73,12 @@ def tune(*, device: str = "cuda", quick: bool = False, models: Sequence[ModelAtt
     from attnkit.registry import declarations, load_backend
     registry = declarations()
     jobs = pending(shapes, registry, platform, backends, done, phases)
-    if not jobs and not entries:
+    if not jobs and (not entries or not pending(shapes, registry, platform, backends, set(), phases)):
+        # nothing this selection could time: refused whether or not a profile is being resumed
         raise AttnkitError("AK233", f"no backend to time on {platform.name}"
-                           + (f" among {', '.join(backends)}" if backends else ""),
+                           + (f" among {', '.join(backends)}" if backends else "")
+                           + (f" for phase {', '.join(phases)}" if phases else "")
+                           + (f" on the shapes of {', '.join(m.name for m in models)}" if models else ""),
                            field="backends", expected=sorted(registry), actual=list(backends or []))
     runs = (old.header.get("runs", []) if old else []) + [
         {"command": command, "started": _now(), "measured": len(jobs), "seconds": None}]

@@ -154,7 +154,8 @@ ENTRIES = [
     entry(
         "AK511", "Invalid model value",
         meaning="The model given to the planning API is not a name, path, config dict or ModelAttention.",
-        trigger="attnkit.plan(model=X) or load_model(X) with another type.",
+        trigger="attnkit.plan(model=X) or load_model(X) with another type; plan_components(X) with "
+                "neither a pipeline nor a pipeline preset name or directory.",
         situations=["Passing a transformers PretrainedConfig object (use config.to_dict())."],
         solutions=["Pass config.to_dict(), a path, a preset name, or a ModelAttention."],
         before="attnkit.plan(AutoConfig.from_pretrained(p), 'h100')",

@@ -101,6 +101,21 @@ ENTRIES = [
         related=("AK306",),
     ),
     entry(
+        "AK525", "A pipeline where one model is expected",
+        meaning="plan() and load_model read a model of one part; a pipeline (a pipeline preset, or a "
+                "directory holding model_index.json) has several components, each planned on its own.",
+        trigger="attnkit.plan / load_model given a pipeline preset name or a pipeline directory.",
+        situations=["attnkit.plan('flux.1-dev', 'h200')."],
+        solutions=["Run `attnkit plan <pipeline> --device DEVICE` (it plans every component).",
+                   "In Python: plan_components(load_components(name), platform) "
+                   "(attnkit.model.pipeline, attnkit.planning.components)."],
+        before="attnkit.plan('flux.1-dev', 'h200')",
+        after="from attnkit.model.pipeline import load_components\n"
+              "from attnkit.planning.components import plan_components\n"
+              "plan_components(load_components('flux.1-dev'), 'h200')",
+        related=("AK507", "AK520"),
+    ),
+    entry(
         "AK493", "Invalid varlen sequence lengths",
         meaning="The varlen call (packed sequences without a KV cache) takes cumulative sequence lengths "
                 "cu_seqlens [B+1]: integers starting at 0 and never decreasing, the same number of sequences "
