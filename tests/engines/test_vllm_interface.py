@@ -22,10 +22,14 @@ def test_register_is_a_no_op_unless_switched_on(monkeypatch):
     try:
         assert plugin.register() == "CPU_ATTN"
         assert AttentionBackendEnum.CPU_ATTN.get_path() == f"{plugin.BACKEND_PATH}.AttnkitCpuBackend"
-        assert AttentionBackendEnum.CPU_MLA.get_path() == f"{plugin.BACKEND_PATH}.AttnkitMlaRefusal"
+        # every CPU MLA backend vLLM may take: AMX_MLA where the CPU has AMX tiles (CI's machine
+        # has them; vLLM ran the MLA model on its AMX kernels and never reached the refusal)
+        for mla in plugin.MLA_ON_CPU:
+            assert getattr(AttentionBackendEnum, mla).get_path() == f"{plugin.BACKEND_PATH}.AttnkitMlaRefusal"
     finally:
         AttentionBackendEnum.CPU_ATTN.clear_override()
-        AttentionBackendEnum.CPU_MLA.clear_override()
+        for mla in plugin.MLA_ON_CPU:
+            getattr(AttentionBackendEnum, mla).clear_override()
 
 
 def test_cuda_route_selects_custom_and_refuses_another_explicit_backend():

@@ -8,7 +8,7 @@ package, in every vLLM process. With ``ATTNKIT_VLLM=1`` it registers attnkit's b
 classes (integrations/vllm/backend.py): on CUDA as ``CUSTOM``, which it also selects for
 every layer that asks for no other backend (an explicit other ``attention_backend`` is refused,
 AK497); on CPU, where vLLM serves every non-MLA layer with ``CPU_ATTN`` and ignores
-``CUSTOM``, as the override of ``CPU_ATTN``, and of ``CPU_MLA`` so that an MLA model is refused
+``CUSTOM``, as the override of ``CPU_ATTN``, and of ``CPU_MLA`` / ``AMX_MLA`` so that an MLA model is refused
 at start-up with attnkit's code rather than run by vLLM's own MLA backend. Without the
 variable nothing changes. docs/integrations.md says what is tested where.
 """
@@ -25,6 +25,11 @@ def enabled() -> bool:
     return os.environ.get(ENV, "") == "1"
 
 
+# vLLM's CPU MLA backends, each overridden by the refusal (AK496) so that no MLA model runs on
+# vLLM's own kernels under ATTNKIT_VLLM=1
+MLA_ON_CPU = ("CPU_MLA", "AMX_MLA")
+
+
 def register() -> str | None:
     """The ``vllm.general_plugins`` entry point: register attnkit's backend when ATTNKIT_VLLM=1;
     returns the vLLM backend name it registered under (None when switched off)."""
@@ -35,7 +40,9 @@ def register() -> str | None:
 
     if current_platform.is_cpu():
         register_backend(AttentionBackendEnum.CPU_ATTN, f"{BACKEND_PATH}.AttnkitCpuBackend")
-        register_backend(AttentionBackendEnum.CPU_MLA, f"{BACKEND_PATH}.AttnkitMlaRefusal")
+        for mla in MLA_ON_CPU:     # AMX_MLA: what vLLM takes for MLA where the CPU has AMX tiles
+            if hasattr(AttentionBackendEnum, mla):
+                register_backend(getattr(AttentionBackendEnum, mla), f"{BACKEND_PATH}.AttnkitMlaRefusal")
         return "CPU_ATTN"
     register_backend(AttentionBackendEnum.CUSTOM, f"{BACKEND_PATH}.AttnkitCustomBackend")
     select_custom(type(current_platform))
