@@ -87,15 +87,22 @@ def tma_config(head_dim: int, *, interpret: bool) -> dict:
                 num_stages=3)
 
 
+# The split-KV decode's split rule (decode.choose_splits; the split count itself follows the
+# device's SM count at run time): programs for ``waves`` waves of the SMs in splits of at least
+# ``min_keys`` keys (below that the merge costs more than the parallelism gains), at most
+# ``max_splits``; where the (request, KV head) pairs fill at most half the SMs, ``few_waves``
+# waves of splits of at least ``few_min_keys`` keys. The sweeps that chose it: NOTES-triton.md
+# (version 5), results/sweep_hopper.md and results/sweep_decode.md.
+DECODE_SPLIT_RULE = dict(waves=2, min_keys=256, max_splits=64, few_waves=3, few_min_keys=64)
+
 # The Gluon ping-pong prefill: D -> (BN keys a tile, K slots, V slots), 128 query rows a
 # program (two warpgroups of 64), 12 warps (NOTES-hopper.md, sweep_hopper_gluon_v6.md).
 GLUON_TILES = {64: (128, 4, 4), 128: (128, 4, 2), 256: (64, 2, 2)}
 # The varlen Gluon variants' work order (HEAD_MAJOR: a head's blocks one after another, so the
 # programs running at once share its K / V in L2; else heads fastest, the causal prefill's
-# order), the winners of benchmarks/sweep_dit.py on the H200 (NOTES-hopper.md version 9,
-# results/sweep_dit.md): one program a block, head-major (Wan2.1 720p 647 TFLOP/s against 503
-# heads-fastest); persistent, heads fastest (FLUX.1 4,608 tokens 503 against 497 head-major;
-# long sequences are varlen_gluon's). Which variant runs where is the profile's (attnkit tune).
+# order), the winners of benchmarks/sweep_dit.py on the H200 (NOTES-hopper.md version 9 and
+# results/sweep_dit.md hold the rates): one program a block, head-major; persistent, heads
+# fastest. Which variant runs where is the profile's (attnkit tune).
 VARLEN_GLUON_HEAD_MAJOR = True
 VARLEN_PERSISTENT_HEAD_MAJOR = False
 VARLEN_PERSISTENT_PROGRAMS_PER_SM = 1     # the rings take ~224 KB: one program fits an SM

@@ -45,8 +45,8 @@ VARIANTS = (
                   "MIXED step's decodes) run split_fixed, as their DECODE steps do: a request's bits "
                   "do not depend on its batch", numerics=frozenset(NUMERICS)),
     # the varlen call (packed non-causal sequences without a KV cache: a DiT, a vision tower);
-    # unmeasured, the Gluon forms first where they can take the call (results/sweep_dit.md: 1.1x
-    # cuDNN at long sequences, the tile 0.75-0.9x), the tile for every other call
+    # unmeasured, the Gluon forms first where they can take the call (results/sweep_dit.md holds
+    # the sweep that ordered them), the tile for every other call
     KernelVariant("varlen_gluon", ("varlen",), "the Gluon ping-pong kernel's non-causal path "
                   "(prefill_gluon.py), a program per (query block, head), a head's blocks one after "
                   "another, per sequence; self-attention without a key mask",

@@ -270,17 +270,16 @@ def max_decode_span(max_kv: int, window: int | None, attention_chunk: int | None
 
 
 def choose_splits(max_kv: int, num_reqs: int, num_kv_heads: int, *, block_n: int, num_sms: int,
-                  min_chunk: int = 256, max_splits: int = 64) -> tuple[int, int]:
-    """(num_splits, chunk): enough programs to fill about two waves of the SMs, each split
-    a whole number of tiles and at least ``min_chunk`` keys (below that the merge costs
-    more than the parallelism gains). With few (request, KV head) pairs (at most half the
-    SMs) three waves of splits of at least 64 keys (the H200 sweeps of 2026-12-01,
-    benchmarks/results/sweep_hopper.md, and 2026-12-02, sweep_decode.md: B=1 decode faster
-    so; ctx 1k: 16 one-tile splits 376 GB/s, 8 of 128 keys 326)."""
+                  min_chunk: int = configs.DECODE_SPLIT_RULE["min_keys"],
+                  max_splits: int = configs.DECODE_SPLIT_RULE["max_splits"]) -> tuple[int, int]:
+    """(num_splits, chunk) by configs.DECODE_SPLIT_RULE: enough programs to fill its waves of
+    the SMs, each split a whole number of tiles and at least ``min_chunk`` keys; with few
+    (request, KV head) pairs (at most half the SMs) its few-pairs waves and key floor."""
+    rule = configs.DECODE_SPLIT_RULE
     base = max(1, num_reqs * num_kv_heads)
-    waves = 2
+    waves = rule["waves"]
     if 2 * base <= num_sms:
-        waves, min_chunk = 3, min(min_chunk, 64)
+        waves, min_chunk = rule["few_waves"], min(min_chunk, rule["few_min_keys"])
     want = max(1, -(-waves * num_sms // base))
     most = max(1, -(-max_kv // max(min_chunk, block_n)))
     splits = min(want, most, max_splits)
