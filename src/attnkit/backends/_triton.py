@@ -274,3 +274,11 @@ def kernel_scales(layer, cache, softcap: float | None) -> tuple[float, float, fl
 def padded_dim(d: int) -> int:
     """Block width for a head dim: the next power of two, at least 16 (tl.dot minimum)."""
     return max(16, triton.next_power_of_2(d))
+
+
+@triton.jit
+def split_range(kv_max, num_splits, split, BLOCK_N: tl.constexpr):
+    """Keys [start, end) of KV split ``split``: a whole number of BLOCK_N tiles each."""
+    per_split = tl.cdiv(tl.cdiv(kv_max, num_splits), BLOCK_N) * BLOCK_N
+    start = split * per_split
+    return start, tl.minimum(start + per_split, kv_max)

@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from attnkit.backends._triton import LOG2E, NEG_BIG, online_softmax_step
+from attnkit.backends._triton import LOG2E, NEG_BIG, online_softmax_step, split_range
 from attnkit.backends.triton_mla.configs import absorbed_config
 from attnkit.backends.triton_mla.decode import _reduce_splits_kernel, choose_splits
 
@@ -66,9 +66,7 @@ def _sparse_mla_kernel(
     q_lat = tl.load(q_row + offs_l[None, :], mask=h_ok[:, None], other=0.0)
     q_pe = tl.load(q_row + L + offs_r[None, :], mask=h_ok[:, None], other=0.0)
 
-    per_split = tl.cdiv(tl.cdiv(topk, num_splits), BLOCK_N) * BLOCK_N
-    start = split * per_split
-    end = tl.minimum(start + per_split, topk)
+    start, end = split_range(topk, num_splits, split, BLOCK_N)
     m_i = tl.zeros([BLOCK_H], tl.float32) + NEG_BIG
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, L], tl.float32)

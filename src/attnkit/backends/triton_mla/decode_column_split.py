@@ -26,7 +26,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from attnkit.backends._triton import NEG_BIG, online_softmax_step
+from attnkit.backends._triton import NEG_BIG, online_softmax_step, split_range
 
 
 @triton.jit
@@ -58,14 +58,6 @@ def program_rows(WorkReq, WorkTok, QStart, SeqLens, H, BLOCK_M: tl.constexpr,
     req, tok, head, row_ok, kv_len, kv_max = work_rows(WorkReq, WorkTok, QStart, SeqLens,
                                                        tl.program_id(1), hb, H, BLOCK_M, BLOCK_H)
     return vb, tl.program_id(2), req, tok, head, row_ok, kv_len, kv_max
-
-
-@triton.jit
-def split_range(kv_max, num_splits, split, BLOCK_N: tl.constexpr):
-    """Keys [start, end) of KV split ``split``: a whole number of BLOCK_N tiles each."""
-    per_split = tl.cdiv(tl.cdiv(kv_max, num_splits), BLOCK_N) * BLOCK_N
-    start = split * per_split
-    return start, tl.minimum(start + per_split, kv_max)
 
 
 @triton.jit

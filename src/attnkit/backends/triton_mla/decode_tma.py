@@ -19,8 +19,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from attnkit.backends._triton import NEG_BIG, online_softmax_step
-from attnkit.backends.triton_mla.decode_column_split import load_queries, program_rows, split_range, store_split
+from attnkit.backends._triton import NEG_BIG, online_softmax_step, split_range
+from attnkit.backends.triton_mla.decode_column_split import load_queries, program_rows, store_split
 
 
 @triton.jit
