@@ -41,7 +41,7 @@ def test_tiny_run_reports_every_row(tmp_path, capsys):
 
 def test_tiny_run_with_tensor_parallel_rows(tmp_path):
     """--tp-size 2: the runner over 2 ranks (CPU processes here) next to tp 1, same tokens."""
-    assert run_bench("--tiny", "--reps", "1", "--no-peer", "--tp-size", "2",
+    assert run_bench("--tiny", "--reps", "3", "--no-peer", "--tp-size", "2",
                      "--json", str(tmp_path / "r.json")) == 0
     rows = json.loads((tmp_path / "r.json").read_text())["rows"]
     tp = [r for r in rows if "tp 2" in r["peer"]]
