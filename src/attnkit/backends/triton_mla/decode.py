@@ -27,8 +27,9 @@ from attnkit.backends.triton_mla.configs import WS
 
 try:        # Gluon's Hopper API as Triton 3.6 spells it; another Triton: "ws" does not run
     from attnkit.backends.triton_mla.decode_gluon import absorbed_gluon, gluon_ready
+    from attnkit.backends.triton_mla.decode_seesaw import absorbed_seesaw
 except ImportError:         # pragma: no cover - depends on the installed Triton
-    absorbed_gluon, gluon_ready = None, None
+    absorbed_gluon, gluon_ready, absorbed_seesaw = None, None, None
 
 # The absorbed split kernel's variants (declaration.py names them for the plan): "v1" /
 # "whole_rows" (_absorbed_split_kernel: one program holds a head block's whole latent row),
@@ -36,15 +37,18 @@ except ImportError:         # pragma: no cover - depends on the installed Triton
 # page-local key tiles), "tma" / "column_split_tma" (decode_tma.py: v2's program with the
 # latent tiles read through tensor descriptors; 128-head programs of a 16-bit cache:
 # decode_tma.tma_ready), "ws" (decode_gluon.py: Gluon, a loader warp and two warpgroups; bf16
-# decode tokens over 64-key pages on sm_90 with the Triton the declaration names: ws_ready).
+# decode tokens over 64-key pages on sm_90 with the Triton the declaration names: ws_ready),
+# "seesaw" (decode_seesaw.py: ws's shapes, the two warpgroups taking key tiles in turns;
+# a candidate, not declared to the plan until measured: NOTES-mla.md, version 6).
 # Which one runs is the plan's choice (its kernel table, measured by attnkit tune); the backend
 # runs the first of the table's that can take the call (backend.RUNNABLE), and this launcher
 # runs the one it is given. Tiles: configs.py.
 VARIANT_NAMES = {"whole_rows": "v1", "column_split": "v2", "column_split_tma": "tma",
                  "warp_specialised": "ws"}
-PLAN_NAMES = {"v1": "whole_rows", "v2": "column_split", "tma": "column_split_tma", "ws": "ws"}
+PLAN_NAMES = {"v1": "whole_rows", "v2": "column_split", "tma": "column_split_tma", "ws": "ws",
+              "seesaw": "seesaw"}
 KERNEL_OF = {plan: code for code, plan in PLAN_NAMES.items()}
-VARIANTS = ("v1", "v2", "tma", "ws")
+VARIANTS = ("v1", "v2", "tma", "ws", "seesaw")
 
 
 @triton.jit
@@ -192,7 +196,7 @@ def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok
     (compute dtype or fp8; ``kv_scale`` undoes fp8 storage); block_tables: [B, P] int32;
     work_req / work_tok: [W] int32 tiles of ``block_t`` tokens of one request;
     query_start_loc: [B+1] int32; seq_lens: [B] int32. ``variant`` picks the split kernel
-    ("v1", "v2" or "tma"); ``v_split`` (v2 / tma, 1 or 2) column blocks of L per head block.
+    ("v1", "v2", "tma", "ws" or "seesaw"); ``v_split`` (v2 / tma, 1 or 2) column blocks of L per head block.
     """
     import torch
 
@@ -213,8 +217,8 @@ def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok
         lse = torch.empty(T, H, num_splits, dtype=torch.float32, device=q_lat.device)
         sp = (partial.stride(0), partial.stride(1), partial.stride(2), lse.stride(0), lse.stride(1))
     dot_prec = "ieee" if q_lat.dtype == torch.float32 else "tf32"
-    if variant == "ws":
-        absorbed_gluon(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok,
+    if variant in ("ws", "seesaw"):
+        (absorbed_gluon if variant == "ws" else absorbed_seesaw)(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok,
                        query_start_loc, seq_lens, partial, lse, sp,
                        qk_scale=scale * kv_scale * LOG2E, v_scale=kv_scale,
                        num_splits=num_splits, page_size=page_size, direct=direct)
