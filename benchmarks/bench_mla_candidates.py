@@ -25,12 +25,14 @@ sys.path.insert(0, os.path.dirname(__file__))
 from bench_mla import NOPE, Setup, _planned, check, graph_ms, torch_bmm_decode, L, R  # noqa: E402
 from common import copy_bandwidth_gbs, environment  # noqa: E402
 
+from attnkit.backends.triton_mla import configs  # noqa: E402
 from attnkit.backends.triton_mla.backend import TritonMLABackend  # noqa: E402
 
 # name -> TritonMLABackend options; "default" is the plan's tables
 CANDIDATES = {
     128: {"ws": dict(variant="ws"), "ws splits 2": dict(variant="ws", num_splits=2),
-          "seesaw": dict(variant="seesaw"), "seesaw splits 2": dict(variant="seesaw", num_splits=2)},
+          "seesaw": dict(variant="seesaw"), "seesaw splits 2": dict(variant="seesaw", num_splits=2),
+          "seesaw chunks 9": dict(variant="seesaw", chunks=9)},
     16: {"v2": dict(variant="v2"),
          **{f"v2 splits {s}": dict(variant="v2", num_splits=s) for s in (4, 16, 32)},
          **{f"v2 n{n} st{st} w{w}": dict(variant="v2", block_n=n, num_stages=st, num_warps=w)
@@ -39,6 +41,25 @@ CANDIDATES = {
             for n, st, s in ((64, 4, 16), (32, 6, 16))},
          "v1": dict(variant="v1")},
 }
+# "chunks": configs.SEESAW["CHUNKS"] (read at launch) while that candidate runs
+
+
+class Candidate:
+    """A TritonMLABackend and the seesaw barrier count it launches with."""
+
+    def __init__(self, opts: dict):
+        opts = dict(opts)
+        self.chunks = opts.pop("chunks", 1)
+        self.backend = TritonMLABackend(**opts)
+
+    def __enter__(self):
+        configs.SEESAW["CHUNKS"] = self.chunks
+        return self.backend
+
+    def __exit__(self, *exc):
+        configs.SEESAW["CHUNKS"] = 1
+
+
 # (heads, batch, ctx): the bars first, then the rows that must not regress
 SHAPES = [(128, 128, 4096), (16, 32, 4096), (128, 1, 32768), (16, 1, 32768), (16, 32, 32768),
           (128, 32, 32768), (128, 128, 32768), (16, 128, 32768)]
@@ -54,9 +75,9 @@ def small_check(heads: int, opts: dict) -> str:
     case = make_case(layer, prefix_lens=[1500, 3, 700, 63, 4095, 130], new_lens=[1] * 6,
                      page_size=64, dtype="bf16", device="cuda", seed=heads, garbage=True)
     try:
-        be = TritonMLABackend(**opts)
-        out = be.forward(case.q, case.k, case.v, case.layer, case.cache,
-                         be.prepare(case.meta, case.cache))
+        with Candidate(opts) as be:
+            out = be.forward(case.q, case.k, case.v, case.layer, case.cache,
+                             be.prepare(case.meta, case.cache))
         torch.cuda.synchronize()
         assert_close(out, case.reference(), dtype="bf16", what="candidate")
         return "ok"
@@ -80,9 +101,10 @@ def time_shape(heads, batch, ctx, backends, reps):
     rows.append(dict(name="torch sum of the cache", heads=heads, batch=batch, ctx=ctx,
                      us=t_read * 1e3, gbs=lat.numel() * lat.element_size() / t_read / 1e6))
     print(json.dumps(rows[-1]), flush=True)
-    for name, be in backends.items():
+    for name, cand in backends.items():
         row = dict(name=name, heads=heads, batch=batch, ctx=ctx)
         try:
+            be = cand.__enter__()
             step = be.prepare(s.meta, s.cache)
             out = be.forward(s.q, s.k, None, s.layer, s.cache, step)
             row["rel_err"] = check(out, ref, f"{name} H={heads} B={batch} ctx={ctx}")
@@ -91,6 +113,8 @@ def time_shape(heads, batch, ctx, backends, reps):
             row.update(us=t * 1e3, tflops=flops / t / 1e9, gbs=nbytes / t / 1e6, timing=how)
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - a failing candidate is a result
             row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        finally:
+            cand.__exit__()
         rows.append(row)
         print(json.dumps(row), flush=True)
     del s
@@ -109,13 +133,13 @@ def main(argv=None) -> int:
     print(result["env"], f"copy {result['copy_gbs']:.0f} GB/s", flush=True)
     passed = {}
     for heads, cands in CANDIDATES.items():
-        passed[heads] = {"default": TritonMLABackend(**_planned(heads))}
+        passed[heads] = {"default": Candidate(_planned(heads))}
         for name, opts in {"default": None, **cands}.items():
             status = small_check(heads, _planned(heads) if opts is None else opts)
             result["checks"][f"H{heads} {name}"] = status
             print(f"CHECK H={heads} {name}: {status}", flush=True)
             if status == "ok" and opts is not None:
-                passed[heads][name] = TritonMLABackend(**opts)
+                passed[heads][name] = Candidate(opts)
     for heads, batch, ctx in SHAPES:
         if time.time() - t0 > args.budget:
             print(f"budget spent: {heads} {batch} {ctx} and later shapes not run", flush=True)

@@ -22,14 +22,15 @@ from static_mla import compile_report, load_alone  # noqa: E402
 
 
 def compile_kernel(out_dir: str, direct: bool = True, page_size: int = 64,
-                   kernel: str = "ws") -> dict:
+                   kernel: str = "ws", chunks: int = 1) -> dict:
     mod = load_alone("backends/triton_mla/decode_gluon.py" if kernel == "ws"
                      else "backends/triton_mla/decode_seesaw.py")
     k = mod._absorbed_gluon_kernel if kernel == "ws" else mod._absorbed_seesaw_kernel
     L, R, BN = 512, 64, mod.BLOCK_N
-    lat_l = gl.NVMMASharedLayout.get_default_for([BN, L], gl.bfloat16)
+    lat_cols = L if chunks == 1 else 64
+    lat_l = gl.NVMMASharedLayout.get_default_for([BN, lat_cols], gl.bfloat16)
     pe_l = gl.NVMMASharedLayout.get_default_for([BN, R], gl.bfloat16)
-    sig = {"QL": "*bf16", "QP": "*bf16", "lat_desc": f"tensordesc<bf16[{BN}, {L}],{lat_l!r}>",
+    sig = {"QL": "*bf16", "QP": "*bf16", "lat_desc": f"tensordesc<bf16[{BN}, {lat_cols}],{lat_l!r}>",
            "pe_desc": f"tensordesc<bf16[{BN}, {R}],{pe_l!r}>", "BlockTables": "*i32",
            "WorkReq": "*i32", "WorkTok": "*i32", "QStart": "*i32", "SeqLens": "*i32",
            "Out": "*fp32", "Lse": "*fp32"}
@@ -42,8 +43,8 @@ def compile_kernel(out_dir: str, direct: bool = True, page_size: int = 64,
     if kernel == "ws":
         consts.update(NS=mod.NUM_STAGES, VALUES_REGS=mod.VALUES_REGS)
     else:
-        consts.update(RIGHT_REGS=mod.RIGHT_REGS)
-    return compile_report(k, sig, consts, f"{kernel}_direct{int(direct)}", out_dir,
+        consts.update(RIGHT_REGS=mod.RIGHT_REGS, NC=chunks)
+    return compile_report(k, sig, consts, f"{kernel}{chunks}_direct{int(direct)}", out_dir,
                           not_div=("num_splits", "stride_lh"), source=GluonASTSource,
                           num_warps=4, maxnreg=mod.MAXNREG)
 
@@ -54,9 +55,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     print(f"triton {triton.__version__}; files in {args.out}")
-    for kernel in ("ws", "seesaw"):
+    for kernel, chunks in (("ws", 1), ("seesaw", 1), ("seesaw", 9)):
         for direct in (True, False):
-            print(compile_kernel(args.out, direct=direct, kernel=kernel))
+            print(compile_kernel(args.out, direct=direct, kernel=kernel, chunks=chunks))
     return 0
 
 

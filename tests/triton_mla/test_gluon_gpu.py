@@ -24,8 +24,20 @@ def _hopper_36():
 needs_ws = pytest.mark.skipif(not _hopper_36(), reason="the ws kernel runs on sm_90 with Triton 3.6")
 
 
-GLUON = ["ws", "seesaw"]
+GLUON = ["ws", "seesaw", "seesaw9"]     # seesaw9: seesaw with a barrier a 64-column block
 LAUNCHER = {"ws": "absorbed_gluon", "seesaw": "absorbed_seesaw"}
+
+
+@pytest.fixture(autouse=True)
+def _chunks(request, monkeypatch):
+    """The seesaw9 cases launch seesaw with configs.SEESAW["CHUNKS"] = 9."""
+    from attnkit.backends.triton_mla import configs
+    if "seesaw9" in request.node.name:
+        monkeypatch.setitem(configs.SEESAW, "CHUNKS", 9)
+
+
+def _backend(variant, **opts):
+    return TritonMLABackend(variant="seesaw" if variant == "seesaw9" else variant, **opts)
 
 
 @pytest.fixture
@@ -59,7 +71,7 @@ def test_decode_matches_reference_with_garbage(variant, heads, splits, launches)
     and even tile counts a split (seesaw takes tiles in pairs: 1, 11, 24, 64 tiles)."""
     case = make_case(_layer(heads), prefix_lens=[1500, 3, 700, 63, 4095, 0], new_lens=[1] * 6,
                      page_size=64, dtype="bf16", device="cuda", seed=heads, garbage=True)
-    be = TritonMLABackend(variant=variant, num_splits=splits)
+    be = _backend(variant, num_splits=splits)
     step = be.prepare(case.meta, case.cache)
     out = be.forward(case.q, case.k, case.v, case.layer, case.cache, step)
     torch.cuda.synchronize()
@@ -73,7 +85,7 @@ def test_decode_matches_reference_with_garbage(variant, heads, splits, launches)
 def test_verify_tokens_each_see_their_own_keys(variant, launches):
     case = make_case(_layer(128), prefix_lens=[300, 1200], new_lens=[4, 4], page_size=64,
                      dtype="bf16", device="cuda", mode=ForwardMode.VERIFY, seed=2, garbage=True)
-    be = TritonMLABackend(variant=variant)
+    be = _backend(variant)
     out = be.forward(case.q, case.k, case.v, case.layer, case.cache,
                      be.prepare(case.meta, case.cache))
     assert launches
@@ -87,7 +99,7 @@ def test_other_shapes_fall_back_to_v1(variant, launches):
     for heads, page in ((16, 64), (128, 16)):
         case = make_case(_layer(heads), prefix_lens=[200, 9], new_lens=[1, 1], page_size=page,
                          dtype="bf16", device="cuda", seed=3)
-        be = TritonMLABackend(variant=variant)
+        be = _backend(variant)
         with pytest.warns(UserWarning, match="cannot run this call"):
             out = be.forward(case.q, case.k, case.v, case.layer, case.cache,
                              be.prepare(case.meta, case.cache))

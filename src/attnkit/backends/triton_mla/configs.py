@@ -16,8 +16,9 @@ ws, mha_form.
 from __future__ import annotations
 
 WS = dict(BLOCK_H=64, BLOCK_N=64, NUM_STAGES=2, num_warps=12)   # a loader warp + two warpgroups
-# decode_seesaw.py: two warpgroups taking key tiles in turns, a two-stage ring (one tile each)
-SEESAW = dict(BLOCK_H=64, BLOCK_N=64, NUM_STAGES=2, num_warps=12)
+# decode_seesaw.py: two warpgroups taking key tiles in turns, a two-stage ring (one tile each);
+# CHUNKS: barriers a stage (1, or 9: each 64-column latent block and the rope rows its own)
+SEESAW = dict(BLOCK_H=64, BLOCK_N=64, NUM_STAGES=2, CHUNKS=1, num_warps=12)
 
 # Version 1's tile for >= 64-row programs on parts with >= 200 KB of shared memory a block
 # (sm_90): 64 keys, 8 warps, 3 stages; ptxas for sm_90: 254 registers, no spills, 221696 B of

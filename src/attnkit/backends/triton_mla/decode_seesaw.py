@@ -44,25 +44,48 @@ LOADER_REGS = 24
 
 @gluon.jit
 def _pair_loader(lat_desc, pe_desc, klat, kpe, kv_ready, kv_free, bt_row, start, n_tiles,
-                 n_rounds, L: gl.constexpr, PAGE_SIZE: gl.constexpr, BN: gl.constexpr):
-    """Tile i into stage i % 2; tile n_tiles (odd counts) re-reads tile n_tiles - 1."""
+                 n_rounds, L: gl.constexpr, PAGE_SIZE: gl.constexpr, BN: gl.constexpr,
+                 NC: gl.constexpr):
+    """Tile i into stage i % 2; tile n_tiles (odd counts) re-reads tile n_tiles - 1. NC = 1:
+    one barrier a stage; else L / 64 latent column blocks and the rope rows, a barrier each
+    (kv_ready.index(s * NC + c)), so Q.K starts on the first block that lands."""
     for i in range(2 * n_rounds):
         s = i % 2
         mbarrier.wait(kv_free.index(s), ((i // 2) & 1) ^ 1)
         n0 = start + gl.minimum(i, n_tiles - 1) * BN
         slot0 = gl.load(bt_row + n0 // PAGE_SIZE) * PAGE_SIZE + n0 % PAGE_SIZE
-        bar = kv_ready.index(s)
-        mbarrier.expect(bar, lat_desc.block_type.nbytes + pe_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(lat_desc, [slot0, 0], bar, klat.index(s))
-        tma.async_copy_global_to_shared(pe_desc, [slot0, L], bar, kpe.index(s))
+        if NC == 1:
+            bar = kv_ready.index(s)
+            mbarrier.expect(bar, lat_desc.block_type.nbytes + pe_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(lat_desc, [slot0, 0], bar, klat.index(s))
+            tma.async_copy_global_to_shared(pe_desc, [slot0, L], bar, kpe.index(s))
+        else:
+            for c in gl.static_range(NC - 1):
+                bar = kv_ready.index(s * NC + c)
+                mbarrier.expect(bar, lat_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(lat_desc, [slot0, c * 64], bar,
+                                                klat.index(s).slice(c * 64, 64, dim=1))
+            bar = kv_ready.index(s * NC + NC - 1)
+            mbarrier.expect(bar, pe_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(pe_desc, [slot0, L], bar, kpe.index(s))
 
 
 @gluon.jit
-def _scores(q_lat, q_pe, kl, kp, n0, end, qk_scale, BH: gl.constexpr, BN: gl.constexpr,
-            s_layout: gl.constexpr):
-    """[BH, BN] scaled, masked scores of one tile (keys at n0 .. n0 + BN, valid below end)."""
+def _scores(q_lat, q_pe, kl, kp, ready, s, phase, n0, end, qk_scale, L: gl.constexpr,
+            BH: gl.constexpr, BN: gl.constexpr, NC: gl.constexpr, s_layout: gl.constexpr):
+    """[BH, BN] scaled, masked scores of the tile in stage s (keys at n0 .. n0 + BN, valid
+    below end), once its barrier(s) of this phase complete (NC: _pair_loader's)."""
     s0 = gl.zeros([BH, BN], gl.float32, s_layout)
-    sc = warpgroup_mma(q_lat, kl.permute((1, 0)), s0, use_acc=False, is_async=True)
+    if NC == 1:
+        mbarrier.wait(ready.index(s), phase)
+        sc = warpgroup_mma(q_lat, kl.permute((1, 0)), s0, use_acc=False, is_async=True)
+    else:
+        sc = s0
+        for c in gl.static_range(NC - 1):
+            mbarrier.wait(ready.index(s * NC + c), phase)
+            sc = warpgroup_mma(q_lat.slice(c * 64, 64, dim=1),
+                               kl.slice(c * 64, 64, dim=1).permute((1, 0)), sc, is_async=True)
+        mbarrier.wait(ready.index(s * NC + NC - 1), phase)
     sc = warpgroup_mma(q_pe, kp.permute((1, 0)), sc, is_async=True)
     sc = warpgroup_mma_wait(num_outstanding=0, deps=[sc])
     pos = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
@@ -83,7 +106,7 @@ def _zero_stale(kl, n0, end, L: gl.constexpr, BN: gl.constexpr):
 @gluon.jit
 def _left(q_lat, q_pe, klat, kpe, xa, xb, kv_ready, kv_free, p0_ready, p1_ready, fin,
           o_base, stride_oh, start, end, n_rounds, qk_scale, v_scale,
-          L: gl.constexpr, BH: gl.constexpr, BN: gl.constexpr):
+          L: gl.constexpr, BH: gl.constexpr, BN: gl.constexpr, NC: gl.constexpr):
     """Even tiles' scores and softmax; O[:, :L/2]. xa: three [BH] buffers (m_a, a0,
     rowsum P0) written here; xb: three (a1, m_b, final l) read here."""
     HALF: gl.constexpr = L // 2
@@ -98,9 +121,9 @@ def _left(q_lat, q_pe, klat, kpe, xa, xb, kv_ready, kv_free, p0_ready, p1_ready,
     acc = gl.zeros([BH, HALF], gl.float32, o_layout)
     for r in range(n_rounds):
         n0 = start + 2 * r * BN
-        mbarrier.wait(kv_ready.index(0), r & 1)
         kl = klat.index(0)
-        sc = _scores(q_lat, q_pe, kl, kpe.index(0), n0, end, qk_scale, BH, BN, s_layout)
+        sc = _scores(q_lat, q_pe, kl, kpe.index(0), kv_ready, 0, r & 1, n0, end, qk_scale, L,
+                     BH, BN, NC, s_layout)
         m_a = gl.maximum(m_i, gl.max(sc, axis=1))
         a0 = gl.exp2(m_i - m_a)
         p = gl.exp2(sc - gl.expand_dims(m_a, 1))
@@ -135,7 +158,8 @@ def _left(q_lat, q_pe, klat, kpe, xa, xb, kv_ready, kv_free, p0_ready, p1_ready,
 @gluon.jit
 def _right(q_lat, q_pe, klat, kpe, xa, xb, kv_ready, kv_free, p0_ready, p1_ready, fin,
            o_base, lse_base, stride_oh, stride_lh, start, end, n_rounds, qk_scale, v_scale,
-           L: gl.constexpr, BH: gl.constexpr, BN: gl.constexpr, DIRECT: gl.constexpr):
+           L: gl.constexpr, BH: gl.constexpr, BN: gl.constexpr, NC: gl.constexpr,
+           DIRECT: gl.constexpr):
     """Odd tiles' scores and softmax; O[:, L/2:], the row sums, the LSE."""
     HALF: gl.constexpr = L // 2
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -150,9 +174,9 @@ def _right(q_lat, q_pe, klat, kpe, xa, xb, kv_ready, kv_free, p0_ready, p1_ready
     acc = gl.zeros([BH, HALF], gl.float32, o_layout)
     for r in range(n_rounds):
         n1 = start + (2 * r + 1) * BN
-        mbarrier.wait(kv_ready.index(1), r & 1)
         kl = klat.index(1)
-        sc = _scores(q_lat, q_pe, kl, kpe.index(1), n1, end, qk_scale, BH, BN, s_layout)
+        sc = _scores(q_lat, q_pe, kl, kpe.index(1), kv_ready, 1, r & 1, n1, end, qk_scale, L,
+                     BH, BN, NC, s_layout)
         mbarrier.wait(p0_ready, r & 1)
         m_a = xa[0].load(s_rows)
         a0 = xa[1].load(s_rows)
@@ -196,7 +220,8 @@ def _absorbed_seesaw_kernel(
     stride_ot, stride_oh, stride_os, stride_lt, stride_lh,
     qk_scale, v_scale, num_splits,
     L: gl.constexpr, R: gl.constexpr, PAGE_SIZE: gl.constexpr, BH: gl.constexpr,
-    BN: gl.constexpr, DIRECT: gl.constexpr, RIGHT_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
+    BN: gl.constexpr, NC: gl.constexpr, DIRECT: gl.constexpr, RIGHT_REGS: gl.constexpr,
+    LOADER_REGS: gl.constexpr,
 ):
     """Grid (head block, decode token, KV split); arguments as decode_gluon's kernel."""
     hb = gl.program_id(0)
@@ -235,13 +260,14 @@ def _absorbed_seesaw_kernel(
     xb = (gl.allocate_shared_memory(gl.float32, [BH], vec),     # a1, m_b, final l
           gl.allocate_shared_memory(gl.float32, [BH], vec),
           gl.allocate_shared_memory(gl.float32, [BH], vec))
-    kv_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    kv_ready = gl.allocate_shared_memory(gl.int64, [2 * NC, 1], mbarrier.MBarrierLayout())
     kv_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     p0_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     p1_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     fin = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    for st in gl.static_range(2):
+    for st in gl.static_range(2 * NC):
         mbarrier.init(kv_ready.index(st), count=1)
+    for st in gl.static_range(2):
         mbarrier.init(kv_free.index(st), count=2)       # both warpgroups release a stage
     mbarrier.init(p0_ready, count=1)
     mbarrier.init(p1_ready, count=1)
@@ -253,13 +279,13 @@ def _absorbed_seesaw_kernel(
     lse_base = Lse + tok.to(gl.int64) * stride_lt + hb * BH * stride_lh + split
     gl.warp_specialize([
         (_left, (q_lat, q_pe, klat, kpe, xa, xb, kv_ready, kv_free, p0_ready, p1_ready, fin,
-                 head0, stride_oh, start, end, n_rounds, qk_scale, v_scale, L, BH, BN)),
+                 head0, stride_oh, start, end, n_rounds, qk_scale, v_scale, L, BH, BN, NC)),
         (_right, (q_lat, q_pe, klat, kpe, xa, xb, kv_ready, kv_free, p0_ready, p1_ready, fin,
                   head0, lse_base, stride_oh, stride_lh, start, end, n_rounds, qk_scale,
-                  v_scale, L, BH, BN, DIRECT)),
+                  v_scale, L, BH, BN, NC, DIRECT)),
         (_pair_loader, (lat_desc, pe_desc, klat, kpe, kv_ready, kv_free,
                         BlockTables + req * stride_bt, start, n_tiles, n_rounds, L, PAGE_SIZE,
-                        BN)),
+                        BN, NC)),
     ], [4, 1], [RIGHT_REGS, LOADER_REGS])
 
 
@@ -271,17 +297,19 @@ def absorbed_seesaw(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok, q
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     H, _, L = q_lat.shape
     R = q_pe.shape[-1]
+    nc = SEESAW["CHUNKS"]          # read at launch: 1, or L / 64 + 1 (a barrier a 64-column block)
+    lat_cols = L if nc == 1 else 64
     rows = [cache_flat.shape[0], cache_flat.shape[1]]
     strides = [cache_flat.stride(0), 1]
-    lat_l = gl.NVMMASharedLayout.get_default_for([BLOCK_N, L], gl.bfloat16)
+    lat_l = gl.NVMMASharedLayout.get_default_for([BLOCK_N, lat_cols], gl.bfloat16)
     pe_l = gl.NVMMASharedLayout.get_default_for([BLOCK_N, R], gl.bfloat16)
     grid = (H // BLOCK_H, work_req.numel(), num_splits)
     _absorbed_seesaw_kernel[grid](
-        q_lat, q_pe, TensorDescriptor(cache_flat, rows, strides, [BLOCK_N, L], lat_l),
+        q_lat, q_pe, TensorDescriptor(cache_flat, rows, strides, [BLOCK_N, lat_cols], lat_l),
         TensorDescriptor(cache_flat, rows, strides, [BLOCK_N, R], pe_l), block_tables,
         work_req, work_tok, query_start_loc, seq_lens, partial, lse,
         q_lat.stride(0), q_lat.stride(1), q_pe.stride(0), q_pe.stride(1), block_tables.stride(0),
         *partial_strides, qk_scale, v_scale, num_splits,
-        L=L, R=R, PAGE_SIZE=page_size, BH=BLOCK_H, BN=BLOCK_N, DIRECT=direct,
+        L=L, R=R, PAGE_SIZE=page_size, BH=BLOCK_H, BN=BLOCK_N, NC=nc, DIRECT=direct,
         RIGHT_REGS=RIGHT_REGS, LOADER_REGS=LOADER_REGS, num_warps=4, maxnreg=MAXNREG,
     )
