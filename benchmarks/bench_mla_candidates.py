@@ -18,6 +18,7 @@ import json
 import os
 import sys
 import time
+import warnings
 
 import torch
 
@@ -54,10 +55,18 @@ class Candidate:
 
     def __enter__(self):
         configs.SEESAW["CHUNKS"] = self.chunks
+        self._warnings = warnings.catch_warnings(record=True)
+        self.caught = self._warnings.__enter__()
+        warnings.simplefilter("always")
         return self.backend
 
     def __exit__(self, *exc):
         configs.SEESAW["CHUNKS"] = 1
+        self._warnings.__exit__(*exc)
+
+    def fell_back(self) -> str:
+        """The backend's warning where a forced variant could not run ('' when none)."""
+        return next((str(w.message)[:160] for w in self.caught if "cannot run" in str(w.message)), "")
 
 
 # (heads, batch, ctx): the bars first, then the rows that must not regress
@@ -75,12 +84,13 @@ def small_check(heads: int, opts: dict) -> str:
     case = make_case(layer, prefix_lens=[1500, 3, 700, 63, 4095, 130], new_lens=[1] * 6,
                      page_size=64, dtype="bf16", device="cuda", seed=heads, garbage=True)
     try:
-        with Candidate(opts) as be:
+        cand = Candidate(opts)
+        with cand as be:
             out = be.forward(case.q, case.k, case.v, case.layer, case.cache,
                              be.prepare(case.meta, case.cache))
         torch.cuda.synchronize()
         assert_close(out, case.reference(), dtype="bf16", what="candidate")
-        return "ok"
+        return "ok" if not cand.fell_back() else f"fell back: {cand.fell_back()}"
     except Exception as exc:  # noqa: BLE001 - a failing candidate is a result
         return f"{type(exc).__name__}: {str(exc)[:300]}"
 
@@ -111,10 +121,12 @@ def time_shape(heads, batch, ctx, backends, reps):
             fn = lambda: be.attend_latent(q_lat, s.q[..., NOPE:], s.cache.latent[0], s.layer, step)  # noqa: E731
             t, how = graph_ms(fn, warmup=3, reps=reps, cold_l2=True)
             row.update(us=t * 1e3, tflops=flops / t / 1e9, gbs=nbytes / t / 1e6, timing=how)
+            if cand.fell_back():
+                row["fell_back"] = cand.fell_back()
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - a failing candidate is a result
             row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
         finally:
-            cand.__exit__()
+            cand.__exit__(None, None, None)
         rows.append(row)
         print(json.dumps(row), flush=True)
     del s
