@@ -40,7 +40,10 @@ CANDIDATES = {
             for n, st, w in ((64, 4, 4), (32, 4, 4), (32, 6, 4), (64, 3, 8))},
          **{f"v2 n{n} st{st} splits {s}": dict(variant="v2", block_n=n, num_stages=st, num_splits=s)
             for n, st, s in ((64, 4, 16), (32, 6, 16))},
-         "v1": dict(variant="v1")},
+         "v1": dict(variant="v1"),
+         # 64-row Gluon programs, 48 rows masked: MMA to spare at 16 heads, TMA loads
+         "seesaw": dict(variant="seesaw"), "seesaw chunks 9": dict(variant="seesaw", chunks=9),
+         "seesaw splits 8": dict(variant="seesaw", num_splits=8)},
 }
 # "chunks": configs.SEESAW["CHUNKS"] (read at launch) while that candidate runs
 

@@ -44,8 +44,9 @@ def compile_kernel(out_dir: str, direct: bool = True, page_size: int = 64,
         consts.update(NS=mod.NUM_STAGES, VALUES_REGS=mod.VALUES_REGS)
     else:
         consts.update(RIGHT_REGS=mod.RIGHT_REGS, NC=chunks)
+        sig["H"] = "i32"
     return compile_report(k, sig, consts, f"{kernel}{chunks}_direct{int(direct)}", out_dir,
-                          not_div=("num_splits", "stride_lh"), source=GluonASTSource,
+                          not_div=("num_splits", "stride_lh", "H"), source=GluonASTSource,
                           num_warps=4, maxnreg=mod.MAXNREG)
 
 

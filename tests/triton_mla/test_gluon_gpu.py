@@ -63,12 +63,14 @@ def _layer(heads):
 
 @needs_ws
 @pytest.mark.parametrize("variant", GLUON)
-@pytest.mark.parametrize("heads", [64, 128])
+@pytest.mark.parametrize("heads", [16, 64, 128])
 @pytest.mark.parametrize("splits", [None, 3, 40])
 def test_decode_matches_reference_with_garbage(variant, heads, splits, launches):
     """Stale slots of each last page hold NaN / inf (garbage=True); kv lengths hit a full
     last tile (64, 4096), partial ones and a 1-key request; 40 splits leave some empty. Odd
     and even tile counts a split (seesaw takes tiles in pairs: 1, 11, 24, 64 tiles)."""
+    if heads % 64 and variant == "ws":
+        pytest.skip("ws takes whole 64-head blocks (seesaw masks a partial one)")
     case = make_case(_layer(heads), prefix_lens=[1500, 3, 700, 63, 4095, 0], new_lens=[1] * 6,
                      page_size=64, dtype="bf16", device="cuda", seed=heads, garbage=True)
     be = _backend(variant, num_splits=splits)
@@ -95,8 +97,8 @@ def test_verify_tokens_each_see_their_own_keys(variant, launches):
 @needs_ws
 @pytest.mark.parametrize("variant", GLUON)
 def test_other_shapes_fall_back_to_v1(variant, launches):
-    """16 heads, 16-key pages: not the kernel's shapes; the step runs v1 and is right."""
-    for heads, page in ((16, 64), (128, 16)):
+    """16 heads (ws), 16-key pages: not the kernel's shapes; the step runs v1 and is right."""
+    for heads, page in (((16, 64),) if variant == "ws" else ()) + ((128, 16),):
         case = make_case(_layer(heads), prefix_lens=[200, 9], new_lens=[1, 1], page_size=page,
                          dtype="bf16", device="cuda", seed=3)
         be = _backend(variant)

@@ -248,7 +248,8 @@ RUNNABLE = {
     "ws": lambda q_lat, flat, part, cfg: ws_ready(q_lat, flat, page_size=part.page_size,
                                                   block_t=cfg["block_t"], block_h=cfg["block_h"]),
     "seesaw": lambda q_lat, flat, part, cfg: absorbed_seesaw is not None and ws_ready(
-        q_lat, flat, page_size=part.page_size, block_t=cfg["block_t"], block_h=cfg["block_h"]),
+        q_lat, flat, page_size=part.page_size, block_t=cfg["block_t"], block_h=cfg["block_h"],
+        any_heads=True),
 }
 RUNNABLE_NEEDS = {"tma": "it needs a cache of q's 16-bit dtype and key tiles inside one page",
                   "ws": "it needs a compiled sm_90 launch with the Triton its Gluon code is written for, "

@@ -95,6 +95,8 @@ def absorbed_tiles(variant: str, *, heads: int, latent_width: int, new_tokens: i
     rows = 16 if fp32 else 64
     columns = variant in ("column_split", "column_split_tma")
     wide = v2_block_h(heads, latent_width, fp32=fp32, smem_kb=smem_kb) if columns else None
+    if variant == "seesaw":         # 64-row programs at any head count (rows past H masked)
+        wide = SEESAW["BLOCK_H"]
     block_h = block_h or wide or min(rows, max(16, next_pow2(heads)))
     block_t = max(1, min(next_pow2(new_tokens), rows // block_h))
     args = (block_h * block_t, latent_width)

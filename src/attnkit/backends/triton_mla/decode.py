@@ -160,9 +160,11 @@ def _ws_triton() -> tuple:
     return next(k.triton for k in DECLARED if k.name == "ws")
 
 
-def ws_ready(q_lat, cache_flat, *, page_size: int, block_t: int, block_h: int) -> bool:
-    """Whether the Gluon kernel ("ws") serves this call: a Triton with Gluon's Hopper API, a
-    compiled (not interpreted) launch on an sm_90 GPU, and decode_gluon.gluon_ready's shapes."""
+def ws_ready(q_lat, cache_flat, *, page_size: int, block_t: int, block_h: int,
+             any_heads: bool = False) -> bool:
+    """Whether the Gluon kernel ("ws"; "seesaw" with ``any_heads``) serves this call: a Triton
+    with Gluon's Hopper API, a compiled (not interpreted) launch on an sm_90 GPU, and
+    decode_gluon.gluon_ready's shapes."""
     from attnkit.registry.kernels import in_version_range
     if (gluon_ready is None or not in_version_range(triton.__version__, _ws_triton()) or not q_lat.is_cuda
             or interpreting() or block_h != WS["BLOCK_H"]):
@@ -171,7 +173,7 @@ def ws_ready(q_lat, cache_flat, *, page_size: int, block_t: int, block_h: int) -
     if torch.cuda.get_device_capability(q_lat.device) != (9, 0):
         return False
     return gluon_ready(q_lat, cache_flat, page_size=page_size, block_t=block_t,
-                       heads=q_lat.shape[0])
+                       heads=q_lat.shape[0], any_heads=any_heads)
 
 
 def choose_splits(programs: int, max_kv: int, *, slots: int, min_keys: int = 128) -> int:

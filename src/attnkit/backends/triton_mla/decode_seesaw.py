@@ -26,6 +26,7 @@ Outputs and arguments as decode_gluon.py's kernel (fp32 partials + base-2 LSE, o
 """
 from __future__ import annotations
 
+import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier,
@@ -33,7 +34,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 from attnkit.backends.triton_mla.configs import SEESAW
-from attnkit.backends.triton_mla.decode_gluon import _store_half
 
 BLOCK_H = SEESAW["BLOCK_H"]
 BLOCK_N = SEESAW["BLOCK_N"]
@@ -93,6 +93,17 @@ def _scores(q_lat, q_pe, kl, kp, ready, s, phase, n0, end, qk_scale, L: gl.const
 
 
 @gluon.jit
+def _store_rows(o_base, stride_oh, acc, l_i, v_scale, live, COL0: gl.constexpr,
+                HALF: gl.constexpr, BH: gl.constexpr, o_layout: gl.constexpr):
+    """acc / l_i * v_scale into columns COL0 .. + HALF of the block's first ``live`` head rows."""
+    rows = gl.arange(0, BH, layout=gl.SliceLayout(1, o_layout))
+    cols = COL0 + gl.arange(0, HALF, layout=gl.SliceLayout(0, o_layout))
+    out = acc * gl.expand_dims(v_scale / gl.where(l_i == 0.0, 1.0, l_i), 1)
+    ptrs = o_base + gl.expand_dims(rows.to(gl.int64) * stride_oh, 1) + gl.expand_dims(cols, 0)
+    gl.store(ptrs, out, mask=gl.expand_dims(rows < live, 1))
+
+
+@gluon.jit
 def _zero_stale(kl, n0, end, L: gl.constexpr, BN: gl.constexpr):
     """Zeros over the latent rows of a tile at or past end (then fenced for wgmma)."""
     zero_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
@@ -105,7 +116,7 @@ def _zero_stale(kl, n0, end, L: gl.constexpr, BN: gl.constexpr):
 
 @gluon.jit
 def _left(q_lat, q_pe, klat, kpe, xa, xb, kv_ready, kv_free, p0_ready, p1_ready, fin,
-          o_base, stride_oh, start, end, n_rounds, qk_scale, v_scale,
+          o_base, stride_oh, live, start, end, n_rounds, qk_scale, v_scale,
           L: gl.constexpr, BH: gl.constexpr, BN: gl.constexpr, NC: gl.constexpr):
     """Even tiles' scores and softmax; O[:, :L/2]. xa: three [BH] buffers (m_a, a0,
     rowsum P0) written here; xb: three (a1, m_b, final l) read here."""
@@ -150,14 +161,12 @@ def _left(q_lat, q_pe, klat, kpe, xa, xb, kv_ready, kv_free, p0_ready, p1_ready,
         acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
         mbarrier.arrive(kv_free.index(1), count=1)
     mbarrier.wait(fin, 0)
-    rows = gl.arange(0, BH, layout=o_rows)
-    _store_half(o_base + rows.to(gl.int64) * stride_oh, acc, xb[2].load(o_rows), v_scale, 0,
-                HALF, o_layout)
+    _store_rows(o_base, stride_oh, acc, xb[2].load(o_rows), v_scale, live, 0, HALF, BH, o_layout)
 
 
 @gluon.jit
 def _right(q_lat, q_pe, klat, kpe, xa, xb, kv_ready, kv_free, p0_ready, p1_ready, fin,
-           o_base, lse_base, stride_oh, stride_lh, start, end, n_rounds, qk_scale, v_scale,
+           o_base, lse_base, stride_oh, stride_lh, live, start, end, n_rounds, qk_scale, v_scale,
            L: gl.constexpr, BH: gl.constexpr, BN: gl.constexpr, NC: gl.constexpr,
            DIRECT: gl.constexpr):
     """Odd tiles' scores and softmax; O[:, L/2:], the row sums, the LSE."""
@@ -205,12 +214,12 @@ def _right(q_lat, q_pe, klat, kpe, xa, xb, kv_ready, kv_free, p0_ready, p1_ready
         mbarrier.arrive(kv_free.index(1), count=1)
     xb[2].store(l_i)
     mbarrier.arrive(fin, count=1)
-    rows = gl.arange(0, BH, layout=o_rows)
-    _store_half(o_base + rows.to(gl.int64) * stride_oh, acc, gl.convert_layout(l_i, o_rows),
-                v_scale, HALF, HALF, o_layout)
+    _store_rows(o_base, stride_oh, acc, gl.convert_layout(l_i, o_rows), v_scale, live, HALF, HALF,
+                BH, o_layout)
     if not DIRECT:
         lse = gl.where(l_i == 0.0, float("-inf"), m_i + gl.log2(gl.where(l_i == 0.0, 1.0, l_i)))
-        gl.store(lse_base + gl.arange(0, BH, layout=s_rows) * stride_lh, lse)
+        rows = gl.arange(0, BH, layout=s_rows)
+        gl.store(lse_base + rows * stride_lh, lse, mask=rows < live)
 
 
 @gluon.jit
@@ -218,12 +227,14 @@ def _absorbed_seesaw_kernel(
     QL, QP, lat_desc, pe_desc, BlockTables, WorkReq, WorkTok, QStart, SeqLens, Out, Lse,
     stride_qlh, stride_qlt, stride_qpt, stride_qph, stride_bt,
     stride_ot, stride_oh, stride_os, stride_lt, stride_lh,
-    qk_scale, v_scale, num_splits,
+    qk_scale, v_scale, num_splits, H,
     L: gl.constexpr, R: gl.constexpr, PAGE_SIZE: gl.constexpr, BH: gl.constexpr,
     BN: gl.constexpr, NC: gl.constexpr, DIRECT: gl.constexpr, RIGHT_REGS: gl.constexpr,
     LOADER_REGS: gl.constexpr,
 ):
-    """Grid (head block, decode token, KV split); arguments as decode_gluon's kernel."""
+    """Grid (head block, decode token, KV split); arguments as decode_gluon's kernel, plus H
+    (query heads: a block past H has its rows masked, so any head count runs in 64-row
+    programs; rows past H read q = 0 and store nothing)."""
     hb = gl.program_id(0)
     w = gl.program_id(1)
     split = gl.program_id(2)
@@ -244,12 +255,14 @@ def _absorbed_seesaw_kernel(
     q_pe = gl.allocate_shared_memory(QL.dtype.element_ty, [BH, R],
                                      gl.NVMMASharedLayout.get_default_for([BH, R], gl.bfloat16))
     q_rows = QL + gl.expand_dims(heads.to(gl.int64) * stride_qlh + tok * stride_qlt, 1)
+    head_ok = gl.expand_dims(heads < H, 1)
     for c in gl.static_range(L // 64):
         cols = c * 64 + gl.arange(0, 64, layout=gl.SliceLayout(0, q_blocked))
-        q_lat.slice(c * 64, 64, dim=1).store(gl.load(q_rows + gl.expand_dims(cols, 0)))
+        q_lat.slice(c * 64, 64, dim=1).store(gl.load(q_rows + gl.expand_dims(cols, 0),
+                                                     mask=head_ok, other=0.0))
     pe_cols = gl.arange(0, R, layout=gl.SliceLayout(0, q_blocked))
     q_pe.store(gl.load(QP + gl.expand_dims(tok.to(gl.int64) * stride_qpt + heads * stride_qph, 1)
-                       + gl.expand_dims(pe_cols, 0)))
+                       + gl.expand_dims(pe_cols, 0), mask=head_ok, other=0.0))
 
     klat = gl.allocate_shared_memory(lat_desc.dtype, [2, BN, L], lat_desc.layout)
     kpe = gl.allocate_shared_memory(pe_desc.dtype, [2, BN, R], pe_desc.layout)
@@ -277,11 +290,13 @@ def _absorbed_seesaw_kernel(
     o_base = Out + tok.to(gl.int64) * stride_ot + split.to(gl.int64) * stride_os
     head0 = o_base + hb * BH * stride_oh
     lse_base = Lse + tok.to(gl.int64) * stride_lt + hb * BH * stride_lh + split
+    live = H - hb * BH
     gl.warp_specialize([
         (_left, (q_lat, q_pe, klat, kpe, xa, xb, kv_ready, kv_free, p0_ready, p1_ready, fin,
-                 head0, stride_oh, start, end, n_rounds, qk_scale, v_scale, L, BH, BN, NC)),
+                 head0, stride_oh, live, start, end, n_rounds, qk_scale, v_scale, L, BH, BN,
+                 NC)),
         (_right, (q_lat, q_pe, klat, kpe, xa, xb, kv_ready, kv_free, p0_ready, p1_ready, fin,
-                  head0, lse_base, stride_oh, stride_lh, start, end, n_rounds, qk_scale,
+                  head0, lse_base, stride_oh, stride_lh, live, start, end, n_rounds, qk_scale,
                   v_scale, L, BH, BN, NC, DIRECT)),
         (_pair_loader, (lat_desc, pe_desc, klat, kpe, kv_ready, kv_free,
                         BlockTables + req * stride_bt, start, n_tiles, n_rounds, L, PAGE_SIZE,
@@ -292,8 +307,8 @@ def _absorbed_seesaw_kernel(
 def absorbed_seesaw(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok, query_start_loc,
                     seq_lens, partial, lse, partial_strides, *, qk_scale, v_scale, num_splits,
                     page_size, direct):
-    """Launch _absorbed_seesaw_kernel; arguments as decode_gluon.absorbed_gluon's (the same
-    shapes serve: decode_gluon.gluon_ready)."""
+    """Launch _absorbed_seesaw_kernel; arguments as decode_gluon.absorbed_gluon's (the shapes
+    decode_gluon.gluon_ready takes, any head count)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     H, _, L = q_lat.shape
     R = q_pe.shape[-1]
@@ -303,13 +318,13 @@ def absorbed_seesaw(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok, q
     strides = [cache_flat.stride(0), 1]
     lat_l = gl.NVMMASharedLayout.get_default_for([BLOCK_N, lat_cols], gl.bfloat16)
     pe_l = gl.NVMMASharedLayout.get_default_for([BLOCK_N, R], gl.bfloat16)
-    grid = (H // BLOCK_H, work_req.numel(), num_splits)
+    grid = (triton.cdiv(H, BLOCK_H), work_req.numel(), num_splits)
     _absorbed_seesaw_kernel[grid](
         q_lat, q_pe, TensorDescriptor(cache_flat, rows, strides, [BLOCK_N, lat_cols], lat_l),
         TensorDescriptor(cache_flat, rows, strides, [BLOCK_N, R], pe_l), block_tables,
         work_req, work_tok, query_start_loc, seq_lens, partial, lse,
         q_lat.stride(0), q_lat.stride(1), q_pe.stride(0), q_pe.stride(1), block_tables.stride(0),
-        *partial_strides, qk_scale, v_scale, num_splits,
+        *partial_strides, qk_scale, v_scale, num_splits, H,
         L=L, R=R, PAGE_SIZE=page_size, BH=BLOCK_H, BN=BLOCK_N, NC=nc, DIRECT=direct,
         RIGHT_REGS=RIGHT_REGS, LOADER_REGS=LOADER_REGS, num_warps=4, maxnreg=MAXNREG,
     )
