@@ -37,9 +37,8 @@ CANDIDATES = {
     16: {"v2": dict(variant="v2"),
          **{f"v2 splits {s}": dict(variant="v2", num_splits=s) for s in (4, 16, 32)},
          **{f"v2 n{n} st{st} w{w}": dict(variant="v2", block_n=n, num_stages=st, num_warps=w)
-            for n, st, w in ((64, 4, 4), (32, 4, 4), (32, 6, 4), (64, 3, 8))},
-         **{f"v2 n{n} st{st} splits {s}": dict(variant="v2", block_n=n, num_stages=st, num_splits=s)
-            for n, st, s in ((64, 4, 16), (32, 6, 16))},
+            for n, st, w in ((64, 4, 4), (32, 6, 4))},
+         "v2 n64 st4 splits 16": dict(variant="v2", block_n=64, num_stages=4, num_splits=16),
          "v1": dict(variant="v1"),
          # 64-row Gluon programs, 48 rows masked: MMA to spare at 16 heads, TMA loads
          "seesaw": dict(variant="seesaw"), "seesaw chunks 9": dict(variant="seesaw", chunks=9),
