@@ -18,4 +18,4 @@ timeout 58 python3 benchmarks/bench_mla_candidates.py --out "$D/candidates.json"
     > "$D/candidates.log" 2>&1
 echo "rc=$?" >> "$D/candidates.log"
 tail -3 "$D/pytest_seesaw.txt"; grep -c '"us"' "$D/candidates.log"
-tar czf "$OUT/gpu_mla28.tar.gz" -C "$OUT" mla28
+tar czf "$OUT/gpu_mla28.tar.gz" -C "$OUT" mla28 && rm -rf "$D"     # one file comes back
