@@ -26,44 +26,35 @@ sys.path.insert(0, os.path.dirname(__file__))
 from bench_mla import NOPE, Setup, _planned, check, graph_ms, torch_bmm_decode, L, R  # noqa: E402
 from common import copy_bandwidth_gbs, environment  # noqa: E402
 
-from attnkit.backends.triton_mla import configs  # noqa: E402
 from attnkit.backends.triton_mla.backend import TritonMLABackend  # noqa: E402
 
 # name -> TritonMLABackend options; "default" is the plan's tables
 CANDIDATES = {
-    128: {"ws": dict(variant="ws"), "ws splits 2": dict(variant="ws", num_splits=2),
-          "seesaw": dict(variant="seesaw"), "seesaw splits 2": dict(variant="seesaw", num_splits=2),
-          "seesaw chunks 9": dict(variant="seesaw", chunks=9)},
+    128: {"ws": dict(variant="ws"), "ws splits 2": dict(variant="ws", num_splits=2)},
     16: {"v2": dict(variant="v2"),
          **{f"v2 splits {s}": dict(variant="v2", num_splits=s) for s in (4, 16, 32)},
          **{f"v2 n{n} st{st} w{w}": dict(variant="v2", block_n=n, num_stages=st, num_warps=w)
             for n, st, w in ((64, 4, 4), (32, 6, 4))},
          "v2 n64 st4 splits 16": dict(variant="v2", block_n=64, num_stages=4, num_splits=16),
-         "v1": dict(variant="v1"),
-         # 64-row Gluon programs, 48 rows masked: MMA to spare at 16 heads, TMA loads
-         "seesaw": dict(variant="seesaw"), "seesaw chunks 9": dict(variant="seesaw", chunks=9),
-         "seesaw splits 8": dict(variant="seesaw", num_splits=8)},
+         "v1": dict(variant="v1")},
 }
-# "chunks": configs.SEESAW["CHUNKS"] (read at launch) while that candidate runs
+# The 2026-12-02 round also timed the "seesaw" Gluon kernel (commit 9eaf465, removed after it:
+# NOTES-mla.md, version 6; results/bench_mla_candidates.md).
 
 
 class Candidate:
-    """A TritonMLABackend and the seesaw barrier count it launches with."""
+    """A TritonMLABackend whose warnings are recorded while it runs."""
 
     def __init__(self, opts: dict):
-        opts = dict(opts)
-        self.chunks = opts.pop("chunks", 1)
         self.backend = TritonMLABackend(**opts)
 
     def __enter__(self):
-        configs.SEESAW["CHUNKS"] = self.chunks
         self._warnings = warnings.catch_warnings(record=True)
         self.caught = self._warnings.__enter__()
         warnings.simplefilter("always")
         return self.backend
 
     def __exit__(self, *exc):
-        configs.SEESAW["CHUNKS"] = 1
         self._warnings.__exit__(*exc)
 
     def fell_back(self) -> str:

@@ -1,5 +1,5 @@
-"""Static check of the Gluon MLA decode kernels (triton_mla/decode_gluon.py, "ws", and
-decode_seesaw.py, "seesaw") for sm_90, with no GPU: compile it with ``triton.compile`` for GPUTarget("cuda", 90, 32) and report registers,
+"""Static check of the Gluon MLA decode kernel (triton_mla/decode_gluon.py) for sm_90, with no
+GPU: compile it with ``triton.compile`` for GPUTarget("cuda", 90, 32) and report registers,
 spill stack, shared memory and the MMA / copy instructions of the SASS.
 
     PYTHONPATH=<triton 3.6 site>:src python3 benchmarks/static_mla_gluon.py [--out DIR]
@@ -21,16 +21,13 @@ sys.path.insert(0, HERE)
 from static_mla import compile_report, load_alone  # noqa: E402
 
 
-def compile_kernel(out_dir: str, direct: bool = True, page_size: int = 64,
-                   kernel: str = "ws", chunks: int = 1) -> dict:
-    mod = load_alone("backends/triton_mla/decode_gluon.py" if kernel == "ws"
-                     else "backends/triton_mla/decode_seesaw.py")
-    k = mod._absorbed_gluon_kernel if kernel == "ws" else mod._absorbed_seesaw_kernel
+def compile_kernel(out_dir: str, direct: bool = True, page_size: int = 64) -> dict:
+    mod = load_alone("backends/triton_mla/decode_gluon.py")
+    k = mod._absorbed_gluon_kernel
     L, R, BN = 512, 64, mod.BLOCK_N
-    lat_cols = L if chunks == 1 else 64
-    lat_l = gl.NVMMASharedLayout.get_default_for([BN, lat_cols], gl.bfloat16)
+    lat_l = gl.NVMMASharedLayout.get_default_for([BN, L], gl.bfloat16)
     pe_l = gl.NVMMASharedLayout.get_default_for([BN, R], gl.bfloat16)
-    sig = {"QL": "*bf16", "QP": "*bf16", "lat_desc": f"tensordesc<bf16[{BN}, {lat_cols}],{lat_l!r}>",
+    sig = {"QL": "*bf16", "QP": "*bf16", "lat_desc": f"tensordesc<bf16[{BN}, {L}],{lat_l!r}>",
            "pe_desc": f"tensordesc<bf16[{BN}, {R}],{pe_l!r}>", "BlockTables": "*i32",
            "WorkReq": "*i32", "WorkTok": "*i32", "QStart": "*i32", "SeqLens": "*i32",
            "Out": "*fp32", "Lse": "*fp32"}
@@ -38,15 +35,10 @@ def compile_kernel(out_dir: str, direct: bool = True, page_size: int = 64,
               "stride_oh", "stride_os", "stride_lt", "stride_lh"):
         sig[n] = "i32"
     sig.update(qk_scale="fp32", v_scale="fp32", num_splits="i32")
-    consts = dict(L=L, R=R, PAGE_SIZE=page_size, BH=mod.BLOCK_H, BN=BN, DIRECT=direct,
-                  LOADER_REGS=mod.LOADER_REGS)
-    if kernel == "ws":
-        consts.update(NS=mod.NUM_STAGES, VALUES_REGS=mod.VALUES_REGS)
-    else:
-        consts.update(RIGHT_REGS=mod.RIGHT_REGS, NC=chunks)
-        sig["H"] = "i32"
-    return compile_report(k, sig, consts, f"{kernel}{chunks}_direct{int(direct)}", out_dir,
-                          not_div=("num_splits", "stride_lh", "H"), source=GluonASTSource,
+    consts = dict(L=L, R=R, PAGE_SIZE=page_size, BH=mod.BLOCK_H, BN=BN, NS=mod.NUM_STAGES,
+                  DIRECT=direct, VALUES_REGS=mod.VALUES_REGS, LOADER_REGS=mod.LOADER_REGS)
+    return compile_report(k, sig, consts, f"gluon_direct{int(direct)}", out_dir,
+                          not_div=("num_splits", "stride_lh"), source=GluonASTSource,
                           num_warps=4, maxnreg=mod.MAXNREG)
 
 
@@ -56,9 +48,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     print(f"triton {triton.__version__}; files in {args.out}")
-    for kernel, chunks in (("ws", 1), ("seesaw", 1), ("seesaw", 9)):
-        for direct in (True, False):
-            print(compile_kernel(args.out, direct=direct, kernel=kernel, chunks=chunks))
+    for direct in (True, False):
+        print(compile_kernel(args.out, direct=direct))
     return 0
 
 

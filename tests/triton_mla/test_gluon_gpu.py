@@ -1,5 +1,5 @@
-"""The Gluon warp-specialised MLA decode kernels (variant "ws", decode_gluon.py, and the
-"seesaw" candidate, decode_seesaw.py) on an sm_90 GPU: that each really runs (no silent fallback to v1) and matches the float64 reference, with
+"""The Gluon warp-specialised MLA decode kernel (variant "ws", decode_gluon.py) on an sm_90 GPU:
+that it really runs (no silent fallback to v1) and matches the float64 reference, with
 poisoned stale slots, partial last tiles, KV splits (empty ones too) and verify steps."""
 import pytest
 import torch
@@ -24,35 +24,17 @@ def _hopper_36():
 needs_ws = pytest.mark.skipif(not _hopper_36(), reason="the ws kernel runs on sm_90 with Triton 3.6")
 
 
-GLUON = ["ws", "seesaw", "seesaw9"]     # seesaw9: seesaw with a barrier a 64-column block
-LAUNCHER = {"ws": "absorbed_gluon", "seesaw": "absorbed_seesaw"}
-
-
-@pytest.fixture(autouse=True)
-def _chunks(request, monkeypatch):
-    """The seesaw9 cases launch seesaw with configs.SEESAW["CHUNKS"] = 9."""
-    from attnkit.backends.triton_mla import configs
-    if "seesaw9" in request.node.name:
-        monkeypatch.setitem(configs.SEESAW, "CHUNKS", 9)
-
-
-def _backend(variant, **opts):
-    return TritonMLABackend(variant="seesaw" if variant == "seesaw9" else variant, **opts)
-
-
 @pytest.fixture
 def launches(monkeypatch):
-    """Counts the Gluon kernels' launches (a fallback to v1 would leave it at 0)."""
+    """Counts the Gluon kernel's launches (a fallback to v1 would leave it at 0)."""
     calls = []
+    real = decode.absorbed_gluon
 
-    def counter(real):
-        def counted(*args, **kwargs):
-            calls.append(kwargs["num_splits"])
-            return real(*args, **kwargs)
-        return counted
+    def counted(*args, **kwargs):
+        calls.append(kwargs["num_splits"])
+        return real(*args, **kwargs)
 
-    for name in LAUNCHER.values():
-        monkeypatch.setattr(decode, name, counter(getattr(decode, name)))
+    monkeypatch.setattr(decode, "absorbed_gluon", counted)
     return calls
 
 
@@ -62,48 +44,41 @@ def _layer(heads):
 
 
 @needs_ws
-@pytest.mark.parametrize("variant", GLUON)
-@pytest.mark.parametrize("heads", [16, 64, 128])
+@pytest.mark.parametrize("heads", [64, 128])
 @pytest.mark.parametrize("splits", [None, 3, 40])
-def test_decode_matches_reference_with_garbage(variant, heads, splits, launches):
+def test_decode_matches_reference_with_garbage(heads, splits, launches):
     """Stale slots of each last page hold NaN / inf (garbage=True); kv lengths hit a full
-    last tile (64, 4096), partial ones and a 1-key request; 40 splits leave some empty. Odd
-    and even tile counts a split (seesaw takes tiles in pairs: 1, 11, 24, 64 tiles)."""
-    if heads % 64 and variant == "ws":
-        pytest.skip("ws takes whole 64-head blocks (seesaw masks a partial one)")
+    last tile (64, 4096), partial ones and a 1-key request; 40 splits leave some empty."""
     case = make_case(_layer(heads), prefix_lens=[1500, 3, 700, 63, 4095, 0], new_lens=[1] * 6,
                      page_size=64, dtype="bf16", device="cuda", seed=heads, garbage=True)
-    be = _backend(variant, num_splits=splits)
+    be = TritonMLABackend(variant="ws", num_splits=splits)
     step = be.prepare(case.meta, case.cache)
     out = be.forward(case.q, case.k, case.v, case.layer, case.cache, step)
     torch.cuda.synchronize()
     assert launches, "the Gluon kernel did not run"
     assert torch.isfinite(out).all()
-    assert_close(out, case.reference(), dtype="bf16", what=f"{variant} H={heads} splits={splits}")
+    assert_close(out, case.reference(), dtype="bf16", what=f"ws H={heads} splits={splits}")
 
 
 @needs_ws
-@pytest.mark.parametrize("variant", GLUON)
-def test_verify_tokens_each_see_their_own_keys(variant, launches):
+def test_verify_tokens_each_see_their_own_keys(launches):
     case = make_case(_layer(128), prefix_lens=[300, 1200], new_lens=[4, 4], page_size=64,
                      dtype="bf16", device="cuda", mode=ForwardMode.VERIFY, seed=2, garbage=True)
-    be = _backend(variant)
+    be = TritonMLABackend(variant="ws")
     out = be.forward(case.q, case.k, case.v, case.layer, case.cache,
                      be.prepare(case.meta, case.cache))
     assert launches
-    assert_close(out, case.reference(), dtype="bf16", what=f"{variant} verify")
+    assert_close(out, case.reference(), dtype="bf16", what="ws verify")
 
 
 @needs_ws
-@pytest.mark.parametrize("variant", GLUON)
-def test_other_shapes_fall_back_to_v1(variant, launches):
-    """16 heads (ws), 16-key pages: not the kernel's shapes; the step runs v1 and is right."""
-    for heads, page in (((16, 64),) if variant == "ws" else ()) + ((128, 16),):
+def test_other_shapes_fall_back_to_v1(launches):
+    """16 heads, 16-key pages: not the kernel's shapes; the step runs v1 and is right."""
+    for heads, page in ((16, 64), (128, 16)):
         case = make_case(_layer(heads), prefix_lens=[200, 9], new_lens=[1, 1], page_size=page,
                          dtype="bf16", device="cuda", seed=3)
-        be = _backend(variant)
-        with pytest.warns(UserWarning, match="cannot run this call"):
-            out = be.forward(case.q, case.k, case.v, case.layer, case.cache,
-                             be.prepare(case.meta, case.cache))
+        be = TritonMLABackend(variant="ws")
+        out = be.forward(case.q, case.k, case.v, case.layer, case.cache,
+                         be.prepare(case.meta, case.cache))
         assert_close(out, case.reference(), dtype="bf16", what=f"fallback H={heads} page={page}")
     assert not launches

@@ -27,8 +27,7 @@ from attnkit.backends.triton_mla._parts import Part, build_parts, static_parts
 from attnkit.backends.triton_mla.declaration import DECLARATION
 from attnkit.backends.triton_mla import configs
 from attnkit.backends.triton_mla.decode import (KERNEL_OF, PLAN_NAMES, VARIANT_NAMES, VARIANTS,
-                                                absorbed_attention, absorbed_seesaw, choose_splits,
-                                                ws_ready)
+                                                absorbed_attention, choose_splits, ws_ready)
 from attnkit.backends.triton_mla.decode_tma import tma_ready
 from attnkit.backends.triton_mla.extend import mha_form_attention
 from attnkit.errors import fail
@@ -55,7 +54,7 @@ DEFAULT_TABLES = {role: KernelTable(role, fallback=tuple(k.name for k in DECLARA
 class TritonMLABackend(AttentionBackend):
     """Options (keyword-only): ``kernels``, the plan's kernel tables ({role: KernelTable},
     Plan.run.backend_options); ``variant`` to run one absorbed kernel ("v1" / "v2" / "tma" /
-    "ws" / "seesaw", or "whole_rows" / "column_split" / "column_split_tma"); ``mha_form_min_query``
+    "ws", or "whole_rows" / "column_split" / "column_split_tma"); ``mha_form_min_query``
     (new tokens from which a request takes the MHA form; None: the kernel tables decide);
     launch overrides for tests and benchmarks: ``num_splits`` (KV splits per tile),
     ``block_h``, ``block_n``, ``num_warps``, ``num_stages``, ``extend_tiles`` (block_m,
@@ -247,12 +246,8 @@ RUNNABLE = {
                                                     block_h=cfg["block_h"], block_n=cfg["block_n"]),
     "ws": lambda q_lat, flat, part, cfg: ws_ready(q_lat, flat, page_size=part.page_size,
                                                   block_t=cfg["block_t"], block_h=cfg["block_h"]),
-    "seesaw": lambda q_lat, flat, part, cfg: absorbed_seesaw is not None and ws_ready(
-        q_lat, flat, page_size=part.page_size, block_t=cfg["block_t"], block_h=cfg["block_h"],
-        any_heads=True),
 }
 RUNNABLE_NEEDS = {"tma": "it needs a cache of q's 16-bit dtype and key tiles inside one page",
                   "ws": "it needs a compiled sm_90 launch with the Triton its Gluon code is written for, "
                         "bf16, 64-head programs over 64-key pages"}
-RUNNABLE_NEEDS["seesaw"] = RUNNABLE_NEEDS["ws"]
-FALLBACK = {"v1": "v1", "v2": "v2", "tma": "v2", "ws": "v1", "seesaw": "v1"}   # a forced variant that cannot run
+FALLBACK = {"v1": "v1", "v2": "v2", "tma": "v2", "ws": "v1"}   # a forced variant that cannot run

@@ -16,9 +16,6 @@ ws, mha_form.
 from __future__ import annotations
 
 WS = dict(BLOCK_H=64, BLOCK_N=64, NUM_STAGES=2, num_warps=12)   # a loader warp + two warpgroups
-# decode_seesaw.py: two warpgroups taking key tiles in turns, a two-stage ring (one tile each);
-# CHUNKS: barriers a stage (1, or 9: each 64-column latent block and the rope rows its own)
-SEESAW = dict(BLOCK_H=64, BLOCK_N=64, NUM_STAGES=2, CHUNKS=1, num_warps=12)
 
 # Version 1's tile for >= 64-row programs on parts with >= 200 KB of shared memory a block
 # (sm_90): 64 keys, 8 warps, 3 stages; ptxas for sm_90: 254 registers, no spills, 221696 B of
@@ -95,8 +92,6 @@ def absorbed_tiles(variant: str, *, heads: int, latent_width: int, new_tokens: i
     rows = 16 if fp32 else 64
     columns = variant in ("column_split", "column_split_tma")
     wide = v2_block_h(heads, latent_width, fp32=fp32, smem_kb=smem_kb) if columns else None
-    if variant == "seesaw":         # 64-row programs at any head count (rows past H masked)
-        wide = SEESAW["BLOCK_H"]
     block_h = block_h or wide or min(rows, max(16, next_pow2(heads)))
     block_t = max(1, min(next_pow2(new_tokens), rows // block_h))
     args = (block_h * block_t, latent_width)

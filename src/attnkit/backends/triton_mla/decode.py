@@ -27,9 +27,8 @@ from attnkit.backends.triton_mla.configs import WS
 
 try:        # Gluon's Hopper API as Triton 3.6 spells it; another Triton: "ws" does not run
     from attnkit.backends.triton_mla.decode_gluon import absorbed_gluon, gluon_ready
-    from attnkit.backends.triton_mla.decode_seesaw import absorbed_seesaw
 except ImportError:         # pragma: no cover - depends on the installed Triton
-    absorbed_gluon, gluon_ready, absorbed_seesaw = None, None, None
+    absorbed_gluon, gluon_ready = None, None
 
 # The absorbed split kernel's variants (declaration.py names them for the plan): "v1" /
 # "whole_rows" (_absorbed_split_kernel: one program holds a head block's whole latent row),
@@ -37,18 +36,15 @@ except ImportError:         # pragma: no cover - depends on the installed Triton
 # page-local key tiles), "tma" / "column_split_tma" (decode_tma.py: v2's program with the
 # latent tiles read through tensor descriptors; 128-head programs of a 16-bit cache:
 # decode_tma.tma_ready), "ws" (decode_gluon.py: Gluon, a loader warp and two warpgroups; bf16
-# decode tokens over 64-key pages on sm_90 with the Triton the declaration names: ws_ready),
-# "seesaw" (decode_seesaw.py: ws's shapes, the two warpgroups taking key tiles in turns;
-# a candidate, not declared to the plan until measured: NOTES-mla.md, version 6).
+# decode tokens over 64-key pages on sm_90 with the Triton the declaration names: ws_ready).
 # Which one runs is the plan's choice (its kernel table, measured by attnkit tune); the backend
 # runs the first of the table's that can take the call (backend.RUNNABLE), and this launcher
 # runs the one it is given. Tiles: configs.py.
 VARIANT_NAMES = {"whole_rows": "v1", "column_split": "v2", "column_split_tma": "tma",
                  "warp_specialised": "ws"}
-PLAN_NAMES = {"v1": "whole_rows", "v2": "column_split", "tma": "column_split_tma", "ws": "ws",
-              "seesaw": "seesaw"}
+PLAN_NAMES = {"v1": "whole_rows", "v2": "column_split", "tma": "column_split_tma", "ws": "ws"}
 KERNEL_OF = {plan: code for code, plan in PLAN_NAMES.items()}
-VARIANTS = ("v1", "v2", "tma", "ws", "seesaw")
+VARIANTS = ("v1", "v2", "tma", "ws")
 
 
 @triton.jit
@@ -160,11 +156,9 @@ def _ws_triton() -> tuple:
     return next(k.triton for k in DECLARED if k.name == "ws")
 
 
-def ws_ready(q_lat, cache_flat, *, page_size: int, block_t: int, block_h: int,
-             any_heads: bool = False) -> bool:
-    """Whether the Gluon kernel ("ws"; "seesaw" with ``any_heads``) serves this call: a Triton
-    with Gluon's Hopper API, a compiled (not interpreted) launch on an sm_90 GPU, and
-    decode_gluon.gluon_ready's shapes."""
+def ws_ready(q_lat, cache_flat, *, page_size: int, block_t: int, block_h: int) -> bool:
+    """Whether the Gluon kernel ("ws") serves this call: a Triton with Gluon's Hopper API, a
+    compiled (not interpreted) launch on an sm_90 GPU, and decode_gluon.gluon_ready's shapes."""
     from attnkit.registry.kernels import in_version_range
     if (gluon_ready is None or not in_version_range(triton.__version__, _ws_triton()) or not q_lat.is_cuda
             or interpreting() or block_h != WS["BLOCK_H"]):
@@ -173,7 +167,7 @@ def ws_ready(q_lat, cache_flat, *, page_size: int, block_t: int, block_h: int,
     if torch.cuda.get_device_capability(q_lat.device) != (9, 0):
         return False
     return gluon_ready(q_lat, cache_flat, page_size=page_size, block_t=block_t,
-                       heads=q_lat.shape[0], any_heads=any_heads)
+                       heads=q_lat.shape[0])
 
 
 def choose_splits(programs: int, max_kv: int, *, slots: int, min_keys: int = 128) -> int:
@@ -198,7 +192,7 @@ def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok
     (compute dtype or fp8; ``kv_scale`` undoes fp8 storage); block_tables: [B, P] int32;
     work_req / work_tok: [W] int32 tiles of ``block_t`` tokens of one request;
     query_start_loc: [B+1] int32; seq_lens: [B] int32. ``variant`` picks the split kernel
-    ("v1", "v2", "tma", "ws" or "seesaw"); ``v_split`` (v2 / tma, 1 or 2) column blocks of L per head block.
+    ("v1", "v2" or "tma"); ``v_split`` (v2 / tma, 1 or 2) column blocks of L per head block.
     """
     import torch
 
@@ -219,8 +213,8 @@ def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok
         lse = torch.empty(T, H, num_splits, dtype=torch.float32, device=q_lat.device)
         sp = (partial.stride(0), partial.stride(1), partial.stride(2), lse.stride(0), lse.stride(1))
     dot_prec = "ieee" if q_lat.dtype == torch.float32 else "tf32"
-    if variant in ("ws", "seesaw"):
-        (absorbed_gluon if variant == "ws" else absorbed_seesaw)(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok,
+    if variant == "ws":
+        absorbed_gluon(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok,
                        query_start_loc, seq_lens, partial, lse, sp,
                        qk_scale=scale * kv_scale * LOG2E, v_scale=kv_scale,
                        num_splits=num_splits, page_size=page_size, direct=direct)

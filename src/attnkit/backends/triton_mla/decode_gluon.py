@@ -243,14 +243,12 @@ def _values_entry(klat, p_smem, alpha_smem, l_smem, kv_ready, kv_free, p_ready, 
             o_row, n_tiles, v_scale, L, BH, NS)
 
 
-def gluon_ready(q_lat, cache_flat, *, page_size: int, block_t: int, heads: int,
-                any_heads: bool = False) -> bool:
-    """Whether this kernel serves the call: decode tiles (one token a program), 64-head blocks
-    (``any_heads``: decode_seesaw's kernel, which masks the rows of a partial block), a bf16
-    cache of q's dtype, the latent widths it is built for (L 512, R 64), key tiles inside one
-    page, rows TMA can address."""
+def gluon_ready(q_lat, cache_flat, *, page_size: int, block_t: int, heads: int) -> bool:
+    """Whether this kernel serves the call: decode tiles (one token a program), 64-head blocks,
+    a bf16 cache of q's dtype, the latent widths it is built for (L 512, R 64), key tiles
+    inside one page, rows TMA can address."""
     import torch
-    return (block_t == 1 and (any_heads or heads % BLOCK_H == 0) and q_lat.dtype == torch.bfloat16
+    return (block_t == 1 and heads % BLOCK_H == 0 and q_lat.dtype == torch.bfloat16
             and cache_flat.dtype == torch.bfloat16 and q_lat.shape[2] == 512
             and cache_flat.shape[1] == 576 and page_size % BLOCK_N == 0
             and cache_flat.stride(1) == 1 and q_lat.stride(2) == 1
