@@ -51,7 +51,7 @@ def _sparse_mla_kernel(
     BLOCK_N: tl.constexpr, DIRECT: tl.constexpr, DOT_PREC: tl.constexpr,
 ):
     """Q: [T, H, L + R]; Cache: [slots, L + R] rows ROW elements apart; Slots: [T, topk]
-    int32 (-1: none); Out: [T, H, S, L] fp32 partials (DIRECT: [T, H, L] fp32 final); Lse:
+    int32 (-1: none); Out: [T, H, S, L] fp32 partials (DIRECT: [T, H, L] final, in its dtype); Lse:
     [T, H, S] fp32 base-2 log-sum-exp of each split.
     Grid (head blocks, T, splits); head blocks vary fastest so the programs of one token,
     which gather the same rows, run together and share them through L2."""
@@ -130,14 +130,17 @@ def sparse_tile(q_lat, topk: int, *, L: int, block_h: int = 64) -> dict:
 def sparse_mla(q_lat, latent, block_table, token_request, indices, *, scale: float, L: int,
                kv_scale: float = 1.0, num_splits: int = 1, block_h: int = 64,
                block_n: int = 32, num_warps: int = 4, num_stages: int = 2,
-               return_lse: bool = False):
+               return_lse: bool = False, kernel: str = "triton"):
     """out_lat [T, H, L] in q_lat's dtype (and, with ``return_lse``, the natural-log LSE
     [T, H] fp32 of each row's logits; -inf where a token selected nothing).
 
     q_lat: [T, H, L + R] (absorbed query: q_nope @ W_kc, then q_pe); latent: [pages, page,
     L + R] of the compute dtype, or fp8 e4m3 with ``kv_scale`` undoing its storage scale;
     block_table: [B, P] int32; token_request: [T] int32; indices: [T, topk] int32 positions
-    of the token's request (-1: none); ``scale``: the layer's softmax scale."""
+    of the token's request (-1: none); ``scale``: the layer's softmax scale.
+    ``kernel``: "triton" (this module's kernel, every dtype and width) or a form of
+    sparse_gluon.GLUON_FORMS (bf16, L 512 + R 64, H a multiple of 64, sm_90; see
+    sparse_gluon.gluon_serves), which ignores the Triton tile options."""
     T, H, D = q_lat.shape
     R = D - L
     topk = indices.shape[1]
@@ -148,20 +151,29 @@ def sparse_mla(q_lat, latent, block_table, token_request, indices, *, scale: flo
     num_splits = max(1, min(num_splits, triton.cdiv(topk, block_n)))
     # with return_lse a single split still stores its LSE (the merge kernel is skipped)
     direct = num_splits == 1 and not return_lse
-    partial = torch.empty(T, H, num_splits, L, dtype=torch.float32, device=q_lat.device)
+    # DIRECT: the kernel writes the final rows into out (split stride 0), no fp32 partial
+    partial = out if direct else torch.empty(T, H, num_splits, L, dtype=torch.float32,
+                                             device=q_lat.device)
+    p_strides = (out.stride(0), out.stride(1), 0) if direct else partial.stride()[:3]
     lse = torch.empty(T, H, num_splits, dtype=torch.float32, device=q_lat.device)
     slots = selected_slots(indices, block_table, token_request, page_size=latent.shape[1])
     rows = latent.view(-1, latent.shape[-1])         # [pages * page, L + R]: one row a slot
-    _sparse_mla_kernel[(triton.cdiv(H, block_h), T, num_splits)](
-        q_lat, rows, slots, partial, lse, q_lat.stride(0), q_lat.stride(1),
-        partial.stride(0), partial.stride(1), partial.stride(2), lse.stride(0), lse.stride(1),
-        scale * kv_scale * LOG2E, kv_scale, H, topk, num_splits,
-        L=L, R=R, ROW=rows.stride(0), BLOCK_H=block_h, BLOCK_N=block_n,
-        DIRECT=direct, DOT_PREC="ieee" if q_lat.dtype == torch.float32 else "tf32",
-        num_warps=num_warps, num_stages=num_stages,
-    )
+    if kernel == "triton":
+        _sparse_mla_kernel[(triton.cdiv(H, block_h), T, num_splits)](
+            q_lat, rows, slots, partial, lse, q_lat.stride(0), q_lat.stride(1), *p_strides,
+            lse.stride(0), lse.stride(1), scale * kv_scale * LOG2E, kv_scale, H, topk, num_splits,
+            L=L, R=R, ROW=rows.stride(0), BLOCK_H=block_h, BLOCK_N=block_n,
+            DIRECT=direct, DOT_PREC="ieee" if q_lat.dtype == torch.float32 else "tf32",
+            num_warps=num_warps, num_stages=num_stages,
+        )
+    else:
+        from attnkit.backends.triton_dsa.sparse_gluon import launch_sparse_gluon
+        launch_sparse_gluon(q_lat, rows, slots, partial, lse, p_strides,
+                            qk_scale=scale * kv_scale * LOG2E, v_scale=kv_scale,
+                            num_splits=num_splits, direct=direct, form=kernel)
     if num_splits == 1:
-        out.copy_(partial[:, :, 0])
+        if not direct:
+            out.copy_(partial[:, :, 0])
     else:
         block_l = min(128, L)
         _reduce_splits_kernel[(T, H, L // block_l)](
