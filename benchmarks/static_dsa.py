@@ -51,17 +51,20 @@ def gluon_tiles() -> dict:
     from triton.experimental.gluon._runtime import GluonASTSource
     from attnkit.backends.triton_dsa import sparse_gluon as g
     fn = g._sparse_gluon_kernel
-    consts_names = ("L", "R", "ROW", "BH", "BN", "NS", "LW", "DIRECT", "VALUES_REGS", "LOADER_REGS")
+    consts_names = ("L", "R", "ROW", "BH", "BN", "NS", "LW", "DIRECT", "VALUES_REGS",
+                    "LOADER_REGS", "THREE")
     out = {}
-    for form, (bn, ns, lw, regs) in g.GLUON_FORMS.items():
+    for form, (bn, ns, lw, regs, three) in g.GLUON_FORMS.items():
         for direct in (True, False):
             sig = _signature(fn, dict(Q="*bf16", Cache="*bf16", Slots="*i32",
                                       Out="*bf16" if direct else "*fp32", Lse="*fp32",
                                       qk_scale="fp32", v_scale="fp32"), consts_names)
             consts = dict(L=512, R=64, ROW=576, BH=g.BLOCK_H, BN=bn, NS=ns, LW=lw, DIRECT=direct,
-                          VALUES_REGS=g.VALUES_REGS, LOADER_REGS=regs)
+                          VALUES_REGS=g.MAXNREG if three else g.VALUES_REGS,
+                          LOADER_REGS=regs, THREE=three)
+            maxnreg = g.MAXNREG
             out[f"gluon_{form}_d{int(direct)}"] = (
-                fn, sig, consts, dict(num_warps=4, maxnreg=g.MAXNREG, source=GluonASTSource),
+                fn, sig, consts, dict(num_warps=4, maxnreg=maxnreg, source=GluonASTSource),
                 ("topk", "num_splits", "stride_lh"))
     return out
 

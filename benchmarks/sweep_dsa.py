@@ -44,8 +44,8 @@ SHAPES = [(64, 32768), (128, 32768), (8, 32768)]     # (batch, ctx): the target 
 # (block_h, block_n, num_warps, num_stages, num_splits or None = sparse_tile's count)
 TRITON_TILES = [None, (64, 64, 8, 2, None), (64, 32, 4, 3, None), (64, 64, 8, 2, 2)]
 # (form, num_splits or None = the count that fills the SMs)
-GLUON_VARIANTS = [("ws64x2", None), ("ws32x4", None), ("ws64x2", 2), ("ws32x3", None),
-                  ("ws64x2w1", None)]
+GLUON_VARIANTS = [("ws64x2", None), ("ws3_32x4", None), ("ws32x4", None), ("ws64x2", 2),
+                  ("ws3_64x2", None), ("ws32x3", None), ("ws64x2w1", None)]
 
 
 def flops(batch: int) -> int:
