@@ -79,3 +79,29 @@ def test_dsa_prefill_end_to_end():
     for t in (0, 63):
         want = ref_attention(case, t, [int(i) for i in idx[t].cpu() if i >= 0])
         torch.testing.assert_close(out[t].double().cpu(), want, rtol=2e-2, atol=2e-2)
+
+
+def _gluon_forms():
+    from attnkit.backends.triton_dsa.sparse_gluon import GLUON_FORMS
+    return sorted(GLUON_FORMS)
+
+
+@pytest.mark.parametrize("splits", [1, 7])
+@pytest.mark.parametrize("page", [1, 64])
+@pytest.mark.parametrize("form", _gluon_forms())
+def test_sparse_gluon_v32(form, splits, page):
+    """Each Gluon form over 2048 selected rows with NaN in every unowned page and stale slot,
+    -1 pads, one split (the final rows written directly) and seven (the LSE merge)."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Gluon sparse kernel is built for sm_90")
+    case = _case([5000, 300, 2047], [1, 1, 1], page=page, seed=2)
+    g = torch.Generator().manual_seed(3)
+    idx = torch.full((3, 2048), -1, dtype=torch.int32)
+    for t, s in enumerate(case.seq_lens):
+        n = min(2048, s)
+        idx[t, torch.randperm(2048, generator=g)[:n]] = torch.randperm(s, generator=g)[:n].int()
+    out = sparse_mla(case.q_lat, case.latent, case.block_table, case.token_request, idx.cuda(),
+                     scale=case.scale, L=512, num_splits=splits, kernel=form)
+    for t in range(3):
+        want = ref_attention(case, t, [int(i) for i in idx[t] if i >= 0])
+        torch.testing.assert_close(out[t].double().cpu(), want, rtol=2e-2, atol=2e-2)
