@@ -2,7 +2,8 @@
 
 Every backend that declares ``cuda_graph`` gets, per kind it declares: a plain layer at a
 page size of 16 and at one that does not divide 16 (where it accepts one), and one layer per
-decode-relevant layer feature it declares. A case plans ONE static decode step for a bucket of
+decode-relevant layer feature it declares (a backend serving DeepSeek sparse attention: a DSA
+layer, its indexer's keys cached and its inputs refilled with q each round). A case plans ONE static decode step for a bucket of
 ``BUCKET`` rows while every row is padded (so plans sized from the lengths of the moment would
 be sized for one key), then replays it over ``ROUNDS``: other lengths (up to the longest the
 tables address), other block tables and slots, fewer real requests than rows (padded rows).
@@ -77,6 +78,8 @@ def cases() -> list[CaptureConf]:
         features = [None] + [f for f in DECODE_FEATURES if f in caps.features]
         if "dual_chunk" in caps.features:
             features = ["dual_chunk"]          # it serves only dual chunk layers
+        if "sparse_topk" in caps.features:
+            features = ["sparse_topk"]         # DSA layers (the indexer's top-k), docs/dsa.md
         for kind in caps.kinds:
             for i, feature in enumerate(features):
                 pages = _page_sizes(caps) if i == 0 else _page_sizes(caps)[:1]

@@ -10,6 +10,12 @@ the score kernel's token tiles (_step.py), once for every layer. Per DSA layer `
    latent rows only, out = out_lat @ w_vc (torch bmm).
 Decode, prefill, extend and mixed steps are the same calls: every token carries its own
 position and its own selection.
+
+CUDA graphs (the capture contract of backends/base.py): ``capture_plan`` gives a static
+decode bucket a step over the metadata's own buffers (_step.static_step), scored over the
+longest KV its tables address, so that a forward makes no host synchronisation and launches
+the same grids at every replay; the index-key and latent writes go through the static slot
+mapping inside the graph.
 """
 from __future__ import annotations
 
@@ -17,7 +23,7 @@ import torch
 
 from attnkit.backends.base import AttentionBackend, RuntimeLayer, StepState, check_int_option
 from attnkit.backends.metadata import BatchMetadata
-from attnkit.backends.triton_dsa._step import build_step
+from attnkit.backends.triton_dsa._step import build_step, static_step
 from attnkit.backends.triton_dsa.declaration import DECLARATION
 from attnkit.backends.triton_dsa.indexer import head_rows, index_scores, topk_of_keys
 from attnkit.backends.triton_dsa.sparse_mla import sparse_mla, sparse_tile
@@ -55,6 +61,10 @@ class TritonDSABackend(AttentionBackend):
         rows = {head_rows(l.sparse_topk.index_n_heads) for l in cache.specs.values()
                 if getattr(l, "sparse_topk", None) is not None}
         return StepState(meta=meta, prepared=build_step(meta, cache.device, head_rows=max(rows, default=16)))
+
+    def capture_plan(self, meta: BatchMetadata, cache, *, max_seq_len: int) -> StepState:
+        """A static decode step: one token a row, scores over ``max_seq_len`` positions."""
+        return StepState(meta=meta, prepared=static_step(meta, max_seq_len=max_seq_len))
 
     def _forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState, *, indexer=None):
         """q: [T, H, nope + rope]; k: latent [T, L + R]; v: None; indexer: IndexerInputs
