@@ -5,7 +5,7 @@ heads, top-k 2048, B 64, ctx 32k, bf16 latent) on one GPU, peers in the same pro
     PYTHONPATH=src:tests/triton_dsa python3 benchmarks/sweep_dsa.py --forms gluon --state FILE --out DIR
 
 Forms: "triton" = sparse_mla.py's kernel at a few tiles (the first is the tile sparse_tile
-picks today: the current triton_dsa kernel); "gluon" = sparse_gluon.GLUON_FORMS (warp-
+picks today: the current triton_dsa kernel); "gluon" = configs.GLUON_FORMS (warp-
 specialised, cp.async gathers); "peers" = dense triton_mla over the whole context (the plan's
 variant) and "torch gather" (selected rows gathered, two batched matmuls).
 
@@ -36,8 +36,8 @@ import bench_mla as mla  # noqa: E402
 from bench_mla import L, NOPE, R, Setup, _planned  # noqa: E402
 from common import failure_reason  # noqa: E402
 
-from attnkit.backends.triton_dsa.sparse_gluon import GLUON_FORMS  # noqa: E402
-from attnkit.backends.triton_dsa.sparse_mla import sparse_mla, sparse_tile  # noqa: E402
+from attnkit.backends.triton_dsa.configs import GLUON_FORMS  # noqa: E402,F401
+from attnkit.backends.triton_dsa.sparse_mla import sparse_mla, sparse_tile, ws_tile  # noqa: E402
 
 HEADS, TOPK = 128, 2048
 SHAPES = [(64, 32768), (128, 32768), (8, 32768)]     # (batch, ctx): the target first
@@ -50,13 +50,6 @@ GLUON_VARIANTS = [("ws64x2", None), ("ws3_32x4", None), ("ws32x4", None), ("ws64
 
 def flops(batch: int) -> int:
     return batch * (2 * HEADS * TOPK * (L + R) + 2 * HEADS * TOPK * L)
-
-
-def gluon_splits(T: int, topk: int, bn: int) -> int:
-    """Splits of the index list that fill the SMs (decode.choose_splits, one CTA an SM)."""
-    from attnkit.backends.triton_mla.decode import choose_splits
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    return choose_splits(HEADS // 64 * T, topk, slots=sms, min_keys=bn)
 
 
 def variants(forms: list[str]) -> list[tuple[str, dict]]:
@@ -84,7 +77,8 @@ def options(opts: dict, T: int) -> dict:
         return dict(sparse_tile(torch.empty(T, HEADS, L + R, device=mla.DEV, dtype=mla.DT),
                                 TOPK, L=L), kernel="triton")
     if o["kernel"] != "triton" and o["num_splits"] is None:
-        o["num_splits"] = gluon_splits(T, TOPK, GLUON_FORMS[o["kernel"]][0])
+        q = torch.empty(T, HEADS, L + R, device=mla.DEV, dtype=mla.DT)
+        o["num_splits"] = ws_tile(q, TOPK, form=o["kernel"])["num_splits"]
     elif o["num_splits"] is None:
         auto = sparse_tile(torch.empty(T, HEADS, L + R, device=mla.DEV, dtype=mla.DT), TOPK, L=L)
         o["num_splits"] = auto["num_splits"]

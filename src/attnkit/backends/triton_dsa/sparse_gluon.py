@@ -34,10 +34,12 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier,
                                                               warpgroup_mma, warpgroup_mma_wait)
 
+from attnkit.backends.triton_dsa.configs import GLUON_FORMS, WS_HEADS  # noqa: F401 (re-exported)
+
 # Triton 3.6 names the pointer cp.async async_copy_global_to_shared; later versions async_load
 _cp_async = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
 
-BLOCK_H = 64          # heads a program: one wgmma M tile
+BLOCK_H = WS_HEADS    # heads a program: one wgmma M tile
 MAXNREG = 168         # 12 warps (3 warpgroups) x 32 x 168 <= 65536 registers
 VALUES_REGS = 232     # the values warpgroup: a [64, 256] fp32 accumulator (128) and addresses
 CHUNK = gl.constexpr(64)  # columns a cp.async chunk (128 B of bf16: one swizzle row)
@@ -300,21 +302,6 @@ def _sparse_gluon_kernel(
             (_loader, (Cache, slot_row, klat, kpe, kv_ready, kv_free, start, end, n_tiles,
                        ROW, L, BN, NS, LW)),
         ], [4, LW], [VALUES_REGS, LOADER_REGS])
-
-
-# (BN, NS, loader warps, loader registers, three warpgroups) of each form; shared memory at
-# BN 64, NS 2: 2 x 72 KB ring + Q 72 KB + P 8 KB = 224 KB. Two warpgroups + a loader: the
-# scores warpgroup also computes half of P.V (triton_mla's ws). Three warpgroups: scores (which
-# issues the gathers itself, NS - 1 tiles ahead) and two P.V halves; 12 warps at 168 registers,
-# none moved (the loader fields are unused).
-GLUON_FORMS = {
-    "ws64x2": (64, 2, 4, 56, False),
-    "ws32x4": (32, 4, 4, 56, False),
-    "ws32x3": (32, 3, 4, 56, False),
-    "ws64x2w1": (64, 2, 1, 56, False),
-    "ws3_32x4": (32, 4, 0, 0, True),
-    "ws3_64x2": (64, 2, 0, 0, True),
-}
 
 
 def gluon_serves(q_cat, rows, *, L: int) -> bool:

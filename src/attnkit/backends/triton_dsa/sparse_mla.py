@@ -21,7 +21,8 @@ import triton
 import triton.language as tl
 
 from attnkit.backends._triton import LOG2E, NEG_BIG, online_softmax_step, split_range
-from attnkit.backends.triton_mla.configs import absorbed_config
+from attnkit.backends.triton_dsa.configs import (GLUON_FORMS, SPARSE_WS, WS_HEADS,
+                                                 sparse_tile_config)
 from attnkit.backends.triton_mla.decode import _reduce_splits_kernel, choose_splits
 
 
@@ -109,22 +110,33 @@ def selected_slots(indices, block_table, token_request, *, page_size: int) -> to
 
 def sparse_tile(q_lat, topk: int, *, L: int, block_h: int = 64) -> dict:
     """The launch shape for ``q_lat`` [T, H, L + R] over ``topk`` indices a token on its
-    device: triton_mla's absorbed tile for programs of ``block_h`` heads (configs.absorbed_config,
-    the same kernel body) and the fewest splits of the index list that fill the SMs."""
+    device: the Triton kernel's tile for programs of ``block_h`` heads
+    (configs.sparse_tile_config) and the fewest splits of the index list that fill the SMs."""
     T, H, _ = q_lat.shape
-    fp32 = q_lat.dtype == torch.float32
-    # fp32 tiles are twice the bytes: 16 heads a program, as triton_mla's; >= 16 for the MMA
-    block_h = max(16, min(16 if fp32 else block_h, triton.next_power_of_2(H)))
-    if q_lat.is_cuda:
-        props = torch.cuda.get_device_properties(q_lat.device)
-        smem_kb = props.shared_memory_per_block_optin // 1024
-        sms = props.multi_processor_count
-    else:
-        smem_kb, sms = 227, 4
-    tile = absorbed_config(block_h, L, fp32=fp32, smem_kb=smem_kb)
-    programs = triton.cdiv(H, block_h) * T
+    smem_kb, sms = _geometry(q_lat.device)
+    tile = sparse_tile_config(H, L, fp32=q_lat.dtype == torch.float32, smem_kb=smem_kb,
+                              block_h=block_h)
+    programs = triton.cdiv(H, tile["block_h"]) * T
     splits = choose_splits(programs, topk, slots=sms * tile.pop("programs_per_sm"), min_keys=64)
-    return dict(tile, block_h=block_h, num_splits=splits)
+    return dict(tile, num_splits=splits)
+
+
+def ws_tile(q_lat, topk: int, *, form: str = SPARSE_WS) -> dict:
+    """sparse_mla's keywords for the Gluon kernel in ``form`` over ``q_lat`` [T, H, L + R]:
+    the fewest splits of the index list that fill the SMs (one 64-head CTA an SM)."""
+    T, H, _ = q_lat.shape
+    _, sms = _geometry(q_lat.device)
+    programs = triton.cdiv(H, WS_HEADS) * T
+    return dict(kernel=form, num_splits=choose_splits(programs, topk, slots=sms,
+                                                      min_keys=GLUON_FORMS[form][0]))
+
+
+def _geometry(device) -> tuple[int, int]:
+    """(shared memory a block may opt into in KB, SMs) of ``device``; a CPU: an sm_90's."""
+    if device.type != "cuda":
+        return 227, 4
+    props = torch.cuda.get_device_properties(device)
+    return props.shared_memory_per_block_optin // 1024, props.multi_processor_count
 
 
 def sparse_mla(q_lat, latent, block_table, token_request, indices, *, scale: float, L: int,
