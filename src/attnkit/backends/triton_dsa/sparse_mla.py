@@ -131,6 +131,23 @@ def ws_tile(q_lat, topk: int, *, form: str = SPARSE_WS) -> dict:
                                                       min_keys=GLUON_FORMS[form][0]))
 
 
+def ws_ready(q_lat, latent, *, L: int) -> bool:
+    """Whether the Gluon kernel (variant sparse_ws) serves this call: the Triton its Gluon
+    code is written for (the variant's declared range), a compiled launch on an sm_90 GPU,
+    and sparse_gluon.gluon_serves's shapes (bf16, L 512 + R 64, heads a multiple of 64)."""
+    from attnkit.backends._triton import interpreting
+    from attnkit.backends.triton_dsa.declaration import VARIANTS
+    from attnkit.registry.kernels import in_version_range
+    bounds = next(k.triton for k in VARIANTS if k.name == "sparse_ws")
+    if not q_lat.is_cuda or interpreting() or not in_version_range(triton.__version__, bounds):
+        return False
+    try:        # Gluon's Hopper API as the declared Triton spells it
+        from attnkit.backends.triton_dsa.sparse_gluon import gluon_serves
+    except ImportError:         # pragma: no cover - depends on the installed Triton
+        return False
+    return gluon_serves(q_lat, latent.view(-1, latent.shape[-1]), L=L)
+
+
 def _geometry(device) -> tuple[int, int]:
     """(shared memory a block may opt into in KB, SMs) of ``device``; a CPU: an sm_90's."""
     if device.type != "cuda":
