@@ -6,10 +6,12 @@
 #    is skipped on restart (--state), while the time box allows;
 # 2. sweep_dsa.py --forms triton,peers: sparse_mla.py's kernel (the current tile first) at a few
 #    tiles, torch gather and dense triton_mla in the same process;
+# 3. with the time left: the GPU tests of the Gluon kernel and the sparse_ws variant
+#    (tests/triton_dsa/test_dsa_gpu.py, the DSA conformance's sparse_ws cases);
 # meanwhile on the CPU: static_dsa.py compiles the Gluon forms with the device's Triton
 #    (registers, spills, shared memory).
-# Writes under $OUT: env.txt, sweep_dsa.md (the table), sweep.log (every row), dsakern2.tgz
-# (sweep_dsa.jsonl, each process's log, the static report and its SASS / PTX).
+# Writes under $OUT: env.txt, sweep_dsa.md (the table), sweep.log (every row), gpu_tests.log,
+# dsakern2.tgz (sweep_dsa.jsonl, each process's log, the static report and its SASS / PTX).
 set -u
 export PYTHONPATH=src:tests/triton_dsa PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/dsakern2}; W="$OUT/dsakern2"; mkdir -p "$W"
@@ -29,12 +31,21 @@ run() {  # run TAG SECONDS ARGS...: one sweep process, its log, its exit status
   return $rc
 }
 for attempt in 1 2 3 4; do
-  left=$((62 - (SECONDS - T0)))
+  left=$((56 - (SECONDS - T0)))
   [ "$left" -ge 12 ] || break
   run "gluon$attempt" "$left" --forms gluon --state "$W/gluon.state" && break
 done
-left=$((94 - (SECONDS - T0)))
+left=$((76 - (SECONDS - T0)))
 [ "$left" -ge 10 ] && run triton "$left" --forms triton,peers --state "$W/triton.state"
+# 3. the GPU tests of the Gluon kernel and its variant (kernels cached by the sweep's compiles)
+left=$((97 - (SECONDS - T0)))
+if [ "$left" -ge 12 ]; then
+  echo "== gpu_tests (box ${left}s)"
+  timeout "$left" python3 -m pytest -q -m gpu -n 4 -p no:cacheprovider tests/triton_dsa/test_dsa_gpu.py \
+    tests/conformance/test_dsa.py -k "gluon or sparse_ws" > "$W/gpu_tests.log" 2>&1
+  echo "== gpu_tests rc=$? at $((SECONDS - T0))s"; tail -n 15 "$W/gpu_tests.log"
+  tail -n 40 "$W/gpu_tests.log" > "$OUT/gpu_tests.log"
+fi
 python3 benchmarks/sweep_dsa.py --out "$W" --table > /dev/null 2>&1
 cp "$W/sweep_dsa.md" "$OUT/sweep_dsa.md" 2>/dev/null
 cat "$W/sweep_dsa.jsonl" > "$OUT/sweep.log" 2>/dev/null

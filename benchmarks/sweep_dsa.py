@@ -42,10 +42,10 @@ from attnkit.backends.triton_dsa.sparse_mla import sparse_mla, sparse_tile, ws_t
 HEADS, TOPK = 128, 2048
 SHAPES = [(64, 32768), (128, 32768), (8, 32768)]     # (batch, ctx): the target first
 # (block_h, block_n, num_warps, num_stages, num_splits or None = sparse_tile's count)
-TRITON_TILES = [None, (64, 64, 8, 2, None), (64, 64, 8, 2, 2)]
+TRITON_TILES = [None, (64, 64, 8, 2, None)]
 # (form, num_splits or None = the count that fills the SMs)
 GLUON_VARIANTS = [("ws64x2", None), ("ws3_32x4", None), ("ws32x4", None), ("ws64x2", 2),
-                  ("ws3_64x2", None), ("ws32x3", None), ("ws64x2w1", None)]
+                  ("ws3_64x2", None), ("ws32x3", None)]
 
 
 def flops(batch: int) -> int:
