@@ -28,7 +28,7 @@ from attnkit.backends.triton_dsa._step import build_step, static_step
 from attnkit.backends.triton_dsa.declaration import DECLARATION
 from attnkit.backends.triton_dsa.indexer import head_rows, index_scores, topk_of_keys
 from attnkit.backends.triton_dsa.sparse_mla import sparse_mla, sparse_tile, ws_ready, ws_tile
-from attnkit.registry.kernels import KernelTable, step_point
+from attnkit.registry.kernels import KernelTable
 
 KEYS_BYTES = 1 << 30     # the score kernel's int64 keys held at once (tokens x context x 8 B)
 DEFAULT_TABLES = {role: KernelTable(role, fallback=tuple(k.name for k in DECLARATION.variants_for(role)))
@@ -88,21 +88,25 @@ class TritonDSABackend(AttentionBackend):
         nope, L = mla.qk_nope_head_dim, mla.kv_lora_rank
         q_lat = torch.bmm(q[..., :nope].transpose(0, 1), layer.w_kc.to(q.dtype))      # [H, T, L]
         q_cat = torch.cat([q_lat.transpose(0, 1), q[..., nope:]], dim=-1)              # [T, H, L+R]
-        tile = self._sparse_launch(q_cat, cache.latent[lid], indices.shape[1], L, meta)
+        tile = self._sparse_launch(q_cat, cache.latent[lid], indices.shape[1], L, meta, st)
         kv_scale = float(cache.k_scales[lid]) if cache.is_fp8 else 1.0
         out_lat = sparse_mla(q_cat, cache.latent[lid], st.block_tables, st.token_request, indices,
                              scale=spec.softmax_scale, L=L, kv_scale=kv_scale, **tile)
         out = torch.bmm(out_lat.transpose(0, 1), layer.w_vc.to(q.dtype)).transpose(0, 1)
         return out.reshape(T, H * mla.v_head_dim)
 
-    def _sparse_launch(self, q_cat, latent, topk: int, L: int, meta: BatchMetadata) -> dict:
+    def _sparse_launch(self, q_cat, latent, topk: int, L: int, meta: BatchMetadata, st) -> dict:
         """sparse_mla's launch keywords: the first variant of the plan's table for this step
         (its nearest bucket's, fastest first; without a plan, declaration order) that can
-        take the call (sparse_ws: ws_ready), else sparse_tile, which takes every call."""
+        take the call (sparse_ws: ws_ready), else sparse_tile, which takes every call. The
+        step's point comes from its own tensors' shapes and ``st.max_kv`` (a static step's
+        forward reads no host list of the metadata)."""
         role = ("decode" if meta.mode is ForwardMode.DECODE else
                 "prefill" if not any(meta.prefix_lens_cpu) else "extend")
         table = self.kernels.get(role) or DEFAULT_TABLES[role]
-        names = table.candidates(*step_point(meta.query_lens_cpu, meta.seq_lens_cpu))
+        batch = max(1, st.block_tables.shape[0])
+        new = max(1, round(q_cat.shape[0] / batch))
+        names = table.candidates(batch, new, max(new, st.max_kv))
         splits = {k: v for k, v in self.overrides.items() if k == "num_splits"}
         tiled = len(splits) < len(self.overrides)         # a Triton tile override was given
         for variant in (*names, "sparse_tile"):
