@@ -121,8 +121,8 @@ class Timed:
     """One timed shape: bench_mla.Setup's paged latent (shuffled pages) and random distinct
     top-k positions per token."""
 
-    def __init__(self, batch: int, ctx: int):
-        self.s = s = Setup(batch, ctx - 1, 1, heads=HEADS)
+    def __init__(self, batch: int, ctx: int, kv_dtype=None):
+        self.s = s = Setup(batch, ctx - 1, 1, heads=HEADS, kv_dtype=kv_dtype)
         q_lat = torch.bmm(s.q[..., :NOPE].transpose(0, 1), s.layer.w_kc)    # [H, T, L]
         self.q_lat_hf = q_lat
         self.q_cat = torch.cat([q_lat.transpose(0, 1), s.q[..., NOPE:]], -1).contiguous()
@@ -133,15 +133,18 @@ class Timed:
         self._ref = None
 
     def run(self, opts):
-        return sparse_mla(self.q_cat, self.s.cache.latent[0], self.table, self.req, self.idx,
-                          scale=self.s.spec.softmax_scale, L=L, **opts)
+        cache = self.s.cache
+        return sparse_mla(self.q_cat, cache.latent[0], self.table, self.req, self.idx,
+                          scale=self.s.spec.softmax_scale, L=L,
+                          kv_scale=float(cache.k_scales[0]) if cache.is_fp8 else 1.0, **opts)
 
     def torch_gather(self):
-        lat = self.s.cache.latent[0]
+        cache = self.s.cache
+        lat = cache.latent[0]
         page = lat.shape[1]
         pos = self.idx.long()
         slots = self.table.long()[self.req.long()[:, None], pos // page] * page + pos % page
-        rows = lat.view(-1, L + R)[slots]                                 # [T, K, L+R]
+        rows = cache.dequant(lat.view(-1, L + R)[slots], cache.k_scales[0], mla.DT)   # [T, K, L+R]
         sc = (self.q_cat @ rows.transpose(1, 2)).float() * self.s.spec.softmax_scale
         return torch.softmax(sc, -1).to(mla.DT) @ rows[..., :L]
 
@@ -202,6 +205,28 @@ def sweep(args, forms, emit):
                       tflops=flops(batch) / ms / 1e9, timing=how, rel_err=e, opts=o))
     if len(todo) < 2 and "peers" in forms:
         peers(timed, reps, emit)
+    if "triton" in forms:
+        fp8_row(reps, emit)
+
+
+def fp8_row(reps, emit):
+    """The Triton kernel over an fp8 e4m3 latent cache (the Gluon kernel reads bf16 only) at
+    the target shape, checked against torch gather of the dequantised rows."""
+    name = "triton current (sparse_tile), fp8 e4m3 latent"
+    batch, ctx = SHAPES[0]
+    try:
+        d = Timed(batch, ctx, kv_dtype=torch.float8_e4m3fn)
+        o = options(dict(kernel="triton", tile="auto"), batch)
+        e = rel_err(d.run(o), d.ref())
+        if not e < 2e-2:
+            emit(dict(kind="time", variant=name, batch=batch, ctx=ctx, rel_err=e,
+                      error="relative error vs torch gather"))
+            return
+        ms, how = mla.graph_ms(lambda: d.run(o), **reps)
+        emit(dict(kind="time", variant=name, batch=batch, ctx=ctx, ms=ms,
+                  tflops=flops(batch) / ms / 1e9, timing=how, rel_err=e))
+    except Exception as exc:  # noqa: BLE001 - a row that fails is a result
+        emit(dict(kind="time", variant=name, batch=batch, ctx=ctx, error=failure_reason(exc)))
 
 
 def _exit_if_poisoned(emit):
@@ -251,7 +276,7 @@ def table(rows) -> str:
         cell = chk.get("error") or chk.get("why") or (
             f"ok ({chk['excess']:.2g})" if chk.get("ok") else f"FAILED ({chk.get('excess')})")
         if chk.get("kind") is None:
-            cell = "peer"
+            cell = "peer" if all(r["kind"] == "peer" for r in mine) else "vs torch gather only"
         cols = []
         for b, c in SHAPES:
             r = next((r for r in mine if r.get("batch") == b and r.get("ctx") == c), None)
