@@ -167,8 +167,9 @@ def sweep(args, forms, emit):
     reps = dict(warmup=3, reps=args.reps, cold_l2=True)
     todo = variants(forms)
     for k, (name, opts) in enumerate(todo):
-        if k == 1 and "peers" in forms:      # the peers right after the current kernel
+        if k == 1 and "peers" in forms:      # the peers and fp8 right after the current kernel
             peers(timed, reps, emit)
+            fp8_row(reps, emit)
         if name in state:
             emit(dict(kind="skipped", variant=name, why="started in an earlier run (hung or killed)"))
             continue
@@ -205,8 +206,6 @@ def sweep(args, forms, emit):
                       tflops=flops(batch) / ms / 1e9, timing=how, rel_err=e, opts=o))
     if len(todo) < 2 and "peers" in forms:
         peers(timed, reps, emit)
-    if "triton" in forms:
-        fp8_row(reps, emit)
 
 
 def fp8_row(reps, emit):
