@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # dsakern2's GPU round (issue 27, sparse MLA decode >= 350 TFLOP/s): <= 100 s on an H200.
 # Usage (repository root, CUDA machine): bash benchmarks/gpu_dsakern2.sh
-# 1. sweep_dsa.py --forms gluon: the warp-specialised Gluon forms (sparse_gluon.py), each checked
-#    against the float64 oracle, then timed at B 64 / 128 / 8, ctx 32k; a hung or faulting form
-#    is skipped on restart (--state), while the time box allows;
-# 2. sweep_dsa.py --forms triton,peers: sparse_mla.py's kernel (the current tile first) at a few
-#    tiles, torch gather and dense triton_mla in the same process;
+# 1. sweep_dsa.py --forms current,peers,gluon, one process: the current Triton kernel, torch
+#    gather and dense triton_mla (peers), then the warp-specialised Gluon forms (sparse_gluon.py),
+#    each checked against the float64 oracle, then timed at B 64 / 128 / 8, ctx 32k; a hung or
+#    faulting form is skipped on restart (--state), while the time box allows (to 66 s);
+# 2. sweep_dsa.py --forms fp8,tiles: the Triton kernel over an fp8 latent cache, another tile;
 # 3. with the time left: the GPU tests of the Gluon kernel and the sparse_ws variant
 #    (tests/triton_dsa/test_dsa_gpu.py, the DSA conformance's sparse_ws cases);
 # meanwhile on the CPU: static_dsa.py compiles the Gluon forms with the device's Triton
@@ -31,12 +31,12 @@ run() {  # run TAG SECONDS ARGS...: one sweep process, its log, its exit status
   return $rc
 }
 for attempt in 1 2 3 4; do
-  left=$((56 - (SECONDS - T0)))
+  left=$((66 - (SECONDS - T0)))
   [ "$left" -ge 12 ] || break
-  run "gluon$attempt" "$left" --forms gluon --state "$W/gluon.state" && break
+  run "main$attempt" "$left" --forms current,peers,gluon --state "$W/main.state" && break
 done
-left=$((76 - (SECONDS - T0)))
-[ "$left" -ge 10 ] && run triton "$left" --forms triton,peers --state "$W/triton.state"
+left=$((80 - (SECONDS - T0)))
+[ "$left" -ge 10 ] && run extra "$left" --forms fp8,tiles --state "$W/extra.state"
 # 3. the GPU tests of the Gluon kernel and its variant (kernels cached by the sweep's compiles)
 left=$((97 - (SECONDS - T0)))
 if [ "$left" -ge 12 ]; then

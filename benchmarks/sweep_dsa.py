@@ -1,13 +1,14 @@
 """Sweep the sparse MLA decode kernels of triton_dsa (issue 27's bar: >= 350 TFLOP/s at 128
 heads, top-k 2048, B 64, ctx 32k, bf16 latent) on one GPU, peers in the same process.
 
-    PYTHONPATH=src:tests/triton_dsa python3 benchmarks/sweep_dsa.py --forms triton,peers --out DIR
-    PYTHONPATH=src:tests/triton_dsa python3 benchmarks/sweep_dsa.py --forms gluon --state FILE --out DIR
+    PYTHONPATH=src:tests/triton_dsa python3 benchmarks/sweep_dsa.py --forms current,peers,gluon --state FILE --out DIR
+    TRITON_INTERPRET=1 PYTHONPATH=src:tests/triton_dsa python3 benchmarks/sweep_dsa.py --smoke --forms current,peers
 
-Forms: "triton" = sparse_mla.py's kernel at a few tiles (the first is the tile sparse_tile
-picks today: the current triton_dsa kernel); "gluon" = configs.GLUON_FORMS (warp-
-specialised, cp.async gathers); "peers" = dense triton_mla over the whole context (the plan's
-variant) and "torch gather" (selected rows gathered, two batched matmuls).
+Forms, run in the order given: "current" = sparse_mla.py's Triton kernel at the tile
+sparse_tile picks (the current triton_dsa kernel); "peers" = "torch gather" (the selected rows
+gathered, two batched matmuls) and dense triton_mla over the whole context (the plan's
+variant); "gluon" = sparse_gluon.py's forms (configs.GLUON_FORMS: warp-specialised, cp.async
+gathers); "fp8" = the Triton kernel over an fp8 e4m3 latent cache; "tiles" = other Triton tiles.
 
 Every variant is first checked against the float64 oracle of tests/triton_dsa/
 dsa_kernel_cases.py on a small case (3 tokens, 128 heads, NaN in every unowned page and in the
@@ -42,7 +43,7 @@ from attnkit.backends.triton_dsa.sparse_mla import sparse_mla, sparse_tile, ws_t
 HEADS, TOPK = 128, 2048
 SHAPES = [(64, 32768), (128, 32768), (8, 32768)]     # (batch, ctx): the target first
 # (block_h, block_n, num_warps, num_stages, num_splits or None = sparse_tile's count)
-TRITON_TILES = [None, (64, 64, 8, 2, None)]
+TRITON_TILES = [(64, 64, 8, 2, None)]
 # (form, num_splits or None = the count that fills the SMs)
 GLUON_VARIANTS = [("ws64x2", None), ("ws3_32x4", None), ("ws32x4", None), ("ws64x2", 2),
                   ("ws3_64x2", None), ("ws32x3", None)]
@@ -52,21 +53,26 @@ def flops(batch: int) -> int:
     return batch * (2 * HEADS * TOPK * (L + R) + 2 * HEADS * TOPK * L)
 
 
-def variants(forms: list[str]) -> list[tuple[str, dict]]:
-    """(name, sparse_mla options; num_splits None = chosen per shape)."""
+def variants(forms: list[str]) -> list[tuple[str, dict | None]]:
+    """(name, sparse_mla options; num_splits None = chosen per shape), in the order of
+    ``forms``: "current" (the tile sparse_tile picks), "tiles" (the other Triton tiles),
+    "gluon" (every Gluon variant), "peers" and "fp8" (options None: rows of their own)."""
     out = []
-    if "triton" in forms:
-        for t in TRITON_TILES:
-            if t is None:
-                out.append(("triton current (sparse_tile)", dict(kernel="triton", tile="auto")))
-            else:
-                bh, bn, w, st, sp = t
+    for f in forms:
+        if f == "current":
+            out.append(("triton current (sparse_tile)", dict(kernel="triton", tile="auto")))
+        elif f == "tiles":
+            for bh, bn, w, st, sp in TRITON_TILES:
                 out.append((f"triton h{bh} n{bn} w{w} s{st} splits {sp or 'auto'}",
                             dict(kernel="triton", block_h=bh, block_n=bn, num_warps=w,
                                  num_stages=st, num_splits=sp)))
-    if "gluon" in forms:
-        for form, sp in GLUON_VARIANTS:
-            out.append((f"gluon {form} splits {sp or 'auto'}", dict(kernel=form, num_splits=sp)))
+        elif f == "gluon":
+            for form, sp in GLUON_VARIANTS:
+                out.append((f"gluon {form} splits {sp or 'auto'}", dict(kernel=form, num_splits=sp)))
+        elif f in ("peers", "fp8"):
+            out.append((f, None))
+        else:
+            raise SystemExit(f"unknown form {f!r}")
     return out
 
 
@@ -165,17 +171,16 @@ def sweep(args, forms, emit):
     if args.state and os.path.exists(args.state):
         state = set(open(args.state).read().splitlines())
     reps = dict(warmup=3, reps=args.reps, cold_l2=True)
-    todo = variants(forms)
-    for k, (name, opts) in enumerate(todo):
-        if k == 1 and "peers" in forms:      # the peers and fp8 right after the current kernel
-            peers(timed, reps, emit)
-            fp8_row(reps, emit)
+    for name, opts in variants(forms):
         if name in state:
             emit(dict(kind="skipped", variant=name, why="started in an earlier run (hung or killed)"))
             continue
         if args.state:
             with open(args.state, "a") as f:
                 f.write(name + "\n")
+        if opts is None:
+            (peers if name == "peers" else fp8_row)(timed, reps, emit)
+            continue
         t0 = time.time()
         try:
             err = small.check(options(opts, 3))
@@ -204,11 +209,9 @@ def sweep(args, forms, emit):
             o.pop("kernel", None)
             emit(dict(kind="time", variant=name, batch=batch, ctx=ctx, ms=ms,
                       tflops=flops(batch) / ms / 1e9, timing=how, rel_err=e, opts=o))
-    if len(todo) < 2 and "peers" in forms:
-        peers(timed, reps, emit)
 
 
-def fp8_row(reps, emit):
+def fp8_row(timed, reps, emit):
     """The Triton kernel over an fp8 e4m3 latent cache (the Gluon kernel reads bf16 only) at
     the target shape, checked against torch gather of the dequantised rows."""
     name = "triton current (sparse_tile), fp8 e4m3 latent"
@@ -286,7 +289,7 @@ def table(rows) -> str:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--forms", default="triton,gluon,peers")
+    ap.add_argument("--forms", default="current,peers,gluon,fp8,tiles")
     ap.add_argument("--state", default=None)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--out", default=".")
@@ -313,9 +316,9 @@ def main():
 
 def _smoke():
     """bench_mla's CPU stand-ins, a top-k of 64, one tiny timed shape, the first Triton tile."""
-    global TOPK, SHAPES, TRITON_TILES
+    global TOPK, SHAPES
     mla._smoke()
-    TOPK, SHAPES, TRITON_TILES = 64, [(2, 300)], TRITON_TILES[:2]
+    TOPK, SHAPES = 64, [(2, 300)]
 
 
 if __name__ == "__main__":
