@@ -16,15 +16,17 @@ from attnkit.backends.triton_mla.configs import SPLITS_AT_RUN_TIME, absorbed_con
 # Two warpgroups + a loader (THREE False): the scores warpgroup also computes half of P.V
 # (triton_mla's ws). Three warpgroups: scores (issuing the gathers itself, NS - 1 tiles ahead)
 # and two P.V halves; 12 warps at 168 registers, none moved (the loader fields are unused).
+# Each form measured on the H200 (benchmarks/NOTES-dsa.md, version 2; sweep_dsa.py).
 GLUON_FORMS = {
     "ws64x2": (64, 2, 4, 56, False),
     "ws32x4": (32, 4, 4, 56, False),
     "ws32x3": (32, 3, 4, 56, False),
-    "ws64x2w1": (64, 2, 1, 56, False),
     "ws3_32x4": (32, 4, 0, 0, True),
     "ws3_64x2": (64, 2, 0, 0, True),
 }
-SPARSE_WS = "ws64x2"          # the form sparse_ws runs
+# The form sparse_ws runs: the sweep's fastest at B 64 / 128 / 8 (ctx 32k) on the H200 of
+# 2026-12-02 (NOTES-dsa.md, version 2: the figures live there, not here).
+SPARSE_WS = "ws64x2"
 WS_HEADS = 64                 # heads a program of the Gluon kernel (one wgmma M tile)
 
 
