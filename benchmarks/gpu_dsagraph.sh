@@ -25,8 +25,7 @@ step() {  # step NAME SECONDS CMD...: one part, time-boxed; its failure does not
 step gpu_tests 40 python3 -m pytest -q -m gpu -n 4 -p no:cacheprovider --junitxml="$WORK/junit.xml" \
   tests/conformance/test_capture.py tests/runner/test_runner_dsa_triton.py \
   tests/runner/test_runner_deepseek_v32_gpu.py tests/triton_dsa -k "triton_dsa or test_each or test_cuda"
-step nan_tests 15 python3 -m pytest -q -m gpu -n 2 -p no:cacheprovider tests/conformance/test_dsa.py \
-  tests/triton_dsa -k "non_finite or nan"
+step nan_tests 15 python3 -m pytest -q -m gpu -n 2 -p no:cacheprovider tests/conformance/test_dsa_nan_keys.py
 step bench_dsa 45 python3 benchmarks/bench_dsa.py --out "$WORK"
 for t in gpu_tests nan_tests; do grep -E "passed|failed|error" "$WORK/$t.log" | tail -n 2 | sed "s/^/$t: /" >> "$WORK/summary.txt"; done
 cp "$WORK"/bench_dsa.json "$WORK"/bench_dsa.md "$OUT"/ 2>/dev/null
