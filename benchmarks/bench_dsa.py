@@ -27,6 +27,7 @@ Writes bench_dsa.json and bench_dsa.md under --out.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -231,12 +232,12 @@ def table(rows, ceil) -> str:
     for r in rows:
         if r.get("skipped"):
             out.append(f"\n{r['kind']} {r.get('batch', r.get('new'))} / ctx {r['ctx']} skipped: {r['skipped']}")
-    out += ["", "| step B | ctx | eager forward ms | CUDA-graph replay ms | eager / graph |",
-            "| --- | --- | --- | --- | --- |"]
+    out += ["", "| step B | ctx | static tables reach | eager forward ms | CUDA-graph replay ms | "
+            "eager / graph |", "| --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         if r["kind"] == "step" and not r.get("skipped"):
-            out.append(f"| {r['batch']} | {r['ctx']} | {r['eager_ms']:.3f} | {r['graph_ms']:.3f} | "
-                       f"{r['speedup']:.2f}x |")
+            out.append(f"| {r['batch']} | {r['ctx']} | {r['reach']} | {r['eager_ms']:.3f} | "
+                       f"{r['graph_ms']:.3f} | {r['speedup']:.2f}x |")
     out += ["", f"| tile (B {TILE_SHAPE[0]}, ctx {TILE_SHAPE[1]}) | ms | rate |", "| --- | --- | --- |"]
     for r in rows:
         if r["kind"] in ("sparse_tile", "index_tile"):
@@ -267,7 +268,7 @@ def main():
     prefills = [(4096, 32768), (8192, 8192)]
     steps = STEP_SHAPES[:1] if args.quick else STEP_SHAPES
     if args.smoke:
-        shapes, prefills, steps = [(2, 100)], [(8, 100)], [(2, 100)]
+        shapes, prefills, steps = [(2, 100)], [(8, 100)], [(2, 100), (2, 100, 256)]
 
     def save():
         with open(os.path.join(args.out, "bench_dsa.json"), "w") as f:
@@ -285,23 +286,24 @@ def main():
             rows.append(fn(*shape))
         except Exception as exc:  # noqa: BLE001 - a shape that does not fit is a result
             rows.append(dict(kind=kind, ctx=shape[1], skipped=failure_reason(exc), **keys))
-            torch.cuda.empty_cache()
+        gc.collect()                 # a failed row's tensors (held by its traceback) go too
+        torch.cuda.empty_cache()
         print(rows[-1], flush=True)
         save()
 
     for batch, ctx in first:
         add("decode", lambda b, c: decode_row(b, c, args, dense), batch, ctx, batch=batch)
     add("prefill", lambda n, c: prefill_row(n, c, args, dense), *prefills[0], new=prefills[0][0])
-    for batch, ctx in steps[:1]:
-        add("step", lambda b, c: step_row(b, c, reps=args.reps, rel_err=rel_err, **SIZES), batch, ctx,
-            batch=batch)
+    for shape in steps[:1]:
+        add("step", lambda *sh: step_row(*sh, reps=args.reps, rel_err=rel_err, **SIZES), *shape,
+            batch=shape[0])
     for new, ctx in prefills[1:]:
         add("prefill", lambda n, c: prefill_row(n, c, args, dense), new, ctx, new=new)
     for batch, ctx in rest:
         add("decode", lambda b, c: decode_row(b, c, args, dense), batch, ctx, batch=batch)
-    for batch, ctx in steps[1:]:
-        add("step", lambda b, c: step_row(b, c, reps=args.reps, rel_err=rel_err, **SIZES), batch, ctx,
-            batch=batch)
+    for shape in steps[1:]:
+        add("step", lambda *sh: step_row(*sh, reps=args.reps, rel_err=rel_err, **SIZES), *shape,
+            batch=shape[0])
     if not args.quick:
         rows += tile_rows(args)
     save()
