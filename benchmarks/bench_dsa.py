@@ -106,7 +106,7 @@ def decode_row(batch, ctx, args, dense):
     t_score, _ = mla.graph_ms(lambda: d.scores(), **reps)
     t_score8, _ = mla.graph_ms(lambda: d.scores(fp8=True), **reps)
     keys = d.scores()
-    t_topk, _ = mla.graph_ms(lambda: topk_of_keys(keys, d.pos, TOPK), **reps)
+    t_topk, topk_how = mla.graph_ms(lambda: topk_of_keys(keys, d.pos, TOPK), **reps)
     idx = topk_of_keys(keys, d.pos, TOPK)
     del keys
     floats = d.scores(packed=False)      # peer: torch.topk of the fp32 scores (ties unordered)
@@ -125,7 +125,8 @@ def decode_row(batch, ctx, args, dense):
                                                       step), warmup=1, reps=5, cold_l2=True)
     flops = batch * (2 * HEADS * TOPK * (L + R) + 2 * HEADS * TOPK * L)
     ind = t_score + t_topk
-    row = dict(kind="decode", batch=batch, ctx=ctx, tile=tile, timing=how, core_ms=t_core,
+    row = dict(kind="decode", batch=batch, ctx=ctx, tile=tile, timing=how, topk_timing=topk_how,
+               core_ms=t_core,
                core_tflops=flops / t_core / 1e9, score_ms=t_score, score_fp8_ms=t_score8,
                topk_ms=t_topk, topk_fp32_ms=t_topk32, indexer_share=ind / (ind + t_core),
                score_gbs=batch * ctx * ID * 2 / t_score / 1e6, gather_ms=t_gather,
