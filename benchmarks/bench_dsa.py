@@ -2,6 +2,7 @@
 next to the machine's measured ceilings and, in the same run, its peers.
 
     PYTHONPATH=src python3 benchmarks/bench_dsa.py [--quick] [--reps N] [--out DIR]
+    PYTHONPATH=src python3 benchmarks/bench_dsa.py --render DIR/bench_dsa.json    # its tables again
     TRITON_INTERPRET=1 PYTHONPATH=src python3 benchmarks/bench_dsa.py --smoke   # CPU: runs, times nothing
 
 DeepSeek-V3.2 sizes: kv_lora_rank 512, rope 64, 128 heads, top-k 2048, indexer 64 heads x 128,
@@ -256,7 +257,14 @@ def main():
     ap.add_argument("--out", default=".")
     ap.add_argument("--smoke", action="store_true",
                     help="CPU + Triton interpreter, tiny shapes: checks the script runs, times nothing real")
+    ap.add_argument("--render", metavar="JSON", help="print the tables of an earlier run's bench_dsa.json "
+                                                     "(RESULTS.md's DSA section) and exit")
     args = ap.parse_args()
+    if args.render:
+        with open(args.render) as f:
+            saved = json.load(f)
+        print(f"{saved['env']}\n\n{table(saved['rows'], saved['ceilings'])}")
+        return
     t0 = time.time()
     os.makedirs(args.out, exist_ok=True)
     if args.smoke:
