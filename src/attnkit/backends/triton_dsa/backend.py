@@ -89,7 +89,7 @@ class TritonDSABackend(AttentionBackend):
         out = torch.bmm(out_lat.transpose(0, 1), layer.w_vc.to(q.dtype)).transpose(0, 1)
         out = out.reshape(T, H * mla.v_head_dim)
         # a token that saw a non-finite index key has no selection to trust (docs/dsa.md)
-        return torch.where(nan_rows[:, None], torch.full_like(out, float("nan")), out)
+        return out.masked_fill(nan_rows[:, None], float("nan"))
 
     def _select(self, indexer, cache, lid: int, st, topk: int) -> tuple[torch.Tensor, torch.Tensor]:
         """([T, topk] int32 selected positions, [T] bool rows that saw a non-finite index key):
