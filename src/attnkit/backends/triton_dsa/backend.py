@@ -93,8 +93,9 @@ class TritonDSABackend(AttentionBackend):
 
     def _select(self, indexer, cache, lid: int, st, topk: int) -> tuple[torch.Tensor, torch.Tensor]:
         """([T, topk] int32 selected positions, [T] bool rows that saw a non-finite index key):
-        the score kernel's packed keys, then their top-k, over chunks of the step's tokens whose keys [tokens, max_kv] int64 stay within
-        ``keys_bytes`` (a long prefill over a long context would need tens of GB at once)."""
+        the score kernel's packed keys, then their top-k, over chunks of the step's tokens
+        whose keys [tokens, max_kv] int64 stay within ``keys_bytes`` (a long prefill over a
+        long context would need tens of GB at once)."""
         (block_t, (tile_req, tile_tok)), = st.tiles.items()
         S = -(-max(st.max_kv, 1) // self.index_block_n) * self.index_block_n
         per_chunk = max(1, self.keys_bytes // (8 * S))
