@@ -22,26 +22,32 @@ from __future__ import annotations
 
 import torch
 
-from attnkit.backends.base import AttentionBackend, RuntimeLayer, StepState, check_int_option
-from attnkit.backends.metadata import BatchMetadata
+from attnkit.backends.base import (AttentionBackend, RuntimeLayer, StepState, check_int_option,
+                                   check_kernel_tables)
+from attnkit.backends.metadata import BatchMetadata, ForwardMode
 from attnkit.backends.triton_dsa._step import build_step, static_step
 from attnkit.backends.triton_dsa.declaration import DECLARATION
 from attnkit.backends.triton_dsa.indexer import head_rows, index_scores, topk_and_nan_rows
-from attnkit.backends.triton_dsa.sparse_mla import sparse_mla, sparse_tile
+from attnkit.backends.triton_dsa.sparse_mla import sparse_mla, sparse_tile, ws_ready, ws_tile
+from attnkit.registry.kernels import KernelTable
 
 KEYS_BYTES = 1 << 30     # the score kernel's int64 keys held at once (tokens x context x 8 B)
+DEFAULT_TABLES = {role: KernelTable(role, fallback=tuple(k.name for k in DECLARATION.variants_for(role)))
+                  for role in ("prefill", "extend", "decode")}
 
 
 class TritonDSABackend(AttentionBackend):
-    """Launch overrides (keyword-only, for tests and benchmarks) of the sparse attention
-    kernel: ``num_splits`` (splits of each token's index list), ``block_h``, ``block_n``,
-    ``num_warps``, ``num_stages``; and of the score kernel: ``index_block_n``;
-    ``keys_bytes``: the most memory the indexer's top-k keys take at once (tests: small, so
-    that a step is scored in several token chunks)."""
+    """Options (keyword-only): ``kernels``, the plan's kernel tables ({role: KernelTable}:
+    variants sparse_ws, sparse_tile; Plan.run.backend_options); launch overrides for tests
+    and benchmarks: ``num_splits`` (splits of each token's index list, either kernel),
+    ``block_h``, ``block_n``, ``num_warps``, ``num_stages`` (the Triton kernel's tile: given
+    any, sparse_tile runs); of the score kernel: ``index_block_n``; ``keys_bytes``: the most
+    memory the indexer's top-k keys take at once (tests: small, so that a step is scored in
+    several token chunks)."""
     name = "triton_dsa"
     declaration = DECLARATION
 
-    def __init__(self, *, num_splits: int | None = None, block_h: int | None = None,
+    def __init__(self, *, kernels=None, num_splits: int | None = None, block_h: int | None = None,
                  block_n: int | None = None, num_warps: int | None = None,
                  num_stages: int | None = None, index_block_n: int | None = None,
                  keys_bytes: int = KEYS_BYTES):
@@ -57,6 +63,7 @@ class TritonDSABackend(AttentionBackend):
                                             ("block_n", block_n), ("num_warps", num_warps),
                                             ("num_stages", num_stages)) if v is not None}
         self.index_block_n = index_block_n or 64
+        self.kernels = check_kernel_tables(self.name, kernels, DECLARATION)
 
     def _prepare(self, meta: BatchMetadata, cache) -> StepState:
         rows = {head_rows(l.sparse_topk.index_n_heads) for l in cache.specs.values()
@@ -82,7 +89,7 @@ class TritonDSABackend(AttentionBackend):
         nope, L = mla.qk_nope_head_dim, mla.kv_lora_rank
         q_lat = torch.bmm(q[..., :nope].transpose(0, 1), layer.w_kc.to(q.dtype))      # [H, T, L]
         q_cat = torch.cat([q_lat.transpose(0, 1), q[..., nope:]], dim=-1)              # [T, H, L+R]
-        tile = sparse_tile(q_cat, indices.shape[1], L=L) | self.overrides
+        tile = self._sparse_launch(q_cat, cache.latent[lid], indices.shape[1], L, meta, st)
         kv_scale = float(cache.k_scales[lid]) if cache.is_fp8 else 1.0
         out_lat = sparse_mla(q_cat, cache.latent[lid], st.block_tables, st.token_request, indices,
                              scale=spec.softmax_scale, L=L, kv_scale=kv_scale, **tile)
@@ -90,6 +97,26 @@ class TritonDSABackend(AttentionBackend):
         out = out.reshape(T, H * mla.v_head_dim)
         # a token that saw a non-finite index key has no selection to trust (docs/dsa.md)
         return out.masked_fill(nan_rows[:, None], float("nan"))
+
+    def _sparse_launch(self, q_cat, latent, topk: int, L: int, meta: BatchMetadata, st) -> dict:
+        """sparse_mla's launch keywords: the first variant of the plan's table for this step
+        (its nearest bucket's, fastest first; without a plan, declaration order) that can
+        take the call (sparse_ws: ws_ready), else sparse_tile, which takes every call. The
+        step's point comes from its own tensors' shapes and ``st.max_kv`` (a static step's
+        forward reads no host list of the metadata)."""
+        role = ("decode" if meta.mode is ForwardMode.DECODE else
+                "prefill" if not any(meta.prefix_lens_cpu) else "extend")
+        table = self.kernels.get(role) or DEFAULT_TABLES[role]
+        batch = max(1, st.block_tables.shape[0])
+        new = max(1, round(q_cat.shape[0] / batch))
+        names = table.candidates(batch, new, max(new, st.max_kv))
+        splits = {k: v for k, v in self.overrides.items() if k == "num_splits"}
+        tiled = len(splits) < len(self.overrides)         # a Triton tile override was given
+        for variant in (*names, "sparse_tile"):
+            if variant == "sparse_ws" and not tiled and ws_ready(q_cat, latent, L=L):
+                return ws_tile(q_cat, topk) | splits
+            if variant == "sparse_tile":
+                return sparse_tile(q_cat, topk, L=L) | self.overrides
 
     def _select(self, indexer, cache, lid: int, st, topk: int) -> tuple[torch.Tensor, torch.Tensor]:
         """([T, topk] int32 selected positions, [T] bool rows that saw a non-finite index key):
