@@ -2,6 +2,7 @@
 next to the machine's measured ceilings and, in the same run, its peers.
 
     PYTHONPATH=src python3 benchmarks/bench_dsa.py [--quick] [--reps N] [--out DIR]
+    PYTHONPATH=src python3 benchmarks/bench_dsa.py --render DIR/bench_dsa.json    # its tables again
     TRITON_INTERPRET=1 PYTHONPATH=src python3 benchmarks/bench_dsa.py --smoke   # CPU: runs, times nothing
 
 DeepSeek-V3.2 sizes: kv_lora_rank 512, rope 64, 128 heads, top-k 2048, indexer 64 heads x 128,
@@ -27,6 +28,7 @@ Writes bench_dsa.json and bench_dsa.md under --out.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -105,7 +107,7 @@ def decode_row(batch, ctx, args, dense):
     t_score, _ = mla.graph_ms(lambda: d.scores(), **reps)
     t_score8, _ = mla.graph_ms(lambda: d.scores(fp8=True), **reps)
     keys = d.scores()
-    t_topk, _ = mla.graph_ms(lambda: topk_of_keys(keys, d.pos, TOPK), **reps)
+    t_topk, topk_how = mla.graph_ms(lambda: topk_of_keys(keys, d.pos, TOPK), **reps)
     idx = topk_of_keys(keys, d.pos, TOPK)
     del keys
     floats = d.scores(packed=False)      # peer: torch.topk of the fp32 scores (ties unordered)
@@ -124,7 +126,8 @@ def decode_row(batch, ctx, args, dense):
                                                       step), warmup=1, reps=5, cold_l2=True)
     flops = batch * (2 * HEADS * TOPK * (L + R) + 2 * HEADS * TOPK * L)
     ind = t_score + t_topk
-    row = dict(kind="decode", batch=batch, ctx=ctx, tile=tile, timing=how, core_ms=t_core,
+    row = dict(kind="decode", batch=batch, ctx=ctx, tile=tile, timing=how, topk_timing=topk_how,
+               core_ms=t_core,
                core_tflops=flops / t_core / 1e9, score_ms=t_score, score_fp8_ms=t_score8,
                topk_ms=t_topk, topk_fp32_ms=t_topk32, indexer_share=ind / (ind + t_core),
                score_gbs=batch * ctx * ID * 2 / t_score / 1e6, gather_ms=t_gather,
@@ -231,12 +234,12 @@ def table(rows, ceil) -> str:
     for r in rows:
         if r.get("skipped"):
             out.append(f"\n{r['kind']} {r.get('batch', r.get('new'))} / ctx {r['ctx']} skipped: {r['skipped']}")
-    out += ["", "| step B | ctx | eager forward ms | CUDA-graph replay ms | eager / graph |",
-            "| --- | --- | --- | --- | --- |"]
+    out += ["", "| step B | ctx | static tables reach | eager forward ms | CUDA-graph replay ms | "
+            "eager / graph |", "| --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         if r["kind"] == "step" and not r.get("skipped"):
-            out.append(f"| {r['batch']} | {r['ctx']} | {r['eager_ms']:.3f} | {r['graph_ms']:.3f} | "
-                       f"{r['speedup']:.2f}x |")
+            out.append(f"| {r['batch']} | {r['ctx']} | {r['reach']} | {r['eager_ms']:.3f} | "
+                       f"{r['graph_ms']:.3f} | {r['speedup']:.2f}x |")
     out += ["", f"| tile (B {TILE_SHAPE[0]}, ctx {TILE_SHAPE[1]}) | ms | rate |", "| --- | --- | --- |"]
     for r in rows:
         if r["kind"] in ("sparse_tile", "index_tile"):
@@ -254,7 +257,14 @@ def main():
     ap.add_argument("--out", default=".")
     ap.add_argument("--smoke", action="store_true",
                     help="CPU + Triton interpreter, tiny shapes: checks the script runs, times nothing real")
+    ap.add_argument("--render", metavar="JSON", help="print the tables of an earlier run's bench_dsa.json "
+                                                     "(RESULTS.md's DSA section) and exit")
     args = ap.parse_args()
+    if args.render:
+        with open(args.render) as f:
+            saved = json.load(f)
+        print(f"{saved['env']}\n\n{table(saved['rows'], saved['ceilings'])}")
+        return
     t0 = time.time()
     os.makedirs(args.out, exist_ok=True)
     if args.smoke:
@@ -267,7 +277,7 @@ def main():
     prefills = [(4096, 32768), (8192, 8192)]
     steps = STEP_SHAPES[:1] if args.quick else STEP_SHAPES
     if args.smoke:
-        shapes, prefills, steps = [(2, 100)], [(8, 100)], [(2, 100)]
+        shapes, prefills, steps = [(2, 100)], [(8, 100)], [(2, 100), (2, 100, 256)]
 
     def save():
         with open(os.path.join(args.out, "bench_dsa.json"), "w") as f:
@@ -285,23 +295,24 @@ def main():
             rows.append(fn(*shape))
         except Exception as exc:  # noqa: BLE001 - a shape that does not fit is a result
             rows.append(dict(kind=kind, ctx=shape[1], skipped=failure_reason(exc), **keys))
-            torch.cuda.empty_cache()
+        gc.collect()                 # a failed row's tensors (held by its traceback) go too
+        torch.cuda.empty_cache()
         print(rows[-1], flush=True)
         save()
 
     for batch, ctx in first:
         add("decode", lambda b, c: decode_row(b, c, args, dense), batch, ctx, batch=batch)
     add("prefill", lambda n, c: prefill_row(n, c, args, dense), *prefills[0], new=prefills[0][0])
-    for batch, ctx in steps[:1]:
-        add("step", lambda b, c: step_row(b, c, reps=args.reps, rel_err=rel_err, **SIZES), batch, ctx,
-            batch=batch)
+    for shape in steps[:1]:
+        add("step", lambda *sh: step_row(*sh, reps=args.reps, rel_err=rel_err, **SIZES), *shape,
+            batch=shape[0])
     for new, ctx in prefills[1:]:
         add("prefill", lambda n, c: prefill_row(n, c, args, dense), new, ctx, new=new)
     for batch, ctx in rest:
         add("decode", lambda b, c: decode_row(b, c, args, dense), batch, ctx, batch=batch)
-    for batch, ctx in steps[1:]:
-        add("step", lambda b, c: step_row(b, c, reps=args.reps, rel_err=rel_err, **SIZES), batch, ctx,
-            batch=batch)
+    for shape in steps[1:]:
+        add("step", lambda *sh: step_row(*sh, reps=args.reps, rel_err=rel_err, **SIZES), *shape,
+            batch=shape[0])
     if not args.quick:
         rows += tile_rows(args)
     save()

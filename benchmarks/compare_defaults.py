@@ -2,9 +2,11 @@
 attnkit row of this run against the previous default's, as ratios (issue 24's check that a
 plan-chosen kernel is no row more than 3 % below the default it replaced).
 
-    python3 benchmarks/compare_defaults.py PREV_DIR NEW_DIR [--out FILE.md]
+    python3 benchmarks/compare_defaults.py PREV_DIR[,PREV_DIR...] NEW_DIR[,NEW_DIR...] [--out FILE.md]
 
-Reads bench_triton.json, bench_mla.json and bench_runner.json where both directories hold them.
+Reads bench_triton.json, bench_mla.json and bench_runner.json where both sides hold them. A side
+given as several directories (the runs of one call, alternating prev / new) counts each row's best
+rate over them: the same rule for both sides.
 """
 from __future__ import annotations
 
@@ -32,14 +34,28 @@ def _rows(path: str, script: str) -> dict:
     return out
 
 
+def _best(dirs: list[str], script: str) -> dict:
+    """Each row's best rate over the runs of one side (the directories that hold the script's JSON)."""
+    best: dict = {}
+    for d in dirs:
+        path = os.path.join(d, f"{script}.json")
+        if not os.path.exists(path):
+            continue
+        for key, (rate, unit) in _rows(path, script).items():
+            old = best.get(key, (None, unit))[0]
+            if not isinstance(old, (int, float)) or (isinstance(rate, (int, float)) and rate > old):
+                best[key] = (rate, unit)
+    return best
+
+
 def compare(prev_dir: str, new_dir: str) -> tuple[str, list]:
+    """``prev_dir`` / ``new_dir``: a directory, or several separated by commas (best of the runs)."""
     lines, low = [], []
     for script in ("bench_triton", "bench_mla", "bench_runner"):
-        a, b = (os.path.join(d, f"{script}.json") for d in (prev_dir, new_dir))
-        if not (os.path.exists(a) and os.path.exists(b)):
+        old, new = (_best(side.split(","), script) for side in (prev_dir, new_dir))
+        if not (old and new):
             lines.append(f"\n{script}: not in both runs")
             continue
-        old, new = _rows(a, script), _rows(b, script)
         lines += [f"\n### {script}", "", "| row | previous default | plan's choice | ratio |", "|---|---:|---:|---:|"]
         for key in old:
             (x, unit), (y, _) = old[key], new.get(key, (None, None))

@@ -6,8 +6,9 @@ launches on the host every call).
 
 Each row checks the static step's output against the eager forward's first (the same kernels
 over a wider, -inf padded score row: equal to bf16 rounding) and the captured replay against the
-static step run eagerly. The static tables address exactly ``ctx`` keys (``max_seq_len`` = ctx),
-so the scores span the same width as the eager step's.
+static step run eagerly. The static tables address ``reach`` keys (``max_seq_len``; by default
+ctx, so the scores span the eager step's width); a row with reach > ctx prices the capture
+contract's fixed width: every replay scores and ranks all ``reach`` positions.
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from attnkit.backends.triton_dsa.backend import TritonDSABackend
 from attnkit.kvcache.paged import PagedKVCache
 from attnkit.model.spec import LayerAttention, SparseTopK
 
-STEP_SHAPES = [(64, 32768), (1, 32768), (8, 32768), (64, 8192), (128, 32768)]
+STEP_SHAPES = [(64, 32768), (1, 32768), (8, 32768), (64, 8192), (128, 32768), (64, 32768, 131072),
+               (1, 8192, 131072)]      # (batch, ctx[, reach of the static tables])
 
 
 class StaticDSAStep:
@@ -31,8 +33,8 @@ class StaticDSAStep:
     bucket over the same requests, and the layer inputs q [B, H, nope + R], latent k [B, L + R],
     IndexerInputs (q [B, H_i, D_i], weights [B, H_i], k [B, D_i])."""
 
-    def __init__(self, batch: int, ctx: int, *, heads: int, topk: int, index_heads: int,
-                 index_dim: int):
+    def __init__(self, batch: int, ctx: int, *, reach: int, heads: int, topk: int,
+                 index_heads: int, index_dim: int):
         dev, dt, page = mla.DEV, mla.DT, mla.PAGE
         self.spec = LayerAttention(layer_id=0, num_heads=heads, num_kv_heads=1,
                                    head_dim=mla.NOPE + mla.R, v_head_dim=mla.DV, kind="mla",
@@ -52,10 +54,11 @@ class StaticDSAStep:
         self.backend = TritonDSABackend()
         self.eager_meta = build_batch(reqs, page_size=page, device=dev)
         self.eager_step = self.backend.prepare(self.eager_meta, self.cache)
-        self.static = StaticDecode(max_batch=batch, max_pages=per, page_size=page,
+        wide = max(per, -(-reach // page))
+        self.static = StaticDecode(max_batch=batch, max_pages=wide, page_size=page,
                                    scratch_pages=range(owned, owned + scratch), device=dev)
         meta = self.static.fill(batch, reqs)
-        self.static_step = self.backend.prepare_static(meta, self.cache, max_seq_len=per * page)
+        self.static_step = self.backend.prepare_static(meta, self.cache, max_seq_len=wide * page)
         self.q = torch.randn(batch, heads, mla.NOPE + mla.R, device=dev, dtype=dt)
         self.k = torch.randn(batch, mla.L + mla.R, device=dev, dtype=dt)
         self.ix = IndexerInputs(torch.randn(batch, index_heads, index_dim, device=dev, dtype=dt),
@@ -72,9 +75,10 @@ class StaticDSAStep:
                                     indexer=self.ix)
 
 
-def step_row(batch: int, ctx: int, *, reps: int, rel_err, **sizes) -> dict:
+def step_row(batch: int, ctx: int, reach: int | None = None, *, reps: int, rel_err, **sizes) -> dict:
     """The row of one shape: eager ms, graph replay ms, their ratio, the checks' errors."""
-    d = StaticDSAStep(batch, ctx, **sizes)
+    reach = reach or ctx
+    d = StaticDSAStep(batch, ctx, reach=reach, **sizes)
     want = d.eager()
     err_static = rel_err(d.static_forward(), want)
     if not err_static < 1e-2:
@@ -94,5 +98,5 @@ def step_row(batch: int, ctx: int, *, reps: int, rel_err, **sizes) -> dict:
         raise RuntimeError(f"graph replay B={batch} ctx={ctx}: relative error {err_graph:.3g} vs eager")
     t_eager = mla.time_ms(d.eager, warmup=3, reps=reps, cold_l2=True)
     t_graph = mla.time_ms(run, warmup=3, reps=reps, cold_l2=True)
-    return dict(kind="step", batch=batch, ctx=ctx, eager_ms=t_eager, graph_ms=t_graph,
+    return dict(kind="step", batch=batch, ctx=ctx, reach=d.static.max_seq_len, eager_ms=t_eager, graph_ms=t_graph,
                 speedup=t_eager / t_graph, rel_err_static=err_static, rel_err_graph=err_graph)

@@ -41,12 +41,14 @@ class CaptureConf:
     page_size: int
     feature: str | None
     options: tuple = ()
+    index_dtype: str | None = None       # DSA layers: the index-key cache's (None: the KV dtype)
 
     @property
     def id(self) -> str:
         opts = "-".join(f"{k}{v}" for k, v in self.options)
+        index = f"idx-{self.index_dtype}" if self.index_dtype else ""
         return "-".join(p for p in (self.backend, self.device, self.kind, self.dtype,
-                                    f"p{self.page_size}", self.feature or "plain", opts) if p)
+                                    f"p{self.page_size}", self.feature or "plain", index, opts) if p)
 
 
 def capturable() -> list:
@@ -92,6 +94,14 @@ def cases() -> list[CaptureConf]:
                         dtype = "fp32" if (i, j) == (0, 1) else (
                             "bf16" if "bf16" in caps.dtypes else caps.dtypes[0])
                         out.append(CaptureConf(decl.name, "cuda", kind, dtype, page, feature))
+        if "sparse_topk" in caps.features and "fp8_e4m3" in (caps.index_dtypes or ()):
+            # fp8 index keys: each new key quantised with its own scale inside the graph
+            page = _page_sizes(caps)[0]
+            out.append(CaptureConf(decl.name, "cpu", caps.kinds[0], "fp32", page, "sparse_topk",
+                                   index_dtype="fp8_e4m3"))
+            if "cuda" in caps.platforms:
+                out.append(CaptureConf(decl.name, "cuda", caps.kinds[0], "bf16", page, "sparse_topk",
+                                       index_dtype="fp8_e4m3"))
     return out
 
 

@@ -65,7 +65,7 @@ class Rig:
         scratch = StaticDecode.scratch_need(BUCKET, self.page)
         self.num_pages = BUCKET * self.pages + scratch               # the last ones: scratch
         self.cache = PagedKVCache([spec], num_pages=self.num_pages, page_size=self.page,
-                                  dtype=self.dtype, device=self.dev)
+                                  dtype=self.dtype, device=self.dev, index_dtype=conf.index_dtype)
         self.static = StaticDecode(max_batch=BUCKET, max_pages=self.pages, page_size=self.page,
                                    scratch_pages=range(self.num_pages - scratch, self.num_pages),
                                    device=self.dev)

@@ -69,6 +69,17 @@ def _static_matches_plain(tiny_model, device, **kw):
     assert static.generate(PROMPTS, max_new_tokens=6) == plain.generate(PROMPTS, max_new_tokens=6)
     assert static.generate(PROMPTS[:1], max_new_tokens=6)[0] == plain.generate(PROMPTS[:1], max_new_tokens=6)[0]
     assert static.allocator.num_free == static.allocator.num_pages
+    # greedy steps several at a time on the device (StaticDecode.advance moves the positions
+    # the static step's scores read in place): the same tokens as one step at a time
+    from attnkit.runner import SamplingParams, Scheduler
+
+    calls, original = [], static.decode_ahead
+    static.decode_ahead = lambda seqs, k: calls.append(k) or original(seqs, k)
+    sched = Scheduler(static, max_num_batched_tokens=None, max_num_seqs=4, decode_ahead=4)
+    reqs = [sched.add(p, SamplingParams(max_new_tokens=9)) for p in PROMPTS]
+    list(sched.run())
+    assert calls == [4, 4] and [r.output for r in reqs] == plain.generate(PROMPTS, max_new_tokens=9)
+    assert static.allocator.num_free == static.allocator.num_pages
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter run; the GPU test covers CUDA")

@@ -76,7 +76,8 @@ def _kernel_choices(monkeypatch, *, ws_serves: bool, **options) -> list:
     dsa = make_dsa_case(layer, prefix_lens=[6, 9], new_lens=[1, 1], device=DEV, seed=2)
     backend = TritonDSABackend(**options)
     monkeypatch.setattr(backend, "_select", lambda indexer, cache, lid, st, topk:
-                        torch.zeros(2, topk, dtype=torch.int32, device=DEV))
+                        (torch.zeros(2, topk, dtype=torch.int32, device=DEV),      # positions,
+                         torch.zeros(2, dtype=torch.bool, device=DEV)))           # no NaN rows
     backend.forward(dsa.q, dsa.k, dsa.v, dsa.layer, dsa.cache, backend.prepare(dsa.meta, dsa.cache),
                     indexer=dsa.indexer)
     return calls

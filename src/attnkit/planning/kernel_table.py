@@ -198,6 +198,29 @@ def kernel_tables(profile: Profile | None, registry: Mapping[str, BackendDeclara
     return out
 
 
+def role_tables(profile: Profile | None, registry: Mapping[str, BackendDeclaration], backends, model, *,
+                platform, settings, allowed, free, require) -> tuple[dict[str, KernelTable], dict[str, str]]:
+    """The plan's kernel tables (role -> ``KernelTable`` of its chosen backend) and, per role,
+    the reason's line naming the variants that run, those left out here and those unproven for
+    ``require``. ``allowed``: backend -> variants that can run (with --require's numerics);
+    ``free``: the model's facts without them."""
+    tables = kernel_tables(profile, registry, backends, model, settings, allowed, platform=platform)
+    why: dict[str, str] = {}
+    for role, table in tables.items():
+        name = backends.get(role) or backends["prefill"]
+        decl = registry[name]
+        here = misfits(decl, platform, free)
+        by_kind = varlen_misfits(decl, platform, model, free) if role == "varlen" else {}
+        if by_kind:      # left out: the variants no kind of layer can run
+            here = {k: w for k, w in here.items() if all(k in m for m in by_kind.values())}
+        left_out = {k: w for k, w in here.items() if role in next(v for v in decl.variants if v.name == k).roles}
+        unproven = [k.name for k in decl.variants_for(role) if k.name not in here and k.name not in allowed.get(name, ())]
+        why[role] = describe(table, left_out, unproven=unproven, require=require)
+        if by_kind:
+            why[role] += kinds_text(table, by_kind, model)
+    return tables, why
+
+
 def describe(table: KernelTable, left_out: Mapping[str, list[str]] | None = None, *,
              unproven: list[str] = (), require: tuple[str, ...] = ()) -> str:
     """One line for a role's reason: which variant leads in how many measured buckets, with its

@@ -6,7 +6,8 @@ dual chunk length, so a page never straddles two chunks). Nothing here names a b
 """
 from __future__ import annotations
 
-from typing import Iterable
+import itertools
+from typing import Iterable, Mapping
 
 from attnkit.model.spec import ModelAttention
 from attnkit.registry.discovery import load_hook
@@ -40,3 +41,16 @@ def common_page_sizes(decls: Iterable[BackendDeclaration], model: ModelAttention
         among = [s for s in among if s <= limit]
     return [s for s in sorted(among) if all(d.capabilities.accepts_page_size(s) for d in decls)
             and all(s in a for a in allowed)]
+
+
+def first_sharing_pages(registry: Mapping[str, BackendDeclaration], model: ModelAttention, roles: list[str],
+                        options: Mapping[str, list[str]]) -> dict[str, str] | None:
+    """role -> backend: of the combinations of each role's ``options`` (fastest first), the one
+    earliest in every order whose backends share a page size for ``model``; None when none does."""
+    combos = sorted(itertools.product(*(list(enumerate(options[r])) for r in roles)),
+                    key=lambda c: (sum(i for i, _ in c), c[0][0]))
+    for combo in combos:
+        names = [n for _, n in combo]
+        if common_page_sizes([registry[n] for n in set(names)], model):
+            return dict(zip(roles, names))
+    return None

@@ -101,3 +101,16 @@ def lookup(platform_kind: str, capability: Capability | None, kind: str, phase: 
 def named_backends(table: tuple[Priority, ...] = TABLE) -> frozenset[str]:
     """Every backend some entry names (used to prove each registered backend is reachable)."""
     return frozenset(name for entry in table for name in entry.backends)
+
+
+def choice_text(entry: Priority, platform_kind: str, kind: str, *, registered, skipped: list[str]) -> tuple[str, str]:
+    """Why the first serving backend of ``entry`` was taken: (the phase's reason, the
+    adjustment's one-line summary). ``skipped``: the earlier names that cannot serve."""
+    order = [n for n in entry.backends if n in registered]
+    absent = [n for n in entry.backends if n not in registered]
+    table = kind + "".join(f"+{f}" for f in sorted(entry.features))
+    why = (f"first in the {platform_kind} {table} priority order ({', '.join(order)}) that serves every layer"
+           + (f" ({', '.join(skipped)} cannot)" if skipped else "")
+           + (f"; {', '.join(absent)}: not in this attnkit's registry" if absent else "")
+           + f". {entry.why}")
+    return why, f"first that serves every layer in the {platform_kind}/{table} priority order ({', '.join(order)})"

@@ -18,6 +18,7 @@ from typing import Any
 from attnkit.errors import AttnkitError
 from attnkit.planning import measured
 from attnkit.planning.conflicts import conflict
+from attnkit.planning.kernel_table import allowed_variants
 from attnkit.planning.reasons import Reason
 from attnkit.planning.request import spelled
 from attnkit.planning.view import View
@@ -168,6 +169,22 @@ def unmeasured(profile_choice, phase: str, serving: list[str], model, settings, 
                        f"serve {flag(require)}), so {name} ranks after the measured backends: "
                        f"`attnkit tune --backends {name} --out <profile>` measures them")
     return out
+
+
+def price(profile_choice, phase: str, chosen: str, registry, platform, model, settings, *, facts,
+          candidates: list[str], serving: list[str], planner_pick: bool, require: tuple[str, ...]):
+    """What ``require`` costs ``phase``: ``(cost, reason line, warnings)``. ``facts``: the model's
+    facts with and without the required numerics; ``candidates``: the backends that fail nothing
+    but the requirement (the unconstrained pick is the first of them, by the profile, unless the
+    user or a rule fixed the backend: ``planner_pick`` False); ``serving``: the other backends
+    that meet it (warned about when unmeasured)."""
+    allowed = tuple(allowed_variants(registry, platform, f, roles=ROLES[phase]) for f in facts)
+    other = (unconstrained(profile_choice, phase, candidates, model, settings, allowed=allowed[1])
+             if planner_pick else chosen)
+    c = cost(profile_choice, phase, chosen, other, model, settings, allowed=allowed)
+    line = f"Required {', '.join(require)}: {cost_text(phase, c)}"
+    warnings = unmeasured(profile_choice, phase, serving, model, settings, allowed=allowed[0], require=require)
+    return c, line, warnings
 
 
 def _named(name: str, variants: list[str]) -> str:

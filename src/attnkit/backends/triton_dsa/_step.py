@@ -19,10 +19,10 @@ from attnkit.backends.metadata import BatchMetadata
 @dataclass(slots=True)
 class DSAStep:
     """token_request / token_position: [T] int32 (a static step's positions: int64), each new
-    token's request and absolute position; block_tables: [B, P] int32; max_kv: the longest request's KV length;
-    tiles: {block_t: (request [W] int32, first token [W] int32)} for the score kernel
-    (tiles of up to block_t consecutive tokens of one request); max_query_len: the most new
-    tokens of one request."""
+    token's request and absolute position; block_tables: [B, P] int32; max_kv: the longest
+    request's KV length (a static step: the longest its tables address); tiles: {block_t:
+    (request [W] int32, first token [W] int32)} for the score kernel (tiles of up to block_t
+    consecutive tokens of one request); max_query_len: the most new tokens of one request."""
     token_request: torch.Tensor
     token_position: torch.Tensor
     block_tables: torch.Tensor

@@ -5,7 +5,8 @@ the score kernel's token tiles (_step.py), once for every layer. Per DSA layer `
 1. writes the new latent rows and the indexer's new keys (fp8 index caches: quantised per
    token by the cache, kvcache/index_keys.py);
 2. indexer.py: the score kernel rates every cached position <= each token's position, then
-   the top-k (torch.topk over packed (score, position) keys: ties to the lower position);
+   the top-k (torch.topk over packed (score, position) keys: ties to the lower position; a
+   token that saw a non-finite index key gets a NaN output row, docs/dsa.md);
 3. sparse_mla.py: q_lat = q_nope @ w_kc (torch bmm), absorbed MLA over each token's selected
    latent rows only, out = out_lat @ w_vc (torch bmm).
 Decode, prefill, extend and mixed steps are the same calls: every token carries its own
@@ -26,7 +27,7 @@ from attnkit.backends.base import (AttentionBackend, RuntimeLayer, StepState, ch
 from attnkit.backends.metadata import BatchMetadata, ForwardMode
 from attnkit.backends.triton_dsa._step import build_step, static_step
 from attnkit.backends.triton_dsa.declaration import DECLARATION
-from attnkit.backends.triton_dsa.indexer import head_rows, index_scores, topk_of_keys
+from attnkit.backends.triton_dsa.indexer import head_rows, index_scores, topk_and_nan_rows
 from attnkit.backends.triton_dsa.sparse_mla import sparse_mla, sparse_tile, ws_ready, ws_tile
 from attnkit.registry.kernels import KernelTable
 
@@ -84,7 +85,7 @@ class TritonDSABackend(AttentionBackend):
         lid = spec.layer_id
         cache.store(lid, meta.slot_mapping, k, None)
         cache.store_index(lid, meta.slot_mapping, indexer.k)
-        indices = self._select(indexer, cache, lid, st, spec.sparse_topk.topk)
+        indices, nan_rows = self._select(indexer, cache, lid, st, spec.sparse_topk.topk)
         nope, L = mla.qk_nope_head_dim, mla.kv_lora_rank
         q_lat = torch.bmm(q[..., :nope].transpose(0, 1), layer.w_kc.to(q.dtype))      # [H, T, L]
         q_cat = torch.cat([q_lat.transpose(0, 1), q[..., nope:]], dim=-1)              # [T, H, L+R]
@@ -93,7 +94,9 @@ class TritonDSABackend(AttentionBackend):
         out_lat = sparse_mla(q_cat, cache.latent[lid], st.block_tables, st.token_request, indices,
                              scale=spec.softmax_scale, L=L, kv_scale=kv_scale, **tile)
         out = torch.bmm(out_lat.transpose(0, 1), layer.w_vc.to(q.dtype)).transpose(0, 1)
-        return out.reshape(T, H * mla.v_head_dim)
+        out = out.reshape(T, H * mla.v_head_dim)
+        # a token that saw a non-finite index key has no selection to trust (docs/dsa.md)
+        return out.masked_fill(nan_rows[:, None], float("nan"))
 
     def _sparse_launch(self, q_cat, latent, topk: int, L: int, meta: BatchMetadata, st) -> dict:
         """sparse_mla's launch keywords: the first variant of the plan's table for this step
@@ -115,20 +118,22 @@ class TritonDSABackend(AttentionBackend):
             if variant == "sparse_tile":
                 return sparse_tile(q_cat, topk, L=L) | self.overrides
 
-    def _select(self, indexer, cache, lid: int, st, topk: int) -> torch.Tensor:
-        """[T, topk] int32 selected positions: the score kernel's packed keys, then their
-        top-k, over chunks of the step's tokens whose keys [tokens, max_kv] int64 stay within
-        ``keys_bytes`` (a long prefill over a long context would need tens of GB at once)."""
+    def _select(self, indexer, cache, lid: int, st, topk: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """([T, topk] int32 selected positions, [T] bool rows that saw a non-finite index key):
+        the score kernel's packed keys, then their top-k, over chunks of the step's tokens
+        whose keys [tokens, max_kv] int64 stay within ``keys_bytes`` (a long prefill over a
+        long context would need tens of GB at once)."""
         (block_t, (tile_req, tile_tok)), = st.tiles.items()
         S = -(-max(st.max_kv, 1) // self.index_block_n) * self.index_block_n
         per_chunk = max(1, self.keys_bytes // (8 * S))
         T = st.token_request.numel()
         out = torch.empty(T, topk, dtype=torch.int32, device=st.token_request.device)
+        nan_rows = torch.empty(T, dtype=torch.bool, device=out.device)
         for a, b, w0, w1 in st.chunks(per_chunk):
             keys = index_scores(indexer.q[a:b], indexer.weights[a:b], cache.index_k[lid],
                                 cache.index_k_scale.get(lid), st.block_tables,
                                 st.token_request[a:b], st.token_position[a:b], max_kv=st.max_kv,
                                 block_t=block_t, block_n=self.index_block_n, packed=True,
                                 tiles=(tile_req[w0:w1], tile_tok[w0:w1] - a))
-            out[a:b] = topk_of_keys(keys, st.token_position[a:b], topk)
-        return out
+            out[a:b], nan_rows[a:b] = topk_and_nan_rows(keys, st.token_position[a:b], topk)
+        return out, nan_rows
