@@ -43,7 +43,8 @@ from common import environment, failure_reason  # noqa: E402
 from dsa_graph_step import STEP_SHAPES, step_row  # noqa: E402
 
 from attnkit.backends.triton_dsa.indexer import index_scores, topk_of_keys  # noqa: E402
-from attnkit.backends.triton_dsa.sparse_mla import sparse_mla, sparse_tile  # noqa: E402
+from attnkit.backends.triton_dsa.sparse_mla import (sparse_mla, sparse_tile, ws_ready,  # noqa: E402
+                                                    ws_tile)
 from attnkit.backends.triton_mla.backend import TritonMLABackend  # noqa: E402
 
 HEADS, TOPK, IH, ID = 128, 2048, 64, 128
@@ -101,6 +102,21 @@ def rel_err(out, ref):
     return ((out.float() - ref.float()).norm() / ref.float().norm()).item()
 
 
+def backend_tile(d) -> dict:
+    """The sparse kernel the backend runs here without a plan (declaration order): the Gluon
+    kernel (sparse_ws) where ws_ready admits the call, else the Triton kernel's tile."""
+    if ws_ready(d.q_cat, d.s.cache.latent[0], L=L):
+        return ws_tile(d.q_cat, TOPK)
+    return sparse_tile(d.q_cat, TOPK, L=L)
+
+
+def tile_text(t: dict) -> str:
+    if t.get("kernel", "triton") != "triton":
+        return f"gluon {t['kernel']} {t['num_splits']} splits"
+    return (f"{t['block_h']}h {t['block_n']}k {t['num_warps']}w {t['num_stages']}s "
+            f"{t['num_splits']} splits")
+
+
 def decode_row(batch, ctx, args, dense):
     d = DSASetup(batch, ctx - 1, 1)
     reps = dict(warmup=3, reps=args.reps, cold_l2=True)
@@ -113,7 +129,7 @@ def decode_row(batch, ctx, args, dense):
     floats = d.scores(packed=False)      # peer: torch.topk of the fp32 scores (ties unordered)
     t_topk32, _ = mla.graph_ms(lambda: torch.topk(floats, min(TOPK, floats.shape[1]), dim=1), **reps)
     del floats
-    tile = sparse_tile(d.q_cat, TOPK, L=L)
+    tile = backend_tile(d)
     err = rel_err(d.sparse(idx, tile), torch_gather(d, idx))
     if not err < 2e-2:
         raise RuntimeError(f"decode B={batch} ctx={ctx}: relative error {err:.3g} vs torch gather")
@@ -147,7 +163,7 @@ def prefill_row(new, ctx, args, dense):
     t_topk = mla.time_ms(lambda: topk_of_keys(keys, d.pos, TOPK), **reps)
     idx = topk_of_keys(keys, d.pos, TOPK)
     del keys
-    tile = sparse_tile(d.q_cat, TOPK, L=L)
+    tile = backend_tile(d)
     part = slice(new - 64, new)                      # the last 64 tokens, checked
     sub = sparse_mla(d.q_cat[part], d.s.cache.latent[0], d.table, d.req[part], idx[part],
                      scale=d.scale, L=L, **tile)
@@ -222,8 +238,7 @@ def table(rows, ceil) -> str:
                        f"{r['score_ms']:.3f} / {r['score_fp8_ms']:.3f} | "
                        f"{r['topk_ms']:.3f} ({r['topk_fp32_ms']:.3f}) | "
                        f"{100 * r['indexer_share']:.0f} % | {r['gather_ms']:.3f} | "
-                       f"{r['dense_ms']:.3f} ({r['dense_tflops']:.0f}) | {t['block_h']}h {t['block_n']}k "
-                       f"{t['num_warps']}w {t['num_stages']}s {t['num_splits']} splits |")
+                       f"{r['dense_ms']:.3f} ({r['dense_tflops']:.0f}) | {tile_text(t)} |")
     out += ["", "| prefill new / ctx | sparse core ms | TFLOP/s | score ms | top-k ms | indexer share | "
             "triton_mla forward ms (dense, MHA form) |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
