@@ -5,7 +5,7 @@ import torch
 from dsa_kernel_cases import FP8, make, ref_attention, ref_scores, ref_topk
 
 from attnkit.backends.triton_dsa.indexer import index_scores, indexer_topk
-from attnkit.backends.triton_dsa.sparse_mla import sparse_mla, sparse_tile
+from attnkit.backends.triton_dsa.sparse_mla import sparse_mla, sparse_tile, ws_tile
 
 pytestmark = pytest.mark.gpu
 V32 = dict(heads=128, L=512, R=64, idx_heads=64, idx_dim=128)
@@ -68,14 +68,19 @@ def test_sparse_mla_v32(splits, page):
         torch.testing.assert_close(out[t].double().cpu(), want, rtol=2e-2, atol=2e-2)
 
 
-def test_dsa_prefill_end_to_end():
-    """A 64-token prefill chunk over a 2500-token prefix: indexer, top-k, sparse attention."""
+@pytest.mark.parametrize("kernel", ["triton", "sparse_ws"])
+def test_dsa_prefill_end_to_end(kernel):
+    """A 64-token prefill chunk over a 2500-token prefix: indexer, top-k, sparse attention
+    (the Triton kernel, or the Gluon kernel: 128 programs of one request's tokens)."""
+    if kernel == "sparse_ws":
+        _skip_unless_sparse_ws()
     case = _case([2500], [64], seed=4)
     idx = indexer_topk(case.q_idx, case.weights, case.index_k, None, case.block_table,
                        case.token_request, case.token_position, 2048, max_kv=case.max_kv,
                        block_t=8)
+    tile = sparse_tile(case.q_lat, 2048, L=512) if kernel == "triton" else ws_tile(case.q_lat, 2048)
     out = sparse_mla(case.q_lat, case.latent, case.block_table, case.token_request, idx,
-                     scale=case.scale, L=512, **sparse_tile(case.q_lat, 2048, L=512))
+                     scale=case.scale, L=512, **tile)
     for t in (0, 63):
         want = ref_attention(case, t, [int(i) for i in idx[t].cpu() if i >= 0])
         torch.testing.assert_close(out[t].double().cpu(), want, rtol=2e-2, atol=2e-2)
