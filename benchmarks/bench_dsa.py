@@ -2,6 +2,7 @@
 next to the machine's measured ceilings and, in the same run, its peers.
 
     PYTHONPATH=src python3 benchmarks/bench_dsa.py [--quick] [--reps N] [--out DIR]
+    PYTHONPATH=src python3 benchmarks/bench_dsa.py --render DIR/bench_dsa.json    # its tables again
     TRITON_INTERPRET=1 PYTHONPATH=src python3 benchmarks/bench_dsa.py --smoke   # CPU: runs, times nothing
 
 DeepSeek-V3.2 sizes: kv_lora_rank 512, rope 64, 128 heads, top-k 2048, indexer 64 heads x 128,
@@ -14,8 +15,12 @@ page 64, bf16 latent. Rows:
   Peers: the dense triton_mla kernel core over the whole context (the plan's variant), and
   "torch gather": the selected rows gathered, then two batched matmuls. Every sparse row is
   checked against the torch gather result first.
-- prefill: 4k new tokens over a 32k context (one request): indexer (2 tokens a tile) + top-k
-  + sparse core; peer: triton_mla's whole forward (the plan's MHA form) over the same chunk.
+  A shape that does not fit the device (or fails) is a row with its reason ("skipped").
+- prefill: 4k new tokens over a 32k context, and a fresh 8k prefill (one request each):
+  indexer (2 tokens a tile) + top-k + sparse core; peer: triton_mla's whole forward (the
+  plan's MHA form) over the same chunk.
+- step (dsa_graph_step.py): one DSA layer's whole triton_dsa forward of a decode step, as a
+  captured static step (CUDA graph replay) and eagerly (prepare once, forward each call).
 - tiles: a few sparse tiles at B 64, ctx 32k (the target row), and indexer tiles.
 Timings: CUDA-graph replays where capture works, L2 flushed between repetitions.
 Writes bench_dsa.json and bench_dsa.md under --out.
@@ -23,6 +28,7 @@ Writes bench_dsa.json and bench_dsa.md under --out.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -34,12 +40,15 @@ sys.path.insert(0, os.path.dirname(__file__))
 import bench_mla as mla  # noqa: E402
 from bench_mla import L, NOPE, R, Setup, _planned  # noqa: E402
 from common import environment, failure_reason  # noqa: E402
+from dsa_graph_step import STEP_SHAPES, step_row  # noqa: E402
 
 from attnkit.backends.triton_dsa.indexer import index_scores, topk_of_keys  # noqa: E402
-from attnkit.backends.triton_dsa.sparse_mla import sparse_mla, sparse_tile  # noqa: E402
+from attnkit.backends.triton_dsa.sparse_mla import (sparse_mla, sparse_tile, ws_ready,  # noqa: E402
+                                                    ws_tile)
 from attnkit.backends.triton_mla.backend import TritonMLABackend  # noqa: E402
 
 HEADS, TOPK, IH, ID = 128, 2048, 64, 128
+SIZES = dict(heads=HEADS, topk=TOPK, index_heads=IH, index_dim=ID)
 FP8 = torch.float8_e4m3fn
 
 
@@ -93,22 +102,37 @@ def rel_err(out, ref):
     return ((out.float() - ref.float()).norm() / ref.float().norm()).item()
 
 
+def backend_tile(d) -> dict:
+    """The sparse kernel the backend runs here without a plan (declaration order): the Gluon
+    kernel (sparse_ws) where ws_ready admits the call, else the Triton kernel's tile."""
+    if ws_ready(d.q_cat, d.s.cache.latent[0], L=L):
+        return ws_tile(d.q_cat, TOPK)
+    return sparse_tile(d.q_cat, TOPK, L=L)
+
+
+def tile_text(t: dict) -> str:
+    if t.get("kernel", "triton") != "triton":
+        return f"gluon {t['kernel']} {t['num_splits']} splits"
+    return (f"{t['block_h']}h {t['block_n']}k {t['num_warps']}w {t['num_stages']}s "
+            f"{t['num_splits']} splits")
+
+
 def decode_row(batch, ctx, args, dense):
     d = DSASetup(batch, ctx - 1, 1)
     reps = dict(warmup=3, reps=args.reps, cold_l2=True)
     t_score, _ = mla.graph_ms(lambda: d.scores(), **reps)
     t_score8, _ = mla.graph_ms(lambda: d.scores(fp8=True), **reps)
     keys = d.scores()
-    t_topk, _ = mla.graph_ms(lambda: topk_of_keys(keys, d.pos, TOPK), **reps)
+    t_topk, topk_how = mla.graph_ms(lambda: topk_of_keys(keys, d.pos, TOPK), **reps)
     idx = topk_of_keys(keys, d.pos, TOPK)
     del keys
     floats = d.scores(packed=False)      # peer: torch.topk of the fp32 scores (ties unordered)
     t_topk32, _ = mla.graph_ms(lambda: torch.topk(floats, min(TOPK, floats.shape[1]), dim=1), **reps)
     del floats
-    tile = sparse_tile(d.q_cat, TOPK, L=L)
+    tile = backend_tile(d)
     err = rel_err(d.sparse(idx, tile), torch_gather(d, idx))
     if not err < 2e-2:
-        raise SystemExit(f"decode B={batch} ctx={ctx}: relative error {err:.3g} vs torch gather")
+        raise RuntimeError(f"decode B={batch} ctx={ctx}: relative error {err:.3g} vs torch gather")
     t_core, how = mla.graph_ms(lambda: d.sparse(idx, tile), **reps)
     t_gather = mla.time_ms(lambda: torch_gather(d, idx), warmup=2, reps=5, cold_l2=True)
     s = d.s
@@ -118,7 +142,8 @@ def decode_row(batch, ctx, args, dense):
                                                       step), warmup=1, reps=5, cold_l2=True)
     flops = batch * (2 * HEADS * TOPK * (L + R) + 2 * HEADS * TOPK * L)
     ind = t_score + t_topk
-    row = dict(kind="decode", batch=batch, ctx=ctx, tile=tile, timing=how, core_ms=t_core,
+    row = dict(kind="decode", batch=batch, ctx=ctx, tile=tile, timing=how, topk_timing=topk_how,
+               core_ms=t_core,
                core_tflops=flops / t_core / 1e9, score_ms=t_score, score_fp8_ms=t_score8,
                topk_ms=t_topk, topk_fp32_ms=t_topk32, indexer_share=ind / (ind + t_core),
                score_gbs=batch * ctx * ID * 2 / t_score / 1e6, gather_ms=t_gather,
@@ -138,14 +163,14 @@ def prefill_row(new, ctx, args, dense):
     t_topk = mla.time_ms(lambda: topk_of_keys(keys, d.pos, TOPK), **reps)
     idx = topk_of_keys(keys, d.pos, TOPK)
     del keys
-    tile = sparse_tile(d.q_cat, TOPK, L=L)
+    tile = backend_tile(d)
     part = slice(new - 64, new)                      # the last 64 tokens, checked
     sub = sparse_mla(d.q_cat[part], d.s.cache.latent[0], d.table, d.req[part], idx[part],
                      scale=d.scale, L=L, **tile)
     ref = torch_gather(_Slice(d, part), idx[part])
     err = rel_err(sub, ref)
     if not err < 2e-2:
-        raise SystemExit(f"prefill {new}/{ctx}: relative error {err:.3g} vs torch gather")
+        raise RuntimeError(f"prefill {new}/{ctx}: relative error {err:.3g} vs torch gather")
     t_core = mla.time_ms(lambda: d.sparse(idx, tile), **reps)
     s = d.s
     step = dense.prepare(s.meta, s.cache)
@@ -207,21 +232,29 @@ def table(rows, ceil) -> str:
            "dense triton_mla ms (TFLOP/s) | tile |",
            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
-        if r["kind"] == "decode":
+        if r["kind"] == "decode" and not r.get("skipped"):
             t = r["tile"]
             out.append(f"| {r['batch']} | {r['ctx']} | {r['core_ms']:.3f} | {r['core_tflops']:.0f} | "
                        f"{r['score_ms']:.3f} / {r['score_fp8_ms']:.3f} | "
                        f"{r['topk_ms']:.3f} ({r['topk_fp32_ms']:.3f}) | "
                        f"{100 * r['indexer_share']:.0f} % | {r['gather_ms']:.3f} | "
-                       f"{r['dense_ms']:.3f} ({r['dense_tflops']:.0f}) | {t['block_h']}h {t['block_n']}k "
-                       f"{t['num_warps']}w {t['num_stages']}s {t['num_splits']} splits |")
+                       f"{r['dense_ms']:.3f} ({r['dense_tflops']:.0f}) | {tile_text(t)} |")
     out += ["", "| prefill new / ctx | sparse core ms | TFLOP/s | score ms | top-k ms | indexer share | "
             "triton_mla forward ms (dense, MHA form) |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
-        if r["kind"] == "prefill":
+        if r["kind"] == "prefill" and not r.get("skipped"):
             out.append(f"| {r['new']} / {r['ctx']} | {r['core_ms']:.2f} | {r['core_tflops']:.0f} | "
                        f"{r['score_ms']:.2f} | {r['topk_ms']:.2f} | {100 * r['indexer_share']:.0f} % | "
                        f"{r['dense_fwd_ms']:.2f} |")
+    for r in rows:
+        if r.get("skipped"):
+            out.append(f"\n{r['kind']} {r.get('batch', r.get('new'))} / ctx {r['ctx']} skipped: {r['skipped']}")
+    out += ["", "| step B | ctx | static tables reach | eager forward ms | CUDA-graph replay ms | "
+            "eager / graph |", "| --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        if r["kind"] == "step" and not r.get("skipped"):
+            out.append(f"| {r['batch']} | {r['ctx']} | {r['reach']} | {r['eager_ms']:.3f} | "
+                       f"{r['graph_ms']:.3f} | {r['speedup']:.2f}x |")
     out += ["", f"| tile (B {TILE_SHAPE[0]}, ctx {TILE_SHAPE[1]}) | ms | rate |", "| --- | --- | --- |"]
     for r in rows:
         if r["kind"] in ("sparse_tile", "index_tile"):
@@ -239,7 +272,14 @@ def main():
     ap.add_argument("--out", default=".")
     ap.add_argument("--smoke", action="store_true",
                     help="CPU + Triton interpreter, tiny shapes: checks the script runs, times nothing real")
+    ap.add_argument("--render", metavar="JSON", help="print the tables of an earlier run's bench_dsa.json "
+                                                     "(RESULTS.md's DSA section) and exit")
     args = ap.parse_args()
+    if args.render:
+        with open(args.render) as f:
+            saved = json.load(f)
+        print(f"{saved['env']}\n\n{table(saved['rows'], saved['ceilings'])}")
+        return
     t0 = time.time()
     os.makedirs(args.out, exist_ok=True)
     if args.smoke:
@@ -249,9 +289,10 @@ def main():
     rows = []
     shapes = [(64, 32768)] if args.quick else [(b, c) for c in (8192, 32768, 131072)
                                                for b in (1, 8, 64, 128)]
-    prefill = (4096, 32768)
+    prefills = [(4096, 32768), (8192, 8192)]
+    steps = STEP_SHAPES[:1] if args.quick else STEP_SHAPES
     if args.smoke:
-        shapes, prefill = [(2, 100)], (8, 100)
+        shapes, prefills, steps = [(2, 100)], [(8, 100)], [(2, 100), (2, 100, 256)]
 
     def save():
         with open(os.path.join(args.out, "bench_dsa.json"), "w") as f:
@@ -264,17 +305,29 @@ def main():
     first, rest = shapes[:1], shapes[1:]
     if (64, 32768) in shapes:
         first, rest = [(64, 32768)], [sh for sh in shapes if sh != (64, 32768)]
+    def add(kind, fn, *shape, **keys):
+        try:
+            rows.append(fn(*shape))
+        except Exception as exc:  # noqa: BLE001 - a shape that does not fit is a result
+            rows.append(dict(kind=kind, ctx=shape[1], skipped=failure_reason(exc), **keys))
+        gc.collect()                 # a failed row's tensors (held by its traceback) go too
+        torch.cuda.empty_cache()
+        print(rows[-1], flush=True)
+        save()
+
     for batch, ctx in first:
-        rows.append(decode_row(batch, ctx, args, dense))
-        print(rows[-1], flush=True)
-        save()
-    rows.append(prefill_row(*prefill, args, dense))
-    print(rows[-1], flush=True)
-    save()
+        add("decode", lambda b, c: decode_row(b, c, args, dense), batch, ctx, batch=batch)
+    add("prefill", lambda n, c: prefill_row(n, c, args, dense), *prefills[0], new=prefills[0][0])
+    for shape in steps[:1]:
+        add("step", lambda *sh: step_row(*sh, reps=args.reps, rel_err=rel_err, **SIZES), *shape,
+            batch=shape[0])
+    for new, ctx in prefills[1:]:
+        add("prefill", lambda n, c: prefill_row(n, c, args, dense), new, ctx, new=new)
     for batch, ctx in rest:
-        rows.append(decode_row(batch, ctx, args, dense))
-        print(rows[-1], flush=True)
-        save()
+        add("decode", lambda b, c: decode_row(b, c, args, dense), batch, ctx, batch=batch)
+    for shape in steps[1:]:
+        add("step", lambda *sh: step_row(*sh, reps=args.reps, rel_err=rel_err, **SIZES), *shape,
+            batch=shape[0])
     if not args.quick:
         rows += tile_rows(args)
     save()
@@ -283,9 +336,10 @@ def main():
 
 def _smoke():
     """bench_mla's CPU stand-ins (fp16, eager wall-clock timing), a top-k of 16."""
-    global TOPK, TILE_SHAPE
+    global TOPK, TILE_SHAPE, SIZES
     mla._smoke()
     TOPK, TILE_SHAPE = 16, (2, 100)
+    SIZES = dict(SIZES, topk=TOPK)
 
 
 if __name__ == "__main__":

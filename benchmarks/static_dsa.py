@@ -42,6 +42,30 @@ def tiles() -> dict:
             score, sig, dict(HP=64, D=128, PAGE_SIZE=64, BLOCK_T=bt, BLOCK_N=bn,
                              HAS_SCALE=False, DOT_PREC="tf32", PACKED=True),
             dict(num_warps=w, num_stages=2), ("T", "H"))
+    out.update(gluon_tiles())
+    return out
+
+
+def gluon_tiles() -> dict:
+    """The Gluon sparse kernel's forms (sparse_gluon.GLUON_FORMS), DIRECT and split."""
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from attnkit.backends.triton_dsa import sparse_gluon as g
+    fn = g._sparse_gluon_kernel
+    consts_names = ("L", "R", "ROW", "BH", "BN", "NS", "LW", "DIRECT", "VALUES_REGS",
+                    "LOADER_REGS", "THREE")
+    out = {}
+    for form, (bn, ns, lw, regs, three) in g.GLUON_FORMS.items():
+        for direct in (True, False):
+            sig = _signature(fn, dict(Q="*bf16", Cache="*bf16", Slots="*i32",
+                                      Out="*bf16" if direct else "*fp32", Lse="*fp32",
+                                      qk_scale="fp32", v_scale="fp32"), consts_names)
+            consts = dict(L=512, R=64, ROW=576, BH=g.BLOCK_H, BN=bn, NS=ns, LW=lw, DIRECT=direct,
+                          VALUES_REGS=g.MAXNREG if three else g.VALUES_REGS,
+                          LOADER_REGS=regs, THREE=three)
+            maxnreg = g.MAXNREG
+            out[f"gluon_{form}_d{int(direct)}"] = (
+                fn, sig, consts, dict(num_warps=4, maxnreg=maxnreg, source=GluonASTSource),
+                ("topk", "num_splits", "stride_lh"))
     return out
 
 

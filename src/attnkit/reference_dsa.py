@@ -5,7 +5,9 @@ obvious way, in float64: its own copy of the latent rows and indexer keys the ca
 after the step (the cached ones read back by the documented formats, the step's new ones
 rounded by this module's code, never through the cache's ``store_index``), then per query
 token the indexer score of every earlier token of its request, the top-k by the documented
-rule (``selection``), and the layer's MLA attention, unabsorbed, over those tokens only. It
+rule (``selection``), and the layer's MLA attention, unabsorbed, over those tokens only; a
+token whose indexer inputs, or one of the index keys it scores, hold a NaN or inf gets a NaN
+row (``unscorable``). It
 shares no code with any backend; the MLA part is ``attnkit.reference``'s.
 
 Index-key storage, written here again (kvcache/index_keys.py holds the numbers): a compute
@@ -50,8 +52,9 @@ def attention(q: torch.Tensor, k: torch.Tensor | None, v: None, layer: RuntimeLa
                              device=q.device)
         scores, values = _scores_values(q[qs:qe].to(F64), keys, slots, layer)
         out[qs:qe] = _softmax_pv(scores, values, mask, layer)
-    for t in range(meta.num_tokens):     # a NaN / inf indexer input: no selection to trust
-        if not (torch.isfinite(indexer.q[t]).all() and torch.isfinite(indexer.weights[t]).all()):
+    blind = unscorable(layer, cache, meta, indexer=indexer)
+    for t in range(meta.num_tokens):     # a NaN / inf indexer input or key: no selection to trust
+        if blind[t] or not (torch.isfinite(indexer.q[t]).all() and torch.isfinite(indexer.weights[t]).all()):
             out[t] = float("nan")
     return out.reshape(meta.num_tokens, heads * dv)
 
@@ -74,19 +77,33 @@ def index_scores(layer: RuntimeLayer, cache: PagedKVCache, meta: BatchMetadata, 
     keys = stored_index(indexer.k, layer, cache, meta)                  # [slots, D_i]
     iq, iw = indexer.q.to(F64), indexer.weights.to(F64)
     out: list[torch.Tensor] = []
+    for t, slots in _visible_slots(meta, keys.device):
+        ks = keys[slots]
+        # per position, elementwise products summed over the head dim, then the weighted sum
+        # over heads, each a reduction along a row: every position takes the same operations,
+        # so equal keys tie exactly (a matmul, or a sum across rows, may round some columns
+        # another way and break ties by noise)
+        dots = (ks[:, None, :] * iq[t][None, :, :]).sum(dim=-1)              # [p + 1, H_i]
+        out.append((dots.clamp(min=0) * iw[t][None, :]).sum(dim=-1))
+    return out
+
+
+def unscorable(layer: RuntimeLayer, cache: PagedKVCache, meta: BatchMetadata, *,
+               indexer: IndexerInputs) -> list[bool]:
+    """Per token t of the step: whether an index key it scores (its request's positions 0..p,
+    as the cache holds them after the step, fp8 ones times their scale) holds a NaN or inf.
+    Its scores are then not numbers to rank, so its output row is NaN (docs/dsa.md)."""
+    bad = ~torch.isfinite(stored_index(indexer.k, layer, cache, meta)).all(dim=1)     # [slots]
+    return [bool(bad[slots].any()) for _, slots in _visible_slots(meta, bad.device)]
+
+
+def _visible_slots(meta: BatchMetadata, device):
+    """(token, its request's slots of positions 0..p [p + 1] int64) for every token, in order."""
     starts = meta.query_start_loc.tolist()
     for i in range(meta.num_reqs):
         prefix, row = meta.prefix_lens_cpu[i], meta.block_tables_cpu[i]
         for j, t in enumerate(range(starts[i], starts[i + 1])):
-            p = prefix + j
-            ks = keys[torch.tensor(slots_of(row, range(p + 1), meta.page_size), device=keys.device)]
-            # per position, elementwise products summed over the head dim, then the weighted
-            # sum over heads, each a reduction along a row: every position takes the same
-            # operations, so equal keys tie exactly (a matmul, or a sum across rows, may round
-            # some columns another way and break ties by noise)
-            dots = (ks[:, None, :] * iq[t][None, :, :]).sum(dim=-1)          # [p + 1, H_i]
-            out.append((dots.clamp(min=0) * iw[t][None, :]).sum(dim=-1))
-    return out
+            yield t, torch.tensor(slots_of(row, range(prefix + j + 1), meta.page_size), device=device)
 
 
 def stored_index(k: torch.Tensor | None, layer: RuntimeLayer, cache: PagedKVCache,
@@ -120,7 +137,8 @@ def _choose(scores: torch.Tensor, topk: int) -> list[int]:
     if n <= topk:
         return list(range(n))
     values = scores.tolist()
-    ranked = sorted(range(n), key=lambda s: (-values[s], s))
+    # a NaN ranks first (the token's output is NaN anyway: ``unscorable``), so the order is total
+    ranked = sorted(range(n), key=lambda s: (0, 0.0, s) if values[s] != values[s] else (1, -values[s], s))
     return sorted(ranked[:topk])
 
 

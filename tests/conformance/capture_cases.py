@@ -2,7 +2,8 @@
 
 Every backend that declares ``cuda_graph`` gets, per kind it declares: a plain layer at a
 page size of 16 and at one that does not divide 16 (where it accepts one), and one layer per
-decode-relevant layer feature it declares. A case plans ONE static decode step for a bucket of
+decode-relevant layer feature it declares (a backend serving DeepSeek sparse attention: a DSA
+layer, its indexer's keys cached and its inputs refilled with q each round). A case plans ONE static decode step for a bucket of
 ``BUCKET`` rows while every row is padded (so plans sized from the lengths of the moment would
 be sized for one key), then replays it over ``ROUNDS``: other lengths (up to the longest the
 tables address), other block tables and slots, fewer real requests than rows (padded rows).
@@ -40,12 +41,14 @@ class CaptureConf:
     page_size: int
     feature: str | None
     options: tuple = ()
+    index_dtype: str | None = None       # DSA layers: the index-key cache's (None: the KV dtype)
 
     @property
     def id(self) -> str:
         opts = "-".join(f"{k}{v}" for k, v in self.options)
+        index = f"idx-{self.index_dtype}" if self.index_dtype else ""
         return "-".join(p for p in (self.backend, self.device, self.kind, self.dtype,
-                                    f"p{self.page_size}", self.feature or "plain", opts) if p)
+                                    f"p{self.page_size}", self.feature or "plain", index, opts) if p)
 
 
 def capturable() -> list:
@@ -77,6 +80,8 @@ def cases() -> list[CaptureConf]:
         features = [None] + [f for f in DECODE_FEATURES if f in caps.features]
         if "dual_chunk" in caps.features:
             features = ["dual_chunk"]          # it serves only dual chunk layers
+        if "sparse_topk" in caps.features:
+            features = ["sparse_topk"]         # DSA layers (the indexer's top-k), docs/dsa.md
         for kind in caps.kinds:
             for i, feature in enumerate(features):
                 pages = _page_sizes(caps) if i == 0 else _page_sizes(caps)[:1]
@@ -89,6 +94,14 @@ def cases() -> list[CaptureConf]:
                         dtype = "fp32" if (i, j) == (0, 1) else (
                             "bf16" if "bf16" in caps.dtypes else caps.dtypes[0])
                         out.append(CaptureConf(decl.name, "cuda", kind, dtype, page, feature))
+        if "sparse_topk" in caps.features and "fp8_e4m3" in (caps.index_dtypes or ()):
+            # fp8 index keys: each new key quantised with its own scale inside the graph
+            page = _page_sizes(caps)[0]
+            out.append(CaptureConf(decl.name, "cpu", caps.kinds[0], "fp32", page, "sparse_topk",
+                                   index_dtype="fp8_e4m3"))
+            if "cuda" in caps.platforms:
+                out.append(CaptureConf(decl.name, "cuda", caps.kinds[0], "bf16", page, "sparse_topk",
+                                       index_dtype="fp8_e4m3"))
     return out
 
 

@@ -12,6 +12,11 @@ declares the ``sparse_topk`` feature, on every device tests can reach, gets
 
 and probes: an index dtype, indexer size or top-k outside the declaration must be refused.
 Every backend that serves MLA but not sparse_topk gets a DSA layer that it must refuse.
+
+A backend with kernel variants also gets, on CUDA, each variant alone (its kernel table for
+every role, as ``attnkit tune`` and a plan hand it) inside its own envelope: the declared
+widths its dtypes allow, as many query heads as its ``min_heads``, a top-k of several key tiles
+with a partial last one, every mode and the garbage edge (decode).
 """
 from __future__ import annotations
 
@@ -27,6 +32,8 @@ DSA_HEADS = 4                             # query heads of the MLA layer
 ANY_SPARSE_DIMS = ((4, 32), (2, 16))      # (index_n_heads, index_head_dim) for "any"
 ANY_TOPKS = (4, 8)                        # small, so that selection matters
 MODES = ("decode", "prefill", "prefix", "mixed")
+VARIANT_TOPK = 72     # 64-row tiles: two, the second partial (bf16 index keys at a larger
+#                      top-k made prefill rows whose top-k boundary is a near-tie in every draw)
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,8 @@ class DSAConf:
     edge: str | None = None          # garbage | ties | short
     probe: str | None = None
     skip: str | None = None
+    variant: str | None = None       # a kernel variant run alone (None: the backend's choice)
+    heads: int = DSA_HEADS
 
     @property
     def id(self) -> str:
@@ -51,7 +60,8 @@ class DSAConf:
                          self.dtype, f"kv-{self.kv_dtype}", f"idx-{self.index_dtype}",
                          f"p{self.page_size}", f"mla{self.mla_dims[0]}-{self.mla_dims[1]}",
                          f"ih{self.sparse_dims[0]}-{self.sparse_dims[1]}", f"top{self.topk}"]
-                        + ([self.mode] if (self.edge or self.probe) else []))
+                        + ([self.mode] if (self.edge or self.probe) else [])
+                        + ([f"{self.variant}-h{self.heads}"] if self.variant else []))
 
     @property
     def seed(self) -> int:
@@ -146,6 +156,28 @@ def edges(decl, device: str) -> list[DSAConf]:
     return out
 
 
+def variant_cases(decl, device: str) -> list[DSAConf]:
+    """Each declared kernel variant alone, on CUDA, in its own envelope (module docstring)."""
+    if device != "cuda":
+        return []
+    caps = decl.capabilities
+    ax = axes(decl, device)
+    out = []
+    for k in decl.variants:
+        dtype = next(d for d in ax["dtype"] if not k.dtypes or d in k.dtypes)
+        kv = next(d for d in caps.kv_cache_dtypes if d in (k.kv_cache_dtypes or (dtype,)))
+        pages = [p for p in ax["page_size"] if k.page_multiple is None or p % k.page_multiple == 0]
+        base = DSAConf(decl.name, device, dtype, kv, dtype if dtype in ax["index_dtype"] else
+                       ax["index_dtype"][0], pages[-1], ax["mla_dims"][0], ax["sparse_dims"][0],
+                       VARIANT_TOPK, "decode", variant=k.name, heads=max(DSA_HEADS, k.min_heads or 0))
+        # no "prefill" mode: its 2k + 7 fresh rows of bf16 index keys at 64 indexer heads gave a
+        # near-tie at some row's top-k boundary in every draw; "mixed" has a fresh prefill
+        out += [replace(base, mode=m, page_size=pages[i % len(pages)])
+                for i, m in enumerate(ax["mode"]) if m != "prefill"]
+        out.append(replace(base, mode="decode", edge="garbage"))
+    return out
+
+
 def probes(decl, device: str) -> list[DSAConf]:
     """A DSA input just outside the declaration, each of which must raise AttnkitError."""
     caps = decl.capabilities
@@ -193,7 +225,7 @@ def all_cases() -> tuple[list[DSAConf], list[DSAConf]]:
         skip = _missing_requirement(decl)
         for device in _devices(decl):
             why = skip or _interpreter_skip(device)
-            confs = covering(decl, device) + edges(decl, device)
+            confs = covering(decl, device) + edges(decl, device) + variant_cases(decl, device)
             accuracy += [replace(c, skip=why) for c in dict.fromkeys(confs)]
             refusals += [replace(c, skip=why) for c in probes(decl, device)]
     return accuracy, refusals + refusers()

@@ -8,8 +8,9 @@ import copy
 import pytest
 import torch
 
-from attnkit import reference
+from attnkit import reference, reference_dsa
 from attnkit.backends.batch import Request, build_batch, slots_of
+from attnkit.backends.sparse import IndexerInputs
 from attnkit.backends.static import StaticDecode
 from attnkit.errors import AttnkitError
 from attnkit.kvcache.allocator import PageAllocator
@@ -19,6 +20,7 @@ from attnkit.registry import load_backend
 from attnkit.reference_dca import dual_chunk_reference
 from capture_cases import (BUCKET, ROUNDS, CaptureConf, cases, capturable, lengths, max_pages,
                            missing, not_capturable)
+from dsa_factory import NEAR_TIE, make_dsa_layer
 from factories import assert_close, make_layer, torch_dtype
 
 DCA = DualChunkConfig(chunk_size=16, local_size=4)          # cl = 12
@@ -38,6 +40,8 @@ class Unreadable(list):
 def _layer(conf: CaptureConf):
     f = conf.feature
     common = dict(dtype=conf.dtype, device=conf.device, seed=7)
+    if f == "sparse_topk":       # top-k 8 of up to 127 cached keys, indexer 4 heads x 32
+        return make_dsa_layer(topk=8, index_heads=4, index_dim=32, num_heads=4, **common)
     if conf.kind == "mla":
         return make_layer(kind="mla", num_heads=4, **common)
     if f == "dual_chunk":
@@ -61,7 +65,7 @@ class Rig:
         scratch = StaticDecode.scratch_need(BUCKET, self.page)
         self.num_pages = BUCKET * self.pages + scratch               # the last ones: scratch
         self.cache = PagedKVCache([spec], num_pages=self.num_pages, page_size=self.page,
-                                  dtype=self.dtype, device=self.dev)
+                                  dtype=self.dtype, device=self.dev, index_dtype=conf.index_dtype)
         self.static = StaticDecode(max_batch=BUCKET, max_pages=self.pages, page_size=self.page,
                                    scratch_pages=range(self.num_pages - scratch, self.num_pages),
                                    device=self.dev)
@@ -72,6 +76,8 @@ class Rig:
         self.step = self.backend.prepare_static(self.static.meta(BUCKET), self.cache,
                                                 max_seq_len=self.static.max_seq_len)
         self.q, self.k, self.v = self._draw(BUCKET, torch.Generator().manual_seed(0))
+        self.indexer = (self._draw_indexer(BUCKET, torch.Generator().manual_seed(0))
+                        if spec.sparse_topk is not None else None)     # static inputs too
         self.run = self._replayer()
 
     def _rand(self, gen, *shape):
@@ -87,9 +93,19 @@ class Rig:
                 self._rand(gen, n, s.num_kv_heads, s.head_dim),
                 self._rand(gen, n, s.num_kv_heads, s.value_dim))
 
+    def _draw_indexer(self, n: int, gen) -> IndexerInputs:
+        """A DSA layer's indexer inputs for n rows: q [n, H_i, D_i], weights [n, H_i] fp32, k [n, D_i]."""
+        sp = self.spec.sparse_topk
+        return IndexerInputs(self._rand(gen, n, sp.index_n_heads, sp.index_head_dim),
+                             torch.randn(n, sp.index_n_heads, generator=gen).to(self.dev),
+                             self._rand(gen, n, sp.index_head_dim))
+
     def _body(self):
         self.backend.refill_static(self.step)
-        return self.backend.forward(self.q, self.k, self.v, self.layer, self.cache, self.step)
+        if self.indexer is None:
+            return self.backend.forward(self.q, self.k, self.v, self.layer, self.cache, self.step)
+        return self.backend.forward(self.q, self.k, self.v, self.layer, self.cache, self.step,
+                                    indexer=self.indexer)
 
     def _replayer(self):
         if self.dev.type != "cuda":
@@ -118,12 +134,18 @@ class Rig:
         n = len(reqs)
         if self.spec.dual_chunk:
             q, k, v, want = self._dual_chunk_round(reqs, gen)
+        elif self.indexer is not None:
+            q, k, v, want = self._dsa_round(reqs, gen)
         else:
             q, k, v, want = self._plain_round(reqs, gen)
         expected = copy.deepcopy(self.cache)               # what the real writes alone leave
         slots = torch.tensor([slots_of(r.block_table, (r.prefix_len,), self.page)[0] for r in reqs],
                              dtype=torch.int64, device=self.dev)
         expected.write(self.spec.layer_id, slots, k[:n], None if v is None else v[:n])
+        if self.indexer is not None:
+            expected.write_index(self.spec.layer_id, slots, self._next_indexer.k[:n])
+            for name in ("q", "weights", "k"):
+                getattr(self.indexer, name).copy_(getattr(self._next_indexer, name))
         self.q.copy_(q)
         self.k.copy_(k)
         if v is not None:
@@ -150,6 +172,33 @@ class Rig:
         want = reference.attention(q[:n], k[:n], None if v is None else v[:n], self.layer,
                                    self.cache, meta)
         return q, k, v, want
+
+    def _dsa_round(self, reqs, gen):
+        """_plain_round plus the indexer: the cached prefixes' index keys, the step's indexer
+        inputs (drawn again while a real row's top-k boundary is a near-tie, which rounding
+        could flip) and the float64 DSA reference of the real rows."""
+        lid, n = self.spec.layer_id, len(reqs)
+        slots = [s for r in reqs for s in slots_of(r.block_table, range(r.prefix_len), self.page)]
+        if slots:
+            at = torch.tensor(slots, device=self.dev)
+            pk = self._draw(len(slots), gen)[1]
+            self.cache.write(lid, at, pk, None)
+            self.cache.write_index(lid, at, self._draw_indexer(len(slots), gen).k)
+        q, k, _ = self._draw(BUCKET, gen)
+        meta = build_batch(reqs, page_size=self.page, device=self.dev)
+        topk = self.spec.sparse_topk.topk
+        for _ in range(50):
+            full = self._draw_indexer(BUCKET, gen)
+            ix = IndexerInputs(full.q[:n], full.weights[:n], full.k[:n])
+            rows = reference_dsa.index_scores(self.layer, self.cache, meta, indexer=ix)
+            gaps = [(r.sort(descending=True).values, r.abs().max().item()) for r in rows if r.numel() > topk]
+            if not any(0 < (top[topk - 1] - top[topk]).item() < NEAR_TIE * big for top, big in gaps):
+                break
+        else:
+            raise AssertionError("no indexer draw without a near-tie in 50 attempts")
+        self._next_indexer = full
+        want = reference_dsa.attention(q[:n], k[:n], None, self.layer, self.cache, meta, indexer=ix)
+        return q, k, None, want
 
     def _dual_chunk_round(self, reqs, gen):
         """Raw sequences: the cache holds their keys rotated at chunk-local positions; the
@@ -187,7 +236,7 @@ class Rig:
     def _check_cache(self, expected) -> None:
         """Every page but the scratch pages holds exactly what the real requests wrote."""
         lid, keep = self.spec.layer_id, slice(0, self.owned)
-        for name in ("k", "v", "latent"):
+        for name in ("k", "v", "latent", "index_k", "index_k_scale"):
             got, want = getattr(self.cache, name).get(lid), getattr(expected, name).get(lid)
             if got is not None:
                 assert torch.equal(got[keep], want[keep]), f"{self.conf.id}: cache {name} differs"
@@ -269,4 +318,24 @@ def test_padded_rows_writing_a_real_page_fail(monkeypatch):
     monkeypatch.setattr(StaticDecode, "_padded", lambda self, row: (0, row % self.page_size))
     rig = Rig(CPU_TRITON)
     with pytest.raises(AssertionError, match="cache k differs"):
+        rig.replay_round(1, lengths(ROUNDS[1], rig.page))
+
+
+@pytest.mark.interpreter
+def test_dsa_scores_sized_for_the_capture_time_lengths_fail(monkeypatch):
+    """A DSA static step scored over the lengths of the moment (one key a padded row) never
+    sees most of a later request's context: its top-k, and so its output, are wrong."""
+    from attnkit.backends.triton_dsa import backend as dsa_backend
+
+    original = dsa_backend.TritonDSABackend.capture_plan
+
+    def stale(self, meta, cache, *, max_seq_len):
+        step = original(self, meta, cache, max_seq_len=max_seq_len)
+        step.prepared.max_kv = max(meta.seq_lens_cpu)
+        return step
+
+    monkeypatch.setattr(dsa_backend.TritonDSABackend, "capture_plan", stale)
+    conf = next(c for c in cases() if c.backend == "triton_dsa" and c.device == "cpu")
+    rig = Rig(conf)
+    with pytest.raises(AssertionError, match="max \\|out - ref\\|"):
         rig.replay_round(1, lengths(ROUNDS[1], rig.page))

@@ -14,7 +14,8 @@ from attnkit import reference, reference_dsa
 from attnkit.backends.sparse import IndexerInputs
 from attnkit.errors import AttnkitError
 from attnkit.model.spec import MLAConfig
-from attnkit.registry import load_backend
+from attnkit.registry import declarations, load_backend
+from attnkit.registry.kernels import KernelTable
 from conformance_cases import DEFAULT_FP8_TOLERANCE, params, torch_device
 from dsa_cases import DSAConf, all_cases, lengths
 from dsa_factory import make_dsa_case, make_dsa_layer
@@ -27,7 +28,7 @@ def build(c: DSAConf):
     rank, rope = c.mla_dims
     width = 128 if rank >= 512 else 32
     layer = make_dsa_layer(topk=c.topk, index_heads=c.sparse_dims[0], index_dim=c.sparse_dims[1],
-                           num_heads=4, mla=MLAConfig(rank, rope, width, width), dtype=c.dtype,
+                           num_heads=c.heads, mla=MLAConfig(rank, rope, width, width), dtype=c.dtype,
                            device=torch_device(c.device), seed=c.seed)
     prefix, new = lengths(c)
     return make_dsa_case(layer, prefix_lens=prefix, new_lens=new, page_size=c.page_size,
@@ -37,7 +38,12 @@ def build(c: DSAConf):
 
 
 def run(c: DSAConf, dsa):
-    backend = load_backend(c.backend)
+    """The backend's forward; a variant case hands it that variant alone for every role."""
+    options = {}
+    if c.variant is not None:
+        k = next(k for k in declarations()[c.backend].variants if k.name == c.variant)
+        options["kernels"] = {role: KernelTable.only(role, k.name) for role in k.roles}
+    backend = load_backend(c.backend, **options)
     step = backend.prepare(dsa.meta, dsa.cache)
     return backend.forward(dsa.q, dsa.k, dsa.v, dsa.layer, dsa.cache, step, indexer=dsa.indexer)
 

@@ -19,7 +19,7 @@ from attnkit.backends.paged_torch import (PagedStep, begin_forward, gather_kv, l
 from attnkit.backends.torch_native.declaration import DECLARATION
 from attnkit.backends.torch_native.mha import F32, attend_mha
 from attnkit.backends.torch_native.mla import attend_mla
-from attnkit.backends.torch_native.sparse import topk_mask
+from attnkit.backends.torch_native.sparse import nan_rows, topk_mask
 
 
 
@@ -78,9 +78,12 @@ class TorchNativeBackend(AttentionBackend):
             if n and s:                    # no keys (empty encoder): output stays zero
                 k_i, v_i = gather_kv(cache, layer, index.request_slots(i), F32)   # [S, ...]
                 mask = _mask(paged, layer, i, n, s, q.device)
+                blind = None
                 if indexer is not None:
-                    mask = _selected(indexer, layer, cache, index, meta, i, start, n, mask)
+                    mask, blind = _selected(indexer, layer, cache, index, meta, i, start, n, mask)
                 out[start:start + n] = attend(q32[start:start + n], k_i, v_i, mask, layer)
+                if blind is not None:          # a non-finite index key seen: a NaN row
+                    out[start:start + n][blind] = float("nan")
             start += n
         return out.reshape(num_tokens, spec.num_heads * dv)
 
@@ -91,13 +94,14 @@ class TorchNativeBackend(AttentionBackend):
 
 
 def _selected(indexer, layer: RuntimeLayer, cache, index, meta, i: int, start: int, n: int, mask):
-    """Request i's DSA mask [n, S]: its visibility mask (None: all) and the indexer's top-k."""
+    """Request i's DSA mask [n, S] (its visibility mask, None: all, and the indexer's top-k)
+    and [n] bool, its tokens that saw a non-finite index key (sparse.nan_rows)."""
     keys = cache.read_index(layer.layer_id, index.request_slots(i))          # [S, D_i] float32
     prefix = meta.prefix_lens_cpu[i]
     positions = torch.arange(prefix, prefix + n, device=keys.device)
     chosen = topk_mask(indexer.q[start:start + n], indexer.weights[start:start + n], keys,
                        positions, layer.spec.sparse_topk.topk)
-    return chosen if mask is None else chosen & mask
+    return (chosen if mask is None else chosen & mask), nan_rows(keys, positions)
 
 
 def _mask(paged: PagedStep, layer: RuntimeLayer, i: int, n: int, s: int, device):

@@ -3,7 +3,8 @@
 Per request: score its gathered index keys in float32, order each query's candidates by
 (score descending, position ascending) with a stable sort, keep the first topk, and hand the
 result to the MLA path (mla.py) as its visibility mask, so only the selected latent rows
-reach the softmax (the others are masked out, never multiplied by zero).
+reach the softmax (the others are masked out, never multiplied by zero). A token one of whose
+visible index keys holds a NaN or inf (``nan_rows``) gets a NaN output row (docs/dsa.md).
 """
 from __future__ import annotations
 
@@ -44,3 +45,11 @@ def topk_mask(q: torch.Tensor, weights: torch.Tensor, keys: torch.Tensor, positi
     chosen = torch.zeros_like(causal)
     chosen.scatter_(1, order, True)
     return chosen & causal          # rows with fewer than topk candidates picked -inf ones too
+
+
+def nan_rows(keys: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """One request. keys: [S, D_i] float32 index keys of its positions 0..S-1 (as read back);
+    positions: [n] int64 of its new tokens. Returns [n] bool: True where a key at a position
+    <= the token's holds a NaN or inf (its scores cannot be ranked)."""
+    bad = (~torch.isfinite(keys).all(dim=1)).to(torch.int8)                      # [S]
+    return torch.cummax(bad, dim=0).values.bool()[positions]

@@ -1,5 +1,11 @@
 """Per-step index tensors of the triton_dsa backend, built once from the batch metadata's host
-lists (no device synchronisation) and shared by every DSA layer of the step."""
+lists (no device synchronisation) and shared by every DSA layer of the step.
+
+A static (CUDA-graph) decode step (``static_step``) holds no value a refill changes: each row is
+one token of its own request (request = row, one token a score tile), its position and block
+table are the metadata's own buffers, read in place, and the score width is the longest KV the
+tables address (``max_seq_len``), so the score kernel's grid and the top-k's width are the same
+at every replay; positions past a row's token score -inf and are never selected."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,11 +18,11 @@ from attnkit.backends.metadata import BatchMetadata
 
 @dataclass(slots=True)
 class DSAStep:
-    """token_request / token_position: [T] int32, each new token's request and absolute
-    position; block_tables: [B, P] int32; max_kv: the longest request's KV length;
-    tiles: {block_t: (request [W] int32, first token [W] int32)} for the score kernel
-    (tiles of up to block_t consecutive tokens of one request); max_query_len: the most new
-    tokens of one request."""
+    """token_request / token_position: [T] int32 (a static step's positions: int64), each new
+    token's request and absolute position; block_tables: [B, P] int32; max_kv: the longest
+    request's KV length (a static step: the longest its tables address); tiles: {block_t:
+    (request [W] int32, first token [W] int32)} for the score kernel (tiles of up to block_t
+    consecutive tokens of one request); max_query_len: the most new tokens of one request."""
     token_request: torch.Tensor
     token_position: torch.Tensor
     block_tables: torch.Tensor
@@ -35,6 +41,15 @@ class DSAStep:
             if i == len(starts) - 1 or starts[i + 1] - starts[first] > max_tokens:
                 yield starts[first], starts[i], first, i
                 first = i
+
+
+def static_step(meta: BatchMetadata, *, max_seq_len: int) -> DSAStep:
+    """The step of a static DECODE bucket of ``meta.num_reqs`` rows (StaticDecode's buffers):
+    token_position is meta.positions [B] int64 and block_tables meta.block_tables [B, P]
+    int32, both read in place; max_kv = ``max_seq_len``."""
+    rows = torch.arange(meta.num_reqs, dtype=torch.int32, device=meta.block_tables.device)
+    return DSAStep(rows, meta.positions, meta.block_tables, max_seq_len, 1, {1: (rows, rows)},
+                   list(range(meta.num_reqs)))
 
 
 def build_step(meta: BatchMetadata, device, *, head_rows: int, max_rows: int = 128) -> DSAStep:

@@ -10,11 +10,26 @@ from typing import Any, Mapping
 
 from attnkit.backends.gpu_runs import H200_2026_12_02
 from attnkit.registry.capabilities import BackendDeclaration, Capabilities
+from attnkit.registry.kernels import KernelVariant
 
 # tl.arange extents, so powers of two: DeepSeek-V3.2's sizes on the GPU (latent 512 + 64,
 # indexer 64 heads x 128), toy sizes on the interpreter (tests/triton_dsa, tests/conformance).
 MLA_DIMS = ((512, 64), (64, 16))
 SPARSE_DIMS = ((64, 128), (4, 32))
+
+# The sparse attention kernel's variants (registry/kernels.py): the plan orders them per role and
+# measured bucket; without a plan the first that can take the call runs, in this order: the
+# Gluon kernel where it can run, then the Triton kernel, which takes every call.
+ROLES = ("prefill", "extend", "decode")
+VARIANTS = (
+    KernelVariant("sparse_ws", ROLES, "Gluon warp-specialised sparse MLA: the selected latent "
+                  "rows gathered by cp.async into a shared-memory ring, one Q.K per tile for 64 "
+                  "heads, P.V split over two warpgroups", compute_capability=((9, 0), (9, 0)),
+                  triton=("3.6", "3.7"), dtypes=("bf16",), kv_cache_dtypes=("bf16",),
+                  min_heads=64),
+    KernelVariant("sparse_tile", ROLES, "Triton sparse MLA: triton_mla's absorbed tile over the "
+                  "gathered rows; every dtype, latent width and head count"),
+)
 
 DECLARATION = BackendDeclaration(
     name="triton_dsa",
@@ -31,7 +46,7 @@ DECLARATION = BackendDeclaration(
         kv_cache_dtypes=("fp32", "fp16", "bf16", "fp8_e4m3"),
         page_sizes=(1, 16, 32, 64),
         phases=("prefill", "decode"),
-        features=frozenset({"sparse_topk"}),
+        features=frozenset({"sparse_topk", "cuda_graph"}),
         requires=("torch", "triton"),
         mla_dims=MLA_DIMS,
         sparse_dims=SPARSE_DIMS,
@@ -39,6 +54,8 @@ DECLARATION = BackendDeclaration(
         index_dtypes=("fp32", "fp16", "bf16", "fp8_e4m3"),
         verified=(H200_2026_12_02,),
     ),
+    variants=VARIANTS,
+    launch_config="attnkit.backends.triton_dsa.configs:launch_config",
     check="attnkit.backends.triton_dsa.declaration:check",
     runtime_check="attnkit.backends.triton_dsa.declaration:runtime_check",
 )

@@ -15,12 +15,20 @@ pack (the fp32 score as an order-preserving int32, 2^32 - 1 - position), so equa
 rank the LOWER position first and the result does not depend on topk's tie handling. The
 score kernel writes these keys itself (``packed=True``), so the float scores never make a
 round trip through memory; ``pack_keys`` builds the same keys from float scores.
+
+Non-finite index keys (docs/dsa.md): a cached key holding a NaN or inf (or an fp8 key whose
+scale is) makes q . k non-finite for every head, so the kernel scores that position NaN, and
+every NaN packs to one key above all others (``NAN_BITS``); ``topk_and_nan_rows`` reads it off
+each row's best key. The backend makes such a token's output row NaN.
 """
 from __future__ import annotations
 
 import torch
 import triton
 import triton.language as tl
+
+INF_BITS = 0x7F800000    # +inf as int32 bits: above it (as ordered keys) only NaN, packed as
+NAN_BITS = 0x7FFFFFFF    # this one NaN, the largest key there is
 
 
 @triton.jit
@@ -70,7 +78,9 @@ def _index_score_kernel(
         if HAS_SCALE:
             ks = tl.load(KScale + page * stride_sp + offs_n % PAGE_SIZE, mask=k_ok, other=0.0)
             qk = qk * ks[None, :]
-        part = tl.maximum(qk, 0.0) * wt[:, None]
+        # a non-finite key (NaN / inf, or its fp8 scale) makes every head's product
+        # non-finite: its score is NaN (relu alone may turn NaN into 0 on the GPU)
+        part = tl.where(tl.abs(qk) < float("inf"), tl.maximum(qk, 0.0) * wt[:, None], float("nan"))
         score = tl.sum(tl.reshape(part, [BLOCK_T, HP, BLOCK_N]), axis=1)  # [BLOCK_T, BLOCK_N]
     else:
         score = tl.zeros([BLOCK_T, BLOCK_N], tl.float32)
@@ -79,6 +89,7 @@ def _index_score_kernel(
     if PACKED:
         # -0.0 becomes 0.0 (they tie); a where, as a compiler may fold away x + 0.0
         bits = tl.where(score == 0.0, 0.0, score).to(tl.int32, bitcast=True)
+        bits = tl.where(score != score, 2147483647, bits)      # every NaN: NAN_BITS, the top key
         ordered = tl.where(bits < 0, bits ^ 2147483647, bits).to(tl.int64)
         low = 4294967295 - offs_n.to(tl.int64)
         out = (ordered << 32) | low[None, :]
@@ -148,6 +159,7 @@ def pack_keys(scores: torch.Tensor) -> torch.Tensor:
     bits as an order-preserving int32 (after + 0.0, so -0.0 ties 0.0) in the high half,
     2^32 - 1 - position in the low half. The score kernel writes the same keys (PACKED)."""
     bits = (scores + 0.0).view(torch.int32)
+    bits = torch.where(torch.isnan(scores), NAN_BITS, bits)
     ordered = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits).to(torch.int64)  # monotone in score
     pos = torch.arange(scores.shape[1], dtype=torch.int64, device=scores.device)
     return (ordered << 32) | (0xFFFFFFFF - pos)
@@ -158,14 +170,22 @@ def topk_of_keys(keys: torch.Tensor, token_position: torch.Tensor, topk: int) ->
     row (torch.topk: any tie handling gives the same, the keys are distinct), best first;
     positions past token_position (they scored -inf) become -1, so a token seeing fewer than
     ``topk`` keys selects all of 0..p and -1 pads the rest."""
+    return topk_and_nan_rows(keys, token_position, topk)[0]
+
+
+def topk_and_nan_rows(keys: torch.Tensor, token_position: torch.Tensor,
+                      topk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(topk_of_keys' [T, topk] int32 positions, [T] bool: the rows that scored a NaN, i.e. saw
+    a non-finite index key; NaN packs to the largest key, so it is each such row's first)."""
     T, S = keys.shape
     k = min(topk, S)
     top = torch.topk(keys, k, dim=1, sorted=True).values
+    nan_rows = (top[:, 0] >> 32) > INF_BITS
     idx = 0xFFFFFFFF - (top & 0xFFFFFFFF)
     idx = torch.where(idx <= token_position.to(torch.int64)[:, None], idx, -1).to(torch.int32)
     if k < topk:
         idx = torch.cat([idx, idx.new_full((T, topk - k), -1)], dim=1)
-    return idx
+    return idx, nan_rows
 
 
 def select_topk(scores: torch.Tensor, token_position: torch.Tensor, topk: int) -> torch.Tensor:

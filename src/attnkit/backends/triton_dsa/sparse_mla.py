@@ -21,7 +21,8 @@ import triton
 import triton.language as tl
 
 from attnkit.backends._triton import LOG2E, NEG_BIG, online_softmax_step, split_range
-from attnkit.backends.triton_mla.configs import absorbed_config
+from attnkit.backends.triton_dsa.configs import (GLUON_FORMS, SPARSE_WS, WS_HEADS,
+                                                 sparse_tile_config)
 from attnkit.backends.triton_mla.decode import _reduce_splits_kernel, choose_splits
 
 
@@ -51,7 +52,7 @@ def _sparse_mla_kernel(
     BLOCK_N: tl.constexpr, DIRECT: tl.constexpr, DOT_PREC: tl.constexpr,
 ):
     """Q: [T, H, L + R]; Cache: [slots, L + R] rows ROW elements apart; Slots: [T, topk]
-    int32 (-1: none); Out: [T, H, S, L] fp32 partials (DIRECT: [T, H, L] fp32 final); Lse:
+    int32 (-1: none); Out: [T, H, S, L] fp32 partials (DIRECT: [T, H, L] final, in its dtype); Lse:
     [T, H, S] fp32 base-2 log-sum-exp of each split.
     Grid (head blocks, T, splits); head blocks vary fastest so the programs of one token,
     which gather the same rows, run together and share them through L2."""
@@ -109,35 +110,66 @@ def selected_slots(indices, block_table, token_request, *, page_size: int) -> to
 
 def sparse_tile(q_lat, topk: int, *, L: int, block_h: int = 64) -> dict:
     """The launch shape for ``q_lat`` [T, H, L + R] over ``topk`` indices a token on its
-    device: triton_mla's absorbed tile for programs of ``block_h`` heads (configs.absorbed_config,
-    the same kernel body) and the fewest splits of the index list that fill the SMs."""
+    device: the Triton kernel's tile for programs of ``block_h`` heads
+    (configs.sparse_tile_config) and the fewest splits of the index list that fill the SMs."""
     T, H, _ = q_lat.shape
-    fp32 = q_lat.dtype == torch.float32
-    # fp32 tiles are twice the bytes: 16 heads a program, as triton_mla's; >= 16 for the MMA
-    block_h = max(16, min(16 if fp32 else block_h, triton.next_power_of_2(H)))
-    if q_lat.is_cuda:
-        props = torch.cuda.get_device_properties(q_lat.device)
-        smem_kb = props.shared_memory_per_block_optin // 1024
-        sms = props.multi_processor_count
-    else:
-        smem_kb, sms = 227, 4
-    tile = absorbed_config(block_h, L, fp32=fp32, smem_kb=smem_kb)
-    programs = triton.cdiv(H, block_h) * T
+    smem_kb, sms = _geometry(q_lat.device)
+    tile = sparse_tile_config(H, L, fp32=q_lat.dtype == torch.float32, smem_kb=smem_kb,
+                              block_h=block_h)
+    programs = triton.cdiv(H, tile["block_h"]) * T
     splits = choose_splits(programs, topk, slots=sms * tile.pop("programs_per_sm"), min_keys=64)
-    return dict(tile, block_h=block_h, num_splits=splits)
+    return dict(tile, num_splits=splits)
+
+
+def ws_tile(q_lat, topk: int, *, form: str = SPARSE_WS) -> dict:
+    """sparse_mla's keywords for the Gluon kernel in ``form`` over ``q_lat`` [T, H, L + R]:
+    the fewest splits of the index list that fill the SMs (one 64-head CTA an SM)."""
+    T, H, _ = q_lat.shape
+    _, sms = _geometry(q_lat.device)
+    programs = triton.cdiv(H, WS_HEADS) * T
+    return dict(kernel=form, num_splits=choose_splits(programs, topk, slots=sms,
+                                                      min_keys=GLUON_FORMS[form][0]))
+
+
+def ws_ready(q_lat, latent, *, L: int) -> bool:
+    """Whether the Gluon kernel (variant sparse_ws) serves this call: the Triton its Gluon
+    code is written for (the variant's declared range), a compiled launch on an sm_90 GPU,
+    and sparse_gluon.gluon_serves's shapes (bf16, L 512 + R 64, heads a multiple of 64)."""
+    from attnkit.backends._triton import interpreting
+    from attnkit.backends.triton_dsa.declaration import VARIANTS
+    from attnkit.registry.kernels import in_version_range
+    bounds = next(k.triton for k in VARIANTS if k.name == "sparse_ws")
+    if not q_lat.is_cuda or interpreting() or not in_version_range(triton.__version__, bounds):
+        return False
+    try:        # Gluon's Hopper API as the declared Triton spells it
+        from attnkit.backends.triton_dsa.sparse_gluon import gluon_serves
+    except ImportError:         # pragma: no cover - depends on the installed Triton
+        return False
+    return gluon_serves(q_lat, latent.view(-1, latent.shape[-1]), L=L)
+
+
+def _geometry(device) -> tuple[int, int]:
+    """(shared memory a block may opt into in KB, SMs) of ``device``; a CPU: an sm_90's."""
+    if device.type != "cuda":
+        return 227, 4
+    props = torch.cuda.get_device_properties(device)
+    return props.shared_memory_per_block_optin // 1024, props.multi_processor_count
 
 
 def sparse_mla(q_lat, latent, block_table, token_request, indices, *, scale: float, L: int,
                kv_scale: float = 1.0, num_splits: int = 1, block_h: int = 64,
                block_n: int = 32, num_warps: int = 4, num_stages: int = 2,
-               return_lse: bool = False):
+               return_lse: bool = False, kernel: str = "triton"):
     """out_lat [T, H, L] in q_lat's dtype (and, with ``return_lse``, the natural-log LSE
     [T, H] fp32 of each row's logits; -inf where a token selected nothing).
 
     q_lat: [T, H, L + R] (absorbed query: q_nope @ W_kc, then q_pe); latent: [pages, page,
     L + R] of the compute dtype, or fp8 e4m3 with ``kv_scale`` undoing its storage scale;
     block_table: [B, P] int32; token_request: [T] int32; indices: [T, topk] int32 positions
-    of the token's request (-1: none); ``scale``: the layer's softmax scale."""
+    of the token's request (-1: none); ``scale``: the layer's softmax scale.
+    ``kernel``: "triton" (this module's kernel, every dtype and width) or a form of
+    sparse_gluon.GLUON_FORMS (bf16, L 512 + R 64, H a multiple of 64, sm_90; see
+    sparse_gluon.gluon_serves), which ignores the Triton tile options."""
     T, H, D = q_lat.shape
     R = D - L
     topk = indices.shape[1]
@@ -148,20 +180,29 @@ def sparse_mla(q_lat, latent, block_table, token_request, indices, *, scale: flo
     num_splits = max(1, min(num_splits, triton.cdiv(topk, block_n)))
     # with return_lse a single split still stores its LSE (the merge kernel is skipped)
     direct = num_splits == 1 and not return_lse
-    partial = torch.empty(T, H, num_splits, L, dtype=torch.float32, device=q_lat.device)
+    # DIRECT: the kernel writes the final rows into out (split stride 0), no fp32 partial
+    partial = out if direct else torch.empty(T, H, num_splits, L, dtype=torch.float32,
+                                             device=q_lat.device)
+    p_strides = (out.stride(0), out.stride(1), 0) if direct else partial.stride()[:3]
     lse = torch.empty(T, H, num_splits, dtype=torch.float32, device=q_lat.device)
     slots = selected_slots(indices, block_table, token_request, page_size=latent.shape[1])
     rows = latent.view(-1, latent.shape[-1])         # [pages * page, L + R]: one row a slot
-    _sparse_mla_kernel[(triton.cdiv(H, block_h), T, num_splits)](
-        q_lat, rows, slots, partial, lse, q_lat.stride(0), q_lat.stride(1),
-        partial.stride(0), partial.stride(1), partial.stride(2), lse.stride(0), lse.stride(1),
-        scale * kv_scale * LOG2E, kv_scale, H, topk, num_splits,
-        L=L, R=R, ROW=rows.stride(0), BLOCK_H=block_h, BLOCK_N=block_n,
-        DIRECT=direct, DOT_PREC="ieee" if q_lat.dtype == torch.float32 else "tf32",
-        num_warps=num_warps, num_stages=num_stages,
-    )
+    if kernel == "triton":
+        _sparse_mla_kernel[(triton.cdiv(H, block_h), T, num_splits)](
+            q_lat, rows, slots, partial, lse, q_lat.stride(0), q_lat.stride(1), *p_strides,
+            lse.stride(0), lse.stride(1), scale * kv_scale * LOG2E, kv_scale, H, topk, num_splits,
+            L=L, R=R, ROW=rows.stride(0), BLOCK_H=block_h, BLOCK_N=block_n,
+            DIRECT=direct, DOT_PREC="ieee" if q_lat.dtype == torch.float32 else "tf32",
+            num_warps=num_warps, num_stages=num_stages,
+        )
+    else:
+        from attnkit.backends.triton_dsa.sparse_gluon import launch_sparse_gluon
+        launch_sparse_gluon(q_lat, rows, slots, partial, lse, p_strides,
+                            qk_scale=scale * kv_scale * LOG2E, v_scale=kv_scale,
+                            num_splits=num_splits, direct=direct, form=kernel)
     if num_splits == 1:
-        out.copy_(partial[:, :, 0])
+        if not direct:
+            out.copy_(partial[:, :, 0])
     else:
         block_l = min(128, L)
         _reduce_splits_kernel[(T, H, L // block_l)](
