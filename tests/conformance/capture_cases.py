@@ -42,13 +42,17 @@ class CaptureConf:
     feature: str | None
     options: tuple = ()
     index_dtype: str | None = None       # DSA layers: the index-key cache's (None: the KV dtype)
+    model_sizes: bool = False            # DSA layers: the declaration's first (largest) latent
+                                         # and indexer sizes, 64 heads, top-k 64 (else toy sizes)
 
     @property
     def id(self) -> str:
         opts = "-".join(f"{k}{v}" for k, v in self.options)
         index = f"idx-{self.index_dtype}" if self.index_dtype else ""
+        sizes = "model-sizes" if self.model_sizes else ""
         return "-".join(p for p in (self.backend, self.device, self.kind, self.dtype,
-                                    f"p{self.page_size}", self.feature or "plain", index, opts) if p)
+                                    f"p{self.page_size}", self.feature or "plain", index, sizes,
+                                    opts) if p)
 
 
 def capturable() -> list:
@@ -102,6 +106,13 @@ def cases() -> list[CaptureConf]:
             if "cuda" in caps.platforms:
                 out.append(CaptureConf(decl.name, "cuda", caps.kinds[0], "bf16", page, "sparse_topk",
                                        index_dtype="fp8_e4m3"))
+        if "sparse_topk" in caps.features and "cuda" in caps.platforms and "bf16" in caps.dtypes:
+            # a model's sizes (DeepSeek-V3.2's where declared: the kernels a served model
+            # runs, e.g. a variant only such shapes take), on the page size it uses
+            pages = caps.page_sizes if isinstance(caps.page_sizes, tuple) else ()
+            out.append(CaptureConf(decl.name, "cuda", caps.kinds[0], "bf16",
+                                   64 if 64 in pages else _page_sizes(caps)[0], "sparse_topk",
+                                   model_sizes=True))
     return out
 
 

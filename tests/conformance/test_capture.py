@@ -15,8 +15,8 @@ from attnkit.backends.static import StaticDecode
 from attnkit.errors import AttnkitError
 from attnkit.kvcache.allocator import PageAllocator
 from attnkit.kvcache.paged import PagedKVCache
-from attnkit.model.spec import DualChunkConfig
-from attnkit.registry import load_backend
+from attnkit.model.spec import DualChunkConfig, MLAConfig
+from attnkit.registry import declarations, load_backend
 from attnkit.reference_dca import dual_chunk_reference
 from capture_cases import (BUCKET, ROUNDS, CaptureConf, cases, capturable, lengths, max_pages,
                            missing, not_capturable)
@@ -40,6 +40,11 @@ class Unreadable(list):
 def _layer(conf: CaptureConf):
     f = conf.feature
     common = dict(dtype=conf.dtype, device=conf.device, seed=7)
+    if f == "sparse_topk" and conf.model_sizes:      # top-k 64 of up to 511 keys, 64 heads
+        caps = declarations()[conf.backend].capabilities
+        (rank, rope), (ih, idim) = caps.mla_dims[0], caps.sparse_dims[0]
+        return make_dsa_layer(topk=64, index_heads=ih, index_dim=idim, num_heads=64,
+                              mla=MLAConfig(rank, rope, 128, 128), **common)
     if f == "sparse_topk":       # top-k 8 of up to 127 cached keys, indexer 4 heads x 32
         return make_dsa_layer(topk=8, index_heads=4, index_dim=32, num_heads=4, **common)
     if conf.kind == "mla":
