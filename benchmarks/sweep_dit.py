@@ -16,6 +16,8 @@ wan2.1-480p and hunyuanvideo-720p. Forms (``FORMS``: prefill_gluon_attention's a
     tiles         (keys a tile, K slots, V slots) of the rings, head-major
     persistent    one program an SM walking the blocks (prefill_gluon_persistent.py): a block's
                   loads start under the previous block's epilogue; head- or block-major
+    split         persistent with the split tail: the last, partial wave's items cut along the
+                  keys over every program and merged (split_tail.py)
 
 The ``persistent`` set runs alone (gpu_dit_sweep.sh gives it its own process and timeout): its
 kernel is new, and a hang there must not cost the main set. Each output is checked against
@@ -63,6 +65,12 @@ FORMS = {
     "block_major_128_2_2": dict(tiles=(128, 2, 2)),
     "block_major_128_3_2": dict(tiles=(128, 3, 2)),
     "persistent_block_major_64_6_6": dict(tiles=(64, 6, 6), programs="sms"),
+    # the split tail (prefill_gluon_persistent.py, split_tail.py): the last partial wave's
+    # items cut along the keys and dealt out to every program, the pieces merged after
+    "persistent_split_block_major": dict(tiles=(128, 4, 2), programs="sms", split_tail=True),
+    "persistent_split_block_major_128_2_2": dict(tiles=(128, 2, 2), programs="sms", split_tail=True),
+    "persistent_split_block_major_128_3_2": dict(tiles=(128, 3, 2), programs="sms", split_tail=True),
+    "persistent_split_head_major": dict(tiles=(128, 4, 2), head_major=True, programs="sms", split_tail=True),
 }
 MAIN = [f for f in FORMS if not f.startswith("persistent")]
 PERSISTENT = [f for f in FORMS if f.startswith("persistent")]
