@@ -118,12 +118,45 @@ def timed_cell(fn, flops: float, *, check=None, ref=None, reps: int = 10) -> dic
         ms = t["graph_ms"] if t["graph_ms"] is not None else t["eager_ms"]
         cell.update(ms=ms, tflops=flops / ms / 1e9, eager_ms=t["eager_ms"],
                     eager_tflops=flops / t["eager_ms"] / 1e9, note=t["note"])
+        if t["eager_ms"] < 5.0:           # short calls: the host's share of one (no sync between)
+            cell["host_us"] = host_us(fn)
         return cell
     except Exception as exc:  # noqa: BLE001 - a peer that cannot run is a cell, not a crash
         return failure_reason(exc)
     finally:
         if torch.cuda.is_available():
             torch.cuda.synchronize()
+
+
+def host_us(fn, *, calls: int = 10) -> float:
+    """Microseconds of host time one call of ``fn`` takes (``calls`` back to back, no sync
+    between: the GPU runs behind; what an eager engine pays per layer before the kernel runs)."""
+    import time
+
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return round(elapsed / calls * 1e6, 1)
+
+
+def host_profile(fn, *, top: int = 12) -> list[str]:
+    """The host functions one call of ``fn`` spends its time in (cProfile, by own time)."""
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(5):
+        fn()
+    prof.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(top)
+    return [line for line in text.getvalue().splitlines() if line.strip()][-top:]
 
 
 def kernels_of(fn, *, top: int = 2) -> list[str]:
@@ -188,6 +221,11 @@ def measure(name: str, *, reps: int, flex: bool = True, forward: bool = True,
         timed(f"attnkit_varlen_{kernel}", call, check=call)
     if "sdpa" in cells:
         row["kernels"]["attnkit_varlen_sdpa"] = kernels_of(lambda: backends["sdpa"].varlen(q, k, v, layer, batch))
+    if "gluon" in cells:                      # where an eager call's host time goes (5 calls)
+        try:
+            row["host_profile_gluon"] = host_profile(lambda: backends["gluon"].varlen(q, k, v, layer, batch))
+        except Exception as exc:  # noqa: BLE001
+            row["host_profile_gluon"] = [failure_reason(exc)]
 
     if not forward:
         return _ratios(row)
@@ -214,17 +252,17 @@ def _ratios(row: dict) -> dict:
 
 def table(results: dict) -> str:
     """RESULTS.md's DiT rows: per row and cell, TFLOP/s and x cuDNN, graph replays and eager."""
-    lines = ["| row | cell | graph TFLOP/s | x cuDNN | eager TFLOP/s | x cuDNN (eager) | rel. err |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines = ["| row | cell | graph TFLOP/s | x cuDNN | eager TFLOP/s | x cuDNN (eager) | host us a call | rel. err |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in results["rows"]:
         for key, val in r.items():
             if isinstance(val, dict) and "tflops" in val:
                 err = val.get("rel_err")
                 lines.append(f"| {r['row']} | {key} | {val['tflops']:.0f} | {r.get('vs_cudnn', {}).get(key, '')} | "
                              f"{val['eager_tflops']:.0f} | {r.get('vs_cudnn_eager', {}).get(key, '')} | "
-                             f"{'' if err is None else f'{err:.1e}'} |")
+                             f"{val.get('host_us', '')} | {'' if err is None else f'{err:.1e}'} |")
             elif isinstance(val, str) and key != "row":
-                lines.append(f"| {r['row']} | {key} | {val[:60]} | | | | |")
+                lines.append(f"| {r['row']} | {key} | {val[:60]} | | | | | |")
     kernels = [f"{r['row']} {key}: {', '.join(names)}" for r in results["rows"]
                for key, names in r.get("kernels", {}).items()]
     return "\n".join(lines + ([""] + [f"- {k}" for k in kernels] if kernels else []))

@@ -43,5 +43,5 @@ def test_the_table_shows_both_methods_against_cudnn():
                              "kernels": {"sdpa_cudnn": ["cudnn_fwd"]}})
     assert row["vs_cudnn"]["attnkit_varlen_gluon"] == 1.2 and row["vs_cudnn_eager"]["attnkit_varlen_gluon"] == 0.75
     text = bench_dit.table({"rows": [row]})
-    assert "| flux.1-1024 | attnkit_varlen_gluon | 600 | 1.2 | 300 | 0.75 | 3.0e-03 |" in text
+    assert "| flux.1-1024 | attnkit_varlen_gluon | 600 | 1.2 | 300 | 0.75 |  | 3.0e-03 |" in text
     assert "| flux.1-1024 | attnkit_varlen_tile | wrong: x |" in text and "- flux.1-1024 sdpa_cudnn: cudnn_fwd" in text
