@@ -128,3 +128,19 @@ def test_the_triton_varlen_call_never_syncs_on_the_gpu(kernel):
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert_close(out, reference.varlen_attention(q, k, v, layer, batch), dtype="bf16", what=f"varlen {kernel}")
+
+
+def test_sdpa_runs_one_dit_sequence_on_the_tensors_as_given(monkeypatch):
+    """B = 1 (a DiT step): one SDPA call on views of q / k / v and its output returned as is
+    (before: torch.stack copied q, k and v, and the output was copied into a zeroed buffer:
+    the profile's sdpa row paid for both)."""
+    from attnkit.backends.sdpa import backend as sdpa_backend
+
+    q, k, v, layer, _ = _inputs(masked=False, lens=(24,))
+    batch = varlen_batch(torch.tensor([0, 24], dtype=torch.int32))
+    seen, real = [], sdpa_backend.sdpa
+    monkeypatch.setattr(sdpa_backend, "sdpa", lambda *a, **kw: seen.append(a) or real(*a, **kw))
+    out = SdpaBackend().varlen(q, k, v, layer, batch)
+    (qi, ki, vi), = seen
+    assert qi.data_ptr() == q.data_ptr() and ki.data_ptr() == k.data_ptr() and vi.data_ptr() == v.data_ptr()
+    assert_close(out, reference.varlen_attention(q, k, v, layer, batch), dtype="fp32", what="sdpa B=1")
