@@ -14,7 +14,7 @@ not from numbers typed here:
     hunyuanvideo-720p  hunyuanvideo at 1280 x 720, 129 frames: 118,800 + 256 text = 119,056 x 24, d128
 
 attnkit rows: ``varlen`` (the varlen call, no KV cache: each declared variant alone, tile,
-gluon and persistent, and ``plan``, what the denoiser's plan runs: its varlen kernel table; and
+gluon, persistent and split, and ``plan``, what the denoiser's plan runs: its varlen kernel table; and
 sdpa, attnkit's sdpa backend on the same call), and ``forward`` (the triton backend on a
 non-causal encoder layer through the paged API, its K/V write included, extend variants gluon
 and tma).
@@ -173,7 +173,7 @@ def kernels_of(fn, *, top: int = 2) -> list[str]:
         return [failure_reason(exc)]
 
 
-VARLEN_CELLS = ("tile", "gluon", "persistent", "plan", "sdpa")
+VARLEN_CELLS = ("tile", "gluon", "persistent", "split", "plan", "sdpa")
 
 
 def measure(name: str, *, reps: int, flex: bool = True, forward: bool = True,
@@ -210,7 +210,7 @@ def measure(name: str, *, reps: int, flex: bool = True, forward: bool = True,
     layer = RuntimeLayer(spec)
     batch = varlen_batch(torch.tensor([0, tokens], dtype=torch.int32, device="cuda"))
     options = planned_varlen(name)
-    backends = {kernel: TritonBackend(varlen_kernel=kernel) for kernel in ("tile", "gluon", "persistent")}
+    backends = {kernel: TritonBackend(varlen_kernel=kernel) for kernel in ("tile", "gluon", "persistent", "split")}
     if options is not None:                   # what the denoiser's plan runs: its varlen table
         backends["plan"] = TritonBackend(**options)
     backends["sdpa"] = SdpaBackend()          # attnkit's sdpa backend: the profile's peer

@@ -4,7 +4,7 @@
 # medians), peers (cuDNN and flash SDPA, attnkit's sdpa backend) in the same process, each output
 # checked against flash SDPA's before it is timed (a wrong one is never timed; a form that fails
 # to compile is a cell, the others go on).
-#   1. bench_dit, FLUX.1: every varlen cell (tile, gluon, persistent, the plan's table, sdpa) and
+#   1. bench_dit, FLUX.1: every varlen cell (tile, gluon, persistent, split, the plan's table, sdpa) and
 #      the GPU kernels each SDPA cell ran (torch.profiler)                        cap 30 s
 #   2. sweep_dit, FLUX.1: the persistent form, then with the split tail (the last wave's items
 #      cut along the keys over every program), tiles, orders                      cap 30 s

@@ -108,7 +108,7 @@ def test_the_triton_call_checks_the_gluon_kernel_once_and_zeroes_only_past_the_s
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel", ["tile", "gluon", "persistent"])
+@pytest.mark.parametrize("kernel", ["tile", "gluon", "persistent", "split"])
 def test_the_triton_varlen_call_never_syncs_on_the_gpu(kernel):
     """torch's sync debug mode ("error") raises on any synchronising call inside the call."""
     from attnkit.backends.triton.backend import TritonBackend

@@ -119,9 +119,10 @@ def varlen_config(head_dim: int, fp32: bool, *, interpret: bool) -> dict:
     return dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
 
 
-def varlen_gluon_config(head_dim: int, *, persistent: bool) -> dict | None:
+def varlen_gluon_config(head_dim: int, *, persistent: bool, split_tail: bool = False) -> dict | None:
     """The varlen Gluon variants: the prefill kernel's tiles, the work order and, persistent,
-    the programs per SM (prefill_gluon_attention's tiles / head_major / programs)."""
+    the programs per SM and whether the last wave's items are split along the keys
+    (prefill_gluon_attention's tiles / head_major / programs / split_tail)."""
     if head_dim not in GLUON_TILES:
         return None
     bn, ks, vs = GLUON_TILES[head_dim]
@@ -129,6 +130,7 @@ def varlen_gluon_config(head_dim: int, *, persistent: bool) -> dict | None:
                HEAD_MAJOR=VARLEN_PERSISTENT_HEAD_MAJOR if persistent else VARLEN_GLUON_HEAD_MAJOR)
     if persistent:
         cfg["PROGRAMS_PER_SM"] = VARLEN_PERSISTENT_PROGRAMS_PER_SM
+        cfg["SPLIT_TAIL"] = bool(split_tail)
     return cfg | dict(num_warps=12)
 
 
@@ -152,6 +154,7 @@ def launch_config(variant: str, *, role: str, shape, dtype: str, platform) -> di
         return dict(BLOCK_M=128, BLOCK_N=bn, K_SLOTS=ks, V_SLOTS=vs, num_warps=12)
     if variant == "varlen_tile":
         return varlen_config(head_dim, fp32, interpret=False)
-    if variant in ("varlen_gluon", "varlen_gluon_persistent"):
-        return varlen_gluon_config(head_dim, persistent=variant == "varlen_gluon_persistent")
+    if variant in ("varlen_gluon", "varlen_gluon_persistent", "varlen_gluon_split"):
+        return varlen_gluon_config(head_dim, persistent=variant != "varlen_gluon",
+                                   split_tail=variant == "varlen_gluon_split")
     return None

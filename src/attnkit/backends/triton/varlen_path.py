@@ -2,7 +2,7 @@
 how it is launched (without a plan: the first in declaration order that takes the call).
 
 The plan's ``varlen`` kernel table (registry/kernels.py; declaration.py: varlen_tile,
-varlen_gluon, varlen_gluon_persistent) lists the variants for the call's (sequences, mean
+varlen_gluon, varlen_gluon_persistent, varlen_gluon_split) lists the variants for the call's (sequences, mean
 query length, mean key length) point, fastest first; the first that can take the call runs
 (``runnable``): the Gluon forms take self-attention (not a cross layer: their declared
 ``excludes``) without a key mask where the Gluon kernel
@@ -22,10 +22,11 @@ from attnkit.backends._triton import LOG2E, interpreting
 from attnkit.backends.triton.configs import varlen_config, varlen_gluon_config
 from attnkit.backends.triton.declaration import VARIANTS
 
-GLUON_FORMS = ("varlen_gluon", "varlen_gluon_persistent")
+GLUON_FORMS = ("varlen_gluon", "varlen_gluon_persistent", "varlen_gluon_split")
 EXCLUDES = {k.name: k.excludes for k in VARIANTS if k.name in GLUON_FORMS}   # layer features they refuse
 # the backend's varlen_kernel option: a short name -> the declared variant it runs alone
-OPTION_NAMES = {"tile": "varlen_tile", "gluon": "varlen_gluon", "persistent": "varlen_gluon_persistent"}
+OPTION_NAMES = {"tile": "varlen_tile", "gluon": "varlen_gluon", "persistent": "varlen_gluon_persistent",
+                "split": "varlen_gluon_split"}
 
 
 def runnable(variant: str, dense, out, layer, batch) -> bool:
@@ -50,7 +51,7 @@ def varlen(q, k, v, layer, batch, table) -> torch.Tensor:
     variant = next((n for n in table.candidates(*batch.point) if runnable(n, dense, out, layer, batch)),
                    "varlen_tile")
     if variant in GLUON_FORMS:
-        _gluon(dense, out, layer, batch, persistent=variant == "varlen_gluon_persistent")
+        _gluon(dense, out, layer, batch, variant=variant)
     else:
         from attnkit.backends.triton.varlen import varlen_attention
         cfg = varlen_config(spec.head_dim, q.dtype == torch.float32, interpret=interpreting())
@@ -59,14 +60,16 @@ def varlen(q, k, v, layer, batch, table) -> torch.Tensor:
     return out.reshape(q.shape[0], spec.num_heads * spec.value_dim)
 
 
-def _gluon(dense, out, layer, batch, *, persistent: bool) -> None:
+def _gluon(dense, out, layer, batch, *, variant: str) -> None:
     spec = layer.spec
-    cfg = varlen_gluon_config(spec.head_dim, persistent=persistent)
+    persistent = variant != "varlen_gluon"
+    cfg = varlen_gluon_config(spec.head_dim, persistent=persistent, split_tail=variant == "varlen_gluon_split")
     launch = dict(qk_scale=spec.softmax_scale * LOG2E, v_scale=1.0, causal=False,
                   tiles=(cfg["BLOCK_N"], cfg["K_SLOTS"], cfg["V_SLOTS"]), head_major=cfg["HEAD_MAJOR"])
     if persistent:
         from attnkit.backends.triton.prefill_gluon_persistent import prefill_gluon_persistent_attention as run
         launch["programs"] = torch.cuda.get_device_properties(out.device).multi_processor_count * cfg["PROGRAMS_PER_SM"]
+        launch["split_tail"] = cfg["SPLIT_TAIL"]
     else:
         from attnkit.backends.triton.tma_path import prefill_gluon_attention as run
     for a, b in batch.spans:
