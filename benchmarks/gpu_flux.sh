@@ -10,8 +10,8 @@
 #      cut along the keys over every program), tiles, orders                      cap 30 s
 #   3. bench_dit, Wan2.1 720p, Wan2.1 480p, HunyuanVideo 720p: the gluon and plan cells
 #                                                                                 cap 25 s
-#   4. GPU tests, the rest of the 96 s: the split tail against SDPA, no sync inside a varlen
-#      call (torch's sync debug mode), the shipped causal Gluon prefill (its _block changed)
+#   4. GPU tests, the rest of the 96 s (8 workers): the split tail against SDPA, no sync inside
+#      a varlen call (torch's sync debug mode), the Gluon forms (causal too: _block changed)
 # Usage (repository root, on the CUDA machine): bash benchmarks/gpu_flux.sh
 # Writes $OUT/flux.tar.gz holding run.log (versions first), dit_flux.json, sweep_flux.json,
 # dit_more.json, gpu_tests.log, dit_table.md (bench_dit --table of both bench runs),
@@ -40,8 +40,9 @@ main() {
   echo "3. bench_dit wan / hunyuan rc=${PIPESTATUS[0]} $((SECONDS - t0))s"
   t0=$SECONDS
   left=$((96 - (SECONDS - start))); [ "$left" -lt 5 ] && left=5
-  timeout "$left" python3 -m pytest -q -m gpu -p no:cacheprovider tests/triton_kernels/test_split_tail.py \
-    tests/backends/test_varlen_host_work.py tests/triton_kernels/test_prefill_gluon_gpu.py > "$W/gpu_tests.log" 2>&1
+  timeout "$left" python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider tests/triton_kernels/test_split_tail.py \
+    tests/backends/test_varlen_host_work.py tests/triton_kernels/test_prefill_gluon_forms_gpu.py \
+    > "$W/gpu_tests.log" 2>&1
   echo "4. gpu tests rc=$? $((SECONDS - t0))s"; tail -n 3 "$W/gpu_tests.log"
   python3 benchmarks/bench_dit.py --table "$W/dit_flux.json" "$W/dit_more.json" > "$W/dit_table.md" 2>&1
   python3 benchmarks/sweep_dit.py --summary "$W/sweep_flux.json" > "$W/sweep_flux.md" 2>&1
