@@ -210,10 +210,11 @@ def measure(name: str, *, reps: int, flex: bool = True, forward: bool = True,
     layer = RuntimeLayer(spec)
     batch = varlen_batch(torch.tensor([0, tokens], dtype=torch.int32, device="cuda"))
     options = planned_varlen(name)
-    backends = {kernel: TritonBackend(varlen_kernel=kernel) for kernel in ("tile", "gluon", "persistent", "split")}
+    backends = {kernel: TritonBackend(varlen_kernel=kernel) for kernel in ("tile", "gluon", "persistent")}
     if options is not None:                   # what the denoiser's plan runs: its varlen table
         backends["plan"] = TritonBackend(**options)
     backends["sdpa"] = SdpaBackend()          # attnkit's sdpa backend: the profile's peer
+    backends["split"] = TritonBackend(varlen_kernel="split")     # last: the newest kernel
     for kernel, be in backends.items():
         if kernel not in cells:
             continue
