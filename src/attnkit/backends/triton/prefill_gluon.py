@@ -134,13 +134,15 @@ def _tile(j, g0, t0, n_tiles, sc, o, m_i, l_i, rows, q, k_smem, v_smem, k_ready,
 
 @gluon.jit
 def _block(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_free, v_free, turn, Out,
-           stride_ot, out_col, q0, n_tiles, g0, t0, q_phase, T, qk_scale, v_scale, k0, part, Work,
-           WorkML, WG: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, NSK: gl.constexpr,
-           NSV: gl.constexpr, CAUSAL: gl.constexpr, SPLIT: gl.constexpr):
+           stride_ot, out_col, q0, n_tiles, g0, t0, q_phase, T, qk_scale, v_scale,
+           WG: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, NSK: gl.constexpr,
+           NSV: gl.constexpr, CAUSAL: gl.constexpr, k0=0, part=-1, Work=None, WorkML=None,
+           SPLIT: gl.constexpr = False):
     """Rows q0 + 64 * WG .. + 63 of one block over its key tiles k0 .. k0 + n_tiles - 1; then
     the normalised store. Turn t0 of the warpgroup is the first tile's Q.K; tile j's issue is
     its turn t0 + j + 1. g0: the tiles this program ran before (ring slots and phases),
     q_phase: the Q load's phase; Q is released (q_free) after the block's last Q.K.
+    The trailing arguments (defaults: a whole block, every caller before the split form):
     SPLIT (non-causal only; prefill_gluon_persistent.py's split form): with ``part`` >= 0 the
     block is one piece of a key-split block and stores its unnormalised state instead, fp32:
     Work [pieces * 128, D] (o), WorkML [pieces, 2, 128] (m in the log2 domain, then l)."""
@@ -218,8 +220,8 @@ def _compute(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_free, v_
              CAUSAL: gl.constexpr):
     """Warpgroup WG's half of the program's one block."""
     _block(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_free, v_free, turn, Out,
-           stride_ot, out_col, q0, n_tiles, 0, 0, 0, T, qk_scale, v_scale, 0, -1, Out, Out, WG, BN,
-           D, NSK, NSV, CAUSAL, False)
+           stride_ot, out_col, q0, n_tiles, 0, 0, 0, T, qk_scale, v_scale, WG, BN, D, NSK, NSV,
+           CAUSAL)
 
 
 @gluon.jit

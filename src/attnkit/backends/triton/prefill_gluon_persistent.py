@@ -54,8 +54,8 @@ def _compute_items(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_fr
         q0 = blk * 128
         n_tiles = _n_tiles(q0, T, BN, CAUSAL)
         _block(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_free, v_free, turn, Out,
-               stride_ot, h * D, q0, n_tiles, g, t, n_done & 1, T, qk_scale, v_scale, 0, -1, Work,
-               WorkML, WG, BN, D, NSK, NSV, CAUSAL, SPLIT)
+               stride_ot, h * D, q0, n_tiles, g, t, n_done & 1, T, qk_scale, v_scale, WG, BN, D,
+               NSK, NSV, CAUSAL, 0, -1, Work, WorkML, SPLIT)
         g += n_tiles
         t += n_tiles + 1
         n_done += 1
@@ -67,8 +67,8 @@ def _compute_items(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_fr
             blk, h, k0, n, part = _tail_piece(cur, u1, full, nt, units, max_pieces, num_blocks,
                                               NUM_HEADS, HEAD_MAJOR)
             _block(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_free, v_free, turn,
-                   Out, stride_ot, h * D, blk * 128, n, g, t, n_done & 1, T, qk_scale, v_scale, k0,
-                   part, Work, WorkML, WG, BN, D, NSK, NSV, CAUSAL, SPLIT)
+                   Out, stride_ot, h * D, blk * 128, n, g, t, n_done & 1, T, qk_scale, v_scale, WG,
+                   BN, D, NSK, NSV, CAUSAL, k0, part, Work, WorkML, SPLIT)
             g += n
             t += n + 1
             n_done += 1
