@@ -156,7 +156,9 @@ def host_profile(fn, *, top: int = 12) -> list[str]:
     torch.cuda.synchronize()
     text = io.StringIO()
     pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(top)
-    return [line for line in text.getvalue().splitlines() if line.strip()][-top:]
+    lines = [line for line in text.getvalue().splitlines() if line.strip()]
+    head = next((i for i, line in enumerate(lines) if line.lstrip().startswith("ncalls")), 0)
+    return lines[head:head + top + 1]          # the column header, then the costliest first
 
 
 def kernels_of(fn, *, top: int = 2) -> list[str]:

@@ -105,6 +105,9 @@ GLUON_TILES = {64: (128, 4, 4), 128: (128, 4, 2), 256: (64, 2, 2)}
 # fastest. Which variant runs where is the profile's (attnkit tune).
 VARLEN_GLUON_HEAD_MAJOR = True
 VARLEN_PERSISTENT_HEAD_MAJOR = False
+# varlen_gluon_split (the persistent kernel with the split tail): head-major, the faster order of
+# the two in gpu_flux.sh's FLUX sweep (NOTES-hopper.md version 11 holds the rates)
+VARLEN_SPLIT_HEAD_MAJOR = True
 VARLEN_PERSISTENT_PROGRAMS_PER_SM = 1     # the rings take ~224 KB: one program fits an SM
 
 
@@ -126,8 +129,9 @@ def varlen_gluon_config(head_dim: int, *, persistent: bool, split_tail: bool = F
     if head_dim not in GLUON_TILES:
         return None
     bn, ks, vs = GLUON_TILES[head_dim]
-    cfg = dict(BLOCK_M=128, BLOCK_N=bn, K_SLOTS=ks, V_SLOTS=vs,
-               HEAD_MAJOR=VARLEN_PERSISTENT_HEAD_MAJOR if persistent else VARLEN_GLUON_HEAD_MAJOR)
+    order = (VARLEN_SPLIT_HEAD_MAJOR if split_tail else VARLEN_PERSISTENT_HEAD_MAJOR) if persistent \
+        else VARLEN_GLUON_HEAD_MAJOR
+    cfg = dict(BLOCK_M=128, BLOCK_N=bn, K_SLOTS=ks, V_SLOTS=vs, HEAD_MAJOR=order)
     if persistent:
         cfg["PROGRAMS_PER_SM"] = VARLEN_PERSISTENT_PROGRAMS_PER_SM
         cfg["SPLIT_TAIL"] = bool(split_tail)
