@@ -128,18 +128,21 @@ def timed_cell(fn, flops: float, *, check=None, ref=None, reps: int = 10) -> dic
             torch.cuda.synchronize()
 
 
-def host_us(fn, *, calls: int = 10) -> float:
-    """Microseconds of host time one call of ``fn`` takes (``calls`` back to back, no sync
-    between: the GPU runs behind; what an eager engine pays per layer before the kernel runs)."""
+def host_us(fn, *, calls: int = 10, runs: int = 3) -> float:
+    """Microseconds of host time one call of ``fn`` takes: the median over ``runs`` of
+    ``calls`` calls back to back (no sync between: the GPU runs behind; what an eager engine
+    pays per layer before the kernel runs). Round 1 saw +-100 us between runs of one path."""
     import time
 
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    elapsed = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return round(elapsed / calls * 1e6, 1)
+    per_call = []
+    for _ in range(runs):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        per_call.append((time.perf_counter() - start) / calls)
+        torch.cuda.synchronize()
+    return round(sorted(per_call)[len(per_call) // 2] * 1e6, 1)
 
 
 def host_profile(fn, *, top: int = 12) -> list[str]:
