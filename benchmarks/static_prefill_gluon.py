@@ -38,22 +38,26 @@ def main(argv=None) -> int:
         (128, False, True, True, mod.TILES[128], 32, 4)]
     if args.dit:
         from sweep_dit import FORMS
-        forms += [(128, False, bool(f.get("head_major")), "programs" in f, f["tiles"], 40, 1) for f in FORMS.values()]
-    for d, causal, head_major, persist, (bn, nsk, nsv), heads, group in forms:
+        forms += [(128, False, bool(f.get("head_major")), "programs" in f, f["tiles"], 40, 1, bool(f.get("split_tail")))
+                  for f in FORMS.values()]
+    for d, causal, head_major, persist, (bn, nsk, nsv), heads, group, *rest in forms:
+        split = bool(rest and rest[0])
         q_l = gl.NVMMASharedLayout.get_default_for([mod.BM, d], gl.bfloat16)
         kv_l = gl.NVMMASharedLayout.get_default_for([bn, d], gl.bfloat16)
         kv = f"tensordesc<bf16[{bn}, {d}],{kv_l!r}>"
         sig = {"q_desc": f"tensordesc<bf16[{mod.BM}, {d}],{q_l!r}>", "k_desc": kv, "v_desc": kv,
                "Out": "*bf16", "stride_ot": "i32", "T": "i32", "num_blocks": "i32",
-               **({"programs": "i32"} if persist else {}), "qk_scale": "fp32", "v_scale": "fp32"}
+               **({"programs": "i32"} if persist else {}), "qk_scale": "fp32", "v_scale": "fp32",
+               **({"Work": "*fp32", "WorkML": "*fp32", "full": "i32", "units": "i32", "max_pieces": "i32"}
+                  if persist else {})}
         consts = dict(NUM_HEADS=heads, GROUP=group, D=d, BN=bn, NSK=nsk, NSV=nsv,
                       CONSUMER_REGS=mod.CONSUMER_REGS, LOADER_REGS=mod.LOADER_REGS,
-                      CAUSAL=causal, HEAD_MAJOR=head_major)
+                      CAUSAL=causal, HEAD_MAJOR=head_major, **({"SPLIT": split} if persist else {}))
         fn = persistent._prefill_gluon_persistent_kernel if persist else mod._prefill_gluon_kernel
         tag = (f"prefill_gluon_d{d}" + ("" if causal else "_noncausal") + ("_head_major" if head_major else "")
                + ("_persistent" if persist else "") + ("" if (bn, nsk, nsv) == mod.TILES[d] else f"_{bn}_{nsk}_{nsv}")
-               + (f"_h{heads}" if heads != 32 else ""))
-        print(compile_report(fn, sig, consts, tag, args.out, not_div=("T", "num_blocks", "programs"),
+               + (f"_h{heads}" if heads != 32 else "") + ("_split_tail" if split else ""))
+        print(compile_report(fn, sig, consts, tag, args.out, not_div=("T", "num_blocks", "programs", "full", "units", "max_pieces"),
                              source=GluonASTSource, num_warps=4, maxnreg=mod.MAXNREG), flush=True)
     return 0
 

@@ -16,18 +16,21 @@ wan2.1-480p and hunyuanvideo-720p. Forms (``FORMS``: prefill_gluon_attention's a
     tiles         (keys a tile, K slots, V slots) of the rings, head-major
     persistent    one program an SM walking the blocks (prefill_gluon_persistent.py): a block's
                   loads start under the previous block's epilogue; head- or block-major
+    split         persistent with the split tail: the last, partial wave's items cut along the
+                  keys over every program and merged (split_tail.py)
 
 The ``persistent`` set runs alone (gpu_dit_sweep.sh gives it its own process and timeout): its
 kernel is new, and a hang there must not cost the main set. Each output is checked against
 flash SDPA's (relative Frobenius error, max |diff|; the output buffer is NaN before the call,
 so a block the kernel skips shows) before it is timed; a form over 1e-2 is marked wrong and
-never timed. TFLOP/s count 4 * T^2 * H * D. The JSON is rewritten after every cell.
+never timed. Timing is bench_dit.timed_cell (attnkit's one method: CUDA-graph replays, the
+eager call beside; the peers the same way). TFLOP/s count 4 * T^2 * H * D. The JSON is
+rewritten after every cell.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -37,13 +40,12 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(__file__))
-from bench_dit import shape  # noqa: E402
-from common import environment, failure_reason, time_ms  # noqa: E402
+from bench_dit import shape, timed_cell  # noqa: E402
+from common import environment  # noqa: E402
 
 from attnkit.backends._triton import LOG2E  # noqa: E402
 
 BF16 = torch.bfloat16
-TOLERANCE = 1e-2
 # name -> prefill_gluon_attention options (programs "sms": the device's SM count)
 FORMS = {
     "block_major": dict(tiles=(128, 4, 2)),
@@ -58,6 +60,17 @@ FORMS = {
     # after call 3 (FLUX: persistent heads-fastest 503, and (128, 2, 2) the best one-block tile)
     "persistent_block_major_128_2_2": dict(tiles=(128, 2, 2), programs="sms"),
     "persistent_block_major_128_3_2": dict(tiles=(128, 3, 2), programs="sms"),
+    # session of 04:00 (FLUX by CUDA-graph replays): one-program-a-block heads fastest with the
+    # smaller rings, and 64-key tiles in the persistent form (twice the tiles, half each)
+    "block_major_128_2_2": dict(tiles=(128, 2, 2)),
+    "block_major_128_3_2": dict(tiles=(128, 3, 2)),
+    "persistent_block_major_64_6_6": dict(tiles=(64, 6, 6), programs="sms"),
+    # the split tail (prefill_gluon_persistent.py, split_tail.py): the last partial wave's
+    # items cut along the keys and dealt out to every program, the pieces merged after
+    "persistent_split_block_major": dict(tiles=(128, 4, 2), programs="sms", split_tail=True),
+    "persistent_split_block_major_128_2_2": dict(tiles=(128, 2, 2), programs="sms", split_tail=True),
+    "persistent_split_block_major_128_3_2": dict(tiles=(128, 3, 2), programs="sms", split_tail=True),
+    "persistent_split_head_major": dict(tiles=(128, 4, 2), head_major=True, programs="sms", split_tail=True),
 }
 MAIN = [f for f in FORMS if not f.startswith("persistent")]
 PERSISTENT = [f for f in FORMS if f.startswith("persistent")]
@@ -90,27 +103,9 @@ class Row:
         self.cells = {"row": name, "tokens": tokens, "heads": self.heads, "head_dim": self.dim,
                       "flops": self.flops}
 
-    def error(self, got: torch.Tensor) -> dict:
-        diff = got.float() - self.ref
-        rel = float(diff.norm() / self.ref.norm())
-        return {"rel_err": rel if math.isfinite(rel) else float("inf"),
-                "max_abs_diff": float(diff.abs().max())}
-
     def cell(self, key: str, fn, *, check=None, reps: int) -> None:
-        """Check (``check()`` -> [T, H, D]) and time ``fn``; a failure is a cell, not a crash."""
-        try:
-            if check is not None:
-                err = self.error(check())
-                self.cells.setdefault("errors", {})[key] = err
-                if not err["rel_err"] <= TOLERANCE:
-                    self.cells[key] = f"wrong: relative error {err['rel_err']:.3g} > {TOLERANCE:g}"
-                    return
-            ms = time_ms(fn, warmup=2, reps=reps)
-            self.cells[key] = {"ms": ms, "tflops": self.flops / ms / 1e9}
-        except Exception as exc:  # noqa: BLE001
-            self.cells[key] = failure_reason(exc)
-        finally:
-            torch.cuda.synchronize()
+        """Check (``check()`` -> [T, H, D]) and time ``fn`` (bench_dit.timed_cell)."""
+        self.cells[key] = timed_cell(fn, self.flops, check=check, ref=self.ref, reps=reps)
 
     def ratios(self) -> None:
         base = self.cells.get("sdpa_cudnn")
@@ -140,7 +135,8 @@ def gluon_call(row: Row, options: dict):
 
 def summary(paths) -> str:
     """A short table of one or more sweep JSONs: per row and run, TFLOP/s and x cuDNN of that run."""
-    lines = ["| row | run | cell | TFLOP/s | x cuDNN (same run) |", "| --- | --- | --- | ---: | ---: |"]
+    lines = ["| row | run | cell | TFLOP/s | x cuDNN (same run) | eager TFLOP/s |",
+             "| --- | --- | --- | ---: | ---: | ---: |"]
     for path in paths:
         if not os.path.exists(path):
             lines.append(f"| - | {os.path.basename(path)} | missing | | |")
@@ -150,10 +146,11 @@ def summary(paths) -> str:
         for r in data["rows"]:
             for key, val in r.items():
                 if isinstance(val, dict) and "tflops" in val:
+                    eager = val.get("eager_tflops")
                     lines.append(f"| {r['row']} | {data['set']} | {key} | {val['tflops']:.0f} | "
-                                 f"{r.get('vs_cudnn', {}).get(key, '')} |")
+                                 f"{r.get('vs_cudnn', {}).get(key, '')} | {'' if eager is None else f'{eager:.0f}'} |")
                 elif isinstance(val, str) and key not in ("row",):
-                    lines.append(f"| {r['row']} | {data['set']} | {key} | {val[:50]} | |")
+                    lines.append(f"| {r['row']} | {data['set']} | {key} | {val[:50]} | | |")
     return "\n".join(lines)
 
 
@@ -164,11 +161,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--set", choices=("main", "persistent", "all"), default="main")
     ap.add_argument("--rows", default=",".join(ROW_FORMS))
+    ap.add_argument("--forms", default=None, help="comma-separated FORMS to run (default: the set's)")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--budget-s", type=float, default=170.0, help="stop starting forms after this")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "sweep_dit.json"))
     args = ap.parse_args()
     chosen = {"main": MAIN, "persistent": PERSISTENT, "all": list(FORMS)}[args.set]
+    if args.forms:
+        chosen = [f.strip() for f in args.forms.split(",") if f.strip()]
+        unknown = [f for f in chosen if f not in FORMS]
+        if unknown:
+            ap.error(f"unknown forms {unknown}; known: {', '.join(FORMS)}")
     results = {"environment": environment(), "command": " ".join(sys.argv), "set": args.set,
                "forms": {k: {**v, "tiles": list(v["tiles"])} for k, v in FORMS.items() if k in chosen},
                "rows": [], "skipped": []}
@@ -182,7 +185,8 @@ def main() -> None:
         row = Row(name)
         results["rows"].append(row.cells)
         for key, kind in (("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa_flash", SDPBackend.FLASH_ATTENTION)):
-            row.cell(key, lambda kind=kind: sdpa(kind, *row.bhsd), reps=args.reps)
+            run = lambda kind=kind: sdpa(kind, *row.bhsd)  # noqa: E731
+            row.cell(key, run, check=lambda run=run: run()[0].transpose(0, 1), reps=args.reps)
         forms = [f for f in chosen if ROW_FORMS.get(name) is None or f in ROW_FORMS[name]]
         for form in forms:
             if time.perf_counter() - start > args.budget_s:

@@ -23,3 +23,25 @@ def test_every_row_plans_triton_with_a_varlen_table_on_an_h200(monkeypatch):
     for name in ("wan2.1-720p", "flux.1-1024"):
         options = bench_dit.planned_varlen(name)
         assert options is not None and "varlen" in options["kernels"], name
+
+
+def test_a_wrong_cell_is_marked_and_never_timed():
+    import torch
+
+    ref = torch.ones(4, 6)
+    timed = []
+    cell = bench_dit.timed_cell(lambda: timed.append(1), 1.0, check=lambda: ref * 1.02, ref=ref)
+    assert cell.startswith("wrong: relative error 0.02") and timed == []
+    nan = bench_dit.timed_cell(lambda: timed.append(1), 1.0, check=lambda: ref * float("nan"), ref=ref)
+    assert nan.startswith("wrong: relative error inf") and timed == []
+
+
+def test_the_table_shows_both_methods_against_cudnn():
+    cell = lambda g, e: {"ms": 1.0, "tflops": g, "eager_ms": 1.0, "eager_tflops": e, "rel_err": 3e-3}  # noqa: E731
+    row = bench_dit._ratios({"row": "flux.1-1024", "sdpa_cudnn": cell(500.0, 400.0),
+                             "attnkit_varlen_gluon": cell(600.0, 300.0), "attnkit_varlen_tile": "wrong: x",
+                             "kernels": {"sdpa_cudnn": ["cudnn_fwd"]}})
+    assert row["vs_cudnn"]["attnkit_varlen_gluon"] == 1.2 and row["vs_cudnn_eager"]["attnkit_varlen_gluon"] == 0.75
+    text = bench_dit.table({"rows": [row]})
+    assert "| flux.1-1024 | attnkit_varlen_gluon | 600 | 1.2 | 300 | 0.75 |  | 3.0e-03 |" in text
+    assert "| flux.1-1024 | attnkit_varlen_tile | wrong: x |" in text and "- flux.1-1024 sdpa_cudnn: cudnn_fwd" in text

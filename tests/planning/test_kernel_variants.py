@@ -92,7 +92,7 @@ def test_resuming_the_shipped_profile_measures_only_the_variants_it_lacks():
     grid, h200 = default_grid("cuda", False), get_preset("h200")
     # the varlen call's buckets (issue 29), dropped above: all of their variants
     varlen = pending(grid, declarations(), h200, ["triton"], done, phases=("varlen",))
-    assert {k for _, _, k in varlen} == {"varlen_tile", "varlen_gluon", "varlen_gluon_persistent"}
+    assert {k for _, _, k in varlen} == {"varlen_tile", "varlen_gluon", "varlen_gluon_persistent", "varlen_gluon_split"}
     jobs = pending(grid, declarations(), h200, ["triton"], done, phases=("decode", "prefill"))
     held = {e.variant for e in shipped.entries if e.backend == "triton"}
     assert jobs and {n for _, n, _ in jobs} == {"triton"}

@@ -82,7 +82,8 @@ def test_tune_times_each_varlen_variant_that_can_run():
     h200, triton = get_preset("h200"), declarations()["triton"]
     b = Bucket(Shape("mha", 24, 24, 128, 128, "bf16", "bf16"), "varlen", 1, 4608, 4608, 16)
     assert role_of(b) == "varlen"
-    assert variants_to_time(b, triton, h200) == ["varlen_gluon", "varlen_gluon_persistent", "varlen_tile"]
+    assert variants_to_time(b, triton, h200) == ["varlen_gluon", "varlen_gluon_persistent", "varlen_gluon_split",
+                                                 "varlen_tile"]
     d80 = Bucket(Shape("mha", 16, 16, 80, 80, "bf16", "bf16"), "varlen", 64, 64, 64, 16)   # a vision tower's
     assert variants_to_time(d80, triton, h200) == ["varlen_tile"]
     names = serving(b, declarations(), h200, None)
@@ -100,7 +101,8 @@ def test_wan_plans_triton_and_its_cross_layers_take_the_tile(tmp_path, only_give
     assert [k.variant for k in table.rows[0].order] == ["varlen_gluon", "varlen_gluon_persistent", "varlen_tile"]
     why = dit.kernel_why["varlen"]
     assert "cross-attention layers 1, 3, 5" in why
-    assert "varlen_tile (not varlen_gluon, varlen_gluon_persistent: does not serve cross_attention)" in why
+    assert ("varlen_tile (not varlen_gluon, varlen_gluon_persistent, varlen_gluon_split: does not serve "
+            "cross_attention)") in why
     assert "not here" not in why                       # the Gluon forms run the self-attention layers
     text = components_text(result.to_dict())
     assert "kernels for varlen calls: varlen_gluon" in text and "cross-attention layers" in text

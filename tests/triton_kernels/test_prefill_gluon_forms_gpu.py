@@ -69,6 +69,8 @@ def test_persistent_more_programs_than_blocks():
 @pytest.mark.parametrize("variant, module, name", [
     ("varlen_gluon", "attnkit.backends.triton.tma_path", "prefill_gluon_attention"),
     ("varlen_gluon_persistent", "attnkit.backends.triton.prefill_gluon_persistent",
+     "prefill_gluon_persistent_attention"),
+    ("varlen_gluon_split", "attnkit.backends.triton.prefill_gluon_persistent",
      "prefill_gluon_persistent_attention")])
 def test_the_varlen_variant_runs_its_kernel(variant, module, name, monkeypatch):
     """The plan's varlen table naming a Gluon form runs that kernel (launches counted), once per

@@ -40,8 +40,9 @@ def test_a_table_of_gluon_forms_first_runs_the_tile_where_they_cannot(monkeypatc
 def test_the_varlen_option_runs_one_variant_and_refuses_others():
     assert TritonBackend(varlen_kernel="gluon").kernels["varlen"].fallback == ("varlen_gluon",)
     assert TritonBackend(varlen_kernel="varlen_tile").kernels["varlen"].fallback == ("varlen_tile",)
+    assert TritonBackend(varlen_kernel="split").kernels["varlen"].fallback == ("varlen_gluon_split",)
     with pytest.raises(AttnkitError) as err:
-        TritonBackend(varlen_kernel="split")
+        TritonBackend(varlen_kernel="fused")
     assert err.value.code == "AK407"
     with pytest.raises(AttnkitError) as err:       # a prefill variant in the varlen table
         TritonBackend(kernels={"varlen": KernelTable.only("varlen", "gluon")})

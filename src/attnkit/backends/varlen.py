@@ -18,6 +18,10 @@ non-causal MHA/GQA layer (role encoder or cross). Returns [Tq, H_q * D_v] in q's
 Validation is here, in plain sight: ``varlen_batch`` checks the lengths once per step (one
 host copy), ``AttentionBackend.varlen`` checks q/k/v and the layer against it per call, then
 calls the backend's ``_varlen``. Only backends declaring the ``varlen`` feature implement it.
+Everything a call derives from the lengths (each sequence's span, the step's point in the
+plan's kernel tables, the attending keys of a masked sequence) is derived here, once per step:
+a layer's call makes no device-to-host copy and recomputes nothing the batch holds
+(tests/backends/test_varlen_host_work.py counts them).
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ import torch
 from attnkit.errors import fail
 from attnkit.kvcache.paged import COMPUTE_TORCH_DTYPES
 from attnkit.model.spec import VARLEN_FEATURES
+from attnkit.registry.kernels import step_point
 
 
 
@@ -36,7 +41,11 @@ class VarlenBatch:
     """The packed sequences of one step, checked once and shared by every layer.
 
     cu_q / cu_k: [B+1] int32 on the device; cu_q_cpu / cu_k_cpu their host copies;
-    max_q / max_k the longest sequence; key_mask: [Tk] bool on the device, or None."""
+    max_q / max_k the longest sequence; key_mask: [Tk] bool on the device, or None.
+    Derived from those by ``varlen_batch`` (never filled apart from them): spans, the (first,
+    end) query rows of each non-empty sequence; point, the step's (sequences, mean query
+    length, mean key length) as the kernel tables index it; visible, per sequence the indices
+    of its attending keys ([n] int64 on the device; with a key mask only, else ())."""
     cu_q: torch.Tensor
     cu_k: torch.Tensor
     cu_q_cpu: tuple[int, ...]
@@ -44,6 +53,9 @@ class VarlenBatch:
     max_q: int
     max_k: int
     key_mask: torch.Tensor | None = None
+    spans: tuple[tuple[int, int], ...] = ()
+    point: tuple[int, int, int] = (0, 1, 1)
+    visible: tuple[torch.Tensor, ...] = ()
 
     @property
     def num_seqs(self) -> int:
@@ -75,7 +87,20 @@ def varlen_batch(cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor | None =
             fail("AK412", f"key_padding_mask is on {mask.device}, cu_seqlens_q on {device}",
                  field="key_padding_mask", expected=str(device), actual=str(mask.device))
     as_dev = lambda c: torch.tensor(c, dtype=torch.int32, device=device)  # noqa: E731
-    return VarlenBatch(as_dev(cu_q), as_dev(cu_k), cu_q, cu_k, _longest(cu_q), _longest(cu_k), mask)
+    q_lens = [b - a for a, b in zip(cu_q, cu_q[1:])]
+    k_lens = [b - a for a, b in zip(cu_k, cu_k[1:])]
+    return VarlenBatch(as_dev(cu_q), as_dev(cu_k), cu_q, cu_k, max(q_lens), max(k_lens), mask,
+                       spans=tuple((a, b) for a, b in zip(cu_q, cu_q[1:]) if b > a),
+                       point=step_point(q_lens, k_lens), visible=_visible(mask, cu_k))
+
+
+def _visible(mask: torch.Tensor | None, cu_k: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
+    """Per sequence, the indices of its attending keys: one host copy of the mask for the step."""
+    if mask is None:
+        return ()
+    flags = mask[:cu_k[-1]].cpu()
+    idx = [lo + torch.nonzero(flags[lo:hi], as_tuple=True)[0] for lo, hi in zip(cu_k, cu_k[1:])]
+    return tuple(i.to(mask.device) for i in idx)
 
 
 def _lengths(name: str, cu: torch.Tensor) -> tuple[int, ...]:
@@ -88,10 +113,6 @@ def _lengths(name: str, cu: torch.Tensor) -> tuple[int, ...]:
                       f"{list(values[:8])}{' ...' if len(values) > 8 else ''}", field=name,
              expected="0 = c[0] <= c[1] <= ... <= c[B]", actual=list(values[:20]))
     return values
-
-
-def _longest(cu: tuple[int, ...]) -> int:
-    return max(b - a for a, b in zip(cu, cu[1:]))
 
 
 def validate_varlen(q, k, v, layer, batch: VarlenBatch, *, backend: str, features) -> None:
@@ -140,8 +161,6 @@ def validate_varlen(q, k, v, layer, batch: VarlenBatch, *, backend: str, feature
 
 def visible_keys(batch: VarlenBatch, i: int) -> torch.Tensor | None:
     """Indices (into k's rows) of sequence i's keys that attend, or None for all of them
-    (the host-side loops of torch_native and sdpa select them, never multiply by zero)."""
-    lo, hi = batch.cu_k_cpu[i], batch.cu_k_cpu[i + 1]
-    if batch.key_mask is None:
-        return None
-    return lo + torch.nonzero(batch.key_mask[lo:hi], as_tuple=True)[0]
+    (the host-side loops of torch_native and sdpa select them, never multiply by zero); built
+    once per step by ``varlen_batch``."""
+    return batch.visible[i] if batch.key_mask is not None else None

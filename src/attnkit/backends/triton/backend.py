@@ -132,7 +132,7 @@ class TritonBackend(AttentionBackend):
     dicts (BLOCK_M, BLOCK_N, num_warps, num_stages) over a variant's launch configuration,
     ``num_splits`` (decode KV splits of the split-counted variants; the chunk follows from it),
     ``split_keys`` (keys per split of split_fixed, default configs.split_keys); ``varlen_kernel``
-    runs one varlen variant alone (varlen_path.py: "tile", "gluon", "persistent" or the declared
+    runs one varlen variant alone (varlen_path.py: "tile", "gluon", "persistent", "split" or the declared
     names; the Gluon forms where they run, else the tile); without it the plan's varlen table
     decides.
 

@@ -105,6 +105,9 @@ GLUON_TILES = {64: (128, 4, 4), 128: (128, 4, 2), 256: (64, 2, 2)}
 # fastest. Which variant runs where is the profile's (attnkit tune).
 VARLEN_GLUON_HEAD_MAJOR = True
 VARLEN_PERSISTENT_HEAD_MAJOR = False
+# varlen_gluon_split (the persistent kernel with the split tail): head-major, the faster order of
+# the two in gpu_flux.sh's FLUX sweep (NOTES-hopper.md version 11 holds the rates)
+VARLEN_SPLIT_HEAD_MAJOR = True
 VARLEN_PERSISTENT_PROGRAMS_PER_SM = 1     # the rings take ~224 KB: one program fits an SM
 
 
@@ -119,16 +122,19 @@ def varlen_config(head_dim: int, fp32: bool, *, interpret: bool) -> dict:
     return dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
 
 
-def varlen_gluon_config(head_dim: int, *, persistent: bool) -> dict | None:
+def varlen_gluon_config(head_dim: int, *, persistent: bool, split_tail: bool = False) -> dict | None:
     """The varlen Gluon variants: the prefill kernel's tiles, the work order and, persistent,
-    the programs per SM (prefill_gluon_attention's tiles / head_major / programs)."""
+    the programs per SM and whether the last wave's items are split along the keys
+    (prefill_gluon_attention's tiles / head_major / programs / split_tail)."""
     if head_dim not in GLUON_TILES:
         return None
     bn, ks, vs = GLUON_TILES[head_dim]
-    cfg = dict(BLOCK_M=128, BLOCK_N=bn, K_SLOTS=ks, V_SLOTS=vs,
-               HEAD_MAJOR=VARLEN_PERSISTENT_HEAD_MAJOR if persistent else VARLEN_GLUON_HEAD_MAJOR)
+    order = (VARLEN_SPLIT_HEAD_MAJOR if split_tail else VARLEN_PERSISTENT_HEAD_MAJOR) if persistent \
+        else VARLEN_GLUON_HEAD_MAJOR
+    cfg = dict(BLOCK_M=128, BLOCK_N=bn, K_SLOTS=ks, V_SLOTS=vs, HEAD_MAJOR=order)
     if persistent:
         cfg["PROGRAMS_PER_SM"] = VARLEN_PERSISTENT_PROGRAMS_PER_SM
+        cfg["SPLIT_TAIL"] = bool(split_tail)
     return cfg | dict(num_warps=12)
 
 
@@ -152,6 +158,7 @@ def launch_config(variant: str, *, role: str, shape, dtype: str, platform) -> di
         return dict(BLOCK_M=128, BLOCK_N=bn, K_SLOTS=ks, V_SLOTS=vs, num_warps=12)
     if variant == "varlen_tile":
         return varlen_config(head_dim, fp32, interpret=False)
-    if variant in ("varlen_gluon", "varlen_gluon_persistent"):
-        return varlen_gluon_config(head_dim, persistent=variant == "varlen_gluon_persistent")
+    if variant in ("varlen_gluon", "varlen_gluon_persistent", "varlen_gluon_split"):
+        return varlen_gluon_config(head_dim, persistent=variant != "varlen_gluon",
+                                   split_tail=variant == "varlen_gluon_split")
     return None

@@ -57,6 +57,12 @@ VARIANTS = (
                   "fastest, each block's loads under the previous one's epilogue",
                   compute_capability=((9, 0), (9, 0)), triton=("3.6", "3.7"), dtypes=HALF,
                   head_dims=(64, 128, 256), excludes=SELF_ONLY),
+    KernelVariant("varlen_gluon_split", ("varlen",), "the persistent kernel with a split tail, "
+                  "head-major: the last, partial wave's (query block, head) items cut along the keys "
+                  "and dealt out evenly to every program, the pieces merged by a second kernel "
+                  "(split_tail.py)",
+                  compute_capability=((9, 0), (9, 0)), triton=("3.6", "3.7"), dtypes=HALF,
+                  head_dims=(64, 128, 256), excludes=SELF_ONLY),
     KernelVariant("varlen_tile", ("varlen",), "one program per (query block, sequence, head) "
                   "walking its sequence's keys (triton/varlen.py); any head dim, key padding masks"),
 )

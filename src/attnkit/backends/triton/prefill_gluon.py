@@ -47,16 +47,17 @@ LOADER_REGS = 24
 
 @gluon.jit
 def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready,
-            k_free, v_free, q_row0, q_col, kv_col, n_tiles, g0, q_phase, BN: gl.constexpr,
+            k_free, v_free, q_row0, q_col, kv_col, n_tiles, g0, q_phase, k0, BN: gl.constexpr,
             NSK: gl.constexpr, NSV: gl.constexpr):
     """One block's loads: K of its first tile, Q once both warpgroups released the previous
     block's (q_free; phase q_phase), then K one tile ahead of V (K of tile i + 1 before V of
     tile i), each into its own ring once both warpgroups have released the slot. Slots and
-    phases count tiles from g0 (the tiles this program loaded before the block)."""
+    phases count tiles from g0 (the tiles this program loaded before the block); the block's
+    tile i holds keys (k0 + i) * BN .. + BN - 1 (k0 > 0: a piece of a split block)."""
     s0 = g0 % NSK
     mbarrier.wait(k_free.index(s0), ((g0 // NSK) & 1) ^ 1)
     mbarrier.expect(k_ready.index(s0), k_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(k_desc, [0, kv_col], k_ready.index(s0), k_smem.index(s0))
+    tma.async_copy_global_to_shared(k_desc, [k0 * BN, kv_col], k_ready.index(s0), k_smem.index(s0))
     mbarrier.wait(q_free, q_phase ^ 1)
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [q_row0, q_col], q_bar, q_smem)
@@ -66,13 +67,13 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, k_rea
             sk = gk % NSK
             mbarrier.wait(k_free.index(sk), ((gk // NSK) & 1) ^ 1)
             mbarrier.expect(k_ready.index(sk), k_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(k_desc, [(i + 1) * BN, kv_col], k_ready.index(sk),
+            tma.async_copy_global_to_shared(k_desc, [(k0 + i + 1) * BN, kv_col], k_ready.index(sk),
                                             k_smem.index(sk))
         gv = g0 + i
         sv = gv % NSV
         mbarrier.wait(v_free.index(sv), ((gv // NSV) & 1) ^ 1)
         mbarrier.expect(v_ready.index(sv), v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(v_desc, [i * BN, kv_col], v_ready.index(sv), v_smem.index(sv))
+        tma.async_copy_global_to_shared(v_desc, [(k0 + i) * BN, kv_col], v_ready.index(sv), v_smem.index(sv))
 
 
 @gluon.jit
@@ -81,26 +82,27 @@ def _load_one(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, k_r
               NSV: gl.constexpr):
     """The loader partition of the one-block kernel."""
     _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready,
-            k_free, v_free, q_row0, q_col, kv_col, n_tiles, 0, 0, BN, NSK, NSV)
+            k_free, v_free, q_row0, q_col, kv_col, n_tiles, 0, 0, 0, BN, NSK, NSV)
 
 
 @gluon.jit
 def _tile(j, g0, t0, n_tiles, sc, o, m_i, l_i, rows, q, k_smem, v_smem, k_ready, v_ready, k_free,
-          v_free, turn, qk_scale, T, MASKED: gl.constexpr, CAUSAL: gl.constexpr, WG: gl.constexpr,
+          v_free, turn, qk_scale, T, k0, MASKED: gl.constexpr, CAUSAL: gl.constexpr, WG: gl.constexpr,
           BN: gl.constexpr, D: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr):
     """Key tile j of the block for warpgroup WG: the softmax of its scores ``sc`` (ready; for
     WG 0 the P.V of tile j - 1 is still in flight meanwhile); then, holding the turn (its turn
     t0 + j + 1), Q.K of tile j + 1 and P.V of tile j are issued, the turn passed on, and the
     new scores waited for. Ring slots and phases count tiles from g0 (the tiles this program
     ran before the block: 0 but in the persistent kernel). The last tile's K slot is released
-    by the spare Q.K the last tile issues (it reads that slot), not before. -> (sc, o, m_i, l_i)."""
+    by the spare Q.K the last tile issues (it reads that slot), not before. Tile j holds keys
+    (k0 + j) * BN .. (k0: the key tile a piece of a split block starts at). -> (sc, o, m_i, l_i)."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BN, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, D, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     if MASKED:
-        cols = j * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
+        cols = (k0 + j) * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
         if CAUSAL:
             sc = gl.where(gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1), sc, float("-inf"))
         else:       # keys past T: [64, BN] by the same broadcast as the causal comparison
@@ -134,11 +136,16 @@ def _tile(j, g0, t0, n_tiles, sc, o, m_i, l_i, rows, q, k_smem, v_smem, k_ready,
 def _block(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_free, v_free, turn, Out,
            stride_ot, out_col, q0, n_tiles, g0, t0, q_phase, T, qk_scale, v_scale,
            WG: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, NSK: gl.constexpr,
-           NSV: gl.constexpr, CAUSAL: gl.constexpr):
-    """Rows q0 + 64 * WG .. + 63 of one block over every key tile; then the normalised store.
-    Turn t0 of the warpgroup is the first tile's Q.K; tile j's issue is its turn t0 + j + 1.
-    g0: the tiles this program ran before (ring slots and phases), q_phase: the Q load's phase;
-    Q is released (q_free) after the block's last Q.K."""
+           NSV: gl.constexpr, CAUSAL: gl.constexpr, k0=0, part=-1, Work=None, WorkML=None,
+           SPLIT: gl.constexpr = False):
+    """Rows q0 + 64 * WG .. + 63 of one block over its key tiles k0 .. k0 + n_tiles - 1; then
+    the normalised store. Turn t0 of the warpgroup is the first tile's Q.K; tile j's issue is
+    its turn t0 + j + 1. g0: the tiles this program ran before (ring slots and phases),
+    q_phase: the Q load's phase; Q is released (q_free) after the block's last Q.K.
+    The trailing arguments (defaults: a whole block, every caller before the split form):
+    SPLIT (non-causal only; prefill_gluon_persistent.py's split form): with ``part`` >= 0 the
+    block is one piece of a key-split block and stores its unnormalised state instead, fp32:
+    Work [pieces * 128, D] (o), WorkML [pieces, 2, 128] (m in the log2 domain, then l)."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BN, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -160,25 +167,50 @@ def _block(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_free, v_fr
     mbarrier.arrive(k_free.index(s0), count=1, pred=n_tiles > 1)   # one tile: the spare frees it
     if CAUSAL:
         n_left = q0 // BN                   # tiles wholly left of the block's first row
-    else:
-        n_left = T // BN                    # whole tiles: every key visible to every row
+    else:                                   # whole tiles: every key visible to every row
+        n_left = gl.minimum(T // BN - k0, n_tiles)
     for j in range(n_left):
         sc, o, m_i, l_i = _tile(j, g0, t0, n_tiles, sc, o, m_i, l_i, rows, q, k_smem, v_smem,
-                                k_ready, v_ready, k_free, v_free, turn, qk_scale, T, False, CAUSAL,
-                                WG, BN, D, NSK, NSV)
+                                k_ready, v_ready, k_free, v_free, turn, qk_scale, T, k0, False,
+                                CAUSAL, WG, BN, D, NSK, NSV)
     for j in range(n_left, n_tiles):
         sc, o, m_i, l_i = _tile(j, g0, t0, n_tiles, sc, o, m_i, l_i, rows, q, k_smem, v_smem,
-                                k_ready, v_ready, k_free, v_free, turn, qk_scale, T, True, CAUSAL,
-                                WG, BN, D, NSK, NSV)
+                                k_ready, v_ready, k_free, v_free, turn, qk_scale, T, k0, True,
+                                CAUSAL, WG, BN, D, NSK, NSV)
     mbarrier.arrive(q_free, count=1)
     o = warpgroup_mma_wait(num_outstanding=0, deps=[o])
     mbarrier.arrive(v_free.index((g0 + n_tiles - 1) % NSV), count=1)
+    if SPLIT:
+        if part >= 0:
+            _store_piece(o, m_i, l_i, Work, WorkML, part, WG, D, o_layout)
+        else:
+            _store_out(o, l_i, Out, stride_ot, out_col, r0, T, v_scale, D, o_layout)
+    else:
+        _store_out(o, l_i, Out, stride_ot, out_col, r0, T, v_scale, D, o_layout)
+
+
+@gluon.jit
+def _store_out(o, l_i, Out, stride_ot, out_col, r0, T, v_scale, D: gl.constexpr,
+               o_layout: gl.constexpr):
+    """Rows r0 .. r0 + 63 of the output, normalised (rows past T are not stored)."""
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
     out = o * gl.expand_dims(v_scale / gl.where(l_o == 0.0, 1.0, l_o), 1)
     orow = r0 + gl.arange(0, 64, layout=gl.SliceLayout(1, o_layout))
     ocol = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
     ptr = Out + gl.expand_dims(orow.to(gl.int64) * stride_ot + out_col, 1) + gl.expand_dims(ocol, 0)
     gl.store(ptr, out.to(Out.dtype.element_ty), mask=gl.expand_dims(orow < T, 1))
+
+
+@gluon.jit
+def _store_piece(o, m_i, l_i, Work, WorkML, part, WG: gl.constexpr, D: gl.constexpr,
+                 o_layout: gl.constexpr):
+    """Warpgroup WG's 64 rows of piece ``part``: o unnormalised, m and l, all fp32."""
+    prow = part * 128 + 64 * WG + gl.arange(0, 64, layout=gl.SliceLayout(1, o_layout))
+    ocol = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
+    gl.store(Work + gl.expand_dims(prow.to(gl.int64) * D, 1) + gl.expand_dims(ocol, 0), o)
+    srow = 64 * WG + gl.arange(0, 64, layout=gl.SliceLayout(1, o_layout))
+    gl.store(WorkML + part * 256 + srow, gl.convert_layout(m_i, gl.SliceLayout(1, o_layout)))
+    gl.store(WorkML + part * 256 + 128 + srow, gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)))
 
 
 @gluon.jit

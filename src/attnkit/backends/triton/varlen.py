@@ -64,7 +64,7 @@ def _varlen_kernel(Q, K, V, O, CuQ, CuK, Mask, stride_qt, stride_qh, stride_kt, 
 
 
 def varlen_attention(q, k, v, out, *, cu_q, cu_k, key_mask, max_q: int, scale: float, config: dict):
-    """q: [Tq, H_q, D]; k: [Tk, H_kv, D]; v: [Tk, H_kv, DV]; out: [Tq, H_q, DV] zeroed;
+    """q: [Tq, H_q, D]; k: [Tk, H_kv, D]; v: [Tk, H_kv, DV]; out: [Tq, H_q, DV] (each sequence's rows written, others left);
     cu_q / cu_k: [B+1] int32; key_mask: [Tk] bool | None. Head rows must be dense (stride 1)."""
     for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
         if t.stride(-1) != 1:
