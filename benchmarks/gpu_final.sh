@@ -46,6 +46,6 @@ for side in prev new; do
 done
 python3 benchmarks/compare_defaults.py "$W/prev" "$W/new" --out "$W/compare_defaults.md" | tail -n 3
 (cd "$OUT" && tar czf final.tgz final)        # what is done so far comes back if the box below is cut
-PYTHONPATH=src box bench_selection "${SEL_S:-175}" python3 benchmarks/bench_selection.py --out "$W/selection"
-tail -n 3 "$W/selection/bench_selection.md" 2>/dev/null
+PYTHONPATH=src box bench_selection "${SEL_S:-175}" python3 benchmarks/bench_selection.py --out "$OUT"
+tail -n 3 "$OUT/bench_selection.md" 2>/dev/null
 cd "$OUT" && tar czf final.tgz final && rm -rf final
