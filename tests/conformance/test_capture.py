@@ -290,18 +290,25 @@ def test_backends_without_cuda_graph_refuse_a_static_step(decl):
 CPU_TRITON = CaptureConf("triton", "cpu", "mha", "fp32", 16, None, (("num_splits", 3),))
 
 
-def test_splits_sized_for_the_capture_time_lengths_fail(monkeypatch):
-    """A plan sized for the lengths of the moment (one key per padded row) loses keys."""
-    from attnkit.backends.triton import backend as triton_backend
-
-    original = triton_backend.TritonBackend.capture_plan
+def _size_for_capture_time_lengths(monkeypatch, backend_cls) -> None:
+    """Make ``backend_cls.capture_plan`` size its static step for the lengths of the moment
+    (the longest request at capture time) instead of ``max_seq_len``: a wrong plan the suite
+    must catch."""
+    original = backend_cls.capture_plan
 
     def stale(self, meta, cache, *, max_seq_len):
         step = original(self, meta, cache, max_seq_len=max_seq_len)
         step.prepared.max_kv = max(meta.seq_lens_cpu)
         return step
 
-    monkeypatch.setattr(triton_backend.TritonBackend, "capture_plan", stale)
+    monkeypatch.setattr(backend_cls, "capture_plan", stale)
+
+
+def test_splits_sized_for_the_capture_time_lengths_fail(monkeypatch):
+    """A plan sized for the lengths of the moment (one key per padded row) loses keys."""
+    from attnkit.backends.triton import backend as triton_backend
+
+    _size_for_capture_time_lengths(monkeypatch, triton_backend.TritonBackend)
     rig = Rig(CPU_TRITON)
     with pytest.raises(AssertionError, match="max \\|out - ref\\|"):
         rig.replay_round(1, lengths(ROUNDS[1], rig.page))
@@ -332,14 +339,7 @@ def test_dsa_scores_sized_for_the_capture_time_lengths_fail(monkeypatch):
     sees most of a later request's context: its top-k, and so its output, are wrong."""
     from attnkit.backends.triton_dsa import backend as dsa_backend
 
-    original = dsa_backend.TritonDSABackend.capture_plan
-
-    def stale(self, meta, cache, *, max_seq_len):
-        step = original(self, meta, cache, max_seq_len=max_seq_len)
-        step.prepared.max_kv = max(meta.seq_lens_cpu)
-        return step
-
-    monkeypatch.setattr(dsa_backend.TritonDSABackend, "capture_plan", stale)
+    _size_for_capture_time_lengths(monkeypatch, dsa_backend.TritonDSABackend)
     conf = next(c for c in cases() if c.backend == "triton_dsa" and c.device == "cpu")
     rig = Rig(conf)
     with pytest.raises(AssertionError, match="max \\|out - ref\\|"):
