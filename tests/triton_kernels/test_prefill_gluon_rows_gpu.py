@@ -72,13 +72,17 @@ def test_fp16_gqa_and_mqa(variant, launches):
 
 @needs
 @pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("feats", [dict(sliding_window=300), dict(logit_softcap=20.0)], ids=["window", "softcap"])
-def test_what_it_does_not_serve_runs_paged(variant, feats, launches):
-    """A layer the kernel does not serve runs the paged kernel (right, and no Gluon launch)."""
+@pytest.mark.parametrize("feats, kv_dtype", [(dict(sliding_window=300), None),
+                                             (dict(logit_softcap=20.0), None), (dict(), "fp8_e4m3")],
+                         ids=["window", "softcap", "fp8-cache"])
+def test_what_it_does_not_serve_runs_paged(variant, feats, kv_dtype, launches):
+    """A layer or cache the kernel does not serve runs the paged kernel (right, and no Gluon
+    launch)."""
     layer = make_layer(num_heads=8, num_kv_heads=2, head_dim=128, dtype="bf16", device="cuda", **feats)
     case = make_case(layer, prefix_lens=[0, 200], new_lens=[900, 300], page_size=16, dtype="bf16",
-                     device="cuda", q_scale=4.0)
-    assert_close(_run(case, variant), case.reference(), dtype="bf16", what=f"{variant} {feats}")
+                     kv_dtype=kv_dtype, device="cuda", q_scale=4.0)
+    assert_close(_run(case, variant), case.reference(), dtype="bf16", kv_dtype=kv_dtype,
+                 what=f"{variant} {feats} {kv_dtype}")
     assert not launches
 
 

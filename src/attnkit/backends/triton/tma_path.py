@@ -7,9 +7,12 @@ Two routes:
   descriptor's end and read as zeros);
 - "rows": anything else it serves (several requests, a cached prefix, fp8 pages): the gather
   kernel (gather_rows.py) first copies every key from the cache into a padded dense buffer.
-The copy moves 2 x (keys x H_kv x (D + DV)) elements. Whether a step runs this kernel at all
-is the plan's choice (its kernel table, measured per bucket by attnkit tune: the "tma" and
-"gluon" variants); this module only says which route a step takes and stages its rows.
+The copy moves 2 x (keys x H_kv x (D + DV)) elements. The Gluon rows kernel
+(prefill_gluon_rows.py, the gluon_rows variants) takes a third: "packed", a fresh prefill of
+any number of requests read from the step's k / v in place (gluon_rows_route). Whether a step
+runs these kernels at all is the plan's choice (its kernel table, measured per bucket by attnkit
+tune: the "tma", "gluon" and "gluon_rows" variants); this module only says which route a step
+takes and stages its rows.
 """
 from __future__ import annotations
 
@@ -77,19 +80,24 @@ def tma_route(q, k, v, layer, cache, meta) -> str | None:
 def gluon_rows_route(q, k, v, layer, cache, meta) -> str | None:
     """Where the Gluon rows kernel (prefill_gluon_rows.py: the gluon_rows variants) reads a
     step's keys: "packed", a fresh prefill of any number of requests whose k / v inputs back
-    descriptors as they are (request r's keys are its own new rows); "rows", the gathered copy
-    (tma_route's); None where it does not serve the layer or step: a window, softcap, sinks,
-    non-causal, a head dim it has no tiles for, not sm_90 with Triton 3.6."""
+    descriptors as they are (request r's keys are its own new rows: no copy); "rows", the
+    gathered copy (tma_route's); None where it does not serve the layer or step: not causal, a
+    window, softcap, sinks, chunked attention, an fp8 cache or one of another dtype (its
+    declared envelope: 16-bit caches of the compute dtype), a head dim it has no tiles for, not
+    sm_90 with Triton 3.6."""
     spec = layer.spec
-    route = tma_route(q, k, v, layer, cache, meta)
-    if route is None or not spec.causal or not gluon_prefill_ready(
-            q, k, v, q, causal=True, window=spec.sliding_window, softcap=spec.logit_softcap,
-            sinks=layer.sinks if spec.sinks else None, qk_scale=spec.softmax_scale):
+    lid = spec.layer_id
+    if (not spec.causal or getattr(spec, "attention_chunk", None) is not None or cache.is_fp8
+            or not cache.k[lid].dtype == cache.v[lid].dtype == q.dtype
+            or not gluon_prefill_ready(q, k, v, q, causal=True, window=spec.sliding_window,
+                                       softcap=spec.logit_softcap,
+                                       sinks=layer.sinks if spec.sinks else None,
+                                       qk_scale=spec.softmax_scale)):
         return None
     if (not any(meta.prefix_lens_cpu) and k.dtype == q.dtype and descriptor_ready(k)
             and descriptor_ready(v)):
         return "packed"
-    return "rows"           # ("direct" implies the packed conditions)
+    return "rows" if tma_route(q, k, v, layer, cache, meta) == "rows" else None
 
 
 def run_gluon_rows(route: str, q, k, v, out, cache, layer_id: int, plan, *, block_req, block_m,
