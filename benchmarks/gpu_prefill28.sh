@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Issue 28 on the H200 in one call (<= 100 s): the Gluon rows kernel's GPU tests (batched fresh
+# Issue 28 on the H200 in one call (<= 100 s): the Gluon rows kernel's GPU tests (and the
+# gluon_rows rows of test_triton_gpu.py::test_page_sizes: pages of 1 to 128; batched fresh
 # prefills of unequal lengths, cached prefixes with NaN / inf in unowned pages, GQA / MQA, fp16,
 # d64 / d128 / d256, the grid forms) against the float64 reference, then bench_prefill28.py:
 # 8 x 2k prefill, extend 2k over 32k and 1 x 16k, tma / gluon / gluon_rows /
@@ -14,11 +15,12 @@ W="$OUT/prefill28"; mkdir -p "$W"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$W/env.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$W/env.txt"
 t0=$SECONDS
-timeout 40 python3 -m pytest -v --tb=short -m gpu -n 8 -p no:cacheprovider \
-  tests/triton_kernels/test_prefill_gluon_rows_gpu.py > "$W/rows_tests.log" 2>&1
+timeout 45 python3 -m pytest -v --tb=short -m gpu -n 8 -p no:cacheprovider \
+  tests/triton_kernels/test_prefill_gluon_rows_gpu.py \
+  "tests/triton_kernels/test_triton_gpu.py::test_page_sizes" -k "gluon_rows or prefill_gluon_rows" > "$W/rows_tests.log" 2>&1
 echo "rows tests rc=$? $((SECONDS - t0))s" | tee -a "$W/env.txt"; grep -E "FAILED|ERROR|passed|failed" "$W/rows_tests.log" | tail -n 30
 t0=$SECONDS
-timeout 55 python3 benchmarks/bench_prefill28.py --out "$W" --budget-s 45 > "$W/bench.log" 2>&1
+timeout 50 python3 benchmarks/bench_prefill28.py --out "$W" --budget-s 40 > "$W/bench.log" 2>&1
 echo "bench rc=$? $((SECONDS - t0))s" | tee -a "$W/env.txt"; tail -n 40 "$W/bench.log"
 tar czf "$OUT/prefill28.tar.gz" -C "$OUT" prefill28
 cp "$W/bench_prefill28.md" "$W/rows_tests.log" "$OUT/" 2>/dev/null || true
