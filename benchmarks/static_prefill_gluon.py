@@ -2,10 +2,11 @@
 registers, spill stack, shared memory, MMA / copy instructions and ptxas's advisories (a
 serialised wgmma) at d64, d128 and d256 (NOTES-hopper.md versions 3-7).
 
-    PYTHONPATH=<triton 3.6 site>:src python3 benchmarks/static_prefill_gluon.py [--out DIR] [--dit]
+    PYTHONPATH=<triton 3.6 site>:src python3 benchmarks/static_prefill_gluon.py [--out DIR] [--dit | --rows]
 
 --dit: also every form benchmarks/sweep_dit.py times (non-causal, 40 heads, MHA: its tiles,
-orders and the persistent kernel)."""
+orders and the persistent kernel). --rows: only the rows kernel (prefill_gluon_rows.py: batched
+prefills, cached prefixes; NOTES-hopper.md version 10) at each head dim's tiles."""
 from __future__ import annotations
 
 import argparse
