@@ -148,7 +148,8 @@ def table(out_dir: str) -> str:
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     f = lambda v: f"{v:.0f}" if isinstance(v, (int, float)) else ("" if v is None else str(v))  # noqa: E731
     for r in rows:
-        lines.append(f"| {r.get('shape')} | {r.get('variant')} | {f(r.get('attnkit', r.get('ms')))} | "
+        ours = f"{r['ms']:.3f} ms" if "ms" in r else f(r.get("attnkit"))
+        lines.append(f"| {r.get('shape')} | {r.get('variant')} | {ours} | "
                      f"{f(r.get('attnkit_eager'))} | {f(r.get('sdpa_cudnn'))} | {f(r.get('sdpa_flash'))} | "
                      f"{f(r.get('gather_sdpa'))} | {f(r.get('flex'))} | {r.get('err_vs_sdpa', '')} |")
     return "\n".join(lines)
