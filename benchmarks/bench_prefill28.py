@@ -3,14 +3,16 @@ gluon_rows_persistent) against the Triton tile (tma) and, on one fresh request, 
 prefill (gluon), with cuDNN / flash SDPA (and FlexAttention where the time box allows) on the
 same shapes, contiguous, in the same run.
 
-    PYTHONPATH=src python3 benchmarks/bench_prefill28.py [--out DIR] [--budget-s 50]
+    PYTHONPATH=src python3 benchmarks/bench_prefill28.py [--out DIR] [--budget-s 50] [--lengths]
 
 Shapes: 8 fresh prefills of 2048 (batched, causal), 2048 new tokens over a 32k prefix, one
 fresh prefill of 16k (no regression of the one-request default); d128, 32 / 8 heads, bf16,
 pages of 16. Every attnkit row is checked against SDPA before it is timed (bench_triton.measure:
 rel err < 2e-2, else "n/a (wrong ...)"), and a Gluon rows row also records that the kernel ran.
 Kernel-only rows time prefill_gluon_rows_attention alone on the packed step / the gathered
-buffer (the gather's own time beside), for its tile and program-count forms.
+buffer (the gather's own time beside), for its tile and program-count forms; --lengths adds the
+kernel alone at 16k tokens a step in requests of 1k to 16k (its rate against the item length:
+how much a short request's per-block cost weighs).
 Writes every row as soon as it is measured to DIR/bench_prefill28.jsonl, then
 DIR/bench_prefill28.md.
 """
@@ -74,7 +76,7 @@ def variant_rows(name, s, out_dir, variants):
         emit(row, out_dir)
 
 
-def kernel_rows(name, s, out_dir):
+def kernel_rows(name, s, out_dir, tiles_list=TILES):
     """prefill_gluon_rows_attention alone (no cache write, no gather in the time), each tile and
     grid form, checked against SDPA first."""
     from attnkit.backends.triton.gather_rows import gather_rows
@@ -106,7 +108,7 @@ def kernel_rows(name, s, out_dir):
     block_req, block_m = query_blocks(q_lens, kv_lens, 128, device="cuda")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     scale = s.spec.softmax_scale * LOG2E
-    for tiles in TILES:
+    for tiles in tiles_list:
         for programs in (None, sms):
             label = f"kernel tiles={tiles or 'default'} programs={programs or 'items'}"
             if time.time() - START > ARGS.budget_s:
@@ -160,6 +162,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--budget-s", type=float, default=50.0)
+    ap.add_argument("--lengths", action="store_true",
+                    help="also the kernel alone on 16 x 1k, 4 x 4k, 2 x 8k and 1 x 16k fresh prefills")
     ARGS = ap.parse_args()
     os.makedirs(ARGS.out, exist_ok=True)
     torch.manual_seed(0)
@@ -175,6 +179,9 @@ def main():
     for name in ("prefill 8x2k", "extend 2k over 32k"):
         if time.time() - START < ARGS.budget_s - 15:
             flex_row(name, setups[name], ARGS.out)
+    if ARGS.lengths:            # the rate against the request length at 16k tokens a step
+        for b, n in ((16, 1024), (4, 4096), (2, 8192), (1, 16384)):
+            kernel_rows(f"prefill {b}x{n // 1024}k", Setup(b, 0, n), ARGS.out, [None])
     md = table(ARGS.out)
     with open(os.path.join(ARGS.out, "bench_prefill28.md"), "w") as fh:
         fh.write(md + "\n")
