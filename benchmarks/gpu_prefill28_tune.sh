@@ -3,8 +3,8 @@
 # gluon_rows / gluon_rows_persistent entries (attnkit tune measures only what the shipped profile
 # lacks: 20 jobs, the triton prefill / extend buckets), then the plan's kernel tables for
 # Llama-3.1-8B printed, then bench_prefill28.py again (8 x 2k, 2k over 32k, 16k d128: tma, gluon,
-# both rows forms, cuDNN / flash / Flex in one process; the kernel alone on 16 x 1k .. 1 x 16k). Usage (repository root, CUDA machine):
-# bash benchmarks/gpu_prefill28_tune.sh. Writes under $OUT: env.txt, tune.log, nvidia-h200.json
+# both rows forms, cuDNN / flash / Flex in one process; the kernel alone on 16 x 1k .. 1 x 16k).
+# Usage (repository root, CUDA machine): bash benchmarks/gpu_prefill28_tune.sh. Writes under $OUT: env.txt, tune.log, nvidia-h200.json
 # (the resumed profile: copy it over the shipped one), plan.txt, bench_prefill28.md / .jsonl,
 # bench.log.
 set -u
