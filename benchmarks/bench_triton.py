@@ -218,18 +218,19 @@ def decode_rows(args, ceil, out, tuned):
 
 
 def prefill_rows(args, ceil, out, tuned):
-    shapes = [(8192, 2048, 128, 32), (32768, 2048, 128, 32), (0, 16384, 128, 32),
-              (0, 16384, 64, 32), (0, 16384, 256, 16)]
+    # (prefix, new, head dim, heads, requests): the last is issue 28's batched fresh prefill
+    shapes = [(8192, 2048, 128, 32, 1), (32768, 2048, 128, 32, 1), (0, 16384, 128, 32, 1),
+              (0, 16384, 64, 32, 1), (0, 16384, 256, 16, 1), (0, 2048, 128, 32, 8)]
     if args.quick:
         shapes = shapes[1:3]
-    for prefix, new, dim, heads in shapes:
-        s = Setup(1, prefix, new, heads=heads, dim=dim)
-        flops = 4 * dim * heads * (new * prefix + new * (new + 1) / 2)
+    for prefix, new, dim, heads, batch in shapes:
+        s = Setup(batch, prefix, new, heads=heads, dim=dim)
+        flops = batch * 4 * dim * heads * (new * prefix + new * (new + 1) / 2)
         be = TritonBackend(extend_config=tuned.get(f"extend-d{dim}"), **_planned(heads, dim))
         row = guarded(lambda: measure(s, kind="extend", backend=be,
                                       units=lambda ms: flops / ms / 1e9,
                                       flex=dim == 128 and prefix in (0, 32768)))
-        row.update(kind="extend" if prefix else "prefill", prefix=prefix, new=new, head_dim=dim,
+        row.update(kind="extend" if prefix else "prefill", prefix=prefix, new=new, head_dim=dim, batch=batch,
                    unit="TFLOP/s", flops=flops, floor_us=flops / ceil["matmul_tflops"] / 1e6)
         out.append(row)
         _print(row)
@@ -242,7 +243,8 @@ def prefill_rows(args, ceil, out, tuned):
 # The default row above runs the plan's kernel table at its default config; these
 # time each variant explicitly (and v2 at v1's config, to separate kernel from config).
 VARIANT_RUNS = [("v1", None), ("v2", None),
-                ("v2", dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3))]
+                ("v2", dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3)),
+                ("gluon_rows", None), ("gluon_rows_persistent", None)]
 
 
 def variant_rows(s, out, default_row, *, units, tuned):
@@ -250,10 +252,10 @@ def variant_rows(s, out, default_row, *, units, tuned):
         be = TritonBackend(extend_variant=variant, extend_config=cfg or tuned.get("extend-d128"))
         row = guarded(lambda: measure(s, kind="extend", backend=be, units=units, peers=False))
         row.update(kind="variant", op="extend", variant=variant, config=cfg or "default",
-                   shape=f"prefix={s.prefix} new={s.new} d=128")
+                   shape=f"B={s.batch} prefix={s.prefix} new={s.new} d=128")
         out.append(row)
         _print(row)
-        _compare(f"extend prefix={s.prefix} new={s.new} d128", "the plan's", default_row, row,
+        _compare(f"extend B={s.batch} prefix={s.prefix} new={s.new} d128", "the plan's", default_row, row,
                  f"{variant} {cfg or 'default cfg'}", "TFLOP/s")
 
 
@@ -372,7 +374,7 @@ def table(rows, ceil):
         if r["kind"] in ("sweep", "breakdown", "variant"):
             continue
         shape = (f"B={r['batch']} ctx={r['context']} d={r['head_dim']}" if r["kind"] == "decode"
-                 else f"prefix={r['prefix']} new={r['new']} d={r['head_dim']}")
+                 else f"{r.get('batch', 1)}x prefix={r['prefix']} new={r['new']} d={r['head_dim']}")
         ours = r.get("attnkit")
         nums = [r.get(p) for p in peers if isinstance(r.get(p), float)]
         best = max(nums) if nums else None

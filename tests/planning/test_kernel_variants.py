@@ -60,11 +60,13 @@ def test_tune_times_each_variant_that_can_run_the_bucket():
     shape = Shape("mha", 32, 8, 128, 128, "bf16", "bf16")
     assert variants_to_time(Bucket(shape, "decode", 1, 1, 4096, 16), triton, h200) == \
         ["split", "split_write", "split_merge", "split_fixed"]
+    rows = ["gluon_rows", "gluon_rows_persistent"]      # any step: batched, over a prefix
     assert variants_to_time(Bucket(shape, "prefill", 1, 2048, 2048, 16), triton, h200) == \
-        ["paged", "paged_new_kv", "tma", "gluon", "paged_fixed"]
-    assert "gluon" not in variants_to_time(Bucket(shape, "prefill", 8, 2048, 2048, 16), triton, h200)
+        ["paged", "paged_new_kv", "tma", "gluon", "paged_fixed", *rows]
+    assert variants_to_time(Bucket(shape, "prefill", 8, 2048, 2048, 16), triton, h200) == \
+        ["paged", "paged_new_kv", "tma", "paged_fixed", *rows]
     assert variants_to_time(Bucket(shape, "prefill", 1, 2048, 34816, 16), triton, h200) == \
-        ["paged", "paged_new_kv", "tma", "paged_fixed"]
+        ["paged", "paged_new_kv", "tma", "paged_fixed", *rows]
     mla16 = Shape("mla", 16, 1, 192, 128, "bf16", "bf16", 512, 64)
     mla128 = dataclasses.replace(mla16, heads=128)
     assert variants_to_time(Bucket(mla16, "decode", 1, 1, 4096, 64), mla, h200) == \
@@ -96,7 +98,8 @@ def test_resuming_the_shipped_profile_measures_only_the_variants_it_lacks():
     jobs = pending(grid, declarations(), h200, ["triton"], done, phases=("decode", "prefill"))
     held = {e.variant for e in shipped.entries if e.backend == "triton"}
     assert jobs and {n for _, n, _ in jobs} == {"triton"}
-    assert {k for _, _, k in jobs} == {"split_fixed", "paged_fixed"} and not held & {"split_fixed", "paged_fixed"}
+    unmeasured = {"gluon_rows", "gluon_rows_persistent"} - held   # issue 28's, until a profile holds them
+    assert {k for _, _, k in jobs} == {"split_fixed", "paged_fixed"} | unmeasured and not held & {"split_fixed", "paged_fixed"}
     decode = {b for b, _, k in jobs if k == "split_fixed"}
     assert decode == {e.bucket for e in shipped.entries if e.variant == "split"}   # every bucket split was timed at
 

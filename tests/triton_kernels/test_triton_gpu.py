@@ -14,7 +14,11 @@ pytestmark = pytest.mark.gpu
 # Each shape runs through both variants of its kernel: extend (v1: all keys via the block
 # table; v2: new tokens from k / v) for "mixed", decode (v1: separate K/V write; v2: the
 # kernel writes the new K/V) for "decode".
-SHAPES = [("mixed", v) for v in EXTEND_VARIANTS] + [("decode", v) for v in DECODE_VARIANTS]
+# The Gluon rows variants (sm_90, Triton 3.6) run the same mixed steps: where they cannot (a
+# head dim without tiles, a window, softcap, sinks, an encoder) the step runs paged.
+GLUON_ROWS = ("gluon_rows", "gluon_rows_persistent")
+SHAPES = ([("mixed", v) for v in EXTEND_VARIANTS + GLUON_ROWS]
+          + [("decode", v) for v in DECODE_VARIANTS])
 
 
 def _variant(shape, variant):

@@ -6,7 +6,8 @@ partial buffers per KV-head count): the first layer builds them, the others reus
 Per layer ``forward`` writes the new K/V into the cache, then runs extend
 (EXTEND / MIXED / VERIFY) or decode (DECODE); IDLE returns an empty output. Which kernel
 variant runs (declaration.py: split / split_write / split_merge / split_fixed for decodes;
-paged / paged_new_kv / tma / gluon / paged_fixed for prefills and extends) is the plan's choice: the backend is
+paged / paged_new_kv / tma / gluon / gluon_rows / gluon_rows_persistent / paged_fixed for
+prefills and extends) is the plan's choice: the backend is
 handed the plan's kernel tables (``kernels``) and per step runs the first variant listed for
 the nearest measured bucket that can take the step (registry/kernels.py). Without tables it
 runs the first that can, in declaration order.
@@ -38,7 +39,8 @@ from attnkit.backends.triton.configs import split_keys as default_split_keys
 from attnkit.backends.triton.invariant import DecodeRows, check_invariant_options, fixed_splits
 from attnkit.backends.triton.tma_path import (TMA_ONLY_KEYS, check_tma_override,
                                               merged_tma_config, run_tma_extend, tma_route)
-from attnkit.backends.triton.tma_path import gluon_prefill_ready
+from attnkit.backends.triton.tma_path import gluon_prefill_ready, gluon_rows_route, run_gluon_rows
+from attnkit.backends.triton.configs import gluon_rows_config
 from attnkit.errors import fail
 from attnkit.registry.kernels import KernelTable, step_point
 
@@ -152,7 +154,8 @@ class TritonBackend(AttentionBackend):
         extend_variant = extend_kernels.EXTEND_VARIANT_NAMES.get(extend_variant, extend_variant)
         decode_variant = decode_kernels.DECODE_VARIANT_NAMES.get(decode_variant, decode_variant)
         check_option("triton", "extend_variant", extend_variant,
-                     (None, *extend_kernels.EXTEND_VARIANTS, "gluon", "fixed",
+                     (None, *extend_kernels.EXTEND_VARIANTS, "gluon", "gluon_rows",
+                      "gluon_rows_persistent", "fixed",
                       *extend_kernels.EXTEND_VARIANT_NAMES))
         check_option("triton", "decode_variant", decode_variant,
                      (None, *decode_kernels.DECODE_VARIANTS, "fixed", *decode_kernels.DECODE_VARIANT_NAMES))
@@ -250,6 +253,14 @@ class TritonBackend(AttentionBackend):
                              partials=partials, config=cfg, fixed_chunk=fixed, **common,
                              new_kv=(k, v, meta.slot_mapping) if fused_write else None,
                              counters=plan.counters if variant == "split_merge" else None)
+        elif variant in ("gluon_rows", "gluon_rows_persistent"):
+            persistent = variant == "gluon_rows_persistent"
+            cfg = gluon_rows_config(spec.head_dim, persistent=persistent)
+            block_req, block_m = plan.query_blocks(cfg["BLOCK_M"])
+            run_gluon_rows(gluon_rows_route(q, k, v, layer, cache, meta), q, k, v, out, cache, lid,
+                           plan, block_req=block_req, block_m=block_m, qk_scale=qk_scale,
+                           v_scale=v_scale, tiles=(cfg["BLOCK_N"], cfg["K_SLOTS"], cfg["V_SLOTS"]),
+                           programs=plan.num_sms * cfg["PROGRAMS_PER_SM"] if persistent else None)
         elif variant in ("tma", "gluon"):
             cfg = merged_tma_config(spec.head_dim, self.extend_override, interpret=interpreting())
             cfg["GLUON"] = variant == "gluon" or bool(self.extend_override.get("GLUON"))
@@ -335,6 +346,8 @@ RUNNABLE = {
     "paged_new_kv": lambda q, k, v, layer, cache, meta: new_kv_ok(k, v, cache, layer.spec.layer_id),
     "tma": lambda q, k, v, layer, cache, meta: tma_route(q, k, v, layer, cache, meta) is not None,
     "gluon": _gluon_ok,
+    "gluon_rows": lambda q, k, v, layer, cache, meta: gluon_rows_route(q, k, v, layer, cache, meta) is not None,
+    "gluon_rows_persistent": lambda q, k, v, layer, cache, meta: gluon_rows_route(q, k, v, layer, cache, meta) is not None,
     "split_fixed": lambda q, k, v, layer, cache, meta: True,
     "paged_fixed": lambda q, k, v, layer, cache, meta: True,
 }

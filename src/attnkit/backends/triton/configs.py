@@ -109,6 +109,20 @@ VARLEN_PERSISTENT_HEAD_MAJOR = False
 # the two in gpu_flux.sh's FLUX sweep (NOTES-hopper.md version 11 holds the rates)
 VARLEN_SPLIT_HEAD_MAJOR = True
 VARLEN_PERSISTENT_PROGRAMS_PER_SM = 1     # the rings take ~224 KB: one program fits an SM
+# The causal rows forms (prefill_gluon_rows.py: batched fresh prefills, cached prefixes): the
+# prefill kernel's tiles; gluon_rows_persistent runs this many programs an SM (one fits).
+GLUON_ROWS_PROGRAMS_PER_SM = 1
+
+
+def gluon_rows_config(head_dim: int, *, persistent: bool) -> dict | None:
+    """The gluon_rows variants: the prefill kernel's tiles and, persistent, programs per SM."""
+    if head_dim not in GLUON_TILES:
+        return None
+    bn, ks, vs = GLUON_TILES[head_dim]
+    cfg = dict(BLOCK_M=128, BLOCK_N=bn, K_SLOTS=ks, V_SLOTS=vs)
+    if persistent:
+        cfg["PROGRAMS_PER_SM"] = GLUON_ROWS_PROGRAMS_PER_SM
+    return cfg | dict(num_warps=12)
 
 
 def varlen_config(head_dim: int, fp32: bool, *, interpret: bool) -> dict:
@@ -156,6 +170,8 @@ def launch_config(variant: str, *, role: str, shape, dtype: str, platform) -> di
     if variant == "gluon" and head_dim in GLUON_TILES:
         bn, ks, vs = GLUON_TILES[head_dim]
         return dict(BLOCK_M=128, BLOCK_N=bn, K_SLOTS=ks, V_SLOTS=vs, num_warps=12)
+    if variant in ("gluon_rows", "gluon_rows_persistent"):
+        return gluon_rows_config(head_dim, persistent=variant == "gluon_rows_persistent")
     if variant == "varlen_tile":
         return varlen_config(head_dim, fp32, interpret=False)
     if variant in ("varlen_gluon", "varlen_gluon_persistent", "varlen_gluon_split"):

@@ -44,6 +44,17 @@ VARIANTS = (
     KernelVariant("paged_fixed", EXTEND_ROLES, "paged whose one-token rows over a cached prefix (a "
                   "MIXED step's decodes) run split_fixed, as their DECODE steps do: a request's bits "
                   "do not depend on its batch", numerics=frozenset(NUMERICS)),
+    KernelVariant("gluon_rows", EXTEND_ROLES, "the Gluon ping-pong kernel over per-request query "
+                  "blocks (prefill_gluon_rows.py): a fresh prefill of any number of requests reads "
+                  "the step's K/V in place, a step over a cached prefix a gathered copy of its keys "
+                  "(the mask aligned to the last key); a program per (query block, head)",
+                  compute_capability=((9, 0), (9, 0)), triton=("3.6", "3.7"), dtypes=HALF,
+                  kv_cache_dtypes=HALF, head_dims=(64, 128, 256), excludes=PLAIN, causal_only=True),
+    KernelVariant("gluon_rows_persistent", EXTEND_ROLES, "gluon_rows as a persistent kernel: a "
+                  "program per SM walking the (query block, head) items, each item's loads under "
+                  "the previous one's epilogue", compute_capability=((9, 0), (9, 0)),
+                  triton=("3.6", "3.7"), dtypes=HALF, kv_cache_dtypes=HALF, head_dims=(64, 128, 256),
+                  excludes=PLAIN, causal_only=True),
     # the varlen call (packed non-causal sequences without a KV cache: a DiT, a vision tower);
     # unmeasured, the Gluon forms first where they can take the call (results/sweep_dit.md holds
     # the sweep that ordered them), the tile for every other call

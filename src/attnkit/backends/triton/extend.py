@@ -30,10 +30,11 @@ from attnkit.backends._triton import (NEG_BIG, attend_range, key_ranges, padded_
 # fresh prefill), "fixed" / "paged_fixed" (v1 whose one-token rows over a cached prefix run the
 # split_fixed decode: backends/triton/invariant.py). Which runs is the plan's choice (its kernel
 # table), never a threshold here.
-EXTEND_VARIANTS = ("v1", "v2", "tma")       # gluon and fixed: spelled, tested on their own
+EXTEND_VARIANTS = ("v1", "v2", "tma")       # gluon (and its rows forms), fixed: spelled, tested on their own
 EXTEND_VARIANT_NAMES = {"paged_kv": "v1", "new_kv_direct": "v2", "dense_rows_tma": "tma",
                         "paged": "v1", "paged_new_kv": "v2", "paged_fixed": "fixed"}
-PLAN_NAMES = {"v1": "paged", "v2": "paged_new_kv", "tma": "tma", "gluon": "gluon", "fixed": "paged_fixed"}
+PLAN_NAMES = {"v1": "paged", "v2": "paged_new_kv", "tma": "tma", "gluon": "gluon", "fixed": "paged_fixed",
+              "gluon_rows": "gluon_rows", "gluon_rows_persistent": "gluon_rows_persistent"}
 
 
 @triton.jit

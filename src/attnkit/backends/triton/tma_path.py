@@ -7,9 +7,12 @@ Two routes:
   descriptor's end and read as zeros);
 - "rows": anything else it serves (several requests, a cached prefix, fp8 pages): the gather
   kernel (gather_rows.py) first copies every key from the cache into a padded dense buffer.
-The copy moves 2 x (keys x H_kv x (D + DV)) elements. Whether a step runs this kernel at all
-is the plan's choice (its kernel table, measured per bucket by attnkit tune: the "tma" and
-"gluon" variants); this module only says which route a step takes and stages its rows.
+The copy moves 2 x (keys x H_kv x (D + DV)) elements. The Gluon rows kernel
+(prefill_gluon_rows.py, the gluon_rows variants) takes a third: "packed", a fresh prefill of
+any number of requests read from the step's k / v in place (gluon_rows_route). Whether a step
+runs these kernels at all is the plan's choice (its kernel table, measured per bucket by attnkit
+tune: the "tma", "gluon" and "gluon_rows" variants); this module only says which route a step
+takes and stages its rows.
 """
 from __future__ import annotations
 
@@ -23,10 +26,11 @@ from attnkit.backends.triton.prefill_tma import descriptor_ready, prefill_tma_at
 
 try:        # Gluon's Hopper API as Triton 3.6 spells it (GLUON=True runs it there only)
     from attnkit.backends.triton.prefill_gluon import gluon_prefill_ready, prefill_gluon_attention
+    from attnkit.backends.triton.prefill_gluon_rows import prefill_gluon_rows_attention
 except ImportError:         # pragma: no cover - depends on the installed Triton
     def gluon_prefill_ready(*args, **kwargs) -> bool:
         return False
-    prefill_gluon_attention = None
+    prefill_gluon_attention = prefill_gluon_rows_attention = None
 
 PAD = 128                    # rows of a request's buffer segment: a multiple of every BLOCK_N
 MAX_ROWS_BYTES = 1 << 30     # memory, not speed: no staging buffer of more than 1 GiB a step
@@ -71,6 +75,50 @@ def tma_route(q, k, v, layer, cache, meta) -> str | None:
     rows = sum(-(-n // PAD) * PAD for n in meta.seq_lens_cpu)
     moved = 2 * rows * spec.num_kv_heads * (spec.head_dim + spec.value_dim) * q.element_size()
     return "rows" if moved <= MAX_ROWS_BYTES else None
+
+
+def gluon_rows_route(q, k, v, layer, cache, meta) -> str | None:
+    """Where the Gluon rows kernel (prefill_gluon_rows.py: the gluon_rows variants) reads a
+    step's keys: "packed", a fresh prefill of any number of requests whose k / v inputs back
+    descriptors as they are (request r's keys are its own new rows: no copy); "rows", the
+    gathered copy (tma_route's); None where it does not serve the layer or step: not causal, a
+    window, softcap, sinks, chunked attention, an fp8 cache or one of another dtype (its
+    declared envelope: 16-bit caches of the compute dtype), a head dim it has no tiles for, not
+    sm_90 with Triton 3.6."""
+    spec = layer.spec
+    lid = spec.layer_id
+    if (not spec.causal or getattr(spec, "attention_chunk", None) is not None or cache.is_fp8
+            or not cache.k[lid].dtype == cache.v[lid].dtype == q.dtype
+            or not gluon_prefill_ready(q, k, v, q, causal=True, window=spec.sliding_window,
+                                       softcap=spec.logit_softcap,
+                                       sinks=layer.sinks if spec.sinks else None,
+                                       qk_scale=spec.softmax_scale)):
+        return None
+    if (not any(meta.prefix_lens_cpu) and k.dtype == q.dtype and descriptor_ready(k)
+            and descriptor_ready(v)):
+        return "packed"
+    return "rows" if tma_route(q, k, v, layer, cache, meta) == "rows" else None
+
+
+def run_gluon_rows(route: str, q, k, v, out, cache, layer_id: int, plan, *, block_req, block_m,
+                   qk_scale, v_scale, tiles, programs):
+    """The Gluon rows kernel over ``route``'s keys (gluon_rows_route); tiles: (BN, K slots,
+    V slots); programs: its grid (None: one program a (query block, head))."""
+    if not descriptor_ready(q):
+        q = q.contiguous()
+    if route == "packed":
+        k_rows, v_rows, key_start = k, v, plan.query_start_loc[:-1]
+    else:
+        key_start, total, longest = row_layout(plan.rows, plan.meta, q.device)
+        k_rows, v_rows = gather_rows(cache.k[layer_id], cache.v[layer_id],
+                                     block_tables=plan.block_tables, key_start=key_start,
+                                     seq_lens=plan.seq_lens, total_rows=total, longest=longest,
+                                     pad=PAD, dtype=q.dtype)
+    return prefill_gluon_rows_attention(q, k_rows, v_rows, out, block_req=block_req,
+                                        block_m=block_m, query_start_loc=plan.query_start_loc,
+                                        key_start=key_start, seq_lens=plan.seq_lens,
+                                        qk_scale=qk_scale, v_scale=v_scale, tiles=tiles,
+                                        programs=programs)
 
 
 def row_layout(memo: dict, meta, device) -> tuple[torch.Tensor, int, int]:
