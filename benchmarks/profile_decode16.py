@@ -13,7 +13,8 @@ kernels   torch.profiler over 5 eager calls each of the plan's decode (TritonBac
 ceilings  per row, the read-only probes of read_probe.py (each checked against its torch
           reference first) next to the plan's decode and cuDNN, timed alike (bench_triton's
           ``timed``: CUDA-graph replay, L2 flushed, median of 20) -> profile16_ceilings.{json,md}.
-ncu       one launch each of the plan, cuDNN and two probes per row inside
+ncu       one launch each of the plan, cuDNN, the "heads" candidate (decode_heads.py) and two
+          probes per row inside
           cudaProfilerStart / Stop (run under ``ncu --profile-from-start off``); writes
           ncu16_order.json.
 ncu-table the ncu raw CSV -> ncu16.{json,md}: per kernel time, DRAM bytes and throughput, grid,
@@ -202,6 +203,13 @@ def ncu_part(rows, out_dir):
         batch, ctx = ROWS[row]
         s, nbytes, fwd, info, ref, q, k_c, v_c = row_setup(row)
         calls = [("plan", fwd), ("cudnn", peer("cudnn", q, k_c, v_c))]
+        try:                                  # sweep_decode16's "heads" candidate (decode_heads.py)
+            from decode_heads import HeadsBackend
+            heads = HeadsBackend(8, dict(BLOCK_N=16, num_warps=8, num_stages=5))
+            hstep = heads.prepare(s.meta, s.cache)
+            calls.append(("heads (16,8,5) S=8", lambda: heads.forward(s.q, s.k, s.v, s.layer, s.cache, hstep)))
+        except Exception as exc:  # noqa: BLE001 - the profile of the others still runs
+            print("heads:", type(exc).__name__, str(exc)[:200], flush=True)
         for label, make, *_ in probes(s, ctx, info["splits"][-1]):
             if label in ("paged h1 (64,4,4)", "cuDNN layout h1 (64,4,4)"):
                 calls.append((label, make()[0]))
@@ -223,12 +231,14 @@ SCALE = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "nsecond": 1e-3, "
          "msecond": 1e3, "ns": 1e-3, "us": 1.0, "ms": 1e3}
 COLUMNS = {"us": "gpu__time_duration.sum", "dram_read_MB": "dram__bytes_read.sum",
            "dram_write_MB": "dram__bytes_write.sum",
-           "dram_pct": "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+           "dram_pct": ("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+                        "dram__throughput.avg.pct_of_peak_sustained_elapsed"),
+           "mem_pct": "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
            "grid": "launch__grid_size", "block": "launch__block_size",
            "regs": "launch__registers_per_thread", "waves": "launch__waves_per_multiprocessor",
            "occ_limit_regs": "launch__occupancy_limit_registers",
            "achieved_occ_pct": "sm__warps_active.avg.pct_of_peak_sustained_active",
-           "issue_active_pct": "sm__inst_issued.avg.pct_of_peak_sustained_active"}
+           "issue_active_pct": "smsp__issue_active.avg.pct_of_peak_sustained_active"}
 
 
 def ncu_table(csv_path, out_dir):
@@ -244,8 +254,9 @@ def ncu_table(csv_path, out_dir):
     out = []
     for i, k in enumerate(ncu_rows(csv_path)):
         rec = dict(label=labels[i] if i < len(labels) else "?", kernel=k["Kernel Name"][0][:50])
-        for col, metric in COLUMNS.items():
-            if metric in k:
+        for col, names in COLUMNS.items():
+            metric = next((m for m in ((names,) if isinstance(names, str) else names) if m in k), None)
+            if metric is not None:
                 val, unit = k[metric]
                 x = number(val)
                 if x is not None and unit in SCALE:

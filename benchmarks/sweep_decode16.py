@@ -18,7 +18,20 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
+import sweep_decode  # noqa: E402
+from decode_heads import HeadsBackend  # noqa: E402
 from sweep_decode import merge, run_row, t, table  # noqa: E402
+
+_backend = sweep_decode._backend
+
+
+def _with_heads(variant, splits, cfg):
+    """sweep_decode's backend for a candidate, or for variant "heads" decode_heads.py's kernel
+    (every KV head of a page in one program; not a backend variant)."""
+    return HeadsBackend(splits, cfg) if variant == "heads" else _backend(variant, splits, cfg)
+
+
+sweep_decode._backend = _with_heads      # run_row builds every candidate (and its re-timing) here
 
 P2, P4 = dict(PACK=2), dict(PACK=4)
 R128 = dict(maxnreg=128)        # a register cap: 4 programs of 4 warps an SM (64K registers)
@@ -33,14 +46,19 @@ def candidates16(row: str) -> list[tuple[str, int | None, dict]]:
     3; (32, 4, 5) 128, 4; (16, 4, 8) 128, 4 with three K/V buffers; (64, 4, 4) capped at 128
     registers (maxnreg) 4, 24 bytes spilled; PACK 2 (16, 4, 5) 143, 3; (32, 4, 4) 168, 3;
     (32, 4, 5) 181, 2; PACK 4 (16, 4, 5) 220, 2. Explicit split counts keep every program
-    resident (B=16: 16 x 8 / PACK (request, KV-head group) pairs)."""
+    resident (B=16: 16 x 8 / PACK (request, KV-head group) pairs). "heads" (decode_heads.py):
+    202 registers at 8 warps, one program an SM, (16, 8, 5) two page buffers (164 KB shared),
+    (32, 8, 3) / (16, 8, 3) one; 8 splits: 128 programs, one wave at B=16."""
     if row in GUARDS:
         first, second = GUARDS[row]
         return [(first, None, {}), (first, None, t(16, 4, 8)), (first, None, t(64, 4, 4, **R128)),
                 (first, None, t(16, 4, 5, **P2)), (second, None, t(16, 4, 8)),
                 (first, None, t(32, 4, 4, **P2))]
     return [
-        (SM, None, {}), (SM, None, t(32, 4, 5)), (SM, None, t(16, 4, 8)), (SM, 4, t(16, 4, 8)),
+        (SM, None, {}), (SM, None, t(32, 4, 5)),
+        ("heads", 8, t(16, 8, 5)), ("heads", 8, t(32, 8, 3)), ("heads", 8, t(16, 8, 3)),
+        ("heads", 4, t(16, 8, 5)),
+        (SM, None, t(16, 4, 8)), (SM, 4, t(16, 4, 8)),
         (SM, 4, t(64, 4, 4, **R128)), (SM, None, t(64, 4, 4, **R128)),
         (SM, 6, t(16, 4, 5, **P2)), (SM, None, t(16, 4, 5, **P2)), (SM, 6, t(32, 4, 4, **P2)),
         (SM, 4, t(32, 4, 5, **P2)), (SM, 8, t(16, 4, 5, **P4)), (SM, 4, t(32, 8, 4, **P4)),
