@@ -6,7 +6,8 @@
 #                               each checked against SDPA first; guard rows B=1 / B=64
 #   profile16_kernels.{json,md} kernels per decode call (plan, cuDNN, flash), device times
 #   profile16_ceilings.{json,md} read-only probes of each access pattern vs plan and cuDNN
-#   ncu16.{csv,json,md}         Nsight Compute (if on the device): plan, cuDNN, two probes
+#   ncu16.{csv,json,md}         Nsight Compute (if on the device): plan, cuDNN, split_heads, two probes
+#   gpu_tests.log               split_heads' CUDA-graph replay test (if time is left)
 #   *.log                       each part's log
 #   cd <repo root> && OUT=/some/dir bash benchmarks/gpu_decode16.sh
 set -u
@@ -35,7 +36,7 @@ wait
 stamp "warm done"
 # 2. the sweep, timed: B=16 rows, then the guards (one process)
 timeout "${SWEEP_S:-38}" $PY benchmarks/sweep_decode16.py --only b16-1k,b16-4k,b16-32k,${G// /,} \
-  --budget-s "${ROW_BUDGET_S:-9}" --out "$D" > "$D/sweep.log" 2>&1
+  --budget-s "${ROW_BUDGET_S:-9}" --guard-budget-s "${GUARD_BUDGET_S:-4}" --out "$D" > "$D/sweep.log" 2>&1
 stamp "sweep rc $?"
 $PY benchmarks/sweep_decode16.py --table --out "$D" > /dev/null 2>&1
 # 3. kernels per call and the read ceilings (one process)
@@ -55,6 +56,12 @@ if command -v ncu > /dev/null && [ "$(left)" -gt 12 ]; then
   $PY benchmarks/profile_decode16.py --part ncu-table --csv "$D/ncu16.csv" --out "$D" > /dev/null 2>&1
 else
   stamp "ncu skipped ($(command -v ncu || echo 'not on PATH'), $(left) s left)"
+fi
+# 5. split_heads in a CUDA graph (its GPU test module's replay test), if time is left
+if [ "$(left)" -gt 10 ]; then
+  timeout "$(left)" $PY -m pytest -q -m gpu -p no:cacheprovider -x \
+    tests/triton_kernels/test_triton_decode_heads_gpu.py -k replays > "$D/gpu_tests.log" 2>&1
+  stamp "split_heads replay test rc $? ($(tail -1 "$D/gpu_tests.log"))"
 fi
 rm -rf "$D/warm"
 tar czf "$OUT/decode16.tgz" -C "$OUT" decode16 && rm -rf "$D"

@@ -13,7 +13,7 @@ kernels   torch.profiler over 5 eager calls each of the plan's decode (TritonBac
 ceilings  per row, the read-only probes of read_probe.py (each checked against its torch
           reference first) next to the plan's decode and cuDNN, timed alike (bench_triton's
           ``timed``: CUDA-graph replay, L2 flushed, median of 20) -> profile16_ceilings.{json,md}.
-ncu       one launch each of the plan, cuDNN, the "heads" candidate (decode_heads.py) and two
+ncu       one launch each of the plan, cuDNN, variant split_heads (decode_heads.py) and two
           probes per row inside
           cudaProfilerStart / Stop (run under ``ncu --profile-from-start off``); writes
           ncu16_order.json.
@@ -203,13 +203,13 @@ def ncu_part(rows, out_dir):
         batch, ctx = ROWS[row]
         s, nbytes, fwd, info, ref, q, k_c, v_c = row_setup(row)
         calls = [("plan", fwd), ("cudnn", peer("cudnn", q, k_c, v_c))]
-        try:                                  # sweep_decode16's "heads" candidate (decode_heads.py)
-            from decode_heads import HeadsBackend
-            heads = HeadsBackend(8, dict(BLOCK_N=16, num_warps=8, num_stages=5))
+        try:                                  # variant split_heads at its rule and tile
+            from attnkit.backends.triton.backend import TritonBackend
+            heads = TritonBackend(decode_variant="split_heads")
             hstep = heads.prepare(s.meta, s.cache)
-            calls.append(("heads (16,8,5) S=8", lambda: heads.forward(s.q, s.k, s.v, s.layer, s.cache, hstep)))
+            calls.append(("split_heads", lambda: heads.forward(s.q, s.k, s.v, s.layer, s.cache, hstep)))
         except Exception as exc:  # noqa: BLE001 - the profile of the others still runs
-            print("heads:", type(exc).__name__, str(exc)[:200], flush=True)
+            print("split_heads:", type(exc).__name__, str(exc)[:200], flush=True)
         for label, make, *_ in probes(s, ctx, info["splits"][-1]):
             if label in ("paged h1 (64,4,4)", "cuDNN layout h1 (64,4,4)"):
                 calls.append((label, make()[0]))
