@@ -11,7 +11,8 @@ kernels   torch.profiler over 5 eager calls each of the plan's decode (TritonBac
           a call launches, its device time; -> profile16_kernels.{json,md}, calls16.json
           (kernels per call, which the ncu table uses to name the launches it profiled).
 ceilings  per row, the read-only probes of read_probe.py (each checked against its torch
-          reference first) next to the plan's decode and cuDNN, timed alike (bench_triton's
+          reference first; unpipelined, so patterns compared, not ceilings: NOTES-triton.md
+          version 6) next to the plan's decode and cuDNN, timed alike (bench_triton's
           ``timed``: CUDA-graph replay, L2 flushed, median of 20) -> profile16_ceilings.{json,md}.
 ncu       one launch each of the plan, cuDNN, variant split_heads (decode_heads.py) and two
           probes per row inside

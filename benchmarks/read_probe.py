@@ -1,6 +1,8 @@
 """Read-only probes of the decode kernel's memory traffic (issue 28, the B=16 rows): kernels
 that read exactly the K/V bytes a decode reads, in the decode grid's order, and do no
-attention, so their rate is the ceiling of an access pattern, not of the kernel's arithmetic.
+attention. Measured (NOTES-triton.md version 6): they are NOT ceilings — Triton 3.6 does not
+software-pipeline their loop (ncu: 2 KB of shared memory, no K/V buffers), so every program
+waits for each tile; they compare access patterns at one and the same (unpipelined) depth.
 
 - ``read_paged``: grid (requests, KV heads / HEADS, splits) as decode.py's; split s reads keys
   [s * chunk, min((s + 1) * chunk, L)) of HEADS adjacent KV heads through the block table, one
