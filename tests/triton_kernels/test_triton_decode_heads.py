@@ -68,3 +68,21 @@ def test_heads_split_rule_fills_the_sms_once_and_keeps_whole_tiles():
     assert splits <= 132 and chunk % 16 == 0 and splits * chunk >= 32768
     assert heads_splits(4096, 256, num_sms=132, block_n=16) == (1, 4096)      # more requests than SMs
     assert heads_splits(100, 1, num_sms=132, block_n=16) == (2, 64)           # splits of >= 64 keys
+
+
+def test_split_heads_reads_a_query_strided_in_the_head_dim_through_the_fallback():
+    """q not dense in the head dim: split_heads does not take it (its loads assume unit
+    stride), the split kernel does (it copies q)."""
+    import torch
+    layer = make_layer(num_heads=8, num_kv_heads=2, head_dim=64, dtype="fp16")
+    case = make_case(layer, prefix_lens=[40, 9], new_lens=[1, 1], page_size=16, dtype="fp16")
+    wide = torch.zeros(*case.q.shape[:2], 2 * case.q.shape[2], dtype=case.q.dtype)
+    wide[..., ::2] = case.q
+    q = wide[..., ::2]
+    assert q.stride(-1) == 2 and not heads_ok(q, case.k, case.v, case.layer, case.cache)
+    from attnkit.backends.triton.backend import TritonBackend
+    backend = TritonBackend(decode_variant="split_heads", num_splits=2)
+    step = backend.prepare(case.meta, case.cache)
+    out = backend.forward(q, case.k, case.v, case.layer, case.cache, step)
+    assert "heads" not in [key[0] for key in step.prepared.splits]
+    assert_close(out, case.reference(), dtype="fp16", what="strided q")

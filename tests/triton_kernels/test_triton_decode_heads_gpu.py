@@ -69,3 +69,16 @@ def test_split_heads_replays_in_a_cuda_graph():
         ref = dataclasses.replace(case, q=q.clone(), _ref=None).reference()
         assert_close(out, ref, dtype="bf16", what=f"replay {seed}")
     assert step.prepared.counters.abs().sum().item() == 0
+
+
+def test_split_heads_takes_a_decode_config_with_the_split_kernels_switches():
+    """A decode_config override naming decode.py's switches (PACK, EDGE_MASK, PDL) still runs
+    split_heads: its tile keys are taken, the split kernel's switches left out of its launch
+    (Triton on a GPU raises KeyError on a keyword the kernel does not take)."""
+    layer = make_layer(num_heads=32, num_kv_heads=8, head_dim=128, dtype="bf16", device="cuda")
+    case = make_case(layer, dtype="bf16", device="cuda", page_size=16, **DECODE)
+    backend = _backend(decode_config=dict(BLOCK_N=16, num_stages=5, PACK=2, EDGE_MASK=True, PDL=True))
+    step = backend.prepare(case.meta, case.cache)
+    out = backend.forward(case.q, case.k, case.v, case.layer, case.cache, step)
+    assert _ran_heads(step)
+    assert_close(out, case.reference(), dtype="bf16", what="switches in the override")

@@ -294,7 +294,6 @@ class TritonBackend(AttentionBackend):
         spec, meta = layer.spec, plan.meta
         cfg = decode_config(spec.head_dim, q.dtype, interpret=interpreting(),
                             variant="split_heads") | self.decode_override
-        cfg.pop("PACK", None)
         longest = plan.max_kv or max(meta.seq_lens_cpu, default=1)
         if self.num_splits is None:
             splits, _ = heads_splits(longest, meta.num_reqs, num_sms=plan.num_sms, block_n=cfg["BLOCK_N"])

@@ -28,6 +28,9 @@ from attnkit.backends.triton import configs
 from attnkit.backends.triton.decode_merge import merge_if_last
 
 MAX_ACC = 16384      # H_kv * R * D: the fp32 accumulator, 64 registers a thread at 8 warps
+# the launch keys split_heads takes from a decode config (decode.py's PACK / EDGE_MASK / PDL
+# are the split kernel's switches, not this kernel's)
+LAUNCH_KEYS = ("BLOCK_N", "num_warps", "num_stages", "maxnreg")
 
 
 @triton.jit
@@ -108,6 +111,7 @@ def heads_ok(q, k, v, layer, cache) -> bool:
     plain = (spec.sliding_window is None and spec.logit_softcap is None and not spec.sinks
              and spec.attention_chunk is None and spec.value_dim == d)
     dense = (not cache.is_fp8 and k.dtype == cache.k[spec.layer_id].dtype == q.dtype
+             and q.stride(-1) == 1
              and v.dtype == cache.v[spec.layer_id].dtype and k.stride(-1) == 1 and v.stride(-1) == 1
              and cache.k[spec.layer_id].stride(-1) == 1 and cache.v[spec.layer_id].stride(-1) == 1)
     shaped = h_kv & (h_kv - 1) == 0 and d & (d - 1) == 0 and d >= 16 and h_kv * rows * d <= MAX_ACC
@@ -132,14 +136,14 @@ def decode_heads_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables, 
     [B, H_kv, D], v [B, H_kv, D], slot_mapping [B] int64), written into the cache here;
     partials: (mid_o [B, H_q, S, D], mid_m [B, H_q, S], mid_l [B, H_q, S]) f32, S = num_splits;
     counters: decode_merge.merge_counters of the step (zeros; left zero); config: BLOCK_N,
-    num_warps, num_stages (configs.decode_config, variant split_heads)."""
+    num_warps, num_stages (configs.decode_config, variant split_heads; other keys ignored)."""
     num_reqs, num_heads, d = q.shape
     h_kv = k_cache.shape[2]
     group = num_heads // h_kv
     mid_o, mid_m, mid_l = partials
     k_new, v_new, slots = new_kv
     rows = triton.next_power_of_2(num_heads)
-    cfg = dict(config)
+    cfg = {key: val for key, val in config.items() if key in LAUNCH_KEYS}
     _decode_heads_kernel[(num_reqs, num_splits)](
         q, k_cache, v_cache, out, mid_o, mid_m, mid_l, seq_lens, block_tables, k_new, v_new,
         slots, counters, qk_scale, q.stride(0), q.stride(1), out.stride(0), out.stride(1),
