@@ -34,13 +34,19 @@ def signature() -> dict:
             if n in PTRS or n in floats or n in INTS}
 
 
-def consts(group: int, d: int, bn: int, pack: int = 1, edge: bool = False) -> dict:
+def consts(group: int, d: int, bn: int, pack: int = 1, edge: bool = False,
+           merge: bool = False) -> dict:
+    """The kernel's constants; ``merge``: variant split_merge's form (splits, the new K/V
+    written in the kernel, the last split program merging: MERGE_ROWS / MERGE_CHUNK as
+    decode_merge.merge_shape gives them)."""
     width = triton.next_power_of_2(pack * d)
-    return dict(GROUP=group, G_PAD=max(16, triton.next_power_of_2(group * pack)), D=d, DV=d,
-                PAGE=16, BLOCK_N=bn, BLOCK_D=width, BLOCK_DV=width, SPLIT=False, HAS_WINDOW=False,
-                HAS_CHUNK=False, HAS_SOFTCAP=False, HAS_SINKS=False, FUSED_WRITE=False,
-                NUM_PARTS=1, DOT_PREC="ieee", MERGE_ROWS=0, MERGE_CHUNK=0, EVEN_SPLITS=False,
-                PACK=pack, MID_W=d, EDGE_MASK=edge)
+    rows = triton.next_power_of_2(group * pack)
+    return dict(GROUP=group, G_PAD=max(16, rows), D=d, DV=d,
+                PAGE=16, BLOCK_N=bn, BLOCK_D=width, BLOCK_DV=width, SPLIT=merge, HAS_WINDOW=False,
+                HAS_CHUNK=False, HAS_SOFTCAP=False, HAS_SINKS=False, FUSED_WRITE=merge,
+                NUM_PARTS=1, DOT_PREC="ieee", MERGE_ROWS=rows if merge else 0,
+                MERGE_CHUNK=min(16, 8192 // (rows * triton.next_power_of_2(d))) if merge else 0,
+                EVEN_SPLITS=merge, PACK=pack, MID_W=d, EDGE_MASK=edge)
 
 
 def tiles() -> dict:
@@ -54,6 +60,16 @@ def tiles() -> dict:
     for bn, w, s in ((64, 4, 4), (64, 4, 5), (32, 4, 5), (128, 8, 3)):
         out[f"d128_n{bn}_w{w}_s{s}"] = (consts(4, 128, bn), dict(num_warps=w, num_stages=s))
     out["d128_n64_w4_s4_edge"] = (consts(4, 128, 64, edge=True), dict(num_warps=4, num_stages=4))
+    # issue 28's B=16 rows: split_merge's form, PACK 1 / 2 / 4, and register caps (maxnreg)
+    # that would let 4 programs of 4 warps share an SM
+    for bn, w, s, pack, cap in ((64, 4, 4, 1, None), (32, 4, 5, 1, None), (64, 4, 4, 1, 128),
+                                (64, 4, 3, 1, None), (64, 8, 4, 1, None), (32, 4, 5, 2, None),
+                                (64, 4, 4, 2, None), (16, 4, 5, 2, None), (32, 4, 4, 2, None),
+                                (16, 4, 5, 4, None), (32, 4, 4, 4, None), (32, 8, 4, 4, None),
+                                (16, 4, 8, 1, None), (32, 4, 5, 2, 128), (64, 4, 4, 2, 128)):
+        tag = f"d128m_n{bn}_w{w}_s{s}_p{pack}" + (f"_r{cap}" if cap else "")
+        opts = dict(num_warps=w, num_stages=s) | (dict(maxnreg=cap) if cap else {})
+        out[tag] = (consts(4, 128, bn, pack, merge=True), opts)
     return out
 
 

@@ -32,6 +32,7 @@ from attnkit.backends.triton import varlen_path
 from attnkit.backends.triton.decode import (choose_splits, decode_attention, decode_config,
                                              decode_pack, decode_span, fused_write_ok,
                                              max_decode_span)
+from attnkit.backends.triton.decode_heads import decode_heads_attention, heads_ok, heads_splits
 from attnkit.backends.triton.decode_merge import merge_counters
 from attnkit.backends.triton.extend import extend_attention, extend_config, new_kv_ok
 from attnkit.backends.triton.extend_new_kv import extend_attention_v2
@@ -59,7 +60,7 @@ class TritonStep:
     splits: dict = field(default_factory=dict)     # (H_kv, window, attn chunk, BLOCK_N) -> (splits, chunk)
     partials: dict = field(default_factory=dict)   # (H_q, BLOCK_DV, splits) -> 3 f32 buffers
     rows: dict = field(default_factory=dict)       # tma_path.row_layout of the padded K/V rows
-    counters: torch.Tensor | None = None           # decode split_merge: merge tickets, zeros
+    counters: torch.Tensor | None = None           # decode split_merge / split_heads: merge tickets, zeros
     # paged_fixed: the one-token rows over a cached prefix, run by the decode kernel (DecodeRows)
     decode_rows: "DecodeRows | None" = None
     variants: tuple[str, ...] = ()                 # the plan's variants for this step, in order
@@ -158,7 +159,8 @@ class TritonBackend(AttentionBackend):
                       "gluon_rows_persistent", "fixed",
                       *extend_kernels.EXTEND_VARIANT_NAMES))
         check_option("triton", "decode_variant", decode_variant,
-                     (None, *decode_kernels.DECODE_VARIANTS, "fixed", *decode_kernels.DECODE_VARIANT_NAMES))
+                     (None, *decode_kernels.DECODE_VARIANTS, "fixed", "heads",
+                      *decode_kernels.DECODE_VARIANT_NAMES))
         if batch_invariant:                 # the declared variants, by one option
             check_invariant_options(kernels, extend_variant, decode_variant, num_splits)
             extend_variant = decode_variant = "fixed"
@@ -199,7 +201,7 @@ class TritonBackend(AttentionBackend):
                               seq_lens=i32(meta.seq_lens), block_tables=i32(meta.block_tables),
                               num_sms=sm_count(dev))
         plan.variants = self._variants(meta)
-        if meta.mode is ForwardMode.DECODE and "split_merge" in plan.variants[:1]:
+        if meta.mode is ForwardMode.DECODE and plan.variants[:1] in (("split_merge",), ("split_heads",)):
             plan.counters = merge_counters(meta.num_reqs, dev)   # zeroed outside any graph
         if meta.mode is not ForwardMode.DECODE and "paged_fixed" in plan.variants:
             plan.decode_rows = DecodeRows.of(meta, plan)
@@ -219,6 +221,8 @@ class TritonBackend(AttentionBackend):
                               seq_lens=meta.seq_lens, block_tables=meta.block_tables,
                               num_sms=sm_count(cache.device), max_kv=max_seq_len)
         plan.variants = self._variants(meta, max_kv=max_seq_len)
+        if plan.variants[:1] == ("split_heads",):      # its tickets, zeroed outside the graph
+            plan.counters = merge_counters(meta.num_reqs, cache.device)
         return StepState(meta=meta, prepared=plan)
 
     def _forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):
@@ -229,8 +233,8 @@ class TritonBackend(AttentionBackend):
             return q.new_empty(0, spec.num_heads * spec.value_dim)
         decode = meta.mode is ForwardMode.DECODE
         variant = self._runnable(plan, q, k, v, layer, cache, meta)
-        fused_write = variant in ("split_write", "split_merge")
-        if not fused_write:     # split_write / split_merge write the new K/V inside the kernel
+        fused_write = variant in ("split_write", "split_merge", "split_heads")
+        if not fused_write:     # split_write / split_merge / split_heads write the new K/V themselves
             write_kv(cache, lid, meta.slot_mapping, k, v)
         out = torch.empty(q.shape[0], spec.num_heads, spec.value_dim, dtype=q.dtype, device=q.device)
         softcap = spec.logit_softcap
@@ -239,7 +243,9 @@ class TritonBackend(AttentionBackend):
         common = dict(qk_scale=qk_scale, v_scale=v_scale, softcap=softcap,
                       window=spec.sliding_window, attention_chunk=spec.attention_chunk, sinks=sinks)
         k_cache, v_cache = cache.k[lid], cache.v[lid]
-        if decode:
+        if decode and variant == "split_heads":
+            self._decode_heads(q, k, v, layer, cache, plan, out, qk_scale)
+        elif decode:
             cfg = decode_config(spec.head_dim, q.dtype, interpret=interpreting(),
                                 variant=variant) | self.decode_override
             cfg["PACK"] = decode_pack(cfg.get("PACK", 1), k_cache, v_cache, (k, v) if fused_write else None)
@@ -292,6 +298,26 @@ class TritonBackend(AttentionBackend):
                 plan.decode_rows.run(q, k_cache, v_cache, out, spec, meta.seq_lens_cpu, config=dcfg,
                                      split_keys=self.split_keys, **scales)
         return out.view(q.shape[0], spec.num_heads * spec.value_dim)
+
+    def _decode_heads(self, q, k, v, layer, cache, plan: TritonStep, out, qk_scale: float) -> None:
+        """Variant split_heads (decode_heads.py): splits by configs.DECODE_HEADS_RULE (or
+        ``num_splits``), the step's partials and tickets, one launch."""
+        spec, meta = layer.spec, plan.meta
+        cfg = decode_config(spec.head_dim, q.dtype, interpret=interpreting(),
+                            variant="split_heads") | self.decode_override
+        longest = plan.max_kv or max(meta.seq_lens_cpu, default=1)
+        if self.num_splits is None:
+            splits, _ = heads_splits(longest, meta.num_reqs, num_sms=plan.num_sms, block_n=cfg["BLOCK_N"])
+        else:
+            splits = min(self.num_splits, -(-longest // cfg["BLOCK_N"]))
+        plan.splits[("heads", cfg["BLOCK_N"])] = (splits, 0)
+        if plan.counters is None:
+            plan.counters = merge_counters(meta.num_reqs, q.device)
+        decode_heads_attention(q, cache.k[spec.layer_id], cache.v[spec.layer_id], out,
+                               seq_lens=plan.seq_lens, block_tables=plan.block_tables,
+                               new_kv=(k, v, meta.slot_mapping), qk_scale=qk_scale,
+                               num_splits=splits, counters=plan.counters, config=cfg,
+                               partials=plan.split_buffers(spec.num_heads, spec.head_dim, splits))
 
     def _runnable(self, plan: TritonStep, q, k, v, layer, cache, meta) -> str:
         """The first of the plan's variants for this step that can take it here (each variant's
@@ -349,6 +375,7 @@ RUNNABLE = {
     "gluon_rows": lambda q, k, v, layer, cache, meta: gluon_rows_route(q, k, v, layer, cache, meta) is not None,
     "gluon_rows_persistent": lambda q, k, v, layer, cache, meta: gluon_rows_route(q, k, v, layer, cache, meta) is not None,
     "split_fixed": lambda q, k, v, layer, cache, meta: True,
+    "split_heads": lambda q, k, v, layer, cache, meta: heads_ok(q, k, v, layer, cache),
     "paged_fixed": lambda q, k, v, layer, cache, meta: True,
 }
 DEFAULT_TABLES = {role: KernelTable(role, fallback=tuple(k.name for k in DECLARATION.variants_for(role)))

@@ -31,12 +31,16 @@ DECODE_TILES = {
 # (split_write / split_merge carry the fused write: more registers, other tiles pay).
 DECODE_VARIANT_TILES: dict[tuple[int, str], dict] = {
     (256, "split"): dict(BLOCK_N=16, num_warps=2, num_stages=5),
+    # split_heads (decode_heads.py): one page of every KV head a tile, 8 warps (the [H_kv, 16,
+    # D] accumulator), 5 stages: two page buffers (NOTES-triton.md, version 6)
+    (64, "split_heads"): dict(BLOCK_N=16, num_warps=8, num_stages=5),
+    (128, "split_heads"): dict(BLOCK_N=16, num_warps=8, num_stages=5),
 }
 
 
 def decode_config(head_dim: int, fp32: bool, *, interpret: bool, variant: str = "split") -> dict:
     """Split-KV decode: key tile and launch shape for a head dim and decode variant (split,
-    split_write, split_merge; fp32: "ieee" dots)."""
+    split_write, split_merge, split_heads; fp32: "ieee" dots)."""
     if interpret:
         return dict(BLOCK_N=16, num_warps=4, num_stages=1)
     if fp32:
@@ -94,6 +98,10 @@ def tma_config(head_dim: int, *, interpret: bool) -> dict:
 # waves of splits of at least ``few_min_keys`` keys. The sweeps that chose it: NOTES-triton.md
 # (version 5), results/sweep_hopper.md and results/sweep_decode.md.
 DECODE_SPLIT_RULE = dict(waves=2, min_keys=256, max_splits=64, few_waves=3, few_min_keys=64)
+# split_heads' split rule (decode_heads.heads_splits): a request's programs are its splits, so
+# ``programs_per_sm`` programs an SM over the batch (one: 8 warps of ~200 registers fill an
+# SM's register file), splits of at least ``min_keys`` keys.
+DECODE_HEADS_RULE = dict(programs_per_sm=1, min_keys=64)
 
 # The Gluon ping-pong prefill: D -> (BN keys a tile, K slots, V slots), 128 query rows a
 # program (two warpgroups of 64), 12 warps (NOTES-hopper.md, sweep_hopper_gluon_v6.md).
@@ -156,7 +164,7 @@ def launch_config(variant: str, *, role: str, shape, dtype: str, platform) -> di
     """What ``variant`` launches with for a layer of ``shape`` (its head dim) and the compute
     dtype on a GPU (the plan prints it); None where the variant has no tile for it."""
     fp32, head_dim = dtype == "fp32", shape.head_dim
-    if variant in ("split", "split_write", "split_merge"):
+    if variant in ("split", "split_write", "split_merge", "split_heads"):
         return decode_config(head_dim, fp32, interpret=False, variant=variant)
     if variant == "split_fixed":
         return decode_config(head_dim, fp32, interpret=False, variant=variant) | {"SPLIT_KEYS": split_keys(interpret=False)}

@@ -29,6 +29,10 @@ VARIANTS = (
     KernelVariant("split_fixed", ("decode",), "split-KV decode in splits of a fixed number of keys "
                   "(SPLIT_KEYS, configs.py) from each request's own first key, merged in key order: a "
                   "request's bits do not depend on its batch", numerics=frozenset(NUMERICS)),
+    KernelVariant("split_heads", ("decode",), "one program per (request, split) reads every KV "
+                  "head of its keys (whole pages), writes the new K/V and merges in the kernel: "
+                  "one launch; 16-bit caches of the compute dtype, H_kv x 16 x D <= 16384",
+                  dtypes=HALF, kv_cache_dtypes=HALF, head_dims=(64, 128), excludes=PLAIN),
     # prefill and extend
     KernelVariant("paged", EXTEND_ROLES, "every key read through the block table"),
     KernelVariant("paged_new_kv", EXTEND_ROLES, "cached prefix through the block table, the new "
