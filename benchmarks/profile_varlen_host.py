@@ -12,7 +12,10 @@ tile, gluon, persistent, split; the row's plan) on bench_dit's shape:
   (the launch decision made every call, the TMA descriptors built and validated every call,
   the device properties asked every call): the per-call work merge28's path did;
 - ``pieces`` (split): each piece of the call timed alone (median per call, microseconds);
-- ``cprofile`` (split, plan): bench_dit.host_profile, cProfile of 20 calls in microseconds a call.
+- ``cprofile`` (split, plan): bench_dit.host_profile, cProfile of 20 calls in microseconds a call;
+- ``triton split, FastLaunch``: the split cell with its two kernels launched through
+  gluon_host.FastLaunch (the compiled kernel's launcher called directly after the first call
+  of a signature), its output (the second call's: a direct launch) checked like the others.
 
 Every attnkit cell's output is checked against flash SDPA first (relative error <= 1e-2, else
 the cell is "wrong" and not timed). Writes JSON; prints one line per cell.
@@ -78,28 +81,6 @@ def _safe(fn) -> float | str:
         return failure_reason(exc)
 
 
-def _direct(jit_fn, grid, args, kwargs, *, reset, check, ref) -> dict | str:
-    """Host us of launching ``jit_fn`` through its compiled kernel's launcher directly (what
-    JITFunction.run does after binding, keying and the globals check), and whether the output
-    (``check()`` after ``reset()`` and one direct launch) matches ``ref``: is Triton's Python worth bypassing?"""
-    try:
-        compiled = jit_fn[grid](*args, **kwargs)
-        values = dict(zip(jit_fn.arg_names, args)) | {k: v for k, v in kwargs.items() if k in jit_fn.arg_names}
-        ordered = [values[name] for name in jit_fn.arg_names]
-        g = (*grid, 1, 1)
-        stream = torch.cuda.current_stream().cuda_stream
-
-        def go():
-            compiled.run(g[0], g[1], g[2], stream, compiled.function, compiled.packed_metadata, None, None,
-                         None, *ordered)
-        reset()                   # what the normal launches wrote before is gone
-        go()
-        err = bench_dit.rel_error(check().reshape(ref.shape).float(), ref.float())
-        return {"us": per_call_us(go), "rel_err_vs_normal_launch": err}
-    except Exception as exc:  # noqa: BLE001
-        return failure_reason(exc)
-
-
 def pieces(q, k, v, layer, batch, be) -> dict:
     """The split cell's call, piece by piece (each alone, median per call)."""
     from attnkit.backends.envelope import check_varlen
@@ -114,7 +95,6 @@ def pieces(q, k, v, layer, batch, be) -> dict:
     dense = [q, k, v]
     launch = varlen_path._decide(dense, out, layer, batch, table)
     kw = launch.kwargs
-    ref = be.varlen(q, k, v, layer, batch)
     res = {}
     res["validate (varlen checks)"] = _safe(lambda: (validate_varlen(
         q, k, v, layer, batch, backend="triton", features=be.declaration.capabilities.features),
@@ -147,11 +127,6 @@ def pieces(q, k, v, layer, batch, be) -> dict:
     res["whole call (this branch)"] = _safe(lambda: be.varlen(q, k, v, layer, batch))
     with caches_off(be):
         res["whole call, caches off (merge28's work)"] = _safe(lambda: be.varlen(q, k, v, layer, batch))
-    res["persistent kernel, compiled kernel's launcher called directly (experiment)"] = _direct(
-        _prefill_gluon_persistent_kernel, (n,), (*args, n, kw["qk_scale"], 1.0, work, work_ml, full, units, pcs),
-        dict(SPLIT=True, **consts), reset=lambda: out.fill_(float("nan")), check=lambda: (merge_tail(
-            work, work_ml, out, full=full, num_blocks=blocks, n_tiles=n_tiles, units=units, max_pieces=pcs,
-            v_scale=1.0, head_major=kw["head_major"]), out)[1], ref=ref)
     return res
 
 
@@ -176,43 +151,67 @@ def main() -> None:
     options = bench_dit.planned_varlen(args.row)
     if options is not None:
         cells["triton plan"] = (TritonBackend(**options), None)
-    cells["triton split"] = (TritonBackend(varlen_kernel="split"), None)     # last: its pieces' experiment
+    cells["triton split"] = (TritonBackend(varlen_kernel="split"), None)
+    # last (a launch gone wrong would spoil the process's later cells): gluon_host.FastLaunch
+    cells["triton split, FastLaunch"] = (TritonBackend(varlen_kernel="split"), None)
     result = {"environment": environment(), "row": args.row, "tokens": tokens, "heads": spec.num_heads,
               "cells": {}}
     for name, (be, fn) in cells.items():
         fn = fn or (lambda be=be: be.varlen(q, k, v, layer, batch))
+        fast = fast_launches() if name.endswith("FastLaunch") else contextlib.nullcontext()
         try:
-            got = fn()
-            got = got[0].transpose(0, 1) if got.dim() == 4 else got
-            err = bench_dit.rel_error(got.reshape(ref.shape), ref)
-            if not err <= bench_dit.TOLERANCE:
-                result["cells"][name] = f"wrong: relative error {err:.3g}"
-                continue
-            cell = {"rel_err": err, "idle_us": per_call_us(fn), "busy_us": per_call_us(fn, busy=True)}
-            if isinstance(be, TritonBackend):
-                with caches_off(be):
-                    cell["caches_off_us"] = per_call_us(fn)
-            if name in ("triton split", "triton plan"):
-                cell["cprofile"] = bench_dit.host_profile(fn)
-            if name == "triton split":
-                try:
-                    cell["pieces"] = pieces(q, k, v, layer, batch, be)
-                except Exception as exc:  # noqa: BLE001 - the cell's totals stand without them
-                    cell["pieces"] = {"error": failure_reason(exc)}
-            result["cells"][name] = cell
-            print(f"{name}: idle {cell['idle_us']} us, busy {cell['busy_us']} us, "
-                  f"caches off {cell.get('caches_off_us', '-')} us (err {err:.1e})", flush=True)
+            with fast:
+                result["cells"][name] = cell(name, be, fn, ref, (q, k, v, layer, batch))
+            c = result["cells"][name]
+            print(f"{name}: " + (c if isinstance(c, str) else f"idle {c['idle_us']} us, busy {c['busy_us']} us, "
+                                 f"caches off {c.get('caches_off_us', '-')} us (err {c['rel_err']:.1e})"), flush=True)
         except Exception as exc:  # noqa: BLE001 - a cell that cannot run is a cell
             result["cells"][name] = failure_reason(exc)
             print(f"{name}: {result['cells'][name]}", flush=True)
         with open(args.out, "w") as f:
             json.dump(result, f, indent=2)
-    for name in ("triton split",):
-        cell = result["cells"].get(name)
-        if isinstance(cell, dict):
-            print("\n".join(f"  {k}: {v} us" for k, v in cell.get("pieces", {}).items()))
-            print("\n".join("  " + line for line in cell.get("cprofile", [])))
+    for name, c in result["cells"].items():
+        if isinstance(c, dict):
+            print("\n".join(f"  {name} | {k}: {v}" for k, v in c.get("pieces", {}).items()))
+            print("\n".join(f"  {name} | {line}" for line in c.get("cprofile", [])))
     print(f"wrote {args.out}")
+
+
+@contextlib.contextmanager
+def fast_launches():
+    """The split path's two kernels launched through gluon_host.FastLaunch."""
+    from attnkit.backends.triton import prefill_gluon_persistent as pgp
+    from attnkit.backends.triton import split_tail as st
+
+    saved = pgp._prefill_gluon_persistent_kernel, st._merge_tail_kernel
+    pgp._prefill_gluon_persistent_kernel = gluon_host.FastLaunch(saved[0])
+    st._merge_tail_kernel = gluon_host.FastLaunch(saved[1])
+    try:
+        yield
+    finally:
+        pgp._prefill_gluon_persistent_kernel, st._merge_tail_kernel = saved
+
+
+def cell(name, be, fn, ref, pieces_args) -> dict | str:
+    """One cell: its output checked (the second call's: a FastLaunch hit), then timed."""
+    fn()
+    got = fn()
+    got = got[0].transpose(0, 1) if got.dim() == 4 else got
+    err = bench_dit.rel_error(got.reshape(ref.shape), ref)
+    if not err <= bench_dit.TOLERANCE:
+        return f"wrong: relative error {err:.3g}"
+    out = {"rel_err": err, "idle_us": per_call_us(fn), "busy_us": per_call_us(fn, busy=True)}
+    if isinstance(be, TritonBackend):
+        with caches_off(be):
+            out["caches_off_us"] = per_call_us(fn)
+    if name in ("triton split", "triton plan", "triton split, FastLaunch"):
+        out["cprofile"] = bench_dit.host_profile(fn)
+    if name == "triton split":
+        try:
+            out["pieces"] = pieces(*pieces_args, be)
+        except Exception as exc:  # noqa: BLE001 - the cell's totals stand without them
+            out["pieces"] = {"error": failure_reason(exc)}
+    return out
 
 
 if __name__ == "__main__":

@@ -70,3 +70,82 @@ def device_facts(device: torch.device) -> tuple[tuple[int, int], int]:
     """((major, minor), multiprocessors) of CUDA ``device``, asked of the driver once."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     return _facts(index)
+
+
+class FastLaunch:
+    """``kernel[grid](*args, **kwargs)`` for a ``@triton.jit`` / ``@gluon.jit`` kernel, calling
+    the compiled kernel's launcher directly once a call of the same signature went through
+    Triton (which binds every argument, keys its cache, checks the kernel's globals and then
+    calls that launcher: the Python part of an eager launch).
+
+    The signature of a call (``signature``) is what Triton specialises a compiled kernel on,
+    taken conservatively: the device, each constexpr / keyword value, and per runtime argument
+    its kind with, for an int, its width and whether it is 1 or a multiple of 16, for a tensor
+    its dtype and 16-byte alignment, for a tensor descriptor its dtype, block, layout and the
+    alignment of its base, shape and strides. A call whose signature was not seen (or with an
+    argument of another kind, Triton's launch hooks set, or the interpreter) goes through
+    Triton as before."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.names = tuple(getattr(kernel, "arg_names", ()))
+        self.compiled: dict[tuple, object] = {}
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.launch(tuple(grid), args, kwargs)
+
+    def launch(self, grid, args, kwargs):
+        from triton import knobs
+        from triton.runtime.driver import driver
+
+        from attnkit.backends._triton import interpreting
+        if interpreting() or not self.names or hooked(knobs.runtime.launch_enter_hook) \
+                or hooked(knobs.runtime.launch_exit_hook):
+            return self.kernel[grid](*args, **kwargs)
+        names = self.names[len(args):]
+        if any(n not in kwargs for n in names):
+            return self.kernel[grid](*args, **kwargs)
+        values = (*args, *(kwargs[n] for n in names))
+        device = driver.active.get_current_device()
+        key = signature(device, values, kwargs)
+        compiled = None if key is None else self.compiled.get(key)
+        if compiled is None:
+            compiled = self.kernel[grid](*args, **kwargs)
+            if key is not None:
+                self.compiled[key] = compiled
+            return compiled
+        g = (*grid, 1, 1)
+        compiled.run(g[0], g[1], g[2], driver.active.get_current_stream(device), compiled.function,
+                     compiled.packed_metadata, None, None, None, *values)
+        return compiled
+
+
+def hooked(hook) -> bool:
+    """Whether a Triton launch hook is set (None, or an empty HookChain in newer Tritons: not)."""
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
+def signature(device, values, kwargs) -> tuple | None:
+    """FastLaunch's key of one call, or None where an argument is of a kind it does not key."""
+    out = [device, tuple(kwargs.items())]
+    for v in values:
+        if isinstance(v, bool) or v is None or isinstance(v, str):
+            out.append(v)
+        elif isinstance(v, int):
+            out.append(("i", -2**31 <= v < 2**31, v == 1, v % 16 == 0))
+        elif isinstance(v, float):
+            out.append("f")
+        elif isinstance(v, torch.Tensor):
+            out.append(("t", v.dtype, v.data_ptr() % 16 == 0))
+        elif hasattr(v, "block_shape") and isinstance(getattr(v, "base", None), torch.Tensor):
+            out.append(("d", v.base.dtype, tuple(v.block_shape), v.layout, v.base.data_ptr() % 16 == 0,
+                        tuple(s % 16 == 0 for s in v.shape), tuple(s % 16 == 0 for s in v.strides),
+                        getattr(v, "padding", None)))
+        else:
+            return None
+    key = tuple(out)
+    try:
+        hash(key)
+    except TypeError:           # a layout or keyword value that does not hash: Triton keys it
+        return None
+    return key

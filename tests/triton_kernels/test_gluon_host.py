@@ -1,0 +1,192 @@
+"""The Gluon launches' per-shape host work, built once (gluon_host.py): TMA descriptors from
+validated templates, the device's facts asked once, FastLaunch's direct launches keyed by what
+Triton specialises on, and the varlen call's launch decision made once per signature
+(triton/varlen_path.py). On the CPU: descriptors are plain objects here, the kernels and the
+driver are stand-ins that record what they are asked."""
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+from attnkit.backends.base import RuntimeLayer
+from attnkit.backends.triton import gluon_host, varlen_path
+from attnkit.backends.varlen import varlen_batch
+from attnkit.model.spec import LayerAttention
+
+gluon = pytest.importorskip("triton.experimental.gluon.nvidia.hopper")
+
+
+def _fields(d) -> tuple:
+    return (d.base.data_ptr(), list(d.shape), list(d.strides), list(d.block_shape), d.layout,
+            getattr(d, "padding", None))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_descriptor_from_its_template_is_the_one_triton_builds(dtype):
+    """Same fields as a freshly built and validated descriptor, pointing at the new tensor;
+    the template keeps no tensor alive."""
+    gluon_host._TEMPLATES.clear()
+    first = torch.zeros(300, 4, 64, dtype=dtype)
+    gluon_host.descriptor(first, 128)
+    (template,) = gluon_host._TEMPLATES.values()
+    assert template.base is None
+    second = torch.ones(300, 4, 64, dtype=dtype)
+    made = gluon_host.descriptor(second, 128)
+    assert made.base is second
+    assert _fields(made) == _fields(gluon_host._build(second, 128))
+
+
+def test_templates_are_per_shape_and_a_misaligned_base_is_built_and_refused_by_triton(monkeypatch):
+    gluon_host._TEMPLATES.clear()
+    builds = []
+    real = gluon_host._build
+    monkeypatch.setattr(gluon_host, "_build", lambda x, rows: builds.append((tuple(x.shape), rows)) or real(x, rows))
+    a, b = torch.zeros(300, 4, 64, dtype=torch.float16), torch.zeros(200, 4, 64, dtype=torch.float16)
+    for _ in range(3):
+        gluon_host.descriptor(a, 128)
+        gluon_host.descriptor(a, 64)
+        gluon_host.descriptor(b, 128)
+    assert builds == [((300, 4, 64), 128), ((300, 4, 64), 64), ((200, 4, 64), 128)]
+    odd = torch.zeros(300 * 4 * 64 + 1, dtype=torch.float16)[1:].view(300, 4, 64)    # base 2 bytes off
+    with pytest.raises(AssertionError):          # Triton's own check: never a template's copy
+        gluon_host.descriptor(odd, 128)
+
+
+def test_device_facts_ask_the_driver_once(monkeypatch):
+    asked = []
+    props = types.SimpleNamespace(major=9, minor=0, multi_processor_count=132)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: asked.append(i) or props)
+    gluon_host._facts.cache_clear()
+    try:
+        for _ in range(3):
+            assert gluon_host.device_facts(torch.device("cuda", 0)) == ((9, 0), 132)
+        assert asked == [0]
+    finally:
+        gluon_host._facts.cache_clear()
+
+
+class _Compiled:
+    def __init__(self):
+        self.function, self.packed_metadata, self.direct = "fn", "meta", []
+
+    def run(self, *a):
+        self.direct.append(a)
+
+
+class _Kernel:
+    """A stand-in @jit kernel: (X, n, scale, BLOCK constexpr); each Triton launch recorded."""
+    arg_names = ["X", "n", "scale", "BLOCK"]
+
+    def __init__(self):
+        self.launches, self.compiled = [], []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.launches.append((grid, args, kwargs))
+            self.compiled.append(_Compiled())
+            return self.compiled[-1]
+        return launch
+
+
+@pytest.fixture
+def fake_driver(monkeypatch):
+    from triton.runtime.driver import driver
+
+    from attnkit.backends import _triton
+    monkeypatch.setattr(_triton, "interpreting", lambda: False)
+    monkeypatch.setattr(driver, "_active", types.SimpleNamespace(get_current_device=lambda: 0,
+                                                                 get_current_stream=lambda d: 77))
+
+
+def test_fast_launch_calls_the_compiled_launcher_for_a_signature_seen(fake_driver):
+    kernel = _Kernel()
+    fast = gluon_host.FastLaunch(kernel)
+    x = torch.zeros(64)
+    for n in (32, 48, 48):                       # 32 and 48: both multiples of 16, one signature
+        fast[(4,)](x, n, 0.5, BLOCK=16, num_warps=4)
+    assert len(kernel.launches) == 1
+    (direct,) = [c.direct for c in kernel.compiled]
+    assert [d[:7] for d in direct] == [(4, 1, 1, 77, "fn", "meta", None)] * 2
+    assert [d[-4:] for d in direct] == [(x, 48, 0.5, 16)] * 2          # every argument, in order
+
+
+@pytest.mark.parametrize("change", ["int not a multiple of 16", "int 1", "misaligned tensor", "dtype",
+                                    "constexpr", "option"])
+def test_fast_launch_goes_through_triton_where_the_signature_changes(fake_driver, change):
+    kernel = _Kernel()
+    fast = gluon_host.FastLaunch(kernel)
+    x = torch.zeros(64)
+    fast[(4,)](x, 32, 0.5, BLOCK=16, num_warps=4)
+    args, kwargs = [x, 32, 0.5], dict(BLOCK=16, num_warps=4)
+    if change == "int not a multiple of 16":
+        args[1] = 33
+    elif change == "int 1":
+        args[1] = 1
+    elif change == "misaligned tensor":
+        args[0] = torch.zeros(65)[1:]
+    elif change == "dtype":
+        args[0] = torch.zeros(64, dtype=torch.float16)
+    elif change == "constexpr":
+        kwargs["BLOCK"] = 32
+    else:
+        kwargs["num_warps"] = 8
+    fast[(4,)](*args, **kwargs)
+    assert len(kernel.launches) == 2 and not kernel.compiled[0].direct
+
+
+def test_fast_launch_leaves_hooks_and_unknown_arguments_to_triton(fake_driver, monkeypatch):
+    from triton import knobs
+
+    kernel = _Kernel()
+    fast = gluon_host.FastLaunch(kernel)
+    for _ in range(2):
+        fast[(1,)](object(), 32, 0.5, BLOCK=16)          # an argument it does not key
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", lambda *a: None)
+    for _ in range(2):
+        fast[(1,)](torch.zeros(4), 32, 0.5, BLOCK=16)    # a launch hook (a profiler) is set
+    assert len(kernel.launches) == 4 and not any(c.direct for c in kernel.compiled)
+
+
+def _layer(heads=4):
+    return RuntimeLayer(LayerAttention(layer_id=0, num_heads=heads, num_kv_heads=heads, head_dim=64,
+                                       role="encoder"))
+
+
+def test_the_varlen_call_decides_once_per_signature(monkeypatch):
+    """Before: the variant choice (the table's nearest bucket, the Gluon check) and the
+    launch arguments were made again on every call; now once per (table, layer spec, call
+    signature), and a new batch of the same lengths (a new step) reuses the decision."""
+    from attnkit.backends.triton import tma_path
+    from attnkit.backends.triton.backend import TritonBackend
+
+    checks, launches = [], []
+    monkeypatch.setattr(tma_path, "gluon_prefill_ready", lambda *a, **kw: checks.append(1) or True)
+    monkeypatch.setattr(tma_path, "prefill_gluon_attention",
+                        lambda q, k, v, out, **kw: launches.append(q.shape[0]) or out.fill_(1.0))
+    be = TritonBackend(varlen_kernel="gluon")
+    layer = _layer()
+    q = torch.zeros(24, 4, 64, dtype=torch.float16)
+    for _ in range(3):                            # three steps: a new batch each
+        be.varlen(q, q, q, layer, varlen_batch(torch.tensor([0, 24], dtype=torch.int32)))
+    assert checks == [1] and launches == [24] * 3
+    be.varlen(q, q, q, layer, varlen_batch(torch.tensor([0, 10, 24], dtype=torch.int32)))   # other lengths
+    be.varlen(q[:20], q[:20], q[:20], layer, varlen_batch(torch.tensor([0, 20], dtype=torch.int32)))
+    assert checks == [1, 1, 1] and launches == [24, 24, 24, 10, 14, 20]
+
+
+def test_a_gluon_form_never_takes_heads_a_descriptor_cannot_read(monkeypatch):
+    """q [T, H, D] whose heads are not one dense row (a [1, H, T, D] tensor's transpose):
+    before, runnable took it for the Gluon kernel, whose descriptor reads H * D contiguous
+    elements a row (wrong rows); now the tile kernel runs it."""
+    from attnkit.backends.triton import tma_path
+
+    monkeypatch.setattr(tma_path, "gluon_prefill_ready", lambda *a, **kw: True)
+    layer = _layer()
+    batch = varlen_batch(torch.tensor([0, 24], dtype=torch.int32))
+    dense = torch.zeros(24, 4, 64, dtype=torch.float16)
+    heads_apart = torch.zeros(1, 4, 24, 64, dtype=torch.float16)[0].transpose(0, 1)      # [T, H, D]
+    out = torch.empty(24, 4, 64, dtype=torch.float16)
+    assert varlen_path.runnable("varlen_gluon", [dense] * 3, out, layer, batch)
+    assert not varlen_path.runnable("varlen_gluon", [heads_apart, dense, dense], out, layer, batch)
