@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Issue 29, eager29 round 1 on the H200 in one call (<= 90 s): the eager varlen call's host time.
-#   1. GPU tests (8 workers): no sync inside a varlen call (sync debug mode) and its host work,
-#      the split tail against SDPA, triton's varlen conformance per variant        cap 20 s
+#   1. GPU tests (8 workers): no sync inside a varlen call (sync debug mode), repeated calls of
+#      several shapes / bases (the cached decisions and descriptors), the split tail against
+#      SDPA, triton's varlen conformance per variant                              cap 16 s
 #   2. profile_varlen_host.py, FLUX.1: host us of one call per cell (GPU idle; GPU busy: a sync
 #      shows as ~10-20 ms), with this branch's caches off (merge28's per-call work) and on, the
 #      split call piece by piece (validation, decision, descriptors, Triton's launcher, merge),
-#      cProfile in us a call                                                      cap 20 s
+#      cProfile in us a call, and the split call through gluon_host.FastLaunch   cap 24 s
 #   3. bench_dit FLUX.1 (cuDNN and flash peers, attnkit gluon / split / plan / sdpa: graph
 #      replays and eager, host us a call)                                         cap 22 s
 #   4. bench_dit Wan2.1 720p and HunyuanVideo 720p (peers, plan / split)          cap 24 s
@@ -22,12 +23,12 @@ main() {
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
   start=$SECONDS
   t0=$SECONDS
-  timeout 20 python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider tests/backends/test_varlen_host_work.py \
-    tests/triton_kernels/test_split_tail.py tests/triton_kernels/test_varlen_variants.py \
-    tests/conformance/test_varlen.py -k "triton or varlen_call or split_tail or host" > "$W/gpu_tests.log" 2>&1
+  timeout 16 python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider tests/backends/test_varlen_host_work.py \
+    tests/triton_kernels/test_split_tail.py tests/triton_kernels/test_gluon_host.py \
+    tests/conformance/test_varlen.py -k "triton or split_tail or repeated" > "$W/gpu_tests.log" 2>&1
   echo "1. gpu tests rc=$? $((SECONDS - t0))s"; tail -n 6 "$W/gpu_tests.log"
   t0=$SECONDS
-  timeout 20 python3 benchmarks/profile_varlen_host.py --row flux.1-1024 --out "$W/varlen_host.json" 2>&1 | tail -n 40
+  timeout 24 python3 benchmarks/profile_varlen_host.py --row flux.1-1024 --out "$W/varlen_host.json" 2>&1 | tail -n 40
   echo "2. profile_varlen_host rc=${PIPESTATUS[0]} $((SECONDS - t0))s"
   t0=$SECONDS
   timeout 22 python3 benchmarks/bench_dit.py --rows flux.1-1024 --reps 10 --no-flex --no-forward \

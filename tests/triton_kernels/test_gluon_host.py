@@ -190,3 +190,30 @@ def test_a_gluon_form_never_takes_heads_a_descriptor_cannot_read(monkeypatch):
     out = torch.empty(24, 4, 64, dtype=torch.float16)
     assert varlen_path.runnable("varlen_gluon", [dense] * 3, out, layer, batch)
     assert not varlen_path.runnable("varlen_gluon", [heads_apart, dense, dense], out, layer, batch)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", ["gluon", "persistent", "split"])
+def test_repeated_calls_of_several_shapes_match_the_reference_on_the_gpu(kernel):
+    """The cached decisions and descriptor templates on the GPU: shapes A, B, A again, A at
+    another base (a view one sequence in), and q with its heads apart (the tile kernel takes it),
+    each output against the float64 reference."""
+    from attnkit import reference
+    from attnkit.backends.triton.backend import TritonBackend
+    from factories import assert_close
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    rand = lambda *s: torch.randn(*s, device="cuda", dtype=torch.bfloat16, generator=gen)  # noqa: E731
+    layer = RuntimeLayer(LayerAttention(layer_id=0, num_heads=8, num_kv_heads=8, head_dim=128, role="encoder"))
+    be = TritonBackend(varlen_kernel=kernel)
+    big = rand(1400, 8, 128)
+    apart = rand(1, 8, 700, 128)[0].transpose(0, 1)             # [T, H, D], heads not one row
+    calls = [(rand(700, 8, 128), 700), (rand(520, 8, 128), 520), (rand(700, 8, 128), 700),
+             (big[700:], 700), (apart, 700)]
+    for q, n in calls:
+        batch = varlen_batch(torch.tensor([0, n], dtype=torch.int32, device="cuda"))
+        out = be.varlen(q, q, q, layer, batch)
+        assert_close(out, reference.varlen_attention(q, q, q, layer, batch), dtype="bf16",
+                     what=f"varlen {kernel} {list(q.shape)} stride {q.stride()}")
