@@ -8,8 +8,8 @@
 #      split call piece by piece (validation, decision, descriptors, Triton's launcher, merge),
 #      cProfile in us a call, and the split call through gluon_host.FastLaunch   cap 24 s
 #   3. bench_dit FLUX.1 (cuDNN and flash peers, attnkit gluon / split / plan / sdpa: graph
-#      replays and eager, host us a call)                                         cap 22 s
-#   4. bench_dit Wan2.1 720p and HunyuanVideo 720p (peers, plan / split)          cap 24 s
+#      replays and eager, host us a call; split_fast: FastLaunch)                cap 24 s
+#   4. bench_dit Wan2.1 720p and HunyuanVideo 720p (peers, plan / split / split_fast)  cap 22 s
 # Usage (repository root, on the CUDA machine): bash benchmarks/gpu_eager29.sh
 # Writes $OUT/eager29.tar.gz: run.log (versions first), gpu_tests.log, varlen_host.json,
 # dit_flux.json, dit_video.json, dit_table.md (bench_dit --table of both bench runs).
@@ -31,12 +31,12 @@ main() {
   timeout 24 python3 benchmarks/profile_varlen_host.py --row flux.1-1024 --out "$W/varlen_host.json" 2>&1 | tail -n 40
   echo "2. profile_varlen_host rc=${PIPESTATUS[0]} $((SECONDS - t0))s"
   t0=$SECONDS
-  timeout 22 python3 benchmarks/bench_dit.py --rows flux.1-1024 --reps 10 --no-flex --no-forward \
-    --cells gluon,split,plan,sdpa --out "$W/dit_flux.json" 2>&1 | grep -v Warn | tail -n 3
+  timeout 24 python3 benchmarks/bench_dit.py --rows flux.1-1024 --reps 10 --no-flex --no-forward \
+    --cells gluon,split,plan,sdpa,split_fast --out "$W/dit_flux.json" 2>&1 | grep -v Warn | tail -n 3
   echo "3. bench_dit flux rc=${PIPESTATUS[0]} $((SECONDS - t0))s"
   t0=$SECONDS
-  timeout 24 python3 benchmarks/bench_dit.py --rows wan2.1-720p,hunyuanvideo-720p --reps 3 --no-flex \
-    --no-forward --cells plan,split --out "$W/dit_video.json" 2>&1 | grep -v Warn | tail -n 3
+  timeout 22 python3 benchmarks/bench_dit.py --rows wan2.1-720p,hunyuanvideo-720p --reps 3 --no-flex \
+    --no-forward --cells plan,split,split_fast --out "$W/dit_video.json" 2>&1 | grep -v Warn | tail -n 3
   echo "4. bench_dit wan / hunyuan rc=${PIPESTATUS[0]} $((SECONDS - t0))s"
   python3 benchmarks/bench_dit.py --table "$W/dit_flux.json" "$W/dit_video.json" > "$W/dit_table.md" 2>&1
   cat "$W/dit_table.md"

@@ -158,7 +158,7 @@ def main() -> None:
               "cells": {}}
     for name, (be, fn) in cells.items():
         fn = fn or (lambda be=be: be.varlen(q, k, v, layer, batch))
-        fast = fast_launches() if name.endswith("FastLaunch") else contextlib.nullcontext()
+        fast = bench_dit.fast_launches() if name.endswith("FastLaunch") else contextlib.nullcontext()
         try:
             with fast:
                 result["cells"][name] = cell(name, be, fn, ref, (q, k, v, layer, batch))
@@ -175,21 +175,6 @@ def main() -> None:
             print("\n".join(f"  {name} | {k}: {v}" for k, v in c.get("pieces", {}).items()))
             print("\n".join(f"  {name} | {line}" for line in c.get("cprofile", [])))
     print(f"wrote {args.out}")
-
-
-@contextlib.contextmanager
-def fast_launches():
-    """The split path's two kernels launched through gluon_host.FastLaunch."""
-    from attnkit.backends.triton import prefill_gluon_persistent as pgp
-    from attnkit.backends.triton import split_tail as st
-
-    saved = pgp._prefill_gluon_persistent_kernel, st._merge_tail_kernel
-    pgp._prefill_gluon_persistent_kernel = gluon_host.FastLaunch(saved[0])
-    st._merge_tail_kernel = gluon_host.FastLaunch(saved[1])
-    try:
-        yield
-    finally:
-        pgp._prefill_gluon_persistent_kernel, st._merge_tail_kernel = saved
 
 
 def cell(name, be, fn, ref, pieces_args) -> dict | str:
