@@ -14,9 +14,8 @@ not from numbers typed here:
     hunyuanvideo-720p  hunyuanvideo at 1280 x 720, 129 frames: 118,800 + 256 text = 119,056 x 24, d128
 
 attnkit rows: ``varlen`` (the varlen call, no KV cache: each declared variant alone, tile,
-gluon, persistent and split, and ``plan``, what the denoiser's plan runs: its varlen kernel table;
-sdpa, attnkit's sdpa backend on the same call; ``split_fast``, split with its two launches through
-gluon_host.FastLaunch), and ``forward`` (the triton backend on a
+gluon, persistent and split, and ``plan``, what the denoiser's plan runs: its varlen kernel table; and
+sdpa, attnkit's sdpa backend on the same call), and ``forward`` (the triton backend on a
 non-causal encoder layer through the paged API, its K/V write included, extend variants gluon
 and tma).
 
@@ -33,7 +32,6 @@ flash / cuDNN the sdpa backend's call took. TFLOP/s count the non-causal product
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
@@ -179,24 +177,7 @@ def kernels_of(fn, *, top: int = 2) -> list[str]:
         return [failure_reason(exc)]
 
 
-VARLEN_CELLS = ("tile", "gluon", "persistent", "split", "plan", "sdpa", "split_fast")
-
-
-@contextlib.contextmanager
-def fast_launches():
-    """The split path's two kernels (the persistent Gluon kernel, the tail merge) launched
-    through gluon_host.FastLaunch: the ``split_fast`` cell (issue 29's eager host time)."""
-    from attnkit.backends.triton import gluon_host
-    from attnkit.backends.triton import prefill_gluon_persistent as pgp
-    from attnkit.backends.triton import split_tail as st
-
-    saved = pgp._prefill_gluon_persistent_kernel, st._merge_tail_kernel
-    pgp._prefill_gluon_persistent_kernel = gluon_host.FastLaunch(saved[0])
-    st._merge_tail_kernel = gluon_host.FastLaunch(saved[1])
-    try:
-        yield
-    finally:
-        pgp._prefill_gluon_persistent_kernel, st._merge_tail_kernel = saved
+VARLEN_CELLS = ("tile", "gluon", "persistent", "split", "plan", "sdpa")
 
 
 def measure(name: str, *, reps: int, flex: bool = True, forward: bool = True,
@@ -251,16 +232,6 @@ def measure(name: str, *, reps: int, flex: bool = True, forward: bool = True,
                 row[f"host_profile_{kernel}"] = host_profile(lambda be=backends[kernel]: be.varlen(q, k, v, layer, batch))
             except Exception as exc:  # noqa: BLE001
                 row[f"host_profile_{kernel}"] = [failure_reason(exc)]
-    if "split_fast" in cells:                 # last (a launch gone wrong would spoil what follows)
-        be = TritonBackend(varlen_kernel="split")
-        call = lambda: be.varlen(q, k, v, layer, batch)  # noqa: E731
-        with fast_launches():
-            try:
-                call()                        # a signature's first call goes through Triton
-                timed("attnkit_varlen_split_fast", call, check=call)
-                row["host_profile_split_fast"] = host_profile(call)
-            except Exception as exc:  # noqa: BLE001
-                row["attnkit_varlen_split_fast"] = failure_reason(exc)
 
     if not forward:
         return _ratios(row)

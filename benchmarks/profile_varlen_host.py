@@ -11,11 +11,8 @@ tile, gluon, persistent, split; the row's plan) on bench_dit's shape:
 - ``caches_off_us`` (triton cells): the call with this branch's per-shape caches switched off
   (the launch decision made every call, the TMA descriptors built and validated every call,
   the device properties asked every call): the per-call work merge28's path did;
-- ``pieces`` (split): each piece of the call timed alone (median per call, microseconds);
-- ``cprofile`` (split, plan): bench_dit.host_profile, cProfile of 20 calls in microseconds a call;
-- ``triton split, FastLaunch``: the split cell with its two kernels launched through
-  gluon_host.FastLaunch (the compiled kernel's launcher called directly after the first call
-  of a signature), its output (the second call's: a direct launch) checked like the others.
+- ``pieces`` (split): each piece of the call timed alone, GPU idle and busy (median per call, us);
+- ``cprofile`` (split, plan): bench_dit.host_profile, cProfile of 20 calls in microseconds a call.
 
 Every attnkit cell's output is checked against flash SDPA first (relative error <= 1e-2, else
 the cell is "wrong" and not timed). Writes JSON; prints one line per cell.
@@ -73,10 +70,12 @@ def caches_off(be):
         be._varlen_memo, gluon_host.descriptor, gluon_host.device_facts = saved
 
 
-def _safe(fn) -> float | str:
-    """per_call_us, or why the piece could not run (the other pieces go on)."""
+def _safe(fn) -> dict | str:
+    """{"idle": us, "busy": us} of one piece (per_call_us with the GPU idle / busy), or why it
+    could not run (the other pieces go on). Round 1 saw every call's host time grow with the
+    GPU busy (split 211 -> 557 us, cuDNN 55 -> 90): which pieces grow says where."""
     try:
-        return per_call_us(fn)
+        return {"idle": per_call_us(fn), "busy": per_call_us(fn, busy=True)}
     except Exception as exc:  # noqa: BLE001
         return failure_reason(exc)
 
@@ -152,16 +151,12 @@ def main() -> None:
         cells["triton plan"] = (TritonBackend(**options), None)
     for kernel in ("gluon", "persistent", "tile"):
         cells[f"triton {kernel}"] = (TritonBackend(varlen_kernel=kernel), None)
-    # last (a launch gone wrong would spoil the process's later cells): gluon_host.FastLaunch
-    cells["triton split, FastLaunch"] = (TritonBackend(varlen_kernel="split"), None)
     result = {"environment": environment(), "row": args.row, "tokens": tokens, "heads": spec.num_heads,
               "cells": {}}
     for name, (be, fn) in cells.items():
         fn = fn or (lambda be=be: be.varlen(q, k, v, layer, batch))
-        fast = bench_dit.fast_launches() if name.endswith("FastLaunch") else contextlib.nullcontext()
         try:
-            with fast:
-                result["cells"][name] = cell(name, be, fn, ref, (q, k, v, layer, batch))
+            result["cells"][name] = cell(name, be, fn, ref, (q, k, v, layer, batch))
             c = result["cells"][name]
             print(f"{name}: " + (c if isinstance(c, str) else f"idle {c['idle_us']} us, busy {c['busy_us']} us, "
                                  f"caches off {c.get('caches_off_us', '-')} us (err {c['rel_err']:.1e})"), flush=True)
@@ -178,7 +173,7 @@ def main() -> None:
 
 
 def cell(name, be, fn, ref, pieces_args) -> dict | str:
-    """One cell: its output checked (the second call's: a FastLaunch hit), then timed."""
+    """One cell: its output checked (the second call's: the cached decision's), then timed."""
     fn()
     got = fn()
     got = got[0].transpose(0, 1) if got.dim() == 4 else got
@@ -189,7 +184,7 @@ def cell(name, be, fn, ref, pieces_args) -> dict | str:
     if isinstance(be, TritonBackend):
         with caches_off(be):
             out["caches_off_us"] = per_call_us(fn)
-    if name in ("triton split", "triton plan", "triton split, FastLaunch"):
+    if name in ("triton split", "triton plan"):
         out["cprofile"] = bench_dit.host_profile(fn)
     if name == "triton split":
         try:
