@@ -54,6 +54,16 @@ def test_templates_are_per_shape_and_a_misaligned_base_is_built_and_refused_by_t
         gluon_host.descriptor(odd, 128)
 
 
+def test_the_templates_are_bounded(monkeypatch):
+    """A vision tower's windows of many lengths: one template each, the oldest dropped past
+    MAX_TEMPLATES (no unbounded growth in a long-running server)."""
+    gluon_host._TEMPLATES.clear()
+    monkeypatch.setattr(gluon_host, "MAX_TEMPLATES", 3)
+    for rows in range(1, 6):
+        gluon_host.descriptor(torch.zeros(rows * 8, 2, 64, dtype=torch.float16), 64)
+    assert [k[1] for k in gluon_host._TEMPLATES] == [24, 32, 40]
+
+
 def test_device_facts_ask_the_driver_once(monkeypatch):
     asked = []
     props = types.SimpleNamespace(major=9, minor=0, multi_processor_count=132)

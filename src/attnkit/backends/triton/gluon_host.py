@@ -26,6 +26,7 @@ import functools
 import torch
 
 _TEMPLATES: dict[tuple, object] = {}      # (dtype, T, H, D, row stride, rows) -> unbound descriptor
+MAX_TEMPLATES = 1024                      # the oldest dropped past this (many window lengths)
 
 
 def descriptor(x: torch.Tensor, rows: int):
@@ -39,6 +40,8 @@ def descriptor(x: torch.Tensor, rows: int):
         if x.data_ptr() % 16 == 0:
             template = copy.copy(made)
             template.base = None          # a template keeps no tensor alive
+            if len(_TEMPLATES) >= MAX_TEMPLATES:
+                _TEMPLATES.pop(next(iter(_TEMPLATES)))
             _TEMPLATES[key] = template
         return made
     if not hasattr(template, "__dict__"):         # a slotted descriptor class: copy it whole
