@@ -194,7 +194,8 @@ def _stream_kernel(
 
 def stream_ok(q, k, v, layer, cache) -> bool:
     """Whether the stream variant serves the step's layer: sm_90 with Triton 3.6 (Gluon), a
-    plain layer (no window, softcap, sinks, chunked attention; D = DV = 64 or 128), 16-bit q
+    plain layer (no window, softcap, sinks, chunked attention; D = DV = 64 or 128) with at
+    most 64 query heads a KV head, 16-bit q
     and cache of one dtype, dense rows TMA can address (16-byte aligned, a page's slots
     adjacent), pages of STREAM_PAGES rows (a key tile holds whole pages)."""
     import torch
@@ -214,7 +215,8 @@ def stream_ok(q, k, v, layer, cache) -> bool:
              and all(t.stride(-1) == 1 for t in (q, k, v))
              and all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (kc, vc)))
     page = kc.shape[1]
-    return (plain and dense and page in STREAM_PAGES and kc.shape[1] * kc.shape[0] < 2**31
+    grouped = spec.num_heads // spec.num_kv_heads <= BH_ROWS     # a KV head's rows: one M tile
+    return (plain and dense and grouped and page in STREAM_PAGES and kc.shape[1] * kc.shape[0] < 2**31
             and kc.stride(1) == kc.shape[2] * kc.shape[3])
 
 
