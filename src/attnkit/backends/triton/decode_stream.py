@@ -40,16 +40,26 @@ STREAM_PAGES = (16, 32, 64)     # page sizes a key tile (BLOCK_N raised to the p
 @gluon.jit
 def _loader(k_desc, v_desc, k_ring, v_ring, ready, free, bt_row, n0, n_tiles, last_page, col,
             PAGE: gl.constexpr, BN: gl.constexpr, NS: gl.constexpr):
-    """Fill slot i % NS with key tile i (keys n0 + i * BN ..) once compute has released it."""
+    """Fill slot i % NS with key tile i (keys n0 + i * BN ..) once compute has released it.
+    Page ids come 32 at a time, one per lane (one load every 32 / PAGES tiles, not one round
+    trip a page between the copies); a page's id is read out of the warp by a reduction."""
     PAGES: gl.constexpr = BN // PAGE
+    IDS: gl.constexpr = 32 if PAGES <= 32 else PAGES
+    TILES_PER_LOAD: gl.constexpr = IDS // PAGES
+    ids_layout: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    offs = gl.arange(0, IDS, layout=ids_layout)
+    first = n0 // PAGE
+    ids = gl.load(bt_row + gl.minimum(first + offs, last_page))
     for i in range(n_tiles):
         s = i % NS
+        if (i % TILES_PER_LOAD == 0) & (i > 0):      # the next 32 ids (the first: above)
+            ids = gl.load(bt_row + gl.minimum(first + i * PAGES + offs, last_page))
         mbarrier.wait(free.index(s), ((i // NS) & 1) ^ 1)
         bar = ready.index(s)
         mbarrier.expect(bar, 2 * PAGES * k_desc.block_type.nbytes)
-        p0 = (n0 + i * BN) // PAGE
+        at = (i % TILES_PER_LOAD) * PAGES
         for j in gl.static_range(PAGES):
-            page = gl.load(bt_row + gl.minimum(p0 + j, last_page))
+            page = gl.sum(gl.where(offs == at + j, ids, 0), axis=0)
             tma.async_copy_global_to_shared(k_desc, [page * PAGE, col], bar,
                                             k_ring.index(s).slice(j * PAGE, PAGE))
             tma.async_copy_global_to_shared(v_desc, [page * PAGE, col], bar,
