@@ -39,10 +39,14 @@ def candidates(row: str) -> list[tuple[str, int | None, dict]]:
     """(variant, splits or None for the rule, config override), most likely first. Shared
     memory a program (static compile, Triton 3.6, sm_90, d128): Q 16 KB + NS x BN x 512 B:
     (64, 4) 144 KB, (128, 3) 208 KB, (32, 8) 144 KB, (64, 6) 208 KB, (64, 2) 80 KB; 255
-    registers at 8 warps (one program an SM) unless maxnreg=128 (two an SM at 80 KB)."""
+    registers at 8 warps (one program an SM) unless maxnreg=128 (two an SM at 80 KB). d64:
+    (128, 4) 136 KB, (64, 4) 72 KB (two an SM with maxnreg=128)."""
     two = s(64, 2, maxnreg=128)
     if os.environ.get("NO_STREAM"):     # the stream smoke test hung (gpu_decodeb16.sh)
         return [(SM, None, t(32, 4, 5))] if row not in GUARDS else []
+    if row in ("d64", "b16-4k-d64"):      # d64's default (128, 4): 128 KB in flight, as d128's
+        return [(ST, None, {}), (ST, None, s(64, 4)), (ST, None, s(64, 4, maxnreg=128)),
+                (ST, None, UNFUSED)]
     if row in GUARDS:
         return [(ST, None, {}), (ST, None, UNFUSED), (ST, None, two), (ST, None, s(64, 4, maxnreg=128))]
     return [(ST, None, {}), (ST, None, UNFUSED), (ST, None, s(128, 3)), (ST, None, s(32, 8)),
