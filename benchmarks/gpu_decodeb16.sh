@@ -52,7 +52,8 @@ stamp "smoke rc $SMOKE_RC; tests: bf16 $(tail -1 "$D/tests_bf16.log"); fp16 $(ta
 timeout "$(( $(left) > 30 ? 30 : $(left) ))" $PY benchmarks/sweep_decodeb16.py --only b16-1k,b16-4k,b16-32k \
   --budget-s "${ROW_BUDGET_S:-7}" --out "$D" > "$D/sweep_b16.log" 2>&1
 stamp "sweep b16 rc $?"
-timeout "$(( $(left) - 3 ))" $PY benchmarks/sweep_decodeb16.py --only b1-1k,b1-32k,b64-4k,b128-4k,b16-4k-d64,d64 \
+G=$(( $(left) - 3 )); [ "$G" -lt 5 ] && G=5
+timeout "$G" $PY benchmarks/sweep_decodeb16.py --only b1-1k,b1-32k,b64-4k,b128-4k,b16-4k-d64,d64 \
   --guard-budget-s "${GUARD_BUDGET_S:-3}" --out "$D" > "$D/sweep_guards.log" 2>&1
 stamp "sweep guards rc $?"
 $PY benchmarks/sweep_decodeb16.py --table --out "$D" > /dev/null 2>&1
