@@ -7,7 +7,9 @@
 #                          a smoke test: the stream kernel vs the float64 reference (unequal
 #                          lengths, NaN / inf in every unowned slot, splits, tiles, pages of
 #                          16 / 32 / 64, fused write, CUDA-graph replays); run while the kernel
-#                          cache is warmed, never while the sweep times
+#                          cache is warmed, never while the sweep times; tests_capture.log: the
+#                          capture conformance case of stream (a static step replayed over
+#                          other lengths, block tables and padded rows)
 #   sweep_decode.{json,md} sweep_decodeb16.py: stream tiles vs cuDNN / flash / the plan /
 #                          split_merge / split_heads, same process, each checked against SDPA
 #                          first; guard rows B=1 1k / 32k, B=64 4k, B=128 4k, d64 B=16 / B=64 4k
@@ -33,6 +35,8 @@ SMOKE=$!
 timeout "$W" $PYT -k "matches_reference and bf16" > "$D/tests_bf16.log" 2>&1 &
 timeout "$W" $PYT -k "matches_reference and fp16" > "$D/tests_fp16.log" 2>&1 &
 timeout "$W" $PYT -k "not matches_reference" > "$D/tests_rest.log" 2>&1 &
+timeout "$W" $PY -m pytest -q -m gpu -p no:cacheprovider tests/conformance/test_capture.py \
+  -k "decode_variantstream" > "$D/tests_capture.log" 2>&1 &
 for r in b16-1k b16-4k b16-32k; do
   for i in 0 1 2; do
     timeout "$W" $PY benchmarks/sweep_decodeb16.py --only $r --warm --slice $i/3 \
@@ -46,7 +50,7 @@ done
 wait $SMOKE
 SMOKE_RC=$?
 wait
-stamp "smoke rc $SMOKE_RC; tests: bf16 $(tail -1 "$D/tests_bf16.log"); fp16 $(tail -1 "$D/tests_fp16.log"); rest $(tail -1 "$D/tests_rest.log")"
+stamp "smoke rc $SMOKE_RC; tests: bf16 $(tail -1 "$D/tests_bf16.log"); fp16 $(tail -1 "$D/tests_fp16.log"); rest $(tail -1 "$D/tests_rest.log"); capture $(tail -1 "$D/tests_capture.log")"
 [ "$SMOKE_RC" -eq 124 ] && export NO_STREAM=1 && stamp "stream smoke test timed out: sweep without stream"
 # 2. the sweep, timed, alone on the GPU: B=16 rows (one process), then the guards (another)
 timeout "$(( $(left) > 30 ? 30 : $(left) ))" $PY benchmarks/sweep_decodeb16.py --only b16-1k,b16-4k,b16-32k \
