@@ -7,6 +7,7 @@ B=64 and B=128 so a default that helps B=16 is seen not to slow them.
 
     PYTHONPATH=src python3 benchmarks/sweep_decodeb16.py --only ROW[,ROW] [--out DIR] [--warm]
     PYTHONPATH=src python3 benchmarks/sweep_decodeb16.py --table [--out DIR]
+    VERIFY=1 ...: version 8's candidates (the EARLY prologue next to the adopted tile)
 
 Results merge into DIR/sweep_decode.json (``--table``: DIR/sweep_decode.md), as sweep_decode.py's.
 """
@@ -42,6 +43,12 @@ def candidates(row: str) -> list[tuple[str, int | None, dict]]:
     registers at 8 warps (one program an SM) unless maxnreg=128 (two an SM at 80 KB). d64:
     (128, 4) 136 KB, (64, 4) 72 KB (two an SM with maxnreg=128)."""
     two = s(64, 2, maxnreg=128)
+    if os.environ.get("VERIFY"):        # version 8: the EARLY prologue against the adopted tile
+        early = dict(EARLY=True)
+        rows = [(ST, None, {}), (ST, None, early), (ST, None, two), (ST, None, two | early)]
+        if os.environ.get("NO_EARLY"):  # its smoke test hung (gpu_decodeb16_verify.sh)
+            rows = [r for r in rows if not r[2].get("EARLY")]
+        return rows
     if os.environ.get("NO_STREAM"):     # the stream smoke test hung (gpu_decodeb16.sh)
         return [(SM, None, t(32, 4, 5))] if row not in GUARDS else []
     if row in ("d64", "b16-4k-d64"):      # d64's default (128, 4): 128 KB in flight, as d128's

@@ -1,7 +1,8 @@
 """Decode variant stream (decode_stream.py, Gluon, sm_90 + Triton 3.6) on a CUDA GPU: bf16 /
 fp16, head dims 64 and 128, GQA groups, pages of 16 / 32 / 64, unequal lengths with NaN / inf
 in every slot no request owns, the new K/V written in the kernel or by its own launch, split
-counts, tiles, and CUDA-graph replays, against the float64 reference (factories.Case)."""
+counts, tiles, the EARLY prologue, and CUDA-graph replays, against the float64 reference
+(factories.Case)."""
 import dataclasses
 
 import pytest
@@ -69,8 +70,8 @@ def test_stream_writes_the_new_kv_into_the_cache():
     assert torch.equal(kc[slots], case.k) and torch.equal(vc[slots], case.v)
 
 
-@pytest.mark.parametrize("num_reqs,context", [(16, 1024), (1, 4096)])
-def test_stream_replays_in_a_cuda_graph(num_reqs, context):
+@pytest.mark.parametrize("num_reqs,context,early", [(16, 1024, False), (1, 4096, False), (16, 1024, True)])
+def test_stream_replays_in_a_cuda_graph(num_reqs, context, early):
     """Captured (B=16: one split a (request, KV head); B=1: the rule's splits and the reduce
     launch): each replay with new queries gives the reference."""
     _stream_or_skip()
@@ -79,7 +80,7 @@ def test_stream_replays_in_a_cuda_graph(num_reqs, context):
     layer = make_layer(num_heads=32, num_kv_heads=8, head_dim=128, dtype="bf16", device="cuda")
     case = make_case(layer, dtype="bf16", device="cuda", prefix_lens=[context - 1] * num_reqs,
                      new_lens=[1] * num_reqs, page_size=16, garbage=True)
-    backend = _backend()
+    backend = _backend(decode_config=dict(EARLY=early))
     step = backend.prepare(case.meta, case.cache)
     q = case.q.clone()
     fwd = lambda: backend.forward(q, case.k, case.v, case.layer, case.cache, step)  # noqa: E731
@@ -94,3 +95,28 @@ def test_stream_replays_in_a_cuda_graph(num_reqs, context):
         torch.cuda.synchronize()
         ref = dataclasses.replace(case, q=q.clone(), _ref=None).reference()
         assert_close(out, ref, dtype="bf16", what=f"B={num_reqs} replay {seed}")
+
+
+@pytest.mark.parametrize("head_dim,heads,kv_heads,dtype", [(128, 32, 8, "bf16"), (128, 8, 1, "bf16"),
+                                                          (64, 16, 16, "fp16")])
+@pytest.mark.parametrize("num_splits", [None, 5])
+@pytest.mark.parametrize("fused", [True, False])
+def test_stream_early_prologue_matches_reference(head_dim, heads, kv_heads, dtype, num_splits, fused):
+    """EARLY (configs.DECODE_STREAM_TILES' switch): the first page ids read within the table's
+    width before the length is known, the new key folded in before the key loop."""
+    _stream_or_skip()
+    layer = make_layer(num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, dtype=dtype, device="cuda")
+    case = make_case(layer, dtype=dtype, device="cuda", page_size=16, garbage=True, **DECODE)
+    out, _ = _run(_backend(num_splits=num_splits, decode_config=dict(FUSED_WRITE=fused, EARLY=True)), case)
+    assert_close(out, case.reference(), dtype=dtype,
+                 what=f"EARLY d{head_dim} {heads}/{kv_heads} {dtype} S={num_splits} fused={fused}")
+
+
+@pytest.mark.parametrize("page_size", [16, 64])
+@pytest.mark.parametrize("tile", [dict(BLOCK_N=64, NUM_STAGES=4), dict(BLOCK_N=64, NUM_STAGES=2, maxnreg=128)])
+def test_stream_early_pages_and_tiles(page_size, tile):
+    _stream_or_skip()
+    layer = make_layer(num_heads=32, num_kv_heads=8, head_dim=128, dtype="bf16", device="cuda")
+    case = make_case(layer, dtype="bf16", device="cuda", page_size=page_size, garbage=True, **DECODE)
+    out, _ = _run(_backend(decode_config=tile | dict(EARLY=True)), case)
+    assert_close(out, case.reference(), dtype="bf16", what=f"EARLY page {page_size} {tile}")

@@ -34,32 +34,42 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 BH_ROWS = 64
 BH = gl.constexpr(BH_ROWS)    # query rows a program: one wgmma M tile (the group's rows, zero-padded)
 LOADER_REGS = 24
+IDS = gl.constexpr(32)          # page ids the loader holds at once (a lane each; a tile has <= 32 pages)
 STREAM_PAGES = (16, 32, 64)     # page sizes a key tile (BLOCK_N raised to the page) holds whole
 
 
 @gluon.jit
-def _loader(k_desc, v_desc, k_ring, v_ring, ready, free, bt_row, n0, n_tiles, last_page, col,
-            PAGE: gl.constexpr, BN: gl.constexpr, NS: gl.constexpr):
+def _loader(k_desc, v_desc, k_ring, v_ring, ready, free, ids_smem, bt_row, n0, n_tiles,
+            last_page, col, PAGE: gl.constexpr, BN: gl.constexpr, NS: gl.constexpr,
+            EARLY: gl.constexpr):
     """Fill slot i % NS with key tile i (keys n0 + i * BN ..) once compute has released it.
-    Page ids come 32 at a time, one per lane (one load every 32 / PAGES tiles, not one round
-    trip a page between the copies); a page's id is read out of the warp by a reduction."""
+    Page ids come IDS at a time, one per lane (one load every IDS / PAGES tiles, not one round
+    trip a page between the copies); a page's id is read out of the warp by a reduction.
+    EARLY: the first IDS ids were loaded with the request's length (ids_smem, the kernel's
+    prologue), so the first copy waits one round trip less."""
     PAGES: gl.constexpr = BN // PAGE
-    IDS: gl.constexpr = 32 if PAGES <= 32 else PAGES
     TILES_PER_LOAD: gl.constexpr = IDS // PAGES
     ids_layout: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
     offs = gl.arange(0, IDS, layout=ids_layout)
     first = n0 // PAGE
-    ids = gl.load(bt_row + gl.minimum(first + offs, last_page))
+    if EARLY:
+        ids = ids_smem.load(ids_layout)
+    else:
+        ids = gl.load(bt_row + gl.minimum(first + offs, last_page))
     for i in range(n_tiles):
         s = i % NS
-        if (i % TILES_PER_LOAD == 0) & (i > 0):      # the next 32 ids (the first: above)
-            ids = gl.load(bt_row + gl.minimum(first + i * PAGES + offs, last_page))
+        base = first + (i - i % TILES_PER_LOAD) * PAGES      # the page ids holds from
+        if (i % TILES_PER_LOAD == 0) & (i > 0):      # the next IDS ids (the first: above)
+            ids = gl.load(bt_row + gl.minimum(base + offs, last_page))
         mbarrier.wait(free.index(s), ((i // NS) & 1) ^ 1)
         bar = ready.index(s)
         mbarrier.expect(bar, 2 * PAGES * k_desc.block_type.nbytes)
-        at = (i % TILES_PER_LOAD) * PAGES
         for j in gl.static_range(PAGES):
-            page = gl.sum(gl.where(offs == at + j, ids, 0), axis=0)
+            if EARLY:      # the first ids are clamped to the table's width, not the last page
+                at = gl.minimum(first + i * PAGES + j, last_page) - base
+            else:
+                at = (i % TILES_PER_LOAD) * PAGES + j
+            page = gl.sum(gl.where(offs == at, ids, 0), axis=0)
             tma.async_copy_global_to_shared(k_desc, [page * PAGE, col], bar,
                                             k_ring.index(s).slice(j * PAGE, PAGE))
             tma.async_copy_global_to_shared(v_desc, [page * PAGE, col], bar,
@@ -67,12 +77,12 @@ def _loader(k_desc, v_desc, k_ring, v_ring, ready, free, bt_row, n0, n_tiles, la
 
 
 @gluon.jit
-def _compute(q_smem, k_ring, v_ring, ready, free, Q, Out, MidO, MidM, MidL, KN, VN, K, V, Slots,
-             b, kvh, sp, n0, n_tiles, cached, owner, qk_scale, stride_qt, stride_qh, stride_ot,
-             stride_oh, stride_mb, stride_mh, stride_ms, stride_knt, stride_knh, stride_vnt,
-             stride_vnh, stride_kt, stride_vt, GROUP: gl.constexpr, D: gl.constexpr,
-             PAGE: gl.constexpr, BN: gl.constexpr, NS: gl.constexpr, SPLIT: gl.constexpr,
-             FUSED_WRITE: gl.constexpr):
+def _compute(q_smem, k_ring, v_ring, ready, free, sn_smem, vn_smem, Q, Out, MidO, MidM, MidL,
+             KN, VN, K, V, Slots, b, kvh, sp, n0, n_tiles, cached, owner, qk_scale, stride_qt,
+             stride_qh, stride_ot, stride_oh, stride_mb, stride_mh, stride_ms, stride_knt,
+             stride_knh, stride_vnt, stride_vnh, stride_kt, stride_vt, GROUP: gl.constexpr,
+             D: gl.constexpr, PAGE: gl.constexpr, BN: gl.constexpr, NS: gl.constexpr,
+             SPLIT: gl.constexpr, FUSED_WRITE: gl.constexpr, EARLY: gl.constexpr):
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BN, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -82,6 +92,13 @@ def _compute(q_smem, k_ring, v_ring, ready, free, Q, Out, MidO, MidM, MidL, KN, 
     m_i = gl.full([BH], -1.0e30, gl.float32, gl.SliceLayout(1, s_layout))   # finite: 0 weight
     l_i = gl.zeros([BH], gl.float32, gl.SliceLayout(1, s_layout))
     acc = gl.zeros([BH, D], gl.float32, o_layout)
+    if FUSED_WRITE and EARLY:   # the softmax starts from the new key (its logit: the kernel's)
+        own = owner.to(gl.float32)
+        s_n = sn_smem.load(gl.SliceLayout(1, s_layout))
+        m_i = gl.where(owner, s_n, m_i)
+        l_i = l_i + own
+        v_n = vn_smem.load(gl.SliceLayout(0, o_layout)).to(gl.float32)
+        acc = acc + gl.expand_dims(v_n * own, 0)
     s0 = gl.zeros([BH, BN], gl.float32, s_layout)
     for i in range(n_tiles):
         s = i % NS
@@ -118,7 +135,7 @@ def _compute(q_smem, k_ring, v_ring, ready, free, Q, Out, MidO, MidM, MidL, KN, 
     row_ok = gl.expand_dims(rows < GROUP, 1)
     m_o = gl.convert_layout(m_i, gl.SliceLayout(1, o_layout))
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
-    if FUSED_WRITE:
+    if FUSED_WRITE and not EARLY:
         if owner:   # the new key: into the cache, and into the softmax from registers
             k_n = gl.load(KN + b.to(gl.int64) * stride_knt + kvh * stride_knh + cols)
             v_n = gl.load(VN + b.to(gl.int64) * stride_vnt + kvh * stride_vnh + cols)
@@ -152,17 +169,34 @@ def _compute(q_smem, k_ring, v_ring, ready, free, Q, Out, MidO, MidM, MidL, KN, 
 @gluon.jit
 def _stream_kernel(
     Q, k_desc, v_desc, K, V, Out, MidO, MidM, MidL, SeqLens, BlockTables, KN, VN, Slots,
-    qk_scale, chunk, stride_qt, stride_qh, stride_ot, stride_oh, stride_kt, stride_vt, stride_bt,
-    stride_mb, stride_mh, stride_ms, stride_knt, stride_knh, stride_vnt, stride_vnh,
-    GROUP: gl.constexpr, D: gl.constexpr, PAGE: gl.constexpr, BN: gl.constexpr,
+    qk_scale, chunk, max_pages, stride_qt, stride_qh, stride_ot, stride_oh, stride_kt,
+    stride_vt, stride_bt, stride_mb, stride_mh, stride_ms, stride_knt, stride_knh, stride_vnt,
+    stride_vnh, GROUP: gl.constexpr, D: gl.constexpr, PAGE: gl.constexpr, BN: gl.constexpr,
     NS: gl.constexpr, SPLIT: gl.constexpr, FUSED_WRITE: gl.constexpr,
-    LOADER_REGS: gl.constexpr,
+    LOADER_REGS: gl.constexpr, EARLY: gl.constexpr = False,
 ):
-    """Grid (requests, KV heads, splits); ``chunk``: keys a split, whole BN tiles."""
+    """Grid (requests, KV heads, splits); ``chunk``: keys a split, whole BN tiles;
+    ``max_pages``: the block table's width. EARLY: every load the program needs before its
+    first tile (length, queries, first page ids, the new K / V) is issued at once, here, and
+    the new key is written and folded in before the key loop, not after it."""
     b = gl.program_id(0)
     kvh = gl.program_id(1)
     sp = gl.program_id(2)
     kv_len = gl.load(SeqLens + b)
+    q_blocked: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    rows = gl.arange(0, BH, layout=gl.SliceLayout(1, q_blocked))
+    cols = gl.arange(0, D, layout=gl.SliceLayout(0, q_blocked))
+    q_ptr = (Q + b.to(gl.int64) * stride_qt + gl.expand_dims((kvh * GROUP + rows) * stride_qh, 1)
+             + gl.expand_dims(cols, 0))
+    bt_row = BlockTables + b * stride_bt
+    if EARLY:          # every load before the first use of the length: one round trip
+        q = gl.load(q_ptr, mask=gl.expand_dims(rows < GROUP, 1), other=0.0)
+        ids_offs = gl.arange(0, IDS, layout=gl.BlockedLayout([1], [32], [4], [0]))
+        ids0 = gl.load(bt_row + gl.minimum((sp * chunk) // PAGE + ids_offs, max_pages - 1))
+        if FUSED_WRITE:
+            k_n = gl.load(KN + b.to(gl.int64) * stride_knt + kvh * stride_knh + cols)
+            v_n = gl.load(VN + b.to(gl.int64) * stride_vnt + kvh * stride_vnh + cols)
+            slot = gl.load(Slots + b)
     if FUSED_WRITE:    # the new key is not read from the cache; its split's program owns it
         cached = kv_len - 1
         owner = sp == (kv_len - 1) // chunk
@@ -174,14 +208,28 @@ def _stream_kernel(
     n_tiles = gl.maximum(gl.cdiv(n1 - n0, BN), 0)
     last_page = gl.maximum(cached - 1, 0) // PAGE
 
-    q_blocked: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-    rows = gl.arange(0, BH, layout=gl.SliceLayout(1, q_blocked))
-    cols = gl.arange(0, D, layout=gl.SliceLayout(0, q_blocked))
-    q_ptr = (Q + b.to(gl.int64) * stride_qt + gl.expand_dims((kvh * GROUP + rows) * stride_qh, 1)
-             + gl.expand_dims(cols, 0))
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BH, D], gl.bfloat16)
     q_smem = gl.allocate_shared_memory(Q.dtype.element_ty, [BH, D], q_layout)
-    q_smem.store(gl.load(q_ptr, mask=gl.expand_dims(rows < GROUP, 1), other=0.0))
+    if not EARLY:
+        q = gl.load(q_ptr, mask=gl.expand_dims(rows < GROUP, 1), other=0.0)
+    q_smem.store(q)
+    vec_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    ids_smem = gl.allocate_shared_memory(gl.int32, [IDS], vec_layout)
+    sn_smem = gl.allocate_shared_memory(gl.float32, [BH], vec_layout)
+    vn_smem = gl.allocate_shared_memory(Q.dtype.element_ty, [D], vec_layout)
+    if EARLY:
+        # the split's first page ids, read within the table's width whatever the length (the
+        # loader takes only those up to the last page); with FUSED_WRITE the new K / V row
+        # written by its owner, and the new key's logit per query row and its value, for
+        # _compute to start its softmax from
+        ids_smem.store(ids0)
+        if FUSED_WRITE:
+            if owner:
+                gl.store(K + slot * stride_kt + kvh * D + cols, k_n)
+                gl.store(V + slot * stride_vt + kvh * D + cols, v_n)
+            s_n = gl.sum(q.to(gl.float32) * gl.expand_dims(k_n.to(gl.float32), 0), axis=1)
+            sn_smem.store(s_n * qk_scale)
+            vn_smem.store(v_n)
 
     k_ring = gl.allocate_shared_memory(k_desc.dtype, [NS, BN, D], k_desc.layout)
     v_ring = gl.allocate_shared_memory(v_desc.dtype, [NS, BN, D], v_desc.layout)
@@ -192,13 +240,13 @@ def _stream_kernel(
         mbarrier.init(free.index(st), count=1)
     fence_async_shared()
     gl.warp_specialize([
-        (_compute, (q_smem, k_ring, v_ring, ready, free, Q, Out, MidO, MidM, MidL, KN, VN, K, V,
-                    Slots, b, kvh, sp, n0, n_tiles, cached, owner, qk_scale, stride_qt,
-                    stride_qh, stride_ot, stride_oh, stride_mb, stride_mh, stride_ms, stride_knt,
-                    stride_knh, stride_vnt, stride_vnh, stride_kt, stride_vt, GROUP, D, PAGE,
-                    BN, NS, SPLIT, FUSED_WRITE)),
-        (_loader, (k_desc, v_desc, k_ring, v_ring, ready, free, BlockTables + b * stride_bt, n0,
-                   n_tiles, last_page, kvh * D, PAGE, BN, NS)),
+        (_compute, (q_smem, k_ring, v_ring, ready, free, sn_smem, vn_smem, Q, Out, MidO, MidM,
+                    MidL, KN, VN, K, V, Slots, b, kvh, sp, n0, n_tiles, cached, owner, qk_scale,
+                    stride_qt, stride_qh, stride_ot, stride_oh, stride_mb, stride_mh, stride_ms,
+                    stride_knt, stride_knh, stride_vnt, stride_vnh, stride_kt, stride_vt, GROUP,
+                    D, PAGE, BN, NS, SPLIT, FUSED_WRITE, EARLY)),
+        (_loader, (k_desc, v_desc, k_ring, v_ring, ready, free, ids_smem,
+                   bt_row, n0, n_tiles, last_page, kvh * D, PAGE, BN, NS, EARLY)),
     ], [1], [LOADER_REGS])
 
 
@@ -280,11 +328,12 @@ def decode_stream_attention(q, k_cache, v_cache, out, *, seq_lens, block_tables,
     stages = max(1, min(config["NUM_STAGES"], (smem - BH_ROWS * d * q.element_size() - 1024) // slot_bytes))
     _stream_kernel[(num_reqs, h_kv, num_splits)](
         q, desc(k_cache), desc(v_cache), k_cache, v_cache, out, mid_o, mid_m, mid_l, seq_lens,
-        block_tables, k_new, v_new, slots, qk_scale, chunk, q.stride(0), q.stride(1),
+        block_tables, k_new, v_new, slots, qk_scale, chunk, block_tables.shape[1],
+        q.stride(0), q.stride(1),
         out.stride(0), out.stride(1), k_cache.stride(1), v_cache.stride(1),
         block_tables.stride(0), *strides, *new_strides,
         GROUP=num_heads // h_kv, D=d, PAGE=page, BN=bn, NS=stages, SPLIT=split, FUSED_WRITE=new_kv is not None,
-        LOADER_REGS=LOADER_REGS, num_warps=4,
+        LOADER_REGS=LOADER_REGS, EARLY=bool(config.get("EARLY", False)), num_warps=4,
         **({"maxnreg": config["maxnreg"]} if config.get("maxnreg") else {}))
     if split:
         _reduce_kernel[(num_reqs, num_heads)](
