@@ -18,7 +18,12 @@ The keys past the cached ones (a partial last page: stale slots, any bits, NaN t
 -inf; their V rows are zeroed in shared memory before P.V reads them (0 * NaN is NaN).
 FUSED_WRITE: the program of the split that holds a request's last key writes that token's
 K / V row of its KV head into the cache and folds it into the softmax from registers; the
-tiles stop one key short, so no TMA copy reads a row a program writes.
+tiles' keys stop one short, so the row being written (its page may be copied by the same
+program's TMA at the same time) is always one of the masked, zeroed rows.
+
+EARLY (a launch-config switch): every load before the first tile is issued at once in the
+prologue (length, queries, the split's first page ids, the new K / V), and the new key starts
+the softmax instead of ending it: two dependent round trips fewer (NOTES-triton.md version 8).
 
 Splits (grid dim 2) cover whole tiles; one split writes the normalised output, more write
 decode.py's partials (unnormalised output, base-2 max, denominator), merged by its
