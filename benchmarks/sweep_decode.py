@@ -176,6 +176,8 @@ def _candidate(s, ref, variant, splits, cfg, gbs, *, warm):
         fwd = lambda: be.forward(s.q, s.k, s.v, s.layer, s.cache, step)  # noqa: E731
         out = fwd()
         row["splits_run"] = sorted({n for n, _ in step.prepared.splits.values()}) or [splits]
+        # the kernel that ran (a variant that cannot take the call falls back to split)
+        row["ran"] = sorted({k[0] if isinstance(k[0], str) else "split" for k in step.prepared.splits})
         row["err"] = rel_err(out.reshape(s.batch, -1), ref.transpose(1, 2).reshape(s.batch, -1))
         if not row["err"] < TOL:
             row["gbs"] = f"n/a (wrong: rel err {row['err']:.3g})"

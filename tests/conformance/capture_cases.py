@@ -30,6 +30,9 @@ DECODE_FEATURES = ("sliding_window", "logit_softcap", "sinks", "chunked_local", 
 # Options that make the CPU run exercise split reductions sized for the static bound (the
 # interpreter's 4 "SMs" would otherwise plan one split).
 CPU_OPTIONS = {"triton": {"num_splits": 3}}
+# GPU-only decode variants whose envelope is their own (sm_90 Gluon kernels): one plain bf16
+# case each, run alone by its option (elsewhere the backend falls back, and the case still holds)
+GPU_VARIANTS = {"triton": ({"decode_variant": "stream"},)}
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,10 @@ def cases() -> list[CaptureConf]:
                         dtype = "fp32" if (i, j) == (0, 1) else (
                             "bf16" if "bf16" in caps.dtypes else caps.dtypes[0])
                         out.append(CaptureConf(decl.name, "cuda", kind, dtype, page, feature))
+        if "cuda" in caps.platforms:
+            for opts in GPU_VARIANTS.get(decl.name, ()):
+                out.append(CaptureConf(decl.name, "cuda", caps.kinds[0], "bf16", 16, None,
+                                       tuple(opts.items())))
         if "sparse_topk" in caps.features and "fp8_e4m3" in (caps.index_dtypes or ()):
             # fp8 index keys: each new key quantised with its own scale inside the graph
             page = _page_sizes(caps)[0]

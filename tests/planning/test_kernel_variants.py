@@ -59,9 +59,11 @@ def test_tune_times_each_variant_that_can_run_the_bucket():
     h200 = get_preset("h200")
     shape = Shape("mha", 32, 8, 128, 128, "bf16", "bf16")
     assert variants_to_time(Bucket(shape, "decode", 1, 1, 4096, 16), triton, h200) == \
-        ["split", "split_write", "split_merge", "split_fixed", "split_heads"]
-    d256 = dataclasses.replace(shape, heads=16, head_dim=256, v_head_dim=256)   # split_heads: d <= 128
-    assert "split_heads" not in variants_to_time(Bucket(d256, "decode", 1, 1, 4096, 16), triton, h200)
+        ["split", "split_write", "split_merge", "split_fixed", "split_heads", "stream"]
+    d256 = dataclasses.replace(shape, heads=16, head_dim=256, v_head_dim=256)   # split_heads, stream: d <= 128
+    assert not {"split_heads", "stream"} & set(variants_to_time(Bucket(d256, "decode", 1, 1, 4096, 16), triton, h200))
+    # stream: TMA copies of whole pages of 16 / 32 / 64 rows
+    assert "stream" not in variants_to_time(Bucket(shape, "decode", 1, 1, 4096, 8), triton, h200)
     rows = ["gluon_rows", "gluon_rows_persistent"]      # any step: batched, over a prefix
     assert variants_to_time(Bucket(shape, "prefill", 1, 2048, 2048, 16), triton, h200) == \
         ["paged", "paged_new_kv", "tma", "gluon", "paged_fixed", *rows]
@@ -100,7 +102,7 @@ def test_resuming_the_shipped_profile_measures_only_the_variants_it_lacks():
     jobs = pending(grid, declarations(), h200, ["triton"], done, phases=("decode", "prefill"))
     held = {e.variant for e in shipped.entries if e.backend == "triton"}
     assert jobs and {n for _, n, _ in jobs} == {"triton"}
-    unmeasured = {"split_heads", "gluon_rows", "gluon_rows_persistent"} - held   # issue 28's, until a profile holds them
+    unmeasured = {"split_heads", "stream", "gluon_rows", "gluon_rows_persistent"} - held   # issue 28's, until a profile holds them
     assert {k for _, _, k in jobs} == {"split_fixed", "paged_fixed"} | unmeasured
     assert not held & {"split_fixed", "paged_fixed"}
     decode = {b for b, _, k in jobs if k == "split_fixed"}

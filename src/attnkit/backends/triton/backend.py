@@ -34,6 +34,8 @@ from attnkit.backends.triton.decode import (choose_splits, decode_attention, dec
                                              max_decode_span)
 from attnkit.backends.triton.decode_heads import decode_heads_attention, heads_ok, heads_splits
 from attnkit.backends.triton.decode_merge import merge_counters
+from attnkit.backends.triton import decode_stream
+from attnkit.backends.triton.configs import DECODE_STREAM_RULE
 from attnkit.backends.triton.extend import extend_attention, extend_config, new_kv_ok
 from attnkit.backends.triton.extend_new_kv import extend_attention_v2
 from attnkit.backends.triton.configs import split_keys as default_split_keys
@@ -159,7 +161,7 @@ class TritonBackend(AttentionBackend):
                       "gluon_rows_persistent", "fixed",
                       *extend_kernels.EXTEND_VARIANT_NAMES))
         check_option("triton", "decode_variant", decode_variant,
-                     (None, *decode_kernels.DECODE_VARIANTS, "fixed", "heads",
+                     (None, *decode_kernels.DECODE_VARIANTS, "fixed", "heads", "stream",
                       *decode_kernels.DECODE_VARIANT_NAMES))
         if batch_invariant:                 # the declared variants, by one option
             check_invariant_options(kernels, extend_variant, decode_variant, num_splits)
@@ -235,8 +237,10 @@ class TritonBackend(AttentionBackend):
             return q.new_empty(0, spec.num_heads * spec.value_dim)
         decode = meta.mode is ForwardMode.DECODE
         variant = self._runnable(plan, q, k, v, layer, cache, meta)
-        fused_write = variant in ("split_write", "split_merge", "split_heads")
-        if not fused_write:     # split_write / split_merge / split_heads write the new K/V themselves
+        stream_cfg = self._stream_config(spec) if decode and variant == "stream" else None
+        fused_write = (variant in ("split_write", "split_merge", "split_heads")
+                       or bool(stream_cfg and stream_cfg.get("FUSED_WRITE")))
+        if not fused_write:     # split_write / split_merge / split_heads (/ stream) write the new K/V themselves
             write_kv(cache, lid, meta.slot_mapping, k, v)
         out = torch.empty(q.shape[0], spec.num_heads, spec.value_dim, dtype=q.dtype, device=q.device)
         softcap = spec.logit_softcap
@@ -247,6 +251,9 @@ class TritonBackend(AttentionBackend):
         k_cache, v_cache = cache.k[lid], cache.v[lid]
         if decode and variant == "split_heads":
             self._decode_heads(q, k, v, layer, cache, plan, out, qk_scale)
+        elif stream_cfg is not None:
+            self._decode_stream(q, k, v, layer, cache, plan, out, qk_scale, stream_cfg,
+                                new_kv=(k, v, meta.slot_mapping) if fused_write else None)
         elif decode:
             cfg = decode_config(spec.head_dim, q.dtype, interpret=interpreting(),
                                 variant=variant) | self.decode_override
@@ -321,6 +328,34 @@ class TritonBackend(AttentionBackend):
                                num_splits=splits, counters=plan.counters, config=cfg,
                                partials=plan.split_buffers(spec.num_heads, spec.head_dim, splits))
 
+    def _stream_config(self, spec) -> dict:
+        return decode_config(spec.head_dim, torch.bfloat16, interpret=False,
+                             variant="stream") | self.decode_override
+
+    def _decode_stream(self, q, k, v, layer, cache, plan: TritonStep, out, qk_scale: float,
+                       cfg: dict, *, new_kv) -> None:
+        """Variant stream (decode_stream.py): splits by configs.DECODE_STREAM_RULE (or
+        ``num_splits``) sized for the step's longest request (a static step: ``max_kv``)."""
+        spec, meta = layer.spec, plan.meta
+        tile = max(cfg["BLOCK_N"], cache.k[spec.layer_id].shape[1])
+        key = ("stream", spec.num_kv_heads, tile)
+        if key not in plan.splits:
+            longest = plan.max_kv or max(meta.seq_lens_cpu, default=1)
+            if self.num_splits is None:
+                plan.splits[key] = decode_stream.stream_splits(
+                    longest, meta.num_reqs, spec.num_kv_heads, num_sms=plan.num_sms,
+                    block_n=tile, min_keys=DECODE_STREAM_RULE["min_keys"])
+            else:
+                per_split = -(-longest // self.num_splits)
+                chunk = -(-per_split // tile) * tile
+                plan.splits[key] = (-(-longest // chunk), chunk)
+        splits, chunk = plan.splits[key]
+        partials = plan.split_buffers(spec.num_heads, spec.head_dim, splits) if splits > 1 else None
+        decode_stream.decode_stream_attention(
+            q, cache.k[spec.layer_id], cache.v[spec.layer_id], out, seq_lens=plan.seq_lens,
+            block_tables=plan.block_tables, qk_scale=qk_scale, num_splits=splits, chunk=chunk,
+            partials=partials, config=cfg, new_kv=new_kv)
+
     def _runnable(self, plan: TritonStep, q, k, v, layer, cache, meta) -> str:
         """The first of the plan's variants for this step that can take it here (each variant's
         own conditions: dtypes of the cache, a route the tma kernel serves ...); the general
@@ -379,6 +414,7 @@ RUNNABLE = {
     "split_fixed": lambda q, k, v, layer, cache, meta: True,
     "split_heads": lambda q, k, v, layer, cache, meta: heads_ok(q, k, v, layer, cache),
     "paged_fixed": lambda q, k, v, layer, cache, meta: True,
+    "stream": lambda q, k, v, layer, cache, meta: decode_stream.stream_ok(q, k, v, layer, cache),
 }
 DEFAULT_TABLES = {role: KernelTable(role, fallback=tuple(k.name for k in DECLARATION.variants_for(role)))
                   for role in ("prefill", "extend", "decode", "varlen")}

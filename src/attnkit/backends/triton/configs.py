@@ -38,9 +38,27 @@ DECODE_VARIANT_TILES: dict[tuple[int, str], dict] = {
 }
 
 
+# The stream decode (decode_stream.py, Gluon, 16-bit only): BLOCK_N keys a tile, NUM_STAGES
+# ring slots of K + V tiles (d128 64 keys x 4, d64 128 x 4: 128 KB in flight a program, one
+# program an SM), FUSED_WRITE (the kernel writes the new K/V: one launch fewer), maxnreg
+# (absent: Triton's default; 128 lets two programs share an SM), EARLY (every load before the
+# first tile issued at once, the new key folded in first: NOTES-triton.md version 8, not yet
+# measured, off). The tiles are the fastest of version 7's sweep at B=16 (results/decodeb16).
+DECODE_STREAM_TILES = {
+    64: dict(BLOCK_N=128, NUM_STAGES=4, FUSED_WRITE=True, EARLY=False),
+    128: dict(BLOCK_N=64, NUM_STAGES=4, FUSED_WRITE=True, EARLY=False),
+}
+# its split rule (decode_stream.stream_splits): splits only where the (request, KV head) pairs
+# leave SMs idle, as many as fill them, each at least ``min_keys`` keys
+DECODE_STREAM_RULE = dict(min_keys=256)
+
+
 def decode_config(head_dim: int, fp32: bool, *, interpret: bool, variant: str = "split") -> dict:
     """Split-KV decode: key tile and launch shape for a head dim and decode variant (split,
-    split_write, split_merge, split_heads; fp32: "ieee" dots)."""
+    split_write, split_merge, split_heads, stream; fp32: "ieee" dots). stream runs on a GPU
+    in 16-bit only: its tile whatever ``interpret`` and ``fp32`` say."""
+    if variant == "stream":
+        return dict(DECODE_STREAM_TILES[128 if head_dim > 64 else 64])
     if interpret:
         return dict(BLOCK_N=16, num_warps=4, num_stages=1)
     if fp32:
@@ -164,7 +182,9 @@ def launch_config(variant: str, *, role: str, shape, dtype: str, platform) -> di
     """What ``variant`` launches with for a layer of ``shape`` (its head dim) and the compute
     dtype on a GPU (the plan prints it); None where the variant has no tile for it."""
     fp32, head_dim = dtype == "fp32", shape.head_dim
-    if variant in ("split", "split_write", "split_merge", "split_heads"):
+    if variant == "stream" and head_dim not in DECODE_STREAM_TILES:
+        return None
+    if variant in ("split", "split_write", "split_merge", "split_heads", "stream"):
         return decode_config(head_dim, fp32, interpret=False, variant=variant)
     if variant == "split_fixed":
         return decode_config(head_dim, fp32, interpret=False, variant=variant) | {"SPLIT_KEYS": split_keys(interpret=False)}

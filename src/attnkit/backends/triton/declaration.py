@@ -33,6 +33,12 @@ VARIANTS = (
                   "head of its keys (whole pages), writes the new K/V and merges in the kernel: "
                   "one launch; 16-bit caches of the compute dtype, H_kv x 16 x D <= 16384",
                   dtypes=HALF, kv_cache_dtypes=HALF, head_dims=(64, 128), excludes=PLAIN),
+    KernelVariant("stream", ("decode",), "one program per (request, KV head) over all its keys "
+                  "(split only where those pairs leave SMs idle), K/V pages streamed by a loader "
+                  "warp through a ring of TMA copies (Gluon), the new K/V written in the kernel; "
+                  "16-bit caches of the compute dtype, pages of 16 / 32 / 64",
+                  compute_capability=((9, 0), (9, 0)), triton=("3.6", "3.7"), dtypes=HALF,
+                  kv_cache_dtypes=HALF, head_dims=(64, 128), page_multiple=16, excludes=PLAIN),
     # prefill and extend
     KernelVariant("paged", EXTEND_ROLES, "every key read through the block table"),
     KernelVariant("paged_new_kv", EXTEND_ROLES, "cached prefix through the block table, the new "

@@ -47,16 +47,17 @@ from attnkit.backends.triton.decode_merge import (_reduce_kernel, merge_if_last,
 # new K/V itself: one launch fewer), "fused" / "merge_in_kernel" (v2 whose last split program
 # per (request, KV head) also merges the splits: one launch a step), "fixed" / "split_fixed"
 # (v1 in splits of a fixed number of keys, merged in key order: fixed_chunk below), "heads" /
-# "split_heads" (one program reads every KV head of its keys: decode_heads.py). Which runs
+# "split_heads" (one program reads every KV head of its keys: decode_heads.py), "stream" (one
+# program a (request, KV head) over a deep TMA ring, Gluon: decode_stream.py). Which runs
 # is the plan's choice (its kernel table, measured by attnkit tune), never a threshold here.
 # DECODE_VARIANTS: those a test may run with any split count and layer (fixed sizes its own
 # splits; heads serves plain 16-bit layers only: decode_heads.heads_ok).
 DECODE_VARIANTS = ("v1", "v2", "fused")
 DECODE_VARIANT_NAMES = {"separate_write": "v1", "fused_write": "v2", "merge_in_kernel": "fused",
                         "split": "v1", "split_write": "v2", "split_merge": "fused", "split_fixed": "fixed",
-                        "split_heads": "heads"}
+                        "split_heads": "heads", "stream": "stream"}
 PLAN_NAMES = {"v1": "split", "v2": "split_write", "fused": "split_merge", "fixed": "split_fixed",
-              "heads": "split_heads"}
+              "heads": "split_heads", "stream": "stream"}
 
 
 @triton.jit
