@@ -11,6 +11,7 @@ cached prefix is random K/V written through ``cache.write`` (so fp8 rounding is 
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from dataclasses import dataclass, field
@@ -250,3 +251,22 @@ def assert_close(out: torch.Tensor, ref: torch.Tensor, *, dtype: str | torch.dty
     if err > bound * size:
         raise AssertionError(f"{what}: ||out - ref|| / ||ref|| = {err / size:.3g} > {bound:g} "
                              f"(the {torch_dtype(dtype)} bound)")
+
+
+def assert_replays_match(backend, case: Case, step, *, dtype: str, what: str, seeds: int = 3) -> None:
+    """Capture one ``backend.forward`` of ``step`` as a CUDA graph, then replay it with ``seeds``
+    new queries copied into the captured q: each replay's output equals the reference of that
+    query (the graph reads q and the cache by address, nothing from the capture-time values)."""
+    q = case.q.clone()
+    fwd = lambda: backend.forward(q, case.k, case.v, case.layer, case.cache, step)  # noqa: E731
+    fwd()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fwd()
+    for seed in range(seeds):
+        q.copy_(torch.randn(q.shape, generator=torch.Generator().manual_seed(seed)).to(q))
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = dataclasses.replace(case, q=q.clone(), _ref=None).reference()
+        assert_close(out, ref, dtype=dtype, what=f"{what} replay {seed}")

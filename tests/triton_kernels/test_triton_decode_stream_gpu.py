@@ -3,10 +3,9 @@ fp16, head dims 64 and 128, GQA groups, pages of 16 / 32 / 64, unequal lengths w
 in every slot no request owns, the new K/V written in the kernel or by its own launch, split
 counts, tiles, the EARLY prologue, and CUDA-graph replays, against the float64 reference
 (factories.Case)."""
-import dataclasses
 
 import pytest
-from factories import assert_close, make_case, make_layer
+from factories import assert_close, assert_replays_match, make_case, make_layer
 
 pytestmark = pytest.mark.gpu
 
@@ -82,19 +81,7 @@ def test_stream_replays_in_a_cuda_graph(num_reqs, context, early):
                      new_lens=[1] * num_reqs, page_size=16, garbage=True)
     backend = _backend(decode_config=dict(EARLY=early))
     step = backend.prepare(case.meta, case.cache)
-    q = case.q.clone()
-    fwd = lambda: backend.forward(q, case.k, case.v, case.layer, case.cache, step)  # noqa: E731
-    fwd()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = fwd()
-    for seed in range(3):
-        q.copy_(torch.randn(q.shape, generator=torch.Generator().manual_seed(seed)).to(q))
-        graph.replay()
-        torch.cuda.synchronize()
-        ref = dataclasses.replace(case, q=q.clone(), _ref=None).reference()
-        assert_close(out, ref, dtype="bf16", what=f"B={num_reqs} replay {seed}")
+    assert_replays_match(backend, case, step, dtype="bf16", what=f"B={num_reqs}")
 
 
 @pytest.mark.parametrize("head_dim,heads,kv_heads,dtype", [(128, 32, 8, "bf16"), (128, 8, 1, "bf16"),

@@ -4,7 +4,7 @@ Each test runs one step through prepare + forward and compares with the float64 
 (computed on the GPU). These are the runs behind the declaration in declaration.py.
 """
 import pytest
-from factories import assert_close, make_case, make_layer
+from factories import assert_close, assert_replays_match, make_case, make_layer
 
 from attnkit.backends.metadata import ForwardMode
 from attnkit.backends.triton.decode import DECODE_VARIANTS
@@ -142,10 +142,6 @@ def test_decode_with_pdl_replays_in_a_cuda_graph(variant):
     """PDL (the reduce launch as a programmatic dependent of the split kernel) captured in a
     CUDA graph: every replay gives the reference, with the queries changed between replays
     (so a replay that read stale partials would show)."""
-    import dataclasses
-
-    import torch
-
     from attnkit.backends.triton.backend import TritonBackend
 
     layer = make_layer(num_heads=32, num_kv_heads=8, head_dim=128, dtype="bf16", device="cuda")
@@ -154,16 +150,4 @@ def test_decode_with_pdl_replays_in_a_cuda_graph(variant):
     backend = TritonBackend(num_splits=8, decode_variant=variant,
                             decode_config=dict(BLOCK_N=64, num_warps=4, num_stages=4, PDL=True))
     step = backend.prepare(case.meta, case.cache)
-    q = case.q.clone()
-    fwd = lambda: backend.forward(q, case.k, case.v, case.layer, case.cache, step)  # noqa: E731
-    fwd()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = fwd()
-    for seed in range(3):
-        q.copy_(torch.randn(q.shape, generator=torch.Generator().manual_seed(seed)).to(q))
-        graph.replay()
-        torch.cuda.synchronize()
-        ref = dataclasses.replace(case, q=q.clone(), _ref=None).reference()
-        assert_close(out, ref, dtype="bf16", what=f"replay {seed} {variant}")
+    assert_replays_match(backend, case, step, dtype="bf16", what=variant)
