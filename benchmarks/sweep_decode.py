@@ -254,6 +254,35 @@ def _label(c: dict) -> str:
     return f"{c['variant']} splits={c['splits'] or 'rule'} [{cfg}]"
 
 
+def candidate_sweep(candidates, rows, guards, *, budget_s: float, guard_budget_s: float) -> None:
+    """The command line of a follow-up sweep (sweep_decode16.py, sweep_decodeb16.py): ``rows``
+    then ``guards`` (row names of ROWS), each row's ``candidates(row)`` timed within its budget
+    (--budget-s for rows, --guard-budget-s for guards) and merged into OUT's JSON; --slice I/N
+    takes candidates I, I + N, ... (parallel warm processes); --table only renders the JSON."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", default=",".join((*rows, *guards)))
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--warm", action="store_true", help="run each candidate once, untimed")
+    ap.add_argument("--budget-s", type=float, default=budget_s, help="per row; the rest is skipped")
+    ap.add_argument("--guard-budget-s", type=float, default=guard_budget_s, help="per guard row")
+    ap.add_argument("--table", action="store_true", help="only write the table from the JSON")
+    ap.add_argument("--slice", default="0/1", help="I/N: only candidates I, I + N, ... (parallel warms)")
+    args = ap.parse_args()
+    i, n = (int(x) for x in args.slice.split("/"))
+    os.makedirs(args.out, exist_ok=True)
+    if args.table:
+        print(table(args.out))
+        return
+    torch.manual_seed(0)
+    for row in args.only.split(","):
+        budget = args.guard_budget_s if row in guards else args.budget_s
+        result = run_row(row, warm=args.warm, budget_s=budget, out_dir=args.out,
+                         pick=lambda r: candidates(r)[i::n])
+        if not args.warm:
+            merge(args.out, result)
+        torch.cuda.empty_cache()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default=",".join(TARGETS))

@@ -12,14 +12,11 @@ Results merge into DIR/sweep_decode.json (``--table``: DIR/sweep_decode.md), as 
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
-import torch
-
 sys.path.insert(0, os.path.dirname(__file__))
-from sweep_decode import merge, run_row, t, table  # noqa: E402
+from sweep_decode import candidate_sweep, t  # noqa: E402
 
 P2, P4 = dict(PACK=2), dict(PACK=4)
 R128 = dict(maxnreg=128)        # a register cap: 4 programs of 4 warps an SM (64K registers)
@@ -55,28 +52,7 @@ def candidates16(row: str) -> list[tuple[str, int | None, dict]]:
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--only", default=",".join(B16 + tuple(GUARDS)))
-    ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    ap.add_argument("--warm", action="store_true", help="run each candidate once, untimed")
-    ap.add_argument("--budget-s", type=float, default=15.0, help="per B=16 row; the rest is skipped")
-    ap.add_argument("--guard-budget-s", type=float, default=6.0, help="per guard row")
-    ap.add_argument("--table", action="store_true", help="only write the table from the JSON")
-    ap.add_argument("--slice", default="0/1", help="I/N: only candidates I, I + N, ... (parallel warms)")
-    args = ap.parse_args()
-    i, n = (int(x) for x in args.slice.split("/"))
-    os.makedirs(args.out, exist_ok=True)
-    if args.table:
-        print(table(args.out))
-        return
-    torch.manual_seed(0)
-    for row in args.only.split(","):
-        budget = args.guard_budget_s if row in GUARDS else args.budget_s
-        result = run_row(row, warm=args.warm, budget_s=budget, out_dir=args.out,
-                         pick=lambda r: candidates16(r)[i::n])
-        if not args.warm:
-            merge(args.out, result)
-        torch.cuda.empty_cache()
+    candidate_sweep(candidates16, B16, tuple(GUARDS), budget_s=15.0, guard_budget_s=6.0)
 
 
 if __name__ == "__main__":
