@@ -372,7 +372,9 @@ RUNNABLE = {
     "gluon": _gluon_ok,
     "gluon_rows": lambda q, k, v, layer, cache, meta: gluon_rows_route(q, k, v, layer, cache, meta) is not None,
     "gluon_rows_persistent": lambda q, k, v, layer, cache, meta: gluon_rows_route(q, k, v, layer, cache, meta) is not None,
-    "gluon_rows_chain": lambda q, k, v, layer, cache, meta: gluon_rows_route(q, k, v, layer, cache, meta) is not None,
+    "gluon_rows_chain": lambda q, k, v, layer, cache, meta: (
+        gluon_rows_config(layer.spec.head_dim, persistent=True, chain=True) is not None
+        and gluon_rows_route(q, k, v, layer, cache, meta) is not None),
     "split_fixed": lambda q, k, v, layer, cache, meta: True,
     "split_heads": lambda q, k, v, layer, cache, meta: heads_ok(q, k, v, layer, cache),
     "paged_fixed": lambda q, k, v, layer, cache, meta: True,

@@ -1,0 +1,72 @@
+"""The chained rows kernel's walks (rows_schedule.py), on the host: every item exactly once,
+the key tiles of each block as the kernel counts them, round-robin as the persistent rows
+kernel walks, LPT's balance, causal pairs' units; and what the gluon_rows_chain variant
+launches with."""
+import pytest
+
+from attnkit.backends.triton.configs import launch_config
+from attnkit.backends.triton.rows_schedule import KINDS, block_list, item_tiles, program_loads, schedule
+from attnkit.planning.profile import Shape
+
+
+def _blocks(q_lens, kv_lens):
+    blocks = block_list(q_lens, kv_lens, 128)
+    reqs, rows = [b[0] for b in blocks], [b[1] for b in blocks]
+    return item_tiles(q_lens, kv_lens, reqs, rows, block_n=128), reqs, rows
+
+
+def test_item_tiles_count_keys_to_the_last_real_row():
+    tiles, reqs, rows = _blocks([300, 1], [300, 4097])
+    assert list(zip(reqs, rows, tiles)) == [(1, 0, 33), (0, 256, 3), (0, 128, 2), (0, 0, 1)]
+    # a prefix of 100 keys: block 0's last row is at position 227 -> 2 tiles; block 1 (rows
+    # 128..199, positions 228..299) -> 3
+    assert _blocks([200], [300])[0] == [3, 2]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("programs", [1, 5, 132, 10_000])
+def test_every_item_once(kind, programs):
+    tiles, reqs, rows = _blocks([1, 77, 300, 1500, 129, 2048], [1, 77, 800, 1500, 129, 2048])
+    order, start = schedule(tiles, reqs, rows, heads=4, programs=programs, kind=kind)
+    assert sorted(order) == list(range(len(tiles) * 4))
+    assert start[0] == 0 and start[-1] == len(order) and start == sorted(start)
+    assert len(start) - 1 == min(programs, len(order))
+
+
+def test_round_robin_is_the_persistent_walk():
+    tiles, reqs, rows = _blocks([2048] * 2, [2048] * 2)
+    order, start = schedule(tiles, reqs, rows, heads=8, programs=7, kind="round_robin")
+    assert [order[start[p]:start[p + 1]] for p in range(7)] == [list(range(p, 256, 7)) for p in range(7)]
+
+
+def test_lpt_balances_what_round_robin_does_not():
+    tiles, reqs, rows = _blocks([2048] * 8, [2048] * 8)
+    loads = {kind: program_loads(tiles, *schedule(tiles, reqs, rows, heads=32, programs=132, kind=kind),
+                                 heads=32) for kind in ("round_robin", "lpt")}
+    mean = sum(loads["lpt"]) / 132
+    assert max(loads["round_robin"]) / mean > 1.03        # one item more per program at the end
+    assert max(loads["lpt"]) / mean < 1.006
+    assert sum(loads["lpt"]) == sum(loads["round_robin"])
+
+
+def test_pairs_run_block_i_then_block_n_minus_1_minus_i_of_one_head():
+    tiles, reqs, rows = _blocks([512], [512])        # 4 blocks: pairs (3, 0) and (2, 1)
+    order, start = schedule(tiles, reqs, rows, heads=2, programs=4, kind="pairs")
+    walks = [order[start[p]:start[p + 1]] for p in range(4)]
+    # block index b (rows 384, 256, 128, 0 in most-keys order) -> items b * 2 + head
+    assert sorted(walks) == sorted([[0, 6], [1, 7], [2, 4], [3, 5]])
+    assert all(sum(tiles[i // 2] for i in w) == 5 for w in walks)    # equal units: 4 + 1, 3 + 2
+
+
+def test_an_unknown_kind_is_refused():
+    with pytest.raises(ValueError, match="kind"):
+        schedule([1], [0], [0], heads=1, programs=1, kind="random")
+
+
+def test_chain_launch_config():
+    shape = Shape("mha", 32, 8, 128, 128, "bf16", "bf16")
+    cfg = launch_config("gluon_rows_chain", role="prefill", shape=shape, dtype="bf16", platform=None)
+    assert cfg == dict(BLOCK_M=128, BLOCK_N=128, K_SLOTS=3, V_SLOTS=2, PROGRAMS_PER_SM=1,
+                       SCHEDULE=dict(kind="lpt", item_cost=1.0), num_warps=12)
+    d256 = Shape("mha", 32, 8, 256, 256, "bf16", "bf16")
+    assert launch_config("gluon_rows_chain", role="prefill", shape=d256, dtype="bf16", platform=None) is None
