@@ -70,3 +70,31 @@ def test_chain_launch_config():
                        SCHEDULE=dict(kind="lpt", item_cost=1.0), num_warps=12)
     d256 = Shape("mha", 32, 8, 256, 256, "bf16", "bf16")
     assert launch_config("gluon_rows_chain", role="prefill", shape=d256, dtype="bf16", platform=None) is None
+
+
+def test_the_variant_hands_the_kernel_its_walk(monkeypatch):
+    """The backend's gluon_rows_chain step on the host, the kernel stubbed: the walk covers every
+    item once over the step's programs, the packed route's key rows are the step's own, and the
+    tiles are the variant's (the kernel itself: test_prefill_gluon_chain_gpu.py)."""
+    import torch
+    from factories import make_case, make_layer
+
+    from attnkit.backends.triton import tma_path
+    from attnkit.backends.triton.backend import TritonBackend
+    calls = []
+
+    def stub(q, k_rows, v_rows, out, **kw):
+        calls.append((k_rows, kw))
+        return out.zero_()
+    monkeypatch.setattr(tma_path, "gluon_prefill_ready", lambda *a, **k: True)
+    monkeypatch.setattr(tma_path, "descriptor_ready", lambda x: True)
+    monkeypatch.setattr(tma_path, "prefill_gluon_chain_attention", stub)
+    layer = make_layer(num_heads=8, num_kv_heads=2, head_dim=128, dtype="bf16")
+    case = make_case(layer, prefix_lens=[0, 0, 0], new_lens=[300, 1, 129], page_size=16, dtype="bf16")
+    be = TritonBackend(extend_variant="gluon_rows_chain")
+    be.forward(case.q, case.k, case.v, case.layer, case.cache, be.prepare(case.meta, case.cache))
+    (k_rows, kw), = calls
+    assert k_rows is case.k and kw["tiles"] == (128, 3, 2)
+    items = kw["block_req"].shape[0] * 8                  # 3 + 1 + 2 blocks, 8 heads
+    assert items == 48 and sorted(kw["order"].tolist()) == list(range(items))
+    assert kw["start"].tolist()[-1] == items and kw["start"].shape[0] == min(4, items) + 1
