@@ -2,7 +2,8 @@
 chained rows kernel (gluon_rows_chain, prefill_gluon_chain.py) with each walk
 (rows_schedule.py: round_robin, lpt, pairs) and tile, against the persistent rows kernel
 (gluon_rows_persistent, version 10's best at 8 x 2k) and, on the same shapes contiguous, cuDNN
-and flash SDPA.
+and flash SDPA; at 8 x 2k also the chain with the backend's own K/V write kernel ("/write
+apart") beside its fused write.
 
     PYTHONPATH=src python3 benchmarks/bench_batched28.py [--out DIR] [--budget-s 50]
 
@@ -28,7 +29,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from bench_triton import Setup, measure, rel_err, sdpa_peer, timed  # noqa: E402
 
 from attnkit.backends._triton import LOG2E, write_kv  # noqa: E402
-from attnkit.backends.triton import tma_path  # noqa: E402
+from attnkit.backends.triton import configs, tma_path  # noqa: E402
 from attnkit.backends.triton.backend import TritonBackend, query_blocks  # noqa: E402
 
 START = time.time()
@@ -43,7 +44,7 @@ def _count_chain():
     real = tma_path.prefill_gluon_chain_attention
 
     def counted(*args, **kwargs):
-        CHAIN_LAUNCHES.append(kwargs["start"].shape[0] - 1)
+        CHAIN_LAUNCHES.append((kwargs["start"].shape[0] - 1, kwargs.get("write") is not None))
         return real(*args, **kwargs)
     tma_path.prefill_gluon_chain_attention = counted
 
@@ -66,19 +67,24 @@ def _failed(exc) -> str:
 
 def backend_rows(name, s, variants, *, peers_with):
     """backend.forward per variant (graph and eager), cuDNN / flash beside ``peers_with``."""
-    for variant in variants:
+    for label in variants:
         if time.time() - START > ARGS.budget_s:
-            emit(dict(shape=name, variant=variant, attnkit="n/a (skipped: time box)"))
+            emit(dict(shape=name, variant=label, attnkit="n/a (skipped: time box)"))
             continue
+        variant, _, option = label.partition("/")        # "/write apart": the backend's write kernel
         CHAIN_LAUNCHES.clear()
+        configs.GLUON_CHAIN_WRITE = option != "write apart"
         try:
             row = measure(s, kind="extend", backend=TritonBackend(extend_variant=variant),
                           units=lambda ms: flops(s) / ms / 1e9, peers=variant == peers_with, flex=False)
         except Exception as exc:  # noqa: BLE001 - one variant failing must not stop the others
             row = {"attnkit": _failed(exc)}
-        row.update(shape=name, variant=variant, unit="TFLOP/s")
+        finally:
+            configs.GLUON_CHAIN_WRITE = True
+        row.update(shape=name, variant=label, unit="TFLOP/s")
         if variant == "gluon_rows_chain":
             row["chain_ran"] = bool(CHAIN_LAUNCHES)
+            row["fused_write"] = bool(CHAIN_LAUNCHES) and CHAIN_LAUNCHES[0][1]
         emit(row)
 
 
@@ -170,7 +176,8 @@ def main():
     _count_chain()
     first = "prefill 8x2k"
     s = Setup(*SHAPES[first])
-    backend_rows(first, s, ["gluon_rows_persistent", "gluon_rows_chain"], peers_with="gluon_rows_persistent")
+    backend_rows(first, s, ["gluon_rows_persistent", "gluon_rows_chain", "gluon_rows_chain/write apart"],
+                 peers_with="gluon_rows_persistent")
     kernel_rows(first, s, forms(True, prefix=False))
     for name, shape in SHAPES.items():
         if name == first:

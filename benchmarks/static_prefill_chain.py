@@ -17,7 +17,7 @@ from triton.experimental.gluon._runtime import GluonASTSource
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from static_mla import compile_report, load_alone  # noqa: E402
 
-FORMS = [(64, (128, 3, 3)), (128, (128, 3, 2)), (128, (128, 2, 2)), (256, (64, 2, 2))]
+FORMS = [(64, (128, 4, 4)), (128, (128, 3, 2)), (128, (128, 2, 2))]   # configs.GLUON_CHAIN_TILES and the bench's
 
 
 def main(argv=None) -> int:
@@ -37,11 +37,18 @@ def main(argv=None) -> int:
                "Out": "*bf16", "stride_ot": "i32", "Order": "*i32", "Start": "*i32",
                "BlockReq": "*i32", "BlockM": "*i32", "QStart": "*i32", "KStart": "*i32",
                "SeqLens": "*i32", "qk_scale": "fp32", "v_scale": "fp32"}
-        consts = dict(NUM_HEADS=32, GROUP=4, D=d, BN=bn, NSK=nsk, NSV=nsv,
-                      CONSUMER_REGS=mod.CONSUMER_REGS, LOADER_REGS=mod.LOADER_REGS)
-        print(compile_report(chain._prefill_gluon_chain_kernel, sig, consts,
-                             f"prefill_gluon_chain_d{d}_{bn}_{nsk}_{nsv}", args.out, not_div=(),
-                             source=GluonASTSource, num_warps=4, maxnreg=mod.MAXNREG), flush=True)
+        for write in (False, True):
+            pg = f"tensordesc<bf16[16, {d}],{kv_l!r}>" if write else kv
+            sig |= {"kc_desc": pg, "vc_desc": pg, "SlotMap": "*i64" if write else "*i32",
+                    "Kin": "*bf16", "Vin": "*bf16", "stride_kin": "i32", "stride_vin": "i32",
+                    "Kc": "*bf16", "Vc": "*bf16", "stride_c": "i32"}
+            consts = dict(NUM_HEADS=32, GROUP=4, D=d, BN=bn, NSK=nsk, NSV=nsv,
+                          CONSUMER_REGS=mod.CONSUMER_REGS, LOADER_REGS=mod.LOADER_REGS, WRITE=write,
+                          PAGE=16 if write else 8)
+            print(compile_report(chain._prefill_gluon_chain_kernel, sig, consts,
+                                 f"prefill_gluon_chain_d{d}_{bn}_{nsk}_{nsv}" + ("_write" if write else ""),
+                                 args.out, not_div=(), source=GluonASTSource, num_warps=4,
+                                 maxnreg=mod.MAXNREG), flush=True)
     return 0
 
 

@@ -107,3 +107,25 @@ def test_every_walk_over_packed_rows(kind, programs):
     assert torch.isfinite(out).all(), "a row was not written"
     assert_close(out.reshape(out.shape[0], -1), case.reference(), dtype="bf16",
                  what=f"{kind} programs={programs}")
+
+
+@needs
+@pytest.mark.parametrize("page", [8, 16, 64, 1])
+def test_the_fused_write_leaves_the_cache_as_the_write_kernel_does(page, launches):
+    """A packed fresh step: the kernel's own K/V write (whole pages by TMA, a last partial
+    page's rows copied; pages of 1 are not its: the backend writes first) leaves every slot of
+    the cache, the NaN / inf of the slots no request owns included, bit for bit as
+    _triton.write_kv does, and the output right."""
+    from attnkit.backends._triton import write_kv
+    layer = make_layer(num_heads=8, num_kv_heads=2, head_dim=128, dtype="bf16", device="cuda")
+    new = [1, 77, 300, 129, 1024, 16]
+    mine, theirs = (make_case(layer, prefix_lens=[0] * 6, new_lens=new, page_size=page, dtype="bf16",
+                              device="cuda", q_scale=4.0, garbage=True, seed=page) for _ in range(2))
+    out = _run(mine)
+    assert launches
+    write_kv(theirs.cache, 0, theirs.meta.slot_mapping, theirs.k, theirs.v)
+    torch.cuda.synchronize()
+    for name in ("k", "v"):
+        torch.testing.assert_close(getattr(mine.cache, name)[0], getattr(theirs.cache, name)[0],
+                                   rtol=0, atol=0, equal_nan=True, msg=f"cache.{name} page {page}")
+    assert_close(out, mine.reference(), dtype="bf16", what=f"chain fused write page {page}")

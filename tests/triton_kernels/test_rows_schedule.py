@@ -67,15 +67,16 @@ def test_chain_launch_config():
     shape = Shape("mha", 32, 8, 128, 128, "bf16", "bf16")
     cfg = launch_config("gluon_rows_chain", role="prefill", shape=shape, dtype="bf16", platform=None)
     assert cfg == dict(BLOCK_M=128, BLOCK_N=128, K_SLOTS=3, V_SLOTS=2, PROGRAMS_PER_SM=1,
-                       SCHEDULE=dict(kind="lpt", item_cost=1.0), num_warps=12)
+                       SCHEDULE=dict(kind="lpt", item_cost=1.0), FUSED_WRITE=True, num_warps=12)
     d256 = Shape("mha", 32, 8, 256, 256, "bf16", "bf16")
     assert launch_config("gluon_rows_chain", role="prefill", shape=d256, dtype="bf16", platform=None) is None
 
 
 def test_the_variant_hands_the_kernel_its_walk(monkeypatch):
     """The backend's gluon_rows_chain step on the host, the kernel stubbed: the walk covers every
-    item once over the step's programs, the packed route's key rows are the step's own, and the
-    tiles are the variant's (the kernel itself: test_prefill_gluon_chain_gpu.py)."""
+    item once over the step's programs, the packed route's key rows are the step's own, the
+    tiles are the variant's, and the K/V write is handed to the kernel instead of run first
+    (the kernel itself: test_prefill_gluon_chain_gpu.py)."""
     import torch
     from factories import make_case, make_layer
 
@@ -95,6 +96,9 @@ def test_the_variant_hands_the_kernel_its_walk(monkeypatch):
     be.forward(case.q, case.k, case.v, case.layer, case.cache, be.prepare(case.meta, case.cache))
     (k_rows, kw), = calls
     assert k_rows is case.k and kw["tiles"] == (128, 3, 2)
+    k_cache, v_cache, slots = kw["write"]           # the kernel writes the step's K/V ...
+    assert k_cache is case.cache.k[0] and v_cache is case.cache.v[0] and slots is case.meta.slot_mapping
+    assert not case.cache.k[0].any() and not case.cache.v[0].any()    # ... the backend did not
     items = kw["block_req"].shape[0] * 8                  # 3 + 1 + 2 blocks, 8 heads
     assert items == 48 and sorted(kw["order"].tolist()) == list(range(items))
     assert kw["start"].tolist()[-1] == items and kw["start"].shape[0] == min(4, items) + 1

@@ -40,7 +40,8 @@ from attnkit.backends.triton.configs import split_keys as default_split_keys
 from attnkit.backends.triton.invariant import DecodeRows, check_invariant_options, fixed_splits
 from attnkit.backends.triton.tma_path import (TMA_ONLY_KEYS, check_tma_override,
                                               merged_tma_config, run_tma_extend, tma_route)
-from attnkit.backends.triton.tma_path import gluon_prefill_ready, gluon_rows_route, run_gluon_rows
+from attnkit.backends.triton.tma_path import (chain_fuses_write, gluon_prefill_ready, gluon_rows_route,
+                                              run_gluon_rows)
 from attnkit.backends.triton.configs import GLUON_ROWS_VARIANTS, gluon_rows_config
 from attnkit.backends.triton.rows_schedule import block_list
 from attnkit.errors import fail
@@ -230,8 +231,9 @@ class TritonBackend(AttentionBackend):
             return q.new_empty(0, spec.num_heads * spec.value_dim)
         decode = meta.mode is ForwardMode.DECODE
         variant = self._runnable(plan, q, k, v, layer, cache, meta)
-        fused_write = variant in ("split_write", "split_merge", "split_heads")
-        if not fused_write:     # split_write / split_merge / split_heads write the new K/V themselves
+        chain_write = variant == "gluon_rows_chain" and chain_fuses_write(q, k, v, layer, cache, meta)
+        fused_write = variant in ("split_write", "split_merge", "split_heads") or chain_write
+        if not fused_write:     # split_write / split_merge / split_heads (and chain_write) write the new K/V themselves
             write_kv(cache, lid, meta.slot_mapping, k, v)
         out = torch.empty(q.shape[0], spec.num_heads, spec.value_dim, dtype=q.dtype, device=q.device)
         softcap = spec.logit_softcap
@@ -264,7 +266,8 @@ class TritonBackend(AttentionBackend):
                            plan, block_req=block_req, block_m=block_m, qk_scale=qk_scale,
                            v_scale=v_scale, tiles=(cfg["BLOCK_N"], cfg["K_SLOTS"], cfg["V_SLOTS"]),
                            programs=plan.num_sms * cfg["PROGRAMS_PER_SM"] if "PROGRAMS_PER_SM" in cfg else None,
-                           schedule=cfg.get("SCHEDULE"))
+                           schedule=cfg.get("SCHEDULE"),
+                           write=(k_cache, v_cache, meta.slot_mapping) if chain_write else None)
         elif variant in ("tma", "gluon"):
             cfg = merged_tma_config(spec.head_dim, self.extend_override, interpret=interpreting())
             cfg["GLUON"] = variant == "gluon" or bool(self.extend_override.get("GLUON"))

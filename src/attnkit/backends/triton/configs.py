@@ -127,12 +127,15 @@ GLUON_ROWS_PROGRAMS_PER_SM = 1
 # NOTES-hopper.md version 13: written before its first GPU round, to be set by its measurements.
 GLUON_CHAIN_TILES = {64: (128, 4, 4), 128: (128, 3, 2)}
 GLUON_CHAIN_SCHEDULE = dict(kind="lpt", item_cost=1.0)
+# Its loader writes a packed fresh step's K/V into the cache (whole pages by TMA from the ring,
+# the rows of a last partial page copied) instead of the backend's separate write kernel.
+GLUON_CHAIN_WRITE = True
 
 
 def gluon_rows_config(head_dim: int, *, persistent: bool, chain: bool = False) -> dict | None:
     """The gluon_rows variants: the prefill kernel's tiles and, persistent, programs per SM;
-    chain (gluon_rows_chain, persistent): its tiles and SCHEDULE (rows_schedule.schedule's
-    kind / item_cost)."""
+    chain (gluon_rows_chain, persistent): its tiles, SCHEDULE (rows_schedule.schedule's
+    kind / item_cost) and FUSED_WRITE (the kernel writes a packed step's K/V)."""
     tiles = GLUON_CHAIN_TILES if chain else GLUON_TILES
     if head_dim not in tiles:
         return None
@@ -142,6 +145,7 @@ def gluon_rows_config(head_dim: int, *, persistent: bool, chain: bool = False) -
         cfg["PROGRAMS_PER_SM"] = GLUON_ROWS_PROGRAMS_PER_SM
     if chain:
         cfg["SCHEDULE"] = dict(GLUON_CHAIN_SCHEDULE)
+        cfg["FUSED_WRITE"] = GLUON_CHAIN_WRITE
     return cfg | dict(num_warps=12)
 
 

@@ -81,12 +81,43 @@ def _load_q(q_desc, q_smem, q_bar, q_free, u, row, col):
 
 
 @gluon.jit
+def _write_tile(kc_desc, vc_desc, k_smem, v_smem, k_ready, v_ready, g, row0, kv_len, t0, kv_col,
+                SlotMap, Kin, Vin, stride_kin, stride_vin, Kc, Vc, stride_c, BN: gl.constexpr,
+                PAGE: gl.constexpr, D: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr):
+    """WRITE: this program's tile g (keys row0 .. + BN of a fresh request whose step rows
+    start at t0) into the cache once it is in shared memory: its whole pages by TMA from the
+    ring slots, the rows of a last partial page (below kv_len) from the step's k / v."""
+    sk = g % NSK
+    sv = g % NSV
+    mbarrier.wait(k_ready.index(sk), (g // NSK) & 1)
+    mbarrier.wait(v_ready.index(sv), (g // NSV) & 1)
+    rows = gl.minimum(kv_len - row0, BN)
+    full = rows // PAGE
+    for p in gl.static_range(BN // PAGE):
+        if p < full:
+            slot = gl.load(SlotMap + t0 + row0 + p * PAGE).to(gl.int32)
+            tma.async_copy_shared_to_global(kc_desc, [slot, kv_col], k_smem.index(sk).slice(p * PAGE, PAGE))
+            tma.async_copy_shared_to_global(vc_desc, [slot, kv_col], v_smem.index(sv).slice(p * PAGE, PAGE))
+    cols = gl.arange(0, D, layout=gl.BlockedLayout([D // 32], [32], [1], [0]))
+    for r in range(row0 + full * PAGE, row0 + rows):
+        t = (t0 + r).to(gl.int64)
+        slot = gl.load(SlotMap + t)
+        gl.store(Kc + slot * stride_c + kv_col + cols, gl.load(Kin + t * stride_kin + kv_col + cols))
+        gl.store(Vc + slot * stride_c + kv_col + cols, gl.load(Vin + t * stride_vin + kv_col + cols))
+
+
+@gluon.jit
 def _chain_loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready,
                   k_free, v_free, Order, Start, BlockReq, BlockM, QStart, KStart, SeqLens,
+                  kc_desc, vc_desc, SlotMap, Kin, Vin, stride_kin, stride_vin, Kc, Vc, stride_c,
                   NUM_HEADS: gl.constexpr, GROUP: gl.constexpr, BN: gl.constexpr,
-                  D: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr):
+                  D: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr, WRITE: gl.constexpr,
+                  PAGE: gl.constexpr):
     """The loader partition: the first item's K tile 0 and Q, then per tile K one ahead of V;
-    the last tile's "K ahead" is the next item's tile 0, followed by the next item's Q."""
+    the last tile's "K ahead" is the next item's tile 0, followed by the next item's Q.
+    WRITE (a packed fresh step): the item of a block's first head of each KV group also
+    writes its last (diagonal) tile, the block's own keys, into the cache (_write_tile); a
+    slot is refilled only once those stores have read it (store_wait)."""
     s0 = gl.load(Start + gl.program_id(0))
     s1 = gl.load(Start + gl.program_id(0) + 1)
     if s0 < s1:
@@ -104,6 +135,8 @@ def _chain_loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free,
         req2, h2, q_row2, pos2, kv_len2, n2 = _geometry(gl.load(Order + nxt), BlockReq, BlockM,
                                                         QStart, SeqLens, NUM_HEADS, BN)
         for i in range(n):
+            if WRITE:
+                tma.store_wait(0)
             if i + 1 < n:
                 _load_k(k_desc, k_smem, k_ready, k_free, g + i + 1, kv_row0 + (i + 1) * BN,
                         kv_col, NSK)
@@ -117,7 +150,14 @@ def _chain_loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free,
             mbarrier.expect(v_ready.index(sv), v_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(v_desc, [kv_row0 + i * BN, kv_col], v_ready.index(sv),
                                             v_smem.index(sv))
+        if WRITE:
+            if h % GROUP == 0:
+                _write_tile(kc_desc, vc_desc, k_smem, v_smem, k_ready, v_ready, g + n - 1,
+                            (n - 1) * BN, kv_len, kv_row0, kv_col, SlotMap, Kin, Vin, stride_kin,
+                            stride_vin, Kc, Vc, stride_c, BN, PAGE, D, NSK, NSV)
         g += n
+    if WRITE:
+        tma.store_wait(0)
 
 
 @gluon.jit
@@ -229,13 +269,19 @@ def _chain_compute_second(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_read
 
 @gluon.jit
 def _prefill_gluon_chain_kernel(q_desc, k_desc, v_desc, Out, stride_ot, Order, Start, BlockReq,
-                                BlockM, QStart, KStart, SeqLens, qk_scale, v_scale,
-                                NUM_HEADS: gl.constexpr, GROUP: gl.constexpr, D: gl.constexpr,
-                                BN: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr,
-                                CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr):
+                                BlockM, QStart, KStart, SeqLens, qk_scale, v_scale, kc_desc,
+                                vc_desc, SlotMap, Kin, Vin, stride_kin, stride_vin, Kc, Vc,
+                                stride_c, NUM_HEADS: gl.constexpr, GROUP: gl.constexpr,
+                                D: gl.constexpr, BN: gl.constexpr, NSK: gl.constexpr,
+                                NSV: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                                LOADER_REGS: gl.constexpr, WRITE: gl.constexpr,
+                                PAGE: gl.constexpr):
     """Grid: (programs,). Descriptors, Out and the block / request arrays as
     _prefill_gluon_rows_kernel's; Order [items] int32 item ids, Start [programs + 1] int32
-    (rows_schedule.schedule). num_warps = 4."""
+    (rows_schedule.schedule). WRITE: kc_desc / vc_desc over the cache pages as [slots,
+    H_kv * D] rows (blocks [PAGE, D]), Kc / Vc the same pages (row stride stride_c), SlotMap
+    [T] int64 each step row's slot, Kin / Vin the step's k / v (row strides stride_kin /
+    stride_vin); unused otherwise. num_warps = 4."""
     q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_free, v_free, turn = _chain_rings(
         q_desc, k_desc, v_desc, D, BN, NSK, NSV)
     gl.warp_specialize([
@@ -247,25 +293,56 @@ def _prefill_gluon_chain_kernel(q_desc, k_desc, v_desc, Out, stride_ot, Order, S
                                  QStart, SeqLens, qk_scale, v_scale, NUM_HEADS, BN, D, NSK, NSV)),
         (_chain_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, k_ready,
                          v_ready, k_free, v_free, Order, Start, BlockReq, BlockM, QStart, KStart,
-                         SeqLens, NUM_HEADS, GROUP, BN, D, NSK, NSV)),
+                         SeqLens, kc_desc, vc_desc, SlotMap, Kin, Vin, stride_kin, stride_vin, Kc,
+                         Vc, stride_c, NUM_HEADS, GROUP, BN, D, NSK, NSV, WRITE, PAGE)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 
 def prefill_gluon_chain_attention(q, k_rows, v_rows, out, *, block_req, block_m, query_start_loc,
-                                  key_start, seq_lens, order, start, qk_scale, v_scale, tiles):
+                                  key_start, seq_lens, order, start, qk_scale, v_scale, tiles,
+                                  write=None):
     """prefill_gluon_rows_attention's causal attention (q [T, H_q, D]; k_rows / v_rows
     [R, H_kv, D]; out [T, H_q, D]; block_req / block_m [NB], query_start_loc [B + 1],
     key_start / seq_lens [B] int32) with the chained persistent walk: order [items] / start
     [programs + 1] int32 on q's device (rows_schedule.schedule), one program per entry of
     start but the last. tiles: (BN, K slots, V slots); shared memory 2 x 128 x D (Q) +
-    (K + V slots) x BN x D, 16-bit."""
+    (K + V slots) x BN x D, 16-bit. write: (k_cache, v_cache [pages, PAGE, H_kv, D] dense, of
+    q's dtype, PAGE a power of two from 8 to BN; slot_mapping [T] int64) on a packed fresh step
+    (k_rows / v_rows the step's own k / v): the step's K/V written into the cache by the
+    kernel (chain_write_ok says where it can)."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     args, consts = launch_args(q, k_rows, v_rows, out, tiles=tiles, causal=True, head_major=False)
     for name in ("CAUSAL", "HEAD_MAJOR"):
         consts.pop(name)
     programs = start.shape[0] - 1
     if block_req.shape[0] == 0 or programs < 1:
         return out
+    if write is None:
+        extra = (args[1], args[2], order, k_rows, v_rows, 0, 0, k_rows, v_rows, 0)
+        consts.update(WRITE=False, PAGE=8)
+    else:
+        kc, vc, slots = write
+        page, row = kc.shape[1], kc.shape[2] * kc.shape[3]
+        layout = args[1].layout
+
+        def desc(x):
+            return TensorDescriptor(x, [x.shape[0] * page, row], [row, 1], [page, q.shape[2]], layout)
+        extra = (desc(kc), desc(vc), slots, k_rows, v_rows, k_rows.stride(0), v_rows.stride(0), kc, vc, row)
+        consts.update(WRITE=True, PAGE=page)
     _prefill_gluon_chain_kernel[(programs,)](*args[:5], order, start, block_req, block_m,
                                              query_start_loc, key_start, seq_lens, qk_scale,
-                                             v_scale, **consts)
+                                             v_scale, *extra, **consts)
     return out
+
+
+def chain_write_ok(k, v, k_cache, v_cache, *, block_n: int) -> bool:
+    """Whether the kernel can write a packed fresh step's k / v [T, H_kv, D] into these cache
+    pages [pages, PAGE, H_kv, D]: key tiles of one query block's rows (block_n = 128: a
+    block's last tile holds all its keys), dense pages of k's dtype (no fp8 scaling), PAGE a
+    power of two from 8 (a TMA box of whole swizzle rows) to block_n (a page within one key
+    tile), and head rows of k / v dense (the partial pages' rows are copied from them)."""
+    page = k_cache.shape[1]
+    return (block_n == 128 and k_cache.dtype == v_cache.dtype == k.dtype == v.dtype and k_cache.is_contiguous()
+            and v_cache.is_contiguous() and 8 <= page <= block_n and page & (page - 1) == 0
+            and k_cache.shape[1:] == v_cache.shape[1:] and v.shape[2] == k.shape[2]
+            and k.stride(2) == v.stride(2) == 1 and k.stride(1) == v.stride(1) == k.shape[2])
