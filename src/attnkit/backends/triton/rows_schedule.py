@@ -59,14 +59,14 @@ def schedule(block_tiles, block_req, block_m, *, heads: int, programs: int, kind
     else:
         units = _pair_units(block_req, block_m, heads) if kind == "pairs" else \
             [[i] for i in range(n_items)]
-        cost = lambda unit: sum(block_tiles[i // heads] + item_cost for i in unit)  # noqa: E731
-        units.sort(key=cost, reverse=True)        # stable: ties keep the item order
+        costs = [sum(block_tiles[i // heads] + item_cost for i in unit) for unit in units]
+        ranked = sorted(range(len(units)), key=costs.__getitem__, reverse=True)   # stable
         heap = [(0.0, p) for p in range(programs)]
         per = [[] for _ in range(programs)]
-        for unit in units:
-            load, p = heapq.heappop(heap)
-            per[p].extend(unit)
-            heapq.heappush(heap, (load + cost(unit), p))
+        for u in ranked:
+            load, p = heap[0]                     # the least-loaded program (lowest id on ties)
+            per[p].extend(units[u])
+            heapq.heapreplace(heap, (load + costs[u], p))
     order, start = [], [0]
     for items in per:
         order.extend(items)
