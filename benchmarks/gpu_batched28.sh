@@ -17,11 +17,11 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$W/env.txt"
 git log --oneline -1 2>/dev/null | tee -a "$W/env.txt"
 t0=$SECONDS
-timeout 32 python3 -m pytest -v --tb=short -m gpu -n 8 -p no:cacheprovider \
+timeout -k 3 32 python3 -m pytest -v --tb=short -m gpu -n 8 -p no:cacheprovider \
   tests/triton_kernels/test_prefill_gluon_chain_gpu.py > "$W/tests.log" 2>&1
 echo "chain tests rc=$? $((SECONDS - t0))s" | tee -a "$W/env.txt"; grep -E "FAILED|ERROR|passed|failed" "$W/tests.log" | tail -n 30
 t0=$SECONDS
-timeout 50 python3 benchmarks/bench_batched28.py --out "$W" --budget-s 42 > "$W/bench.log" 2>&1
+timeout -k 3 48 python3 benchmarks/bench_batched28.py --out "$W" --budget-s 42 > "$W/bench.log" 2>&1
 echo "bench rc=$? $((SECONDS - t0))s" | tee -a "$W/env.txt"; tail -n 45 "$W/bench.log"
 tar czf "$OUT/batched28.tar.gz" -C "$OUT" batched28
 cp "$W/bench_batched28.md" "$W/tests.log" "$OUT/" 2>/dev/null || true
