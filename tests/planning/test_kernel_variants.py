@@ -64,13 +64,15 @@ def test_tune_times_each_variant_that_can_run_the_bucket():
     assert not {"split_heads", "stream"} & set(variants_to_time(Bucket(d256, "decode", 1, 1, 4096, 16), triton, h200))
     # stream: TMA copies of whole pages of 16 / 32 / 64 rows
     assert "stream" not in variants_to_time(Bucket(shape, "decode", 1, 1, 4096, 8), triton, h200)
-    rows = ["gluon_rows", "gluon_rows_persistent"]      # any step: batched, over a prefix
+    rows = ["gluon_rows", "gluon_rows_persistent", "gluon_rows_chain"]   # any step: batched, over a prefix
     assert variants_to_time(Bucket(shape, "prefill", 1, 2048, 2048, 16), triton, h200) == \
         ["paged", "paged_new_kv", "tma", "gluon", "paged_fixed", *rows]
     assert variants_to_time(Bucket(shape, "prefill", 8, 2048, 2048, 16), triton, h200) == \
         ["paged", "paged_new_kv", "tma", "paged_fixed", *rows]
     assert variants_to_time(Bucket(shape, "prefill", 1, 2048, 34816, 16), triton, h200) == \
         ["paged", "paged_new_kv", "tma", "paged_fixed", *rows]
+    d256 = dataclasses.replace(shape, head_dim=256, v_head_dim=256)     # chain: d <= 128 (its smem)
+    assert variants_to_time(Bucket(d256, "prefill", 8, 2048, 2048, 16), triton, h200)[-2:] == rows[:2]
     mla16 = Shape("mla", 16, 1, 192, 128, "bf16", "bf16", 512, 64)
     mla128 = dataclasses.replace(mla16, heads=128)
     assert variants_to_time(Bucket(mla16, "decode", 1, 1, 4096, 64), mla, h200) == \
@@ -102,7 +104,7 @@ def test_resuming_the_shipped_profile_measures_only_the_variants_it_lacks():
     jobs = pending(grid, declarations(), h200, ["triton"], done, phases=("decode", "prefill"))
     held = {e.variant for e in shipped.entries if e.backend == "triton"}
     assert jobs and {n for _, n, _ in jobs} == {"triton"}
-    unmeasured = {"split_heads", "stream", "gluon_rows", "gluon_rows_persistent"} - held   # issue 28's, until a profile holds them
+    unmeasured = {"split_heads", "stream", "gluon_rows", "gluon_rows_persistent", "gluon_rows_chain"} - held   # issue 28's, until a profile holds them
     assert {k for _, _, k in jobs} == {"split_fixed", "paged_fixed"} | unmeasured
     assert not held & {"split_fixed", "paged_fixed"}
     decode = {b for b, _, k in jobs if k == "split_fixed"}

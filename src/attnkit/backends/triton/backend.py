@@ -42,8 +42,10 @@ from attnkit.backends.triton.configs import split_keys as default_split_keys
 from attnkit.backends.triton.invariant import DecodeRows, check_invariant_options, fixed_splits
 from attnkit.backends.triton.tma_path import (TMA_ONLY_KEYS, check_tma_override,
                                               merged_tma_config, run_tma_extend, tma_route)
-from attnkit.backends.triton.tma_path import gluon_prefill_ready, gluon_rows_route, run_gluon_rows
-from attnkit.backends.triton.configs import gluon_rows_config
+from attnkit.backends.triton.tma_path import (chain_fuses_write, gluon_prefill_ready, gluon_rows_route,
+                                              run_gluon_rows)
+from attnkit.backends.triton.configs import GLUON_ROWS_VARIANTS, gluon_rows_config
+from attnkit.backends.triton.rows_schedule import block_list
 from attnkit.errors import fail
 from attnkit.registry.kernels import KernelTable, step_point
 
@@ -115,12 +117,9 @@ def query_blocks(q_lens, kv_lens, block_m: int, *, device,
     """(block_req [NB], block_m [NB]) int32: request index and first query row of every
     BLOCK_M-row query block of ``requests`` (default all), most keys first.
     q_lens / kv_lens: per request new tokens and keys (host ints)."""
-    reqs = range(len(q_lens)) if requests is None else requests
-    # (last key of the block's first row, request, first row): most keys first
-    blocks = sorted(((kv_lens[i] - q_lens[i] + m, i, m) for i in reqs
-                     for m in range(0, q_lens[i], block_m)), reverse=True)
+    blocks = block_list(q_lens, kv_lens, block_m, requests=requests)
     as_i32 = lambda xs: torch.tensor(xs, dtype=torch.int32, device=device)  # noqa: E731
-    return as_i32([b[1] for b in blocks]), as_i32([b[2] for b in blocks])
+    return as_i32([b[0] for b in blocks]), as_i32([b[1] for b in blocks])
 
 
 def sm_count(device: torch.device) -> int:
@@ -157,8 +156,7 @@ class TritonBackend(AttentionBackend):
         extend_variant = extend_kernels.EXTEND_VARIANT_NAMES.get(extend_variant, extend_variant)
         decode_variant = decode_kernels.DECODE_VARIANT_NAMES.get(decode_variant, decode_variant)
         check_option("triton", "extend_variant", extend_variant,
-                     (None, *extend_kernels.EXTEND_VARIANTS, "gluon", "gluon_rows",
-                      "gluon_rows_persistent", "fixed",
+                     (None, *extend_kernels.EXTEND_VARIANTS, "gluon", *GLUON_ROWS_VARIANTS, "fixed",
                       *extend_kernels.EXTEND_VARIANT_NAMES))
         check_option("triton", "decode_variant", decode_variant,
                      (None, *decode_kernels.DECODE_VARIANTS, "fixed", "heads", "stream",
@@ -238,9 +236,10 @@ class TritonBackend(AttentionBackend):
         decode = meta.mode is ForwardMode.DECODE
         variant = self._runnable(plan, q, k, v, layer, cache, meta)
         stream_cfg = self._stream_config(spec) if decode and variant == "stream" else None
-        fused_write = (variant in ("split_write", "split_merge", "split_heads")
+        chain_write = variant == "gluon_rows_chain" and chain_fuses_write(q, k, v, layer, cache, meta)
+        fused_write = (variant in ("split_write", "split_merge", "split_heads") or chain_write
                        or bool(stream_cfg and stream_cfg.get("FUSED_WRITE")))
-        if not fused_write:     # split_write / split_merge / split_heads (/ stream) write the new K/V themselves
+        if not fused_write:     # those variants (stream, the chain: where they can) write the new K/V themselves
             write_kv(cache, lid, meta.slot_mapping, k, v)
         out = torch.empty(q.shape[0], spec.num_heads, spec.value_dim, dtype=q.dtype, device=q.device)
         softcap = spec.logit_softcap
@@ -268,14 +267,16 @@ class TritonBackend(AttentionBackend):
                              partials=partials, config=cfg, fixed_chunk=fixed, **common,
                              new_kv=(k, v, meta.slot_mapping) if fused_write else None,
                              counters=plan.counters if variant == "split_merge" else None)
-        elif variant in ("gluon_rows", "gluon_rows_persistent"):
-            persistent = variant == "gluon_rows_persistent"
-            cfg = gluon_rows_config(spec.head_dim, persistent=persistent)
+        elif variant in GLUON_ROWS_VARIANTS:
+            cfg = gluon_rows_config(spec.head_dim, persistent=variant != "gluon_rows",
+                                    chain=variant == "gluon_rows_chain")
             block_req, block_m = plan.query_blocks(cfg["BLOCK_M"])
             run_gluon_rows(gluon_rows_route(q, k, v, layer, cache, meta), q, k, v, out, cache, lid,
                            plan, block_req=block_req, block_m=block_m, qk_scale=qk_scale,
                            v_scale=v_scale, tiles=(cfg["BLOCK_N"], cfg["K_SLOTS"], cfg["V_SLOTS"]),
-                           programs=plan.num_sms * cfg["PROGRAMS_PER_SM"] if persistent else None)
+                           programs=plan.num_sms * cfg["PROGRAMS_PER_SM"] if "PROGRAMS_PER_SM" in cfg else None,
+                           schedule=cfg.get("SCHEDULE"),
+                           write=(k_cache, v_cache, meta.slot_mapping) if chain_write else None)
         elif variant in ("tma", "gluon"):
             cfg = merged_tma_config(spec.head_dim, self.extend_override, interpret=interpreting())
             cfg["GLUON"] = variant == "gluon" or bool(self.extend_override.get("GLUON"))
@@ -411,6 +412,9 @@ RUNNABLE = {
     "gluon": _gluon_ok,
     "gluon_rows": lambda q, k, v, layer, cache, meta: gluon_rows_route(q, k, v, layer, cache, meta) is not None,
     "gluon_rows_persistent": lambda q, k, v, layer, cache, meta: gluon_rows_route(q, k, v, layer, cache, meta) is not None,
+    "gluon_rows_chain": lambda q, k, v, layer, cache, meta: (
+        gluon_rows_config(layer.spec.head_dim, persistent=True, chain=True) is not None
+        and gluon_rows_route(q, k, v, layer, cache, meta) is not None),
     "split_fixed": lambda q, k, v, layer, cache, meta: True,
     "split_heads": lambda q, k, v, layer, cache, meta: heads_ok(q, k, v, layer, cache),
     "paged_fixed": lambda q, k, v, layer, cache, meta: True,

@@ -137,17 +137,33 @@ VARLEN_SPLIT_HEAD_MAJOR = True
 VARLEN_PERSISTENT_PROGRAMS_PER_SM = 1     # the rings take ~224 KB: one program fits an SM
 # The causal rows forms (prefill_gluon_rows.py: batched fresh prefills, cached prefixes): the
 # prefill kernel's tiles; gluon_rows_persistent runs this many programs an SM (one fits).
+GLUON_ROWS_VARIANTS = ("gluon_rows", "gluon_rows_persistent", "gluon_rows_chain")
 GLUON_ROWS_PROGRAMS_PER_SM = 1
+# gluon_rows_chain (prefill_gluon_chain.py: two Q buffers, so a d128 ring of 3 K + 2 V slots
+# fits 227 KB; d256's two 64 KB Q buffers leave no ring: not served): its tiles and the walk's
+# schedule (rows_schedule.py; item_cost: the tiles' worth each item pays once in its model).
+# NOTES-hopper.md version 13: written before its first GPU round, to be set by its measurements.
+GLUON_CHAIN_TILES = {64: (128, 4, 4), 128: (128, 3, 2)}
+GLUON_CHAIN_SCHEDULE = dict(kind="lpt", item_cost=1.0)
+# Its loader writes a packed fresh step's K/V into the cache (whole pages by TMA from the ring,
+# the rows of a last partial page copied) instead of the backend's separate write kernel.
+GLUON_CHAIN_WRITE = True
 
 
-def gluon_rows_config(head_dim: int, *, persistent: bool) -> dict | None:
-    """The gluon_rows variants: the prefill kernel's tiles and, persistent, programs per SM."""
-    if head_dim not in GLUON_TILES:
+def gluon_rows_config(head_dim: int, *, persistent: bool, chain: bool = False) -> dict | None:
+    """The gluon_rows variants: the prefill kernel's tiles and, persistent, programs per SM;
+    chain (gluon_rows_chain, persistent): its tiles, SCHEDULE (rows_schedule.schedule's
+    kind / item_cost) and FUSED_WRITE (the kernel writes a packed step's K/V)."""
+    tiles = GLUON_CHAIN_TILES if chain else GLUON_TILES
+    if head_dim not in tiles:
         return None
-    bn, ks, vs = GLUON_TILES[head_dim]
+    bn, ks, vs = tiles[head_dim]
     cfg = dict(BLOCK_M=128, BLOCK_N=bn, K_SLOTS=ks, V_SLOTS=vs)
-    if persistent:
+    if persistent or chain:
         cfg["PROGRAMS_PER_SM"] = GLUON_ROWS_PROGRAMS_PER_SM
+    if chain:
+        cfg["SCHEDULE"] = dict(GLUON_CHAIN_SCHEDULE)
+        cfg["FUSED_WRITE"] = GLUON_CHAIN_WRITE
     return cfg | dict(num_warps=12)
 
 
@@ -198,8 +214,9 @@ def launch_config(variant: str, *, role: str, shape, dtype: str, platform) -> di
     if variant == "gluon" and head_dim in GLUON_TILES:
         bn, ks, vs = GLUON_TILES[head_dim]
         return dict(BLOCK_M=128, BLOCK_N=bn, K_SLOTS=ks, V_SLOTS=vs, num_warps=12)
-    if variant in ("gluon_rows", "gluon_rows_persistent"):
-        return gluon_rows_config(head_dim, persistent=variant == "gluon_rows_persistent")
+    if variant in GLUON_ROWS_VARIANTS:
+        return gluon_rows_config(head_dim, persistent=variant != "gluon_rows",
+                                 chain=variant == "gluon_rows_chain")
     if variant == "varlen_tile":
         return varlen_config(head_dim, fp32, interpret=False)
     if variant in ("varlen_gluon", "varlen_gluon_persistent", "varlen_gluon_split"):

@@ -65,6 +65,12 @@ VARIANTS = (
                   "the previous one's epilogue", compute_capability=((9, 0), (9, 0)),
                   triton=("3.6", "3.7"), dtypes=HALF, kv_cache_dtypes=HALF, head_dims=(64, 128, 256),
                   excludes=PLAIN, causal_only=True),
+    KernelVariant("gluon_rows_chain", EXTEND_ROLES, "gluon_rows persistent and chained "
+                  "(prefill_gluon_chain.py): each item's first Q.K issued in the previous item's "
+                  "last tile (two Q buffers), the items dealt to the programs by a host schedule "
+                  "(rows_schedule.py: longest first)", compute_capability=((9, 0), (9, 0)),
+                  triton=("3.6", "3.7"), dtypes=HALF, kv_cache_dtypes=HALF, head_dims=(64, 128),
+                  excludes=PLAIN, causal_only=True),
     # the varlen call (packed non-causal sequences without a KV cache: a DiT, a vision tower);
     # unmeasured, the Gluon forms first where they can take the call (results/sweep_dit.md holds
     # the sweep that ordered them), the tile for every other call

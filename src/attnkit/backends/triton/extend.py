@@ -34,7 +34,8 @@ EXTEND_VARIANTS = ("v1", "v2", "tma")       # gluon (and its rows forms), fixed:
 EXTEND_VARIANT_NAMES = {"paged_kv": "v1", "new_kv_direct": "v2", "dense_rows_tma": "tma",
                         "paged": "v1", "paged_new_kv": "v2", "paged_fixed": "fixed"}
 PLAN_NAMES = {"v1": "paged", "v2": "paged_new_kv", "tma": "tma", "gluon": "gluon", "fixed": "paged_fixed",
-              "gluon_rows": "gluon_rows", "gluon_rows_persistent": "gluon_rows_persistent"}
+              "gluon_rows": "gluon_rows", "gluon_rows_persistent": "gluon_rows_persistent",
+              "gluon_rows_chain": "gluon_rows_chain"}
 
 
 @triton.jit

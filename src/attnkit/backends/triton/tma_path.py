@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from attnkit.backends._triton import interpreting, padded_dim
-from attnkit.backends.triton.configs import tma_config
+from attnkit.backends.triton.configs import gluon_rows_config, tma_config
 from attnkit.backends.triton.gather_rows import gather_rows
 from attnkit.errors import fail
 from attnkit.backends.triton.prefill_tma import descriptor_ready, prefill_tma_attention
@@ -27,10 +27,15 @@ from attnkit.backends.triton.prefill_tma import descriptor_ready, prefill_tma_at
 try:        # Gluon's Hopper API as Triton 3.6 spells it (GLUON=True runs it there only)
     from attnkit.backends.triton.prefill_gluon import gluon_prefill_ready, prefill_gluon_attention
     from attnkit.backends.triton.prefill_gluon_rows import prefill_gluon_rows_attention
+    from attnkit.backends.triton.prefill_gluon_chain import (chain_write_ok,
+                                                             prefill_gluon_chain_attention)
 except ImportError:         # pragma: no cover - depends on the installed Triton
     def gluon_prefill_ready(*args, **kwargs) -> bool:
         return False
-    prefill_gluon_attention = prefill_gluon_rows_attention = None
+
+    def chain_write_ok(*args, **kwargs) -> bool:
+        return False
+    prefill_gluon_attention = prefill_gluon_rows_attention = prefill_gluon_chain_attention = None
 
 PAD = 128                    # rows of a request's buffer segment: a multiple of every BLOCK_N
 MAX_ROWS_BYTES = 1 << 30     # memory, not speed: no staging buffer of more than 1 GiB a step
@@ -100,10 +105,24 @@ def gluon_rows_route(q, k, v, layer, cache, meta) -> str | None:
     return "rows" if tma_route(q, k, v, layer, cache, meta) == "rows" else None
 
 
+def chain_fuses_write(q, k, v, layer, cache, meta) -> bool:
+    """Whether gluon_rows_chain writes this step's K/V into the cache itself (its configuration's
+    FUSED_WRITE, on the packed route, pages the kernel can store: chain_write_ok); else the
+    backend writes them first, as for every other variant."""
+    cfg = gluon_rows_config(layer.spec.head_dim, persistent=True, chain=True)
+    lid = layer.spec.layer_id
+    return (cfg is not None and cfg["FUSED_WRITE"]
+            and gluon_rows_route(q, k, v, layer, cache, meta) == "packed"
+            and chain_write_ok(k, v, cache.k[lid], cache.v[lid], block_n=cfg["BLOCK_N"]))
+
+
 def run_gluon_rows(route: str, q, k, v, out, cache, layer_id: int, plan, *, block_req, block_m,
-                   qk_scale, v_scale, tiles, programs):
+                   qk_scale, v_scale, tiles, programs, schedule=None, write=None):
     """The Gluon rows kernel over ``route``'s keys (gluon_rows_route); tiles: (BN, K slots,
-    V slots); programs: its grid (None: one program a (query block, head))."""
+    V slots); programs: its grid (None: one program a (query block, head)); schedule
+    (gluon_rows_chain: rows_schedule.schedule's kind / item_cost): the chained kernel
+    (prefill_gluon_chain.py) over that walk of ``programs`` programs; write (its packed route,
+    chain_fuses_write): (k_cache, v_cache, slot_mapping), the step's K/V written by the kernel."""
     if not descriptor_ready(q):
         q = q.contiguous()
     if route == "packed":
@@ -114,11 +133,37 @@ def run_gluon_rows(route: str, q, k, v, out, cache, layer_id: int, plan, *, bloc
                                      block_tables=plan.block_tables, key_start=key_start,
                                      seq_lens=plan.seq_lens, total_rows=total, longest=longest,
                                      pad=PAD, dtype=q.dtype)
+    if schedule is not None:
+        order, start = chain_walk(plan.rows, plan.meta, q.shape[1], programs, tiles[0], schedule,
+                                  q.device)
+        return prefill_gluon_chain_attention(q, k_rows, v_rows, out, block_req=block_req,
+                                             block_m=block_m, query_start_loc=plan.query_start_loc,
+                                             key_start=key_start, seq_lens=plan.seq_lens,
+                                             order=order, start=start, qk_scale=qk_scale,
+                                             v_scale=v_scale, tiles=tiles, write=write)
     return prefill_gluon_rows_attention(q, k_rows, v_rows, out, block_req=block_req,
                                         block_m=block_m, query_start_loc=plan.query_start_loc,
                                         key_start=key_start, seq_lens=plan.seq_lens,
                                         qk_scale=qk_scale, v_scale=v_scale, tiles=tiles,
                                         programs=programs)
+
+
+def chain_walk(memo: dict, meta, heads: int, programs: int, block_n: int, schedule: dict,
+               device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(order [items], start [programs + 1]) int32 of the chained kernel's walk, once a step
+    (rows_schedule.schedule over backend.query_blocks' blocks, from the host lengths)."""
+    from attnkit.backends.triton.rows_schedule import block_list, item_tiles
+    from attnkit.backends.triton.rows_schedule import schedule as walk
+    key = ("chain", heads, programs, block_n, tuple(sorted(schedule.items())))
+    if key not in memo:
+        q_lens, kv_lens = meta.query_lens_cpu, meta.seq_lens_cpu
+        blocks = block_list(q_lens, kv_lens, 128)
+        reqs, rows = [b[0] for b in blocks], [b[1] for b in blocks]
+        tiles = item_tiles(q_lens, kv_lens, reqs, rows, block_n=block_n)
+        order, start = walk(tiles, reqs, rows, heads=heads, programs=programs, **schedule)
+        as_i32 = lambda xs: torch.tensor(xs, dtype=torch.int32, device=device)  # noqa: E731
+        memo[key] = (as_i32(order), as_i32(start))
+    return memo[key]
 
 
 def row_layout(memo: dict, meta, device) -> tuple[torch.Tensor, int, int]:

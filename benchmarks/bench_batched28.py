@@ -1,0 +1,199 @@
+"""Issue 28's batched fresh prefill on the H200, one process (NOTES-hopper.md version 13): the
+chained rows kernel (gluon_rows_chain, prefill_gluon_chain.py) with each walk
+(rows_schedule.py: round_robin, lpt, pairs) and tile, against the persistent rows kernel
+(gluon_rows_persistent, version 10's best at 8 x 2k) and, on the same shapes contiguous, cuDNN
+and flash SDPA; at 8 x 2k also the chain with the backend's own K/V write kernel ("/write
+apart") beside its fused write.
+
+    PYTHONPATH=src python3 benchmarks/bench_batched28.py [--out DIR] [--budget-s 50]
+
+Shapes (d128, 32 / 8 heads, bf16, pages of 16): 8 x 2k (the bar), 4 x 4k, 16 x 1k, 1 x 16k
+(the one-request default "gluon" beside), and 2k new over a 32k prefix (no regression of the
+extend winner, gluon_rows). Backend rows: CUDA-graph replays and eager calls of
+backend.forward (the K/V cache write included), checked against SDPA first
+(bench_triton.measure), with whether the chained kernel ran. Kernel rows: the kernels alone on
+the packed step (or the gathered buffer), each checked against SDPA before it is timed.
+Writes every row as it is measured to DIR/bench_batched28.jsonl, then DIR/bench_batched28.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from bench_triton import Setup, measure, rel_err, sdpa_peer, timed  # noqa: E402
+
+from attnkit.backends._triton import LOG2E, write_kv  # noqa: E402
+from attnkit.backends.triton import configs, tma_path  # noqa: E402
+from attnkit.backends.triton.backend import TritonBackend, query_blocks  # noqa: E402
+
+START = time.time()
+SHAPES = {"prefill 8x2k": (8, 0, 2048), "prefill 4x4k": (4, 0, 4096), "prefill 16x1k": (16, 0, 1024),
+          "prefill 1x16k": (1, 0, 16384), "extend 2k over 32k": (1, 32768, 2048)}
+KINDS = ("lpt", "round_robin", "pairs")
+CHAIN_LAUNCHES: list = []
+ARGS = None
+
+
+def _count_chain():
+    real = tma_path.prefill_gluon_chain_attention
+
+    def counted(*args, **kwargs):
+        CHAIN_LAUNCHES.append((kwargs["start"].shape[0] - 1, kwargs.get("write") is not None))
+        return real(*args, **kwargs)
+    tma_path.prefill_gluon_chain_attention = counted
+
+
+def flops(s: Setup) -> float:
+    return s.batch * 4 * s.spec.head_dim * s.spec.num_heads * (s.new * s.prefix + s.new * (s.new + 1) / 2)
+
+
+def emit(row: dict) -> None:
+    row["t_s"] = round(time.time() - START, 1)
+    print(json.dumps(row, default=str), flush=True)
+    with open(os.path.join(ARGS.out, "bench_batched28.jsonl"), "a") as f:
+        f.write(json.dumps(row, default=str) + "\n")
+
+
+def _failed(exc) -> str:
+    torch.cuda.synchronize()
+    return f"n/a ({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})"
+
+
+def backend_rows(name, s, variants, *, peers_with):
+    """backend.forward per variant (graph and eager), cuDNN / flash beside ``peers_with``."""
+    for label in variants:
+        if time.time() - START > ARGS.budget_s:
+            emit(dict(shape=name, variant=label, attnkit="n/a (skipped: time box)"))
+            continue
+        variant, _, option = label.partition("/")        # "/write apart": the backend's write kernel
+        CHAIN_LAUNCHES.clear()
+        configs.GLUON_CHAIN_WRITE = option != "write apart"
+        try:
+            row = measure(s, kind="extend", backend=TritonBackend(extend_variant=variant),
+                          units=lambda ms: flops(s) / ms / 1e9, peers=variant == peers_with, flex=False)
+        except Exception as exc:  # noqa: BLE001 - one variant failing must not stop the others
+            row = {"attnkit": _failed(exc)}
+        finally:
+            configs.GLUON_CHAIN_WRITE = True
+        row.update(shape=name, variant=label, unit="TFLOP/s")
+        if variant == "gluon_rows_chain":
+            row["chain_ran"] = bool(CHAIN_LAUNCHES)
+            row["fused_write"] = bool(CHAIN_LAUNCHES) and CHAIN_LAUNCHES[0][1]
+        emit(row)
+
+
+def kernel_rows(name, s, forms):
+    """The kernels alone (no cache write; at a prefix the gather outside the time), each form
+    checked against SDPA first. forms: (label, "rows" | "chain", programs or None, tiles, kind)."""
+    from attnkit.backends.triton.gather_rows import gather_rows
+    from attnkit.backends.triton.prefill_gluon_chain import prefill_gluon_chain_attention
+    from attnkit.backends.triton.prefill_gluon_rows import prefill_gluon_rows_attention
+    meta = s.meta
+    q_lens, kv_lens = list(meta.query_lens_cpu), list(meta.seq_lens_cpu)
+    i32 = lambda xs: torch.tensor(xs, dtype=torch.int32, device="cuda")  # noqa: E731
+    qsl, seq = i32([sum(q_lens[:i]) for i in range(len(q_lens) + 1)]), i32(kv_lens)
+    write_kv(s.cache, 0, meta.slot_mapping, s.k, s.v)        # this step's keys in the cache
+    if s.prefix:
+        pad = tma_path.PAD
+        lens = [-(-n // pad) * pad for n in kv_lens]
+        key_start = i32([sum(lens[:i]) for i in range(len(lens))])
+        bt = torch.as_tensor(meta.block_tables, device="cuda").to(torch.int32).contiguous()
+        k_rows, v_rows = gather_rows(s.cache.k[0], s.cache.v[0], block_tables=bt, key_start=key_start,
+                                     seq_lens=seq, total_rows=sum(lens), longest=max(lens), pad=pad,
+                                     dtype=s.q.dtype)
+    else:
+        k_rows, v_rows, key_start = s.k, s.v, qsl[:-1]
+    k_c, v_c = s.gather()
+    from torch.nn.attention.bias import causal_lower_right
+    mask = causal_lower_right(s.new, s.prefix + s.new) if s.prefix else None
+    ref = sdpa_peer(None, s.q_bhsd(), k_c, v_c, mask, not s.prefix, expand=True)().transpose(1, 2).reshape(s.batch * s.new, -1)
+    block_req, block_m = query_blocks(q_lens, kv_lens, 128, device="cuda")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    scale = s.spec.softmax_scale * LOG2E
+    common = dict(block_req=block_req, block_m=block_m, query_start_loc=qsl, key_start=key_start,
+                  seq_lens=seq, qk_scale=scale, v_scale=1.0)
+    for label, kernel, programs, tiles, kind in forms:
+        if time.time() - START > ARGS.budget_s:
+            emit(dict(shape=name, variant=label, attnkit="n/a (skipped: time box)"))
+            continue
+        out = torch.full_like(s.q, float("nan"))
+        if kernel == "rows":
+            fn = lambda: prefill_gluon_rows_attention(s.q, k_rows, v_rows, out, programs=programs,  # noqa: E731
+                                                      tiles=tiles, **common)
+        else:
+            order, start = tma_path.chain_walk({}, meta, s.q.shape[1], sms, tiles[0],
+                                               dict(kind=kind, item_cost=1.0), "cuda")
+            fn = lambda: prefill_gluon_chain_attention(s.q, k_rows, v_rows, out, order=order,  # noqa: E731
+                                                       start=start, tiles=tiles, **common)
+        try:
+            fn()
+            err = rel_err(out.reshape(ref.shape), ref)
+            row = dict(shape=name, variant=label, err_vs_sdpa=err)
+            if err < 2e-2:
+                ms = timed(fn)[0]
+                row.update(attnkit=flops(s) / ms / 1e9, attnkit_ms=ms, unit="TFLOP/s")
+            else:
+                row["attnkit"] = f"n/a (wrong: rel err {err:.3g})"
+        except Exception as exc:  # noqa: BLE001 - a form that fails to compile is a result
+            row = dict(shape=name, variant=label, attnkit=_failed(exc))
+        emit(row)
+
+
+def forms(full: bool, *, prefix: bool):
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    rows = [("kernel rows persistent", "rows", sms, None, None)]
+    if prefix:
+        rows.insert(0, ("kernel rows one program an item", "rows", None, None, None))
+    tiles = [(128, 3, 2), (128, 2, 2)] if full else [(128, 3, 2)]
+    return rows + [(f"kernel chain {kind} tiles={t}", "chain", sms, t, kind) for t in tiles for kind in KINDS]
+
+
+def table() -> str:
+    rows = [json.loads(x) for x in open(os.path.join(ARGS.out, "bench_batched28.jsonl"))]
+    lines = ["| shape | variant | attnkit (graph) | eager | cuDNN | flash | err |", "|---|---|---:|---:|---:|---:|---:|"]
+    f = lambda v: f"{v:.0f}" if isinstance(v, (int, float)) else ("" if v is None else str(v))  # noqa: E731
+    for r in rows:
+        lines.append(f"| {r.get('shape')} | {r.get('variant')} | {f(r.get('attnkit'))} | "
+                     f"{f(r.get('attnkit_eager'))} | {f(r.get('sdpa_cudnn'))} | {f(r.get('sdpa_flash'))} | "
+                     f"{r.get('err_vs_sdpa', '')} |")
+    return "\n".join(lines)
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--budget-s", type=float, default=50.0)
+    ARGS = ap.parse_args()
+    os.makedirs(ARGS.out, exist_ok=True)
+    torch.manual_seed(0)
+    _count_chain()
+    first = "prefill 8x2k"
+    s = Setup(*SHAPES[first])
+    backend_rows(first, s, ["gluon_rows_persistent", "gluon_rows_chain", "gluon_rows_chain/write apart"],
+                 peers_with="gluon_rows_persistent")
+    kernel_rows(first, s, forms(True, prefix=False))
+    for name, shape in SHAPES.items():
+        if name == first:
+            continue
+        s = Setup(*shape)
+        extra = ["gluon"] if name == "prefill 1x16k" else ["gluon_rows"] if shape[1] else []
+        backend_rows(name, s, ["gluon_rows_persistent", "gluon_rows_chain", *extra],
+                     peers_with="gluon_rows_persistent")
+        kernel_rows(name, s, forms(False, prefix=bool(shape[1])))
+        del s
+        torch.cuda.empty_cache()
+    md = table()
+    with open(os.path.join(ARGS.out, "bench_batched28.md"), "w") as fh:
+        fh.write(md + "\n")
+    print(md, flush=True)
+
+
+if __name__ == "__main__":
+    main()

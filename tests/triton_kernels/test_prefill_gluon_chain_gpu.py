@@ -1,0 +1,131 @@
+"""The chained rows kernel (prefill_gluon_chain.py; the gluon_rows_chain variant) on an sm_90 GPU
+against the float64 reference: batched fresh prefills of unequal lengths (the step's K/V read
+in place), steps over cached prefixes (a gathered copy) with NaN / inf in every slot no request
+owns, GQA / MQA, fp16, d64 / d128, every walk (rows_schedule.py) at 1 to more-than-items
+programs, and that the chained kernel ran (no silent fallback)."""
+import pytest
+import torch
+import triton
+from factories import assert_close, make_case, make_layer
+
+from attnkit.backends._triton import LOG2E
+from attnkit.backends.triton import tma_path
+from attnkit.backends.triton.backend import TritonBackend, query_blocks
+from attnkit.backends.triton.rows_schedule import KINDS, block_list, item_tiles, schedule
+
+pytestmark = pytest.mark.gpu
+needs = pytest.mark.skipif(not (torch.cuda.is_available()
+                                and torch.cuda.get_device_capability() == (9, 0)
+                                and triton.__version__.startswith("3.6.")),
+                           reason="the Gluon rows kernel runs on sm_90 with Triton 3.6")
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    calls = []
+    real = tma_path.prefill_gluon_chain_attention
+
+    def counted(q, *args, **kwargs):
+        calls.append(kwargs["start"].shape[0] - 1)
+        return real(q, *args, **kwargs)
+
+    monkeypatch.setattr(tma_path, "prefill_gluon_chain_attention", counted)
+    return calls
+
+
+def _run(case):
+    be = TritonBackend(extend_variant="gluon_rows_chain")
+    out = be.forward(case.q, case.k, case.v, case.layer, case.cache, be.prepare(case.meta, case.cache))
+    torch.cuda.synchronize()
+    return out
+
+
+@needs
+@pytest.mark.parametrize("dim", [64, 128])
+@pytest.mark.parametrize("prefix_lens, new_lens", [
+    ([0] * 6, [1, 77, 300, 1500, 129, 2048]),            # batched fresh: the packed route
+    ([500, 0, 1000, 37, 4096], [77, 300, 1, 200, 129]),  # cached prefixes: the gathered route
+], ids=["fresh", "prefix"])
+def test_batched_steps_match_reference(dim, prefix_lens, new_lens, launches):
+    layer = make_layer(num_heads=8, num_kv_heads=2, head_dim=dim, dtype="bf16", device="cuda")
+    case = make_case(layer, prefix_lens=prefix_lens, new_lens=new_lens, page_size=16, dtype="bf16",
+                     device="cuda", q_scale=4.0, garbage=True, seed=dim)
+    out = _run(case)
+    assert launches, "gluon_rows_chain did not run the chained kernel"
+    assert torch.isfinite(out).all()
+    assert_close(out, case.reference(), dtype="bf16", what=f"chain d{dim} {prefix_lens} {new_lens}")
+
+
+@needs
+def test_fp16_gqa_and_mqa(launches):
+    for heads, kv_heads, dtype in ((4, 4, "fp16"), (32, 4, "bf16"), (8, 1, "fp16")):
+        layer = make_layer(num_heads=heads, num_kv_heads=kv_heads, head_dim=128, dtype=dtype, device="cuda")
+        case = make_case(layer, prefix_lens=[0, 300, 0], new_lens=[700, 130, 1], page_size=16,
+                         dtype=dtype, device="cuda", q_scale=4.0, garbage=True, seed=heads)
+        launches.clear()
+        assert_close(_run(case), case.reference(), dtype=dtype, what=f"chain {heads}/{kv_heads} {dtype}")
+        assert launches, f"gluon_rows_chain did not run ({heads}/{kv_heads} heads)"
+
+
+@needs
+def test_d256_is_not_served_and_runs_another_kernel(launches):
+    """Two 64 KB Q buffers leave d256 no ring: the variant does not take the step (right, and
+    no chained launch)."""
+    layer = make_layer(num_heads=8, num_kv_heads=2, head_dim=256, dtype="bf16", device="cuda")
+    case = make_case(layer, prefix_lens=[0, 0], new_lens=[300, 129], page_size=16, dtype="bf16",
+                     device="cuda", q_scale=4.0)
+    assert_close(_run(case), case.reference(), dtype="bf16", what="chain d256")
+    assert not launches
+
+
+@needs
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("programs", [1, 3, 7, 132, 10_000])
+def test_every_walk_over_packed_rows(kind, programs):
+    """The kernel called directly on a packed fresh step: one program walking every item, a
+    few programs walking many (Q buffers, ring slots and turns chained across requests), more
+    programs than items (empty programs). The output starts as NaN: a row a walk skips fails."""
+    from attnkit.backends.triton.prefill_gluon_chain import prefill_gluon_chain_attention
+    layer = make_layer(num_heads=8, num_kv_heads=2, head_dim=128, dtype="bf16", device="cuda")
+    lens = [129, 1, 640, 255]
+    case = make_case(layer, prefix_lens=[0] * 4, new_lens=lens, page_size=16, dtype="bf16",
+                     device="cuda", q_scale=4.0, seed=7)
+    cu = torch.tensor([sum(lens[:i]) for i in range(len(lens) + 1)], dtype=torch.int32, device="cuda")
+    block_req, block_m = query_blocks(lens, lens, 128, device="cuda")
+    blocks = block_list(lens, lens, 128)
+    reqs, rows = [b[0] for b in blocks], [b[1] for b in blocks]
+    order, start = schedule(item_tiles(lens, lens, reqs, rows, block_n=128), reqs, rows, heads=8,
+                            programs=programs, kind=kind)
+    i32 = lambda xs: torch.tensor(xs, dtype=torch.int32, device="cuda")  # noqa: E731
+    out = torch.full_like(case.q, float("nan"))
+    prefill_gluon_chain_attention(case.q, case.k, case.v, out, block_req=block_req, block_m=block_m,
+                                  query_start_loc=cu, key_start=cu[:-1], seq_lens=cu[1:] - cu[:-1],
+                                  order=i32(order), start=i32(start),
+                                  qk_scale=layer.spec.softmax_scale * LOG2E, v_scale=1.0,
+                                  tiles=(128, 3, 2))
+    torch.cuda.synchronize()
+    assert torch.isfinite(out).all(), "a row was not written"
+    assert_close(out.reshape(out.shape[0], -1), case.reference(), dtype="bf16",
+                 what=f"{kind} programs={programs}")
+
+
+@needs
+@pytest.mark.parametrize("page", [8, 16, 64, 1])
+def test_the_fused_write_leaves_the_cache_as_the_write_kernel_does(page, launches):
+    """A packed fresh step: the kernel's own K/V write (whole pages by TMA, a last partial
+    page's rows copied; pages of 1 are not its: the backend writes first) leaves every slot of
+    the cache, the NaN / inf of the slots no request owns included, bit for bit as
+    _triton.write_kv does, and the output right."""
+    from attnkit.backends._triton import write_kv
+    layer = make_layer(num_heads=8, num_kv_heads=2, head_dim=128, dtype="bf16", device="cuda")
+    new = [1, 77, 300, 129, 1024, 16]
+    mine, theirs = (make_case(layer, prefix_lens=[0] * 6, new_lens=new, page_size=page, dtype="bf16",
+                              device="cuda", q_scale=4.0, garbage=True, seed=page) for _ in range(2))
+    out = _run(mine)
+    assert launches
+    write_kv(theirs.cache, 0, theirs.meta.slot_mapping, theirs.k, theirs.v)
+    torch.cuda.synchronize()
+    for name in ("k", "v"):
+        torch.testing.assert_close(getattr(mine.cache, name)[0], getattr(theirs.cache, name)[0],
+                                   rtol=0, atol=0, equal_nan=True, msg=f"cache.{name} page {page}")
+    assert_close(out, mine.reference(), dtype="bf16", what=f"chain fused write page {page}")
