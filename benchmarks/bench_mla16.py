@@ -12,7 +12,8 @@ kernel reads. This measures, per shape and per flush mode:
   page of 64 x 576 a program, the pages in the decode's block-table order, 9 independent 8 KB
   loads a program: the contiguous whole-page read the decode could reach);
 - the decode core (attend_latent, as bench_mla_candidates.py) of the default (the plan's
-  tables) and of each candidate, each first checked against the float64 reference on a
+  tables) and of each candidate (16 heads: pdl, tiles, split counts; 128 heads: ws with
+  32-key tiles and 4 stages, configs.WS_TILES' second entry), each first checked against the float64 reference on a
   small poisoned case (bench_mla_candidates.small_check) and, at every shape, against
   bench_mla's torch-bmm peer;
 flush modes (FLUSHES): ``zero`` (attnkit.tune.timing's: 256 MB zeroed), ``read`` (256 MB
@@ -43,13 +44,13 @@ CANDIDATES = {           # heads -> name -> TritonMLABackend options ("default":
     16: {"v2 pdl": dict(variant="v2", pdl=True),
          "v2 n32 st6": dict(variant="v2", block_n=32, num_stages=6),
          "v2 n32 st6 pdl": dict(variant="v2", block_n=32, num_stages=6, pdl=True),
-         "v2 n64 st2": dict(variant="v2", block_n=64, num_stages=2),
-         "v2 splits 16 pdl": dict(variant="v2", num_splits=16, pdl=True)},
-    128: {},
+         **{f"v2 splits {n} pdl": dict(variant="v2", num_splits=n, pdl=True) for n in (16, 64)}},
+    128: {"ws n32 st4": dict(variant="ws", block_n=32, num_stages=4)},
 }
 # (heads, batch, ctx, flush modes): the bar first
 SHAPES = [(16, 32, 4096, FLUSHES), (128, 128, 4096, ("zero", "read")),
-          (16, 32, 1024, FLUSHES), (16, 1, 32768, ("zero", "read")),
+          (16, 32, 1024, FLUSHES), (16, 1, 32768, ("zero", "read")), (128, 1, 32768, ("zero",)),
+          (16, 1, 4096, ("zero", "read")),
           (16, 128, 4096, ("zero", "read")), (16, 32, 32768, ("zero", "read")),
           (16, 128, 32768, ("zero", "read"))]
 PAGE_CHUNKS = 9          # 64 x 576 bf16 = 36864 elements a page = 9 x 4096
@@ -82,10 +83,10 @@ def page_read(lat: torch.Tensor, table: torch.Tensor):
     return run, out
 
 
-def timed_us(fn, flush: str, *, reps: int = 20, warmup: int = 3) -> float:
-    """Median µs of ``fn`` replayed as a CUDA graph (eager if it does not capture), with the
-    L2 flushed before each repetition by ``flush`` (FLUSHES)."""
-    run, _ = graphed(fn)
+def timed_us(fn, flush: str, *, reps: int = 20, warmup: int = 3) -> tuple[float, str]:
+    """(median µs, "graph" or why eager) of ``fn`` replayed as a CUDA graph (eager if it does
+    not capture), with the L2 flushed before each repetition by ``flush`` (FLUSHES)."""
+    run, note = graphed(fn)
     buf = torch.empty(FLUSH_BYTES // 4, device="cuda", dtype=torch.float32)
     sink = torch.empty((), device="cuda", dtype=torch.float32)
     for _ in range(warmup):
@@ -104,7 +105,7 @@ def timed_us(fn, flush: str, *, reps: int = 20, warmup: int = 3) -> float:
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end) * 1e3)
     times.sort()
-    return times[len(times) // 2]
+    return times[len(times) // 2], note or "graph"
 
 
 def reader_rows(s, shape, flushes, reps):
@@ -120,8 +121,8 @@ def reader_rows(s, shape, flushes, reps):
     rows = []
     for name, fn in readers.items():
         for flush in flushes:
-            us = timed_us(fn, flush, reps=reps)
-            rows.append(dict(shape, name=name, flush=flush, us=us, gbs=nbytes / us / 1e3,
+            us, how = timed_us(fn, flush, reps=reps)
+            rows.append(dict(shape, name=name, flush=flush, us=us, gbs=nbytes / us / 1e3, timing=how,
                              **({"checked": ok} if name == "page read" else {})))
             print(json.dumps(rows[-1]), flush=True)
     del dst
@@ -144,8 +145,8 @@ def decode_rows(s, shape, backends, flushes, reps):
                 out = be.forward(s.q, s.k, None, s.layer, s.cache, step)
                 row["rel_err"] = check(out, ref, f"{name} H={heads} B={batch} ctx={ctx}")
                 fn = lambda: be.attend_latent(q_lat, s.q[..., NOPE:], s.cache.latent[0], s.layer, step)  # noqa: E731
-                us = timed_us(fn, flush, reps=reps)
-                row.update(us=us, tflops=flops / us / 1e6, gbs=nbytes / us / 1e3)
+                us, how = timed_us(fn, flush, reps=reps)
+                row.update(us=us, tflops=flops / us / 1e6, gbs=nbytes / us / 1e3, timing=how)
                 if cand.fell_back():
                     row["fell_back"] = cand.fell_back()
             except (Exception, SystemExit) as exc:  # noqa: BLE001 - a failing candidate is a result
@@ -162,17 +163,19 @@ def kernel_split(s, backend) -> list[dict]:
     from torch.profiler import ProfilerActivity, profile
     q_lat = torch.bmm(s.q[..., :NOPE].transpose(0, 1), s.layer.w_kc)
     be = backend.__enter__()
-    step = be.prepare(s.meta, s.cache)
-    buf = torch.empty(FLUSH_BYTES // 4, device="cuda")
-    for _ in range(3):
-        be.attend_latent(q_lat, s.q[..., NOPE:], s.cache.latent[0], s.layer, step)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(10):
-            buf.zero_()
+    try:
+        step = be.prepare(s.meta, s.cache)
+        buf = torch.empty(FLUSH_BYTES // 4, device="cuda")
+        for _ in range(3):
             be.attend_latent(q_lat, s.q[..., NOPE:], s.cache.latent[0], s.layer, step)
         torch.cuda.synchronize()
-    backend.__exit__(None, None, None)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(10):
+                buf.zero_()
+                be.attend_latent(q_lat, s.q[..., NOPE:], s.cache.latent[0], s.layer, step)
+            torch.cuda.synchronize()
+    finally:
+        backend.__exit__(None, None, None)
     return [dict(kernel=e.key[:90], calls=e.count, us_each=e.device_time_total / max(1, e.count))
             for e in prof.key_averages() if e.device_time_total > 0]
 
