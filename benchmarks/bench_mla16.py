@@ -3,7 +3,7 @@ timing method, and the decode candidates next to the default, in one process on 
 
     PYTHONPATH=src:tests python3 benchmarks/bench_mla16.py [--out FILE.json] [--budget S]
 
-Version 6 (NOTES-mla.md) found the default at H 16, B 32, ctx 4k (63 µs) as fast as a torch
+Version 6 (NOTES-mla.md; this is version 8) found the default at H 16, B 32, ctx 4k (63 µs) as fast as a torch
 reduction over the same 151 MB (62 µs), both timed with attnkit's method, which zeroes 256 MB
 before every repetition: the L2 is left full of dirty lines that drain while the timed
 kernel reads. This measures, per shape and per flush mode:

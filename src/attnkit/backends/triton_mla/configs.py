@@ -18,7 +18,7 @@ from __future__ import annotations
 WS = dict(BLOCK_H=64, BLOCK_N=64, NUM_STAGES=2, num_warps=12)   # a loader warp + two warpgroups
 # (BLOCK_N, NUM_STAGES) the ws kernel is built with, WS's first: ptxas for sm_90 (Triton 3.6),
 # 168 registers and no spills each; 230,480 / 226,416 B of shared memory (NOTES-mla.md,
-# versions 5 and 7). A launch override picks the other (32-key tiles, 4 stages).
+# versions 5 and 8). A launch override picks the other (32-key tiles, 4 stages).
 WS_TILES = ((WS["BLOCK_N"], WS["NUM_STAGES"]), (32, 4))
 
 # Version 1's tile for >= 64-row programs on parts with >= 200 KB of shared memory a block
