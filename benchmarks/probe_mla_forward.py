@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import os
 import re
@@ -255,6 +256,47 @@ def run_shape(trees, heads, batch, ctx, args, report):
     torch.cuda.empty_cache()
 
 
+def load_bench(tree: Tree, bench_dir: str, into: str):
+    """That tree's bench_mla.py as a module bound to its package (imports renamed for prev)."""
+    with open(os.path.join(bench_dir, "bench_mla.py")) as f:
+        text = f.read()
+    if tree.pkg != "attnkit":
+        text = re.sub(r"(from|import)\s+attnkit\b", rf"\1 {tree.pkg}", text)
+    path = os.path.join(into, f"bench_mla_{tree.pkg}.py")
+    os.makedirs(into, exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+    spec = importlib.util.spec_from_file_location(f"bench_mla_{tree.pkg}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def bench_rows(benches: dict, rows, args) -> list:
+    """bench_mla's own decode_row for each tree, with the backend its main builds, alternating
+    trees ROUNDS times (same process): core_ms and fwd_ms as the bench reports them."""
+    ns = argparse.Namespace(reps=20, quick=True, smoke=False)
+    out = []
+    for r in range(args.bench_rounds):
+        for side in (("prev", "new") if r % 2 == 0 else ("new", "prev")):
+            if side not in benches:
+                continue
+            mod = benches[side]
+            for h, b, c in rows:
+                try:
+                    be = (mod.TritonMLABackend(**mod._planned(h)) if hasattr(mod, "_planned")
+                          else mod.TritonMLABackend())
+                    row = mod.decode_row(h, b, c, ns, be)
+                    out.append(dict(side=side, round=r, heads=h, batch=b, ctx=c,
+                                    core_us=1e3 * row["core_ms"], fwd_us=1e3 * row["fwd_ms"],
+                                    timing=row["timing"], rel_err=row["rel_err"]))
+                except (Exception, SystemExit) as exc:  # noqa: BLE001
+                    out.append(dict(side=side, round=r, heads=h, batch=b, ctx=c,
+                                    error=f"{type(exc).__name__}: {str(exc)[:200]}"))
+                print(out[-1], flush=True)
+    return out
+
+
 def render(report) -> str:
     lines = []
     for row in report:
@@ -284,6 +326,23 @@ def render(report) -> str:
     return "\n".join(lines)
 
 
+def render_bench(rows) -> str:
+    lines = ["\n## bench_mla.decode_row of each tree, alternating (µs)\n",
+             "| row | side | rounds core | rounds fwd | median fwd - core |", "|---|---|---|---|---:|"]
+    keys = sorted({(r["heads"], r["batch"], r["ctx"], r["side"]) for r in rows})
+    for h, b, c, side in keys:
+        mine = [r for r in rows if (r["heads"], r["batch"], r["ctx"], r["side"]) == (h, b, c, side)]
+        ok = [r for r in mine if "error" not in r]
+        if not ok:
+            lines.append(f"| {h}x{b}x{c} | {side} | {mine[0].get('error')} | | |")
+            continue
+        gap = statistics.median(r["fwd_us"] - r["core_us"] for r in ok)
+        core = ", ".join(f"{r['core_us']:.1f}" for r in ok)
+        fwd = ", ".join(f"{r['fwd_us']:.1f}" for r in ok)
+        lines.append(f"| {h}x{b}x{c} | {side} | {core} | {fwd} | {gap:.2f} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--prev", default=None, help="src of the previous default's tree")
@@ -293,6 +352,9 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--replays", type=int, default=20)
     ap.add_argument("--smoke", action="store_true", help="CPU, fp16, Triton interpreter, tiny shapes")
+    ap.add_argument("--bench-rows", default="", help="rows (HxBxCTX,...) of bench_mla.decode_row per tree")
+    ap.add_argument("--bench-rounds", type=int, default=4)
+    ap.add_argument("--prev-bench", default=None, help="benchmarks/ of the previous default's tree")
     args = ap.parse_args(argv)
     if args.smoke:
         global DEV, DT
@@ -317,7 +379,19 @@ def main(argv=None) -> int:
         print(f"shape {spec}: {time.time() - t0:.1f}s", flush=True)
         with open(os.path.join(args.out, "probe.json"), "w") as f:
             json.dump(report, f, indent=1)
-    text = render(report)
+    with open(os.path.join(args.out, "probe.md"), "w") as f:
+        f.write(render(report))             # before the bench rows (a timeout keeps it)
+    bench = []
+    if args.bench_rows and DEV == "cuda":
+        benches = {"new": load_bench(trees["new"], os.path.dirname(os.path.abspath(__file__)),
+                                     os.path.join(args.out, "_pkg"))}
+        if "prev" in trees and args.prev_bench:
+            benches["prev"] = load_bench(trees["prev"], args.prev_bench, os.path.join(args.out, "_pkg"))
+        rows = [tuple(int(x) for x in r.split("x")) for r in args.bench_rows.split(",")]
+        bench = bench_rows(benches, rows, args)
+        with open(os.path.join(args.out, "bench_rows.json"), "w") as f:
+            json.dump(bench, f, indent=1)
+    text = render(report) + (render_bench(bench) if bench else "")
     print(text)
     with open(os.path.join(args.out, "probe.md"), "w") as f:
         f.write(text)
