@@ -15,7 +15,8 @@ For every shape (heads x batch x context, one new token a request) and side:
 2. the core (``attend_latent``) and the forward (cache write + q_nope @ w_kc + core + @ w_vc)
    captured as CUDA graphs and timed by bench_mla's method (tune.timing.time_ms, cold L2),
    in ROUNDS interleaved rounds (side order rotating), medians and the per-round list;
-3. a torch.profiler trace of REPLAYS forward replays (L2 flushed before each): per kernel its
+3. a torch.profiler trace of REPLAYS forward replays (L2 flushed before each by a bitwise_not
+   of 256 MB, which also marks where a replay starts: a zero-fill in the forward stays in it): per kernel its
    name, launches per replay and mean GPU time; per replay the kernels' busy time and the span
    from the first kernel's start to the last one's end (gaps = span - busy).
 Writes DIR/probe.json and prints a markdown summary.
@@ -160,18 +161,22 @@ def profile_replays(run, replays: int, trace_path: str) -> dict:
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
         for _ in range(replays):
-            flush.zero_()
+            flush.bitwise_not_()        # the L2 flush, and the replays' separator in the trace
             run()
         torch.cuda.synchronize()
     prof.export_chrome_trace(trace_path)
     with open(trace_path) as f:
-        events = json.load(f)["traceEvents"]
+        return replay_table(json.load(f)["traceEvents"])
+
+
+def replay_table(events: list) -> dict:
+    """profile_replays' summary of a chrome trace's device events."""
     ks = sorted((e for e in events if e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")),
                 key=lambda e: e["ts"])
     replays_k, cur = [], None
     for e in ks:
         name = e["name"]
-        if e.get("cat") == "kernel" and ("fill" in name.lower() or "FillFunctor" in name):    # the L2 flush: a replay starts after it
+        if e.get("cat") == "kernel" and "bitwise_not" in name.lower():    # the flush: a replay starts after it
             cur = []
             replays_k.append(cur)
             continue
