@@ -83,21 +83,29 @@ def page_read(lat: torch.Tensor, table: torch.Tensor):
     return run, out
 
 
+def flusher(flush: str, *, nbytes: int = FLUSH_BYTES, device: str = "cuda"):
+    """The no-argument call that runs before each timed repetition for ``flush`` (FLUSHES):
+    zero ``nbytes`` (attnkit's method), read them into a one-element sum, or nothing."""
+    if flush == "none":
+        return lambda: None
+    buf = torch.empty(nbytes // 4, device=device, dtype=torch.float32)
+    if flush == "zero":
+        return buf.zero_
+    sink = torch.empty(1, device=device, dtype=torch.float32)
+    return lambda: torch.sum(buf.view(1, -1), dim=1, out=sink)
+
+
 def timed_us(fn, flush: str, *, reps: int = 20, warmup: int = 3) -> tuple[float, str]:
     """(median µs, "graph" or why eager) of ``fn`` replayed as a CUDA graph (eager if it does
     not capture), with the L2 flushed before each repetition by ``flush`` (FLUSHES)."""
     run, note = graphed(fn)
-    buf = torch.empty(FLUSH_BYTES // 4, device="cuda", dtype=torch.float32)
-    sink = torch.empty((), device="cuda", dtype=torch.float32)
+    flush_l2 = flusher(flush)
     for _ in range(warmup):
         run()
     torch.cuda.synchronize()
     times = []
     for _ in range(reps):
-        if flush == "zero":
-            buf.zero_()
-        elif flush == "read":
-            torch.sum(buf, out=sink)
+        flush_l2()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         run()
@@ -121,10 +129,14 @@ def reader_rows(s, shape, flushes, reps):
     rows = []
     for name, fn in readers.items():
         for flush in flushes:
-            us, how = timed_us(fn, flush, reps=reps)
-            rows.append(dict(shape, name=name, flush=flush, us=us, gbs=nbytes / us / 1e3, timing=how,
-                             **({"checked": ok} if name == "page read" else {})))
-            print(json.dumps(rows[-1]), flush=True)
+            row = dict(shape, name=name, flush=flush, **({"checked": ok} if name == "page read" else {}))
+            try:
+                us, how = timed_us(fn, flush, reps=reps)
+                row.update(us=us, gbs=nbytes / us / 1e3, timing=how)
+            except Exception as exc:  # noqa: BLE001 - one failing mode must not drop the others
+                row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            rows.append(row)
+            print(json.dumps(row), flush=True)
     del dst
     return rows
 
