@@ -82,32 +82,3 @@ def test_other_shapes_fall_back_to_v1(launches):
                          be.prepare(case.meta, case.cache))
         assert_close(out, case.reference(), dtype="bf16", what=f"fallback H={heads} page={page}")
     assert not launches
-
-
-@needs_ws
-@pytest.mark.parametrize("splits", [None, 40])
-def test_ws_32_key_tiles_four_stages(splits, launches):
-    """configs.WS_TILES' second tile (32 keys, 4 stages): the Gluon kernel runs it (not v1)
-    and matches the reference with stale NaN / inf slots, partial and 1-key tiles."""
-    case = make_case(_layer(128), prefix_lens=[1500, 3, 700, 31, 4095, 0], new_lens=[1] * 6,
-                     page_size=64, dtype="bf16", device="cuda", seed=5, garbage=True)
-    be = TritonMLABackend(variant="ws", block_n=32, num_stages=4, num_splits=splits)
-    out = be.forward(case.q, case.k, case.v, case.layer, case.cache,
-                     be.prepare(case.meta, case.cache))
-    torch.cuda.synchronize()
-    assert launches, "the Gluon kernel did not run"
-    assert_close(out, case.reference(), dtype="bf16", what=f"ws n32 st4 splits={splits}")
-
-
-@needs_ws
-def test_ws_tile_outside_ws_tiles_runs_v1(launches):
-    """A ws tile not in configs.WS_TILES (64 keys, 3 stages: over the shared memory) is not
-    launched as Gluon: the step runs v1, says so, and is right."""
-    case = make_case(_layer(128), prefix_lens=[200, 9], new_lens=[1, 1], page_size=64,
-                     dtype="bf16", device="cuda", seed=4)
-    be = TritonMLABackend(variant="ws", num_stages=3)
-    with pytest.warns(UserWarning, match="cannot run"):
-        out = be.forward(case.q, case.k, case.v, case.layer, case.cache,
-                         be.prepare(case.meta, case.cache))
-    assert not launches
-    assert_close(out, case.reference(), dtype="bf16", what="ws tile outside WS_TILES")

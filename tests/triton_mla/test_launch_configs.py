@@ -127,13 +127,3 @@ def test_on_this_gpu_the_backend_tiles_are_the_plans_for_the_detected_device():
                                        fp32=False, device=torch.device("cuda"))
         assert {TILE_KEYS[k]: tiles[k] for k in TILE_KEYS} == \
             {k: v for k, v in named.items() if k != "num_splits"}, variant
-
-
-def test_ws_is_handed_its_own_tile_and_ws_tiles_start_with_it():
-    """ws's launcher gets WS's keys and stages (not version 1's 3-stage tile, which would not
-    fit next to its Q); WS_TILES (what ws_ready admits) starts with that tile."""
-    cfg = configs.absorbed_tiles("ws", heads=128, latent_width=512, new_tokens=1, fp32=False,
-                                 smem_kb=227)
-    assert (cfg["block_h"], cfg["block_n"], cfg["num_stages"]) == (
-        configs.WS["BLOCK_H"], configs.WS["BLOCK_N"], configs.WS["NUM_STAGES"])
-    assert configs.WS_TILES[0] == (cfg["block_n"], cfg["num_stages"])

@@ -254,10 +254,9 @@ RUNNABLE = {
     "tma": lambda q_lat, flat, part, cfg: tma_ready(q_lat, flat, page_size=part.page_size,
                                                     block_h=cfg["block_h"], block_n=cfg["block_n"]),
     "ws": lambda q_lat, flat, part, cfg: ws_ready(q_lat, flat, page_size=part.page_size,
-                                                  block_t=cfg["block_t"], block_h=cfg["block_h"],
-                                                  block_n=cfg["block_n"], num_stages=cfg["num_stages"]),
+                                                  block_t=cfg["block_t"], block_h=cfg["block_h"]),
 }
 RUNNABLE_NEEDS = {"tma": "it needs a cache of q's 16-bit dtype and key tiles inside one page",
                   "ws": "it needs a compiled sm_90 launch with the Triton its Gluon code is written for, "
-                        "bf16, 64-head programs over 64-key pages, a tile of configs.WS_TILES"}
+                        "bf16, 64-head programs over 64-key pages"}
 FALLBACK = {"v1": "v1", "v2": "v2", "tma": "v2", "ws": "v1"}   # a forced variant that cannot run

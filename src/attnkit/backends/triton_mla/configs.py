@@ -16,10 +16,6 @@ ws, mha_form.
 from __future__ import annotations
 
 WS = dict(BLOCK_H=64, BLOCK_N=64, NUM_STAGES=2, num_warps=12)   # a loader warp + two warpgroups
-# (BLOCK_N, NUM_STAGES) the ws kernel is built with, WS's first: ptxas for sm_90 (Triton 3.6),
-# 168 registers and no spills each; 230,480 / 226,416 B of shared memory (NOTES-mla.md,
-# versions 5 and 8). A launch override picks the other (32-key tiles, 4 stages).
-WS_TILES = ((WS["BLOCK_N"], WS["NUM_STAGES"]), (32, 4))
 
 # Version 1's tile for >= 64-row programs on parts with >= 200 KB of shared memory a block
 # (sm_90): 64 keys, 8 warps, 3 stages; ptxas for sm_90: 254 registers, no spills, 221696 B of
@@ -103,8 +99,6 @@ def absorbed_tiles(variant: str, *, heads: int, latent_width: int, new_tokens: i
     cfg = (absorbed_config_v2(*args, **kw) if columns else None) or dict(absorbed_config(*args, **kw), v_split=1)
     if variant == "column_split_tma":
         cfg["num_stages"] = min(cfg["num_stages"], 2)        # 3 stages spill (ptxas sm_90)
-    if variant == "ws":                                      # the Gluon kernel's own tile
-        cfg.update(block_n=WS["BLOCK_N"], num_stages=WS["NUM_STAGES"])
     return dict(block_h=block_h, block_t=block_t, **cfg)
 
 

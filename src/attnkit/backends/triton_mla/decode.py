@@ -24,7 +24,7 @@ from attnkit.backends._triton import LOG2E, NEG_BIG, interpreting, online_softma
 from attnkit.backends.triton_mla.decode_column_split import _absorbed_v2_kernel, work_rows
 from attnkit.backends.triton_mla.decode_tma import absorbed_tma
 
-from attnkit.backends.triton_mla.configs import WS, WS_TILES
+from attnkit.backends.triton_mla.configs import WS
 
 try:        # Gluon's Hopper API as Triton 3.6 spells it; another Triton: "ws" does not run
     from attnkit.backends.triton_mla.decode_gluon import absorbed_gluon, gluon_ready
@@ -160,20 +160,18 @@ def _ws_triton() -> tuple:
     return next(k.triton for k in DECLARED if k.name == "ws")
 
 
-def ws_ready(q_lat, cache_flat, *, page_size: int, block_t: int, block_h: int,
-             block_n: int = WS["BLOCK_N"], num_stages: int = WS["NUM_STAGES"]) -> bool:
+def ws_ready(q_lat, cache_flat, *, page_size: int, block_t: int, block_h: int) -> bool:
     """Whether the Gluon kernel ("ws") serves this call: a Triton with Gluon's Hopper API, a
-    compiled (not interpreted) launch on an sm_90 GPU, a tile of configs.WS_TILES, and
-    decode_gluon.gluon_ready's shapes."""
+    compiled (not interpreted) launch on an sm_90 GPU, and decode_gluon.gluon_ready's shapes."""
     from attnkit.registry.kernels import in_version_range
     if (gluon_ready is None or not in_version_range(triton.__version__, _ws_triton()) or not q_lat.is_cuda
-            or interpreting() or block_h != WS["BLOCK_H"] or (block_n, num_stages) not in WS_TILES):
+            or interpreting() or block_h != WS["BLOCK_H"]):
         return False
     import torch
     if torch.cuda.get_device_capability(q_lat.device) != (9, 0):
         return False
     return gluon_ready(q_lat, cache_flat, page_size=page_size, block_t=block_t,
-                       heads=q_lat.shape[0], block_n=block_n)
+                       heads=q_lat.shape[0])
 
 
 def choose_splits(programs: int, max_kv: int, *, slots: int, min_keys: int = 128) -> int:
@@ -227,8 +225,7 @@ def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok
         absorbed_gluon(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok,
                        query_start_loc, seq_lens, partial, lse, sp,
                        qk_scale=scale * kv_scale * LOG2E, v_scale=kv_scale,
-                       num_splits=num_splits, page_size=page_size, direct=direct,
-                       block_n=block_n, num_stages=num_stages)
+                       num_splits=num_splits, page_size=page_size, direct=direct)
     elif variant == "tma":
         absorbed_tma((head_blocks * v_split, W, num_splits), q_lat, q_pe, cache_flat,
                      block_tables, work_req, work_tok, query_start_loc, seq_lens, partial, lse,

@@ -243,15 +243,14 @@ def _values_entry(klat, p_smem, alpha_smem, l_smem, kv_ready, kv_free, p_ready, 
             o_row, n_tiles, v_scale, L, BH, NS)
 
 
-def gluon_ready(q_lat, cache_flat, *, page_size: int, block_t: int, heads: int,
-                block_n: int = BLOCK_N) -> bool:
+def gluon_ready(q_lat, cache_flat, *, page_size: int, block_t: int, heads: int) -> bool:
     """Whether this kernel serves the call: decode tiles (one token a program), 64-head blocks,
     a bf16 cache of q's dtype, the latent widths it is built for (L 512, R 64), key tiles
     inside one page, rows TMA can address."""
     import torch
     return (block_t == 1 and heads % BLOCK_H == 0 and q_lat.dtype == torch.bfloat16
             and cache_flat.dtype == torch.bfloat16 and q_lat.shape[2] == 512
-            and cache_flat.shape[1] == 576 and page_size % block_n == 0
+            and cache_flat.shape[1] == 576 and page_size % BLOCK_N == 0
             and cache_flat.stride(1) == 1 and q_lat.stride(2) == 1
             and (cache_flat.stride(0) * 2) % 16 == 0 and cache_flat.data_ptr() % 16 == 0
             and cache_flat.shape[0] < 2**31)
@@ -259,23 +258,22 @@ def gluon_ready(q_lat, cache_flat, *, page_size: int, block_t: int, heads: int,
 
 def absorbed_gluon(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok, query_start_loc,
                    seq_lens, partial, lse, partial_strides, *, qk_scale, v_scale, num_splits,
-                   page_size, direct, block_n: int = BLOCK_N, num_stages: int = NUM_STAGES):
-    """Launch _absorbed_gluon_kernel; arguments as decode.absorbed_attention prepares them;
-    ``block_n`` / ``num_stages``: one of configs.WS_TILES (decode.ws_ready checks)."""
+                   page_size, direct):
+    """Launch _absorbed_gluon_kernel; arguments as decode.absorbed_attention prepares them."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     H, _, L = q_lat.shape
     R = q_pe.shape[-1]
     rows = [cache_flat.shape[0], cache_flat.shape[1]]
     strides = [cache_flat.stride(0), 1]
-    lat_l = gl.NVMMASharedLayout.get_default_for([block_n, L], gl.bfloat16)
-    pe_l = gl.NVMMASharedLayout.get_default_for([block_n, R], gl.bfloat16)
+    lat_l = gl.NVMMASharedLayout.get_default_for([BLOCK_N, L], gl.bfloat16)
+    pe_l = gl.NVMMASharedLayout.get_default_for([BLOCK_N, R], gl.bfloat16)
     grid = (H // BLOCK_H, work_req.numel(), num_splits)
     _absorbed_gluon_kernel[grid](
-        q_lat, q_pe, TensorDescriptor(cache_flat, rows, strides, [block_n, L], lat_l),
-        TensorDescriptor(cache_flat, rows, strides, [block_n, R], pe_l), block_tables,
+        q_lat, q_pe, TensorDescriptor(cache_flat, rows, strides, [BLOCK_N, L], lat_l),
+        TensorDescriptor(cache_flat, rows, strides, [BLOCK_N, R], pe_l), block_tables,
         work_req, work_tok, query_start_loc, seq_lens, partial, lse,
         q_lat.stride(0), q_lat.stride(1), q_pe.stride(0), q_pe.stride(1), block_tables.stride(0),
         *partial_strides, qk_scale, v_scale, num_splits,
-        L=L, R=R, PAGE_SIZE=page_size, BH=BLOCK_H, BN=block_n, NS=num_stages, DIRECT=direct,
+        L=L, R=R, PAGE_SIZE=page_size, BH=BLOCK_H, BN=BLOCK_N, NS=NUM_STAGES, DIRECT=direct,
         VALUES_REGS=VALUES_REGS, LOADER_REGS=LOADER_REGS, num_warps=4, maxnreg=MAXNREG,
     )
