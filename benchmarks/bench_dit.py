@@ -118,7 +118,7 @@ def timed_cell(fn, flops: float, *, check=None, ref=None, reps: int = 10) -> dic
         ms = t["graph_ms"] if t["graph_ms"] is not None else t["eager_ms"]
         cell.update(ms=ms, tflops=flops / ms / 1e9, eager_ms=t["eager_ms"],
                     eager_tflops=flops / t["eager_ms"] / 1e9, note=t["note"])
-        if t["eager_ms"] < 5.0:           # short calls: the host's share of one (no sync between)
+        if True:                          # the host's share of one call (no sync between)
             cell["host_us"] = host_us(fn)
         return cell
     except Exception as exc:  # noqa: BLE001 - a peer that cannot run is a cell, not a crash
@@ -145,23 +145,22 @@ def host_us(fn, *, calls: int = 10, runs: int = 3) -> float:
     return round(sorted(per_call)[len(per_call) // 2] * 1e6, 1)
 
 
-def host_profile(fn, *, top: int = 12) -> list[str]:
-    """The host functions one call of ``fn`` spends its time in (cProfile, by own time)."""
+def host_profile(fn, *, calls: int = 20, top: int = 14) -> list[str]:
+    """The host functions one call of ``fn`` spends its time in (cProfile over ``calls`` calls,
+    by cumulative time): microseconds a call, own and cumulative, and calls a call (pstats'
+    own table rounds to milliseconds: every row of a sub-millisecond call read 0.000)."""
     import cProfile
-    import io
     import pstats
 
     prof = cProfile.Profile()
     prof.enable()
-    for _ in range(5):
+    for _ in range(calls):
         fn()
     prof.disable()
     torch.cuda.synchronize()
-    text = io.StringIO()
-    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(top)
-    lines = [line for line in text.getvalue().splitlines() if line.strip()]
-    head = next((i for i, line in enumerate(lines) if line.lstrip().startswith("ncalls")), 0)
-    return lines[head:head + top + 1]          # the column header, then the costliest first
+    rows = sorted(pstats.Stats(prof).stats.items(), key=lambda kv: -kv[1][3])[:top]
+    return [f"{tt / calls * 1e6:8.1f} us own {ct / calls * 1e6:8.1f} us cum {nc / calls:5.1f}x "
+            f"{os.path.basename(f)}:{line}({name})" for (f, line, name), (_, nc, tt, ct, _) in rows]
 
 
 def kernels_of(fn, *, top: int = 2) -> list[str]:
@@ -227,11 +226,12 @@ def measure(name: str, *, reps: int, flex: bool = True, forward: bool = True,
         timed(f"attnkit_varlen_{kernel}", call, check=call)
     if "sdpa" in cells:
         row["kernels"]["attnkit_varlen_sdpa"] = kernels_of(lambda: backends["sdpa"].varlen(q, k, v, layer, batch))
-    if "gluon" in cells:                      # where an eager call's host time goes (5 calls)
-        try:
-            row["host_profile_gluon"] = host_profile(lambda: backends["gluon"].varlen(q, k, v, layer, batch))
-        except Exception as exc:  # noqa: BLE001
-            row["host_profile_gluon"] = [failure_reason(exc)]
+    for kernel in ("gluon", "split", "plan"):   # where an eager call's host time goes (20 calls)
+        if kernel in cells and kernel in backends:
+            try:
+                row[f"host_profile_{kernel}"] = host_profile(lambda be=backends[kernel]: be.varlen(q, k, v, layer, batch))
+            except Exception as exc:  # noqa: BLE001
+                row[f"host_profile_{kernel}"] = [failure_reason(exc)]
 
     if not forward:
         return _ratios(row)

@@ -190,9 +190,11 @@ class TritonBackend(AttentionBackend):
         self.decode_override = check_launch_config(self.name, "decode_config", decode_config)
         check_int_option(self.name, "num_splits", num_splits)
         self.num_splits = num_splits
+        self._varlen_memo = varlen_path.Memo()     # the varlen call's launch decisions, per signature
 
     def _varlen(self, q, k, v, layer: RuntimeLayer, batch):
-        return varlen_path.varlen(q, k, v, layer, batch, self.kernels.get("varlen") or DEFAULT_TABLES["varlen"])
+        return varlen_path.varlen(q, k, v, layer, batch, self.kernels.get("varlen") or DEFAULT_TABLES["varlen"],
+                                  memo=self._varlen_memo)
 
     def _prepare(self, meta: BatchMetadata, cache) -> StepState:
         dev = cache.device

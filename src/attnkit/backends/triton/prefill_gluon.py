@@ -322,8 +322,9 @@ def gluon_prefill_ready(q, k, v, out, *, causal, window, softcap, sinks, qk_scal
     import triton
 
     from attnkit.backends._triton import interpreting
+    from attnkit.backends.triton.gluon_host import device_facts
     if (not triton.__version__.startswith("3.6.") or not q.is_cuda or interpreting()
-            or torch.cuda.get_device_capability(q.device) != (9, 0)):
+            or device_facts(q.device)[0] != (9, 0)):
         return False
     D = q.shape[2]
     return (window is None and softcap is None and sinks is None and qk_scale > 0
@@ -335,14 +336,8 @@ def gluon_prefill_ready(q, k, v, out, *, causal, window, softcap, sinks, qk_scal
 def launch_args(q, k, v, out, *, tiles, causal, head_major):
     """The descriptors and constants both launchers (this one and the persistent kernel's)
     pass: -> (positional head: descriptors, out, its row stride, T, blocks; constexprs)."""
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    from attnkit.backends.triton.gluon_host import descriptor as desc   # built once per shape
     T, H, D = q.shape
-    elem = gl.bfloat16 if q.dtype.itemsize == 2 and str(q.dtype).endswith("bfloat16") else gl.float16
-
-    def desc(x, rows):
-        layout = gl.NVMMASharedLayout.get_default_for([rows, D], elem)
-        return TensorDescriptor(x, [x.shape[0], x.shape[1] * D], [x.stride(0), 1], [rows, D], layout)
-
     BN, NSK, NSV = tiles or TILES[D]
     blocks = -(-T // BM)
     consts = dict(NUM_HEADS=H, GROUP=H // k.shape[1], D=D, BN=BN, NSK=NSK, NSV=NSV,
