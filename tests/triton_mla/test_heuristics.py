@@ -29,8 +29,9 @@ def test_tiles_fit_shared_memory():
 
 
 def test_v2_tiles():
-    """v2 splits the latent columns only for 64-row programs on ~227 KB parts; elsewhere the
-    launcher falls back to version 1's tile (None)."""
+    """v2 splits the latent columns only for 64-row programs on ~227 KB parts; 16-row programs
+    (a decode token of <= 16 heads) there get their own tile with the whole latent row;
+    elsewhere the launcher falls back to version 1's tile (None)."""
     from attnkit.backends.triton_mla.configs import absorbed_config_v2, v2_block_h
     assert absorbed_config_v2(128, 512, smem_kb=227) == dict(block_n=32, num_warps=8, num_stages=3,
                                                              programs_per_sm=1, v_split=2)
@@ -39,7 +40,10 @@ def test_v2_tiles():
     assert v2_block_h(128, 512, smem_kb=227, fp32=True) is None
     assert absorbed_config_v2(64, 512, smem_kb=227) == dict(block_n=32, num_warps=4, num_stages=3,
                                                             programs_per_sm=1, v_split=2)
-    assert absorbed_config_v2(16, 512, smem_kb=227) is None
+    assert absorbed_config_v2(16, 512, smem_kb=227) == dict(block_n=32, num_warps=4, num_stages=6,
+                                                            programs_per_sm=2, v_split=1)
+    assert absorbed_config_v2(32, 512, smem_kb=227) is None
+    assert absorbed_config_v2(16, 512, smem_kb=99) is None
     assert absorbed_config_v2(64, 512, smem_kb=99) is None
     assert absorbed_config_v2(64, 64, smem_kb=227) is None
 

@@ -127,3 +127,19 @@ def test_on_this_gpu_the_backend_tiles_are_the_plans_for_the_detected_device():
                                        fp32=False, device=torch.device("cuda"))
         assert {TILE_KEYS[k]: tiles[k] for k in TILE_KEYS} == \
             {k: v for k, v in named.items() if k != "num_splits"}, variant
+
+
+def test_sixteen_head_decode_column_split_tile_on_sm90():
+    """column_split's tile for a decode token of <= 16 heads on a >= 200 KB part: 32 keys,
+    6 stages, two programs an SM (NOTES-mla.md, version 8); whole_rows keeps version 1's."""
+    kw = dict(heads=16, latent_width=512, new_tokens=1, fp32=False, smem_kb=227)
+    cs = configs.absorbed_tiles("column_split", **kw)
+    assert (cs["block_h"], cs["block_n"], cs["num_stages"], cs["programs_per_sm"], cs["v_split"]) == \
+        (16, 32, 6, 2, 1)
+    wr = configs.absorbed_tiles("whole_rows", **kw)
+    assert (wr["block_n"], wr["num_stages"]) == (64, 3)
+    # verify steps of 4 tokens are 64-row programs: their tile is unchanged
+    assert configs.absorbed_tiles("column_split", **dict(kw, new_tokens=4))["block_n"] == 32
+    assert configs.absorbed_tiles("column_split", **dict(kw, new_tokens=4))["num_stages"] == 3
+    # parts with ~99 KB a block keep the small-part tile
+    assert configs.absorbed_tiles("column_split", **dict(kw, smem_kb=99))["num_stages"] != 6

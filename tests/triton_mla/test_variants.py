@@ -55,6 +55,23 @@ def test_unknown_variant_is_ak407():
     assert info.value.code == "AK407" and info.value.field == "variant"
 
 
+def test_pdl_option_is_a_bool_ak407_otherwise():
+    with pytest.raises(AttnkitError) as info:
+        TritonMLABackend(variant="v2", pdl="yes")
+    assert info.value.code == "AK407" and info.value.field == "pdl"
+
+
+def test_pdl_is_off_where_it_cannot_launch():
+    """pdl=True off a GPU (or interpreted) launches as without it: same result, flag off."""
+    from attnkit.backends.triton_mla import backend as mla_backend
+    assert not mla_backend._pdl_ok(torch.device("cpu"))
+    layer = make_layer(kind="mla", num_heads=8, dtype="fp16", device=DEV)
+    case = make_case(layer, prefix_lens=[33, 12], new_lens=[1, 1], page_size=16, dtype="fp16",
+                     device=DEV, seed=7)
+    be = TritonMLABackend(variant="v2", num_splits=2, pdl=True)
+    assert_close(run(be, case), case.reference(), dtype="fp16", what="v2 pdl requested")
+
+
 def test_v2_all_heads_in_one_program():
     """v2's 128-head tile (one program for every head of a rank, both column blocks)."""
     layer = make_layer(kind="mla", num_heads=128, dtype="fp16", device=DEV)

@@ -47,6 +47,11 @@ def _smem_kb(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).shared_memory_per_block_optin // 1024
 
 
+def _pdl_ok(device: torch.device) -> bool:
+    """Programmatic dependent launch: a compiled launch on an sm_90+ GPU."""
+    return device.type == "cuda" and not interpreting() and torch.cuda.get_device_capability(device)[0] >= 9
+
+
 DEFAULT_TABLES = {role: KernelTable(role, fallback=tuple(k.name for k in DECLARATION.variants_for(role)))
                   for role in ("prefill", "extend", "decode")}
 
@@ -59,7 +64,8 @@ class TritonMLABackend(AttentionBackend):
     launch overrides for tests and benchmarks: ``num_splits`` (KV splits per tile),
     ``block_h``, ``block_n``, ``num_warps``, ``num_stages``, ``extend_tiles`` (block_m,
     block_n, num_warps, num_stages of the MHA-form kernel), ``v_split`` (v2: column blocks
-    of the latent per head block, 1 or 2)."""
+    of the latent per head block, 1 or 2), ``pdl`` (v2 with splits on sm_90+: the reduce
+    kernel launched as a programmatic dependent of the split kernel)."""
 
     name = "triton_mla"
     declaration = DECLARATION
@@ -68,7 +74,7 @@ class TritonMLABackend(AttentionBackend):
                  block_n: int | None = None, num_warps: int | None = None,
                  num_stages: int | None = None, mha_form_min_query: int | None = None,
                  extend_tiles: tuple[int, int, int, int] | None = None,
-                 variant: str | None = None, v_split: int | None = None):
+                 variant: str | None = None, v_split: int | None = None, pdl: bool = False):
         for option, value, pow2 in (("num_splits", num_splits, False), ("block_h", block_h, True),
                                     ("block_n", block_n, True), ("num_stages", num_stages, False)):
             check_int_option(self.name, option, value, power_of_two=pow2)
@@ -94,6 +100,8 @@ class TritonMLABackend(AttentionBackend):
         self.kernels = check_kernel_tables(self.name, kernels, DECLARATION)
         check_option(self.name, "v_split", v_split, (None, 1, 2))
         self.v_split = v_split
+        check_option(self.name, "pdl", pdl, (False, True))
+        self.pdl = pdl
 
     # ---- per step -------------------------------------------------------------------------
     def _prepare(self, meta: BatchMetadata, cache) -> StepState:
@@ -211,7 +219,8 @@ class TritonMLABackend(AttentionBackend):
             q_lat, q_pe, flat, part.block_tables, work_req,
             work_tok, part.query_start_loc, part.seq_lens,
             page_size=part.page_size, scale=layer.spec.softmax_scale, kv_scale=kv_scale,
-            block_t=block_t, block_h=block_h, num_splits=splits, variant=variant, **cfg)
+            block_t=block_t, block_h=block_h, num_splits=splits, variant=variant,
+            pdl=self.pdl and _pdl_ok(q_lat.device), **cfg)
 
     def _mha_form(self, q_nope, q_pe, latent, layer, cache, part: Part, kv_scale):
         """Decompress the gathered latent into per-head K/V, then causal flash attention."""

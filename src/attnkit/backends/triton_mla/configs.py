@@ -79,6 +79,11 @@ def absorbed_config_v2(block_m: int, latent_width: int, *, fp32: bool = False,
         # one warpgroup, [64, 256] accumulator: 0 spills, 147 KB shared memory (ptxas sm_90);
         # 64-key tiles spilled 25-32 registers at 4 warps
         return dict(block_n=32, num_warps=4, num_stages=3, programs_per_sm=1, v_split=2)
+    if block_m <= 16:
+        # a decode token of <= 16 heads: 32-key tiles, 6 stages, the whole latent row
+        # (v_split 1); ptxas sm_90 (Triton 3.6): 192 registers, 0 spills, 93,192 B of shared
+        # memory, so two programs share an SM (NOTES-mla.md, versions 6 and 8)
+        return dict(block_n=32, num_warps=4, num_stages=6, programs_per_sm=2, v_split=1)
     return None
 
 

@@ -17,6 +17,7 @@ import warnings
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_wait
 from triton.runtime.errors import OutOfResources
 
 from attnkit.backends._triton import LOG2E, NEG_BIG, interpreting, online_softmax_step
@@ -118,11 +119,14 @@ def _absorbed_split_kernel(
 def _reduce_splits_kernel(
     Partial, Lse, Out, num_splits,
     stride_pt, stride_ph, stride_ps, stride_lt, stride_lh, stride_ot, stride_oh,
-    BLOCK_S: tl.constexpr, BLOCK_L: tl.constexpr,
+    BLOCK_S: tl.constexpr, BLOCK_L: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """Partial: [T, H, S, L] fp32; Lse: [T, H, S] fp32 (base 2); Out: [T, H, L].
     Grid (T, H, L / BLOCK_L); BLOCK_S splits are read per step, so a long-context request cut
-    into hundreds of splits is merged in a few wide loads rather than one split at a time."""
+    into hundreds of splits is merged in a few wide loads rather than one split at a time.
+    PDL: launched as a programmatic dependent of the split kernel; waits for its stores."""
+    if PDL:
+        gdc_wait()
     t = tl.program_id(0)
     h = tl.program_id(1)
     offs_l = tl.program_id(2) * BLOCK_L + tl.arange(0, BLOCK_L)
@@ -185,14 +189,17 @@ def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok
                        query_start_loc, seq_lens, *, page_size: int, scale: float,
                        kv_scale: float, block_t: int, block_h: int, block_n: int,
                        num_splits: int, num_warps: int = 4, num_stages: int = 2,
-                       variant: str = "v1", v_split: int = 1):
+                       variant: str = "v1", v_split: int = 1, pdl: bool = False):
     """Absorbed attention core; returns out_lat [T, H, L] in q_lat's dtype.
 
     q_lat: [H, T, L] (last dim contiguous); q_pe: [T, H, R]; cache_flat: [slots, L + R]
     (compute dtype or fp8; ``kv_scale`` undoes fp8 storage); block_tables: [B, P] int32;
     work_req / work_tok: [W] int32 tiles of ``block_t`` tokens of one request;
     query_start_loc: [B+1] int32; seq_lens: [B] int32. ``variant`` picks the split kernel
-    ("v1", "v2" or "tma"); ``v_split`` (v2 / tma, 1 or 2) column blocks of L per head block.
+    ("v1", "v2" or "tma"); ``v_split`` (v2 / tma, 1 or 2) column blocks of L per head block;
+    ``pdl`` (v2 with splits): the reduce kernel launched as a programmatic dependent of the
+    split kernel (sm_90+; the split kernel itself launches as usual, after its inputs), its
+    launch and prologue under the split kernel's tail.
     """
     import torch
 
@@ -213,6 +220,7 @@ def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok
         lse = torch.empty(T, H, num_splits, dtype=torch.float32, device=q_lat.device)
         sp = (partial.stride(0), partial.stride(1), partial.stride(2), lse.stride(0), lse.stride(1))
     dot_prec = "ieee" if q_lat.dtype == torch.float32 else "tf32"
+    pdl = pdl and variant == "v2" and not direct
     if variant == "ws":
         absorbed_gluon(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok,
                        query_start_loc, seq_lens, partial, lse, sp,
@@ -235,7 +243,7 @@ def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok
                 scale * kv_scale * LOG2E, kv_scale, H, num_splits,
                 L=L, R=R, ROW=cache_flat.stride(0), PAGE_SIZE=page_size, BLOCK_T=block_t,
                 BLOCK_H=block_h, BLOCK_N=block_n, V_SPLIT=v_split, DIRECT=direct,
-                DOT_PREC=dot_prec, num_warps=num_warps, num_stages=stages,
+                DOT_PREC=dot_prec, PDL=pdl, num_warps=num_warps, num_stages=stages,
             )
         try:
             launch(num_stages)
@@ -266,5 +274,6 @@ def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok
         partial, lse, out, num_splits, *sp[:3], lse.stride(0), lse.stride(1),
         out.stride(0), out.stride(1),
         BLOCK_S=min(32, triton.next_power_of_2(num_splits)), BLOCK_L=block_l, num_warps=4,
+        PDL=pdl, **({"launch_pdl": True} if pdl else {}),
     )
     return out

@@ -26,6 +26,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from triton.language.extra.cuda import gdc_launch_dependents
+
 from attnkit.backends._triton import NEG_BIG, online_softmax_step, split_range
 
 
@@ -107,10 +109,16 @@ def _absorbed_v2_kernel(
     L: tl.constexpr, R: tl.constexpr, ROW: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     V_SPLIT: tl.constexpr, DIRECT: tl.constexpr, DOT_PREC: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """As decode._absorbed_split_kernel, with Cache: latent [slots, ROW] (ROW = L + R, a
     constexpr so row offsets fold into immediates) and grid axis 0 = head block * V_SPLIT +
-    column block. Out / Lse as there; every column block writes its columns, block 0 the LSE."""
+    column block. Out / Lse as there; every column block writes its columns, block 0 the LSE.
+    PDL (launched with programmatic dependent launch): the reduce kernel that follows may be
+    scheduled as soon as every program has started; it waits (gdc_wait) for this grid's
+    stores before it reads them."""
+    if PDL:
+        gdc_launch_dependents()
     BLOCK_M: tl.constexpr = BLOCK_T * BLOCK_H
     BLOCK_V: tl.constexpr = L // V_SPLIT
     # column blocks of one head block, then head blocks, vary fastest: the programs that read
