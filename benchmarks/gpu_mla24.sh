@@ -34,5 +34,5 @@ timeout $left python3 benchmarks/probe_mla_forward.py --prev "${PREV:-none}/src"
     --shapes 128x128x32768 --rounds 3 --reps 10 --replays 5 > "$D/probe_b128.log" 2>&1
 echo "rc=$? $((SECONDS - t1))s" >> "$D/probe_b128.log"
 rm -rf "$D"/*/_pkg
-tail -2 "$D/probe_b1.log" "$D/probe_b128.log"
+tail -n 2 "$D/probe_b1.log" "$D/probe_b128.log"
 tar czf "$OUT/gpu_mla24.tar.gz" -C "$OUT" mla24 && rm -rf "$D"     # one file comes back

@@ -232,7 +232,10 @@ def run_shape(trees, heads, batch, ctx, args, report):
             else:
                 (g_fwd, n1), (g_core, n2) = (fwd, "eager"), (core, "eager")
             rec["graph"] = n1 is None and n2 is None
-            runs[label] = (g_fwd, g_core)
+            # the eager calls ride along: their closures hold the step (block tables, work
+            # lists) the graphs read; freed, the graphs would read reused memory (round 1's
+            # illegal address at B=1)
+            runs[label] = (g_fwd, g_core, fwd, core)
         except Exception as exc:  # noqa: BLE001 - a side that cannot run is a result
             rec["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
             traceback.print_exc()
@@ -240,7 +243,7 @@ def run_shape(trees, heads, batch, ctx, args, report):
     for r in range(args.rounds):
         rot = labels[r % len(labels):] + labels[:r % len(labels)] if labels else []
         for label in rot:
-            g_fwd, g_core = runs[label]
+            g_fwd, g_core = runs[label][:2]
             rec = row["sides"][label]
             timer = time_ms if DEV == "cuda" else wall_ms
             rec.setdefault("fwd_us", []).append(1e3 * timer(g_fwd, warmup=3, reps=args.reps, cold_l2=True))
