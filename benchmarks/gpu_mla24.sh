@@ -5,7 +5,8 @@
 # Needs the previous default's tree (git archive fb7aab7 src benchmarks) at .prev/, carried by the
 # call as for gpu_defaults.sh (PREV=dir overrides; ../.prev and ../../.prev are looked at too);
 # without it only this tree's sides run (plan / new / ws), which still lists the kernels.
-# 1. probe_mla_forward.py at 128x1x1024 and 128x128x1024 (<= 62 s): both trees in one process:
+# 1. probe_mla_forward.py at 128x1x1024 and 128x128x1024 (<= 62 s): both trees in one process
+#    (sides prev, plan, ws: round 1 measured the no-tables default, column_split, apart):
 #    outputs checked (float64 reference at B=1, each other at B=128), core and forward timed by
 #    bench_mla's method in rotating rounds, torch.profiler kernel tables of forward and core;
 #    then bench_mla's own decode_row of each tree (16x1x1024, 128x1x1024, 128x128x1024, in its
@@ -25,7 +26,7 @@ export PYTHONPATH="$PWD/src"
   echo "prev tree: ${PREV:-none}"; } > "$D/env.txt" 2>&1
 t0=$SECONDS
 timeout 62 python3 benchmarks/probe_mla_forward.py --prev "${PREV:-none}/src" --prev-bench "${PREV:-none}/benchmarks" \
-    --out "$D/b1" --shapes 128x1x1024,128x128x1024 --rounds 5 --bench-rows 16x1x1024,128x1x1024,128x128x1024 \
+    --out "$D/b1" --shapes 128x1x1024,128x128x1024 --sides prev,plan,ws --rounds 5 --bench-rows 16x1x1024,128x1x1024,128x128x1024 \
     --bench-rounds 4 > "$D/probe_b1.log" 2>&1
 echo "rc=$? $((SECONDS - t0))s" >> "$D/probe_b1.log"
 left=$((88 - (SECONDS - t0)))

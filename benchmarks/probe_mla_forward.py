@@ -167,7 +167,7 @@ def replay_table(events: list) -> dict:
 
 def run_shape(trees, heads, batch, ctx, args, report):
     inp = make_inputs(heads, batch, ctx)
-    sides = backends(trees, heads)
+    sides = {k: v for k, v in backends(trees, heads).items() if k in args.sides.split(",")}
     cases = {t.pkg: Case(t, inp) for t in {id(t): t for t, _ in sides.values()}.values()}
     ref = None
     if batch == 1:
@@ -310,6 +310,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--replays", type=int, default=20)
     ap.add_argument("--smoke", action="store_true", help="CPU, fp16, Triton interpreter, tiny shapes")
+    ap.add_argument("--sides", default="prev,plan,new,ws", help="of prev, plan, new, ws")
     ap.add_argument("--bench-rows", default="", help="rows (HxBxCTX,...) of bench_mla.decode_row per tree")
     ap.add_argument("--bench-rounds", type=int, default=4)
     ap.add_argument("--prev-bench", default=None, help="benchmarks/ of the previous default's tree")
