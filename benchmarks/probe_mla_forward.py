@@ -24,11 +24,8 @@ Writes DIR/probe.json and prints a markdown summary.
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import json
 import os
-import re
 import shutil
 import statistics
 import sys
@@ -39,42 +36,11 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 from common import graphed, planned_options, time_ms, wall_ms  # noqa: E402
+from two_trees import Tree, load_bench, load_prev  # noqa: E402
 
 L, R, NOPE, DV, PAGE = 512, 64, 128, 128, 64
 DT = torch.bfloat16
 DEV = "cuda"      # --smoke: cpu, fp16, through the Triton interpreter, wall-clock
-
-
-def load_prev(src: str, into: str) -> str:
-    """Copy the tree ``src``/attnkit to ``into``/attnkit_prev with its imports renamed; the
-    package name to import."""
-    dst = os.path.join(into, "attnkit_prev")
-    shutil.rmtree(dst, ignore_errors=True)
-    shutil.copytree(os.path.join(src, "attnkit"), dst,
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    for root, _, files in os.walk(dst):
-        for f in files:
-            if f.endswith(".py"):
-                p = os.path.join(root, f)
-                with open(p) as fh:
-                    text = fh.read()
-                text = re.sub(r"(from|import)\s+attnkit\b", r"\1 attnkit_prev", text)
-                text = re.sub(r"([\"'])attnkit\.", r"\1attnkit_prev.", text)
-                with open(p, "w") as fh:
-                    fh.write(text)
-    sys.path.insert(0, into)
-    return "attnkit_prev"
-
-
-class Tree:
-    """The modules one tree's backend needs, by package name."""
-
-    def __init__(self, pkg: str):
-        m = lambda name: importlib.import_module(f"{pkg}.{name}")  # noqa: E731
-        self.pkg = pkg
-        self.base, self.batch = m("backends.base"), m("backends.batch")
-        self.paged, self.spec = m("kvcache.paged"), m("model.spec")
-        self.mla = m("backends.triton_mla.backend")
 
 
 def make_inputs(heads: int, batch: int, ctx: int, seed: int = 0) -> dict:
@@ -201,7 +167,7 @@ def replay_table(events: list) -> dict:
 
 def run_shape(trees, heads, batch, ctx, args, report):
     inp = make_inputs(heads, batch, ctx)
-    sides = backends(trees, heads)
+    sides = {k: v for k, v in backends(trees, heads).items() if k in args.sides.split(",")}
     cases = {t.pkg: Case(t, inp) for t in {id(t): t for t, _ in sides.values()}.values()}
     ref = None
     if batch == 1:
@@ -232,7 +198,10 @@ def run_shape(trees, heads, batch, ctx, args, report):
             else:
                 (g_fwd, n1), (g_core, n2) = (fwd, "eager"), (core, "eager")
             rec["graph"] = n1 is None and n2 is None
-            runs[label] = (g_fwd, g_core)
+            # the eager calls ride along: their closures hold the step (block tables, work
+            # lists) the graphs read; freed, the graphs would read reused memory (round 1's
+            # illegal address at B=1)
+            runs[label] = (g_fwd, g_core, fwd, core)
         except Exception as exc:  # noqa: BLE001 - a side that cannot run is a result
             rec["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
             traceback.print_exc()
@@ -240,7 +209,7 @@ def run_shape(trees, heads, batch, ctx, args, report):
     for r in range(args.rounds):
         rot = labels[r % len(labels):] + labels[:r % len(labels)] if labels else []
         for label in rot:
-            g_fwd, g_core = runs[label]
+            g_fwd, g_core = runs[label][:2]
             rec = row["sides"][label]
             timer = time_ms if DEV == "cuda" else wall_ms
             rec.setdefault("fwd_us", []).append(1e3 * timer(g_fwd, warmup=3, reps=args.reps, cold_l2=True))
@@ -259,22 +228,6 @@ def run_shape(trees, heads, batch, ctx, args, report):
     report.append(row)
     del runs, cases
     torch.cuda.empty_cache()
-
-
-def load_bench(tree: Tree, bench_dir: str, into: str):
-    """That tree's bench_mla.py as a module bound to its package (imports renamed for prev)."""
-    with open(os.path.join(bench_dir, "bench_mla.py")) as f:
-        text = f.read()
-    if tree.pkg != "attnkit":
-        text = re.sub(r"(from|import)\s+attnkit\b", rf"\1 {tree.pkg}", text)
-    path = os.path.join(into, f"bench_mla_{tree.pkg}.py")
-    os.makedirs(into, exist_ok=True)
-    with open(path, "w") as f:
-        f.write(text)
-    spec = importlib.util.spec_from_file_location(f"bench_mla_{tree.pkg}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def bench_rows(benches: dict, rows, args) -> list:
@@ -357,6 +310,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--replays", type=int, default=20)
     ap.add_argument("--smoke", action="store_true", help="CPU, fp16, Triton interpreter, tiny shapes")
+    ap.add_argument("--sides", default="prev,plan,new,ws", help="of prev, plan, new, ws")
     ap.add_argument("--bench-rows", default="", help="rows (HxBxCTX,...) of bench_mla.decode_row per tree")
     ap.add_argument("--bench-rounds", type=int, default=4)
     ap.add_argument("--prev-bench", default=None, help="benchmarks/ of the previous default's tree")

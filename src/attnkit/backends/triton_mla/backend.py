@@ -171,7 +171,15 @@ class TritonMLABackend(AttentionBackend):
         """q_nope: [T, H, nope]; q_pe: [T, H, R]; latent: [pages, page_size, L + R] -> [T, H, Dv]."""
         q_lat = torch.bmm(q_nope.transpose(0, 1), layer.w_kc.to(q_nope.dtype))       # [H, T, L]
         out_lat = self._attend_latent(q_lat, q_pe, latent, layer, part, kv_scale, kernels=kernels)
-        return torch.bmm(out_lat.transpose(0, 1), layer.w_vc.to(q_nope.dtype)).transpose(0, 1)
+        w_vc = layer.w_vc.to(q_nope.dtype)
+        if q_nope.shape[0] == 1:            # [H, 1, Dv] is already token-major once transposed
+            return torch.bmm(out_lat.transpose(0, 1), w_vc).transpose(0, 1)
+        # more tokens: written token-major through a transposed view (cuBLAS takes its strides),
+        # so the caller's reshape to [T, H * Dv] is a view, not a copy kernel (the GPU profile's
+        # last kernel of a forward at B > 1; NOTES-mla.md version 7)
+        out = q_nope.new_empty(q_nope.shape[0], q_nope.shape[1], w_vc.shape[-1])
+        torch.bmm(out_lat.transpose(0, 1), w_vc, out=out.transpose(0, 1))
+        return out
 
     def attend_latent(self, q_lat, q_pe, latent, layer: RuntimeLayer, step: StepState, *,
                       kv_scale: float = 1.0):
