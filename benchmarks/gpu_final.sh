@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A session's last GPU call, in one command (under 10 minutes on an H200), each step time-boxed:
 #   1. the whole GPU suite on the tree as merged;
-#   2. the H200 profile re-tuned where kernels changed (DROP: comma-separated backends whose entries
+#   2. the H200 profile re-tuned where kernels changed (DROP: comma-separated backends or backend:phase whose entries
 #      are dropped and measured again; TUNE_ARGS: ';'-separated `attnkit tune` argument lists, each
 #      resuming: only what the profile lacks is measured); the result replaces this copy's shipped
 #      profile for the steps below;
@@ -31,8 +31,8 @@ if step tune; then
 python3 - "$P" "${DROP:-}" <<'PY'
 import json, sys
 p = json.load(open("src/attnkit/planning/profiles/nvidia-h200.json"))
-drop = {b for b in sys.argv[2].split(",") if b}
-p["entries"] = [e for e in p["entries"] if e["backend"] not in drop]
+drop = {b for b in sys.argv[2].split(",") if b}       # "backend" or "backend:phase"
+p["entries"] = [e for e in p["entries"] if e["backend"] not in drop and f'{e["backend"]}:{e["phase"]}' not in drop]
 json.dump(p, open(sys.argv[1], "w"), indent=1)
 print("profile entries kept:", len(p["entries"]), "dropped backends:", sorted(drop))
 PY
