@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import heapq
 
+import numpy as np
+
 KINDS = ("round_robin", "lpt", "pairs")
 
 
@@ -49,45 +51,139 @@ def item_tiles(q_lens, kv_lens, block_req, block_m, *, block_n: int, block_rows:
 def schedule(block_tiles, block_req, block_m, *, heads: int, programs: int, kind: str,
              item_cost: float = 1.0) -> tuple[list[int], list[int]]:
     """The walk of ``programs`` programs over the blocks' (block, head) items (block_tiles,
-    block_req, block_m: per block, in backend.query_blocks' order)."""
+    block_req, block_m: per block, in backend.query_blocks' order), as host lists."""
+    order, start = schedule_arrays(block_tiles, block_req, block_m, heads=heads,
+                                   programs=programs, kind=kind, item_cost=item_cost)
+    return order.tolist(), start.tolist()
+
+
+def schedule_arrays(block_tiles, block_req, block_m, *, heads: int, programs: int, kind: str,
+                    item_cost: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """schedule's (order [items], start [P + 1]) as int64 numpy arrays (the launcher's form)."""
     if kind not in KINDS:
         raise ValueError(f"rows schedule: kind must be one of {KINDS}, got {kind!r}")
     n_items = len(block_tiles) * heads
     programs = max(1, min(int(programs), max(n_items, 1)))
     if kind == "round_robin":
-        per = [list(range(p, n_items, programs)) for p in range(programs)]
+        return _round_robin(n_items, programs)
+    tiles = np.asarray(block_tiles, dtype=np.int64).reshape(-1)
+    # units of one head: a block, or a pair of blocks (second -1: none); unit u * H + h is
+    # unit u's items on head h (heads fastest, as the items)
+    if kind == "pairs":
+        first, second = _pair_units(block_req, block_m)
     else:
-        units = _pair_units(block_req, block_m, heads) if kind == "pairs" else \
-            [[i] for i in range(n_items)]
-        costs = [sum(block_tiles[i // heads] + item_cost for i in unit) for unit in units]
-        ranked = sorted(range(len(units)), key=costs.__getitem__, reverse=True)   # stable
-        heap = [(0.0, p) for p in range(programs)]
-        per = [[] for _ in range(programs)]
-        for u in ranked:
-            load, p = heap[0]                     # the least-loaded program (lowest id on ties)
-            per[p].extend(units[u])
-            heapq.heapreplace(heap, (load + costs[u], p))
-    order, start = [], [0]
-    for items in per:
-        order.extend(items)
-        start.append(len(order))
-    return order, start
+        first, second = np.arange(len(tiles), dtype=np.int64), np.full(len(tiles), -1)
+    paired = second >= 0
+    scale = _exact_scale(item_cost, tiles, heads, programs)
+    if scale is None:           # costs a float sum may round: the heap, as the model says
+        costs = [tiles[f] + item_cost + (tiles[s] + item_cost if s >= 0 else 0)
+                 for f, s in zip(first.tolist(), second.tolist())]
+        ranked = np.array(sorted(range(len(costs)), key=costs.__getitem__, reverse=True),
+                          dtype=np.int64)                                  # stable
+        prog = _heap_lpt([costs[u] for u in ranked.tolist() for _ in range(heads)], programs)
+    else:
+        unit = tiles * (1 << scale) + int(item_cost * (1 << scale))        # exact ints
+        costs = unit[first] + np.where(paired, unit[second], 0)
+        ranked = np.argsort(-costs, kind="stable")
+        prog = _grouped_lpt(costs[ranked], heads, programs)
+    # rank position r * H + h: ranked unit r on head h (a head's units rank in unit order, so
+    # the stable sort of the units' costs expands head by head)
+    walk = np.argsort(prog.astype(np.int16 if programs < 1 << 15 else np.int32), kind="stable")
+    counts = np.bincount(prog, minlength=programs)      # program by program, assignment order
+    heads_ = np.arange(heads, dtype=np.int64)
+    order = (first[ranked][:, None] * heads + heads_).reshape(-1)[walk]
+    if kind == "pairs":
+        late = (second[ranked][:, None] * heads + heads_).reshape(-1)[walk]
+        both = np.stack([order, late], axis=1).reshape(-1)
+        order = both[both >= 0]
+        counts += np.bincount(prog, weights=np.repeat(paired[ranked], heads),
+                              minlength=programs).astype(np.int64)
+    return order, np.concatenate([[0], np.cumsum(counts)])
 
 
-def _pair_units(block_req, block_m, heads: int) -> list[list[int]]:
-    """Items grouped (block i, block n - 1 - i) of one (request, head); a request's middle block
-    of an odd count alone. Each unit costlier block first."""
-    by_req: dict[int, list[tuple[int, int]]] = {}
-    for b, (r, m0) in enumerate(zip(block_req, block_m)):
-        by_req.setdefault(r, []).append((m0, b))
-    units = []
-    for r in sorted(by_req):
-        blocks = [b for _, b in sorted(by_req[r])]          # by first row
-        n = len(blocks)
-        for i in range(n // 2 + n % 2):
-            pair = [blocks[n - 1 - i]] + ([blocks[i]] if i != n - 1 - i else [])
-            units.extend([[b * heads + h for b in pair] for h in range(heads)])
-    return units
+def _round_robin(n_items: int, programs: int) -> tuple[np.ndarray, np.ndarray]:
+    """Item i to program i % P, each program's items in item order."""
+    order = np.argsort(np.arange(n_items) % programs, kind="stable")
+    counts = np.bincount(np.arange(n_items) % programs, minlength=programs)
+    return order, np.concatenate([[0], np.cumsum(counts)])
+
+
+def _exact_scale(item_cost, tiles, heads: int, programs: int) -> int | None:
+    """k such that every cost x 2**k is an integer and every sum of them (times ``programs``,
+    the sort key's factor) stays below 2**53: then the float loads of the model are exact and
+    integer arithmetic takes the same decisions; None where not (or where a cost is <= 0)."""
+    cost = float(item_cost)
+    if not np.isfinite(cost) or (len(tiles) and int(tiles.min()) + cost <= 0):
+        return None
+    for k in range(32):
+        if (cost * (1 << k)).is_integer():
+            total = (int(tiles.sum()) * heads * 2 + len(tiles) * heads * 2 * abs(cost)) * (1 << k)
+            return k if total * programs < 2 ** 53 else None
+    return None
+
+
+def _heap_lpt(costs, programs: int) -> np.ndarray:
+    """The program taking each of ``costs`` (sorted descending) in turn: a heap of (load,
+    program), the least-loaded program (lowest id on ties) taking the next."""
+    heap = [(0.0, p) for p in range(programs)]
+    prog = []
+    for cost in costs:
+        load, p = heap[0]
+        prog.append(p)
+        heapq.heapreplace(heap, (load + cost, p))
+    return np.array(prog, dtype=np.int64)
+
+
+def _grouped_lpt(costs, heads: int, programs: int) -> np.ndarray:
+    """The heap's LPT over units of ``costs`` (exact ints > 0, sorted descending), each unit
+    ``heads`` items of its cost, a class of equal cost c at a time; -> the program taking each
+    item. A program of load L offers the loads L, L + c, L + 2c, ... and the heap hands the
+    class's items to the smallest (load, program) offers in turn. With R the largest load,
+    program p's offers are V_p + k c (k >= -a_p), V_p in [R, R + c) and a_p the rounds it is
+    behind R; so they go round by round (k), within a round in one order: (V_p, p), the
+    programs of that round (a_p >= -k) only."""
+    prog = np.empty(len(costs) * heads, dtype=np.int64)
+    loads = np.zeros(programs, dtype=np.int64)
+    cuts = (np.flatnonzero(np.diff(costs)) + 1).tolist()
+    for u0, u1 in zip([0] + cuts, cuts + [len(costs)]) if len(costs) else ():
+        c, g0, g1 = int(costs[u0]), u0 * heads, u1 * heads
+        behind = (int(loads.max()) + (c - 1) - loads) // c
+        behind_most = int(behind.max())
+        if behind_most:
+            loads += behind * c                                      # V
+        turn = np.argsort(loads, kind="stable")                      # a round's order
+        if behind_most:
+            late = behind[turn]
+            early = np.concatenate([turn[late >= k] for k in range(behind_most, 0, -1)])
+            if len(early) >= g1 - g0:                                # the class ends before R
+                prog[g0:g1] = early[:g1 - g0]
+                loads += (np.bincount(early[:g1 - g0], minlength=programs) - behind) * c
+                continue
+            prog[g0:g0 + len(early)] = early
+            g0 += len(early)
+        rest = g1 - g0
+        prog[g0:g1] = turn[:rest] if rest <= programs else np.resize(turn, rest)
+        full, extra = divmod(rest, programs)
+        if full:
+            loads += full * c
+        loads[turn[:extra]] += c
+    return prog
+
+
+def _pair_units(block_req, block_m) -> tuple[np.ndarray, np.ndarray]:
+    """Blocks grouped (block i, block n - 1 - i) of one request; a request's middle block of an
+    odd count alone (second -1). Pairs by request, then i; each pair's costlier (later) block
+    first. -> (first block, second block) per pair."""
+    req = np.asarray(block_req, dtype=np.int64).reshape(-1)
+    row = np.asarray(block_m, dtype=np.int64).reshape(-1)
+    by = np.lexsort((row, req))                        # blocks by request, then first row
+    n_req = np.bincount(req)[req[by]]                  # each sorted block's request's count
+    head_of_req = np.flatnonzero(np.r_[True, req[by][1:] != req[by][:-1]])
+    pos = np.arange(len(by)) - np.repeat(head_of_req, np.diff(np.r_[head_of_req, len(by)]))
+    lead = pos < (n_req + 1) // 2                       # blocks[i] of pair i
+    late = by[np.flatnonzero(lead) + (n_req - 1 - 2 * pos)[lead]]      # blocks[n - 1 - i]
+    early = np.where(pos[lead] != (n_req - 1 - pos)[lead], by[lead], -1)
+    return late, early
 
 
 def program_loads(block_tiles, order, start, *, heads: int, item_cost: float = 1.0) -> list[float]:
