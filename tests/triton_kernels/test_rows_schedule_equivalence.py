@@ -54,7 +54,7 @@ def test_schedule_equals_the_heap_oracle(seed):
     tiles, reqs, rows = _step(rng)
     heads = rng.choice([1, 2, 7, 32, 64])
     programs = rng.choice([1, 2, 3, 5, 132, 133, 264, rng.randint(1, 10_000), 10_000])
-    item_cost = rng.choice([1.0, 1.0, 0.0, 0.5, 2.25, 3, 0.3, 1e-9, 7.0])
+    item_cost = rng.choice([1.0, 1.0, 0.0, 0.5, 2.25, 3, 0.3, 1e-9, 7.0, -1.0, -0.75])
     for kind in KINDS:
         got = schedule(tiles, reqs, rows, heads=heads, programs=programs, kind=kind,
                        item_cost=item_cost)

@@ -74,7 +74,7 @@ def schedule_arrays(block_tiles, block_req, block_m, *, heads: int, programs: in
     else:
         first, second = np.arange(len(tiles), dtype=np.int64), np.full(len(tiles), -1)
     paired = second >= 0
-    scale = _exact_scale(item_cost, tiles, heads, programs)
+    scale = _exact_scale(item_cost, tiles, heads)
     if scale is None:           # costs a float sum may round: the heap, as the model says
         costs = [tiles[f] + item_cost + (tiles[s] + item_cost if s >= 0 else 0)
                  for f, s in zip(first.tolist(), second.tolist())]
@@ -108,17 +108,17 @@ def _round_robin(n_items: int, programs: int) -> tuple[np.ndarray, np.ndarray]:
     return order, np.concatenate([[0], np.cumsum(counts)])
 
 
-def _exact_scale(item_cost, tiles, heads: int, programs: int) -> int | None:
-    """k such that every cost x 2**k is an integer and every sum of them (times ``programs``,
-    the sort key's factor) stays below 2**53: then the float loads of the model are exact and
-    integer arithmetic takes the same decisions; None where not (or where a cost is <= 0)."""
+def _exact_scale(item_cost, tiles, heads: int) -> int | None:
+    """k such that every cost x 2**k is an integer and the sum of them all stays below 2**53:
+    then the model's float loads are exact and integer arithmetic takes the same decisions;
+    None where not (or where a cost is <= 0)."""
     cost = float(item_cost)
     if not np.isfinite(cost) or (len(tiles) and int(tiles.min()) + cost <= 0):
         return None
     for k in range(32):
         if (cost * (1 << k)).is_integer():
-            total = (int(tiles.sum()) * heads * 2 + len(tiles) * heads * 2 * abs(cost)) * (1 << k)
-            return k if total * programs < 2 ** 53 else None
+            total = (int(tiles.sum()) + len(tiles) * cost) * 2 * heads * (1 << k)   # pairs: 2
+            return k if total < 2 ** 53 else None
     return None
 
 
