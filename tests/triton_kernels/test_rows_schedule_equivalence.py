@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from attnkit.backends.triton.rows_schedule import KINDS, block_list, item_tiles, schedule
+from attnkit.backends.triton.rows_schedule import KINDS, block_arrays, block_list, item_tiles, schedule
 
 
 def _oracle(block_tiles, block_req, block_m, *, heads, programs, kind, item_cost=1.0):
@@ -77,3 +77,15 @@ def test_equal_requests_equal_the_oracle(programs):
 
 def test_empty_step():
     assert schedule([], [], [], heads=4, programs=8, kind="lpt") == ([], [0, 0])
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_block_arrays_are_block_list_and_item_tiles(seed):
+    rng = random.Random(seed)
+    q = [rng.choice([0, 1, 128, 129, rng.randint(1, 3000)]) for _ in range(rng.randint(1, 12))]
+    kv = [x + rng.choice([0, 7, rng.randint(0, 2000)]) for x in q]
+    block_m, block_n = rng.choice([64, 128]), rng.choice([64, 128])
+    blocks = block_list(q, kv, block_m)
+    reqs, rows = [b[0] for b in blocks], [b[1] for b in blocks]
+    got = block_arrays(q, kv, block_m, block_n=block_n)
+    assert [x.tolist() for x in got] == [reqs, rows, item_tiles(q, kv, reqs, rows, block_n=block_n)]

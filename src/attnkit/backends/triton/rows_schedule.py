@@ -48,6 +48,21 @@ def item_tiles(q_lens, kv_lens, block_req, block_m, *, block_n: int, block_rows:
     return tiles
 
 
+def block_arrays(q_lens, kv_lens, block_m: int, *, block_n: int,
+                 block_rows: int = 128) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """block_list's blocks of every request and their item_tiles, as int64 arrays (request
+    [NB], first query row [NB], key tiles [NB]); the launcher's form."""
+    q, kv = np.asarray(q_lens, dtype=np.int64), np.asarray(kv_lens, dtype=np.int64)
+    per = -(-q // block_m)
+    req = np.repeat(np.arange(len(q), dtype=np.int64), per)
+    row = (np.arange(len(req), dtype=np.int64) - np.repeat(np.cumsum(per) - per, per)) * block_m
+    first_key = kv[req] - q[req] + row
+    by = np.lexsort((row, req, first_key))[::-1]           # most keys first, as block_list
+    req, row, first_key = req[by], row[by], first_key[by]
+    last = first_key + np.minimum(q[req] - row, block_rows)
+    return req, row, -(-last // block_n)
+
+
 def schedule(block_tiles, block_req, block_m, *, heads: int, programs: int, kind: str,
              item_cost: float = 1.0) -> tuple[list[int], list[int]]:
     """The walk of ``programs`` programs over the blocks' (block, head) items (block_tiles,

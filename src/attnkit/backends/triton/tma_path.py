@@ -151,19 +151,24 @@ def run_gluon_rows(route: str, q, k, v, out, cache, layer_id: int, plan, *, bloc
 def chain_walk(memo: dict, meta, heads: int, programs: int, block_n: int, schedule: dict,
                device) -> tuple[torch.Tensor, torch.Tensor]:
     """(order [items], start [programs + 1]) int32 of the chained kernel's walk, once a step
-    (rows_schedule.schedule over backend.query_blocks' blocks, from the host lengths)."""
-    from attnkit.backends.triton.rows_schedule import block_list, item_tiles
-    from attnkit.backends.triton.rows_schedule import schedule as walk
+    (rows_schedule.schedule over backend.query_blocks' blocks, from the host lengths; copied
+    from pinned memory without a wait on the device)."""
+    from attnkit.backends.triton.rows_schedule import block_arrays, schedule_arrays
     key = ("chain", heads, programs, block_n, tuple(sorted(schedule.items())))
     if key not in memo:
-        q_lens, kv_lens = meta.query_lens_cpu, meta.seq_lens_cpu
-        blocks = block_list(q_lens, kv_lens, 128)
-        reqs, rows = [b[0] for b in blocks], [b[1] for b in blocks]
-        tiles = item_tiles(q_lens, kv_lens, reqs, rows, block_n=block_n)
-        order, start = walk(tiles, reqs, rows, heads=heads, programs=programs, **schedule)
-        as_i32 = lambda xs: torch.tensor(xs, dtype=torch.int32, device=device)  # noqa: E731
-        memo[key] = (as_i32(order), as_i32(start))
+        reqs, rows, tiles = block_arrays(meta.query_lens_cpu, meta.seq_lens_cpu, 128,
+                                         block_n=block_n)
+        memo[key] = tuple(_to_device(x, device) for x in schedule_arrays(
+            tiles, reqs, rows, heads=heads, programs=programs, **schedule))
     return memo[key]
+
+
+def _to_device(host, device) -> torch.Tensor:
+    """A host int array as int32 on ``device``; to a GPU from pinned memory, asynchronously."""
+    ints = torch.from_numpy(host).to(torch.int32)
+    if torch.device(device).type != "cuda":
+        return ints.to(device)
+    return ints.pin_memory().to(device, non_blocking=True)
 
 
 def row_layout(memo: dict, meta, device) -> tuple[torch.Tensor, int, int]:
