@@ -103,7 +103,8 @@ def schedule_arrays(block_tiles, block_req, block_m, *, heads: int, programs: in
         prog = _grouped_lpt(costs[ranked], heads, programs)
     # rank position r * H + h: ranked unit r on head h (a head's units rank in unit order, so
     # the stable sort of the units' costs expands head by head)
-    walk = np.argsort(prog.astype(np.int16 if programs < 1 << 15 else np.int32), kind="stable")
+    # a stable sort of the program ids in their smallest dtype (numpy's radix sort)
+    walk = prog.astype(np.min_scalar_type(programs - 1)).argsort(kind="stable")
     counts = np.bincount(prog, minlength=programs)      # program by program, assignment order
     heads_ = np.arange(heads, dtype=np.int64)
     order = (first[ranked][:, None] * heads + heads_).reshape(-1)[walk]
@@ -166,7 +167,7 @@ def _grouped_lpt(costs, heads: int, programs: int) -> np.ndarray:
         behind_most = int(behind.max())
         if behind_most:
             loads += behind * c                                      # V
-        turn = np.argsort(loads, kind="stable")                      # a round's order
+        turn = loads.argsort(kind="stable")                      # a round's order
         if behind_most:
             late = behind[turn]
             early = np.concatenate([turn[late >= k] for k in range(behind_most, 0, -1)])
@@ -176,11 +177,11 @@ def _grouped_lpt(costs, heads: int, programs: int) -> np.ndarray:
                 continue
             prog[g0:g0 + len(early)] = early
             g0 += len(early)
-        rest = g1 - g0
-        prog[g0:g1] = turn[:rest] if rest <= programs else np.resize(turn, rest)
-        full, extra = divmod(rest, programs)
+        full, extra = divmod(g1 - g0, programs)
         if full:
+            prog[g0:g0 + full * programs].reshape(full, programs)[:] = turn
             loads += full * c
+        prog[g1 - extra:g1] = turn[:extra]
         loads[turn[:extra]] += c
     return prog
 
