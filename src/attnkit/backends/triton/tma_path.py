@@ -125,14 +125,7 @@ def run_gluon_rows(route: str, q, k, v, out, cache, layer_id: int, plan, *, bloc
     chain_fuses_write): (k_cache, v_cache, slot_mapping), the step's K/V written by the kernel."""
     if not descriptor_ready(q):
         q = q.contiguous()
-    if route == "packed":
-        k_rows, v_rows, key_start = k, v, plan.query_start_loc[:-1]
-    else:
-        key_start, total, longest = row_layout(plan.rows, plan.meta, q.device)
-        k_rows, v_rows = gather_rows(cache.k[layer_id], cache.v[layer_id],
-                                     block_tables=plan.block_tables, key_start=key_start,
-                                     seq_lens=plan.seq_lens, total_rows=total, longest=longest,
-                                     pad=PAD, dtype=q.dtype)
+    k_rows, v_rows, key_start = staged_rows(route == "packed", q, k, v, cache, layer_id, plan)
     if schedule is not None:
         order, start = chain_walk(plan.rows, plan.meta, q.shape[1], programs, tiles[0], schedule,
                                   q.device)
@@ -171,6 +164,20 @@ def _to_device(host, device) -> torch.Tensor:
     return ints.pin_memory().to(device, non_blocking=True)
 
 
+def staged_rows(in_place: bool, q, k, v, cache, layer_id: int, plan):
+    """(k_rows, v_rows, key_start [B] int32) a rows kernel reads: the step's own k / v
+    (``in_place``: the "direct" / "packed" routes; request r's keys from its first new row), or
+    every key gathered from the cache into the padded buffer (the "rows" route, row_layout)."""
+    if in_place:
+        return k, v, plan.query_start_loc[:-1]
+    key_start, total, longest = row_layout(plan.rows, plan.meta, q.device)
+    k_rows, v_rows = gather_rows(cache.k[layer_id], cache.v[layer_id],
+                                 block_tables=plan.block_tables, key_start=key_start,
+                                 seq_lens=plan.seq_lens, total_rows=total, longest=longest,
+                                 pad=PAD, dtype=q.dtype)
+    return k_rows, v_rows, key_start
+
+
 def row_layout(memo: dict, meta, device) -> tuple[torch.Tensor, int, int]:
     """(key_start [B] int32, total rows, longest segment) of the padded buffer, once a step."""
     if "tma_rows" not in memo:
@@ -195,14 +202,7 @@ def run_tma_extend(route: str, q, k, v, out, cache, layer_id: int, plan, *, conf
             qk_scale=kernel_args["qk_scale"]):
         return prefill_gluon_attention(q, k, v, out, qk_scale=kernel_args["qk_scale"],
                                        v_scale=kernel_args["v_scale"], causal=kernel_args["causal"])
-    if route == "direct":
-        k_rows, v_rows, key_start = k, v, plan.query_start_loc[:-1]
-    else:
-        key_start, total, longest = row_layout(plan.rows, plan.meta, q.device)
-        k_rows, v_rows = gather_rows(cache.k[layer_id], cache.v[layer_id],
-                                     block_tables=plan.block_tables, key_start=key_start,
-                                     seq_lens=plan.seq_lens, total_rows=total, longest=longest,
-                                     pad=PAD, dtype=q.dtype)
+    k_rows, v_rows, key_start = staged_rows(route == "direct", q, k, v, cache, layer_id, plan)
     return prefill_tma_attention(q, k_rows, v_rows, out, block_req=block_req, block_m=block_m,
                                  query_start_loc=plan.query_start_loc, key_start=key_start,
                                  seq_lens=plan.seq_lens, config=config, **kernel_args)
