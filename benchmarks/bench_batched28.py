@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 from bench_triton import Setup, measure  # noqa: E402
-from rows_step import checked_row, failed, sdpa_reference, step_rows  # noqa: E402
+from rows_step import cell, checked_row, failed, md_table, sdpa_reference, step_rows  # noqa: E402
 
 from attnkit.backends._triton import LOG2E, write_kv  # noqa: E402
 from attnkit.backends.triton import configs, tma_path  # noqa: E402
@@ -125,14 +125,11 @@ def forms(full: bool, *, prefix: bool):
 
 
 def table() -> str:
-    rows = [json.loads(x) for x in open(os.path.join(ARGS.out, "bench_batched28.jsonl"))]
-    lines = ["| shape | variant | attnkit (graph) | eager | cuDNN | flash | err |", "|---|---|---:|---:|---:|---:|---:|"]
-    f = lambda v: f"{v:.0f}" if isinstance(v, (int, float)) else ("" if v is None else str(v))  # noqa: E731
-    for r in rows:
-        lines.append(f"| {r.get('shape')} | {r.get('variant')} | {f(r.get('attnkit'))} | "
-                     f"{f(r.get('attnkit_eager'))} | {f(r.get('sdpa_cudnn'))} | {f(r.get('sdpa_flash'))} | "
-                     f"{r.get('err_vs_sdpa', '')} |")
-    return "\n".join(lines)
+    get = lambda key: lambda r: cell(r.get(key))  # noqa: E731
+    return md_table(os.path.join(ARGS.out, "bench_batched28.jsonl"), {
+        "shape": get("shape"), "variant": get("variant"), "attnkit (graph)": get("attnkit"),
+        "eager": get("attnkit_eager"), "cuDNN": get("sdpa_cudnn"), "flash": get("sdpa_flash"),
+        "err": lambda r: str(r.get("err_vs_sdpa", ""))})
 
 
 def main():

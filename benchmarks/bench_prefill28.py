@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 from bench_triton import Setup, _peer, flex_peer, measure, sdpa_peer, timed  # noqa: E402
-from rows_step import checked_row, sdpa_reference, step_rows  # noqa: E402
+from rows_step import cell, checked_row, md_table, sdpa_reference, step_rows  # noqa: E402
 
 from attnkit.backends._triton import LOG2E  # noqa: E402
 from attnkit.backends.triton import tma_path  # noqa: E402
@@ -117,16 +117,13 @@ def flex_row(name, s, out_dir):
 
 
 def table(out_dir: str) -> str:
-    rows = [json.loads(x) for x in open(os.path.join(out_dir, "bench_prefill28.jsonl"))]
-    lines = ["| shape | variant | attnkit | eager | cuDNN | flash | gather+sdpa | flex | err |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    f = lambda v: f"{v:.0f}" if isinstance(v, (int, float)) else ("" if v is None else str(v))  # noqa: E731
-    for r in rows:
-        ours = f"{r['ms']:.3f} ms" if "ms" in r else f(r.get("attnkit"))
-        lines.append(f"| {r.get('shape')} | {r.get('variant')} | {ours} | "
-                     f"{f(r.get('attnkit_eager'))} | {f(r.get('sdpa_cudnn'))} | {f(r.get('sdpa_flash'))} | "
-                     f"{f(r.get('gather_sdpa'))} | {f(r.get('flex'))} | {r.get('err_vs_sdpa', '')} |")
-    return "\n".join(lines)
+    get = lambda key: lambda r: cell(r.get(key))  # noqa: E731
+    return md_table(os.path.join(out_dir, "bench_prefill28.jsonl"), {
+        "shape": get("shape"), "variant": get("variant"),
+        "attnkit": lambda r: f"{r['ms']:.3f} ms" if "ms" in r else cell(r.get("attnkit")),
+        "eager": get("attnkit_eager"), "cuDNN": get("sdpa_cudnn"), "flash": get("sdpa_flash"),
+        "gather+sdpa": get("gather_sdpa"), "flex": get("flex"),
+        "err": lambda r: str(r.get("err_vs_sdpa", ""))})
 
 
 def main():

@@ -1,8 +1,10 @@
 """What bench_prefill28.py and bench_batched28.py share to time the Gluon rows kernels alone on
 a Setup's step (bench_triton.Setup; its keys already in the cache): the key rows the kernels
 read (the step's packed k / v, or at a prefix the gathered padded copy), SDPA's output on the
-same step, and one kernel form checked against it before it is timed."""
+same step, one kernel form checked against it before it is timed, and the rows' markdown table."""
 from __future__ import annotations
+
+import json
 
 import torch
 from bench_triton import rel_err, sdpa_peer, timed
@@ -61,3 +63,18 @@ def checked_row(fn, out, ref, *, units, **row) -> dict:
     except Exception as exc:  # noqa: BLE001 - one form failing must not stop the others
         row = dict(row, attnkit=failed(exc))
     return row
+
+
+def cell(value) -> str:
+    """A table cell: a rate rounded, a note as it is, nothing for a missing value."""
+    return f"{value:.0f}" if isinstance(value, (int, float)) else ("" if value is None else str(value))
+
+
+def md_table(jsonl: str, columns: dict) -> str:
+    """The markdown table of a bench's rows (one JSON object a line): ``columns`` title -> the
+    cell of a row (the first two left-aligned, the rest right)."""
+    rows = [json.loads(x) for x in open(jsonl)]
+    rule = ["---"] * 2 + ["---:"] * (len(columns) - 2)
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join(rule) + "|"]
+    lines += ["| " + " | ".join(fn(r) for fn in columns.values()) + " |" for r in rows]
+    return "\n".join(lines)
