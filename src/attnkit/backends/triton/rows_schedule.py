@@ -119,9 +119,10 @@ def schedule_arrays(block_tiles, block_req, block_m, *, heads: int, programs: in
 
 def _round_robin(n_items: int, programs: int) -> tuple[np.ndarray, np.ndarray]:
     """Item i to program i % P, each program's items in item order."""
-    order = np.argsort(np.arange(n_items) % programs, kind="stable")
-    counts = np.bincount(np.arange(n_items) % programs, minlength=programs)
-    return order, np.concatenate([[0], np.cumsum(counts)])
+    rounds = -(-n_items // programs)
+    grid = np.arange(rounds * programs, dtype=np.int64).reshape(rounds, programs).T.reshape(-1)
+    counts = (n_items - np.arange(programs, dtype=np.int64) + programs - 1) // programs
+    return grid[grid < n_items], np.concatenate([[0], np.cumsum(counts)])
 
 
 def _exact_scale(item_cost, tiles, heads: int) -> int | None:
