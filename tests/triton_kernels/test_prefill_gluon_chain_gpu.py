@@ -9,7 +9,7 @@ from factories import assert_close, make_case, make_layer
 from gluon_rows_cases import PACKED_LENS, count_launches, needs_gluon_rows as needs, packed_step, run_step
 
 from attnkit.backends.triton import tma_path
-from attnkit.backends.triton.rows_schedule import KINDS, block_arrays, schedule
+from attnkit.backends.triton.rows_schedule import KINDS, block_arrays, schedule, tile_counts
 
 pytestmark = pytest.mark.gpu
 
@@ -71,9 +71,9 @@ def test_every_walk_over_packed_rows(kind, programs):
     programs than items (empty programs). The output starts as NaN: a row a walk skips fails."""
     from attnkit.backends.triton.prefill_gluon_chain import prefill_gluon_chain_attention
     case, rows = packed_step(device="cuda")
-    reqs, first_rows, tiles = block_arrays(PACKED_LENS, PACKED_LENS, 128, block_n=128)
-    order, start = schedule(tiles.tolist(), reqs.tolist(), first_rows.tolist(), heads=8,
-                            programs=programs, kind=kind)
+    reqs, first_rows = block_arrays(PACKED_LENS, PACKED_LENS, 128)
+    order, start = schedule(tile_counts(PACKED_LENS, PACKED_LENS, reqs, first_rows, block_n=128),
+                            reqs, first_rows, heads=8, programs=programs, kind=kind)
     i32 = lambda xs: torch.tensor(xs, dtype=torch.int32, device="cuda")  # noqa: E731
     out = torch.full_like(case.q, float("nan"))
     prefill_gluon_chain_attention(case.q, case.k, case.v, out, order=i32(order), start=i32(start),

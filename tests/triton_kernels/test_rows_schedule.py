@@ -113,7 +113,7 @@ def test_the_gpu_tests_packed_step_and_counted_run(monkeypatch):
     from attnkit.backends.triton import tma_path
     from attnkit.backends.triton.rows_schedule import block_arrays
     case, rows = packed_step(device="cpu")
-    reqs, first_rows, _ = block_arrays(PACKED_LENS, PACKED_LENS, 128, block_n=128)
+    reqs, first_rows = block_arrays(PACKED_LENS, PACKED_LENS, 128)
     assert rows["block_req"].tolist() == reqs.tolist() and rows["block_m"].tolist() == first_rows.tolist()
     assert rows["query_start_loc"].tolist() == [0, 129, 130, 770, 1025]
     assert rows["key_start"].tolist() == [0, 129, 130, 770] and rows["seq_lens"].tolist() == list(PACKED_LENS)

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from attnkit.backends.triton.rows_schedule import KINDS, block_arrays, block_list, item_tiles, schedule
+from attnkit.backends.triton.rows_schedule import KINDS, block_list, item_tiles, schedule
 
 
 def _oracle(block_tiles, block_req, block_m, *, heads, programs, kind, item_cost=1.0):
@@ -80,12 +80,17 @@ def test_empty_step():
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_block_arrays_are_block_list_and_item_tiles(seed):
+def test_blocks_and_tiles_equal_a_brute_force(seed):
+    """block_list (request subsets too) / item_tiles against the blocks listed one by one:
+    (last key of the first row, request, row) descending; tiles to the last real row."""
     rng = random.Random(seed)
     q = [rng.choice([0, 1, 128, 129, rng.randint(1, 3000)]) for _ in range(rng.randint(1, 12))]
     kv = [x + rng.choice([0, 7, rng.randint(0, 2000)]) for x in q]
     block_m, block_n = rng.choice([64, 128]), rng.choice([64, 128])
-    blocks = block_list(q, kv, block_m)
-    reqs, rows = [b[0] for b in blocks], [b[1] for b in blocks]
-    got = block_arrays(q, kv, block_m, block_n=block_n)
-    assert [x.tolist() for x in got] == [reqs, rows, item_tiles(q, kv, reqs, rows, block_n=block_n)]
+    requests = None if seed % 2 else sorted(rng.sample(range(len(q)), rng.randint(0, len(q))))
+    want = sorted(((kv[i] - q[i] + m, i, m) for i in (requests or range(len(q))) if requests != []
+                   for m in range(0, q[i], block_m)), reverse=True)
+    blocks = block_list(q, kv, block_m, requests=requests)
+    assert blocks == [(i, m) for _, i, m in want]
+    tiles = item_tiles(q, kv, [i for i, _ in blocks], [m for _, m in blocks], block_n=block_n)
+    assert tiles == [-(-(k + min(q[i] - m, 128)) // block_n) for k, i, m in want]

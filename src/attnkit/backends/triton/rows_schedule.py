@@ -1,6 +1,6 @@
 """Which program of a persistent rows kernel runs which work item, in which order: the index
-math of prefill_gluon_chain.py's walk, in plain Python (host ints in, host ints out; the
-launcher turns them into two int32 tensors once a step).
+math of prefill_gluon_chain.py's walk, on the host (numpy; the launcher turns it into two
+int32 tensors once a step).
 
 A work item is (query block, head) of backend.query_blocks' block list, item i = block
 i // H, head i % H (heads fastest), the blocks with the most keys first. An item's cost is
@@ -10,14 +10,19 @@ for what every item pays once (its first Q.K's wait, its last P.V and the store)
 Schedules (``kind``):
 - "round_robin": item i to program i % P, in item order: the walk of prefill_gluon_rows.py's
   persistent form (its load per program is uneven by up to one item a wave).
-- "lpt": longest processing time first: the items, costliest first, each to the program with
-  the least work so far (a heap), each program running its items in that order.
+- "lpt": longest processing time first: the items, costliest first (item order on ties),
+  each to the program with the least work so far (lowest id on ties), each program running its
+  items in that order. Computed a cost class at a time (_grouped_lpt: the costs are small
+  integers, so a class of equal-cost items goes out in rounds, numpy over the programs), exactly
+  the item-by-item heap's walk; the heap itself only where a float sum of the costs may round.
 - "pairs": LPT over pairs of one (request, head): block i with block n - 1 - i of the same
   request, the two run one after the other (equal-cost units for equal requests: causal load
   balancing, and the second block re-reads the first's keys from L2).
 
 -> (order, start): ``order`` [items] the item ids program by program, ``start`` [P + 1] each
-program's first slot in ``order`` (program p runs order[start[p]:start[p + 1]]).
+program's first slot in ``order`` (program p runs order[start[p]:start[p + 1]]); host lists
+(schedule) or int64 numpy arrays (schedule_arrays, block_arrays, tile_counts: the launcher's form,
+tma_path.chain_walk, once a step; benchmarks/profile_rows_schedule.py times it).
 """
 from __future__ import annotations
 
@@ -28,39 +33,41 @@ import numpy as np
 KINDS = ("round_robin", "lpt", "pairs")
 
 
+def block_arrays(q_lens, kv_lens, block_m: int, *, requests=None) -> tuple[np.ndarray, np.ndarray]:
+    """(request [NB], first query row [NB]) int64 of every block_m-row query block of
+    ``requests`` (default all), most keys first (backend.query_blocks' order): by the last key
+    of the block's first row, then request, then row, all descending."""
+    q, kv = np.asarray(q_lens, dtype=np.int64), np.asarray(kv_lens, dtype=np.int64)
+    reqs = np.arange(len(q), dtype=np.int64) if requests is None else \
+        np.asarray(requests, dtype=np.int64).reshape(-1)
+    per = -(-q[reqs] // block_m)
+    req = np.repeat(reqs, per)
+    row = (np.arange(len(req), dtype=np.int64) - np.repeat(np.cumsum(per) - per, per)) * block_m
+    by = np.lexsort((row, req, kv[req] - q[req] + row))[::-1]
+    return req[by], row[by]
+
+
+def tile_counts(q_lens, kv_lens, block_req, block_m, *, block_n: int,
+                block_rows: int = 128) -> np.ndarray:
+    """Key tiles [NB] int64 of every block (prefill_gluon_rows._geometry's n_tiles): the tiles
+    up to the block's last real row's position (kv_len - q_len + its row)."""
+    q, kv = np.asarray(q_lens, dtype=np.int64), np.asarray(kv_lens, dtype=np.int64)
+    req = np.asarray(block_req, dtype=np.int64).reshape(-1)
+    row = np.asarray(block_m, dtype=np.int64).reshape(-1)
+    last = kv[req] - q[req] + row + np.minimum(q[req] - row, block_rows)
+    return -(-last // block_n)
+
+
 def block_list(q_lens, kv_lens, block_m: int, *, requests=None) -> list[tuple[int, int]]:
-    """(request, first query row) of every block_m-row query block of ``requests`` (default
-    all), most keys first (backend.query_blocks' order, as host ints)."""
-    reqs = range(len(q_lens)) if requests is None else requests
-    # (last key of the block's first row, request, first row): most keys first
-    blocks = sorted(((kv_lens[i] - q_lens[i] + m, i, m) for i in reqs
-                     for m in range(0, q_lens[i], block_m)), reverse=True)
-    return [(b[1], b[2]) for b in blocks]
+    """block_arrays as host (request, first row) pairs."""
+    req, row = block_arrays(q_lens, kv_lens, block_m, requests=requests)
+    return list(zip(req.tolist(), row.tolist()))
 
 
 def item_tiles(q_lens, kv_lens, block_req, block_m, *, block_n: int, block_rows: int = 128):
-    """Key tiles of every block (prefill_gluon_rows._geometry's n_tiles): the tiles up to the
-    block's last real row's position (kv_len - q_len + its row)."""
-    tiles = []
-    for r, m0 in zip(block_req, block_m):
-        last = kv_lens[r] - q_lens[r] + m0 + min(q_lens[r] - m0, block_rows)
-        tiles.append(-(-last // block_n))
-    return tiles
-
-
-def block_arrays(q_lens, kv_lens, block_m: int, *, block_n: int,
-                 block_rows: int = 128) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """block_list's blocks of every request and their item_tiles, as int64 arrays (request
-    [NB], first query row [NB], key tiles [NB]); the launcher's form."""
-    q, kv = np.asarray(q_lens, dtype=np.int64), np.asarray(kv_lens, dtype=np.int64)
-    per = -(-q // block_m)
-    req = np.repeat(np.arange(len(q), dtype=np.int64), per)
-    row = (np.arange(len(req), dtype=np.int64) - np.repeat(np.cumsum(per) - per, per)) * block_m
-    first_key = kv[req] - q[req] + row
-    by = np.lexsort((row, req, first_key))[::-1]           # most keys first, as block_list
-    req, row, first_key = req[by], row[by], first_key[by]
-    last = first_key + np.minimum(q[req] - row, block_rows)
-    return req, row, -(-last // block_n)
+    """tile_counts as a host list."""
+    return tile_counts(q_lens, kv_lens, block_req, block_m, block_n=block_n,
+                       block_rows=block_rows).tolist()
 
 
 def schedule(block_tiles, block_req, block_m, *, heads: int, programs: int, kind: str,
@@ -101,16 +108,17 @@ def schedule_arrays(block_tiles, block_req, block_m, *, heads: int, programs: in
         costs = unit[first] + np.where(paired, unit[second], 0)
         ranked = np.argsort(-costs, kind="stable")
         prog = _grouped_lpt(costs[ranked], heads, programs)
-    # rank position r * H + h: ranked unit r on head h (a head's units rank in unit order, so
-    # the stable sort of the units' costs expands head by head)
-    # a stable sort of the program ids in their smallest dtype (numpy's radix sort)
+    # prog [rank position r * H + h]: ranked unit r on head h (a head's units rank in unit
+    # order, so the stable sort of the units' costs expands head by head). The positions
+    # program by program in assignment order: a stable sort of the program ids, in their
+    # smallest dtype (numpy's radix sort)
     walk = prog.astype(np.min_scalar_type(programs - 1)).argsort(kind="stable")
-    counts = np.bincount(prog, minlength=programs)      # program by program, assignment order
+    counts = np.bincount(prog, minlength=programs)
     heads_ = np.arange(heads, dtype=np.int64)
     order = (first[ranked][:, None] * heads + heads_).reshape(-1)[walk]
-    if kind == "pairs":
-        late = (second[ranked][:, None] * heads + heads_).reshape(-1)[walk]
-        both = np.stack([order, late], axis=1).reshape(-1)
+    if kind == "pairs":             # each unit's second item (-1 x H + h < 0: none) after it
+        then = (second[ranked][:, None] * heads + heads_).reshape(-1)[walk]
+        both = np.stack([order, then], axis=1).reshape(-1)
         order = both[both >= 0]
         counts += np.bincount(prog, weights=np.repeat(paired[ranked], heads),
                               minlength=programs).astype(np.int64)

@@ -146,11 +146,12 @@ def chain_walk(memo: dict, meta, heads: int, programs: int, block_n: int, schedu
     """(order [items], start [programs + 1]) int32 of the chained kernel's walk, once a step
     (rows_schedule.schedule over backend.query_blocks' blocks, from the host lengths; copied
     from pinned memory without a wait on the device)."""
-    from attnkit.backends.triton.rows_schedule import block_arrays, schedule_arrays
+    from attnkit.backends.triton.rows_schedule import block_arrays, schedule_arrays, tile_counts
     key = ("chain", heads, programs, block_n, tuple(sorted(schedule.items())))
     if key not in memo:
-        reqs, rows, tiles = block_arrays(meta.query_lens_cpu, meta.seq_lens_cpu, 128,
-                                         block_n=block_n)
+        q_lens, kv_lens = meta.query_lens_cpu, meta.seq_lens_cpu
+        reqs, rows = block_arrays(q_lens, kv_lens, 128)
+        tiles = tile_counts(q_lens, kv_lens, reqs, rows, block_n=block_n)
         memo[key] = tuple(_to_device(x, device) for x in schedule_arrays(
             tiles, reqs, rows, heads=heads, programs=programs, **schedule))
     return memo[key]
