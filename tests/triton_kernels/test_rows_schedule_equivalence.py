@@ -64,9 +64,12 @@ def test_schedule_equals_the_heap_oracle(seed):
 
 
 @pytest.mark.parametrize("programs", [1, 7, 132, 4096, 5000])
-def test_equal_requests_equal_the_oracle(programs):
-    """The uniform steps the kernel is tuned on (8 x 2k, 32 heads): long equal-cost classes."""
-    q = [2048] * 8
+@pytest.mark.parametrize("batch, tokens", [(8, 2048), (3, 8192), (5, 1000)])
+def test_equal_requests_equal_the_oracle(batch, tokens, programs):
+    """Uniform steps (8 x 2k, 32 heads: the one the kernel is tuned on): long classes of equal
+    cost (3 x 8k: 64 classes of 96 items, fewer than 132 programs), where most classes start
+    with programs two rounds behind the largest load, some one, some none."""
+    q = [tokens] * batch
     blocks = block_list(q, q, 128)
     reqs, rows = [b[0] for b in blocks], [b[1] for b in blocks]
     tiles = item_tiles(q, q, reqs, rows, block_n=128)
