@@ -27,7 +27,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 from bench_triton import Setup, measure  # noqa: E402
-from rows_step import cell, checked_row, failed, md_table, sdpa_reference, step_rows  # noqa: E402
+from rows_step import (PEER_COLUMNS, checked_row, column, failed, md_table,  # noqa: E402
+                       sdpa_reference, step_rows)
 
 from attnkit.backends._triton import LOG2E, write_kv  # noqa: E402
 from attnkit.backends.triton import configs, tma_path  # noqa: E402
@@ -125,11 +126,8 @@ def forms(full: bool, *, prefix: bool):
 
 
 def table() -> str:
-    get = lambda key: lambda r: cell(r.get(key))  # noqa: E731
-    return md_table(os.path.join(ARGS.out, "bench_batched28.jsonl"), {
-        "shape": get("shape"), "variant": get("variant"), "attnkit (graph)": get("attnkit"),
-        "eager": get("attnkit_eager"), "cuDNN": get("sdpa_cudnn"), "flash": get("sdpa_flash"),
-        "err": lambda r: str(r.get("err_vs_sdpa", ""))})
+    return md_table(os.path.join(ARGS.out, "bench_batched28.jsonl"),
+                    {"attnkit (graph)": column("attnkit"), **PEER_COLUMNS})
 
 
 def main():

@@ -28,7 +28,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 from bench_triton import Setup, _peer, flex_peer, measure, sdpa_peer, timed  # noqa: E402
-from rows_step import cell, checked_row, md_table, sdpa_reference, step_rows  # noqa: E402
+from rows_step import (PEER_COLUMNS, cell, checked_row, column, md_table,  # noqa: E402
+                       sdpa_reference, step_rows)
 
 from attnkit.backends._triton import LOG2E  # noqa: E402
 from attnkit.backends.triton import tma_path  # noqa: E402
@@ -117,13 +118,10 @@ def flex_row(name, s, out_dir):
 
 
 def table(out_dir: str) -> str:
-    get = lambda key: lambda r: cell(r.get(key))  # noqa: E731
-    return md_table(os.path.join(out_dir, "bench_prefill28.jsonl"), {
-        "shape": get("shape"), "variant": get("variant"),
-        "attnkit": lambda r: f"{r['ms']:.3f} ms" if "ms" in r else cell(r.get("attnkit")),
-        "eager": get("attnkit_eager"), "cuDNN": get("sdpa_cudnn"), "flash": get("sdpa_flash"),
-        "gather+sdpa": get("gather_sdpa"), "flex": get("flex"),
-        "err": lambda r: str(r.get("err_vs_sdpa", ""))})
+    ours = lambda r: f"{r['ms']:.3f} ms" if "ms" in r else cell(r.get("attnkit"))  # noqa: E731
+    return md_table(os.path.join(out_dir, "bench_prefill28.jsonl"),
+                    {"attnkit": ours, **PEER_COLUMNS, "gather+sdpa": column("gather_sdpa"),
+                     "flex": column("flex")})
 
 
 def main():

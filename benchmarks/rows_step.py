@@ -70,9 +70,20 @@ def cell(value) -> str:
     return f"{value:.0f}" if isinstance(value, (int, float)) else ("" if value is None else str(value))
 
 
+def column(key: str):
+    """The cell of a row's ``key``."""
+    return lambda row: cell(row.get(key))
+
+
+PEER_COLUMNS = {"eager": column("attnkit_eager"), "cuDNN": column("sdpa_cudnn"),
+                "flash": column("sdpa_flash")}
+
+
 def md_table(jsonl: str, columns: dict) -> str:
-    """The markdown table of a bench's rows (one JSON object a line): ``columns`` title -> the
-    cell of a row (the first two left-aligned, the rest right)."""
+    """The markdown table of a bench's rows (one JSON object a line): shape, variant,
+    ``columns`` (title -> the cell of a row), err."""
+    columns = {"shape": column("shape"), "variant": column("variant"), **columns,
+               "err": lambda row: str(row.get("err_vs_sdpa", ""))}
     rows = [json.loads(x) for x in open(jsonl)]
     rule = ["---"] * 2 + ["---:"] * (len(columns) - 2)
     lines = ["| " + " | ".join(columns) + " |", "|" + "|".join(rule) + "|"]
