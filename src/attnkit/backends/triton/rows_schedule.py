@@ -167,12 +167,12 @@ def _grouped_lpt(costs, heads: int, programs: int) -> np.ndarray:
     program p's offers are V_p + k c (k >= -a_p), V_p in [R, R + c) and a_p the rounds it is
     behind R; so they go round by round (k), within a round in one order: (V_p, p), the
     programs of that round (a_p >= -k) only."""
-    prog = np.empty(len(costs) * heads, dtype=np.int64)
+    pieces = []                                     # the programs taking the items, in turn
     loads = np.zeros(programs, dtype=np.int64)
     top = low = 0                                   # the largest and smallest load
     cuts = (np.flatnonzero(np.diff(costs)) + 1).tolist()
     for u0, u1 in zip([0] + cuts, cuts + [len(costs)]) if len(costs) else ():
-        c, g0, g1 = int(costs[u0]), u0 * heads, u1 * heads
+        c, n = int(costs[u0]), (u1 - u0) * heads
         behind_most = (top - low + c - 1) // c
         if behind_most:
             behind = (top + c - 1 - loads) // c
@@ -180,25 +180,27 @@ def _grouped_lpt(costs, heads: int, programs: int) -> np.ndarray:
         turn = loads.argsort(kind="stable")                          # a round's order
         if behind_most:
             late = behind[turn]
-            early = turn[late > 0] if behind_most == 1 else np.concatenate(
-                [turn[late >= k] for k in range(behind_most, 0, -1)])
-            if len(early) >= g1 - g0:                                # the class ends before R
-                prog[g0:g1] = early[:g1 - g0]
-                loads += (np.bincount(early[:g1 - g0], minlength=programs) - behind) * c
+            early = [turn[late >= k] for k in range(behind_most, 0, -1)]
+            taken = sum(map(len, early))
+            if taken >= n:                                           # the class ends before R
+                early = np.concatenate(early)[:n]
+                pieces.append(early)
+                loads += (np.bincount(early, minlength=programs) - behind) * c
                 top, low = int(loads.max()), int(loads.min())
                 continue
-            prog[g0:g0 + len(early)] = early
-            g0 += len(early)
-        full, extra = divmod(g1 - g0, programs)
+            pieces += early
+            n -= taken
+        full, extra = divmod(n, programs)
         # the round's last programs end lowest, its first `extra` (one round more) highest
         low = int(loads[turn[extra]]) + full * c
         top = int(loads[turn[extra - 1]]) + (full + 1) * c if extra else \
             int(loads[turn[-1]]) + full * c
         if full:
-            prog[g0:g0 + full * programs].reshape(full, programs)[:] = turn
+            pieces += [turn] * full
             loads += full * c
-        prog[g1 - extra:g1] = turn[:extra]
+        pieces.append(turn[:extra])
         loads[turn[:extra]] += c
+    prog = np.concatenate(pieces) if pieces else np.empty(0, dtype=np.int64)
     return prog
 
 
