@@ -1,5 +1,5 @@
-"""Host time of the chained rows kernel's walk (tma_path.chain_walk: rows_schedule.block_arrays
-+ schedule_arrays, once a step), CPU only, perf_counter medians.
+"""Host time of the chained rows kernel's walk (tma_path.chain_walk: rows_schedule.block_arrays,
+tile_counts and schedule_arrays, once a step), CPU only, perf_counter medians.
 
     PYTHONPATH=src python benchmarks/profile_rows_schedule.py [--programs 132] [--repeats 30]
 
@@ -18,7 +18,7 @@ import time
 import numpy as np
 import torch
 
-from attnkit.backends.triton.rows_schedule import block_arrays
+from attnkit.backends.triton.rows_schedule import block_arrays, tile_counts
 from attnkit.backends.triton.tma_path import chain_walk
 
 STEPS = ((8, 2048, 32), (128, 2048, 32), (32, 4096, 64), (16, 16384, 32), (8, 32768, 32))
@@ -40,7 +40,8 @@ def main():
     print("|---|---:|---:|---:|---|---:|---:|")
     for batch, tokens, heads in STEPS:
         meta = _Meta(batch, tokens)
-        tiles = block_arrays(meta.query_lens_cpu, meta.seq_lens_cpu, 128, block_n=128)[2]
+        q_lens, kv_lens = meta.query_lens_cpu, meta.seq_lens_cpu
+        tiles = tile_counts(q_lens, kv_lens, *block_arrays(q_lens, kv_lens, 128), block_n=128)
         classes = len(np.unique(tiles))
         for kind in ("lpt", "pairs", "round_robin"):
             for cost in (1.0, 0.3) if args.heap and kind == "lpt" else (1.0,):
