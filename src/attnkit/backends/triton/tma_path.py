@@ -158,9 +158,11 @@ def chain_walk(memo: dict, meta, heads: int, programs: int, block_n: int, schedu
 
 
 def _to_device(host, device) -> torch.Tensor:
-    """A host int array as int32 on ``device``; to a GPU from pinned memory, asynchronously."""
+    """A host int array as int32 on ``device``; to a GPU from pinned memory, asynchronously
+    (while a graph is being captured, the plain copy: a captured copy of a pinned buffer would
+    replay whatever the buffer holds later, the plain one fails the capture loudly, as before)."""
     ints = torch.from_numpy(host).to(torch.int32)
-    if torch.device(device).type != "cuda":
+    if torch.device(device).type != "cuda" or torch.cuda.is_current_stream_capturing():
         return ints.to(device)
     return ints.pin_memory().to(device, non_blocking=True)
 
