@@ -26,7 +26,9 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from bench_triton import Setup, measure, rel_err, sdpa_peer, timed  # noqa: E402
+from bench_triton import Setup, measure  # noqa: E402
+from rows_step import (PEER_COLUMNS, checked_row, column, failed, md_table,  # noqa: E402
+                       sdpa_reference, step_rows)
 
 from attnkit.backends._triton import LOG2E, write_kv  # noqa: E402
 from attnkit.backends.triton import configs, tma_path  # noqa: E402
@@ -60,11 +62,6 @@ def emit(row: dict) -> None:
         f.write(json.dumps(row, default=str) + "\n")
 
 
-def _failed(exc) -> str:
-    torch.cuda.synchronize()
-    return f"n/a ({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})"
-
-
 def backend_rows(name, s, variants, *, peers_with):
     """backend.forward per variant (graph and eager), cuDNN / flash beside ``peers_with``."""
     for label in variants:
@@ -78,7 +75,7 @@ def backend_rows(name, s, variants, *, peers_with):
             row = measure(s, kind="extend", backend=TritonBackend(extend_variant=variant),
                           units=lambda ms: flops(s) / ms / 1e9, peers=variant == peers_with, flex=False)
         except Exception as exc:  # noqa: BLE001 - one variant failing must not stop the others
-            row = {"attnkit": _failed(exc)}
+            row = {"attnkit": failed(exc)}
         finally:
             configs.GLUON_CHAIN_WRITE = True
         row.update(shape=name, variant=label, unit="TFLOP/s")
@@ -91,33 +88,17 @@ def backend_rows(name, s, variants, *, peers_with):
 def kernel_rows(name, s, forms):
     """The kernels alone (no cache write; at a prefix the gather outside the time), each form
     checked against SDPA first. forms: (label, "rows" | "chain", programs or None, tiles, kind)."""
-    from attnkit.backends.triton.gather_rows import gather_rows
     from attnkit.backends.triton.prefill_gluon_chain import prefill_gluon_chain_attention
     from attnkit.backends.triton.prefill_gluon_rows import prefill_gluon_rows_attention
     meta = s.meta
-    q_lens, kv_lens = list(meta.query_lens_cpu), list(meta.seq_lens_cpu)
-    i32 = lambda xs: torch.tensor(xs, dtype=torch.int32, device="cuda")  # noqa: E731
-    qsl, seq = i32([sum(q_lens[:i]) for i in range(len(q_lens) + 1)]), i32(kv_lens)
     write_kv(s.cache, 0, meta.slot_mapping, s.k, s.v)        # this step's keys in the cache
-    if s.prefix:
-        pad = tma_path.PAD
-        lens = [-(-n // pad) * pad for n in kv_lens]
-        key_start = i32([sum(lens[:i]) for i in range(len(lens))])
-        bt = torch.as_tensor(meta.block_tables, device="cuda").to(torch.int32).contiguous()
-        k_rows, v_rows = gather_rows(s.cache.k[0], s.cache.v[0], block_tables=bt, key_start=key_start,
-                                     seq_lens=seq, total_rows=sum(lens), longest=max(lens), pad=pad,
-                                     dtype=s.q.dtype)
-    else:
-        k_rows, v_rows, key_start = s.k, s.v, qsl[:-1]
-    k_c, v_c = s.gather()
-    from torch.nn.attention.bias import causal_lower_right
-    mask = causal_lower_right(s.new, s.prefix + s.new) if s.prefix else None
-    ref = sdpa_peer(None, s.q_bhsd(), k_c, v_c, mask, not s.prefix, expand=True)().transpose(1, 2).reshape(s.batch * s.new, -1)
-    block_req, block_m = query_blocks(q_lens, kv_lens, 128, device="cuda")
+    k_rows, v_rows, rows, _ = step_rows(s)
+    ref = sdpa_reference(s)
+    block_req, block_m = query_blocks(list(meta.query_lens_cpu), list(meta.seq_lens_cpu), 128,
+                                      device="cuda")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    scale = s.spec.softmax_scale * LOG2E
-    common = dict(block_req=block_req, block_m=block_m, query_start_loc=qsl, key_start=key_start,
-                  seq_lens=seq, qk_scale=scale, v_scale=1.0)
+    common = dict(block_req=block_req, block_m=block_m, qk_scale=s.spec.softmax_scale * LOG2E,
+                  v_scale=1.0, **rows)
     for label, kernel, programs, tiles, kind in forms:
         if time.time() - START > ARGS.budget_s:
             emit(dict(shape=name, variant=label, attnkit="n/a (skipped: time box)"))
@@ -131,18 +112,8 @@ def kernel_rows(name, s, forms):
                                                dict(kind=kind, item_cost=1.0), "cuda")
             fn = lambda: prefill_gluon_chain_attention(s.q, k_rows, v_rows, out, order=order,  # noqa: E731
                                                        start=start, tiles=tiles, **common)
-        try:
-            fn()
-            err = rel_err(out.reshape(ref.shape), ref)
-            row = dict(shape=name, variant=label, err_vs_sdpa=err)
-            if err < 2e-2:
-                ms = timed(fn)[0]
-                row.update(attnkit=flops(s) / ms / 1e9, attnkit_ms=ms, unit="TFLOP/s")
-            else:
-                row["attnkit"] = f"n/a (wrong: rel err {err:.3g})"
-        except Exception as exc:  # noqa: BLE001 - a form that fails to compile is a result
-            row = dict(shape=name, variant=label, attnkit=_failed(exc))
-        emit(row)
+        emit(checked_row(fn, out, ref, units=lambda ms: flops(s) / ms / 1e9, shape=name,
+                         variant=label))
 
 
 def forms(full: bool, *, prefix: bool):
@@ -155,14 +126,8 @@ def forms(full: bool, *, prefix: bool):
 
 
 def table() -> str:
-    rows = [json.loads(x) for x in open(os.path.join(ARGS.out, "bench_batched28.jsonl"))]
-    lines = ["| shape | variant | attnkit (graph) | eager | cuDNN | flash | err |", "|---|---|---:|---:|---:|---:|---:|"]
-    f = lambda v: f"{v:.0f}" if isinstance(v, (int, float)) else ("" if v is None else str(v))  # noqa: E731
-    for r in rows:
-        lines.append(f"| {r.get('shape')} | {r.get('variant')} | {f(r.get('attnkit'))} | "
-                     f"{f(r.get('attnkit_eager'))} | {f(r.get('sdpa_cudnn'))} | {f(r.get('sdpa_flash'))} | "
-                     f"{r.get('err_vs_sdpa', '')} |")
-    return "\n".join(lines)
+    return md_table(os.path.join(ARGS.out, "bench_batched28.jsonl"),
+                    {"attnkit (graph)": column("attnkit"), **PEER_COLUMNS})
 
 
 def main():

@@ -27,7 +27,9 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from bench_triton import Setup, _peer, flex_peer, measure, rel_err, sdpa_peer, timed  # noqa: E402
+from bench_triton import Setup, _peer, flex_peer, measure, sdpa_peer, timed  # noqa: E402
+from rows_step import (PEER_COLUMNS, cell, checked_row, column, md_table,  # noqa: E402
+                       sdpa_reference, step_rows)
 
 from attnkit.backends._triton import LOG2E  # noqa: E402
 from attnkit.backends.triton import tma_path  # noqa: E402
@@ -79,33 +81,16 @@ def variant_rows(name, s, out_dir, variants):
 def kernel_rows(name, s, out_dir, tiles_list=TILES):
     """prefill_gluon_rows_attention alone (no cache write, no gather in the time), each tile and
     grid form, checked against SDPA first."""
-    from attnkit.backends.triton.gather_rows import gather_rows
     from attnkit.backends.triton.prefill_gluon_rows import prefill_gluon_rows_attention
     meta = s.meta
-    q_lens, kv_lens = list(meta.query_lens_cpu), list(meta.seq_lens_cpu)
-    i32 = lambda xs: torch.tensor(xs, dtype=torch.int32, device="cuda")  # noqa: E731
-    qsl = i32([sum(q_lens[:i]) for i in range(len(q_lens) + 1)])
-    seq = i32(kv_lens)
     be = TritonBackend(extend_variant="tma")
     be.forward(s.q, s.k, s.v, s.layer, s.cache, be.prepare(meta, s.cache))     # the cache write
-    if s.prefix:
-        pad = tma_path.PAD
-        lens = [-(-n // pad) * pad for n in kv_lens]
-        key_start = i32([sum(lens[:i]) for i in range(len(lens))])
-        bt = torch.as_tensor(s.meta.block_tables, device="cuda").to(torch.int32).contiguous()
-        gather = lambda: gather_rows(s.cache.k[0], s.cache.v[0], block_tables=bt, key_start=key_start,  # noqa: E731
-                                     seq_lens=seq, total_rows=sum(lens), longest=max(lens), pad=pad,
-                                     dtype=s.q.dtype)
-        k_rows, v_rows = gather()
+    k_rows, v_rows, rows, gather = step_rows(s)
+    if gather is not None:
         emit(dict(shape=name, variant="gather_rows alone", ms=timed(gather)[0]), out_dir)
-    else:
-        k_rows, v_rows, key_start = s.k, s.v, qsl[:-1]
-    k_c, v_c = s.gather()
-    q = s.q_bhsd()
-    from torch.nn.attention.bias import causal_lower_right
-    mask = causal_lower_right(s.new, s.prefix + s.new) if s.prefix else None
-    ref = sdpa_peer(None, q, k_c, v_c, mask, not s.prefix, expand=True)().transpose(1, 2).reshape(s.batch * s.new, -1)
-    block_req, block_m = query_blocks(q_lens, kv_lens, 128, device="cuda")
+    ref = sdpa_reference(s)
+    block_req, block_m = query_blocks(list(meta.query_lens_cpu), list(meta.seq_lens_cpu), 128,
+                                      device="cuda")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     scale = s.spec.softmax_scale * LOG2E
     for tiles in tiles_list:
@@ -116,22 +101,10 @@ def kernel_rows(name, s, out_dir, tiles_list=TILES):
                 continue
             out = torch.full_like(s.q, float("nan"))
             fn = lambda: prefill_gluon_rows_attention(s.q, k_rows, v_rows, out, block_req=block_req,  # noqa: E731
-                                                      block_m=block_m, query_start_loc=qsl,
-                                                      key_start=key_start, seq_lens=seq, qk_scale=scale,
-                                                      v_scale=1.0, programs=programs, tiles=tiles)
-            try:
-                fn()
-                err = rel_err(out.reshape(ref.shape), ref)
-                row = dict(shape=name, variant=label, err_vs_sdpa=err)
-                if err < 2e-2:
-                    ms = timed(fn)[0]
-                    row.update(attnkit=flops(s) / ms / 1e9, attnkit_ms=ms, unit="TFLOP/s")
-                else:
-                    row["attnkit"] = f"n/a (wrong: rel err {err:.3g})"
-            except Exception as exc:  # noqa: BLE001 - a form that fails to compile is a result
-                torch.cuda.synchronize()
-                row = dict(shape=name, variant=label, attnkit=f"n/a ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})")
-            emit(row, out_dir)
+                                                      block_m=block_m, qk_scale=scale, v_scale=1.0,
+                                                      programs=programs, tiles=tiles, **rows)
+            emit(checked_row(fn, out, ref, units=lambda ms: flops(s) / ms / 1e9, shape=name,
+                             variant=label), out_dir)
 
 
 def flex_row(name, s, out_dir):
@@ -145,16 +118,10 @@ def flex_row(name, s, out_dir):
 
 
 def table(out_dir: str) -> str:
-    rows = [json.loads(x) for x in open(os.path.join(out_dir, "bench_prefill28.jsonl"))]
-    lines = ["| shape | variant | attnkit | eager | cuDNN | flash | gather+sdpa | flex | err |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    f = lambda v: f"{v:.0f}" if isinstance(v, (int, float)) else ("" if v is None else str(v))  # noqa: E731
-    for r in rows:
-        ours = f"{r['ms']:.3f} ms" if "ms" in r else f(r.get("attnkit"))
-        lines.append(f"| {r.get('shape')} | {r.get('variant')} | {ours} | "
-                     f"{f(r.get('attnkit_eager'))} | {f(r.get('sdpa_cudnn'))} | {f(r.get('sdpa_flash'))} | "
-                     f"{f(r.get('gather_sdpa'))} | {f(r.get('flex'))} | {r.get('err_vs_sdpa', '')} |")
-    return "\n".join(lines)
+    ours = lambda r: f"{r['ms']:.3f} ms" if "ms" in r else cell(r.get("attnkit"))  # noqa: E731
+    return md_table(os.path.join(out_dir, "bench_prefill28.jsonl"),
+                    {"attnkit": ours, **PEER_COLUMNS, "gather+sdpa": column("gather_sdpa"),
+                     "flex": column("flex")})
 
 
 def main():

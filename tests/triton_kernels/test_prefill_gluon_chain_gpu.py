@@ -5,39 +5,23 @@ owns, GQA / MQA, fp16, d64 / d128, every walk (rows_schedule.py) at 1 to more-th
 programs, and that the chained kernel ran (no silent fallback)."""
 import pytest
 import torch
-import triton
 from factories import assert_close, make_case, make_layer
+from gluon_rows_cases import PACKED_LENS, count_launches, needs_gluon_rows as needs, packed_step, run_step
 
-from attnkit.backends._triton import LOG2E
 from attnkit.backends.triton import tma_path
-from attnkit.backends.triton.backend import TritonBackend, query_blocks
-from attnkit.backends.triton.rows_schedule import KINDS, block_list, item_tiles, schedule
+from attnkit.backends.triton.rows_schedule import KINDS, block_arrays, schedule, tile_counts
 
 pytestmark = pytest.mark.gpu
-needs = pytest.mark.skipif(not (torch.cuda.is_available()
-                                and torch.cuda.get_device_capability() == (9, 0)
-                                and triton.__version__.startswith("3.6.")),
-                           reason="the Gluon rows kernel runs on sm_90 with Triton 3.6")
 
 
 @pytest.fixture
 def launches(monkeypatch):
-    calls = []
-    real = tma_path.prefill_gluon_chain_attention
-
-    def counted(q, *args, **kwargs):
-        calls.append(kwargs["start"].shape[0] - 1)
-        return real(q, *args, **kwargs)
-
-    monkeypatch.setattr(tma_path, "prefill_gluon_chain_attention", counted)
-    return calls
+    return count_launches(monkeypatch, tma_path, "prefill_gluon_chain_attention",
+                          lambda kwargs: kwargs["start"].shape[0] - 1)
 
 
 def _run(case):
-    be = TritonBackend(extend_variant="gluon_rows_chain")
-    out = be.forward(case.q, case.k, case.v, case.layer, case.cache, be.prepare(case.meta, case.cache))
-    torch.cuda.synchronize()
-    return out
+    return run_step(case, "gluon_rows_chain")
 
 
 @needs
@@ -86,23 +70,14 @@ def test_every_walk_over_packed_rows(kind, programs):
     few programs walking many (Q buffers, ring slots and turns chained across requests), more
     programs than items (empty programs). The output starts as NaN: a row a walk skips fails."""
     from attnkit.backends.triton.prefill_gluon_chain import prefill_gluon_chain_attention
-    layer = make_layer(num_heads=8, num_kv_heads=2, head_dim=128, dtype="bf16", device="cuda")
-    lens = [129, 1, 640, 255]
-    case = make_case(layer, prefix_lens=[0] * 4, new_lens=lens, page_size=16, dtype="bf16",
-                     device="cuda", q_scale=4.0, seed=7)
-    cu = torch.tensor([sum(lens[:i]) for i in range(len(lens) + 1)], dtype=torch.int32, device="cuda")
-    block_req, block_m = query_blocks(lens, lens, 128, device="cuda")
-    blocks = block_list(lens, lens, 128)
-    reqs, rows = [b[0] for b in blocks], [b[1] for b in blocks]
-    order, start = schedule(item_tiles(lens, lens, reqs, rows, block_n=128), reqs, rows, heads=8,
-                            programs=programs, kind=kind)
+    case, rows = packed_step(device="cuda")
+    reqs, first_rows = block_arrays(PACKED_LENS, PACKED_LENS, 128)
+    order, start = schedule(tile_counts(PACKED_LENS, PACKED_LENS, reqs, first_rows, block_n=128),
+                            reqs, first_rows, heads=8, programs=programs, kind=kind)
     i32 = lambda xs: torch.tensor(xs, dtype=torch.int32, device="cuda")  # noqa: E731
     out = torch.full_like(case.q, float("nan"))
-    prefill_gluon_chain_attention(case.q, case.k, case.v, out, block_req=block_req, block_m=block_m,
-                                  query_start_loc=cu, key_start=cu[:-1], seq_lens=cu[1:] - cu[:-1],
-                                  order=i32(order), start=i32(start),
-                                  qk_scale=layer.spec.softmax_scale * LOG2E, v_scale=1.0,
-                                  tiles=(128, 3, 2))
+    prefill_gluon_chain_attention(case.q, case.k, case.v, out, order=i32(order), start=i32(start),
+                                  tiles=(128, 3, 2), **rows)
     torch.cuda.synchronize()
     assert torch.isfinite(out).all(), "a row was not written"
     assert_close(out.reshape(out.shape[0], -1), case.reference(), dtype="bf16",

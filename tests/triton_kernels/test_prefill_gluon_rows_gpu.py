@@ -5,39 +5,19 @@ inf in every slot no request owns, GQA and MQA, fp16 and bf16, the three head di
 the kernel ran (no silent fallback to another variant)."""
 import pytest
 import torch
-import triton
 from factories import assert_close, make_case, make_layer
+from gluon_rows_cases import count_launches, needs_gluon_rows as needs, packed_step, run_step as _run
 
-from attnkit.backends._triton import LOG2E
 from attnkit.backends.triton import tma_path
-from attnkit.backends.triton.backend import TritonBackend, query_blocks
 
 pytestmark = pytest.mark.gpu
-needs = pytest.mark.skipif(not (torch.cuda.is_available()
-                                and torch.cuda.get_device_capability() == (9, 0)
-                                and triton.__version__.startswith("3.6.")),
-                           reason="the Gluon rows kernel runs on sm_90 with Triton 3.6")
 VARIANTS = ("gluon_rows", "gluon_rows_persistent")
 
 
 @pytest.fixture
 def launches(monkeypatch):
-    calls = []
-    real = tma_path.prefill_gluon_rows_attention
-
-    def counted(q, *args, **kwargs):
-        calls.append(kwargs.get("programs"))
-        return real(q, *args, **kwargs)
-
-    monkeypatch.setattr(tma_path, "prefill_gluon_rows_attention", counted)
-    return calls
-
-
-def _run(case, variant):
-    be = TritonBackend(extend_variant=variant)
-    out = be.forward(case.q, case.k, case.v, case.layer, case.cache, be.prepare(case.meta, case.cache))
-    torch.cuda.synchronize()
-    return out
+    return count_launches(monkeypatch, tma_path, "prefill_gluon_rows_attention",
+                          lambda kwargs: kwargs.get("programs"))
 
 
 @needs
@@ -93,17 +73,9 @@ def test_kernel_forms_over_packed_rows(programs):
     walking many items (ring slots, turns and Q phases carried across requests), more programs
     than items. The output starts as NaN: a row a form skips fails."""
     from attnkit.backends.triton.prefill_gluon_rows import prefill_gluon_rows_attention
-    layer = make_layer(num_heads=8, num_kv_heads=2, head_dim=128, dtype="bf16", device="cuda")
-    lens = [129, 1, 640, 255]
-    case = make_case(layer, prefix_lens=[0] * 4, new_lens=lens, page_size=16, dtype="bf16",
-                     device="cuda", q_scale=4.0, seed=7)
-    cu = torch.tensor([sum(lens[:i]) for i in range(len(lens) + 1)], dtype=torch.int32, device="cuda")
-    block_req, block_m = query_blocks(lens, lens, 128, device="cuda")
+    case, rows = packed_step(device="cuda")
     out = torch.full_like(case.q, float("nan"))
-    prefill_gluon_rows_attention(case.q, case.k, case.v, out, block_req=block_req, block_m=block_m,
-                                 query_start_loc=cu, key_start=cu[:-1], seq_lens=cu[1:] - cu[:-1],
-                                 qk_scale=layer.spec.softmax_scale * LOG2E, v_scale=1.0,
-                                 programs=programs)
+    prefill_gluon_rows_attention(case.q, case.k, case.v, out, programs=programs, **rows)
     torch.cuda.synchronize()
     assert torch.isfinite(out).all(), "a row was not written"
     assert_close(out.reshape(out.shape[0], -1), case.reference(), dtype="bf16", what=f"programs={programs}")

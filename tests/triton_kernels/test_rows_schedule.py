@@ -102,3 +102,52 @@ def test_the_variant_hands_the_kernel_its_walk(monkeypatch):
     items = kw["block_req"].shape[0] * 8                  # 3 + 1 + 2 blocks, 8 heads
     assert items == 48 and sorted(kw["order"].tolist()) == list(range(items))
     assert kw["start"].tolist()[-1] == items and kw["start"].shape[0] == min(4, items) + 1
+
+
+def test_the_gpu_tests_packed_step_and_counted_run(monkeypatch):
+    """gluon_rows_cases (the Gluon rows GPU tests' helpers) on the host: the packed step's kernel
+    keywords are its blocks and packed rows, and run_step through a counted (stubbed) chained
+    kernel launches once, over every item."""
+    from gluon_rows_cases import PACKED_LENS, count_launches, packed_step, run_step
+
+    from attnkit.backends.triton import tma_path
+    from attnkit.backends.triton.rows_schedule import block_arrays
+    case, rows = packed_step(device="cpu")
+    reqs, first_rows = block_arrays(PACKED_LENS, PACKED_LENS, 128)
+    assert rows["block_req"].tolist() == reqs.tolist() and rows["block_m"].tolist() == first_rows.tolist()
+    assert rows["query_start_loc"].tolist() == [0, 129, 130, 770, 1025]
+    assert rows["key_start"].tolist() == [0, 129, 130, 770] and rows["seq_lens"].tolist() == list(PACKED_LENS)
+    assert case.q.shape[0] == sum(PACKED_LENS)
+    monkeypatch.setattr(tma_path, "gluon_prefill_ready", lambda *a, **k: True)
+    monkeypatch.setattr(tma_path, "descriptor_ready", lambda x: True)
+    monkeypatch.setattr(tma_path, "prefill_gluon_chain_attention", lambda q, k, v, out, **kw: out.zero_())
+    launches = count_launches(monkeypatch, tma_path, "prefill_gluon_chain_attention",
+                              lambda kwargs: sorted(kwargs["order"].tolist()))
+    out = run_step(case, "gluon_rows_chain")
+    assert launches == [list(range(len(reqs) * 8))] and not out.any()
+
+
+def test_the_walk_is_computed_once_a_step(monkeypatch):
+    """Every layer of a step runs the walk its first layer computed (tma_path.chain_walk's memo
+    on the step): one schedule, the same two tensors handed to each launch; a new step, anew."""
+    from gluon_rows_cases import count_launches, packed_step
+
+    from attnkit.backends.triton import rows_schedule, tma_path
+    from attnkit.backends.triton.backend import TritonBackend
+    walks = []
+    real = rows_schedule.schedule_arrays
+    monkeypatch.setattr(rows_schedule, "schedule_arrays", lambda *a, **k: walks.append(1) or real(*a, **k))
+    monkeypatch.setattr(tma_path, "gluon_prefill_ready", lambda *a, **k: True)
+    monkeypatch.setattr(tma_path, "descriptor_ready", lambda x: True)
+    monkeypatch.setattr(tma_path, "prefill_gluon_chain_attention", lambda q, k, v, out, **kw: out.zero_())
+    launches = count_launches(monkeypatch, tma_path, "prefill_gluon_chain_attention",
+                              lambda kwargs: (kwargs["order"], kwargs["start"]))
+    case, _ = packed_step(device="cpu")
+    be = TritonBackend(extend_variant="gluon_rows_chain")
+    for _ in range(2):
+        step = be.prepare(case.meta, case.cache)
+        for _ in range(3):                      # three layers' forwards of one step
+            be.forward(case.q, case.k, case.v, case.layer, case.cache, step)
+    assert len(walks) == 2 and len(launches) == 6
+    assert all(w[0] is launches[0][0] and w[1] is launches[0][1] for w in launches[:3])
+    assert launches[3][0] is not launches[0][0]

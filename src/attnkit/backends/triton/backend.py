@@ -45,7 +45,7 @@ from attnkit.backends.triton.tma_path import (TMA_ONLY_KEYS, check_tma_override,
 from attnkit.backends.triton.tma_path import (chain_fuses_write, gluon_prefill_ready, gluon_rows_route,
                                               run_gluon_rows)
 from attnkit.backends.triton.configs import GLUON_ROWS_VARIANTS, gluon_rows_config
-from attnkit.backends.triton.rows_schedule import block_list
+from attnkit.backends.triton.rows_schedule import block_arrays
 from attnkit.errors import fail
 from attnkit.registry.kernels import KernelTable, step_point
 
@@ -117,9 +117,8 @@ def query_blocks(q_lens, kv_lens, block_m: int, *, device,
     """(block_req [NB], block_m [NB]) int32: request index and first query row of every
     BLOCK_M-row query block of ``requests`` (default all), most keys first.
     q_lens / kv_lens: per request new tokens and keys (host ints)."""
-    blocks = block_list(q_lens, kv_lens, block_m, requests=requests)
-    as_i32 = lambda xs: torch.tensor(xs, dtype=torch.int32, device=device)  # noqa: E731
-    return as_i32([b[0] for b in blocks]), as_i32([b[1] for b in blocks])
+    return tuple(torch.from_numpy(x).to(device=device, dtype=torch.int32)
+                 for x in block_arrays(q_lens, kv_lens, block_m, requests=requests))
 
 
 def sm_count(device: torch.device) -> int:

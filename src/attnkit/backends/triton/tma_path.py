@@ -125,14 +125,7 @@ def run_gluon_rows(route: str, q, k, v, out, cache, layer_id: int, plan, *, bloc
     chain_fuses_write): (k_cache, v_cache, slot_mapping), the step's K/V written by the kernel."""
     if not descriptor_ready(q):
         q = q.contiguous()
-    if route == "packed":
-        k_rows, v_rows, key_start = k, v, plan.query_start_loc[:-1]
-    else:
-        key_start, total, longest = row_layout(plan.rows, plan.meta, q.device)
-        k_rows, v_rows = gather_rows(cache.k[layer_id], cache.v[layer_id],
-                                     block_tables=plan.block_tables, key_start=key_start,
-                                     seq_lens=plan.seq_lens, total_rows=total, longest=longest,
-                                     pad=PAD, dtype=q.dtype)
+    k_rows, v_rows, key_start = staged_rows(route == "packed", q, k, v, cache, layer_id, plan)
     if schedule is not None:
         order, start = chain_walk(plan.rows, plan.meta, q.shape[1], programs, tiles[0], schedule,
                                   q.device)
@@ -151,19 +144,41 @@ def run_gluon_rows(route: str, q, k, v, out, cache, layer_id: int, plan, *, bloc
 def chain_walk(memo: dict, meta, heads: int, programs: int, block_n: int, schedule: dict,
                device) -> tuple[torch.Tensor, torch.Tensor]:
     """(order [items], start [programs + 1]) int32 of the chained kernel's walk, once a step
-    (rows_schedule.schedule over backend.query_blocks' blocks, from the host lengths)."""
-    from attnkit.backends.triton.rows_schedule import block_list, item_tiles
-    from attnkit.backends.triton.rows_schedule import schedule as walk
+    (rows_schedule.schedule over backend.query_blocks' blocks, from the host lengths; copied
+    from pinned memory without a wait on the device)."""
+    from attnkit.backends.triton.rows_schedule import block_arrays, schedule_arrays, tile_counts
     key = ("chain", heads, programs, block_n, tuple(sorted(schedule.items())))
     if key not in memo:
         q_lens, kv_lens = meta.query_lens_cpu, meta.seq_lens_cpu
-        blocks = block_list(q_lens, kv_lens, 128)
-        reqs, rows = [b[0] for b in blocks], [b[1] for b in blocks]
-        tiles = item_tiles(q_lens, kv_lens, reqs, rows, block_n=block_n)
-        order, start = walk(tiles, reqs, rows, heads=heads, programs=programs, **schedule)
-        as_i32 = lambda xs: torch.tensor(xs, dtype=torch.int32, device=device)  # noqa: E731
-        memo[key] = (as_i32(order), as_i32(start))
+        reqs, rows = block_arrays(q_lens, kv_lens, 128)
+        tiles = tile_counts(q_lens, kv_lens, reqs, rows, block_n=block_n)
+        memo[key] = tuple(_to_device(x, device) for x in schedule_arrays(
+            tiles, reqs, rows, heads=heads, programs=programs, **schedule))
     return memo[key]
+
+
+def _to_device(host, device) -> torch.Tensor:
+    """A host int array as int32 on ``device``; to a GPU from pinned memory, asynchronously
+    (while a graph is being captured, the plain copy: a captured copy of a pinned buffer would
+    replay whatever the buffer holds later, the plain one fails the capture loudly, as before)."""
+    ints = torch.from_numpy(host).to(torch.int32)
+    if torch.device(device).type != "cuda" or torch.cuda.is_current_stream_capturing():
+        return ints.to(device)
+    return ints.pin_memory().to(device, non_blocking=True)
+
+
+def staged_rows(in_place: bool, q, k, v, cache, layer_id: int, plan):
+    """(k_rows, v_rows, key_start [B] int32) a rows kernel reads: the step's own k / v
+    (``in_place``: the "direct" / "packed" routes; request r's keys from its first new row), or
+    every key gathered from the cache into the padded buffer (the "rows" route, row_layout)."""
+    if in_place:
+        return k, v, plan.query_start_loc[:-1]
+    key_start, total, longest = row_layout(plan.rows, plan.meta, q.device)
+    k_rows, v_rows = gather_rows(cache.k[layer_id], cache.v[layer_id],
+                                 block_tables=plan.block_tables, key_start=key_start,
+                                 seq_lens=plan.seq_lens, total_rows=total, longest=longest,
+                                 pad=PAD, dtype=q.dtype)
+    return k_rows, v_rows, key_start
 
 
 def row_layout(memo: dict, meta, device) -> tuple[torch.Tensor, int, int]:
@@ -190,14 +205,7 @@ def run_tma_extend(route: str, q, k, v, out, cache, layer_id: int, plan, *, conf
             qk_scale=kernel_args["qk_scale"]):
         return prefill_gluon_attention(q, k, v, out, qk_scale=kernel_args["qk_scale"],
                                        v_scale=kernel_args["v_scale"], causal=kernel_args["causal"])
-    if route == "direct":
-        k_rows, v_rows, key_start = k, v, plan.query_start_loc[:-1]
-    else:
-        key_start, total, longest = row_layout(plan.rows, plan.meta, q.device)
-        k_rows, v_rows = gather_rows(cache.k[layer_id], cache.v[layer_id],
-                                     block_tables=plan.block_tables, key_start=key_start,
-                                     seq_lens=plan.seq_lens, total_rows=total, longest=longest,
-                                     pad=PAD, dtype=q.dtype)
+    k_rows, v_rows, key_start = staged_rows(route == "direct", q, k, v, cache, layer_id, plan)
     return prefill_tma_attention(q, k_rows, v_rows, out, block_req=block_req, block_m=block_m,
                                  query_start_loc=plan.query_start_loc, key_start=key_start,
                                  seq_lens=plan.seq_lens, config=config, **kernel_args)
