@@ -144,8 +144,7 @@ def run_gluon_rows(route: str, q, k, v, out, cache, layer_id: int, plan, *, bloc
 def chain_walk(memo: dict, meta, heads: int, programs: int, block_n: int, schedule: dict,
                device) -> tuple[torch.Tensor, torch.Tensor]:
     """(order [items], start [programs + 1]) int32 of the chained kernel's walk, once a step
-    (rows_schedule.schedule over backend.query_blocks' blocks, from the host lengths; copied
-    from pinned memory without a wait on the device)."""
+    (rows_schedule.schedule over backend.query_blocks' blocks, from the host lengths)."""
     from attnkit.backends.triton.rows_schedule import block_arrays, schedule_arrays, tile_counts
     key = ("chain", heads, programs, block_n, tuple(sorted(schedule.items())))
     if key not in memo:
@@ -158,13 +157,9 @@ def chain_walk(memo: dict, meta, heads: int, programs: int, block_n: int, schedu
 
 
 def _to_device(host, device) -> torch.Tensor:
-    """A host int array as int32 on ``device``; to a GPU from pinned memory, asynchronously
-    (while a graph is being captured, the plain copy: a captured copy of a pinned buffer would
-    replay whatever the buffer holds later, the plain one fails the capture loudly, as before)."""
-    ints = torch.from_numpy(host).to(torch.int32)
-    if torch.device(device).type != "cuda" or torch.cuda.is_current_stream_capturing():
-        return ints.to(device)
-    return ints.pin_memory().to(device, non_blocking=True)
+    """A host int array as int32 on ``device`` (a plain copy, as the GPU tests of 2026-12-02 ran
+    it; an asynchronous copy from pinned memory was written and not run on a GPU, so not kept)."""
+    return torch.from_numpy(host).to(torch.int32).to(device)
 
 
 def staged_rows(in_place: bool, q, k, v, cache, layer_id: int, plan):
