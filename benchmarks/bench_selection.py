@@ -12,8 +12,9 @@ is asked twice per row: with the row's shape as its workload (it ranks by the pr
 nearest bucket) and without (what ``attnkit plan`` prints: one backend per phase for every
 shape, except that prefill rows over a cached prefix run the plan's extend backend, which may
 differ from its prefill backend; see docs/profile.md). The variant is the plan's: the first its
-kernel table lists for the row's step (registry/kernels.py). Target: the first within 5 % of the fastest on every row. Every bucket uses the
-planner's default page size (16; bench_mla runs page 64). Dual chunk rows have one valid
+kernel table lists for the row's step (registry/kernels.py). Target: the first within 5 % of the fastest on every row. Every row is
+measured at the page size the plan fills for it (its kernel table is read there; a row measured
+at another page size compared kernels the plan does not choose between). Dual chunk rows have one valid
 backend (only dual_chunk computes it), so they are listed, not timed (bench_dual_chunk
 times it against plain attention). Writes bench_selection.json and bench_selection.md.
 """
@@ -66,10 +67,19 @@ def model_of(shape, name: str):
     return ModelAttention(name=name, architecture="bench_selection", layers=(layer_spec(shape),), dtype=shape.dtype)
 
 
-def picks(model, platform, phase: str, b, profile):
-    """(pick for this shape, pick for every shape) by the planner."""
+def plan_page(model, platform, phase: str, shape, batch: int, new: int, context: int, profile) -> int:
+    """The page size the plan fills for this row (the planner's, for this shape as its workload)."""
+    from attnkit.planning.pages import DEFAULT_PAGE_SIZE
     from attnkit.planning.solver import plan
-    request = {"dtype": b.shape.dtype, "kv_cache_dtype": b.shape.kv_dtype}
+    p = plan(model, platform, {"dtype": shape.dtype, "kv_cache_dtype": shape.kv_dtype}, profile=profile,
+             workload={phase: {"batch": batch, "new": new, "context": context}})
+    return p.run.page_size if p.ok else DEFAULT_PAGE_SIZE
+
+
+def picks(model, platform, phase: str, b, profile):
+    """(pick for this shape, pick for every shape) by the planner, at the bucket's page size."""
+    from attnkit.planning.solver import plan
+    request = {"dtype": b.shape.dtype, "kv_cache_dtype": b.shape.kv_dtype, "page_size": b.page_size}
     workload = {phase: {"batch": b.batch, "new": b.new, "context": b.context}}
     shaped = plan(model, platform, request, profile=profile, workload=workload)
     whole = plan(model, platform, request, profile=profile)
@@ -109,10 +119,12 @@ def run(rows, profile, on_row=None) -> list[dict]:
             out.append(row)
             continue
         shape = shape_of(key)
-        # bench_mla runs 64-key pages, the page size the plan fills for these shapes (its kernel
-        # table is read at it): the row is measured where the plan runs
-        b = grid.bucket(shape, phase, batch, new, context, 64 if script == "bench_mla" else 16)
-        (pick, why), (whole, _) = picks(model_of(shape, f"{script} {key}"), platform, phase, b, profile)
+        model = model_of(shape, f"{script} {key}")
+        # the row is measured where the plan runs: at the page size it fills (its kernel
+        # table is read there)
+        page = plan_page(model, platform, phase, shape, batch, new, context, profile)
+        b = grid.bucket(shape, phase, batch, new, context, page)
+        (pick, why), (whole, _) = picks(model, platform, phase, b, profile)
         case = make_case(b, "cuda")
         entries = []
         for n in serving(b, registry, platform, None):

@@ -139,9 +139,14 @@ def measure(setup, *, kind, backend, units, peers=True, flex=True):
     if not err < 2e-2:
         row["attnkit"] = f"n/a (wrong: rel err {err:.3g})"
         return row
-    ms, _ = timed(fwd)
+    ms, note = timed(fwd)
     row["attnkit"] = units(ms)
     row["attnkit_ms"] = ms
+    if note:                     # the graph did not capture: the rate is an eager call's
+        row["attnkit_note"] = note
+    ran = getattr(step.prepared, "ran", None)
+    if ran:                      # the kernel variant(s) the step ran (triton's TritonStep.ran)
+        row["ran"] = ",".join(sorted(set(ran.values())))
     row["attnkit_eager"] = units(timed(fwd, graph=False)[0])
     if not peers:
         return row

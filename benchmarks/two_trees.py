@@ -43,17 +43,18 @@ class Tree:
         self.mla = m("backends.triton_mla.backend")
 
 
-def load_bench(tree: Tree, bench_dir: str, into: str):
-    """That tree's bench_mla.py as a module bound to its package (imports renamed for prev)."""
-    with open(os.path.join(bench_dir, "bench_mla.py")) as f:
+def load_bench(tree: Tree, bench_dir: str, into: str, *, script: str = "bench_mla.py"):
+    """That tree's bench ``script`` as a module bound to its package (imports renamed for prev)."""
+    with open(os.path.join(bench_dir, script)) as f:
         text = f.read()
     if tree.pkg != "attnkit":
         text = re.sub(r"(from|import)\s+attnkit\b", rf"\1 {tree.pkg}", text)
-    path = os.path.join(into, f"bench_mla_{tree.pkg}.py")
+    stem = script[:-3]
+    path = os.path.join(into, f"{stem}_{tree.pkg}.py")
     os.makedirs(into, exist_ok=True)
     with open(path, "w") as f:
         f.write(text)
-    spec = importlib.util.spec_from_file_location(f"bench_mla_{tree.pkg}", path)
+    spec = importlib.util.spec_from_file_location(f"{stem}_{tree.pkg}", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

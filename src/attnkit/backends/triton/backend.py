@@ -68,6 +68,7 @@ class TritonStep:
     # paged_fixed: the one-token rows over a cached prefix, run by the decode kernel (DecodeRows)
     decode_rows: "DecodeRows | None" = None
     variants: tuple[str, ...] = ()                 # the plan's variants for this step, in order
+    ran: dict = field(default_factory=dict)        # layer id -> the variant its last call ran
 
     def query_blocks(self, block_m: int, *, apart: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Request index and first query row of every BLOCK_M-row query block, the blocks
@@ -234,6 +235,7 @@ class TritonBackend(AttentionBackend):
             return q.new_empty(0, spec.num_heads * spec.value_dim)
         decode = meta.mode is ForwardMode.DECODE
         variant = self._runnable(plan, q, k, v, layer, cache, meta)
+        plan.ran[lid] = variant
         stream_cfg = self._stream_config(spec) if decode and variant == "stream" else None
         chain_write = variant == "gluon_rows_chain" and chain_fuses_write(q, k, v, layer, cache, meta)
         fused_write = (variant in ("split_write", "split_merge", "split_heads") or chain_write
