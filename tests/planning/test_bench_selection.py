@@ -51,3 +51,19 @@ def test_the_table_says_which_rows_miss_the_target():
     text = sel.table(rows)
     assert "| 0.93 | **no** |" in text and "torch_native skipped (out of memory)" in text
     assert text.endswith("1 of 2 rows within 5 % of the fastest valid (backend, variant).")
+
+
+def test_a_row_is_measured_at_the_page_size_the_plan_fills():
+    # MLA at 16 heads: the plan fills 16-key pages (the default), and reads its kernel table
+    # there; bench_selection measured those rows at 64 (bench_mla's page), comparing kernels
+    # at a page size the plan does not run (2026-12-02: whole_rows vs column_split, 0.91)
+    shape = sel.shape_of("mla16")
+    model = sel.model_of(shape, "row")
+    got = sel.plan_page(model, get_preset("h200"), "decode", shape, 1, 1, 1024, None)
+    from attnkit.planning.solver import plan
+    filled = plan(model, get_preset("h200"), {"dtype": "bf16"},
+                  workload={"decode": {"batch": 1, "new": 1, "context": 1024}}).run.page_size
+    assert got == filled == 16
+    # where the plan fills 64 (a 128-head MLA model: ws needs whole 64-key pages) the row follows
+    big = sel.shape_of("mla128")
+    assert sel.plan_page(sel.model_of(big, "row"), get_preset("h200"), "decode", big, 128, 1, 4096, None) == 64
