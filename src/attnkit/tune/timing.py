@@ -60,7 +60,8 @@ def graphed(fn):
             fn()
         return g.replay, None
     except Exception as exc:  # noqa: BLE001 - a call that cannot capture runs eagerly
-        note = f"eager ({type(exc).__name__})"
+        first = (str(exc).strip().splitlines() or [""])[0][:120]
+        note = f"eager ({type(exc).__name__}{': ' + first if first else ''})"    # why, for the profile
     # A capture that failed half-way still holds its private memory pool (through the graph
     # and the exception's frames): free it before the eager timing, which may need it all.
     torch.cuda.synchronize()
