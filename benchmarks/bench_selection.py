@@ -7,7 +7,9 @@ fastest valid (backend, variant) pair measured in this run.
 
 "Valid" = the planner's own declaration check passes and the output matches the float64
 reference (attnkit.tune: every backend is checked before it is timed, then timed by one
-method: CUDA-graph replays of forward, K/V write included, L2 flushed, median). The planner
+method: CUDA-graph replays of forward, K/V write included, L2 flushed, median; the pairs
+within 10 % of the row's fastest timed again in 5 interleaved rounds, each one's rate the
+median of its timings, tune/run.settle). The planner
 is asked twice per row: with the row's shape as its workload (it ranks by the profile's
 nearest bucket) and without (what ``attnkit plan`` prints: one backend per phase for every
 shape, except that prefill rows over a cached prefix run the plan's extend backend, which may
@@ -102,12 +104,11 @@ def run(rows, profile, on_row=None) -> list[dict]:
 
     from attnkit.planning.measured import rank
     from attnkit.planning.profile import UNITS, Profile
-    from attnkit.registry import declarations, load_backend
+    from attnkit.registry import declarations
     from attnkit.tune import grid
     from attnkit.tune.case import make_case
     from attnkit.tune.environment import platform_for
-    from attnkit.registry.kernels import KernelTable
-    from attnkit.tune.run import measure_entry, role_of, serving, variants_to_time
+    from attnkit.tune.run import serving, time_bucket, variants_to_time
 
     platform, registry, out = platform_for("cuda"), declarations(), []
     for script, phase, batch, new, context, key in rows:
@@ -126,13 +127,11 @@ def run(rows, profile, on_row=None) -> list[dict]:
         b = grid.bucket(shape, phase, batch, new, context, page)
         (pick, why), (whole, _) = picks(model, platform, phase, b, profile)
         case = make_case(b, "cuda")
-        entries = []
-        for n in serving(b, registry, platform, None):
-            for k in variants_to_time(b, registry[n], platform):
-                opts = {} if k is None else {"kernels": {role_of(b): KernelTable.only(role_of(b), k)}}
-                e = measure_entry(case, load_backend(n, **opts), "cuda", variant=k)
-                # one candidate per (backend, variant): the ranking compares them as backends
-                entries.append(dataclasses.replace(e, backend=n if k is None else f"{n}/{k}", variant=None))
+        pairs = [(n, k) for n in serving(b, registry, platform, None) for k in variants_to_time(b, registry[n], platform)]
+        # the tune's method, near-ties settled in interleaved rounds; one candidate per (backend,
+        # variant): the ranking compares them as backends
+        entries = [dataclasses.replace(e, backend=e.backend if e.variant is None else f"{e.backend}/{e.variant}",
+                                       variant=None) for e in time_bucket(case, pairs, "cuda")]
         del case
         torch.cuda.empty_cache()
         here = Profile(device={}, software={}, date="this run", method={}, entries=tuple(entries))
@@ -143,6 +142,7 @@ def run(rows, profile, on_row=None) -> list[dict]:
                    fastest=fastest, method=ranking.method if ranking else None, unit=UNITS[phase],
                    rates={n: rates.get(n) for n in [e.backend for e in entries]},
                    status={e.backend: e.status + (f": {e.note}" if e.status != "ok" else "") for e in entries},
+                   notes={e.backend: e.note for e in entries if e.status == "ok"},
                    ratio=(rates[pick] / rates[fastest]) if fastest and pick in rates else None,
                    whole_ratio=(rates[whole] / rates[fastest]) if fastest and whole in rates else None)
         out.append(row)

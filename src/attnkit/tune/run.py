@@ -3,7 +3,10 @@
 Per bucket one step is built (tune/case.py); per backend that serves it (the planner's own
 check of its declaration): ``prepare`` and ``forward`` once, the output checked against the
 float64 reference (a backend that fails is recorded as ``wrong`` and never timed), then
-timed by the one method of tune/timing.py. The profile is rewritten after every entry, so an
+timed by the one method of tune/timing.py. The (backend, variant) pairs of a bucket whose rates lie
+within NEAR of its fastest are then timed again in ROUNDS interleaved rounds (``settle``), and
+each one's time is the median of its rounds and its first timing: a ranking between near-ties
+is then not decided by one timing's luck. The profile is rewritten after every entry, so an
 interrupted run keeps what it measured, and a re-run skips the (backend, bucket) pairs the
 file already holds. The schema is planning/profile.py's (docs/profile.md).
 """
@@ -14,6 +17,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Mapping, Sequence, TextIO
 
@@ -30,12 +34,13 @@ from attnkit.tune import case as paged_case
 from attnkit.tune import varlen_case
 from attnkit.tune.case import TOLERANCE
 from attnkit.tune.environment import device_info, platform_for, slug, software
-from attnkit.tune.timing import measure
+from attnkit.tune.timing import graphed, interleaved, measure
 
 WARMUP, REPS, BUDGET_S = 3, 20, 0.5
 SLOW_S = 2.0     # a call slower than this (after the first) is not timed: it is no contender
+NEAR, ROUNDS = 0.10, 5      # within 10 % of a bucket's fastest: timed again in 5 interleaved rounds
 RESUME_KEYS = {"device": ("kind", "name", "capability"), "software": ("attnkit", "torch", "triton"),
-               "method": ("timer", "warmup", "reps", "l2_flush")}
+               "method": ("timer", "warmup", "reps", "l2_flush", "near_ties")}
 
 
 def method(device: str) -> dict:
@@ -45,6 +50,8 @@ def method(device: str) -> dict:
             "statistic": "median", "warmup": WARMUP if device == "cuda" else 1,
             "reps": REPS if device == "cuda" else 3, "budget_s": BUDGET_S, "slow_s": SLOW_S,
             "l2_flush": device == "cuda",
+            "near_ties": {"within": NEAR, "rounds": ROUNDS, "statistic": "median of the rounds' medians "
+                          "and the first timing"},
             "check": "attnkit.reference (float64) on sampled query rows, before timing",
             "tolerance": dict(TOLERANCE)}
 
@@ -70,7 +77,7 @@ def tune(*, device: str = "cuda", quick: bool = False, models: Sequence[ModelAtt
     old = resume(path, head)
     entries = list(old.entries) if old else []
     done = {e.key() for e in entries}
-    from attnkit.registry import declarations, load_backend
+    from attnkit.registry import declarations
     registry = declarations()
     jobs = pending(shapes, registry, platform, backends, done, phases)
     again = {(n, b, k) for b, n, k in jobs}
@@ -85,18 +92,28 @@ def tune(*, device: str = "cuda", quick: bool = False, models: Sequence[ModelAtt
     runs = (old.header.get("runs", []) if old else []) + [
         {"command": command, "started": _now(), "measured": len(jobs), "seconds": None}]
     bar = Progress(len(jobs), stream if stream is not None else sys.stderr)
-    start, case = time.perf_counter(), None
-    for i, (b, name, variant) in enumerate(jobs):
-        if case is None or case.bucket != b:
-            case = None
-            _free(device)
-            case = case_module(b).make_case(b, device)
-        options = {} if variant is None else {"kernels": {role_of(b): KernelTable.only(role_of(b), variant)}}
-        entry = measure_entry(case, load_backend(name, **options), device, variant=variant)
-        entries.append(entry)
+    start, done_n, prof = time.perf_counter(), 0, None
+
+    def keep(*new: Entry) -> None:
+        """Put ``new`` into the profile (in place of an entry of the same key) and write it."""
+        nonlocal prof
+        by_key = {e.key(): e for e in new}
+        entries[:] = [by_key.pop(e.key(), e) for e in entries] + list(by_key.values())
         runs[-1]["seconds"] = round(time.perf_counter() - start, 1)
         prof = write(path, head, entries, runs, smoke=device == "cpu")
-        bar.done(i + 1, entry)
+
+    def measured(entry: Entry) -> None:
+        nonlocal done_n
+        keep(entry)
+        done_n += 1
+        bar.done(done_n, entry)
+
+    for b in dict.fromkeys(b for b, _, _ in jobs):      # the buckets, in the jobs' order
+        _free(device)
+        case = case_module(b).make_case(b, device)
+        # the settled times of the near-ties replace their first
+        keep(*time_bucket(case, [(n, k) for jb, n, k in jobs if jb == b], device, on_entry=measured))
+        case = None
     bar.close()
     if not jobs:
         prof = load_profile(path)
@@ -164,6 +181,80 @@ def variants_to_time(b: Bucket, decl, platform) -> list[str | None]:
             and takes_step(k, num_reqs=b.batch, has_prefix=b.prefix > 0)]
 
 
+def backend_for(b: Bucket, name: str, variant: str | None):
+    """Backend ``name`` built to run only kernel ``variant`` (None: its one kernel)."""
+    from attnkit.registry import load_backend
+    options = {} if variant is None else {"kernels": {role_of(b): KernelTable.only(role_of(b), variant)}}
+    return load_backend(name, **options)
+
+
+def time_bucket(case, candidates: Sequence[tuple[str, str | None]], device: str, *, on_entry=None) -> list[Entry]:
+    """Check and time each (backend, variant) of ``candidates`` on ``case`` (``on_entry`` is
+    called with each entry as it is measured), then settle the near-ties; the entries."""
+    got = []
+    for name, variant in candidates:
+        got.append(measure_entry(case, backend_for(case.bucket, name, variant), device, variant=variant))
+        if on_entry is not None:
+            on_entry(got[-1])
+    return settle(case, got, device)
+
+
+def near_ties(entries: Sequence[Entry]) -> tuple[str, list[Entry]]:
+    """(method, the ``ok`` entries within NEAR of the fastest by it): the ranking's method, graph
+    replays where every timed entry has one (planning/measured.rank)."""
+    ok = [e for e in entries if e.status == "ok" and (e.graph_ms or e.eager_ms)]
+    how = "graph" if ok and all(e.graph_ms for e in ok) else "eager"
+    rated = [e for e in ok if e.rate(how)]
+    if not rated:
+        return how, []
+    best = max(e.rate(how) for e in rated)
+    return how, [e for e in rated if e.rate(how) >= (1 - NEAR) * best]
+
+
+def settle(case, entries: list[Entry], device: str) -> list[Entry]:
+    """``entries`` with their near-ties (``near_ties``) timed again: ROUNDS interleaved rounds
+    (tune/timing.interleaved), each one's time the median of its rounds and its first timing.
+    One whose call cannot be rebuilt keeps its first timing (its note says so)."""
+    how, ties = near_ties(entries)
+    if len(ties) < 2:
+        return entries
+    calls, kept = [], []
+    try:
+        for e in ties:
+            backend = backend_for(case.bucket, e.backend, e.variant)
+            fwd = _forward(case, backend)
+            run, note = graphed(fwd) if how == "graph" and device == "cuda" else (fwd, None)
+            if note is None:
+                calls.append(run)
+                kept.append(e)
+        if len(kept) < 2:
+            return entries
+        rounds = interleaved(calls, device, rounds=ROUNDS)
+    except Exception:  # noqa: BLE001 - a call that ran once and fails now keeps its first timing
+        return entries
+    finally:
+        calls = []
+        _free(device)
+    field = "graph_ms" if how == "graph" else "eager_ms"
+    settled = {}
+    for e, times in zip(kept, rounds):
+        every = sorted(times + [getattr(e, field)])
+        mid = every[len(every) // 2]
+        settled[e.key()] = replace(e, **{field: mid}, note=(
+            f"{e.note}; near-tie of {len(kept)}: median of {len(every)} timings over {ROUNDS} interleaved "
+            f"rounds ({every[0]:.4g}-{every[-1]:.4g} ms)"))
+    return [settled.get(e.key(), e) for e in entries]
+
+
+def _forward(case, backend):
+    """The call that is timed: backend.forward over the case's step (varlen: backend.varlen)."""
+    if case.bucket.phase == "varlen":
+        return lambda: case.call(backend)
+    step = backend.prepare(case.meta, case.cache)
+    extra = {} if case.indexer is None else {"indexer": case.indexer}
+    return lambda: backend.forward(case.q, case.k, case.v, case.layer, case.cache, step, **extra)
+
+
 def measure_entry(case, backend, device: str, *, variant: str | None = None) -> Entry:
     """Check, then time, one backend (one kernel variant of it) on one case."""
     b = case.bucket
@@ -171,12 +262,7 @@ def measure_entry(case, backend, device: str, *, variant: str | None = None) -> 
     how = case_module(b)
     base = dict(backend=backend.name, bucket=b, work=how.work(b), variant=variant)
     try:
-        if b.phase == "varlen":
-            fwd = lambda: case.call(backend)  # noqa: E731
-        else:
-            step = backend.prepare(case.meta, case.cache)
-            extra = {} if case.indexer is None else {"indexer": case.indexer}
-            fwd = lambda: backend.forward(case.q, case.k, case.v, case.layer, case.cache, step, **extra)  # noqa: E731
+        fwd = _forward(case, backend)
         err = how.check(case, fwd())
         if not err < tol:
             return Entry(status="wrong", rel_err=err, note=f"relative error {err:.3g} > {tol:g} "

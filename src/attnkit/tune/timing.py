@@ -3,6 +3,10 @@
 CUDA: medians of CUDA-event timings after warm-up, the L2 flushed before each repetition
 where inputs would otherwise be served from cache (``cold_l2``), the call replayed as one
 CUDA graph where it captures (host launch overhead out) and timed eagerly as well.
+Near-ties (``interleaved``): the calls whose medians lie within a few per cent of each other
+are timed again, in rounds that time each of them once (the order rotated from round to
+round), so that a drift of the GPU's rate during a run (one kernel's rate moved by up to 10 %
+between runs of 2026-12-02 while cuDNN's moved by 2 %) reaches all of them alike.
 CPU (smoke runs): medians of wall-clock times.
 """
 from __future__ import annotations
@@ -85,6 +89,27 @@ def measure(fn, device: str, *, warmup: int = 3, reps: int = 20, budget_s: float
     eager = time_ms(fn, warmup=w, reps=n, cold_l2=True)
     return {"graph_ms": graph, "eager_ms": eager,
             "note": (note or "CUDA graph") + ("" if n == reps else f"; {n} repetitions (slow call)")}
+
+
+def interleaved(runs, device: str, *, rounds: int, budget_s: float = 0.15) -> list[list[float]]:
+    """Each of ``runs``' median milliseconds in each of ``rounds`` rounds; a round times every
+    run once (about ``budget_s`` each, L2 flushed), starting one place further each round."""
+    out: list[list[float]] = [[] for _ in runs]
+    if device != "cuda":
+        reps = [1] * len(runs)
+    else:
+        reps = [_reps(time_ms(run, warmup=1, reps=1), REPS_CAP, budget_s) for run in runs]
+    for r in range(rounds):
+        for j in range(len(runs)):
+            i = (r + j) % len(runs)
+            if device != "cuda":
+                out[i].append(wall_ms(runs[i], warmup=0, reps=1))
+            else:
+                out[i].append(time_ms(runs[i], warmup=1, reps=reps[i], cold_l2=True))
+    return out
+
+
+REPS_CAP = 60       # repetitions a round may give one fast call
 
 
 def _reps(once_ms: float, reps: int, budget_s: float) -> int:
