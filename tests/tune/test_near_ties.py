@@ -82,3 +82,28 @@ def test_resuming_a_profile_timed_without_settled_near_ties_is_ak232(tmp_path, m
     with pytest.raises(AttnkitError) as err:
         tune(device="cpu", quick=True, out=path)
     assert err.value.code == "AK232" and err.value.field == "method.near_ties"
+
+
+def test_a_graph_replay_holds_what_its_graph_reads():
+    """A replay kept for interleaved rounds must keep its call (and the step tensors the graph
+    reads) alive: probe_spread replayed graphs whose steps had been freed (device-side assert)."""
+    import gc
+    import weakref
+
+    from attnkit.tune.timing import _Replay
+
+    class Graph:
+        replays = 0
+
+        def replay(self):
+            Graph.replays += 1
+
+    def step_call():
+        return None
+    alive = weakref.ref(step_call)
+    run = _Replay(Graph(), step_call)
+    del step_call
+    gc.collect()
+    assert alive() is not None
+    run()
+    assert Graph.replays == 1

@@ -62,7 +62,7 @@ def graphed(fn):
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             fn()
-        return g.replay, None
+        return _Replay(g, fn), None
     except Exception as exc:  # noqa: BLE001 - a call that cannot capture runs eagerly
         first = (str(exc).strip().splitlines() or [""])[0][:120]
         note = f"eager ({type(exc).__name__}{': ' + first if first else ''})"    # why, for the profile
@@ -73,6 +73,18 @@ def graphed(fn):
     gc.collect()
     torch.cuda.empty_cache()
     return fn, note
+
+
+class _Replay:
+    """A captured graph's replay, holding ``fn`` (and so every tensor the graph reads: a step's
+    metadata, a workspace) alive as long as the replay is: a graph whose inputs were freed would
+    read memory reused by the next call built."""
+
+    def __init__(self, graph, fn):
+        self.graph, self.fn = graph, fn
+
+    def __call__(self):
+        self.graph.replay()
 
 
 def measure(fn, device: str, *, warmup: int = 3, reps: int = 20, budget_s: float = 0.5) -> dict:
