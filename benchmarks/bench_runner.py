@@ -242,8 +242,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"{str(dtype).removeprefix('torch.')} weights, {args.device}"),
         "plan": f"prefill {graphs.plan.prefill_backend}, extend {graphs.plan.extend_backend}, decode "
                 f"{graphs.plan.decode_backend}, page "
-                f"{graphs.plan.settings['page_size']}",
-        "graphs": (f"buckets {stats['buckets']}, captured in {stats['capture_s']:.1f} s "
+                f"{graphs.plan.run.page_size}",
+        "graphs": (f"buckets {stats['buckets']}, context tiers "
+                   f"{ {b: list(r) for b, r in stats['reaches'].items() if len(r) > 1} or 'none'}, "
+                   f"captured in {stats['capture_s']:.1f} s "
                    f"(LLM built in {build_s:.1f} s), {stats['memory_bytes'] / 2**30:.2f} GiB"
                    if stats else "none (CPU)"),
         "graph_stats": stats, "copy_gbs": ceil.get("copy_gbs"),

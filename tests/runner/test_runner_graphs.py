@@ -319,3 +319,47 @@ def test_scheduler_step_that_fails_decoding_ahead_changes_nothing(llama64):
         sched.step()
     assert [r.output for r in reqs] == [hf_greedy(hf, p, 9) for p in PROMPTS]
     assert engine.allocator.num_free == engine.allocator.num_pages
+
+
+def _switching_table():
+    """A decode table whose first variant is split_write up to 64 keys and split beyond (rows
+    at contexts 16 and 256: the nearest by |log2| switches between 64 and 128)."""
+    from attnkit.registry.kernels import KernelRate, KernelRow, KernelTable
+
+    row = lambda ctx, name: KernelRow(1, 1, ctx, (KernelRate(name, 1.0, "GB/s"),))  # noqa: E731
+    return KernelTable("decode", rows=(row(16, "split_write"), row(256, "split")))
+
+
+def test_a_table_that_switches_by_context_gets_a_graph_per_context_tier(llama64, monkeypatch):
+    """Issue 24 (bench_runner B=1 at 0.93x the previous default, H200, 2026-12-02): the graphs
+    ran the variant the plan picks for the longest KV they hold (stream at ~12k keys) at every
+    context. Each bucket now has a static step per tier of its table; a step replays the
+    smallest that holds its KV, and runs that tier's variant; tokens stay transformers'."""
+    from attnkit.backends.triton.backend import TritonBackend
+
+    path, hf = llama64
+    engine = rehearsal(path, TritonBackend(kernels={"decode": _switching_table()}), max_num_seqs=2)
+    runner = engine.graphs
+    top = runner.static.max_seq_len
+    assert top > 128 and runner.reaches == {1: (64, top), 2: (64, top)}
+    used = []
+    original = runner._run
+    monkeypatch.setattr(runner, "_run", lambda b: used.append((b.size, b.reach)) or original(b))
+    prompts = [[5, 9, 3], list(range(3, 100))]
+    want = [hf_greedy(hf, p, 4) for p in prompts]
+    assert [engine.generate([p], max_new_tokens=4)[0] for p in prompts] == want
+    assert used == [(1, 64)] * 3 + [(1, top)] * 3
+    ran = {reach: set(runner._bucket[(1, reach)].step.prepared.ran.values()) for reach in (64, top)}
+    assert ran == {64: {"split_write"}, top: {"split"}}
+
+
+def test_a_backend_with_malformed_reaches_is_refused_coded(llama64, monkeypatch):
+    from attnkit.backends.triton.backend import TritonBackend
+
+    path, _ = llama64
+    for bad in ((), (64,), (64, 32, "top")):
+        backend = TritonBackend()
+        monkeypatch.setattr(backend, "static_reaches", lambda batch, top, bad=bad: bad)
+        with pytest.raises(AttnkitError) as err:
+            rehearsal(path, backend)
+        assert err.value.code == "AK489" and "static_reaches" in err.value.message

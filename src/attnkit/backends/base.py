@@ -158,6 +158,14 @@ class AttentionBackend:
                       "its per-step work reads host-side lengths or loops over requests",
              field="backend", expected="a backend declaring cuda_graph", actual=self.name)
 
+    def static_reaches(self, batch: int, max_seq_len: int) -> tuple[int, ...]:
+        """The KV lengths, ascending, up to which a static decode step of ``batch`` rows runs
+        one kernel; the last is ``max_seq_len``. The caller prepares (and captures) one static
+        step per reach and runs a step on the smallest reach that holds its longest KV, so a
+        backend whose plan picks its kernel by context (a kernel table) runs a short context's
+        kernel at short contexts. The default: one kernel for every length."""
+        return (max_seq_len,)
+
     def refill_static(self, step: StepState) -> None:
         """Bring backend-owned static state up to date after the caller refilled
         ``step.meta``'s buffers: device ops only (no host sync, no allocation), so it may be

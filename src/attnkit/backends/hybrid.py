@@ -72,6 +72,9 @@ class HybridBackend(AttentionBackend):
         inner = self.decode.prepare_static(meta, cache, max_seq_len=max_seq_len)
         return StepState(meta=meta, prepared=HybridStep(self.decode, inner))
 
+    def static_reaches(self, batch: int, max_seq_len: int) -> tuple[int, ...]:
+        return self.decode.static_reaches(batch, max_seq_len)
+
     def refill_static(self, step: StepState) -> None:
         plan = step.prepared
         plan.backend.refill_static(plan.state)

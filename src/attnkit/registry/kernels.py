@@ -127,6 +127,18 @@ class KernelTable:
         listed = tuple(k.variant for k in row.order)
         return listed + tuple(v for v in self.fallback if v not in listed)
 
+    def reaches(self, batch: int, new: int, max_context: int) -> tuple[int, ...]:
+        """The context tiers of a static step of ``batch`` requests sized for up to
+        ``max_context`` keys: ascending KV lengths up to which one variant is the first, the
+        last ``max_context``. A step sized for one reach runs ``candidates(batch, new, reach)``
+        for every context it holds, so a CUDA graph per reach runs at each context the variant
+        of that context's tier (runner/engine/graphs.py), not the one of the longest context.
+        Tiers end at powers of two (the buckets' contexts are)."""
+        top = max(1, max_context)
+        points = [1 << k for k in range(4, top.bit_length()) if (1 << k) < top] + [top]
+        first = [self.candidates(batch, new, c)[0] for c in points]
+        return tuple(c for c, v, after in zip(points, first, first[1:] + [None]) if v != after)
+
     def variants(self) -> tuple[str, ...]:
         seen = [k.variant for r in self.rows for k in r.order] + list(self.fallback)
         return tuple(dict.fromkeys(seen))

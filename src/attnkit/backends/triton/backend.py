@@ -216,6 +216,10 @@ class TritonBackend(AttentionBackend):
         table = self.kernels.get(role) or DEFAULT_TABLES[role]
         return table.candidates(*step_point(meta.query_lens_cpu, meta.seq_lens_cpu, max_kv=max_kv))
 
+    def static_reaches(self, batch: int, max_seq_len: int) -> tuple[int, ...]:
+        """Where the plan's decode table changes its first variant below ``max_seq_len``."""
+        return (self.kernels.get("decode") or DEFAULT_TABLES["decode"]).reaches(batch, 1, max_seq_len)
+
     def capture_plan(self, meta: BatchMetadata, cache, *, max_seq_len: int) -> StepState:
         """The static decode plan: meta's own tensors (int32, read in place), split counts
         sized for ``max_seq_len`` keys. The decode path builds nothing from host lists."""

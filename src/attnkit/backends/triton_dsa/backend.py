@@ -70,6 +70,10 @@ class TritonDSABackend(AttentionBackend):
                 if getattr(l, "sparse_topk", None) is not None}
         return StepState(meta=meta, prepared=build_step(meta, cache.device, head_rows=max(rows, default=16)))
 
+    def static_reaches(self, batch: int, max_seq_len: int) -> tuple[int, ...]:
+        """Where the plan's decode table changes its first variant below ``max_seq_len``."""
+        return (self.kernels.get("decode") or DEFAULT_TABLES["decode"]).reaches(batch, 1, max_seq_len)
+
     def capture_plan(self, meta: BatchMetadata, cache, *, max_seq_len: int) -> StepState:
         """A static decode step: one token a row, scores over ``max_seq_len`` positions."""
         return StepState(meta=meta, prepared=static_step(meta, max_seq_len=max_seq_len))

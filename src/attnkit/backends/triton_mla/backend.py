@@ -133,6 +133,13 @@ class TritonMLABackend(AttentionBackend):
                                                          max_kv=part.static_kv))
         return tuple(dict.fromkeys([KERNEL_OF[n] for n in names if n in KERNEL_OF] + ["v2", "v1"]))
 
+    def static_reaches(self, batch: int, max_seq_len: int) -> tuple[int, ...]:
+        """Where the plan's decode table changes its first variant below ``max_seq_len`` (the
+        ``variant`` option: one kernel everywhere)."""
+        if self.variant is not None:
+            return (max_seq_len,)
+        return (self.kernels.get("decode") or DEFAULT_TABLES["decode"]).reaches(batch, 1, max_seq_len)
+
     def capture_plan(self, meta: BatchMetadata, cache, *, max_seq_len: int) -> StepState:
         """A static decode step: every request absorbed (one new token each), splits sized
         for ``max_seq_len``; the kernels find each request's KV length on the device."""

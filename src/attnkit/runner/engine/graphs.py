@@ -1,4 +1,4 @@
-"""Decode steps as CUDA graphs: one captured graph per batch-size bucket.
+"""Decode steps as CUDA graphs: one captured graph per batch-size bucket and context tier.
 
     runner = GraphRunner(engine, max_batch=64)      # captures buckets 1, 2, 4, ..., 64 now
     runner.serves(requests)                         # a DECODE step it can replay?
@@ -9,7 +9,12 @@ Each bucket b owns a static step: the StaticDecode metadata of b rows (backends/
 one set of buffers shared by every bucket, padded rows on scratch pages the page allocator keeps
 apart), the backend's static plan (``prepare_static``), the input token buffer, and the
 captured body: refill the backend's derived state, build the per-step context over the
-static buffers, run the model, greedy argmax on the device. A step of n requests replays the
+static buffers, run the model, greedy argmax on the device. A bucket whose backend picks its
+kernel by context (``static_reaches``: the plan's kernel table changes its first variant at
+some KV length) has one static step and graph per context tier, each sized for its reach; a
+step replays the tier of the smallest reach that holds its longest KV (a B=1 step over 200
+keys runs the short-context kernel, not the one the plan picks for the longest context the
+graphs hold). A step of n requests replays the
 smallest bucket >= n after one refill of the buffers (host-to-device copies, no sync); the
 host reads back n token ids (greedy) or n rows of logits (sampling). Greedy steps can also
 run several at a time (``steps``): the pages of every step are written by the one fill, and
@@ -59,6 +64,7 @@ def reserve_bytes(arch, max_batch: int, dtype: torch.dtype) -> int:
 @dataclass(slots=True)
 class _Bucket:
     size: int
+    reach: int                      # the longest KV its static step is sized for
     step: Any                       # the backend's static StepState
     graph: Any = None               # torch.cuda.CUDAGraph (None: capture=False)
     logits: torch.Tensor | None = None   # [size, vocab] float32, the graph's output
@@ -83,14 +89,16 @@ class GraphRunner:
         self.tokens = torch.zeros(self.buckets[-1], dtype=torch.int64, device=dev)
         self._host_tokens = torch.zeros(self.buckets[-1], dtype=torch.int64,
                                         pin_memory=dev.type == "cuda")
-        self._bucket: dict[int, _Bucket] = {}
+        self._bucket: dict[tuple[int, int], _Bucket] = {}
         self._pool = torch.cuda.graph_pool_handle() if capture else None
-        self.stats = {"buckets": list(self.buckets), "captured": capture, "capture_s": 0.0,
-                      "memory_bytes": 0, "replays": 0, "eager_decodes": 0}
+        self.reaches: dict[int, tuple[int, ...]] = {}        # bucket -> its context tiers
+        self.stats = {"buckets": list(self.buckets), "reaches": self.reaches, "captured": capture,
+                      "capture_s": 0.0, "memory_bytes": 0, "replays": 0, "eager_decodes": 0}
         self._copied = None                              # CUDA event after the token copy
         try:
-            for size in reversed(self.buckets):         # every static plan, checked now
-                self._prepare(size)
+            self.reaches.update({size: self._reaches_of(size) for size in self.buckets})
+            for size, reach in self._tiers():          # every static plan, checked now
+                self._prepare(size, reach)
             if capture:
                 self._capture_all(progress)
         except AttnkitError as err:
@@ -135,7 +143,9 @@ class GraphRunner:
                           f"got {steps!r} with want={want!r}", field="steps",
                  expected="1, or k >= 1 with argmax", actual=repr(steps))
         n = len(reqs)
-        bucket = self._prepare(self.bucket_for(n))
+        size = self.bucket_for(n)
+        longest = max(r.prefix_len for r in reqs) + steps          # the KV of the last step
+        bucket = self._prepare(size, next(x for x in self.reaches[size] if x >= longest))
         self.static.fill(bucket.size, reqs, ahead=steps - 1)
         host = self._host_tokens
         if self._copied is not None:
@@ -168,14 +178,30 @@ class GraphRunner:
         return self._body(bucket)
 
     # -- buckets -----------------------------------------------------------------------
-    def _prepare(self, size: int) -> _Bucket:
-        """The bucket's static step (built once)."""
-        if size not in self._bucket:
+    def _reaches_of(self, size: int) -> tuple[int, ...]:
+        """The bucket's context tiers (the backend's static_reaches), checked: ascending ints
+        ending at the longest KV the static buffers hold."""
+        top = self.static.max_seq_len
+        got = tuple(self.engine.backend.static_reaches(size, top))
+        if not got or got[-1] != top or any(not 0 < a < b for a, b in zip(got, got[1:])) \
+                or any(isinstance(x, bool) or not isinstance(x, int) for x in got):
+            fail("AK457", f"{self.engine.backend.name}: static_reaches({size}, {top}) must be ascending "
+                          f"ints ending at {top}, got {got!r}", field="static_reaches",
+                 expected=f"ascending ints ending at {top}", actual=repr(got))
+        return got
+
+    def _tiers(self) -> list[tuple[int, int]]:
+        """Every (bucket, reach), largest first (the first capture sizes the shared pool)."""
+        return [(size, reach) for size in reversed(self.buckets) for reach in reversed(self.reaches[size])]
+
+    def _prepare(self, size: int, reach: int) -> _Bucket:
+        """The static step of bucket ``size`` sized for ``reach`` keys (built once)."""
+        if (size, reach) not in self._bucket:
             eng = self.engine
             meta = self.static.meta(size)
-            step = eng.backend.prepare_static(meta, eng.cache, max_seq_len=self.static.max_seq_len)
-            self._bucket[size] = _Bucket(size, step)
-        return self._bucket[size]
+            step = eng.backend.prepare_static(meta, eng.cache, max_seq_len=reach)
+            self._bucket[(size, reach)] = _Bucket(size, reach, step)
+        return self._bucket[(size, reach)]
 
     def _body(self, bucket: _Bucket):
         """What a replay runs: (logits [size, vocab] float32, argmax [size] int64)."""
@@ -192,8 +218,8 @@ class GraphRunner:
         torch.cuda.synchronize(dev)
         free_before = torch.cuda.mem_get_info(dev)[0]
         start = time.perf_counter()
-        for size in reversed(self.buckets):
-            bucket = self._prepare(size)
+        for size, reach in self._tiers():
+            bucket = self._prepare(size, reach)
             side = torch.cuda.Stream(dev)
             side.wait_stream(torch.cuda.current_stream(dev))
             with torch.cuda.stream(side):          # compile kernels, build lazy plan state
@@ -207,7 +233,8 @@ class GraphRunner:
         self.stats["capture_s"] = time.perf_counter() - start
         self.stats["memory_bytes"] = max(0, free_before - torch.cuda.mem_get_info(dev)[0])
         if progress is not None:
-            progress.write(f"captured {len(self.buckets)} decode graphs (batch "
-                           f"{', '.join(map(str, self.buckets))}) in {self.stats['capture_s']:.1f} s, "
+            tiers = "; ".join(f"{size}" + (f" at KV <= {', '.join(map(str, self.reaches[size]))}"
+                                            if len(self.reaches[size]) > 1 else "") for size in self.buckets)
+            progress.write(f"captured {len(self._tiers())} decode graphs (batch {tiers}) in {self.stats['capture_s']:.1f} s, "
                            f"{self.stats['memory_bytes'] / 2**30:.2f} GiB\n")
             progress.flush()
