@@ -122,3 +122,25 @@ def test_sampling_reads_the_graphs_logits(model):
         reqs, _ = generate(e, PROMPTS, params, max_num_batched_tokens=None, max_num_seqs=8)
         outs.append([r.output for r in reqs])
     assert outs[0] == outs[1]
+
+
+def test_context_tiers_capture_and_replay_their_own_variant(model):
+    """A decode table that switches variant at 64 keys: two graphs per bucket, sharing the
+    pool; short and long prompts replay their own tier and its variant, tokens equal to the
+    eager engine (and to transformers: fp32 Llama)."""
+    from attnkit.backends.triton.backend import TritonBackend
+    from attnkit.registry.kernels import KernelRate, KernelRow, KernelTable
+
+    row = lambda ctx, name: KernelRow(1, 1, ctx, (KernelRate(name, 1.0, "GB/s"),))  # noqa: E731
+    table = KernelTable("decode", rows=(row(16, "split_write"), row(256, "split")))
+    path, hf, _ = model("llama")
+    graphed = engine(path, TritonBackend(kernels={"decode": table}), cuda_graph=True)
+    runner = graphed.graphs
+    top = runner.static.max_seq_len
+    assert all(runner.reaches[b] == (64, top) for b in runner.buckets) and top > 128
+    prompts = [PROMPTS[1], list(range(1, 100))]
+    want = [hf_greedy(hf, p, NEW) for p in prompts]
+    assert [graphed.generate([p], max_new_tokens=NEW)[0] for p in prompts] == want
+    assert graphed.generate(prompts, max_new_tokens=NEW) == want          # bucket 2: the long tier
+    ran = {r: set(runner._bucket[(1, r)].step.prepared.ran.values()) for r in (64, top)}
+    assert ran == {64: {"split_write"}, top: {"split"}}
