@@ -145,7 +145,8 @@ class GraphRunner:
         n = len(reqs)
         size = self.bucket_for(n)
         longest = max(r.prefix_len for r in reqs) + steps          # the KV of the last step
-        bucket = self._prepare(size, next(x for x in self.reaches[size] if x >= longest))
+        tiers = self.reaches[size]          # serves() holds longest <= the last one
+        bucket = self._prepare(size, next((x for x in tiers if x >= longest), tiers[-1]))
         self.static.fill(bucket.size, reqs, ahead=steps - 1)
         host = self._host_tokens
         if self._copied is not None:
