@@ -2,6 +2,7 @@
 # triton's batch-invariant variants on the GPU (issue 30), in one call, about 3 minutes:
 #  1. `attnkit tune --backends triton` resuming a copy of the shipped H200 profile: it times only
 #     the variants the profile lacks (split_fixed, paged_fixed; tune/run.py pending) -> $OUT/nvidia-h200.json
+#     (a profile from before the near-tie rule, docs/profile.md, is refused with AK232: re-tune it first)
 #  2. `attnkit plan llama-3.1-8b --require batch-invariant` with that profile -> $OUT/plan_require.{txt,json}
 #  3. the GPU cases of the bitwise suite for every declaring backend / variant (batch invariance,
 #     determinism, CUDA-graph replay = eager), the fixed variants against the reference, and the

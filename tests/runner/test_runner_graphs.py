@@ -363,3 +363,20 @@ def test_a_backend_with_malformed_reaches_is_refused_coded(llama64, monkeypatch)
         with pytest.raises(AttnkitError) as err:
             rehearsal(path, backend)
         assert err.value.code == "AK489" and "static_reaches" in err.value.message
+
+
+def test_no_tier_is_shorter_than_the_padded_rows_of_its_bucket(llama64):
+    """A padded row j decodes position j % page_size of a scratch page: a bucket of 32 rows at
+    32-key pages holds KVs up to 32 keys, so a tier sized for fewer merges into the next
+    (review of 2026-12-02: a table switching at ~22 keys refused every graph, AK489)."""
+    from attnkit.backends.triton.backend import TritonBackend
+    from attnkit.registry.kernels import KernelRate, KernelRow, KernelTable
+
+    row = lambda ctx, name: KernelRow(1, 1, ctx, (KernelRate(name, 1.0, "GB/s"),))  # noqa: E731
+    table = KernelTable("decode", rows=(row(8, "split_write"), row(64, "split")))
+    path, hf = llama64
+    engine = rehearsal(path, TritonBackend(kernels={"decode": table}), page_size=32, max_num_seqs=32)
+    reaches = engine.graphs.reaches
+    assert reaches[1][0] < 32 and reaches[32][0] == 32 and len(reaches[32]) == 2
+    assert all(r[0] >= min(b, 32) for b, r in reaches.items())
+    assert engine.generate([PROMPTS[0]], max_new_tokens=3) == [hf_greedy(hf, PROMPTS[0], 3)]

@@ -133,9 +133,12 @@ class KernelTable:
         last ``max_context``. A step sized for one reach runs ``candidates(batch, new, reach)``
         for every context it holds, so a CUDA graph per reach runs at each context the variant
         of that context's tier (runner/engine/graphs.py), not the one of the longest context.
-        Tiers end at powers of two (the buckets' contexts are)."""
+        The contexts are sampled at quarter powers of two from 16 (the nearest row changes at
+        the log-midpoint between two rows' contexts, so a tier ends within a factor 2^(1/4)
+        below it; a context in between runs the next tier's variant)."""
         top = max(1, max_context)
-        points = [1 << k for k in range(4, top.bit_length()) if (1 << k) < top] + [top]
+        points = sorted({round(2 ** (k / 4)) for k in range(16, 4 * top.bit_length())} - {top})
+        points = [c for c in points if c < top] + [top]
         first = [self.candidates(batch, new, c)[0] for c in points]
         return tuple(c for c, v, after in zip(points, first, first[1:] + [None]) if v != after)
 

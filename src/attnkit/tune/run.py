@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import statistics
 import sys
 import time
 from dataclasses import replace
@@ -112,7 +113,8 @@ def tune(*, device: str = "cuda", quick: bool = False, models: Sequence[ModelAtt
         _free(device)
         case = case_module(b).make_case(b, device)
         # the settled times of the near-ties replace their first
-        keep(*time_bucket(case, [(n, k) for jb, n, k in jobs if jb == b], device, on_entry=measured))
+        keep(*time_bucket(case, [(n, k) for jb, n, k in jobs if jb == b], device, on_entry=measured,
+                          earlier=[e for e in entries if e.bucket == b and e.key() not in again]))
         case = None
     bar.close()
     if not jobs:
@@ -188,61 +190,78 @@ def backend_for(b: Bucket, name: str, variant: str | None):
     return load_backend(name, **options)
 
 
-def time_bucket(case, candidates: Sequence[tuple[str, str | None]], device: str, *, on_entry=None) -> list[Entry]:
+def time_bucket(case, candidates: Sequence[tuple[str, str | None]], device: str, *, on_entry=None,
+                earlier: Sequence[Entry] = ()) -> list[Entry]:
     """Check and time each (backend, variant) of ``candidates`` on ``case`` (``on_entry`` is
-    called with each entry as it is measured), then settle the near-ties; the entries."""
+    called with each entry as it is measured), then settle the near-ties among them and
+    ``earlier`` (the bucket's entries a resumed profile already holds: measured the same way,
+    on another run); the entries, ``earlier``'s included (those it settled with new times)."""
     got = []
     for name, variant in candidates:
         got.append(measure_entry(case, backend_for(case.bucket, name, variant), device, variant=variant))
         if on_entry is not None:
             on_entry(got[-1])
-    return settle(case, got, device)
+    return settle(case, list(earlier) + got, device)
 
 
-def near_ties(entries: Sequence[Entry]) -> tuple[str, list[Entry]]:
-    """(method, the ``ok`` entries within NEAR of the fastest by it): the ranking's method, graph
-    replays where every timed entry has one (planning/measured.rank)."""
+def near_ties(entries: Sequence[Entry]) -> dict[str, list[Entry]]:
+    """method -> the ``ok`` entries to settle by it: those within NEAR of the bucket's fastest
+    (the backends' ranking) and, per backend, its variants within NEAR of its fastest variant
+    (the order of its kernel table), each group timed by the ranking's method: graph replays
+    where every timed entry of the group has one (planning/measured.rank), else eager."""
     ok = [e for e in entries if e.status == "ok" and (e.graph_ms or e.eager_ms)]
-    how = "graph" if ok and all(e.graph_ms for e in ok) else "eager"
-    rated = [e for e in ok if e.rate(how)]
-    if not rated:
-        return how, []
-    best = max(e.rate(how) for e in rated)
-    return how, [e for e in rated if e.rate(how) >= (1 - NEAR) * best]
+    groups = [ok] + [[e for e in ok if e.backend == n] for n in dict.fromkeys(e.backend for e in ok)]
+    out: dict[str, list[Entry]] = {}
+    for group in groups:
+        how = "graph" if group and all(e.graph_ms for e in group) else "eager"
+        rated = [e for e in group if e.rate(how)]
+        if len(rated) < 2:
+            continue
+        best = max(e.rate(how) for e in rated)
+        ties = [e for e in rated if e.rate(how) >= (1 - NEAR) * best]
+        if len(ties) > 1:
+            out.setdefault(how, [])
+            out[how] += [e for e in ties if e not in out[how]]
+    return out
 
 
 def settle(case, entries: list[Entry], device: str) -> list[Entry]:
     """``entries`` with their near-ties (``near_ties``) timed again: ROUNDS interleaved rounds
     (tune/timing.interleaved), each one's time the median of its rounds and its first timing.
-    One whose call cannot be rebuilt keeps its first timing (its note says so)."""
-    how, ties = near_ties(entries)
-    if len(ties) < 2:
-        return entries
-    calls, kept = [], []
-    try:
+    A tie whose call cannot be built again (or captured again) keeps its first timing, and its
+    note says why; so do all of a group whose rounds failed."""
+    settled: dict[tuple, Entry] = {}
+    for how, ties in near_ties(entries).items():
+        field = "graph_ms" if how == "graph" else "eager_ms"
+        calls, kept = [], []
         for e in ties:
-            backend = backend_for(case.bucket, e.backend, e.variant)
-            fwd = _forward(case, backend)
-            run, note = graphed(fwd) if how == "graph" and device == "cuda" else (fwd, None)
+            e = settled.get(e.key(), e)
+            e = replace(e, note=e.note.split("; near-tie")[0])   # a resumed entry: settled anew
+            try:
+                fwd = _forward(case, backend_for(case.bucket, e.backend, e.variant))
+                run, note = graphed(fwd) if how == "graph" and device == "cuda" else (fwd, None)
+            except Exception as exc:  # noqa: BLE001 - it ran once; the first timing stands
+                run, note = None, f"{type(exc).__name__}: {_first_line(exc)}"
             if note is None:
                 calls.append(run)
                 kept.append(e)
-        if len(kept) < 2:
-            return entries
-        rounds = interleaved(calls, device, rounds=ROUNDS)
-    except Exception:  # noqa: BLE001 - a call that ran once and fails now keeps its first timing
-        return entries
-    finally:
-        calls = []
-        _free(device)
-    field = "graph_ms" if how == "graph" else "eager_ms"
-    settled = {}
-    for e, times in zip(kept, rounds):
-        every = sorted(times + [getattr(e, field)])
-        mid = every[len(every) // 2]
-        settled[e.key()] = replace(e, **{field: mid}, note=(
-            f"{e.note}; near-tie of {len(kept)}: median of {len(every)} timings over {ROUNDS} interleaved "
-            f"rounds ({every[0]:.4g}-{every[-1]:.4g} ms)"))
+            else:
+                settled[e.key()] = replace(e, note=f"{e.note}; near-tie not settled ({note})")
+        try:
+            rounds = interleaved(calls, device, rounds=ROUNDS) if len(kept) > 1 else None
+        except Exception as exc:  # noqa: BLE001 - the group keeps its first timings, noted
+            rounds = None
+            for e in kept:
+                settled[e.key()] = replace(e, note=f"{e.note}; near-tie not settled "
+                                                   f"({type(exc).__name__}: {_first_line(exc)})")
+        finally:
+            calls = []
+            _free(device)
+        for e, times in zip(kept, rounds or ()):
+            every = sorted(times + [getattr(e, field)])
+            settled[e.key()] = replace(e, **{field: statistics.median(every)}, note=(
+                f"{e.note}; near-tie of {len(kept)}: median of {len(every)} {how} timings over {ROUNDS} "
+                f"interleaved rounds ({every[0]:.4g}-{every[-1]:.4g} ms)"))
     return [settled.get(e.key(), e) for e in entries]
 
 

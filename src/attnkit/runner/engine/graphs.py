@@ -181,7 +181,10 @@ class GraphRunner:
     # -- buckets -----------------------------------------------------------------------
     def _reaches_of(self, size: int) -> tuple[int, ...]:
         """The bucket's context tiers (the backend's static_reaches), checked: ascending ints
-        ending at the longest KV the static buffers hold."""
+        ending at the longest KV the static buffers hold; none below the KV of the bucket's
+        padded rows (row j decodes position j % page_size of a scratch page: up to
+        min(size, page_size) keys, at every step), so a tier shorter than that merges into the
+        next."""
         top = self.static.max_seq_len
         got = tuple(self.engine.backend.static_reaches(size, top))
         if not got or got[-1] != top or any(not 0 < a < b for a, b in zip(got, got[1:])) \
@@ -189,7 +192,8 @@ class GraphRunner:
             fail("AK457", f"{self.engine.backend.name}: static_reaches({size}, {top}) must be ascending "
                           f"ints ending at {top}, got {got!r}", field="static_reaches",
                  expected=f"ascending ints ending at {top}", actual=repr(got))
-        return got
+        floor = min(size, self.static.page_size, top)
+        return tuple(dict.fromkeys(max(r, floor) for r in got))
 
     def _tiers(self) -> list[tuple[int, int]]:
         """Every (bucket, reach), largest first (the first capture sizes the shared pool)."""
