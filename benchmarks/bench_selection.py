@@ -8,8 +8,9 @@ fastest valid (backend, variant) pair measured in this run.
 "Valid" = the planner's own declaration check passes and the output matches the float64
 reference (attnkit.tune: every backend is checked before it is timed, then timed by one
 method: CUDA-graph replays of forward, K/V write included, L2 flushed, median; the pairs
-within 10 % of the row's fastest timed again in 5 interleaved rounds, each one's rate the
-median of its timings, tune/run.settle). The planner
+within 10 % of the row's fastest, and a backend's variants within 10 % of its fastest, timed
+again in 5 interleaved rounds, each one's rate the median of its timings, tune/run.settle).
+The planner
 is asked twice per row: with the row's shape as its workload (it ranks by the profile's
 nearest bucket) and without (what ``attnkit plan`` prints: one backend per phase for every
 shape, except that prefill rows over a cached prefix run the plan's extend backend, which may
