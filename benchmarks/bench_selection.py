@@ -109,7 +109,7 @@ def run(rows, profile, on_row=None) -> list[dict]:
     from attnkit.tune import grid
     from attnkit.tune.case import make_case
     from attnkit.tune.environment import platform_for
-    from attnkit.tune.run import serving, time_bucket, variants_to_time
+    from attnkit.tune.run import pairs_for, time_bucket
 
     platform, registry, out = platform_for("cuda"), declarations(), []
     for script, phase, batch, new, context, key in rows:
@@ -128,7 +128,7 @@ def run(rows, profile, on_row=None) -> list[dict]:
         b = grid.bucket(shape, phase, batch, new, context, page)
         (pick, why), (whole, _) = picks(model, platform, phase, b, profile)
         case = make_case(b, "cuda")
-        pairs = [(n, k) for n in serving(b, registry, platform, None) for k in variants_to_time(b, registry[n], platform)]
+        pairs = pairs_for(b, registry, platform)
         # the tune's method, near-ties settled in interleaved rounds; one candidate per (backend,
         # variant): the ranking compares them as backends
         entries = [dataclasses.replace(e, backend=e.backend if e.variant is None else f"{e.backend}/{e.variant}",

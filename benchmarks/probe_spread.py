@@ -31,7 +31,7 @@ def probe(rows, cases: int, rounds: int, on_row=None) -> list[dict]:
     from attnkit.tune import grid
     from attnkit.tune.case import make_case, work
     from attnkit.tune.environment import platform_for
-    from attnkit.tune.run import SLOW_S, _forward, _one_call, backend_for, serving, variants_to_time
+    from attnkit.tune.run import SLOW_S, _forward, _one_call, backend_for, pairs_for
     from attnkit.tune.timing import graphed, interleaved
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -42,7 +42,7 @@ def probe(rows, cases: int, rounds: int, on_row=None) -> list[dict]:
         shape = shape_of(key)
         page = plan_page(model_of(shape, key), platform, phase, shape, batch, new, context, None)
         b = grid.bucket(shape, phase, batch, new, context, page)
-        pairs = [(n, k) for n in serving(b, registry, platform, None) for k in variants_to_time(b, registry[n], platform)]
+        pairs = pairs_for(b, registry, platform)
         unit = 1e6 if phase == "decode" else 1e9
         rates: dict[str, list[list[float]]] = {}
         for seed in range(cases):

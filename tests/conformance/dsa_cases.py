@@ -20,6 +20,7 @@ with a partial last one, every mode and the garbage edge (decode).
 """
 from __future__ import annotations
 
+import functools
 import zlib
 from dataclasses import dataclass, replace
 
@@ -216,6 +217,7 @@ def refusers() -> list[DSAConf]:
     return out
 
 
+@functools.cache
 def interpreter_dots_exact() -> bool:
     """Whether the Triton interpreter's tl.dot (numpy's matmul) gives every column of a product
     the same value when the columns of its right operand are equal: the exact-tie cases need

@@ -157,6 +157,12 @@ def serving(b: Bucket, registry, platform, only: Sequence[str] | None) -> list[s
             and not check_backend(d, model=model, needs=needs, platform=platform, phase=phase, settings=settings)]
 
 
+def pairs_for(b: Bucket, registry, platform, only: Sequence[str] | None = None) -> list[tuple[str, str | None]]:
+    """Every (backend, variant) that can run bucket ``b`` here: the serving backends' runnable
+    variants (``serving``, ``variants_to_time``), each a candidate of its own."""
+    return [(n, k) for n in serving(b, registry, platform, only) for k in variants_to_time(b, registry[n], platform)]
+
+
 def case_module(b: Bucket):
     """How a bucket becomes a call: tune/case.py (a paged step) or tune/varlen_case.py."""
     return varlen_case if b.phase == "varlen" else paged_case

@@ -103,25 +103,23 @@ def measure(fn, device: str, *, warmup: int = 3, reps: int = 20, budget_s: float
             "note": (note or "CUDA graph") + ("" if n == reps else f"; {n} repetitions (slow call)")}
 
 
+REPS_CAP = 60       # repetitions a round may give one fast call
+
+
 def interleaved(runs, device: str, *, rounds: int, budget_s: float = 0.15) -> list[list[float]]:
     """Each of ``runs``' median milliseconds in each of ``rounds`` rounds; a round times every
     run once (about ``budget_s`` each, L2 flushed), starting one place further each round."""
-    out: list[list[float]] = [[] for _ in runs]
-    if device != "cuda":
-        reps = [1] * len(runs)
-    else:
+    if device == "cuda":
         reps = [_reps(time_ms(run, warmup=1, reps=1), REPS_CAP, budget_s) for run in runs]
+        once = lambda i: time_ms(runs[i], warmup=1, reps=reps[i], cold_l2=True)  # noqa: E731
+    else:
+        once = lambda i: wall_ms(runs[i], warmup=0, reps=1)  # noqa: E731
+    out: list[list[float]] = [[] for _ in runs]
     for r in range(rounds):
         for j in range(len(runs)):
             i = (r + j) % len(runs)
-            if device != "cuda":
-                out[i].append(wall_ms(runs[i], warmup=0, reps=1))
-            else:
-                out[i].append(time_ms(runs[i], warmup=1, reps=reps[i], cold_l2=True))
+            out[i].append(once(i))
     return out
-
-
-REPS_CAP = 60       # repetitions a round may give one fast call
 
 
 def _reps(once_ms: float, reps: int, budget_s: float) -> int:
