@@ -1,0 +1,115 @@
+"""The decode GEMMs of a Llama-3-8B-shaped step, cuBLAS (torch.mm) against the runner's
+skinny kernel (runner/layers/skinny.py) at each of its launch configurations, same run.
+
+    PYTHONPATH=src python3 benchmarks/bench_skinny.py [--out DIR] [--ms 1,2,4,8,16,32,64]
+
+Per (weight shape, M): L copies of the weight (together over 8 times the L2) are multiplied
+one after another by the same x [M, K] inside one CUDA graph, as a model's layers follow each
+other, so every product reads its weight from DRAM; the replay is timed (attnkit's timing
+method: median of CUDA-event timings), and rate = weight bytes / (time / L), in GB/s, next to
+the copy rate of the same run (bytes read + written). Each kernel's output is checked against
+torch.mm's first (max abs error relative to max |y|). Writes bench_skinny.json and .md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import copy_bandwidth_gbs, environment, graphed, time_ms  # noqa: E402
+
+from attnkit.runner.layers.skinny import skinny_mm  # noqa: E402
+
+SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096),
+          "down": (4096, 14336), "lm_head": (128256, 4096)}
+DOT = [dict(block_n=bn, block_k=bk, num_warps=w, num_stages=s) for bn, bk, w, s in
+       [(16, 256, 4, 4), (16, 512, 4, 3), (16, 128, 4, 6), (32, 256, 4, 4), (32, 128, 4, 5),
+        (64, 128, 4, 4), (64, 256, 8, 3)]]
+FMA = [dict(block_n=bn, block_k=bk, num_warps=w, num_stages=s, dot=False) for bn, bk, w, s in
+       [(16, 256, 4, 2), (8, 512, 4, 2), (32, 128, 4, 2), (16, 512, 8, 2), (4, 1024, 4, 2)]]
+TOTAL_BYTES = 512 << 20
+
+
+def label(cfg: dict) -> str:
+    form = "fma" if cfg.get("dot") is False else "dot"
+    return f"{form} ({cfg['block_n']}, {cfg['block_k']}, w{cfg['num_warps']}, s{cfg['num_stages']})"
+
+
+def rate(fn, weights, nbytes: int) -> float:
+    run = graphed(lambda: [fn(w) for w in weights])
+    ms = time_ms(run, warmup=3, reps=20)
+    return nbytes * len(weights) / (ms / 1e3) / 1e9
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=os.environ.get("OUT", "."))
+    p.add_argument("--ms", default="1,2,4,8,16,32,64")
+    p.add_argument("--shapes", default=",".join(SHAPES))
+    p.add_argument("--budget-s", type=float, default=240)
+    args = p.parse_args(argv)
+    start = time.time()
+    torch.manual_seed(0)
+    report = {"environment": environment(), "copy_gbs": copy_bandwidth_gbs(), "rows": []}
+    path = os.path.join(args.out, "bench_skinny")
+    for name in args.shapes.split(","):
+        n, k = SHAPES[name]
+        nbytes = n * k * 2
+        copies = max(2, -(-TOTAL_BYTES // nbytes))
+        weights = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5
+                   for _ in range(copies)]
+        for m in (int(v) for v in args.ms.split(",")):
+            if time.time() - start > args.budget_s:
+                break
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            want = torch.mm(x, weights[0].t())
+            row = {"shape": name, "n": n, "k": k, "m": m, "copies": copies,
+                   "cublas_gbs": rate(lambda w: torch.mm(x, w.t()), weights, nbytes), "kernels": []}
+            for cfg in DOT + (FMA if m <= 4 else []):
+                try:
+                    got = skinny_mm(x, weights[0], **cfg)
+                    err = ((got.float() - want.float()).abs().max() / want.float().abs().max()).item()
+                    gbs = rate(lambda w: skinny_mm(x, w, **cfg), weights, nbytes)
+                    row["kernels"].append({"config": label(cfg), "gbs": gbs, "rel_err": err})
+                except Exception as exc:  # noqa: BLE001 -- a config that fails to build is a row
+                    row["kernels"].append({"config": label(cfg), "error": f"{type(exc).__name__}: {exc}"[:200]})
+            report["rows"].append(row)
+            write(report, path)
+        del weights
+        torch.cuda.empty_cache()
+    write(report, path)
+    print(markdown(report))
+    return 0
+
+
+def write(report: dict, path: str) -> None:
+    with open(path + ".json", "w") as f:
+        json.dump(report, f, indent=1)
+    with open(path + ".md", "w") as f:
+        f.write(markdown(report))
+
+
+def markdown(report: dict) -> str:
+    lines = [f"## bench_skinny ({report['environment']})", "",
+             f"copy rate {report['copy_gbs']:.0f} GB/s (read + write). GB/s of weights read, "
+             "CUDA-graph replays of L products in a row.", "",
+             "| shape | M | cuBLAS | best skinny | config | best / cuBLAS | rel err |",
+             "|---|---:|---:|---:|---|---:|---:|"]
+    for r in report["rows"]:
+        ok = [c for c in r["kernels"] if "gbs" in c]
+        best = max(ok, key=lambda c: c["gbs"]) if ok else None
+        if best is None:
+            lines.append(f"| {r['shape']} | {r['m']} | {r['cublas_gbs']:.0f} | n/a | | | |")
+            continue
+        lines.append(f"| {r['shape']} | {r['m']} | {r['cublas_gbs']:.0f} | {best['gbs']:.0f} | "
+                     f"{best['config']} | {best['gbs'] / r['cublas_gbs']:.2f} | {best['rel_err']:.1e} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
