@@ -41,7 +41,7 @@ def label(cfg: dict) -> str:
 
 
 def rate(fn, weights, nbytes: int) -> float:
-    run = graphed(lambda: [fn(w) for w in weights])
+    run, _ = graphed(lambda: [fn(w) for w in weights])
     ms = time_ms(run, warmup=3, reps=20)
     return nbytes * len(weights) / (ms / 1e3) / 1e9
 
