@@ -1,5 +1,5 @@
-"""The decode GEMMs of a Llama-3-8B-shaped step, cuBLAS (torch.mm) against the runner's
-skinny kernel (runner/layers/skinny.py) at each of its launch configurations, same run.
+"""The decode GEMMs of a Llama-3-8B-shaped step, cuBLAS (torch.mm) against a skinny Triton
+kernel (benchmarks/skinny_kernel.py, a candidate) at each of its launch configurations.
 
     PYTHONPATH=src python3 benchmarks/bench_skinny.py [--out DIR] [--ms 1,2,4,8,16,32,64]
 
@@ -23,7 +23,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import copy_bandwidth_gbs, environment, graphed, time_ms  # noqa: E402
 
-from attnkit.runner.layers.skinny import skinny_mm  # noqa: E402
+from skinny_kernel import skinny_mm  # noqa: E402
 
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096),
           "down": (4096, 14336), "lm_head": (128256, 4096)}

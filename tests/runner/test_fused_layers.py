@@ -87,3 +87,30 @@ def test_kernels_on_cuda_match_the_torch_formulas(dtype, monkeypatch):
     for (y, h), style in zip(got_norm, STYLES):
         assert torch.equal(h, r + x)
         torch.testing.assert_close(y, _rms_norm(r + x, w, style), **tol)
+    for logits in _argmax_cases("cuda") + [rand(64, 128256).cuda()]:
+        assert torch.equal(fused.argmax_rows(logits), logits.argmax(-1))
+
+
+def _argmax_cases(device="cpu"):
+    """Rows that order logits every way torch.argmax does: random (one chunk and several,
+    a vocabulary that is no power of two), ties within and across chunks, all -inf, +inf, NaN
+    (the first NaN wins), a NaN in a later chunk than a larger number."""
+    x = rand(9, 9000).to(device)
+    x[1] = 0.0
+    x[1, 8000], x[1, 100] = 1.0, 1.0                    # a tie across chunks: the lower column
+    x[2] = float("-inf")
+    x[3, 5], x[3, 7000] = float("inf"), float("inf")
+    x[4, 6000], x[4, 5000] = float("nan"), float("nan")
+    x[5, 3], x[5, 8999] = float("inf"), float("nan")
+    x[6, 4095], x[6, 4096] = 50.0, 50.0                 # the two sides of a chunk edge
+    return [x, rand(3, 7).to(device), rand(2, 4096).to(device), x[:, :8193]]
+
+
+def test_argmax_rows_is_torch_argmax():
+    for x in _argmax_cases():
+        assert torch.equal(fused.argmax_rows(x), x.argmax(-1))
+    x = _argmax_cases()[0]
+    assert not torch.equal(fused.argmax_rows(x), x.argmin(-1))       # the check can fail
+    assert fused.argmax_rows(x[:0]).shape == (0,)
+    assert torch.equal(fused.argmax_rows(x.t().contiguous().t()), x.argmax(-1))   # strided rows
+    assert torch.equal(fused.greedy(x), x.argmax(-1))                 # the CPU: torch's own

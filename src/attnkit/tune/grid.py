@@ -59,7 +59,7 @@ def _grid(decode_b, decode_ctx, prefill, pages=(PAGE_SIZE,)) -> Runtime:
 
 # prefill (new, prefix, batch): fresh prefills, extends over a prefix, and small extends of a
 # batch (speculative verify, chunked-prefill tails) where a kernel that copies every key loses
-MHA_MAIN = _grid((1, 16, 64, 128), (1024, 4096, 32768),
+MHA_MAIN = _grid((1, 16, 64, 128), (256, 1024, 4096, 32768),
                  [(2048, 0, 1), (16384, 0, 1), (2048, 0, 8), (2048, 8192, 1), (2048, 32768, 1),
                   (16, 4096, 16)])
 MHA_SIDE = Runtime(((64, 4096), (1, 32768)), ((16384, 0, 1), (2048, 32768, 1)))

@@ -42,11 +42,13 @@ DECODE_VARIANT_TILES: dict[tuple[int, str], dict] = {
 # ring slots of K + V tiles (d128 64 keys x 4, d64 128 x 4: 128 KB in flight a program, one
 # program an SM), FUSED_WRITE (the kernel writes the new K/V: one launch fewer), maxnreg
 # (absent: Triton's default; 128 lets two programs share an SM), EARLY (every load before the
-# first tile issued at once, the new key folded in first: NOTES-triton.md version 8, not yet
-# measured, off). The tiles are the fastest of version 7's sweep at B=16 (results/decodeb16).
+# first tile issued at once, the new key folded in first: NOTES-triton.md version 8; on at d128,
+# where gpu_decodeb16_verify.sh measured it faster at every row, 2026-12-02: B=16 1k +3 %,
+# results/session-1202f/c1; d64 not yet timed with it, off). The tiles are the fastest of
+# version 7's sweep at B=16 (results/decodeb16).
 DECODE_STREAM_TILES = {
     64: dict(BLOCK_N=128, NUM_STAGES=4, FUSED_WRITE=True, EARLY=False),
-    128: dict(BLOCK_N=64, NUM_STAGES=4, FUSED_WRITE=True, EARLY=False),
+    128: dict(BLOCK_N=64, NUM_STAGES=4, FUSED_WRITE=True, EARLY=True),
 }
 # its split rule (decode_stream.stream_splits): splits only where the (request, KV head) pairs
 # leave SMs idle, as many as fill them, each at least ``min_keys`` keys

@@ -348,7 +348,11 @@ class Engine:
         run = getattr(self.plan, "run", None)
         with row_by_row("batch_invariant" in getattr(run, "numerics", ())):   # --require
             out = self.model.forward(flat, ctx, rows=rows)
-        return out.argmax(-1).tolist() if logits == "argmax" else out
+        if logits != "argmax":
+            return out
+        from attnkit.runner.layers.fused import greedy
+
+        return greedy(out).tolist()
 
     @torch.no_grad()
     @coded_args("AK483")

@@ -34,6 +34,7 @@ import torch
 from attnkit.backends.batch import Request
 from attnkit.backends.static import StaticDecode
 from attnkit.errors import AttnkitError, fail
+from attnkit.runner.layers.fused import greedy
 
 GRAPH_SLACK_BYTES = 256 * 2**20
 
@@ -214,7 +215,7 @@ class GraphRunner:
         eng.backend.refill_static(bucket.step)
         ctx = eng.model.context(eng.backend, eng.cache, bucket.step, static=True)
         logits = eng.model.forward(self.tokens[:bucket.size], ctx)
-        return logits, logits.argmax(-1)
+        return logits, greedy(logits)
 
     @torch.no_grad()
     def _capture_all(self, progress: TextIO | None) -> None:

@@ -87,8 +87,10 @@ def sample(logits: torch.Tensor, params: Sequence[SamplingParams],
     greedy = [i for i, p in enumerate(params) if p.greedy]
     drawn = [i for i, p in enumerate(params) if not p.greedy]
     if greedy:
+        from attnkit.runner.layers.fused import greedy as greedy_tokens
+
         rows = logits if len(greedy) == len(params) else logits[greedy]
-        for i, t in zip(greedy, rows.argmax(-1).tolist()):
+        for i, t in zip(greedy, greedy_tokens(rows).tolist()):
             out[i] = t
     if drawn:
         chosen = _draw(logits[drawn].float(), [params[i] for i in drawn],

@@ -150,3 +150,68 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     _silu_mul_kernel[(t, triton.cdiv(inter, block))](gate_up, y, gate_up.stride(0), y.stride(0),
                                                      I=inter, BLOCK=block, num_warps=4)
     return y
+
+
+@triton.jit
+def _argmax_chunk_kernel(X, PV, PI, V, stride_x, CHUNKS, BLOCK: tl.constexpr):
+    """Row r, chunk c of BLOCK columns: the chunk's winner (PV its value, PI its column) by
+    torch.argmax's order: a NaN beats every number, then the larger value, then the lower
+    column."""
+    r = tl.program_id(0)
+    c = tl.program_id(1)
+    cols = c * BLOCK + tl.arange(0, BLOCK)
+    ok = cols < V
+    x = tl.load(X + r.to(tl.int64) * stride_x + cols, mask=ok, other=float("-inf"))
+    nan = (x != x) & ok
+    first_nan = tl.min(tl.where(nan, cols, V), axis=0)
+    best = tl.max(tl.where(nan, float("-inf"), x), axis=0)
+    first_best = tl.min(tl.where((x == best) & ok, cols, V), axis=0)
+    col = tl.where(first_nan < V, first_nan, first_best)
+    tl.store(PI + r * CHUNKS + c, col)
+    tl.store(PV + r * CHUNKS + c, tl.where(first_nan < V, float("nan"), best))
+
+
+@triton.jit
+def _argmax_rows_kernel(PV, PI, OUT, V, CHUNKS, BLOCK: tl.constexpr):
+    """Row r: the winner among its chunks' winners, by the same order (chunks hold ascending
+    columns, so the lower column of two equal values is the lower chunk's)."""
+    r = tl.program_id(0)
+    c = tl.arange(0, BLOCK)
+    ok = c < CHUNKS
+    v = tl.load(PV + r * CHUNKS + c, mask=ok, other=float("-inf"))
+    i = tl.load(PI + r * CHUNKS + c, mask=ok, other=V)
+    nan = (v != v) & ok
+    first_nan = tl.min(tl.where(nan, i, V), axis=0)
+    best = tl.max(tl.where(nan, float("-inf"), v), axis=0)
+    first_best = tl.min(tl.where((v == best) & ok, i, V), axis=0)
+    tl.store(OUT + r, tl.where(first_nan < V, first_nan, first_best).to(tl.int64))
+
+
+def argmax_rows(x: torch.Tensor) -> torch.Tensor:
+    """x: [R, V] float32 logits (last dim dense) -> [R] int64, torch.argmax(x, -1)'s indices
+    (the first maximum; a NaN counts as the maximum) in two launches that read x once
+    across many programs: torch's kernel reads a row in one block (27.5 µs for one row of
+    128k logits on an H200, benchmarks/results/session-1202f/c1)."""
+    rows, vocab = x.shape
+    out = torch.empty(rows, dtype=torch.int64, device=x.device)
+    if rows == 0 or vocab == 0:
+        return x.argmax(-1) if vocab == 0 else out     # torch's own error for an empty row
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    block = min(4096, triton.next_power_of_2(vocab))
+    chunks = triton.cdiv(vocab, block)
+    pv = torch.empty(rows, chunks, dtype=torch.float32, device=x.device)
+    pi = torch.empty(rows, chunks, dtype=torch.int32, device=x.device)
+    _argmax_chunk_kernel[(rows, chunks)](x, pv, pi, vocab, x.stride(0), chunks, BLOCK=block,
+                                         num_warps=8 if block >= 2048 else 4)
+    _argmax_rows_kernel[(rows,)](pv, pi, out, vocab, chunks, BLOCK=triton.next_power_of_2(chunks),
+                                 num_warps=1)
+    return out
+
+
+def greedy(logits: torch.Tensor) -> torch.Tensor:
+    """logits: [R, V] float32 -> [R] int64 greedy tokens: argmax_rows on CUDA (unless
+    ATTNKIT_FUSED=0), torch.argmax elsewhere; the same indices either way."""
+    if enabled(logits) and logits.dim() == 2 and logits.dtype == torch.float32:
+        return argmax_rows(logits)
+    return logits.argmax(-1)

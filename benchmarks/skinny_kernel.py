@@ -1,5 +1,7 @@
-"""A matrix product for few rows: y = x @ W^T with x [M, K] (M small: a decode step's tokens)
-and W [N, K] in Hugging Face's layout, for the decode GEMMs that are bound by reading W.
+"""A candidate matrix product for few rows: y = x @ W^T with x [M, K] (M small: a decode
+step's tokens) and W [N, K] in Hugging Face's layout, for the decode GEMMs that are bound by
+reading W. bench_skinny.py measures it against cuBLAS; the runner does not use it (it tied
+cuBLAS: benchmarks/NOTES-engine.md).
 
 Each program owns BLOCK_N output columns (rows of W) and walks K in BLOCK_K steps, so W is
 read once, in its own row-major order, and x (a few KB) is re-read from L2 by every program.
