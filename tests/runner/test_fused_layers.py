@@ -114,3 +114,36 @@ def test_argmax_rows_is_torch_argmax():
     assert fused.argmax_rows(x[:0]).shape == (0,)
     assert torch.equal(fused.argmax_rows(x.t().contiguous().t()), x.argmax(-1))   # strided rows
     assert torch.equal(fused.greedy(x), x.argmax(-1))                 # the CPU: torch's own
+
+
+@pytest.mark.gpu
+def test_programmatic_dependent_launches_replay_as_plain_ones(monkeypatch):
+    """ATTNKIT_FUSED_PDL=1 (each fused kernel a programmatic dependent of the GEMM before it,
+    waiting for it before its first load): a CUDA graph of GEMM -> norm -> GEMM -> silu * up
+    -> GEMM -> argmax replays to the same bits as without, input after input."""
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("programmatic dependent launch: sm_90+")
+    dev = dict(device="cuda", dtype=torch.bfloat16)
+    x = torch.empty(4, 1024, **dev)
+    w1, w2, w3 = rand(1024, 1024).to(**dev) / 32, rand(2 * 2048, 1024).to(**dev) / 32, rand(32000, 2048).to(**dev) / 45
+    nw = rand(1024, seed=3).to(**dev)
+
+    def body():
+        h = fused.rms_norm(x @ w1.t(), nw, STYLES[0])
+        return fused.argmax_rows((fused.silu_mul(h @ w2.t()) @ w3.t()).float())
+
+    outs = {}
+    for flag in ("0", "1"):
+        monkeypatch.setenv("ATTNKIT_FUSED_PDL", flag)
+        body()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = body()
+        got = []
+        for seed in range(4):
+            x.copy_(rand(4, 1024, seed=10 + seed).to(**dev))
+            graph.replay()
+            got.append(out.clone())
+        outs[flag] = torch.stack(got)
+    assert torch.equal(outs["0"], outs["1"])
+    assert len({tuple(r.tolist()) for r in outs["1"]}) > 1          # the inputs moved the tokens

@@ -14,6 +14,7 @@ import os
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_wait
 
 
 def enabled(x: torch.Tensor) -> bool:
@@ -21,13 +22,26 @@ def enabled(x: torch.Tensor) -> bool:
     return x.is_cuda and os.environ.get("ATTNKIT_FUSED", "1") != "0"
 
 
+def _pdl(x: torch.Tensor) -> dict:
+    """Launch options: with ATTNKIT_FUSED_PDL=1 on sm_90+, each kernel here is launched as a
+    programmatic dependent of the kernel before it (``launch_pdl``), so its launch overlaps
+    that kernel's last blocks; every kernel waits for its predecessor (``gdc_wait``) before its
+    first load. A measurement switch (benchmarks/NOTES-engine.md version 2), off by default."""
+    on = (x.is_cuda and os.environ.get("ATTNKIT_FUSED_PDL", "0") == "1"
+          and os.environ.get("TRITON_INTERPRET", "0") != "1"
+          and torch.cuda.get_device_capability(x.device) >= (9, 0))
+    return {"PDL": True, "launch_pdl": True} if on else {"PDL": False}
+
+
 @triton.jit
 def _rms_norm_kernel(X, R, W, Y, H, stride_x, stride_r, stride_y, stride_h, eps, offset,
                      N: tl.constexpr, BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-                     WEIGHT_FP32: tl.constexpr):
+                     WEIGHT_FP32: tl.constexpr, PDL: tl.constexpr):
     """Row t: h = x + r (rounded to x's dtype, stored to H) if HAS_RESIDUAL else x; then
     y = (offset + w) * (h / rms(h)) with the weight applied after (Llama) or before
     (WEIGHT_FP32: Gemma, gpt-oss) the cast back to the dtype."""
+    if PDL:
+        gdc_wait()
     t = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     ok = cols < N
@@ -65,7 +79,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, style, residual: torch.Tenso
         rows, r, weight, y, h, rows.stride(0), r.stride(0), y.stride(0), h.stride(0),
         style.eps, style.offset, N=n, BLOCK=triton.next_power_of_2(n),
         HAS_RESIDUAL=residual is not None, WEIGHT_FP32=style.weight_in_fp32,
-        num_warps=4 if n <= 4096 else 8)
+        num_warps=4 if n <= 4096 else 8, **_pdl(rows))
     y = y.view(x.shape)
     return y if residual is None else (y, h.view(x.shape))
 
@@ -95,9 +109,11 @@ def _rope_row(X, COS, SIN, Y, t, h, stride_xt, stride_xh, stride_ct, stride_yt, 
 @triton.jit
 def _rope_kernel(X1, Y1, X2, Y2, COS, SIN, H1, s1t, s1h, y1t, y1h, s2t, s2h, y2t, y2h, stride_ct,
                  D: tl.constexpr, RD: tl.constexpr, BLOCK: tl.constexpr,
-                 INTERLEAVED: tl.constexpr):
+                 INTERLEAVED: tl.constexpr, PDL: tl.constexpr):
     """Grid (T, H1 + H2): heads below H1 rotate X1 into Y1 (queries), the rest X2 into Y2
     (keys), one launch for both."""
+    if PDL:
+        gdc_wait()
     t = tl.program_id(0)
     h = tl.program_id(1)
     if h < H1:
@@ -121,14 +137,17 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: 
         _rope_kernel[(t, heads + (o.shape[1] if other is not None else 0))](
             x, y, o, yo, cos, sin, heads, x.stride(0), x.stride(1), y.stride(0), y.stride(1),
             o.stride(0), o.stride(1), yo.stride(0), yo.stride(1), cos.stride(0), D=d, RD=rd,
-            BLOCK=triton.next_power_of_2(d), INTERLEAVED=interleaved, num_warps=1)
+            BLOCK=triton.next_power_of_2(d), INTERLEAVED=interleaved, num_warps=1, **_pdl(x))
     return y if other is None else (y, yo)
 
 
 @triton.jit
-def _silu_mul_kernel(GU, Y, stride_g, stride_y, I: tl.constexpr, BLOCK: tl.constexpr):
+def _silu_mul_kernel(GU, Y, stride_g, stride_y, I: tl.constexpr, BLOCK: tl.constexpr,
+                     PDL: tl.constexpr):
     """Row t: y = silu(gate) * up, gate = GU[t, :I], up = GU[t, I:], each product rounded to
     the dtype as torch's two ops round it."""
+    if PDL:
+        gdc_wait()
     t = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     ok = cols < I
@@ -148,15 +167,18 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
         return y
     block = min(1024, triton.next_power_of_2(inter))
     _silu_mul_kernel[(t, triton.cdiv(inter, block))](gate_up, y, gate_up.stride(0), y.stride(0),
-                                                     I=inter, BLOCK=block, num_warps=4)
+                                                     I=inter, BLOCK=block, num_warps=4,
+                                                     **_pdl(gate_up))
     return y
 
 
 @triton.jit
-def _argmax_chunk_kernel(X, PV, PI, V, stride_x, CHUNKS, BLOCK: tl.constexpr):
+def _argmax_chunk_kernel(X, PV, PI, V, stride_x, CHUNKS, BLOCK: tl.constexpr, PDL: tl.constexpr):
     """Row r, chunk c of BLOCK columns: the chunk's winner (PV its value, PI its column) by
     torch.argmax's order: a NaN beats every number, then the larger value, then the lower
     column."""
+    if PDL:
+        gdc_wait()
     r = tl.program_id(0)
     c = tl.program_id(1)
     cols = c * BLOCK + tl.arange(0, BLOCK)
@@ -172,9 +194,11 @@ def _argmax_chunk_kernel(X, PV, PI, V, stride_x, CHUNKS, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _argmax_rows_kernel(PV, PI, OUT, V, CHUNKS, BLOCK: tl.constexpr):
+def _argmax_rows_kernel(PV, PI, OUT, V, CHUNKS, BLOCK: tl.constexpr, PDL: tl.constexpr):
     """Row r: the winner among its chunks' winners, by the same order (chunks hold ascending
     columns, so the lower column of two equal values is the lower chunk's)."""
+    if PDL:
+        gdc_wait()
     r = tl.program_id(0)
     c = tl.arange(0, BLOCK)
     ok = c < CHUNKS
@@ -203,9 +227,9 @@ def argmax_rows(x: torch.Tensor) -> torch.Tensor:
     pv = torch.empty(rows, chunks, dtype=torch.float32, device=x.device)
     pi = torch.empty(rows, chunks, dtype=torch.int32, device=x.device)
     _argmax_chunk_kernel[(rows, chunks)](x, pv, pi, vocab, x.stride(0), chunks, BLOCK=block,
-                                         num_warps=8 if block >= 2048 else 4)
+                                         num_warps=8 if block >= 2048 else 4, **_pdl(x))
     _argmax_rows_kernel[(rows,)](pv, pi, out, vocab, chunks, BLOCK=triton.next_power_of_2(chunks),
-                                 num_warps=1)
+                                 num_warps=1, **_pdl(x))
     return out
 
 
