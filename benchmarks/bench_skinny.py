@@ -53,6 +53,12 @@ def main(argv=None) -> int:
     p.add_argument("--shapes", default=",".join(SHAPES))
     p.add_argument("--budget-s", type=float, default=240)
     args = p.parse_args(argv)
+    unknown = set(args.shapes.split(",")) - set(SHAPES)
+    if unknown:
+        p.error(f"unknown shape(s) {', '.join(sorted(unknown))}; known: {', '.join(SHAPES)}")
+    if not torch.cuda.is_available():
+        print("bench_skinny needs a CUDA GPU", file=sys.stderr)
+        return 2
     start = time.time()
     torch.manual_seed(0)
     report = {"environment": environment(), "copy_gbs": copy_bandwidth_gbs(), "rows": []}

@@ -91,6 +91,9 @@ def main(argv=None) -> int:
     p.add_argument("--graphs", default="on", choices=("on", "off"))
     p.add_argument("--tiny", action="store_true", help="a tiny model on the CPU (smoke test)")
     args = p.parse_args(argv)
+    if not args.tiny and not torch.cuda.is_available():
+        print("profile_engine_step needs a CUDA GPU for the 8B shape (use --tiny on CPU)", file=sys.stderr)
+        return 2
     warnings.filterwarnings("ignore")
     from attnkit.runner import LLM
 
