@@ -41,7 +41,9 @@ def label(cfg: dict) -> str:
 
 
 def rate(fn, weights, nbytes: int) -> float:
-    run, _ = graphed(lambda: [fn(w) for w in weights])
+    run, note = graphed(lambda: [fn(w) for w in weights])
+    if note is not None:            # timed eagerly, launches included: not this table's method
+        raise RuntimeError(f"did not capture: {note}")
     ms = time_ms(run, warmup=3, reps=20)
     return nbytes * len(weights) / (ms / 1e3) / 1e9
 
@@ -64,6 +66,8 @@ def main(argv=None) -> int:
     report = {"environment": environment(), "copy_gbs": copy_bandwidth_gbs(), "rows": []}
     path = os.path.join(args.out, "bench_skinny")
     for name in args.shapes.split(","):
+        if time.time() - start > args.budget_s:
+            break
         n, k = SHAPES[name]
         nbytes = n * k * 2
         copies = max(2, -(-TOTAL_BYTES // nbytes))

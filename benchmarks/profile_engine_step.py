@@ -6,8 +6,9 @@ bench_runner.py, one profiler trace of N decode steps per batch size, kernels gr
 Per batch size B (prompts of 128 tokens, prefilled first, not traced): N steps of
 ``Engine.step(..., logits="argmax")`` (a decode-graph replay each, the greedy tokens read
 back) are traced with torch.profiler (CUDA activity). Reported per step: the wall time, the
-GPU-busy time (union of kernel intervals), the span from the step's first kernel to its
-last, and per kernel name its launches and microseconds (kernels grouped by kind: GEMM,
+GPU-busy time (union of the intervals of kernels and memcpy / memset activities), the span
+(the trace's first start to its last end over N, host gaps between steps included), and per
+kernel name its launches (memcpys and memsets counted too) and microseconds (kernels grouped by kind: GEMM,
 attention, norm, rope, activation, other). The weight-read limit is the weight bytes over
 the copy rate of the same run. Writes profile_engine_step.json and .md.
 """

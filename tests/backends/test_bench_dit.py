@@ -13,7 +13,7 @@ def test_rows_are_the_dit_shapes():
                    "flux.1-1024": (64 * 64 + 512, 24, 128), "hunyuanvideo-720p": (33 * 45 * 80 + 256, 24, 128)}
 
 
-def test_every_row_plans_triton_with_a_varlen_table_on_an_h200(monkeypatch):
+def test_rows_triton_leads_plan_triton_with_a_varlen_table_on_an_h200(monkeypatch):
     """The row's plan (issue 29: Wan's cross-attention no longer moves it off triton). The
     rows where the shipped profile has triton ahead by a margin (FLUX.1's 4,608 tokens: a
     near-tie with cuDNN, 611 vs 618 TFLOP/s in the profile of 2026-12-02 evening, so either)."""

@@ -9,7 +9,9 @@ from attnkit.runner.layers import fused
 from attnkit.runner.layers.norm import NormStyle, _rms_norm
 from attnkit.runner.layers.rotary import RopeTable, rope_cos_sin
 
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter (CPU) tests")
+# The interpreter tests run where there is no GPU; the gpu-marked ones on the GPU only (a
+# module-wide skip on CUDA machines skipped those too until 2026-12-02).
+cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter (CPU) tests")
 STYLES = [NormStyle(1e-6), NormStyle(1e-6, offset=1.0, weight_in_fp32=True),
           NormStyle(1e-5, weight_in_fp32=True)]
 TOL = {torch.float32: dict(rtol=1e-5, atol=1e-6), torch.float16: dict(rtol=1e-3, atol=1e-3)}
@@ -19,6 +21,7 @@ def rand(*shape, dtype=torch.float32, seed=0):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
 
 
+@cpu_only
 @pytest.mark.parametrize("style", STYLES, ids=["llama", "gemma", "gpt_oss"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_rms_norm_and_the_residual_add(style, dtype):
@@ -31,6 +34,7 @@ def test_rms_norm_and_the_residual_add(style, dtype):
         torch.testing.assert_close(y, _rms_norm(x, w, style), **TOL[dtype])
 
 
+@cpu_only
 @pytest.mark.parametrize("interleaved", [False, True], ids=["neox", "interleaved"])
 @pytest.mark.parametrize("rotary_dim", [16, 8], ids=["full", "partial"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
@@ -52,6 +56,7 @@ def test_rope(interleaved, rotary_dim, dtype):
                                                                      interleaved=interleaved))
 
 
+@cpu_only
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("inter", [24, 1500])
 def test_silu_mul(dtype, inter):
@@ -60,6 +65,7 @@ def test_silu_mul(dtype, inter):
     torch.testing.assert_close(fused.silu_mul(gate_up), F.silu(gate) * up, **TOL[dtype])
 
 
+@cpu_only
 def test_used_on_cuda_only(monkeypatch):
     assert not fused.enabled(torch.zeros(1))
     monkeypatch.setenv("ATTNKIT_FUSED", "0")
@@ -106,6 +112,7 @@ def _argmax_cases(device="cpu"):
     return [x, rand(3, 7).to(device), rand(2, 4096).to(device), x[:, :8193]]
 
 
+@cpu_only
 def test_argmax_rows_is_torch_argmax():
     for x in _argmax_cases():
         assert torch.equal(fused.argmax_rows(x), x.argmax(-1))
@@ -113,7 +120,6 @@ def test_argmax_rows_is_torch_argmax():
     assert not torch.equal(fused.argmax_rows(x), x.argmin(-1))       # the check can fail
     assert fused.argmax_rows(x[:0]).shape == (0,)
     assert torch.equal(fused.argmax_rows(x.t().contiguous().t()), x.argmax(-1))   # strided rows
-    assert torch.equal(fused.greedy(x), x.argmax(-1))                 # the CPU: torch's own
 
 
 @pytest.mark.gpu
@@ -147,3 +153,21 @@ def test_programmatic_dependent_launches_replay_as_plain_ones(monkeypatch):
         outs[flag] = torch.stack(got)
     assert torch.equal(outs["0"], outs["1"])
     assert len({tuple(r.tolist()) for r in outs["1"]}) > 1          # the inputs moved the tokens
+
+
+@cpu_only
+def test_greedy_sends_float32_rows_to_the_kernel_and_the_rest_to_torch(monkeypatch):
+    """greedy's dispatch, with the CUDA check forced on (the interpreter runs the kernel):
+    2-D float32 logits go to argmax_rows, other dtypes and shapes to torch.argmax; the kernel
+    refuses what it cannot order exactly."""
+    calls = []
+    real = fused.argmax_rows
+    monkeypatch.setattr(fused, "enabled", lambda x: True)
+    monkeypatch.setattr(fused, "argmax_rows", lambda x: calls.append(x.dtype) or real(x))
+    x = _argmax_cases()[0]
+    assert torch.equal(fused.greedy(x), x.argmax(-1)) and calls == [torch.float32]
+    for other in (x.double(), x.half(), x[0]):
+        assert torch.equal(fused.greedy(other), other.argmax(-1))
+    assert calls == [torch.float32]
+    with pytest.raises(ValueError, match="float32"):
+        real(x.double())

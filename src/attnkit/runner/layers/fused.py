@@ -216,6 +216,9 @@ def argmax_rows(x: torch.Tensor) -> torch.Tensor:
     (the first maximum; a NaN counts as the maximum) in two launches that read x once
     across many programs: torch's kernel reads a row in one block (27.5 µs for one row of
     128k logits on an H200, benchmarks/results/session-1202f/c1)."""
+    if x.dim() != 2 or x.dtype != torch.float32:
+        raise ValueError(f"argmax_rows: want [R, V] float32 logits, got {tuple(x.shape)} {x.dtype} "
+                         "(the chunk winners are kept in float32)")
     rows, vocab = x.shape
     out = torch.empty(rows, dtype=torch.int64, device=x.device)
     if rows == 0 or vocab == 0:
