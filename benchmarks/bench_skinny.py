@@ -1,5 +1,5 @@
-"""The decode GEMMs of a Llama-3-8B-shaped step, cuBLAS (torch.mm) against a skinny Triton
-kernel (benchmarks/skinny_kernel.py, a candidate) at each of its launch configurations.
+"""The decode GEMMs of a Llama-3-8B-shaped step, cuBLAS (torch.mm) against the runner's
+few-row Triton kernel (attnkit.runner.layers.skinny) at each of its launch configurations.
 
     PYTHONPATH=src python3 benchmarks/bench_skinny.py [--out DIR] [--ms 1,2,4,8,16,32,64]
 
@@ -23,21 +23,21 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import copy_bandwidth_gbs, environment, graphed, time_ms  # noqa: E402
 
-from skinny_kernel import skinny_mm  # noqa: E402
+from attnkit.runner.layers.skinny import Config, config, mm  # noqa: E402
 
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096),
           "down": (4096, 14336), "lm_head": (128256, 4096)}
-DOT = [dict(block_n=bn, block_k=bk, num_warps=w, num_stages=s) for bn, bk, w, s in
+DOT = [Config(True, bn, bk, w, s) for bn, bk, w, s in
        [(16, 256, 4, 4), (16, 512, 4, 3), (16, 128, 4, 6), (32, 256, 4, 4), (32, 128, 4, 5),
         (64, 128, 4, 4), (64, 256, 8, 3)]]
-FMA = [dict(block_n=bn, block_k=bk, num_warps=w, num_stages=s, dot=False) for bn, bk, w, s in
+FMA = [Config(False, bn, bk, w, s) for bn, bk, w, s in
        [(16, 256, 4, 2), (8, 512, 4, 2), (32, 128, 4, 2), (16, 512, 8, 2), (4, 1024, 4, 2)]]
 TOTAL_BYTES = 512 << 20
 
 
-def label(cfg: dict) -> str:
-    form = "fma" if cfg.get("dot") is False else "dot"
-    return f"{form} ({cfg['block_n']}, {cfg['block_k']}, w{cfg['num_warps']}, s{cfg['num_stages']})"
+def label(cfg: Config) -> str:
+    return (f"{'dot' if cfg.dot else 'fma'} ({cfg.block_n}, {cfg.block_k}, w{cfg.num_warps}, "
+            f"s{cfg.num_stages})")
 
 
 def rate(fn, weights, nbytes: int) -> float:
@@ -80,11 +80,12 @@ def main(argv=None) -> int:
             want = torch.mm(x, weights[0].t())
             row = {"shape": name, "n": n, "k": k, "m": m, "copies": copies,
                    "cublas_gbs": rate(lambda w: torch.mm(x, w.t()), weights, nbytes), "kernels": []}
+            row["rule"] = label(config(m, n))
             for cfg in DOT + (FMA if m <= 4 else []):
                 try:
-                    got = skinny_mm(x, weights[0], **cfg)
+                    got = mm(x, weights[0], cfg=cfg)
                     err = ((got.float() - want.float()).abs().max() / want.float().abs().max()).item()
-                    gbs = rate(lambda w: skinny_mm(x, w, **cfg), weights, nbytes)
+                    gbs = rate(lambda w: mm(x, w, cfg=cfg), weights, nbytes)
                     row["kernels"].append({"config": label(cfg), "gbs": gbs, "rel_err": err})
                 except Exception as exc:  # noqa: BLE001 -- a config that fails to build is a row
                     row["kernels"].append({"config": label(cfg), "error": f"{type(exc).__name__}: {exc}"[:200]})
@@ -108,16 +109,19 @@ def markdown(report: dict) -> str:
     lines = [f"## bench_skinny ({report['environment']})", "",
              f"copy rate {report['copy_gbs']:.0f} GB/s (read + write). GB/s of weights read, "
              "CUDA-graph replays of L products in a row.", "",
-             "| shape | M | cuBLAS | best skinny | config | best / cuBLAS | rel err |",
-             "|---|---:|---:|---:|---|---:|---:|"]
+             "| shape | M | cuBLAS | best skinny | config | best / cuBLAS | rel err | rule's config | rule / cuBLAS |",
+             "|---|---:|---:|---:|---|---:|---:|---|---:|"]
     for r in report["rows"]:
         ok = [c for c in r["kernels"] if "gbs" in c]
         best = max(ok, key=lambda c: c["gbs"]) if ok else None
         if best is None:
             lines.append(f"| {r['shape']} | {r['m']} | {r['cublas_gbs']:.0f} | n/a | | | |")
             continue
+        rule = next((c for c in ok if c["config"] == r.get("rule")), None)
+        rule_ratio = f"{rule['gbs'] / r['cublas_gbs']:.2f}" if rule else "n/a"
         lines.append(f"| {r['shape']} | {r['m']} | {r['cublas_gbs']:.0f} | {best['gbs']:.0f} | "
-                     f"{best['config']} | {best['gbs'] / r['cublas_gbs']:.2f} | {best['rel_err']:.1e} |")
+                     f"{best['config']} | {best['gbs'] / r['cublas_gbs']:.2f} | {best['rel_err']:.1e} | "
+                     f"{r.get('rule', '')} | {rule_ratio} |")
     return "\n".join(lines) + "\n"
 
 

@@ -19,6 +19,7 @@ import torch
 
 from attnkit.backends.base import RuntimeLayer
 from attnkit.model.spec import LayerAttention
+from attnkit.runner.layers import skinny
 from attnkit.runner.layers.context import StepContext
 from attnkit.runner.layers.linear import Linear
 from attnkit.runner.layers.norm import NormStyle, rms_norm
@@ -50,10 +51,22 @@ class MHAAttention:
         sinks = w.get(f"{prefix}sinks", shape=(heads,), span=(h0, h1)).float() if spec.sinks else None
         self.layer = RuntimeLayer(spec=self.spec, sinks=sinks)
 
-    def __call__(self, x: torch.Tensor, ctx: StepContext) -> torch.Tensor:
-        """x: [T, hidden] -> [T, hidden]."""
+    def folds(self, h: torch.Tensor) -> bool:
+        """Whether a step of residual stream h can run both projections as skinny.mm with
+        the input norm and the residual add folded in (``__call__``'s norm / residual)."""
+        return skinny.usable(h, self.qkv) and skinny.usable(h, self.o)
+
+    def __call__(self, x: torch.Tensor, ctx: StepContext, *, norm: tuple | None = None,
+                 residual: torch.Tensor | None = None) -> torch.Tensor:
+        """x: [T, hidden] -> [T, hidden]. With ``norm`` (weight, NormStyle) x is the residual
+        stream, normalised inside the qkv product; with ``residual`` the result is residual
+        + out, added inside the o product. Both only where ``folds``."""
         spec, n = self.spec, x.shape[0]
-        q, k, v = self.qkv(x).split(self.sizes, dim=-1)
+        if norm is not None:
+            qkv = skinny.mm(x, self.qkv.weight, bias=self.qkv.bias, norm=norm)
+        else:
+            qkv = self.qkv(x)
+        q, k, v = qkv.split(self.sizes, dim=-1)
         q = q.view(n, spec.num_heads, spec.head_dim)
         k = k.view(n, spec.num_kv_heads, spec.head_dim)
         v = v.view(n, spec.num_kv_heads, spec.value_dim)
@@ -65,4 +78,7 @@ class MHAAttention:
                             tables=tables)                                 # q: [T, 3, H_q, D]
         else:
             q, k = self.rotary.pair(q, k, ctx.rope)
-        return self.o(ctx.attend(q, k, v, self.layer))                    # [T, H_q * D_v] in
+        out = ctx.attend(q, k, v, self.layer)                              # [T, H_q * D_v]
+        if residual is not None:
+            return skinny.mm(out, self.o.weight, bias=self.o.bias, residual=residual)
+        return self.o(out)

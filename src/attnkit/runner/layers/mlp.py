@@ -9,6 +9,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from attnkit.runner.layers import skinny
 from attnkit.runner.layers.linear import Linear
 from attnkit.runner.layers.parallel import SINGLE, TensorParallel
 
@@ -44,7 +45,20 @@ class GatedMLP:
                                         reduce=reduce)
         return cls(gate_up, down, activation(act))
 
-    def __call__(self, x: torch.Tensor, ctx=None) -> torch.Tensor:
+    def folds(self, h: torch.Tensor) -> bool:
+        """Whether a step of residual stream h can run as two skinny.mm: the norm folded
+        into gate_up, silu(gate) * up and the residual add into down (``__call__``)."""
+        return (self.act is F.silu and skinny.usable(h, self.gate_up)
+                and skinny.usable(h, self.down))
+
+    def __call__(self, x: torch.Tensor, ctx=None, *, norm: tuple | None = None,
+                 residual: torch.Tensor | None = None) -> torch.Tensor:
+        """x: [T, hidden] -> [T, hidden]. With ``norm`` and ``residual`` (only where
+        ``folds``): x is the residual stream, and the result residual + mlp(norm(x))."""
+        if norm is not None:
+            gate_up = skinny.mm(x, self.gate_up.weight, bias=self.gate_up.bias, norm=norm)
+            return skinny.mm(gate_up, self.down.weight, bias=self.down.bias, silu=True,
+                             residual=residual)
         gate_up = self.gate_up(x)
         if self.act is F.silu and gate_up.dim() == 2:
             from attnkit.runner.layers import fused

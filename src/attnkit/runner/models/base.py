@@ -28,7 +28,8 @@ from attnkit.backends.base import AttentionBackend, StepState
 from attnkit.errors import fail
 from attnkit.model.spec import LayerAttention
 from attnkit.runner.layers.context import StepContext
-from attnkit.runner.layers.linear import linear
+from attnkit.runner.layers import skinny
+from attnkit.runner.layers.linear import Linear, linear
 from attnkit.runner.layers.norm import add_rms_norm, rms_norm
 from attnkit.runner.layers.parallel import SINGLE, TensorParallel, vocab_lookup
 from attnkit.runner.layers.rotary import DualChunkRotary, Rotary
@@ -52,6 +53,7 @@ class DecoderModel:
         self.final_norm = weights.get("model.norm.weight", shape=(hidden,))
         head = weights.maybe("lm_head.weight", shape=(vocab, hidden), span=self.vocab_span)
         self.lm_head = self.embed if arch.tie_word_embeddings or head is None else head
+        self.head = Linear(self.lm_head)         # the same weight, for skinny.usable
         self.rotary = Rotary(arch.rope, interleaved=arch.rope_interleaved, device=weights.device)
         self.norm_style = arch.norm              # arch.norm builds a new NormStyle per read
         self._dcas: dict = {}                    # DualChunkConfig -> its one DualChunkRotary
@@ -100,8 +102,11 @@ class DecoderModel:
             h, pending = block(h, ctx, self.norm_style, pending)
         if rows is not None:
             h, pending = h[rows], None if pending is None else pending[rows]
-        normed = (self.norm(h, self.final_norm) if pending is None else
-                  add_rms_norm(pending, h, self.final_norm, self.norm_style)[0])
-        logits = self.tp.all_gather(linear(normed, self.lm_head), self.arch.vocab_size).float()
+        if pending is None and self.tp.size == 1 and skinny.usable(h, self.head):
+            logits = skinny.mm(h, self.lm_head, norm=(self.final_norm, self.norm_style)).float()
+        else:
+            normed = (self.norm(h, self.final_norm) if pending is None else
+                      add_rms_norm(pending, h, self.final_norm, self.norm_style)[0])
+            logits = self.tp.all_gather(linear(normed, self.lm_head), self.arch.vocab_size).float()
         cap = self.arch.final_logit_softcap
         return logits if cap is None else cap * torch.tanh(logits / cap)

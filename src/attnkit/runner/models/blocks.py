@@ -43,7 +43,14 @@ class Block:
         """h: [T, hidden] residual stream; pending: the block before's output, not yet added
         to it (None: nothing pending). -> (residual stream, this block's output to add):
         each residual add runs in the next norm's kernel (``add_rms_norm``), the last one in
-        the model's final norm. ``style``: the family's NormStyle."""
+        the model's final norm; or, for a step of few tokens on CUDA (the attention's and
+        MLP's ``folds``), inside the projections, leaving nothing pending.
+        ``style``: the family's NormStyle."""
+        if pending is None and self.pre_mlp_norm is None and self._folds(h):
+            # Few tokens: each norm runs inside the product after it, each residual add
+            # inside the product before it (layers/skinny.py); nothing is left pending.
+            h = self.attention(h, ctx, norm=(self.input_norm, style), residual=h)
+            return self.mlp(h, ctx, norm=(self.post_attn_norm, style), residual=h), None
         if pending is None:
             x = rms_norm(h, self.input_norm, style)
         else:
@@ -54,6 +61,10 @@ class Block:
             return h, rms_norm(self.mlp(x, ctx), self.post_mlp_norm, style)
         x, h = add_rms_norm(a, h, self.post_attn_norm, style)
         return h, self.mlp(x, ctx)
+
+    def _folds(self, h: torch.Tensor) -> bool:
+        folds_a, folds_m = getattr(self.attention, "folds", None), getattr(self.mlp, "folds", None)
+        return folds_a is not None and folds_m is not None and folds_a(h) and folds_m(h)
 
 
 def norms(arch: Architecture, w: Weights, prefix: str) -> tuple:

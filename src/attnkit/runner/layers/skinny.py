@@ -1,0 +1,221 @@
+"""Matrix products for few rows, with the work around them folded in: y = f(x) @ W^T (+ bias)
+(+ residual), x [M, K] with M a decode step's tokens, W [N, K] in Hugging Face's layout.
+
+A decode step at small batch is bound by reading the weights, and a step of the Llama-3-8B
+shape spends about a tenth of its GPU time on the fixed cost of ~400 small launches (the norm
+before each projection, SiLU * up, split-K reduces: benchmarks/NOTES-engine.md). One kernel
+here does a projection together with what the torch formulas do around it:
+
+    prologue  ``norm``:  x is the residual stream; each row is RMS-normalised (norm.py's
+                         formula and roundings) as it is read. Every program reads the few
+                         KB of x from L2 twice: once for the row's sum of squares, then tile
+                         by tile.
+              ``silu``:  x is the gate_up product [M, 2K]; the tile is silu(gate) * up,
+                         rounded as mlp.py's two torch ops round it.
+    epilogue  ``bias``:  added in float32 before the one rounding (as cuBLAS's addmm does).
+              ``residual``: y = residual + round(x @ W^T): torch's ``residual + out``.
+
+Each program owns BLOCK_N output columns (rows of W) and walks K in BLOCK_K steps, so W is
+read once, in its own row-major order. Two inner forms (constexpr DOT): ``acc[BN, BM] += W_tile
+@ x_tile^T`` on the tensor cores (x padded to 16 rows), or, for one row, CUDA-core FMAs summed
+over K once at the end. fp32 accumulation.
+
+``ATTNKIT_FUSED_PDL=1`` (fused.py's measurement switch) launches these as programmatic
+dependents too: a program prefetches the first BLOCK_K columns of its W rows into L2 before
+it waits for the kernel before it (W does not depend on that kernel; x does), and lets the
+next kernel launch once its own K loop is done.
+
+The layers use this on CUDA for steps of at most ``MAX_ROWS`` tokens (``usable``); the
+Triton interpreter runs it in tests. benchmarks/bench_skinny.py measures it against cuBLAS.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra import cuda as _cuda
+
+from attnkit.runner.layers import fused
+
+gdc_wait = _cuda.gdc_wait
+if hasattr(_cuda, "gdc_launch_dependents"):
+    gdc_launch_dependents = _cuda.gdc_launch_dependents
+else:                                      # an older Triton: no early trigger (exit triggers)
+    @triton.jit
+    def gdc_launch_dependents():
+        pass
+
+# Steps of more tokens run cuBLAS and the separate kernels: at 64 rows this kernel read the
+# weights at 0.77-0.99x cuBLAS's rate, at <= 32 rows at 0.93-1.10x (H200,
+# benchmarks/results/session-1202f/c2/bench_skinny.md); 16 is the last row count its graphs
+# were measured at in the engine (NOTES-engine.md version 3).
+MAX_ROWS = 16
+
+NONE, NORM, SILU = 0, 1, 2                  # prologues
+
+
+@triton.jit
+def _x_tile(x_row, kk, k_ok, row_ok, K, inv, NW, offset, DT: tl.constexpr,
+            PROLOGUE: tl.constexpr, WEIGHT_FP32: tl.constexpr):
+    """The [BM, BK] tile of f(x) at columns kk, in the compute dtype DT."""
+    m = row_ok[:, None] & k_ok[None, :]
+    if PROLOGUE == 2:
+        g = tl.load(x_row + kk[None, :], mask=m, other=0.0).to(tl.float32)
+        u = tl.load(x_row + K + kk[None, :], mask=m, other=0.0).to(tl.float32)
+        s = (g / (1.0 + tl.exp(-g))).to(DT).to(tl.float32)
+        x = (s * u).to(DT)
+    else:
+        x = tl.load(x_row + kk[None, :], mask=m, other=0.0)
+        if PROLOGUE == 1:
+            xf = x.to(tl.float32)
+            nw = tl.load(NW + kk, mask=k_ok, other=0.0)
+            if WEIGHT_FP32:
+                x = (xf * inv[:, None] * (offset + nw.to(tl.float32))[None, :]).to(DT)
+            else:
+                xn = (xf * inv[:, None]).to(DT)
+                if offset != 0.0:
+                    nw = (offset + nw.to(tl.float32)).to(DT)
+                x = (nw.to(tl.float32)[None, :] * xn.to(tl.float32)).to(DT)
+    return x
+
+
+@triton.jit
+def _skinny_kernel(X, W, Y, NW, BIAS, R, M, N, K, stride_xm, stride_wn, stride_ym, stride_rm,
+                   eps, offset,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                   DOT: tl.constexpr, EVEN_K: tl.constexpr, PROLOGUE: tl.constexpr,
+                   WEIGHT_FP32: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+                   PDL: tl.constexpr):
+    """Program n: y[:, n*BLOCK_N : (n+1)*BLOCK_N] over all M (<= BLOCK_M) rows."""
+    DT: tl.constexpr = W.dtype.element_ty
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)      # rows of W, columns of y
+    rows = tl.arange(0, BLOCK_M)                                   # rows of x and y
+    ks = tl.arange(0, BLOCK_K)
+    col_ok = cols < N
+    row_ok = rows < M
+    w_ptr = W + cols.to(tl.int64)[:, None] * stride_wn + ks[None, :]          # [BN, BK]
+    x_row = X + rows.to(tl.int64)[:, None] * stride_xm                        # [BM, 1]
+    if PDL:
+        # W is this kernel's own: fetch its first tile while the kernel before finishes.
+        lines = cols.to(tl.int64)[:, None] * stride_wn + (tl.arange(0, BLOCK_K // 64) * 64)[None, :]
+        tl.inline_asm_elementwise("prefetch.global.L2::evict_last [$1];", "=r,l", [W + lines],
+                                  dtype=tl.int32, is_pure=False, pack=1)
+        gdc_wait()
+    inv = tl.zeros([BLOCK_M], dtype=tl.float32)
+    if PROLOGUE == 1:                              # the rows' sums of squares first
+        ss = tl.zeros([BLOCK_M], dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            kk = k0 + ks
+            xv = tl.load(x_row + kk[None, :], mask=row_ok[:, None] & (kk < K)[None, :],
+                         other=0.0).to(tl.float32)
+            ss += tl.sum(xv * xv, axis=1)
+        inv = 1.0 / tl.sqrt(ss / K + eps)
+    if DOT:
+        acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        kk = k0 + ks
+        k_ok = kk < K
+        if EVEN_K:
+            w = tl.load(w_ptr, mask=col_ok[:, None], other=0.0)
+        else:
+            w = tl.load(w_ptr, mask=col_ok[:, None] & k_ok[None, :], other=0.0)
+        x = _x_tile(x_row, kk, k_ok, row_ok, K, inv, NW, offset, DT, PROLOGUE, WEIGHT_FP32)
+        if DOT:
+            if DT == tl.float32:                   # fp32 products in full precision, not TF32
+                acc = tl.dot(w, tl.trans(x), acc, input_precision="ieee")
+            else:
+                acc = tl.dot(w, tl.trans(x), acc)
+        else:
+            acc += x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :]
+        w_ptr += BLOCK_K
+    if PDL:
+        gdc_launch_dependents()
+    if DOT:
+        out = tl.trans(acc)                                                   # [BM, BN]
+    else:
+        out = tl.sum(acc, axis=2)
+    if HAS_BIAS:
+        out += tl.load(BIAS + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    y = out.to(DT)
+    ok = row_ok[:, None] & col_ok[None, :]
+    if HAS_RESIDUAL:
+        r = tl.load(R + rows.to(tl.int64)[:, None] * stride_rm + cols[None, :], mask=ok, other=0.0)
+        y = (y.to(tl.float32) + r.to(tl.float32)).to(DT)
+    tl.store(Y + rows.to(tl.int64)[:, None] * stride_ym + cols[None, :], y, mask=ok)
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """A launch: the inner form, the tile and the pipeline."""
+    dot: bool
+    block_n: int
+    block_k: int
+    num_warps: int = 4
+    num_stages: int = 4
+
+
+def config(m: int, n: int) -> Config:
+    """The configuration bench_skinny measured fastest for the Llama-3-8B decode products
+    (results/session-1202f/c2): one row with fewer than 16k outputs on CUDA cores (8 x 512),
+    otherwise the tensor-core form, 64-column tiles where there are >= 6k outputs."""
+    if m == 1 and n < 16384:
+        return Config(False, 8, 512, 4, 2)
+    return Config(True, 64, 128) if n >= 6144 else Config(True, 32, 256)
+
+
+def usable(x: torch.Tensor, lin) -> bool:
+    """Whether ``mm`` serves x @ lin: CUDA (unless ATTNKIT_FUSED=0 or ATTNKIT_SKINNY=0), a
+    2-D x of 1..MAX_ROWS rows, a whole (not tensor-parallel) 16-bit ``Linear`` in x's dtype,
+    and not inside ``row_by_row`` (whose rows must not depend on the step's row count)."""
+    from attnkit.runner.layers.linear import _ROW_BY_ROW, Linear
+
+    return (fused.enabled(x) and os.environ.get("ATTNKIT_SKINNY", "1") != "0"
+            and isinstance(lin, Linear) and x.dim() == 2 and 0 < x.shape[0] <= MAX_ROWS
+            and x.dtype in (torch.float16, torch.bfloat16) and lin.weight.dtype == x.dtype
+            and lin.weight.stride(-1) == 1 and not _ROW_BY_ROW.get())
+
+
+def mm(x: torch.Tensor, weight: torch.Tensor, *, bias: torch.Tensor | None = None,
+       norm: tuple | None = None, silu: bool = False, residual: torch.Tensor | None = None,
+       cfg: Config | None = None) -> torch.Tensor:
+    """f(x) @ weight^T (+ bias) (+ residual): [M, N] in weight's dtype.
+
+    x: [M, K], or [M, 2K] with ``silu`` (gate columns first); weight: [N, K];
+    norm: (norm weight [K], NormStyle): x is normalised first; residual: [M, N].
+    cfg: the launch (default ``config``)."""
+    m = x.shape[0]
+    n, k = weight.shape
+    if norm is not None and silu:
+        raise ValueError("skinny.mm: one prologue at a time (norm or silu)")
+    want_k = 2 * k if silu else k
+    if (x.dim() != 2 or x.shape[1] != want_k or weight.stride(-1) != 1 or x.dtype != weight.dtype
+            or x.dtype not in (torch.float16, torch.bfloat16, torch.float32)):
+        raise ValueError(f"skinny.mm: x {tuple(x.shape)} {x.dtype}, weight {tuple(weight.shape)} "
+                         f"{weight.dtype}: want [M, {want_k}] and [N, K] in one dtype, last dim dense")
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    cfg = cfg or config(m, n)
+    bm = max(16 if cfg.dot else 1, triton.next_power_of_2(max(m, 1)))
+    y = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    if m == 0 or n == 0:
+        return y
+    nw, style = norm if norm is not None else (weight, None)
+    r = residual if residual is not None else y
+    if residual is not None and (residual.shape != (m, n) or residual.stride(-1) != 1):
+        r = residual.expand(m, n).contiguous()
+    pdl = fused._pdl(x)
+    _skinny_kernel[(triton.cdiv(n, cfg.block_n),)](
+        x, weight, y, nw, bias if bias is not None else weight, r, m, n, k,
+        x.stride(0), weight.stride(0), y.stride(0), r.stride(0),
+        style.eps if style else 0.0, style.offset if style else 0.0,
+        BLOCK_M=bm, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, DOT=cfg.dot,
+        EVEN_K=k % cfg.block_k == 0, PROLOGUE=NORM if norm is not None else SILU if silu else NONE,
+        WEIGHT_FP32=bool(style and style.weight_in_fp32), HAS_BIAS=bias is not None,
+        HAS_RESIDUAL=residual is not None, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        **pdl)
+    return y

@@ -1,0 +1,205 @@
+"""layers/skinny.py: the few-row products with the norm, silu * up, bias and residual add
+folded in compute the torch formulas (norm.py, mlp.py, F.linear) with their roundings; the
+blocks use them only where they apply, and a model's logits do not change when they do.
+Run here by the Triton interpreter (the layers use them on CUDA only)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnkit.runner.layers import fused, skinny
+from attnkit.runner.layers.linear import Linear, row_by_row
+from attnkit.runner.layers.norm import NormStyle, _rms_norm
+from runner_helpers import close
+
+cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter (CPU) tests")
+STYLES = [NormStyle(1e-6), NormStyle(1e-6, offset=1.0, weight_in_fp32=True),
+          NormStyle(1e-5, offset=1.0)]
+TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float16: dict(rtol=2e-3, atol=2e-3)}
+# Both inner forms, an uneven K (192 over 128-column steps), one program's tile wider than N
+CONFIGS = [skinny.Config(False, 8, 64, 4, 2), skinny.Config(True, 32, 64),
+           skinny.Config(True, 64, 128)]
+
+
+def rand(*shape, dtype=torch.float32, seed=0, scale=1.0):
+    return (torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * scale).to(dtype)
+
+
+def product(x, w, bias=None, residual=None):
+    """The oracle: float64 products of the (already rounded) inputs, one rounding to the
+    dtype, then torch's residual add."""
+    y = x.double() @ w.double().t()
+    if bias is not None:
+        y = y + bias.double()
+    y = y.to(x.dtype)
+    return y if residual is None else residual + y
+
+
+@cpu_only
+@pytest.mark.parametrize("cfg", CONFIGS, ids=["fma", "dot32", "dot64"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("m", [1, 3, 16])
+def test_plain_bias_and_residual(cfg, dtype, m):
+    x, w = rand(m, 192, dtype=dtype), rand(40, 192, dtype=dtype, seed=1, scale=0.1)
+    b, r = rand(40, dtype=dtype, seed=2), rand(m, 40, dtype=dtype, seed=3)
+    torch.testing.assert_close(skinny.mm(x, w, cfg=cfg), product(x, w), **TOL[dtype])
+    got = skinny.mm(x, w, bias=b, residual=r, cfg=cfg)
+    torch.testing.assert_close(got, product(x, w, b, r), **TOL[dtype])
+    with pytest.raises(AssertionError):                              # the residual matters
+        torch.testing.assert_close(got, product(x, w, b), **TOL[dtype])
+
+
+@cpu_only
+@pytest.mark.parametrize("style", STYLES, ids=["llama", "gemma", "offset_cast"])
+@pytest.mark.parametrize("cfg", CONFIGS[:2], ids=["fma", "dot32"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_norm_prologue(style, cfg, dtype):
+    x, w = rand(3, 192, dtype=dtype, scale=4), rand(40, 192, dtype=dtype, seed=1, scale=0.1)
+    nw = rand(192, dtype=dtype, seed=2)
+    got = skinny.mm(x, w, norm=(nw, style), cfg=cfg)
+    torch.testing.assert_close(got, product(_rms_norm(x, nw, style), w), **TOL[dtype])
+    with pytest.raises(AssertionError):                              # the norm happened
+        torch.testing.assert_close(got, product(x, w), **TOL[dtype])
+
+
+@cpu_only
+@pytest.mark.parametrize("cfg", CONFIGS, ids=["fma", "dot32", "dot64"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_silu_prologue_with_the_residual(cfg, dtype):
+    gate_up, w = rand(2, 2 * 192, dtype=dtype, scale=3), rand(40, 192, dtype=dtype, seed=1, scale=0.1)
+    r = rand(2, 40, dtype=dtype, seed=3)
+    gate, up = gate_up.split(192, dim=-1)
+    got = skinny.mm(gate_up, w, silu=True, residual=r, cfg=cfg)
+    torch.testing.assert_close(got, product(F.silu(gate) * up, w, residual=r), **TOL[dtype])
+    with pytest.raises(AssertionError):                              # gate and up not swapped
+        torch.testing.assert_close(got, product(F.silu(up) * gate, w, residual=r), **TOL[dtype])
+
+
+@cpu_only
+def test_bad_operands_are_refused():
+    x, w = rand(2, 64, dtype=torch.float16), rand(8, 64, dtype=torch.float16)
+    with pytest.raises(ValueError, match="one prologue"):
+        skinny.mm(x, w, silu=True, norm=(w[0], STYLES[0]))
+    with pytest.raises(ValueError, match=r"want \[M, 128\]"):
+        skinny.mm(x, w, silu=True)
+    with pytest.raises(ValueError, match="one dtype"):
+        skinny.mm(x.float(), w)
+
+
+@cpu_only
+def test_usable_only_where_measured(monkeypatch):
+    """Few rows of a 16-bit whole Linear on CUDA (forced here), not in row_by_row, not with
+    ATTNKIT_SKINNY=0; the launch configuration by rows and outputs."""
+    lin = Linear(rand(8, 64, dtype=torch.float16))
+    x = rand(skinny.MAX_ROWS, 64, dtype=torch.float16)
+    assert not skinny.usable(x, lin)                                 # CPU
+    monkeypatch.setattr(fused, "enabled", lambda t: True)
+    assert skinny.usable(x, lin) and skinny.usable(x[:1], lin)
+    assert not skinny.usable(rand(skinny.MAX_ROWS + 1, 64, dtype=torch.float16), lin)
+    assert not skinny.usable(x[:0], lin)
+    assert not skinny.usable(x.float(), Linear(lin.weight.float()))
+    assert not skinny.usable(x, Linear(rand(8, 64, dtype=torch.bfloat16)))
+    assert not skinny.usable(x, object())                            # e.g. a RowParallel
+    with row_by_row():
+        assert not skinny.usable(x, lin)
+    monkeypatch.setenv("ATTNKIT_SKINNY", "0")
+    assert not skinny.usable(x, lin)
+    assert skinny.config(1, 6144) == skinny.Config(False, 8, 512, 4, 2)
+    assert skinny.config(1, 28672).dot and skinny.config(2, 6144).block_n == 64
+    assert skinny.config(4, 4096) == skinny.Config(True, 32, 256)
+
+
+@cpu_only
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])   # plain, biases, q/k norms
+def test_folded_blocks_give_the_same_logits(tiny_model, family, monkeypatch):
+    """An fp16 engine with the CUDA-only kernels forced on (the interpreter runs them): decode
+    steps of <= 16 tokens run every block and the LM head through skinny.mm, and their logits
+    equal those with ATTNKIT_SKINNY=0 (the separate norm / silu / add kernels and F.linear)."""
+    from attnkit.runner import Engine
+
+    path, _ = tiny_model(family)
+    prompts = [[1, 5, 9, 3, 7], [4, 6], [3, 3, 9]]
+    monkeypatch.setattr(fused, "enabled", lambda t: True)
+    calls = []
+    real = skinny.mm
+    monkeypatch.setattr(skinny, "mm", lambda *a, **k: calls.append(sorted(k)) or real(*a, **k))
+    out = {}
+    for flag in ("0", "1"):
+        monkeypatch.setenv("ATTNKIT_SKINNY", flag)
+        engine = Engine.from_pretrained(path, page_size=4, dtype=torch.float16)
+        engine.prefill(prompts)
+        out[flag] = [engine.decode([2, 8, 11]), engine.decode([5, 5, 5])]
+        engine.release()
+        if flag == "0":
+            assert calls == []
+    block = [["bias", "norm"], ["bias", "residual"], ["bias", "norm"], ["bias", "residual", "silu"]]
+    step = block * 2 + [["norm"]]                       # 2 layers, then the final norm + head
+    assert calls == step * 3                            # the prefill (10 tokens), 2 decodes
+    for a, b in zip(out["0"], out["1"]):
+        for ra, rb in zip(a, b):
+            close(rb, ra, rtol=5e-3)
+
+
+def _cuda_chain(dev, seed=0):
+    """A layer's products at the Llama-3-8B shape, small K / N where they do not matter."""
+    return dict(nw=rand(4096, seed=seed + 1).to(**dev),
+                qkv=rand(6144, 4096, seed=seed + 2, scale=0.02).to(**dev),
+                o=rand(4096, 4096, seed=seed + 3, scale=0.02).to(**dev),
+                gate_up=rand(2 * 14336, 4096, seed=seed + 4, scale=0.02).to(**dev),
+                down=rand(4096, 14336, seed=seed + 5, scale=0.01).to(**dev))
+
+
+def _rel(got, want):
+    return ((got.double() - want.double()).abs().max() / want.double().abs().max()).item()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 2, 5, 16])
+def test_compiled_on_cuda_against_float64(m):
+    """bf16 on the GPU, each product form at its measured configuration (config): within
+    about one bf16 rounding of the float64 product of the same rounded inputs."""
+    c = _cuda_chain(dict(device="cuda", dtype=torch.bfloat16))
+    h, style = rand(m, 4096, seed=6, scale=3).to("cuda", torch.bfloat16), STYLES[0]
+    bias = rand(6144, seed=9).to("cuda", torch.bfloat16)
+    got = skinny.mm(h, c["qkv"], bias=bias, norm=(c["nw"], style))
+    assert _rel(got, product(_rms_norm(h, c["nw"], style), c["qkv"], bias)) < 8e-3
+    r = rand(m, 4096, seed=7).to("cuda", torch.bfloat16)
+    x = rand(m, 4096, seed=8).to("cuda", torch.bfloat16)
+    assert _rel(skinny.mm(x, c["o"], residual=r), product(x, c["o"], residual=r)) < 8e-3
+    gu = skinny.mm(h, c["gate_up"], norm=(c["nw"], style))
+    assert _rel(gu, product(_rms_norm(h, c["nw"], style), c["gate_up"])) < 8e-3
+    gate, up = gu.split(14336, dim=-1)
+    got = skinny.mm(gu, c["down"], silu=True, residual=r)
+    assert _rel(got, product(F.silu(gate) * up, c["down"], residual=r)) < 8e-3
+
+
+@pytest.mark.gpu
+def test_programmatic_dependent_launches_replay_to_the_same_bits(monkeypatch):
+    """ATTNKIT_FUSED_PDL=1: the chain norm+qkv -> o+residual -> norm+gate_up -> silu+down
+    +residual, each a programmatic dependent of the one before (prefetching its W before it
+    waits), replays in a CUDA graph to the bits it gives without, input after input."""
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("programmatic dependent launch: sm_90+")
+    c = _cuda_chain(dict(device="cuda", dtype=torch.bfloat16))
+    h = torch.empty(4, 4096, device="cuda", dtype=torch.bfloat16)
+
+    def body():
+        a = skinny.mm(h, c["qkv"], norm=(c["nw"], STYLES[0]))[:, :4096]
+        h2 = skinny.mm(a, c["o"], residual=h)
+        gu = skinny.mm(h2, c["gate_up"], norm=(c["nw"], STYLES[0]))
+        return skinny.mm(gu, c["down"], silu=True, residual=h2)
+
+    outs = {}
+    for flag in ("0", "1"):
+        monkeypatch.setenv("ATTNKIT_FUSED_PDL", flag)
+        body()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = body()
+        got = []
+        for seed in range(4):
+            h.copy_(rand(4, 4096, seed=20 + seed).to("cuda", torch.bfloat16))
+            graph.replay()
+            got.append(out.clone())
+        outs[flag] = torch.stack(got)
+    assert torch.equal(outs["0"], outs["1"])
+    assert not torch.equal(outs["1"][0], outs["1"][1])                # the inputs moved it
