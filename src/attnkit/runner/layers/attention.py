@@ -63,7 +63,7 @@ class MHAAttention:
         + out, added inside the o product. Both only where ``folds``."""
         spec, n = self.spec, x.shape[0]
         if norm is not None:
-            qkv = skinny.mm(x, self.qkv.weight, bias=self.qkv.bias, norm=norm)
+            qkv = skinny.project(x, self.qkv, norm=norm)
         else:
             qkv = self.qkv(x)
         q, k, v = qkv.split(self.sizes, dim=-1)
@@ -80,5 +80,5 @@ class MHAAttention:
             q, k = self.rotary.pair(q, k, ctx.rope)
         out = ctx.attend(q, k, v, self.layer)                              # [T, H_q * D_v]
         if residual is not None:
-            return skinny.mm(out, self.o.weight, bias=self.o.bias, residual=residual)
+            return skinny.project(out, self.o, residual=residual)
         return self.o(out)

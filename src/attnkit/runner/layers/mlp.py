@@ -56,9 +56,8 @@ class GatedMLP:
         """x: [T, hidden] -> [T, hidden]. With ``norm`` and ``residual`` (only where
         ``folds``): x is the residual stream, and the result residual + mlp(norm(x))."""
         if norm is not None:
-            gate_up = skinny.mm(x, self.gate_up.weight, bias=self.gate_up.bias, norm=norm)
-            return skinny.mm(gate_up, self.down.weight, bias=self.down.bias, silu=True,
-                             residual=residual)
+            gate_up = skinny.project(x, self.gate_up, norm=norm)
+            return skinny.project(gate_up, self.down, silu=True, residual=residual)
         gate_up = self.gate_up(x)
         if self.act is F.silu and gate_up.dim() == 2:
             from attnkit.runner.layers import fused

@@ -86,6 +86,7 @@ def _x_tile(x_row, kk, k_ok, row_ok, K, inv, NW, offset, DT: tl.constexpr,
 def _skinny_kernel(X, W, Y, NW, BIAS, R, M, N, K, stride_xm, stride_wn, stride_ym, stride_rm,
                    eps, offset,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                   PASS_K: tl.constexpr,
                    DOT: tl.constexpr, EVEN_K: tl.constexpr, PROLOGUE: tl.constexpr,
                    WEIGHT_FP32: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
                    PDL: tl.constexpr):
@@ -105,10 +106,10 @@ def _skinny_kernel(X, W, Y, NW, BIAS, R, M, N, K, stride_xm, stride_wn, stride_y
                                   dtype=tl.int32, is_pure=False, pack=1)
         gdc_wait()
     inv = tl.zeros([BLOCK_M], dtype=tl.float32)
-    if PROLOGUE == 1:                              # the rows' sums of squares first
+    if PROLOGUE == 1:          # the rows' sums of squares first, in few wide loads (from L2)
         ss = tl.zeros([BLOCK_M], dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            kk = k0 + ks
+        for k0 in range(0, K, PASS_K):
+            kk = k0 + tl.arange(0, PASS_K)
             xv = tl.load(x_row + kk[None, :], mask=row_ok[:, None] & (kk < K)[None, :],
                          other=0.0).to(tl.float32)
             ss += tl.sum(xv * xv, axis=1)
@@ -180,6 +181,26 @@ def usable(x: torch.Tensor, lin) -> bool:
             and lin.weight.stride(-1) == 1 and not _ROW_BY_ROW.get())
 
 
+def folds() -> frozenset:
+    """Which prologues ``project`` folds into the product: ATTNKIT_SKINNY_FOLD, a comma list
+    of ``norm`` / ``silu`` (``none``: neither), default both. A prologue not folded runs as
+    its own kernel (fused.rms_norm, fused.silu_mul) before the product."""
+    raw = os.environ.get("ATTNKIT_SKINNY_FOLD", "norm,silu")
+    return frozenset(p for p in raw.split(",") if p in ("norm", "silu"))
+
+
+def project(x: torch.Tensor, lin, *, norm: tuple | None = None, silu: bool = False,
+            residual: torch.Tensor | None = None) -> torch.Tensor:
+    """``lin`` (a Linear, where ``usable``) applied to f(x) (+ residual), f as in ``mm``; the
+    prologues ``folds`` leaves out run first as their own kernels."""
+    fold = folds()
+    if norm is not None and "norm" not in fold:
+        x, norm = fused.rms_norm(x, norm[0], norm[1]), None
+    if silu and "silu" not in fold:
+        x, silu = fused.silu_mul(x), False
+    return mm(x, lin.weight, bias=lin.bias, norm=norm, silu=silu, residual=residual)
+
+
 def mm(x: torch.Tensor, weight: torch.Tensor, *, bias: torch.Tensor | None = None,
        norm: tuple | None = None, silu: bool = False, residual: torch.Tensor | None = None,
        cfg: Config | None = None) -> torch.Tensor:
@@ -214,6 +235,7 @@ def mm(x: torch.Tensor, weight: torch.Tensor, *, bias: torch.Tensor | None = Non
         x.stride(0), weight.stride(0), y.stride(0), r.stride(0),
         style.eps if style else 0.0, style.offset if style else 0.0,
         BLOCK_M=bm, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, DOT=cfg.dot,
+        PASS_K=min(triton.next_power_of_2(k), max(cfg.block_k, 8192 // bm)),
         EVEN_K=k % cfg.block_k == 0, PROLOGUE=NORM if norm is not None else SILU if silu else NONE,
         WEIGHT_FP32=bool(style and style.weight_in_fp32), HAS_BIAS=bias is not None,
         HAS_RESIDUAL=residual is not None, num_warps=cfg.num_warps, num_stages=cfg.num_stages,

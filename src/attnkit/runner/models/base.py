@@ -103,7 +103,7 @@ class DecoderModel:
         if rows is not None:
             h, pending = h[rows], None if pending is None else pending[rows]
         if pending is None and self.tp.size == 1 and skinny.usable(h, self.head):
-            logits = skinny.mm(h, self.lm_head, norm=(self.final_norm, self.norm_style)).float()
+            logits = skinny.project(h, self.head, norm=(self.final_norm, self.norm_style)).float()
         else:
             normed = (self.norm(h, self.final_norm) if pending is None else
                       add_rms_norm(pending, h, self.final_norm, self.norm_style)[0])
