@@ -25,7 +25,7 @@ def pytest_configure(config):
 # -m "not interpreter") leaves it out; `.ci/run` runs it by name (pytest -m interpreter).
 INTERPRETER_PATHS = ("tests/triton_kernels/", "tests/triton_mla/", "tests/triton_dsa/", "tests/dual_chunk/test_dca_triton.py",
                      "tests/dual_chunk/test_dca_kernel_parts.py", "tests/runner/test_runner_graphs.py",
-                     "tests/runner/test_runner_dsa_triton.py")
+                     "tests/runner/test_runner_dsa_triton.py", "tests/runner/test_skinny.py")
 # in these, the cases whose id names a Triton backend or the interpreter
 MIXED_PATHS = ("tests/conformance/", "tests/dual_chunk/", "tests/backends/")
 INTERPRETER_CASES = re.compile(r"\[(triton|triton_mla|triton_dsa)[-\]]|-interp-|-triton\]")

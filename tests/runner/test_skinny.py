@@ -109,13 +109,17 @@ def test_usable_only_where_measured(monkeypatch):
 
 
 @cpu_only
+@pytest.mark.parametrize("fold", ["", "norm", "silu", "norm,silu"])
 @pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])   # plain, biases, q/k norms
-def test_folded_blocks_give_the_same_logits(tiny_model, family, monkeypatch):
+def test_folded_blocks_give_the_same_logits(tiny_model, family, fold, monkeypatch):
     """An fp16 engine with the CUDA-only kernels forced on (the interpreter runs them): decode
-    steps of <= 16 tokens run every block and the LM head through skinny.mm, and their logits
-    equal those with ATTNKIT_SKINNY=0 (the separate norm / silu / add kernels and F.linear)."""
+    steps of <= 16 tokens run every block and the LM head through skinny.mm, the residual adds
+    in its epilogue and the prologues ATTNKIT_SKINNY_FOLD names in it, and their logits equal
+    those with ATTNKIT_SKINNY=0 (the separate norm / silu / add kernels and F.linear)."""
     from attnkit.runner import Engine
 
+    if fold:
+        monkeypatch.setenv("ATTNKIT_SKINNY_FOLD", fold)
     path, _ = tiny_model(family)
     prompts = [[1, 5, 9, 3, 7], [4, 6], [3, 3, 9]]
     monkeypatch.setattr(fused, "enabled", lambda t: True)
@@ -133,8 +137,9 @@ def test_folded_blocks_give_the_same_logits(tiny_model, family, monkeypatch):
         engine.release()
         if flag == "0":
             assert calls == []
-    block = [["norm"], ["residual"], ["norm"], ["residual", "silu"]]
-    step = block * 2 + [["norm"]]                       # 2 layers, then the final norm + head
+    norm, silu = ["norm"] if "norm" in fold else [], ["silu"] if "silu" in fold else []
+    block = [norm, ["residual"], norm, ["residual"] + silu]
+    step = block * 2 + [norm]                           # 2 layers, then the final norm + head
     assert calls == step * 3                            # the prefill (10 tokens), 2 decodes
     for a, b in zip(out["0"], out["1"]):
         for ra, rb in zip(a, b):

@@ -6,14 +6,17 @@ shape spends about a tenth of its GPU time on the fixed cost of ~400 small launc
 before each projection, SiLU * up, split-K reduces: benchmarks/NOTES-engine.md). One kernel
 here does a projection together with what the torch formulas do around it:
 
+    epilogue  ``bias``:  added in float32 before the one rounding (as cuBLAS's addmm does).
+              ``residual``: y = residual + round(x @ W^T): torch's ``residual + out``.
     prologue  ``norm``:  x is the residual stream; each row is RMS-normalised (norm.py's
                          formula and roundings) as it is read. Every program reads the few
                          KB of x from L2 twice: once for the row's sum of squares, then tile
                          by tile.
               ``silu``:  x is the gate_up product [M, 2K]; the tile is silu(gate) * up,
                          rounded as mlp.py's two torch ops round it.
-    epilogue  ``bias``:  added in float32 before the one rounding (as cuBLAS's addmm does).
-              ``residual``: y = residual + round(x @ W^T): torch's ``residual + out``.
+
+The engine uses the epilogues; the prologues only where ATTNKIT_SKINNY_FOLD names them
+(``folds``: measured slower than their own kernels, kept as the measured alternative).
 
 Each program owns BLOCK_N output columns (rows of W) and walks K in BLOCK_K steps, so W is
 read once, in its own row-major order. Two inner forms (constexpr DOT): ``acc[BN, BM] += W_tile
@@ -183,9 +186,15 @@ def usable(x: torch.Tensor, lin) -> bool:
 
 def folds() -> frozenset:
     """Which prologues ``project`` folds into the product: ATTNKIT_SKINNY_FOLD, a comma list
-    of ``norm`` / ``silu`` (``none``: neither), default both. A prologue not folded runs as
-    its own kernel (fused.rms_norm, fused.silu_mul) before the product."""
-    raw = os.environ.get("ATTNKIT_SKINNY_FOLD", "norm,silu")
+    of ``norm`` / ``silu``; default neither (``none``). A prologue not folded runs as its own
+    kernel (fused.rms_norm, fused.silu_mul) before the product.
+
+    Neither is the default because both cost more than the launch they save (H200,
+    results/session-1203a/c1, bench_fold.py, a layer's four products): folding the norm made
+    a layer 27 us slower at one row (every program re-reads x twice from L2 and waits on the
+    sum of squares before its first W tile), folding silu * up was even at one row and 70-110
+    us slower at 4-16 (each program recomputes the [M, 2K] gate for its own columns)."""
+    raw = os.environ.get("ATTNKIT_SKINNY_FOLD", "none")
     return frozenset(p for p in raw.split(",") if p in ("norm", "silu"))
 
 
