@@ -1,15 +1,18 @@
 """A decoder layer's four products at the Llama-3-8B shape, 32 layers in a row inside one CUDA
-graph, with the work around them done four ways (runner/layers/skinny.py):
+graph, with the work around them done five ways (runner/layers/skinny.py):
 
     cublas   the separate kernels and cuBLAS: add + RMSNorm (fused.rms_norm), torch.mm,
              silu * up (fused.silu_mul): what the runner runs with ATTNKIT_SKINNY=0
     none     skinny.mm for every product, the residual adds in their epilogues, the norms
-             and silu * up as their own kernels (ATTNKIT_SKINNY_FOLD=none)
+             and silu * up as their own kernels (ATTNKIT_SKINNY_FOLD=none, the default)
     norm     ... and the norms folded into the products after them
     silu     ... and silu * up folded into down instead
-    norm,silu both (the runner's default with ATTNKIT_SKINNY=1)
+    norm,silu both
 
-    PYTHONPATH=src python3 benchmarks/bench_fold.py [--out DIR] [--ms 1,16]
+    PYTHONPATH=src python3 benchmarks/bench_fold.py [--out DIR] [--ms 1,16] [--ways cublas none]
+
+ATTNKIT_FUSED_PDL (0, 1, early) and ATTNKIT_SKINNY_PREFETCH are read as the runner reads
+them and named in the report.
 
 The attention in the middle is left out (its input is a slice of the qkv product). Timed
 by attnkit's method (median of CUDA-event timings of the graph's replay), per layer, next to
@@ -70,7 +73,11 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     p.add_argument("--ms", default="1,16")
     p.add_argument("--layers", type=int, default=LAYERS)
+    p.add_argument("--ways", nargs="+", default=list(WAYS), metavar="WAY")
     args = p.parse_args(argv)
+    ways = args.ways
+    if set(ways) - set(WAYS) or "cublas" not in ways:
+        p.error(f"--ways: some of {' '.join(WAYS)}, cublas among them (the reference)")
     if not torch.cuda.is_available():
         print("bench_fold needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -79,11 +86,12 @@ def main(argv=None) -> int:
     ls = layers(args.layers)
     layer_bytes = 2 * HIDDEN * (QKV + HIDDEN + 3 * INTER)
     report = {"environment": environment(), "copy_gbs": copy, "layer_bytes": layer_bytes,
-              "pdl": os.environ.get("ATTNKIT_FUSED_PDL", "0"), "rows": []}
+              "pdl": os.environ.get("ATTNKIT_FUSED_PDL", "0"),
+              "prefetch": os.environ.get("ATTNKIT_SKINNY_PREFETCH", "1"), "rows": []}
     for m in (int(v) for v in args.ms.split(",")):
         h0 = torch.randn(m, HIDDEN, device="cuda", dtype=torch.bfloat16)
         want = None
-        for way in WAYS:
+        for way in sorted(ways, key=WAYS.index):           # cublas first: the reference
             os.environ["ATTNKIT_SKINNY_FOLD"] = way if way != "cublas" else "none"
             row = {"m": m, "way": way}
             try:
@@ -100,7 +108,8 @@ def main(argv=None) -> int:
             report["rows"].append(row)
     os.environ.pop("ATTNKIT_SKINNY_FOLD", None)
     limit_us = layer_bytes / (copy * 1e9) * 1e6
-    lines = [f"## bench_fold ({report['environment']}, PDL {report['pdl']})", "",
+    lines = [f"## bench_fold ({report['environment']}, PDL {report['pdl']}, "
+             f"prefetch {report['prefetch']})", "",
              f"copy rate {copy:.0f} GB/s; a layer's weights {layer_bytes / 1e6:.0f} MB, "
              f"{limit_us:.1f} µs at that rate. µs a layer (32 in one graph).", "",
              "| M | way | µs a layer | limit / time | rel err vs cublas |", "|---:|---|---:|---:|---:|"]
@@ -111,7 +120,8 @@ def main(argv=None) -> int:
             lines.append(f"| {r['m']} | {r['way']} | {r['us_layer']:.1f} | "
                          f"{limit_us / r['us_layer']:.2f} | {r['rel_err']:.1e} |")
     text = "\n".join(lines) + "\n"
-    name = "bench_fold" + ("_pdl" if report["pdl"] == "1" else "")
+    name = ("bench_fold" + (f"_pdl{report['pdl']}" if report["pdl"] != "0" else "")
+            + (f"_p{report['prefetch']}" if report["prefetch"] != "1" else ""))
     with open(os.path.join(args.out, name + ".json"), "w") as f:
         json.dump(report, f, indent=1)
     with open(os.path.join(args.out, name + ".md"), "w") as f:

@@ -125,8 +125,9 @@ def test_argmax_rows_is_torch_argmax():
 @pytest.mark.gpu
 def test_programmatic_dependent_launches_replay_as_plain_ones(monkeypatch):
     """ATTNKIT_FUSED_PDL=1 (each fused kernel a programmatic dependent of the GEMM before it,
-    waiting for it before its first load): a CUDA graph of GEMM -> norm -> GEMM -> silu * up
-    -> GEMM -> argmax replays to the same bits as without, input after input."""
+    waiting for it before its first load) and ``early`` (each also letting the next launch
+    once it has waited): a CUDA graph of GEMM -> norm -> GEMM -> silu * up -> GEMM -> argmax
+    replays to the same bits as without, input after input."""
     if torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("programmatic dependent launch: sm_90+")
     dev = dict(device="cuda", dtype=torch.bfloat16)
@@ -139,7 +140,7 @@ def test_programmatic_dependent_launches_replay_as_plain_ones(monkeypatch):
         return fused.argmax_rows((fused.silu_mul(h @ w2.t()) @ w3.t()).float())
 
     outs = {}
-    for flag in ("0", "1"):
+    for flag in ("0", "1", "early"):
         monkeypatch.setenv("ATTNKIT_FUSED_PDL", flag)
         body()
         graph = torch.cuda.CUDAGraph()
@@ -151,7 +152,7 @@ def test_programmatic_dependent_launches_replay_as_plain_ones(monkeypatch):
             graph.replay()
             got.append(out.clone())
         outs[flag] = torch.stack(got)
-    assert torch.equal(outs["0"], outs["1"])
+    assert torch.equal(outs["0"], outs["1"]) and torch.equal(outs["0"], outs["early"])
     assert len({tuple(r.tolist()) for r in outs["1"]}) > 1          # the inputs moved the tokens
 
 

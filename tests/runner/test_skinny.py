@@ -180,24 +180,33 @@ def test_compiled_on_cuda_against_float64(m):
 
 
 @pytest.mark.gpu
-def test_programmatic_dependent_launches_replay_to_the_same_bits(monkeypatch):
-    """ATTNKIT_FUSED_PDL=1: the chain norm+qkv -> o+residual -> norm+gate_up -> silu+down
-    +residual, each a programmatic dependent of the one before (prefetching its W before it
-    waits), replays in a CUDA graph to the bits it gives without, input after input."""
+@pytest.mark.parametrize("fold", ["norm", "none"])
+def test_programmatic_dependent_launches_replay_to_the_same_bits(fold, monkeypatch):
+    """ATTNKIT_FUSED_PDL=1 and ``early`` (with 1 and 4 tiles of W prefetched): the chain
+    qkv -> o+residual -> gate_up -> down+residual, the norms and silu * up folded in or as
+    fused.py's kernels, each a programmatic dependent of the one before, replays in a CUDA
+    graph to the bits it gives without, input after input."""
     if torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("programmatic dependent launch: sm_90+")
     c = _cuda_chain(dict(device="cuda", dtype=torch.bfloat16))
     h = torch.empty(4, 4096, device="cuda", dtype=torch.bfloat16)
+    norm = (c["nw"], STYLES[0])
 
     def body():
-        a = skinny.mm(h, c["qkv"], norm=(c["nw"], STYLES[0]))[:, :4096]
+        if fold == "norm":
+            a = skinny.mm(h, c["qkv"], norm=norm)[:, :4096]
+            h2 = skinny.mm(a, c["o"], residual=h)
+            gu = skinny.mm(h2, c["gate_up"], norm=norm)
+            return skinny.mm(gu, c["down"], silu=True, residual=h2)
+        a = skinny.mm(fused.rms_norm(h, *norm), c["qkv"])[:, :4096]
         h2 = skinny.mm(a, c["o"], residual=h)
-        gu = skinny.mm(h2, c["gate_up"], norm=(c["nw"], STYLES[0]))
-        return skinny.mm(gu, c["down"], silu=True, residual=h2)
+        gu = skinny.mm(fused.rms_norm(h2, *norm), c["gate_up"])
+        return skinny.mm(fused.silu_mul(gu), c["down"], residual=h2)
 
     outs = {}
-    for flag in ("0", "1"):
+    for flag, tiles in (("0", "1"), ("1", "1"), ("early", "1"), ("early", "4")):
         monkeypatch.setenv("ATTNKIT_FUSED_PDL", flag)
+        monkeypatch.setenv("ATTNKIT_SKINNY_PREFETCH", tiles)
         body()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
@@ -207,6 +216,21 @@ def test_programmatic_dependent_launches_replay_to_the_same_bits(monkeypatch):
             h.copy_(rand(4, 4096, seed=20 + seed).to("cuda", torch.bfloat16))
             graph.replay()
             got.append(out.clone())
-        outs[flag] = torch.stack(got)
-    assert torch.equal(outs["0"], outs["1"])
-    assert not torch.equal(outs["1"][0], outs["1"][1])                # the inputs moved it
+        outs[flag, tiles] = torch.stack(got)
+    for key, got in outs.items():
+        assert torch.equal(got, outs["0", "1"]), key
+    assert not torch.equal(outs["1", "1"][0], outs["1", "1"][1])      # the inputs moved it
+
+
+def test_pdl_modes_and_prefetch_depth(monkeypatch):
+    """The switches' values: unknown ones mean off / one tile; the depth never passes K."""
+    x = torch.zeros(2, 8)
+    for flag in ("0", "1", "early", "yes"):
+        monkeypatch.setenv("ATTNKIT_FUSED_PDL", flag)
+        assert fused._pdl(x) == {"PDL": 0}                             # CPU: never
+    assert fused.PDL_MODES == {"0": 0, "1": 1, "early": 2}
+    monkeypatch.setenv("ATTNKIT_SKINNY_PREFETCH", "4")
+    assert skinny._prefetch(4096, 512) == 4 and skinny._prefetch(1024, 512) == 2
+    assert skinny._prefetch(256, 512) == 1
+    monkeypatch.setenv("ATTNKIT_SKINNY_PREFETCH", "3")
+    assert skinny._prefetch(4096, 512) == 1

@@ -14,7 +14,15 @@ import os
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_wait
+from triton.language.extra import cuda as _cuda
+
+gdc_wait = _cuda.gdc_wait
+if hasattr(_cuda, "gdc_launch_dependents"):
+    gdc_launch_dependents = _cuda.gdc_launch_dependents
+else:                                      # an older Triton: no early trigger (exit triggers)
+    @triton.jit
+    def gdc_launch_dependents():
+        pass
 
 
 def enabled(x: torch.Tensor) -> bool:
@@ -22,15 +30,31 @@ def enabled(x: torch.Tensor) -> bool:
     return x.is_cuda and os.environ.get("ATTNKIT_FUSED", "1") != "0"
 
 
+PDL_MODES = {"0": 0, "1": 1, "early": 2}
+
+
 def _pdl(x: torch.Tensor) -> dict:
-    """Launch options: with ATTNKIT_FUSED_PDL=1 on sm_90+, each kernel here is launched as a
-    programmatic dependent of the kernel before it (``launch_pdl``), so its launch overlaps
-    that kernel's last blocks; every kernel waits for its predecessor (``gdc_wait``) before its
-    first load. A measurement switch (benchmarks/NOTES-engine.md version 2), off by default."""
-    on = (x.is_cuda and os.environ.get("ATTNKIT_FUSED_PDL", "0") == "1"
-          and os.environ.get("TRITON_INTERPRET", "0") != "1"
+    """Launch options: with ATTNKIT_FUSED_PDL=1 on sm_90+, each kernel here (and skinny.py's)
+    is launched as a programmatic dependent of the kernel before it (``launch_pdl``), so its
+    launch overlaps that kernel's last blocks; every kernel waits for its predecessor
+    (``gdc_wait``) before its first load of that kernel's output. ``early``: each also lets
+    its own dependent launch as soon as it has waited (``pdl_enter``), so a product two
+    kernels on can start fetching its weights. A measurement switch (benchmarks/NOTES-engine.md
+    versions 2 and 4), off by default."""
+    mode = PDL_MODES.get(os.environ.get("ATTNKIT_FUSED_PDL", "0"), 0)
+    on = (mode and x.is_cuda and os.environ.get("TRITON_INTERPRET", "0") != "1"
           and torch.cuda.get_device_capability(x.device) >= (9, 0))
-    return {"PDL": True, "launch_pdl": True} if on else {"PDL": False}
+    return {"PDL": mode, "launch_pdl": True} if on else {"PDL": 0}
+
+
+@triton.jit
+def pdl_enter(PDL: tl.constexpr):
+    """A kernel's first step under ``_pdl``'s options: wait for the kernel before (PDL >= 1);
+    with PDL == 2, then let the next kernel launch (it waits for this one in turn)."""
+    if PDL >= 1:
+        gdc_wait()
+    if PDL == 2:
+        gdc_launch_dependents()
 
 
 @triton.jit
@@ -40,8 +64,7 @@ def _rms_norm_kernel(X, R, W, Y, H, stride_x, stride_r, stride_y, stride_h, eps,
     """Row t: h = x + r (rounded to x's dtype, stored to H) if HAS_RESIDUAL else x; then
     y = (offset + w) * (h / rms(h)) with the weight applied after (Llama) or before
     (WEIGHT_FP32: Gemma, gpt-oss) the cast back to the dtype."""
-    if PDL:
-        gdc_wait()
+    pdl_enter(PDL)
     t = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     ok = cols < N
@@ -112,8 +135,7 @@ def _rope_kernel(X1, Y1, X2, Y2, COS, SIN, H1, s1t, s1h, y1t, y1h, s2t, s2h, y2t
                  INTERLEAVED: tl.constexpr, PDL: tl.constexpr):
     """Grid (T, H1 + H2): heads below H1 rotate X1 into Y1 (queries), the rest X2 into Y2
     (keys), one launch for both."""
-    if PDL:
-        gdc_wait()
+    pdl_enter(PDL)
     t = tl.program_id(0)
     h = tl.program_id(1)
     if h < H1:
@@ -146,8 +168,7 @@ def _silu_mul_kernel(GU, Y, stride_g, stride_y, I: tl.constexpr, BLOCK: tl.const
                      PDL: tl.constexpr):
     """Row t: y = silu(gate) * up, gate = GU[t, :I], up = GU[t, I:], each product rounded to
     the dtype as torch's two ops round it."""
-    if PDL:
-        gdc_wait()
+    pdl_enter(PDL)
     t = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     ok = cols < I
@@ -177,8 +198,7 @@ def _argmax_chunk_kernel(X, PV, PI, V, stride_x, CHUNKS, BLOCK: tl.constexpr, PD
     """Row r, chunk c of BLOCK columns: the chunk's winner (PV its value, PI its column) by
     torch.argmax's order: a NaN beats every number, then the larger value, then the lower
     column."""
-    if PDL:
-        gdc_wait()
+    pdl_enter(PDL)
     r = tl.program_id(0)
     c = tl.program_id(1)
     cols = c * BLOCK + tl.arange(0, BLOCK)
@@ -197,8 +217,7 @@ def _argmax_chunk_kernel(X, PV, PI, V, stride_x, CHUNKS, BLOCK: tl.constexpr, PD
 def _argmax_rows_kernel(PV, PI, OUT, V, CHUNKS, BLOCK: tl.constexpr, PDL: tl.constexpr):
     """Row r: the winner among its chunks' winners, by the same order (chunks hold ascending
     columns, so the lower column of two equal values is the lower chunk's)."""
-    if PDL:
-        gdc_wait()
+    pdl_enter(PDL)
     r = tl.program_id(0)
     c = tl.arange(0, BLOCK)
     ok = c < CHUNKS

@@ -24,9 +24,10 @@ read once, in its own row-major order. Two inner forms (constexpr DOT): ``acc[BN
 over K once at the end. fp32 accumulation.
 
 ``ATTNKIT_FUSED_PDL=1`` (fused.py's measurement switch) launches these as programmatic
-dependents too: a program prefetches the first BLOCK_K columns of its W rows into L2 before
-it waits for the kernel before it (W does not depend on that kernel; x does), and lets the
-next kernel launch once its own K loop is done.
+dependents too: a program prefetches the first BLOCK_K columns (ATTNKIT_SKINNY_PREFETCH
+tiles) of its W rows into L2 before it waits for the kernel before it (W does not depend on
+that kernel; x does), and lets the next kernel launch once its own K loop is done (with
+``early``: as soon as it has waited).
 
 The layers use this on CUDA for steps of at most ``MAX_ROWS`` tokens (``usable``); the
 Triton interpreter runs it in tests. benchmarks/bench_skinny.py measures it against cuBLAS.
@@ -39,17 +40,9 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra import cuda as _cuda
 
 from attnkit.runner.layers import fused
-
-gdc_wait = _cuda.gdc_wait
-if hasattr(_cuda, "gdc_launch_dependents"):
-    gdc_launch_dependents = _cuda.gdc_launch_dependents
-else:                                      # an older Triton: no early trigger (exit triggers)
-    @triton.jit
-    def gdc_launch_dependents():
-        pass
+from attnkit.runner.layers.fused import gdc_launch_dependents, pdl_enter
 
 # Steps of more tokens run cuBLAS and the separate kernels: at 64 rows this kernel read the
 # weights at 0.77-0.99x cuBLAS's rate, at <= 32 rows at 0.93-1.10x (H200,
@@ -92,7 +85,7 @@ def _skinny_kernel(X, W, Y, NW, BIAS, R, M, N, K, stride_xm, stride_wn, stride_y
                    PASS_K: tl.constexpr,
                    DOT: tl.constexpr, EVEN_K: tl.constexpr, PROLOGUE: tl.constexpr,
                    WEIGHT_FP32: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-                   PDL: tl.constexpr):
+                   PDL: tl.constexpr, PREFETCH: tl.constexpr):
     """Program n: y[:, n*BLOCK_N : (n+1)*BLOCK_N] over all M (<= BLOCK_M) rows."""
     DT: tl.constexpr = W.dtype.element_ty
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)      # rows of W, columns of y
@@ -103,11 +96,13 @@ def _skinny_kernel(X, W, Y, NW, BIAS, R, M, N, K, stride_xm, stride_wn, stride_y
     w_ptr = W + cols.to(tl.int64)[:, None] * stride_wn + ks[None, :]          # [BN, BK]
     x_row = X + rows.to(tl.int64)[:, None] * stride_xm                        # [BM, 1]
     if PDL:
-        # W is this kernel's own: fetch its first tile while the kernel before finishes.
-        lines = cols.to(tl.int64)[:, None] * stride_wn + (tl.arange(0, BLOCK_K // 64) * 64)[None, :]
+        # W is this kernel's own: fetch its first PREFETCH tiles (every 64th element: a 128-byte
+        # line of a 16-bit W) while the kernel before finishes.
+        lines = (cols.to(tl.int64)[:, None] * stride_wn
+                 + (tl.arange(0, PREFETCH * BLOCK_K // 64) * 64)[None, :])
         tl.inline_asm_elementwise("prefetch.global.L2::evict_last [$1];", "=r,l", [W + lines],
                                   dtype=tl.int32, is_pure=False, pack=1)
-        gdc_wait()
+    pdl_enter(PDL)
     inv = tl.zeros([BLOCK_M], dtype=tl.float32)
     if PROLOGUE == 1:          # the rows' sums of squares first, in few wide loads (from L2)
         ss = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -137,7 +132,7 @@ def _skinny_kernel(X, W, Y, NW, BIAS, R, M, N, K, stride_xm, stride_wn, stride_y
         else:
             acc += x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :]
         w_ptr += BLOCK_K
-    if PDL:
+    if PDL == 1:
         gdc_launch_dependents()
     if DOT:
         out = tl.trans(acc)                                                   # [BM, BN]
@@ -182,6 +177,15 @@ def usable(x: torch.Tensor, lin) -> bool:
             and isinstance(lin, Linear) and x.dim() == 2 and 0 < x.shape[0] <= MAX_ROWS
             and x.dtype in (torch.float16, torch.bfloat16) and lin.weight.dtype == x.dtype
             and lin.weight.stride(-1) == 1 and not _ROW_BY_ROW.get())
+
+
+def _prefetch(k: int, block_k: int) -> int:
+    """Tiles of W a program prefetches under PDL: ATTNKIT_SKINNY_PREFETCH (1, 2 or 4; a
+    measurement switch, default 1), no more than K holds."""
+    want = {"2": 2, "4": 4}.get(os.environ.get("ATTNKIT_SKINNY_PREFETCH", "1"), 1)
+    while want > 1 and want * block_k > k:
+        want //= 2
+    return want
 
 
 def folds() -> frozenset:
@@ -248,5 +252,5 @@ def mm(x: torch.Tensor, weight: torch.Tensor, *, bias: torch.Tensor | None = Non
         EVEN_K=k % cfg.block_k == 0, PROLOGUE=NORM if norm is not None else SILU if silu else NONE,
         WEIGHT_FP32=bool(style and style.weight_in_fp32), HAS_BIAS=bias is not None,
         HAS_RESIDUAL=residual is not None, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        **pdl)
+        PREFETCH=_prefetch(k, cfg.block_k) if pdl["PDL"] else 1, **pdl)
     return y
