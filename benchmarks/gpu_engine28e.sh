@@ -10,20 +10,21 @@ OUT=${OUT:-.}
 W=$(mktemp -d)
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 T0=$SECONDS
+save() { tar czf "$OUT/c.tgz" -C "$W" .; }          # after every step: a cut-off call keeps its rows
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 timeout 100 python3 -m pytest -q -m gpu -n 4 -p no:cacheprovider tests/runner/test_skinny.py \
   tests/runner/test_fused_layers.py -k "programmatic or pdl" > "$W/gpu_tests.log" 2>&1
-echo "tests rc $? ($(tail -1 "$W/gpu_tests.log")) at $((SECONDS - T0)) s"
+echo "tests rc $? ($(tail -1 "$W/gpu_tests.log")) at $((SECONDS - T0)) s"; save
 for spec in 0:1 1:1 1:4 early:1 early:2 early:4; do
   IFS=: read -r pdl pf <<< "$spec"
   ATTNKIT_FUSED_PDL=$pdl ATTNKIT_SKINNY_PREFETCH=$pf timeout 40 python3 benchmarks/bench_fold.py \
     --ms 1,4,16 --ways cublas none --out "$W" > "$W/fold_${pdl}_$pf.log" 2>&1
-  echo "bench_fold pdl=$pdl prefetch=$pf rc $? at $((SECONDS - T0)) s"
+  echo "bench_fold pdl=$pdl prefetch=$pf rc $? at $((SECONDS - T0)) s"; save
 done
 run() {   # run NAME PDL PREFETCH
   ATTNKIT_FUSED_PDL=$2 ATTNKIT_SKINNY_PREFETCH=$3 timeout 60 python3 benchmarks/bench_runner.py --no-peer \
     --no-compile --no-greedy-check --json "$W/runner_$1.json" > "$W/runner_$1.log" 2>&1
-  echo "bench_runner $1 (pdl=$2 prefetch=$3) rc=$? at $((SECONDS - T0)) s"
+  echo "bench_runner $1 (pdl=$2 prefetch=$3) rc=$? at $((SECONDS - T0)) s"; save
 }
 for r in $(seq 1 "${ROUNDS:-2}"); do
   run "pdl0_r$r" 0 1
@@ -35,7 +36,7 @@ for pdl in 0 early; do
   mkdir -p "$W/profile_$pdl"
   ATTNKIT_FUSED_PDL=$pdl timeout 40 python3 benchmarks/profile_engine_step.py --batches 1,16,64 --steps 16 \
     --out "$W/profile_$pdl" > "$W/profile_$pdl/profile.log" 2>&1
-  echo "profile pdl=$pdl rc $? at $((SECONDS - T0)) s"
+  echo "profile pdl=$pdl rc $? at $((SECONDS - T0)) s"; save
 done
 python3 - "$W" <<'PY'
 import glob, json, sys
