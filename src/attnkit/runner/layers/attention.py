@@ -52,15 +52,16 @@ class MHAAttention:
         self.layer = RuntimeLayer(spec=self.spec, sinks=sinks)
 
     def folds(self, h: torch.Tensor) -> bool:
-        """Whether a step of residual stream h can run both projections as skinny.mm with
-        the input norm and the residual add folded in (``__call__``'s norm / residual)."""
+        """Whether a step of residual stream h can run both projections through skinny.project,
+        taking the input norm and the residual add (``__call__``'s norm / residual)."""
         return skinny.usable(h, self.qkv) and skinny.usable(h, self.o)
 
     def __call__(self, x: torch.Tensor, ctx: StepContext, *, norm: tuple | None = None,
                  residual: torch.Tensor | None = None) -> torch.Tensor:
         """x: [T, hidden] -> [T, hidden]. With ``norm`` (weight, NormStyle) x is the residual
-        stream, normalised inside the qkv product; with ``residual`` the result is residual
-        + out, added inside the o product. Both only where ``folds``."""
+        stream, normalised before (or, skinny.folds, inside) the qkv product; with
+        ``residual`` the result is residual + out, added inside the o product. Both only
+        where ``folds``."""
         spec, n = self.spec, x.shape[0]
         if norm is not None:
             qkv = skinny.project(x, self.qkv, norm=norm)

@@ -46,8 +46,8 @@ class GatedMLP:
         return cls(gate_up, down, activation(act))
 
     def folds(self, h: torch.Tensor) -> bool:
-        """Whether a step of residual stream h can run as two skinny.mm: the norm folded
-        into gate_up, silu(gate) * up and the residual add into down (``__call__``)."""
+        """Whether a step of residual stream h can run as two skinny.project: the norm before
+        gate_up, silu(gate) * up before down and the residual add in it (``__call__``)."""
         return (self.act is F.silu and skinny.usable(h, self.gate_up)
                 and skinny.usable(h, self.down))
 

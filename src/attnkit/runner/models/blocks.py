@@ -44,11 +44,12 @@ class Block:
         to it (None: nothing pending). -> (residual stream, this block's output to add):
         each residual add runs in the next norm's kernel (``add_rms_norm``), the last one in
         the model's final norm; or, for a step of few tokens on CUDA (the attention's and
-        MLP's ``folds``), inside the projections, leaving nothing pending.
+        MLP's ``folds``), inside the product before it, leaving nothing pending.
         ``style``: the family's NormStyle."""
         if pending is None and self.pre_mlp_norm is None and self._folds(h):
-            # Few tokens: each norm runs inside the product after it, each residual add
-            # inside the product before it (layers/skinny.py); nothing is left pending.
+            # Few tokens: each residual add runs inside the product before it, each norm on
+            # its own or inside the product after it (layers/skinny.py's folds); nothing is
+            # left pending.
             h = self.attention(h, ctx, norm=(self.input_norm, style), residual=h)
             return self.mlp(h, ctx, norm=(self.post_attn_norm, style), residual=h), None
         if pending is None:
