@@ -223,12 +223,15 @@ def test_programmatic_dependent_launches_replay_to_the_same_bits(fold, monkeypat
 
 
 def test_pdl_modes_and_prefetch_depth(monkeypatch):
-    """The switches' values: unknown ones mean off / one tile; the depth never passes K."""
-    x = torch.zeros(2, 8)
-    for flag in ("0", "1", "early", "yes"):
+    """The switches' values: by default early at one row and off at more; unknown ones mean
+    off / one tile; the depth never passes K; never on the CPU."""
+    assert fused.pdl_mode(1) == 2 and fused.pdl_mode(2) == 0 and fused.pdl_mode(0) == 0
+    for flag, want in (("0", 0), ("1", 1), ("early", 2), ("yes", 0), ("auto", 2)):
         monkeypatch.setenv("ATTNKIT_FUSED_PDL", flag)
-        assert fused._pdl(x) == {"PDL": 0}                             # CPU: never
-    assert fused.PDL_MODES == {"0": 0, "1": 1, "early": 2}
+        assert fused.pdl_mode(1) == want, flag
+        assert fused._pdl(torch.zeros(1, 8)) == {"PDL": 0}              # CPU: never
+    monkeypatch.setenv("ATTNKIT_FUSED_PDL", "1")
+    assert fused.pdl_mode(64) == 1
     monkeypatch.setenv("ATTNKIT_SKINNY_PREFETCH", "4")
     assert skinny._prefetch(4096, 512) == 4 and skinny._prefetch(1024, 512) == 2
     assert skinny._prefetch(256, 512) == 1

@@ -34,17 +34,30 @@ PDL_MODES = {"0": 0, "1": 1, "early": 2}
 
 
 def _pdl(x: torch.Tensor) -> dict:
-    """Launch options: with ATTNKIT_FUSED_PDL=1 on sm_90+, each kernel here (and skinny.py's)
+    """Launch options for a kernel over x's rows (sm_90+, not the interpreter): with PDL 1 it
     is launched as a programmatic dependent of the kernel before it (``launch_pdl``), so its
-    launch overlaps that kernel's last blocks; every kernel waits for its predecessor
-    (``gdc_wait``) before its first load of that kernel's output. ``early``: each also lets
-    its own dependent launch as soon as it has waited (``pdl_enter``), so a product two
-    kernels on can start fetching its weights. A measurement switch (benchmarks/NOTES-engine.md
-    versions 2 and 4), off by default."""
-    mode = PDL_MODES.get(os.environ.get("ATTNKIT_FUSED_PDL", "0"), 0)
+    launch overlaps that kernel's last blocks, and it waits for that kernel (``gdc_wait``)
+    before its first load of that kernel's output; with PDL 2 (``early``) it also lets its
+    own dependent launch as soon as it has waited (``pdl_enter``), so a product two kernels
+    on starts fetching its weights while this one runs. ATTNKIT_FUSED_PDL picks 0, 1 or
+    ``early``; by default (``auto``) a launch over one row is ``early`` and others 0.
+
+    Why (H200, benchmarks/NOTES-engine.md version 4, results/session-1203a/c2): the engine's
+    one-token decode step ran 228-233 tok/s with ``early`` against 217-220 without (bench_runner,
+    two rounds each), and a layer's one-row products 116.7 against 118.2 µs (bench_fold); at
+    4 and 16 rows ``early`` was 2-3 % slower (bench_fold), and at 64 rows no faster."""
+    mode = pdl_mode(x.shape[0] if x.dim() else 0)
     on = (mode and x.is_cuda and os.environ.get("TRITON_INTERPRET", "0") != "1"
           and torch.cuda.get_device_capability(x.device) >= (9, 0))
     return {"PDL": mode, "launch_pdl": True} if on else {"PDL": 0}
+
+
+def pdl_mode(rows: int) -> int:
+    """``_pdl``'s PDL value for a launch over ``rows`` rows, before the device checks."""
+    raw = os.environ.get("ATTNKIT_FUSED_PDL", "auto")
+    if raw == "auto":
+        return 2 if rows == 1 else 0
+    return PDL_MODES.get(raw, 0)
 
 
 @triton.jit

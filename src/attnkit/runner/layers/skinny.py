@@ -23,11 +23,11 @@ read once, in its own row-major order. Two inner forms (constexpr DOT): ``acc[BN
 @ x_tile^T`` on the tensor cores (x padded to 16 rows), or, for one row, CUDA-core FMAs summed
 over K once at the end. fp32 accumulation.
 
-``ATTNKIT_FUSED_PDL=1`` (fused.py's measurement switch) launches these as programmatic
-dependents too: a program prefetches the first BLOCK_K columns (ATTNKIT_SKINNY_PREFETCH
-tiles) of its W rows into L2 before it waits for the kernel before it (W does not depend on
-that kernel; x does), and lets the next kernel launch once its own K loop is done (with
-``early``: as soon as it has waited).
+Under programmatic dependent launch (fused._pdl's options: by default a one-row launch on
+sm_90+, ATTNKIT_FUSED_PDL otherwise) a program prefetches the first BLOCK_K columns
+(ATTNKIT_SKINNY_PREFETCH tiles) of its W rows into L2 before it waits for the kernel before
+it (W does not depend on that kernel; x does), and lets the next kernel launch once its own K
+loop is done (PDL 1) or as soon as it has waited (``early``, the one-row default).
 
 The layers use this on CUDA for steps of at most ``MAX_ROWS`` tokens (``usable``); the
 Triton interpreter runs it in tests. benchmarks/bench_skinny.py measures it against cuBLAS.
