@@ -19,7 +19,7 @@ import torch
 
 from attnkit.backends.base import RuntimeLayer
 from attnkit.model.spec import LayerAttention
-from attnkit.runner.layers import skinny
+from attnkit.runner.layers import prefetch, skinny
 from attnkit.runner.layers.context import StepContext
 from attnkit.runner.layers.linear import Linear
 from attnkit.runner.layers.norm import NormStyle, rms_norm
@@ -67,6 +67,7 @@ class MHAAttention:
             qkv = skinny.project(x, self.qkv, norm=norm)
         else:
             qkv = self.qkv(x)
+        ahead = prefetch.start(self.o.weight, n)        # o's weight into L2 during attention
         q, k, v = qkv.split(self.sizes, dim=-1)
         q = q.view(n, spec.num_heads, spec.head_dim)
         k = k.view(n, spec.num_kv_heads, spec.head_dim)
@@ -80,6 +81,7 @@ class MHAAttention:
         else:
             q, k = self.rotary.pair(q, k, ctx.rope)
         out = ctx.attend(q, k, v, self.layer)                              # [T, H_q * D_v]
+        prefetch.finish(ahead)
         if residual is not None:
             return skinny.project(out, self.o, residual=residual)
         return self.o(out)
