@@ -16,10 +16,11 @@ timeout ${TEST_S:-150} python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider test
   > "$W/gpu_tests.log" 2>&1
 echo "tests rc $? ($(tail -1 "$W/gpu_tests.log")) at $((SECONDS - T0)) s"; save
 grep -E "^FAILED|^ERROR" "$W/gpu_tests.log" | head -10
-timeout ${BENCH_S:-240} python3 benchmarks/bench_prefetch.py --rounds ${ROUNDS:-3} --out "$W" > "$W/bench_prefetch.log" 2>&1
+timeout ${BENCH_S:-240} python3 benchmarks/bench_prefetch.py --rounds ${ROUNDS:-3} \
+  --modes ${MODES:-0 1 last} --batches ${BATCHES:-1 16 64} --out "$W" > "$W/bench_prefetch.log" 2>&1
 echo "bench_prefetch rc $? at $((SECONDS - T0)) s"; save
 tail -14 "$W/bench_prefetch.log"
-for mode in 0 1; do
+for mode in ${PROFILE_MODES:-0 1}; do
   [ $((SECONDS - T0)) -lt ${PROFILE_BY_S:-420} ] || break
   mkdir -p "$W/profile_$mode"
   ATTNKIT_L2_PREFETCH=$mode timeout 40 python3 benchmarks/profile_engine_step.py --batches 1,64 --steps 16 \

@@ -48,8 +48,22 @@ def test_the_kernel_writes_nothing():
     before = w.clone()
     for last in (False, True):
         prefetch.launch(w, last)
+        prefetch.launch(w, last, 1000)                     # a first part: 8 lines, one partial
     torch.cuda.synchronize()
     assert torch.equal(w, before)
+
+
+@gpu
+def test_the_extent_is_the_whole_o_proj_where_it_fits():
+    """The Llama-3-8B o_proj (33.5 MB) whole on a 50 MiB L2 (H100, H200: the first version
+    refused weights over half the L2, so the engine never prefetched it); a weight four times
+    the L2: its first L2_SHARE of the L2 only."""
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    o = torch.empty(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    if l2 >= 50 * 2**20:
+        assert prefetch.extent(o) == o.numel() * 2
+    big = torch.empty(2 * l2, device="cuda", dtype=torch.bfloat16)
+    assert l2 // 2 <= prefetch.extent(big) < l2
 
 
 @gpu

@@ -10,7 +10,8 @@ with it or without, only the order in which the DRAM is read changes.
 
 It runs only where it can pay: on CUDA (not the Triton interpreter), while a CUDA graph is
 being captured (in eager steps the fork, the join and one more launch cost host time that a
-host-bound step does not have), for a dense weight that fits in half the L2. ATTNKIT_L2_PREFETCH
+host-bound step does not have), for a dense weight: all of it, or as much of its start as
+fills ``L2_SHARE`` of the L2. ATTNKIT_L2_PREFETCH
 picks the mode: ``0`` off, ``1`` plain prefetches, ``last`` with the evict-last hint (the lines
 stay while the attention streams its K/V through L2); ``auto`` (the default) is ``DEFAULT``
 for steps of at most ``MAX_ROWS`` rows and off above.
@@ -28,6 +29,7 @@ from attnkit.runner.layers import fused
 MODES = {"0": 0, "1": 1, "last": 2}
 DEFAULT = 1           # until measured otherwise (NOTES-engine.md version 5)
 MAX_ROWS = 64
+L2_SHARE = 0.75       # of the L2 a prefetch may fill
 LINE = 128            # bytes a prefetch covers
 BLOCK = 1024          # lines a program covers (8 a thread at 4 warps)
 
@@ -57,21 +59,27 @@ def mode(rows: int) -> int:
     return DEFAULT if rows <= MAX_ROWS else 0
 
 
+def extent(weight: torch.Tensor) -> int:
+    """Bytes of ``weight`` to prefetch, from its start: all of it up to ``L2_SHARE`` of the
+    L2 (the Llama-3-8B o_proj, 33.5 MB, whole in the H200's 50 MiB), else that share: the
+    product's first programs read the first rows (skinny.py; cuBLAS's tiles too, in order)."""
+    l2 = torch.cuda.get_device_properties(weight.device).L2_cache_size
+    return min(weight.numel() * weight.element_size(), int(l2 * L2_SHARE))
+
+
 def wanted(weight: torch.Tensor, rows: int) -> int:
     """``mode`` where the prefetch can run and pay (module docstring), else 0."""
     if not (weight.is_cuda and fused.enabled(weight) and weight.is_contiguous()
             and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
             and torch.cuda.is_current_stream_capturing()):
         return 0
-    l2 = torch.cuda.get_device_properties(weight.device).L2_cache_size
-    if weight.numel() * weight.element_size() > l2 // 2:
-        return 0
     return mode(rows)
 
 
-def launch(weight: torch.Tensor, last: bool) -> None:
-    """The prefetch kernel over ``weight``'s bytes, on the current stream."""
-    lines = triton.cdiv(weight.numel() * weight.element_size(), LINE)
+def launch(weight: torch.Tensor, last: bool, nbytes: int | None = None) -> None:
+    """The prefetch kernel over ``weight``'s first ``nbytes`` (default ``extent``), on the
+    current stream."""
+    lines = triton.cdiv(extent(weight) if nbytes is None else nbytes, LINE)
     _l2_prefetch_kernel[(triton.cdiv(lines, BLOCK),)](
         weight.view(-1).view(torch.uint8), lines, BLOCK=BLOCK, LAST=last, num_warps=4)
 
