@@ -14,7 +14,7 @@ host-bound step does not have), for a dense weight: all of it, or as much of its
 fills ``L2_SHARE`` of the L2. ATTNKIT_L2_PREFETCH
 picks the mode: ``0`` off, ``1`` plain prefetches, ``last`` with the evict-last hint (the lines
 stay while the attention streams its K/V through L2); ``auto`` (the default) is ``DEFAULT``
-for steps of at most ``MAX_ROWS`` rows and off above.
+for steps of at most ``MAX_ROWS`` rows and off above. ``DEFAULT`` is off: measured slower.
 """
 from __future__ import annotations
 
@@ -27,7 +27,11 @@ import triton.language as tl
 from attnkit.runner.layers import fused
 
 MODES = {"0": 0, "1": 1, "last": 2}
-DEFAULT = 1           # until measured otherwise (NOTES-engine.md version 5)
+# Off: on the H200 the prefetch made the step slower (bench_prefetch, results/session-1203b/c3,
+# four rounds interleaved, median tok/s at B=1 off 223.5, plain 221, evict-last 216; at B=64
+# 11,330 / 11,100 / 11,013): the products read o_proj ~1 µs a layer faster, but the attention
+# and rope under the prefetch's DRAM traffic ran ~3 µs a layer slower (NOTES-engine.md v5).
+DEFAULT = 0
 MAX_ROWS = 64
 L2_SHARE = 0.75       # of the L2 a prefetch may fill
 LINE = 128            # bytes a prefetch covers

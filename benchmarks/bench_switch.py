@@ -1,18 +1,22 @@
-"""The engine's decode step with o_proj's weight prefetched into L2 during the attention
-(runner/layers/prefetch.py), against the same step without, same process, rounds interleaved.
+"""The engine's decode step under each value of one environment switch, same process,
+values interleaved round by round: the A/B the engine's launch switches are decided by.
 
-    python benchmarks/bench_prefetch.py [--modes 0 1 last] [--rounds 3] [--batches 1 16 64]
-                                        [--out DIR]
+    python benchmarks/bench_switch.py [--var ATTNKIT_L2_PREFETCH] [--values 0 1 last]
+                                      [--rounds 3] [--batches 1 16 64] [--out DIR]
 
 The model, prompts and timing are bench_runner's (Llama-3-8B shape, random bf16 weights,
 prompts of 128 tokens, 64 greedy steps, rate = B * 64 / (t(65 new) - t(1 new)), CUDA graphs).
-ATTNKIT_L2_PREFETCH is read while the graphs are captured, so every (round, mode) builds its
-own LLM over the same model. Greedy tokens of every mode are compared with mode 0's (the
-prefetch writes nothing: they must be identical). Writes bench_prefetch.md / .json to --out.
+The switches (ATTNKIT_L2_PREFETCH, ATTNKIT_FUSED_PDL, ATTNKIT_SKINNY, ...) are read while the
+graphs are captured, so every (round, value) builds its own LLM over the same model, and
+rounds are interleaved because the step time moves by several per cent from one LLM to the
+next with the same code (results/session-1203b/c2: 217-234 tok/s at B=1). Greedy tokens of
+every value are compared with the first value's. Writes bench_switch_<VAR>.md / .json to --out
+(this script was bench_prefetch.py, for ATTNKIT_L2_PREFETCH only, in session 1203b's calls 2-3).
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -29,14 +33,15 @@ import torch  # noqa: E402
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--modes", nargs="+", default=["0", "1", "last"])
+    p.add_argument("--var", default="ATTNKIT_L2_PREFETCH")
+    p.add_argument("--values", nargs="+", default=["0", "1", "last"])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--batches", nargs="+", type=int, default=[1, 16, 64])
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
-        print("bench_prefetch needs a CUDA GPU", file=sys.stderr)
+        print("bench_switch needs a CUDA GPU", file=sys.stderr)
         return 2
     warnings.filterwarnings("ignore")
     from attnkit.runner import LLM
@@ -50,44 +55,49 @@ def main(argv: list[str] | None = None) -> int:
                   max_num_batched_tokens=max(args.batches) * FULL.decode_ctx)
     batches = {b: prompts(b, FULL.decode_ctx, LLAMA3_8B["vocab_size"], 2) for b in args.batches}
     rows, reference = [], {}
+
+    def dump():                            # after every row: a run cut short keeps its rows
+        with open(os.path.join(args.out, f"bench_switch_{args.var}.json"), "w") as f:
+            json.dump(dict(environment=environment(), var=args.var, copy_gbs=ceil["copy_gbs"],
+                           weight_bytes=weight_bytes, rows=rows), f, indent=2)
+
     for r in range(args.rounds):
-        for mode in args.modes:
-            os.environ["ATTNKIT_L2_PREFETCH"] = mode
+        for value in args.values:
+            os.environ[args.var] = value
             llm = LLM(model, cuda_graph="on", **common)
             for b, ps in batches.items():
                 ms, toks = runner_decode(llm, ps, FULL.decode_steps, time_ms, args.reps)
                 rate = b / ms * 1e3
                 limit = b * ceil["copy_gbs"] * 1e9 / weight_bytes
-                rows.append(dict(round=r, mode=mode, batch=b, ms=ms, tok_s=rate,
+                rows.append(dict(round=r, value=value, batch=b, ms=ms, tok_s=rate,
                                  pct_limit=100 * rate / limit,
                                  tokens=same_tokens(toks, reference.setdefault(b, toks))))
-                print(f"round {r} mode {mode} B={b}: {ms:.3f} ms, {rate:,.0f} tok/s "
+                print(f"round {r} {args.var}={value} B={b}: {ms:.3f} ms, {rate:,.0f} tok/s "
                       f"({rows[-1]['pct_limit']:.1f} % of limit), {rows[-1]['tokens']}", flush=True)
+                dump()
             del llm
+            gc.collect()                  # the engine and its graphs hold each other
             torch.cuda.empty_cache()
-    head = (f"## bench_prefetch ({environment()})\n\ncopy rate {ceil['copy_gbs']:.0f} GB/s; "
-            f"{weight_bytes / 1e9:.2f} GB of weights a step; {args.rounds} rounds, modes interleaved; "
+    head = (f"## bench_switch {args.var} ({environment()})\n\ncopy rate {ceil['copy_gbs']:.0f} GB/s; "
+            f"{weight_bytes / 1e9:.2f} GB of weights a step; {args.rounds} rounds, values interleaved; "
             f"median over rounds (min-max).\n")
-    lines = ["| B | ATTNKIT_L2_PREFETCH | ms a step | tok/s | % of limit | vs mode "
-             f"{args.modes[0]} | greedy tokens |", "|---:|---|---:|---:|---:|---:|---|"]
+    lines = [f"| B | {args.var} | ms a step | tok/s | % of limit | vs "
+             f"{args.values[0]} | greedy tokens |", "|---:|---|---:|---:|---:|---:|---|"]
     med = {}
     for b in args.batches:
-        for mode in args.modes:
-            sel = [x for x in rows if x["batch"] == b and x["mode"] == mode]
+        for value in args.values:
+            sel = [x for x in rows if x["batch"] == b and x["value"] == value]
             rates = [x["tok_s"] for x in sel]
-            med[b, mode] = statistics.median(rates)
+            med[b, value] = statistics.median(rates)
             toks = "; ".join(sorted({x["tokens"] for x in sel}))
-            lines.append(f"| {b} | {mode} | {statistics.median(x['ms'] for x in sel):.3f} | "
-                         f"{med[b, mode]:,.0f} ({min(rates):,.0f}-{max(rates):,.0f}) | "
+            lines.append(f"| {b} | {value} | {statistics.median(x['ms'] for x in sel):.3f} | "
+                         f"{med[b, value]:,.0f} ({min(rates):,.0f}-{max(rates):,.0f}) | "
                          f"{statistics.median(x['pct_limit'] for x in sel):.1f} | "
-                         f"{med[b, mode] / med[b, args.modes[0]]:.3f} | {toks} |")
+                         f"{med[b, value] / med[b, args.values[0]]:.3f} | {toks} |")
     text = head + "\n" + "\n".join(lines) + "\n"
     print(text)
-    with open(os.path.join(args.out, "bench_prefetch.md"), "w") as f:
+    with open(os.path.join(args.out, f"bench_switch_{args.var}.md"), "w") as f:
         f.write(text)
-    with open(os.path.join(args.out, "bench_prefetch.json"), "w") as f:
-        json.dump(dict(environment=environment(), copy_gbs=ceil["copy_gbs"],
-                       weight_bytes=weight_bytes, rows=rows), f, indent=2)
     return 0
 
 
