@@ -42,10 +42,11 @@ def _pdl(x: torch.Tensor) -> dict:
     on starts fetching its weights while this one runs. ATTNKIT_FUSED_PDL picks 0, 1 or
     ``early``; by default (``auto``) a launch over one row is ``early`` and others 0.
 
-    Why (H200, benchmarks/NOTES-engine.md version 4, results/session-1203a/c2): the engine's
-    one-token decode step ran 228-233 tok/s with ``early`` against 217-220 without (bench_runner,
-    two rounds each), and a layer's one-row products 116.7 against 118.2 µs (bench_fold); at
-    4 and 16 rows ``early`` was 2-3 % slower (bench_fold), and at 64 rows no faster."""
+    Why (H200, benchmarks/NOTES-engine.md versions 4-5): the engine's one-token decode step
+    ran 225 tok/s (216-232) with ``auto`` against 218 (212-220) with 0, medians of five rounds
+    interleaved in one process (bench_switch.py, results/session-1203b/c4; 16 and 64 rows
+    even), and a layer's one-row products 116.7 against 118.2 µs (bench_fold, 1203a/c2); at 4
+    and 16 rows ``early`` was 2-3 % slower there."""
     mode = pdl_mode(x.shape[0] if x.dim() else 0)
     on = (mode and x.is_cuda and os.environ.get("TRITON_INTERPRET", "0") != "1"
           and torch.cuda.get_device_capability(x.device) >= (9, 0))

@@ -8,7 +8,7 @@ issues ``prefetch.global.L2`` for every 128-byte line of the weight; ``finish`` 
 before the product that reads the weight. Nothing is written: results are bitwise the same
 with it or without, only the order in which the DRAM is read changes.
 
-It runs only where it can pay: on CUDA (not the Triton interpreter), while a CUDA graph is
+Where it is switched on, it runs only where it could pay: on CUDA (not the Triton interpreter), while a CUDA graph is
 being captured (in eager steps the fork, the join and one more launch cost host time that a
 host-bound step does not have), for a dense weight: all of it, or as much of its start as
 fills ``L2_SHARE`` of the L2. ATTNKIT_L2_PREFETCH
