@@ -72,12 +72,14 @@ def extent(weight: torch.Tensor) -> int:
 
 
 def wanted(weight: torch.Tensor, rows: int) -> int:
-    """``mode`` where the prefetch can run and pay (module docstring), else 0."""
-    if not (weight.is_cuda and fused.enabled(weight) and weight.is_contiguous()
+    """``mode`` where the prefetch can run and pay (module docstring), else 0. The mode is
+    asked first: off (the default), a layer's step pays for nothing more."""
+    how = mode(rows)
+    if not (how and weight.is_cuda and fused.enabled(weight) and weight.is_contiguous()
             and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
             and torch.cuda.is_current_stream_capturing()):
         return 0
-    return mode(rows)
+    return how
 
 
 def launch(weight: torch.Tensor, last: bool, nbytes: int | None = None) -> None:
