@@ -32,12 +32,28 @@ DOT = [Config(True, bn, bk, w, s) for bn, bk, w, s in
         (64, 128, 4, 4), (64, 256, 8, 3)]]
 FMA = [Config(False, bn, bk, w, s) for bn, bk, w, s in
        [(16, 256, 4, 2), (8, 512, 4, 2), (32, 128, 4, 2), (16, 512, 8, 2), (4, 1024, 4, 2)]]
+# split-K (the last program of a column tile merges): one-row forms and the tensor-core tiles
+# for 17-128 rows, where a column tile per program leaves SMs idle or the waves ragged
+FMA_SPLIT = [Config(False, bn, bk, w, s, sp) for bn, bk, w, s, sp in
+             [(8, 512, 4, 2, 2), (16, 512, 4, 2, 2), (16, 256, 4, 2, 4), (32, 256, 4, 2, 4)]]
+DOT_SPLIT = [Config(True, bn, bk, w, s, sp) for bn, bk, w, s, sp in
+             [(64, 128, 4, 4, 2), (64, 128, 4, 4, 4), (64, 64, 4, 6, 2), (64, 64, 4, 6, 4),
+              (128, 128, 8, 4, 2), (128, 128, 8, 4, 4), (128, 64, 4, 5, 2), (128, 64, 4, 5, 4),
+              (128, 128, 8, 3, 1), (64, 256, 4, 3, 2), (32, 256, 4, 4, 2)]]
+
+
+def candidates(m: int, args) -> list:
+    """The configurations timed at m rows: --configs old (the 1202f set), split, or all."""
+    old = DOT + (FMA if m <= 4 else [])
+    new = (FMA_SPLIT if m == 1 else []) + (DOT_SPLIT if m > 1 else [])
+    return {"old": old, "split": new, "all": old + new}[args.configs]
 TOTAL_BYTES = 512 << 20
 
 
 def label(cfg: Config) -> str:
+    split = f", k/{cfg.split}" if cfg.split > 1 else ""
     return (f"{'dot' if cfg.dot else 'fma'} ({cfg.block_n}, {cfg.block_k}, w{cfg.num_warps}, "
-            f"s{cfg.num_stages})")
+            f"s{cfg.num_stages}{split})")
 
 
 def rate(fn, weights, nbytes: int) -> float:
@@ -54,6 +70,7 @@ def main(argv=None) -> int:
     p.add_argument("--ms", default="1,2,4,8,16,32,64")
     p.add_argument("--shapes", default=",".join(SHAPES))
     p.add_argument("--budget-s", type=float, default=240)
+    p.add_argument("--configs", choices=("old", "split", "all"), default="all")
     args = p.parse_args(argv)
     unknown = set(args.shapes.split(",")) - set(SHAPES)
     if unknown:
@@ -81,7 +98,9 @@ def main(argv=None) -> int:
             row = {"shape": name, "n": n, "k": k, "m": m, "copies": copies,
                    "cublas_gbs": rate(lambda w: torch.mm(x, w.t()), weights, nbytes), "kernels": []}
             row["rule"] = label(config(m, n))
-            for cfg in DOT + (FMA if m <= 4 else []):
+            for cfg in candidates(m, args):
+                if time.time() - start > args.budget_s:
+                    break
                 try:
                     got = mm(x, weights[0], cfg=cfg)
                     err = ((got.float() - want.float()).abs().max() / want.float().abs().max()).item()

@@ -108,6 +108,52 @@ def test_usable_only_where_measured(monkeypatch):
     assert skinny.config(4, 4096) == skinny.Config(True, 32, 256)
 
 
+SPLITS = [skinny.Config(True, 32, 64, split=2), skinny.Config(True, 64, 64, 4, 3, split=3),
+          skinny.Config(False, 8, 64, 4, 2, split=4)]
+
+
+@cpu_only
+@pytest.mark.parametrize("cfg", SPLITS, ids=["dot32/2", "dot64/3", "fma/4"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("m", [1, 5, 40])
+def test_split_k_merges_to_the_product(cfg, dtype, m):
+    """K cut across programs (320 columns in 64-column steps: 3 + 2, 2 + 2 + 1, 2 + 1 + 1 + 1),
+    the last program of a column tile merging: the product with bias and residual, the same
+    bits twice, the ticket counters back at zero."""
+    x, w = rand(m, 320, dtype=dtype), rand(72, 320, dtype=dtype, seed=1, scale=0.1)
+    b, r = rand(72, dtype=dtype, seed=2), rand(m, 72, dtype=dtype, seed=3)
+    got = skinny.mm(x, w, bias=b, residual=r, cfg=cfg)
+    torch.testing.assert_close(got, product(x, w, b, r), **TOL[dtype])
+    assert torch.equal(skinny.mm(x, w, bias=b, residual=r, cfg=cfg), got)
+    assert not skinny._COUNTERS[torch.device("cpu")].any()
+    with pytest.raises(AssertionError):                              # every split counted
+        torch.testing.assert_close(got, product(x[:, :256], w[:, :256], b, r), **TOL[dtype])
+
+
+@cpu_only
+def test_split_k_counts(monkeypatch):
+    """Splits are whole BLOCK_K steps, none empty; no split where a graph is being captured
+    and the counters do not exist yet (they could not be zeroed before the replay)."""
+    cpu = torch.device("cpu")
+    assert skinny._split(320, skinny.Config(True, 64, 64, split=3), 2, cpu) == (3, 128)
+    assert skinny._split(128, skinny.Config(True, 64, 64, split=8), 2, cpu) == (2, 64)
+    assert skinny._split(4096, skinny.Config(True, 64, 128), 64, cpu) == (1, 4096)
+    assert skinny._split(4096, skinny.Config(True, 64, 128, split=2), 1 << 20, cpu) == (1, 4096)
+    gpu = torch.device("cuda", 7)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    assert skinny._split(4096, skinny.Config(True, 64, 128, split=2), 64, gpu) == (1, 4096)
+    assert gpu not in skinny._COUNTERS
+
+
+def test_row_limit_switch(monkeypatch):
+    """ATTNKIT_SKINNY_ROWS moves the row limit (1-128); anything else leaves MAX_ROWS."""
+    assert skinny.max_rows() == skinny.MAX_ROWS
+    for raw, want in (("64", 64), ("500", 128), ("0", 1), ("x", skinny.MAX_ROWS)):
+        monkeypatch.setenv("ATTNKIT_SKINNY_ROWS", raw)
+        assert skinny.max_rows() == want, raw
+    assert skinny.config(64, 4096).split == 2 and skinny.config(64, 6144).split == 1
+
+
 @cpu_only
 @pytest.mark.parametrize("fold", ["", "norm", "silu", "norm,silu"])
 @pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])   # plain, biases, q/k norms
@@ -177,6 +223,44 @@ def test_compiled_on_cuda_against_float64(m):
     gate, up = gu.split(14336, dim=-1)
     got = skinny.mm(gu, c["down"], silu=True, residual=r)
     assert _rel(got, product(F.silu(gate) * up, c["down"], residual=r)) < 8e-3
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 17, 64, 128])
+@pytest.mark.parametrize("cfg", [skinny.Config(True, 64, 128, 4, 4, split=2),
+                                 skinny.Config(True, 128, 64, 4, 5, split=4),
+                                 skinny.Config(False, 16, 256, 4, 2, split=4)],
+                         ids=["dot64/2", "dot128/4", "fma/4"])
+def test_split_k_on_cuda_replays_to_the_same_bits(cfg, m):
+    """bf16 split-K products of the Llama shapes on the GPU: within about one bf16 rounding of
+    the float64 product, and a CUDA graph of three of them (o + residual, down + residual,
+    qkv) replays to the eager bits, input after input, the counters left at zero."""
+    if not cfg.dot and m > 1:
+        pytest.skip("the CUDA-core form serves one row")
+    c = _cuda_chain(dict(device="cuda", dtype=torch.bfloat16))
+    x = rand(m, 4096, seed=8).to("cuda", torch.bfloat16)
+    r = rand(m, 4096, seed=7).to("cuda", torch.bfloat16)
+    xd = rand(m, 14336, seed=9).to("cuda", torch.bfloat16)
+
+    def body():
+        return (skinny.mm(x, c["o"], residual=r, cfg=cfg),
+                skinny.mm(xd, c["down"], residual=r, cfg=cfg), skinny.mm(x, c["qkv"], cfg=cfg))
+
+    eager = body()
+    assert _rel(eager[0], product(x, c["o"], residual=r)) < 8e-3
+    assert _rel(eager[1], product(xd, c["down"], residual=r)) < 8e-3
+    assert _rel(eager[2], product(x, c["qkv"])) < 8e-3
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = body()
+    for seed in range(3):
+        x.copy_(rand(m, 4096, seed=30 + seed).to("cuda", torch.bfloat16))
+        want = body()
+        graph.replay()
+        for got, w in zip(outs, want):
+            assert torch.equal(got, w), seed
+    torch.cuda.synchronize()
+    assert not skinny._COUNTERS[x.device].any()
 
 
 @pytest.mark.gpu

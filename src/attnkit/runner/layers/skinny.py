@@ -79,26 +79,29 @@ def _x_tile(x_row, kk, k_ok, row_ok, K, inv, NW, offset, DT: tl.constexpr,
 
 
 @triton.jit
-def _skinny_kernel(X, W, Y, NW, BIAS, R, M, N, K, stride_xm, stride_wn, stride_ym, stride_rm,
-                   eps, offset,
+def _skinny_kernel(X, W, Y, NW, BIAS, R, PART, COUNTER, M, N, K, K_SPLIT,
+                   stride_xm, stride_wn, stride_ym, stride_rm, eps, offset,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   PASS_K: tl.constexpr,
+                   PASS_K: tl.constexpr, SPLIT: tl.constexpr,
                    DOT: tl.constexpr, EVEN_K: tl.constexpr, PROLOGUE: tl.constexpr,
                    WEIGHT_FP32: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
                    PDL: tl.constexpr, PREFETCH: tl.constexpr):
-    """Program n: y[:, n*BLOCK_N : (n+1)*BLOCK_N] over all M (<= BLOCK_M) rows."""
+    """Program (n, s): y[:, n*BLOCK_N : (n+1)*BLOCK_N] over all M (<= BLOCK_M) rows, from K
+    columns [s * K_SPLIT, (s + 1) * K_SPLIT) (SPLIT > 1: ``_merge_splits``)."""
     DT: tl.constexpr = W.dtype.element_ty
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)      # rows of W, columns of y
     rows = tl.arange(0, BLOCK_M)                                   # rows of x and y
     ks = tl.arange(0, BLOCK_K)
     col_ok = cols < N
     row_ok = rows < M
-    w_ptr = W + cols.to(tl.int64)[:, None] * stride_wn + ks[None, :]          # [BN, BK]
+    k_lo = tl.program_id(1) * K_SPLIT
+    k_hi = tl.minimum(k_lo + K_SPLIT, K)
+    w_ptr = W + cols.to(tl.int64)[:, None] * stride_wn + (k_lo + ks)[None, :]  # [BN, BK]
     x_row = X + rows.to(tl.int64)[:, None] * stride_xm                        # [BM, 1]
     if PDL:
         # W is this kernel's own: fetch its first PREFETCH tiles (every 64th element: a 128-byte
         # line of a 16-bit W) while the kernel before finishes.
-        lines = (cols.to(tl.int64)[:, None] * stride_wn
+        lines = (cols.to(tl.int64)[:, None] * stride_wn + k_lo
                  + (tl.arange(0, PREFETCH * BLOCK_K // 64) * 64)[None, :])
         tl.inline_asm_elementwise("prefetch.global.L2::evict_last [$1];", "=r,l", [W + lines],
                                   dtype=tl.int32, is_pure=False, pack=1)
@@ -116,9 +119,9 @@ def _skinny_kernel(X, W, Y, NW, BIAS, R, M, N, K, stride_xm, stride_wn, stride_y
         acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    for k0 in range(k_lo, k_hi, BLOCK_K):
         kk = k0 + ks
-        k_ok = kk < K
+        k_ok = kk < k_hi
         if EVEN_K:
             w = tl.load(w_ptr, mask=col_ok[:, None], other=0.0)
         else:
@@ -138,6 +141,45 @@ def _skinny_kernel(X, W, Y, NW, BIAS, R, M, N, K, stride_xm, stride_wn, stride_y
         out = tl.trans(acc)                                                   # [BM, BN]
     else:
         out = tl.sum(acc, axis=2)
+    if SPLIT == 1:
+        _epilogue(out, Y, BIAS, R, rows, cols, row_ok, col_ok, stride_ym, stride_rm, DT,
+                  HAS_BIAS, HAS_RESIDUAL)
+    else:
+        _merge_splits(out, PART, COUNTER, Y, BIAS, R, rows, cols, row_ok, col_ok, N, stride_ym,
+                      stride_rm, DT, BLOCK_M, SPLIT, HAS_BIAS, HAS_RESIDUAL)
+
+
+@triton.jit
+def _merge_splits(out, PART, COUNTER, Y, BIAS, R, rows, cols, row_ok, col_ok, N, stride_ym,
+                  stride_rm, DT: tl.constexpr, BLOCK_M: tl.constexpr, SPLIT: tl.constexpr,
+                  HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+    """Split-K: every program stores its float32 [BM, BN] partial (PART [SPLIT, N, BM]), then
+    takes a ticket from its column tile's counter; the program that draws the last one sums
+    the SPLIT partials in split order (so the sum does not depend on which program came
+    last), runs the epilogue and resets the counter to 0 for the next launch.
+
+    Ordering as decode_merge.merge_if_last's: the CTA barrier puts every thread's partial
+    stores before the ticket (an acq_rel atomic at GPU scope), and the last program reads the
+    partials after its own ticket, bypassing L1."""
+    part = PART + cols.to(tl.int64)[None, :] * BLOCK_M + rows[:, None]             # [BM, BN]
+    ok = row_ok[:, None] & col_ok[None, :]
+    tl.store(part + tl.program_id(1) * N * BLOCK_M, out, mask=ok)
+    tl.debug_barrier()
+    counter = COUNTER + tl.program_id(0)
+    ticket = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+    if ticket == SPLIT - 1:
+        total = tl.load(part, mask=ok, other=0.0, cache_modifier=".cg")
+        for s in tl.static_range(1, SPLIT):
+            total += tl.load(part + s * N * BLOCK_M, mask=ok, other=0.0, cache_modifier=".cg")
+        _epilogue(total, Y, BIAS, R, rows, cols, row_ok, col_ok, stride_ym, stride_rm, DT,
+                  HAS_BIAS, HAS_RESIDUAL)
+        tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def _epilogue(out, Y, BIAS, R, rows, cols, row_ok, col_ok, stride_ym, stride_rm,
+              DT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+    """y = round(out (+ bias)) (+ residual): float32 out [BM, BN] to the dtype DT."""
     if HAS_BIAS:
         out += tl.load(BIAS + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
     y = out.to(DT)
@@ -156,27 +198,66 @@ class Config:
     block_k: int
     num_warps: int = 4
     num_stages: int = 4
+    split: int = 1          # K split across programs, merged by the last (``_merge_splits``)
 
 
 def config(m: int, n: int) -> Config:
     """The configuration bench_skinny measured fastest for the Llama-3-8B decode products
     (results/session-1202f/c2): one row with fewer than 16k outputs on CUDA cores (8 x 512),
-    otherwise the tensor-core form, 64-column tiles where there are >= 6k outputs."""
+    otherwise the tensor-core form, 64-column tiles where there are >= 6k outputs. Past
+    MAX_ROWS rows (reached only with ATTNKIT_SKINNY_ROWS): 64-column tiles, K split in two
+    where there are <= 4096 outputs (64 column tiles fill half of 132 SMs)."""
     if m == 1 and n < 16384:
         return Config(False, 8, 512, 4, 2)
+    if m > MAX_ROWS:
+        return Config(True, 64, 128, 4, 4, split=2 if n <= 4096 else 1)
     return Config(True, 64, 128) if n >= 6144 else Config(True, 32, 256)
+
+
+def max_rows() -> int:
+    """The most rows ``usable`` admits: MAX_ROWS, or ATTNKIT_SKINNY_ROWS (a measurement
+    switch, 1-128) where set."""
+    raw = os.environ.get("ATTNKIT_SKINNY_ROWS", "")
+    return min(128, max(1, int(raw))) if raw.isdigit() else MAX_ROWS
 
 
 def usable(x: torch.Tensor, lin) -> bool:
     """Whether ``mm`` serves x @ lin: CUDA (unless ATTNKIT_FUSED=0 or ATTNKIT_SKINNY=0), a
-    2-D x of 1..MAX_ROWS rows, a whole (not tensor-parallel) 16-bit ``Linear`` in x's dtype,
+    2-D x of 1..max_rows() rows, a whole (not tensor-parallel) 16-bit ``Linear`` in x's dtype,
     and not inside ``row_by_row`` (whose rows must not depend on the step's row count)."""
     from attnkit.runner.layers.linear import _ROW_BY_ROW, Linear
 
     return (fused.enabled(x) and os.environ.get("ATTNKIT_SKINNY", "1") != "0"
-            and isinstance(lin, Linear) and x.dim() == 2 and 0 < x.shape[0] <= MAX_ROWS
+            and isinstance(lin, Linear) and x.dim() == 2 and 0 < x.shape[0] <= max_rows()
             and x.dtype in (torch.float16, torch.bfloat16) and lin.weight.dtype == x.dtype
             and lin.weight.stride(-1) == 1 and not _ROW_BY_ROW.get())
+
+
+# Per-device ticket counters of the split-K merge, one a column tile, zero between launches
+# (each merge resets its own). Made outside CUDA-graph capture only (``_split``), so a
+# counter is zero in memory before the first launch that uses it, eager or replayed.
+# Products on one device are stream-ordered (the runner's one stream): two split launches
+# never use the counters at once.
+_COUNTERS: dict = {}
+_COUNTER_TILES = 1 << 14
+
+
+def _split(k: int, cfg: Config, tiles: int, device) -> tuple[int, int]:
+    """(programs along K, K columns each, a multiple of BLOCK_K): cfg.split, clamped so no
+    program is empty; 1 where there are more column tiles than counters, or where the
+    counters do not exist yet and the stream is capturing a graph (they cannot be zeroed
+    there before the replay's first use)."""
+    steps = triton.cdiv(k, cfg.block_k)
+    split = max(1, min(cfg.split, steps))
+    if split > 1 and tiles > _COUNTER_TILES:
+        split = 1
+    if split > 1 and device not in _COUNTERS:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            split = 1
+        else:
+            _COUNTERS[device] = torch.zeros(_COUNTER_TILES, dtype=torch.int32, device=device)
+    per = triton.cdiv(steps, split) * cfg.block_k
+    return triton.cdiv(k, per), per
 
 
 def _prefetch(k: int, block_k: int) -> int:
@@ -243,13 +324,18 @@ def mm(x: torch.Tensor, weight: torch.Tensor, *, bias: torch.Tensor | None = Non
     if residual is not None and (residual.shape != (m, n) or residual.stride(-1) != 1):
         r = residual.expand(m, n).contiguous()
     pdl = fused._pdl(x)
-    _skinny_kernel[(triton.cdiv(n, cfg.block_n),)](
-        x, weight, y, nw, bias if bias is not None else weight, r, m, n, k,
-        x.stride(0), weight.stride(0), y.stride(0), r.stride(0),
+    tiles = triton.cdiv(n, cfg.block_n)
+    split, k_split = _split(k, cfg, tiles, x.device)
+    part = y.new_empty(split * n * bm, dtype=torch.float32) if split > 1 else y
+    counter = _COUNTERS[x.device] if split > 1 else y
+    _skinny_kernel[(tiles, split)](
+        x, weight, y, nw, bias if bias is not None else weight, r, part, counter, m, n, k,
+        k_split, x.stride(0), weight.stride(0), y.stride(0), r.stride(0),
         style.eps if style else 0.0, style.offset if style else 0.0,
-        BLOCK_M=bm, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, DOT=cfg.dot,
+        BLOCK_M=bm, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, DOT=cfg.dot, SPLIT=split,
         PASS_K=min(triton.next_power_of_2(k), max(cfg.block_k, 8192 // bm)),
-        EVEN_K=k % cfg.block_k == 0, PROLOGUE=NORM if norm is not None else SILU if silu else NONE,
+        EVEN_K=k_split % cfg.block_k == 0 and k % cfg.block_k == 0,
+        PROLOGUE=NORM if norm is not None else SILU if silu else NONE,
         WEIGHT_FP32=bool(style and style.weight_in_fp32), HAS_BIAS=bias is not None,
         HAS_RESIDUAL=residual is not None, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         PREFETCH=_prefetch(k, cfg.block_k) if pdl["PDL"] else 1, **pdl)
