@@ -98,7 +98,9 @@ def main(argv=None) -> int:
             row = {"shape": name, "n": n, "k": k, "m": m, "copies": copies,
                    "cublas_gbs": rate(lambda w: torch.mm(x, w.t()), weights, nbytes), "kernels": []}
             row["rule"] = label(config(m, n))
-            for cfg in candidates(m, args):
+            rule = config(m, n)
+            cfgs = candidates(m, args)
+            for cfg in ([rule] if rule not in cfgs else []) + cfgs:
                 if time.time() - start > args.budget_s:
                     break
                 try:
