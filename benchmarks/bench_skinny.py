@@ -40,13 +40,19 @@ DOT_SPLIT = [Config(True, bn, bk, w, s, sp) for bn, bk, w, s, sp in
              [(64, 128, 4, 4, 2), (64, 128, 4, 4, 4), (64, 64, 4, 6, 2), (64, 64, 4, 6, 4),
               (128, 128, 8, 4, 2), (128, 128, 8, 4, 4), (128, 64, 4, 5, 2), (128, 64, 4, 5, 4),
               (128, 128, 8, 3, 1), (64, 256, 4, 3, 2), (32, 256, 4, 4, 2)]]
+# wider column tiles read x (from L2) fewer times a weight byte (1203c c1: at 64 rows x's
+# share is what the 64-column tiles lose to); split K to give the few tiles SMs
+WIDE = [Config(True, 256, 64, 8, s, sp) for s, sp in
+        [(4, 1), (4, 2), (4, 4), (4, 8), (3, 4)]] + [Config(True, 128, 128, 8, 3, sp) for sp in (2, 4)]
 
 
 def candidates(m: int, args) -> list:
-    """The configurations timed at m rows: --configs old (the 1202f set), split, or all."""
+    """The configurations timed at m rows: --configs old (the 1202f set), split, wide (256-
+    and 128-column tiles at 32-64 rows), or all."""
     old = DOT + (FMA if m <= 4 else [])
     new = (FMA_SPLIT if m == 1 else []) + (DOT_SPLIT if m > 1 else [])
-    return {"old": old, "split": new, "all": old + new}[args.configs]
+    wide = WIDE if 32 <= m <= 64 else []
+    return {"old": old, "split": new, "wide": wide, "all": old + new + wide}[args.configs]
 TOTAL_BYTES = 512 << 20
 
 
@@ -70,7 +76,7 @@ def main(argv=None) -> int:
     p.add_argument("--ms", default="1,2,4,8,16,32,64")
     p.add_argument("--shapes", default=",".join(SHAPES))
     p.add_argument("--budget-s", type=float, default=240)
-    p.add_argument("--configs", choices=("old", "split", "all"), default="all")
+    p.add_argument("--configs", choices=("old", "split", "wide", "all"), default="all")
     args = p.parse_args(argv)
     unknown = set(args.shapes.split(",")) - set(SHAPES)
     if unknown:

@@ -152,6 +152,8 @@ def test_row_limit_switch(monkeypatch):
         monkeypatch.setenv("ATTNKIT_SKINNY_ROWS", raw)
         assert skinny.max_rows() == want, raw
     assert skinny.config(64, 4096).split == 2 and skinny.config(64, 6144).split == 1
+    assert skinny.config(64, 28672) == skinny.Config(True, 128, 128, 8, 3)
+    assert skinny.config(32, 28672) == skinny.Config(True, 64, 128)
 
 
 @cpu_only
@@ -206,7 +208,7 @@ def _rel(got, want):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m", [1, 2, 5, 16])
+@pytest.mark.parametrize("m", [1, 2, 5, 16, 33, 64])
 def test_compiled_on_cuda_against_float64(m):
     """bf16 on the GPU, each product form at its measured configuration (config): within
     about one bf16 rounding of the float64 product of the same rounded inputs."""

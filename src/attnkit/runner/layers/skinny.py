@@ -205,12 +205,18 @@ def config(m: int, n: int) -> Config:
     """The configuration bench_skinny measured fastest for the Llama-3-8B decode products
     (results/session-1202f/c2): one row with fewer than 16k outputs on CUDA cores (8 x 512),
     otherwise the tensor-core form, 64-column tiles where there are >= 6k outputs. Past
-    MAX_ROWS rows (reached only with ATTNKIT_SKINNY_ROWS): 64-column tiles, K split in two
-    where there are <= 4096 outputs (64 column tiles fill half of 132 SMs)."""
+    MAX_ROWS rows (reached only with ATTNKIT_SKINNY_ROWS), by bench_skinny at 32 and 64 rows
+    (results/session-1203c/c1): 64-column tiles with K split in two where there are <= 4096
+    outputs (64 column tiles would fill half of 132 SMs; o 1.07x / 1.00x cuBLAS, down 1.00x /
+    1.02x), whole K at 6144 (qkv 1.01x / 0.97x), and past 32 rows 128-column tiles of 8 warps
+    where there are >= 16k outputs (gate_up 0.99x, lm_head 1.06x at 64 rows, where the
+    64-column tile read at 0.91x / 0.98x)."""
     if m == 1 and n < 16384:
         return Config(False, 8, 512, 4, 2)
     if m > MAX_ROWS:
-        return Config(True, 64, 128, 4, 4, split=2 if n <= 4096 else 1)
+        if n <= 4096:
+            return Config(True, 64, 128, 4, 4, split=2)
+        return Config(True, 128, 128, 8, 3) if m > 32 and n >= 16384 else Config(True, 64, 128)
     return Config(True, 64, 128) if n >= 6144 else Config(True, 32, 256)
 
 
