@@ -19,7 +19,14 @@ kernel reads. This measures, per shape and per flush mode:
 flush modes (FLUSHES): ``zero`` (attnkit.tune.timing's: 256 MB zeroed), ``read`` (256 MB
 read: the L2 left holding clean lines, nothing to write back during the timed call),
 ``none`` (no flush; the inputs are 3x the L2 or more, so little is re-used).
-Also a torch.profiler split of the default's kernels at the bar shape (split vs reduce).
+Also a torch.profiler split of the default's kernels at the bar shape (split vs reduce), and
+of the fused-merge candidate's (version 9: one kernel), and the registers / spills / shared
+memory of every column_split kernel compiled (``v2_kernels``).
+
+Version 9's round (NOTES-mla.md): column_split with its splits merged inside the split kernel
+(``merge_splits`` 256: at every split count these shapes plan) against column_split with the
+reduce launch (``merge_splits`` 0), each timed twice ("again"): a row's again-spread is how far
+the two timings of one candidate differ; the decision rule reads it.
 """
 from __future__ import annotations
 
@@ -38,17 +45,21 @@ from bench_mla import NOPE, Setup, _planned, check, torch_bmm_decode, L, R  # no
 from bench_mla_candidates import Candidate, small_check  # noqa: E402
 from common import copy_bandwidth_gbs, environment, graphed  # noqa: E402
 
+from attnkit.backends.triton_mla.decode_column_split import _absorbed_v2_kernel  # noqa: E402
+
 FLUSH_BYTES = 256 << 20
 FLUSHES = ("zero", "read", "none")
-CANDIDATES = {           # heads -> name -> TritonMLABackend options ("default": the plan's)
-    16: {"v2 pdl": dict(variant="v2", pdl=True),
-         "v2 n32 st6": dict(variant="v2", block_n=32, num_stages=6),
-         "v2 n32 st6 pdl": dict(variant="v2", block_n=32, num_stages=6, pdl=True),
-         **{f"v2 splits {n} pdl": dict(variant="v2", num_splits=n, pdl=True) for n in (16, 64)}},
-    128: {},
+REDUCE = dict(variant="v2", merge_splits=0)        # column_split, the reduce kernel merges
+FUSED = dict(variant="v2", merge_splits=256)       # column_split, its split kernel merges
+# heads -> name -> TritonMLABackend options ("default": the plan's, always timed first); each
+# version 9 candidate twice, the second timing after the others ("again")
+CANDIDATES = {
+    16: {"v2": REDUCE, "v2 merge": FUSED, "v2 again": REDUCE, "v2 merge again": FUSED},
+    128: {"v2": REDUCE, "v2 merge": FUSED},
 }
-# The 2026-12-02 round also timed ws with 32-key tiles and 4 stages at 128 heads (commit
-# 4fd4b3f; 22 % slower at B 128 ctx 4k: NOTES-mla.md, version 8; removed after it).
+# Version 8's round (2026-12-02) timed pdl, 32-key / 6-stage tiles (adopted: the default since)
+# and 16 / 64 splits at 16 heads (commit 2ee8467's CANDIDATES), and before that ws with 32-key
+# tiles and 4 stages at 128 heads (commit 4fd4b3f; 22 % slower at B 128 ctx 4k; removed).
 # (heads, batch, ctx, flush modes): the bar first
 SHAPES = [(16, 32, 4096, FLUSHES), (128, 128, 4096, ("zero", "read")),
           (16, 32, 1024, FLUSHES), (16, 1, 32768, ("zero", "read")), (128, 1, 32768, ("zero",)),
@@ -172,6 +183,25 @@ def decode_rows(s, shape, backends, flushes, reps):
     return rows
 
 
+def kernel_stats(fn) -> list[dict]:
+    """Registers, spills and shared memory of every compiled form of the Triton kernel ``fn``
+    with its MERGE / V_SPLIT / BLOCK_H / BLOCK_N / num_stages (best effort: Triton's caches are
+    not an API; an empty list where this Triton keeps them otherwise)."""
+    rows = []
+    for cache in getattr(fn, "device_caches", {}).values():
+        kernels = cache[0] if isinstance(cache, tuple) else cache
+        for k in kernels.values():
+            try:
+                consts = {fn.arg_names[i[0]]: v for i, v in k.src.constants.items()
+                          if isinstance(i, tuple) and len(i) == 1}
+                rows.append(dict({c: consts.get(c) for c in ("MERGE", "V_SPLIT", "BLOCK_H", "BLOCK_N")},
+                                 num_stages=k.metadata.num_stages, regs=k.n_regs,
+                                 spills=k.n_spills, shared=k.metadata.shared))
+            except Exception as exc:  # noqa: BLE001 - a report, not a check
+                rows.append(dict(error=f"{type(exc).__name__}: {str(exc)[:120]}"))
+    return rows
+
+
 def kernel_split(s, backend) -> list[dict]:
     """torch.profiler's per-kernel device time of the default's core (eager, L2 zeroed)."""
     from torch.profiler import ProfilerActivity, profile
@@ -225,16 +255,21 @@ def main(argv=None) -> int:
             print(f"readers failed at {shape}: {type(exc).__name__}: {exc}", flush=True)
         result["rows"] += decode_rows(s, shape, passed[heads], flushes, args.reps)
         if (heads, batch, ctx) == (16, 32, 4096):
-            try:
-                result["kernels"] = kernel_split(s, passed[16]["default"])
-                print("KERNELS", json.dumps(result["kernels"]), flush=True)
-            except Exception as exc:  # noqa: BLE001
-                print(f"profiler failed: {type(exc).__name__}: {exc}", flush=True)
+            for key, name in (("kernels", "default"), ("kernels_merge", "v2 merge")):
+                if name not in passed[16]:
+                    continue
+                try:
+                    result[key] = kernel_split(s, passed[16][name])
+                    print(key.upper(), json.dumps(result[key]), flush=True)
+                except Exception as exc:  # noqa: BLE001
+                    print(f"profiler failed ({name}): {type(exc).__name__}: {exc}", flush=True)
         del s
         torch.cuda.empty_cache()
+        result["v2_kernels"] = kernel_stats(_absorbed_v2_kernel)
         if args.out:            # written after every shape: a time-out keeps what was measured
             with open(args.out, "w") as f:
                 json.dump(result, f, indent=1)
+    print("V2_KERNELS", json.dumps(result.get("v2_kernels", [])), flush=True)
     return 0
 
 

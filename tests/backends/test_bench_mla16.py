@@ -24,3 +24,28 @@ def test_zero_flush_writes_and_read_flush_does_not(monkeypatch):
     assert writes == []
     bench.flusher("zero", nbytes=1 << 12, device="cpu")()
     assert writes == [1 << 10]
+
+
+def test_version9_candidates_pair_the_merge_with_the_reduce():
+    """At each head count the fused-merge candidate and column_split with the reduce launch are
+    the same options but merge_splits; at 16 heads each is timed twice (an again-spread), and
+    the fused one merges at any split count the split rule plans (it caps splits at 256)."""
+    from attnkit.backends.triton_mla.backend import TritonMLABackend
+    from attnkit.backends.triton_mla.decode import choose_splits, fuses_merge
+    for heads, cands in bench.CANDIDATES.items():
+        fused, reduce = cands["v2 merge"], cands["v2"]
+        assert {k: v for k, v in fused.items() if k != "merge_splits"} == \
+            {k: v for k, v in reduce.items() if k != "merge_splits"}
+        assert reduce["merge_splits"] == 0
+        for opts in cands.values():
+            TritonMLABackend(**opts)
+    assert bench.CANDIDATES[16]["v2 again"] == bench.CANDIDATES[16]["v2"]
+    assert bench.CANDIDATES[16]["v2 merge again"] == bench.CANDIDATES[16]["v2 merge"]
+    most = choose_splits(1, 1 << 20, slots=1 << 10)
+    assert fuses_merge("v2", most, bench.FUSED["merge_splits"])
+    assert not fuses_merge("v2", 2, bench.REDUCE["merge_splits"])
+
+
+def test_kernel_stats_is_a_list_where_nothing_was_compiled():
+    """The compiled-kernel report never raises (the interpreter keeps no compiled kernels)."""
+    assert isinstance(bench.kernel_stats(bench._absorbed_v2_kernel), list)

@@ -33,6 +33,10 @@ CPU_OPTIONS = {"triton": {"num_splits": 3}}
 # GPU-only decode variants whose envelope is their own (sm_90 Gluon kernels): one plain bf16
 # case each, run alone by its option (elsewhere the backend falls back, and the case still holds)
 GPU_VARIANTS = {"triton": ({"decode_variant": "stream"},)}
+# Launch switches whose state lives in the static step (triton_mla's fused split merge: its
+# tickets, reserved by capture_plan and left zero by every replay): one plain case each, on the
+# CPU (fp32) and on CUDA (bf16)
+SWITCHES = {"triton_mla": ({"variant": "v2", "num_splits": 3, "merge_splits": 256},)}
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,11 @@ def cases() -> list[CaptureConf]:
                         out.append(CaptureConf(decl.name, "cuda", kind, dtype, page, feature))
         if "cuda" in caps.platforms:
             for opts in GPU_VARIANTS.get(decl.name, ()):
+                out.append(CaptureConf(decl.name, "cuda", caps.kinds[0], "bf16", 16, None,
+                                       tuple(opts.items())))
+        for opts in SWITCHES.get(decl.name, ()):
+            out.append(CaptureConf(decl.name, "cpu", caps.kinds[0], "fp32", 16, None, tuple(opts.items())))
+            if "cuda" in caps.platforms:
                 out.append(CaptureConf(decl.name, "cuda", caps.kinds[0], "bf16", 16, None,
                                        tuple(opts.items())))
         if "sparse_topk" in caps.features and "fp8_e4m3" in (caps.index_dtypes or ()):

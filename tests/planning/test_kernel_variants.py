@@ -123,7 +123,8 @@ def test_mla_roles_name_variant_tiles_and_rate_with_the_shipped_profile():
     assert p.ok and p.run.role("decode").backend == "triton_mla"
     decode = p.run.role("decode").kernels
     assert decode.configs["column_split"] == {"BLOCK_H": 128, "BLOCK_T": 1, "BLOCK_N": 32, "num_warps": 8,
-                                              "num_stages": 3, "V_SPLIT": 2, "num_splits": "from-SM-count"}
+                                              "num_stages": 3, "V_SPLIT": 2, "MERGE_SPLITS": 0,
+                                              "num_splits": "from-SM-count"}
     assert decode.configs["column_split_tma"]["num_stages"] == 2
     lead = decode.rows[0].order[0].variant
     assert f"{lead} [" in p.kernel_why["decode"] and "GB/s" in p.kernel_why["decode"]

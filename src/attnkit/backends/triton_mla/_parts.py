@@ -24,6 +24,8 @@ class Part:
     query_lens / kv_lens: host lists of new tokens and KV length per request.
     static_kv: static (captured) steps: the longest KV a refill may hold, which sizes the
     splits instead of ``kv_lens`` (the lengths at capture time).
+    counters: the fused split merge's ticket buffers (merge_counters), int32 zeros the kernel
+    leaves zero.
     """
     tokens: torch.Tensor | None
     query_start_loc: torch.Tensor
@@ -33,6 +35,7 @@ class Part:
     kv_lens: list[int]
     page_size: int
     static_kv: int | None = None
+    counters: list = field(default_factory=list)
     _tiles: dict = field(default_factory=dict)
     _gather: tuple | None = None
 
@@ -43,6 +46,17 @@ class Part:
     @property
     def max_kv_len(self) -> int:
         return self.static_kv if self.static_kv is not None else max(self.kv_lens, default=0)
+
+    def merge_counters(self, n: int) -> torch.Tensor:
+        """>= n zeroed int32 tickets, shared by every layer of the step (each launch leaves
+        them zero for the next). A static step reserves them in capture_plan, outside the graph,
+        so a replay zeroes nothing; a larger need adds a buffer and keeps the others (a graph
+        captured with one must find it there at every replay)."""
+        buf = next((c for c in self.counters if c.numel() >= n), None)
+        if buf is None:
+            buf = torch.zeros(n, dtype=torch.int32, device=self.seq_lens.device)
+            self.counters.append(buf)
+        return buf
 
     def tiles(self, size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Work items of up to ``size`` consecutive new tokens of one request:

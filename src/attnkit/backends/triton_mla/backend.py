@@ -27,7 +27,8 @@ from attnkit.backends.triton_mla._parts import Part, build_parts, static_parts
 from attnkit.backends.triton_mla.declaration import DECLARATION
 from attnkit.backends.triton_mla import configs
 from attnkit.backends.triton_mla.decode import (KERNEL_OF, PLAN_NAMES, VARIANT_NAMES, VARIANTS,
-                                                absorbed_attention, choose_splits, ws_ready)
+                                                absorbed_attention, choose_splits, fuses_merge,
+                                                ws_ready)
 from attnkit.backends.triton_mla.decode_tma import tma_ready
 from attnkit.backends.triton_mla.extend import mha_form_attention
 from attnkit.errors import fail
@@ -65,7 +66,9 @@ class TritonMLABackend(AttentionBackend):
     ``block_h``, ``block_n``, ``num_warps``, ``num_stages``, ``extend_tiles`` (block_m,
     block_n, num_warps, num_stages of the MHA-form kernel), ``v_split`` (v2: column blocks
     of the latent per head block, 1 or 2), ``pdl`` (v2 with splits on sm_90+: the reduce
-    kernel launched as a programmatic dependent of the split kernel)."""
+    kernel launched as a programmatic dependent of the split kernel), ``merge_splits`` (v2:
+    with 2 up to that many KV splits the split kernel merges them itself, no reduce launch;
+    0 never; None: the tile's, configs.V2_MERGE_SPLITS)."""
 
     name = "triton_mla"
     declaration = DECLARATION
@@ -74,7 +77,8 @@ class TritonMLABackend(AttentionBackend):
                  block_n: int | None = None, num_warps: int | None = None,
                  num_stages: int | None = None, mha_form_min_query: int | None = None,
                  extend_tiles: tuple[int, int, int, int] | None = None,
-                 variant: str | None = None, v_split: int | None = None, pdl: bool = False):
+                 variant: str | None = None, v_split: int | None = None, pdl: bool = False,
+                 merge_splits: int | None = None):
         for option, value, pow2 in (("num_splits", num_splits, False), ("block_h", block_h, True),
                                     ("block_n", block_n, True), ("num_stages", num_stages, False)):
             check_int_option(self.name, option, value, power_of_two=pow2)
@@ -102,6 +106,8 @@ class TritonMLABackend(AttentionBackend):
         self.v_split = v_split
         check_option(self.name, "pdl", pdl, (False, True))
         self.pdl = pdl
+        check_int_option(self.name, "merge_splits", merge_splits, minimum=0)
+        self.merge_splits = merge_splits
 
     # ---- per step -------------------------------------------------------------------------
     def _prepare(self, meta: BatchMetadata, cache) -> StepState:
@@ -142,8 +148,15 @@ class TritonMLABackend(AttentionBackend):
 
     def capture_plan(self, meta: BatchMetadata, cache, *, max_seq_len: int) -> StepState:
         """A static decode step: every request absorbed (one new token each), splits sized
-        for ``max_seq_len``; the kernels find each request's KV length on the device."""
-        return StepState(meta=meta, prepared=static_parts(meta, max_seq_len))
+        for ``max_seq_len``; the kernels find each request's KV length on the device. Where v2
+        may merge its splits itself, its tickets are allocated (zeroed) now, outside the graph:
+        a token's tile x head blocks of >= 16 heads (a decode program's fewest) of the cache's
+        widest layer."""
+        parts = static_parts(meta, max_seq_len)
+        if (configs.V2_MERGE_SPLITS if self.merge_splits is None else self.merge_splits) > 1:
+            heads = max(spec.num_heads for spec in cache.specs.values())
+            parts["absorbed"].merge_counters(meta.num_reqs * triton.cdiv(heads, 16))
+        return StepState(meta=meta, prepared=parts)
 
     # ---- per layer ------------------------------------------------------------------------
     def _forward(self, q, k, v, layer: RuntimeLayer, cache, step: StepState):
@@ -209,6 +222,8 @@ class TritonMLABackend(AttentionBackend):
         cfg.update({k: v for k, v in (("block_n", self.block_n), ("num_warps", self.num_warps),
                                       ("num_stages", self.num_stages),
                                       ("v_split", self.v_split if columns else None)) if v})
+        if variant == "v2" and self.merge_splits is not None:
+            cfg["merge_splits"] = self.merge_splits
         return cfg
 
     def _attend_latent(self, q_lat, q_pe, latent, layer, part: Part, kv_scale: float, *, kernels):
@@ -230,12 +245,15 @@ class TritonMLABackend(AttentionBackend):
         splits = self.num_splits or choose_splits(
             work_req.numel() * triton.cdiv(H, block_h) * cfg["v_split"], part.max_kv_len,
             slots=_sm_count(q_lat.device) * per_sm)
+        fused = fuses_merge(variant, splits, cfg.get("merge_splits", 0))
         return absorbed_attention(
             q_lat, q_pe, flat, part.block_tables, work_req,
             work_tok, part.query_start_loc, part.seq_lens,
             page_size=part.page_size, scale=layer.spec.softmax_scale, kv_scale=kv_scale,
             block_t=block_t, block_h=block_h, num_splits=splits, variant=variant,
-            pdl=self.pdl and _pdl_ok(q_lat.device), **cfg)
+            pdl=self.pdl and _pdl_ok(q_lat.device),
+            counters=part.merge_counters(work_req.numel() * triton.cdiv(H, block_h)) if fused else None,
+            **cfg)
 
     def _mha_form(self, q_nope, q_pe, latent, layer, cache, part: Part, kv_scale):
         """Decompress the gathered latent into per-head K/V, then causal flash attention."""

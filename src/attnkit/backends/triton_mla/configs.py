@@ -23,6 +23,13 @@ WS = dict(BLOCK_H=64, BLOCK_N=64, NUM_STAGES=2, num_warps=12)   # a loader warp 
 V1_WIDE_TILE_SM90 = dict(block_n=64, num_warps=8, num_stages=3, programs_per_sm=1)
 
 ABSORBED = ("whole_rows", "column_split", "column_split_tma", "ws")
+
+# column_split's fused split merge (NOTES-mla.md, version 9): with 2 up to this many KV splits
+# the split kernel merges them itself (the last program of a (work tile, head block) does; no
+# reduce launch); more splits, or 0, go to the reduce kernel. A bound, because one program
+# merges a tile's splits (S x [heads, L] fp32) where the reduce spreads them over (token,
+# head, column block): at B 1 the splits are hundreds. 0 (off) until a GPU round measures it.
+V2_MERGE_SPLITS = 0
 SPLITS_AT_RUN_TIME = "from-SM-count"   # how a plan names the split count
 
 
@@ -90,10 +97,11 @@ def absorbed_config_v2(block_m: int, latent_width: int, *, fp32: bool = False,
 def absorbed_tiles(variant: str, *, heads: int, latent_width: int, new_tokens: int, fp32: bool,
                    smem_kb: int, block_h: int | None = None) -> dict:
     """The tile an absorbed variant launches with -> {block_h, block_t, block_n, num_warps,
-    num_stages, v_split, programs_per_sm}. A program holds ``block_t`` tokens of one request x
-    ``block_h`` heads (64 rows, 16 in fp32: fp32 tiles are twice the bytes); ``new_tokens``:
-    the most a request of the step brings (decode 1). ``block_h``: a caller's override. The
-    ws kernel's own shape is ``WS``; the tile here is what its launcher is handed."""
+    num_stages, v_split, programs_per_sm; column_split also merge_splits}. A program holds
+    ``block_t`` tokens of one request x ``block_h`` heads (64 rows, 16 in fp32: fp32 tiles are
+    twice the bytes); ``new_tokens``: the most a request of the step brings (decode 1).
+    ``block_h``: a caller's override. The ws kernel's own shape is ``WS``; the tile here is
+    what its launcher is handed."""
     rows = 16 if fp32 else 64
     columns = variant in ("column_split", "column_split_tma")
     wide = v2_block_h(heads, latent_width, fp32=fp32, smem_kb=smem_kb) if columns else None
@@ -104,6 +112,8 @@ def absorbed_tiles(variant: str, *, heads: int, latent_width: int, new_tokens: i
     cfg = (absorbed_config_v2(*args, **kw) if columns else None) or dict(absorbed_config(*args, **kw), v_split=1)
     if variant == "column_split_tma":
         cfg["num_stages"] = min(cfg["num_stages"], 2)        # 3 stages spill (ptxas sm_90)
+    if variant == "column_split":
+        cfg["merge_splits"] = V2_MERGE_SPLITS
     return dict(block_h=block_h, block_t=block_t, **cfg)
 
 

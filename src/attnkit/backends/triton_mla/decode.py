@@ -25,6 +25,7 @@ from attnkit.backends.triton_mla.decode_column_split import _absorbed_v2_kernel,
 from attnkit.backends.triton_mla.decode_tma import absorbed_tma
 
 from attnkit.backends.triton_mla.configs import WS
+from attnkit.errors import fail
 
 try:        # Gluon's Hopper API as Triton 3.6 spells it; another Triton: "ws" does not run
     from attnkit.backends.triton_mla.decode_gluon import absorbed_gluon, gluon_ready
@@ -185,11 +186,28 @@ def choose_splits(programs: int, max_kv: int, *, slots: int, min_keys: int = 128
     return next(s for s, f in enumerate(fill, start=1) if f >= 0.9 * best)
 
 
+def merge_tile(block_m: int, latent_width: int, num_warps: int) -> tuple[int, int]:
+    """(BLOCK_C, CHUNK_S) of the v2 kernel's in-kernel merge for a ``block_m``-row program:
+    columns and splits a load round, [block_m, BLOCK_C] x CHUNK_S within 64 fp32 values a
+    thread (the 128-head tile merges 128 columns at a time). ptxas for sm_90 (Triton 3.9,
+    NOTES-mla.md version 9): 16 heads 153 registers (192 without MERGE), 128 heads 230 (211),
+    no stack; the 64-head tile, at 255 without it, spills 48 B."""
+    budget = 2048 * num_warps
+    block_c = min(latent_width, 128, max(16, budget // block_m))
+    return block_c, max(1, min(4, budget // (block_m * block_c)))
+
+
+def fuses_merge(variant: str, num_splits: int, merge_splits: int) -> bool:
+    """Whether absorbed_attention merges the splits inside the split kernel (v2's MERGE)."""
+    return variant == "v2" and 1 < num_splits <= merge_splits
+
+
 def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok,
                        query_start_loc, seq_lens, *, page_size: int, scale: float,
                        kv_scale: float, block_t: int, block_h: int, block_n: int,
                        num_splits: int, num_warps: int = 4, num_stages: int = 2,
-                       variant: str = "v1", v_split: int = 1, pdl: bool = False):
+                       variant: str = "v1", v_split: int = 1, pdl: bool = False,
+                       merge_splits: int = 0, counters=None):
     """Absorbed attention core; returns out_lat [T, H, L] in q_lat's dtype.
 
     q_lat: [H, T, L] (last dim contiguous); q_pe: [T, H, R]; cache_flat: [slots, L + R]
@@ -199,7 +217,11 @@ def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok
     ("v1", "v2" or "tma"); ``v_split`` (v2 / tma, 1 or 2) column blocks of L per head block;
     ``pdl`` (v2 with splits): the reduce kernel launched as a programmatic dependent of the
     split kernel (sm_90+; the split kernel itself launches as usual, after its inputs), its
-    launch and prologue under the split kernel's tail.
+    launch and prologue under the split kernel's tail. ``merge_splits`` (v2): with 2 up to
+    that many splits the split kernel merges them itself (MERGE, no reduce launch; pdl has
+    nothing to do then), taking tickets from ``counters``: int32 zeros, >= W x head blocks,
+    left zero (a step's persistent buffer, so that a CUDA graph needs no zeroing; None: new
+    zeros each call).
     """
     import torch
 
@@ -220,7 +242,18 @@ def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok
         lse = torch.empty(T, H, num_splits, dtype=torch.float32, device=q_lat.device)
         sp = (partial.stride(0), partial.stride(1), partial.stride(2), lse.stride(0), lse.stride(1))
     dot_prec = "ieee" if q_lat.dtype == torch.float32 else "tf32"
-    pdl = pdl and variant == "v2" and not direct
+    merge = fuses_merge(variant, num_splits, merge_splits)
+    pdl = pdl and variant == "v2" and not direct and not merge
+    if merge:                       # the split kernel writes the output itself
+        out = torch.empty(T, H, L, dtype=q_lat.dtype, device=q_lat.device)
+        need = W * head_blocks
+        if counters is None:
+            counters = torch.zeros(need, dtype=torch.int32, device=q_lat.device)
+        elif counters.dtype != torch.int32 or counters.numel() < need:
+            fail("AK900", f"triton_mla: the fused merge needs {need} int32 tickets, got "
+                          f"{counters.numel()} {counters.dtype}", field="counters",
+                 expected=f">= {need} int32", actual=f"{counters.numel()} {counters.dtype}")
+        block_c, chunk_s = merge_tile(block_t * block_h, L, num_warps)
     if variant == "ws":
         absorbed_gluon(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok,
                        query_start_loc, seq_lens, partial, lse, sp,
@@ -237,13 +270,14 @@ def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok
         def launch(stages):
             _absorbed_v2_kernel[(head_blocks * v_split, W, num_splits)](
                 q_lat, q_pe, cache_flat, block_tables, work_req, work_tok, query_start_loc,
-                seq_lens, partial, lse,
+                seq_lens, partial, lse, *((out, counters) if merge else (lse, lse)),
                 q_lat.stride(0), q_lat.stride(1), q_pe.stride(0), q_pe.stride(1),
-                block_tables.stride(0), *sp,
+                block_tables.stride(0), *sp, *((out.stride(0), out.stride(1)) if merge else (0, 0)),
                 scale * kv_scale * LOG2E, kv_scale, H, num_splits,
                 L=L, R=R, ROW=cache_flat.stride(0), PAGE_SIZE=page_size, BLOCK_T=block_t,
                 BLOCK_H=block_h, BLOCK_N=block_n, V_SPLIT=v_split, DIRECT=direct,
                 DOT_PREC=dot_prec, PDL=pdl, num_warps=num_warps, num_stages=stages,
+                **(dict(MERGE=True, BLOCK_C=block_c, CHUNK_S=chunk_s) if merge else {}),
             )
         try:
             launch(num_stages)
@@ -268,6 +302,8 @@ def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok
         )
     if direct:
         return partial.to(q_lat.dtype)
+    if merge:
+        return out
     out = torch.empty(T, H, L, dtype=q_lat.dtype, device=q_lat.device)
     block_l = min(128, L)
     _reduce_splits_kernel[(T, H, L // block_l)](

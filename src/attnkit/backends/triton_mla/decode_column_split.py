@@ -20,6 +20,14 @@ Here:
 - When BLOCK_N divides the page size, a key tile lies in one page: one block-table load
   per tile, rows at a constant stride from one base, instead of a page id and a 64-bit
   address per row (the gather addresses were a large part of version 1's registers).
+
+MERGE (version 9, NOTES-mla.md; the launcher's ``merge_splits``): the splits are merged inside
+this kernel, not by decode._reduce_splits_kernel launched after it. Every program of a (work
+tile, head block) stores its split's partial and LSE as without it, then takes a ticket from
+that pair's counter; the num_splits * V_SPLIT tickets cover every split of every column block,
+and the program drawing the last one merges all L columns of the tile's rows (merge_if_last).
+One counter a tile, not one a column block: column block 0 writes the one LSE a split has, as
+the reduce kernel reads it, so the last program of any column block may need it.
 """
 from __future__ import annotations
 
@@ -101,22 +109,73 @@ def store_split(Out, Lse, acc, m_i, l_i, tok, head, row_ok, vb, split, offs_v, v
 
 
 @triton.jit
+def merge_if_last(Out, Lse, Final, Counter, tok, head, row_ok, tickets, num_splits,
+                  stride_ot, stride_oh, stride_os, stride_lt, stride_lh, stride_ft, stride_fh,
+                  L: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
+                  CHUNK_S: tl.constexpr):
+    """Called by every program of a (work tile, head block) after store_split; the one that
+    draws the last of ``tickets`` merges the num_splits partials of the tile's rows into
+    Final [T, H, L] (its dtype) and resets Counter to 0 for the next launch.
+
+    Ordering as triton's decode_merge.merge_if_last: a CTA barrier puts every thread's stores
+    before the ticket (acq_rel, GPU scope), and the merging program reads after its ticket,
+    through L2 (.cg). The row maximum of the LSEs comes first, 32 splits a load; then per
+    BLOCK_C columns the splits are added in split order, CHUNK_S a load round, each weighed by
+    exp2(lse - max) (an empty split: lse = -inf, weight 0), into a [BLOCK_M, BLOCK_C]
+    accumulator and the weights' sum: the same sums whichever program was last."""
+    tl.debug_barrier()
+    ticket = tl.atomic_add(Counter, 1, sem="acq_rel", scope="gpu")
+    if ticket == tickets - 1:
+        lse_row = Lse + tok * stride_lt + head * stride_lh                        # [BLOCK_M]
+        offs_s = tl.arange(0, 32)
+        m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        for s0 in range(0, num_splits, 32):
+            ok = row_ok[:, None] & (s0 + offs_s < num_splits)[None, :]
+            lse = tl.load(lse_row[:, None] + s0 + offs_s[None, :], mask=ok, other=float("-inf"),
+                          cache_modifier=".cg")
+            m = tl.maximum(m, tl.max(lse, axis=1))
+        m = tl.where(m == float("-inf"), 0.0, m)
+        part_row = Out + tok[:, None] * stride_ot + head[:, None] * stride_oh
+        final_row = Final + tok[:, None] * stride_ft + head[:, None] * stride_fh
+        for c0 in range(0, L, BLOCK_C):
+            offs_c = c0 + tl.arange(0, BLOCK_C)
+            acc = tl.zeros([BLOCK_M, BLOCK_C], tl.float32)
+            total = tl.zeros([BLOCK_M], tl.float32)
+            for s0 in range(0, num_splits, CHUNK_S):
+                for j in tl.static_range(CHUNK_S):      # independent loads, added in order
+                    ok = row_ok & (tok * 0 + s0 + j < num_splits)      # [BLOCK_M]
+                    w = tl.exp2(tl.load(lse_row + s0 + j, mask=ok, other=float("-inf"),
+                                        cache_modifier=".cg") - m)
+                    part = tl.load(part_row + (s0 + j) * stride_os + offs_c[None, :],
+                                   mask=ok[:, None], other=0.0, cache_modifier=".cg")
+                    acc += w[:, None] * part
+                    total += w
+            total = tl.where(total == 0.0, 1.0, total)
+            tl.store(final_row + offs_c[None, :], (acc / total[:, None]).to(Final.dtype.element_ty),
+                     mask=row_ok[:, None])
+        tl.atomic_xchg(Counter, 0, sem="relaxed", scope="gpu")       # ready for the next launch
+
+
+@triton.jit
 def _absorbed_v2_kernel(
-    QL, QP, Cache, BlockTables, WorkReq, WorkTok, QStart, SeqLens, Out, Lse,
+    QL, QP, Cache, BlockTables, WorkReq, WorkTok, QStart, SeqLens, Out, Lse, Final, Counters,
     stride_qlh, stride_qlt, stride_qpt, stride_qph, stride_bt,
-    stride_ot, stride_oh, stride_os, stride_lt, stride_lh,
+    stride_ot, stride_oh, stride_os, stride_lt, stride_lh, stride_ft, stride_fh,
     qk_scale, v_scale, H, num_splits,
     L: tl.constexpr, R: tl.constexpr, ROW: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     V_SPLIT: tl.constexpr, DIRECT: tl.constexpr, DOT_PREC: tl.constexpr,
-    PDL: tl.constexpr = False,
+    PDL: tl.constexpr = False, MERGE: tl.constexpr = False, BLOCK_C: tl.constexpr = 16,
+    CHUNK_S: tl.constexpr = 1,
 ):
     """As decode._absorbed_split_kernel, with Cache: latent [slots, ROW] (ROW = L + R, a
     constexpr so row offsets fold into immediates) and grid axis 0 = head block * V_SPLIT +
     column block. Out / Lse as there; every column block writes its columns, block 0 the LSE.
     PDL (launched with programmatic dependent launch): the reduce kernel that follows may be
     scheduled as soon as every program has started; it waits (gdc_wait) for this grid's
-    stores before it reads them."""
+    stores before it reads them. MERGE (with splits): merge_if_last writes Final [T, H, L]
+    (q's dtype), taking tickets from Counters [>= work tiles x head blocks] int32 (zeros, left
+    zero); unused without it."""
     if PDL:
         gdc_launch_dependents()
     BLOCK_M: tl.constexpr = BLOCK_T * BLOCK_H
@@ -160,3 +219,10 @@ def _absorbed_v2_kernel(
 
     store_split(Out, Lse, acc, m_i, l_i, tok, head, row_ok, vb, split, offs_v, v_scale,
                 stride_ot, stride_oh, stride_os, stride_lt, stride_lh, DIRECT)
+    if MERGE:
+        tl.static_assert(not DIRECT, "MERGE merges splits: DIRECT has none")
+        head_blocks = tl.num_programs(0) // V_SPLIT
+        counter = Counters + tl.program_id(1) * head_blocks + tl.program_id(0) // V_SPLIT
+        merge_if_last(Out, Lse, Final, counter, tok, head, row_ok, num_splits * V_SPLIT,
+                      num_splits, stride_ot, stride_oh, stride_os, stride_lt, stride_lh,
+                      stride_ft, stride_fh, L, BLOCK_M, BLOCK_C, CHUNK_S)
