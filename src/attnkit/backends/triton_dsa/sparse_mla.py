@@ -9,7 +9,7 @@ selected rows:
     s   = scale * (q_lat[:, :L] @ c.T + q_lat[:, L:] @ k_pe.T)     [BLOCK_H, BLOCK_N]
     acc = acc * alpha + softmax_part(s) @ c                        [BLOCK_H, L]
 as in triton_mla's absorbed decode (decode.py, version 1), whose split merge
-(``_reduce_splits_kernel``, base-2 LSE) this reuses. A -1 index is MASKED: its row is never
+(``reduce_splits``, base-2 LSE) this reuses. A -1 index is MASKED: its row is never
 loaded (reads 0) and its logit is -inf, so nothing from an unselected or unowned slot
 reaches the output, NaN included. Decode and prefill are the same math: every token has
 its own list, so prefill is just more programs.
@@ -23,7 +23,7 @@ import triton.language as tl
 from attnkit.backends._triton import LOG2E, NEG_BIG, online_softmax_step, split_range
 from attnkit.backends.triton_dsa.configs import (GLUON_FORMS, SPARSE_WS, WS_HEADS,
                                                  sparse_tile_config)
-from attnkit.backends.triton_mla.decode import _reduce_splits_kernel, choose_splits
+from attnkit.backends.triton_mla.decode import choose_splits, reduce_splits
 
 
 @triton.jit
@@ -204,12 +204,7 @@ def sparse_mla(q_lat, latent, block_table, token_request, indices, *, scale: flo
         if not direct:
             out.copy_(partial[:, :, 0])
     else:
-        block_l = min(128, L)
-        _reduce_splits_kernel[(T, H, L // block_l)](
-            partial, lse, out, num_splits, partial.stride(0), partial.stride(1),
-            partial.stride(2), lse.stride(0), lse.stride(1), out.stride(0), out.stride(1),
-            BLOCK_S=min(32, triton.next_power_of_2(num_splits)), BLOCK_L=block_l, num_warps=4,
-        )
+        reduce_splits(partial, lse, out, num_splits)
     if not return_lse:
         return out
     m = lse.amax(dim=2, keepdim=True)

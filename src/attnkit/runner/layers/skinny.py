@@ -21,7 +21,10 @@ The engine uses the epilogues; the prologues only where ATTNKIT_SKINNY_FOLD name
 Each program owns BLOCK_N output columns (rows of W) and walks K in BLOCK_K steps, so W is
 read once, in its own row-major order. Two inner forms (constexpr DOT): ``acc[BN, BM] += W_tile
 @ x_tile^T`` on the tensor cores (x padded to 16 rows), or, for one row, CUDA-core FMAs summed
-over K once at the end. fp32 accumulation.
+over K once at the end. fp32 accumulation. Past 16 rows a product of few column tiles also
+splits K across programs (Config.split): each stores its float32 partial, and the last
+program of a column tile (a ticket counter) sums them in split order and runs the epilogue,
+so the result is the same whichever program finishes last.
 
 Under programmatic dependent launch (fused._pdl's options: by default a one-row launch on
 sm_90+, ATTNKIT_FUSED_PDL otherwise) a program prefetches the first BLOCK_K columns
@@ -44,11 +47,13 @@ import triton.language as tl
 from attnkit.runner.layers import fused
 from attnkit.runner.layers.fused import gdc_launch_dependents, pdl_enter
 
-# Steps of more tokens run cuBLAS and the separate kernels: at 64 rows this kernel read the
-# weights at 0.77-0.99x cuBLAS's rate, at <= 32 rows at 0.93-1.10x (H200,
-# benchmarks/results/session-1202f/c2/bench_skinny.md); 16 is the last row count its graphs
-# were measured at in the engine (NOTES-engine.md version 3).
-MAX_ROWS = 16
+# Steps of more tokens run cuBLAS and the separate kernels. Up to FEW_ROWS one column tile a
+# program (session 1202f: 0.93-1.10x cuBLAS's rate at <= 32 rows); from there to MAX_ROWS the
+# split-K rule of ``config`` (session 1203c: the engine's B=32 step +4.7 % and +3.6 % over
+# cuBLAS's products in two calls, B=48 and B=64 even, so cuBLAS keeps those; NOTES-engine.md
+# version 6). ATTNKIT_SKINNY_ROWS moves the limit for measurement (``max_rows``).
+FEW_ROWS = 16
+MAX_ROWS = 32
 
 NONE, NORM, SILU = 0, 1, 2                  # prologues
 
@@ -205,7 +210,7 @@ def config(m: int, n: int) -> Config:
     """The configuration bench_skinny measured fastest for the Llama-3-8B decode products
     (results/session-1202f/c2): one row with fewer than 16k outputs on CUDA cores (8 x 512),
     otherwise the tensor-core form, 64-column tiles where there are >= 6k outputs. Past
-    MAX_ROWS rows (reached only with ATTNKIT_SKINNY_ROWS), by bench_skinny at 32 and 64 rows
+    FEW_ROWS rows (and to 64 with ATTNKIT_SKINNY_ROWS), by bench_skinny at 32 and 64 rows
     (results/session-1203c/c1): 64-column tiles with K split in two where there are <= 4096
     outputs (64 column tiles would fill half of 132 SMs; o 1.07x / 1.00x cuBLAS, down 1.00x /
     1.02x), whole K at 6144 (qkv 1.01x / 0.97x), and past 32 rows 128-column tiles of 8 warps
@@ -213,7 +218,7 @@ def config(m: int, n: int) -> Config:
     64-column tile read at 0.91x / 0.98x)."""
     if m == 1 and n < 16384:
         return Config(False, 8, 512, 4, 2)
-    if m > MAX_ROWS:
+    if m > FEW_ROWS:
         if n <= 4096:
             return Config(True, 64, 128, 4, 4, split=2)
         return Config(True, 128, 128, 8, 3) if m > 32 and n >= 16384 else Config(True, 64, 128)
