@@ -144,3 +144,17 @@ def test_sixteen_head_decode_column_split_tile_on_sm90():
     assert configs.absorbed_tiles("column_split", **dict(kw, new_tokens=4))["num_stages"] == 3
     # parts with ~99 KB a block keep the small-part tile
     assert configs.absorbed_tiles("column_split", **dict(kw, smem_kb=99))["num_stages"] != 6
+
+
+def test_reduce_tile():
+    """The split reduce's tile: every split of a step below 33 in one round, <= 4096 fp32 a
+    tile, <= 256 columns, and narrower columns where the (token, head) pairs are few, so a
+    one-request step still has >= 256 programs."""
+    from attnkit.backends.triton_mla.decode import reduce_tile
+    assert reduce_tile(32 * 16, 512, 8) == (8, 256)          # B 32, 16 heads: 1,024 programs
+    assert reduce_tile(16, 512, 231) == (32, 32)             # B 1: 256 programs, 8 rounds
+    assert reduce_tile(128, 512, 60) == (32, 128)
+    for rows, splits in ((1, 3), (16, 29), (512, 8), (4096, 300)):
+        block_s, block_l = reduce_tile(rows, 512, splits)
+        assert block_s * block_l <= 4096 and 512 % block_l == 0
+        assert block_s >= min(32, splits)
