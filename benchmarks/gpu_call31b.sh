@@ -4,12 +4,7 @@
 # (gpu_mla16.sh: its GPU tests and bench_mla16), then the engine with ATTNKIT_SKINNY_ROWS 16 vs
 # 64, values interleaved, while there is time. Files in $OUT (c.tgz, gpu_mla16.tar.gz).
 #   cd <repo root> && OUT=/some/dir bash benchmarks/gpu_call31b.sh
-set -u
-OUT=${OUT:-.}
-W=$(mktemp -d)
-export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-T0=$SECONDS
-save() { tar czf "$OUT/c.tgz" -C "$W" .; }
+. benchmarks/gpu_common.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
 timeout ${TEST_S:-90} python3 -m pytest -q -m gpu -n 4 -p no:cacheprovider tests/runner/test_skinny.py > "$W/gpu_tests.log" 2>&1
 echo "skinny tests rc $? ($(tail -1 "$W/gpu_tests.log")) at $((SECONDS - T0)) s"; save

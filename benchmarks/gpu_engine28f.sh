@@ -4,12 +4,7 @@
 # then bench_prefetch (modes 0 / 1 / last interleaved, B = 1, 16, 64), then the step's profile
 # at B=1 with the prefetch off and on while the call has time. Files in $OUT/c.tgz.
 #   cd <repo root> && OUT=/some/dir bash benchmarks/gpu_engine28f.sh
-set -u
-OUT=${OUT:-.}
-W=$(mktemp -d)
-export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-T0=$SECONDS
-save() { tar czf "$OUT/c.tgz" -C "$W" .; }
+. benchmarks/gpu_common.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
 timeout ${TEST_S:-150} python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider tests/runner/test_prefetch.py \
   tests/runner/test_runner_graphs_gpu.py tests/runner/test_skinny.py tests/runner/test_fused_layers.py \

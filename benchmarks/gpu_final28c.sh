@@ -4,12 +4,7 @@
 # launches, against 0), values interleaved, ROUNDS rounds; ATTNKIT_SKINNY 1 against 0 while
 # there is time. Files in $OUT/c.tgz.
 #   cd <repo root> && OUT=/some/dir bash benchmarks/gpu_final28c.sh
-set -u
-OUT=${OUT:-.}
-W=$(mktemp -d)
-export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-T0=$SECONDS
-save() { tar czf "$OUT/c.tgz" -C "$W" .; }
+. benchmarks/gpu_common.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
 timeout ${TEST_S:-150} python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider tests/runner > "$W/gpu_tests.log" 2>&1
 echo "tests rc $? ($(tail -1 "$W/gpu_tests.log")) at $((SECONDS - T0)) s"; save

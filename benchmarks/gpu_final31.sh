@@ -4,12 +4,7 @@
 # round: bench_mla16 and its profiler split); then the engine at 32 and 24 rows with
 # ATTNKIT_SKINNY_ROWS 32 (the new default) against 16, values interleaved, while there is time.
 #   cd <repo root> && OUT=/some/dir bash benchmarks/gpu_final31.sh
-set -u
-OUT=${OUT:-.}
-W=$(mktemp -d)
-export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-T0=$SECONDS
-save() { tar czf "$OUT/c.tgz" -C "$W" .; }
+. benchmarks/gpu_common.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
 timeout ${SUITE_S:-300} python3 -m pytest -q -m gpu -n 16 -p no:cacheprovider tests > "$W/gpu_suite.log" 2>&1
 echo "suite rc $? ($(tail -1 "$W/gpu_suite.log")) at $((SECONDS - T0)) s"; save

@@ -5,12 +5,7 @@
 # with the few-row kernel up to 64 rows (ATTNKIT_SKINNY_ROWS 64, config's guessed split rule)
 # against cuBLAS past 16 rows (16, the default), values interleaved. Files in $OUT/c.tgz.
 #   cd <repo root> && OUT=/some/dir bash benchmarks/gpu_splitk31.sh
-set -u
-OUT=${OUT:-.}
-W=$(mktemp -d)
-export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-T0=$SECONDS
-save() { tar czf "$OUT/c.tgz" -C "$W" .; }
+. benchmarks/gpu_common.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
 timeout ${TEST_S:-120} python3 -m pytest -q -m gpu -n 4 -p no:cacheprovider tests/runner/test_skinny.py > "$W/gpu_tests.log" 2>&1
 echo "tests rc $? ($(tail -1 "$W/gpu_tests.log")) at $((SECONDS - T0)) s"; save
