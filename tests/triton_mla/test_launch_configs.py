@@ -150,7 +150,7 @@ def test_reduce_tile():
     """The split reduce's tile: every split of a step below 33 in one round, <= 4096 fp32 a
     tile, <= 256 columns, and narrower columns where the (token, head) pairs are few, so a
     one-request step still has >= 256 programs."""
-    from attnkit.backends.triton_mla.decode import reduce_tile
+    reduce_tile = configs.reduce_tile
     assert reduce_tile(32 * 16, 512, 8) == (8, 256)          # B 32, 16 heads: 1,024 programs
     assert reduce_tile(16, 512, 231) == (32, 32)             # B 1: 256 programs, 8 rounds
     assert reduce_tile(128, 512, 60) == (32, 128)

@@ -142,9 +142,9 @@ def test_a_static_step_reserves_its_tickets_outside_the_graph():
 def test_merge_tile_holds_64_values_a_thread():
     """The merge's load round: the 16-head decode tile (4 warps) merges 128 columns x 4 splits,
     the 128-head one (8 warps) 128 columns x 1, never more than 64 fp32 values a thread."""
-    assert decode.merge_tile(16, 512, 4) == (128, 4)
-    assert decode.merge_tile(64, 512, 4) == (128, 1)
-    assert decode.merge_tile(128, 512, 8) == (128, 1)
+    assert configs.merge_tile(16, 512, 4) == (128, 4)
+    assert configs.merge_tile(64, 512, 4) == (128, 1)
+    assert configs.merge_tile(128, 512, 8) == (128, 1)
     for rows, warps in ((16, 4), (32, 4), (64, 4), (128, 8), (16, 8), (128, 4)):
-        block_c, chunk = decode.merge_tile(rows, 512, warps)
+        block_c, chunk = configs.merge_tile(rows, 512, warps)
         assert rows * block_c * chunk <= 64 * 32 * warps and 512 % block_c == 0

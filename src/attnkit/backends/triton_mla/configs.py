@@ -117,6 +117,28 @@ def absorbed_tiles(variant: str, *, heads: int, latent_width: int, new_tokens: i
     return dict(block_h=block_h, block_t=block_t, **cfg)
 
 
+def merge_tile(block_m: int, latent_width: int, num_warps: int) -> tuple[int, int]:
+    """(BLOCK_C, CHUNK_S) of column_split's in-kernel merge for a ``block_m``-row program:
+    columns and splits a load round, [block_m, BLOCK_C] x CHUNK_S within 64 fp32 values a
+    thread (the 128-head tile merges 128 columns at a time; registers and spills with ptxas:
+    NOTES-mla.md version 9)."""
+    budget = 2048 * num_warps
+    block_c = min(latent_width, 128, max(16, budget // block_m))
+    return block_c, max(1, min(4, budget // (block_m * block_c)))
+
+
+def reduce_tile(rows: int, latent_width: int, num_splits: int) -> tuple[int, int]:
+    """(BLOCK_S, BLOCK_L) of the split reduce over ``rows`` (token, head) pairs: up to 32
+    splits a round in a tile of <= 4096 fp32 (32 a thread at 4 warps), at most 256 columns,
+    and narrower columns until the step has >= 256 programs, so a one-request step of
+    hundreds of splits is not a few long chains (NOTES-mla.md version 10)."""
+    block_s = min(32, next_pow2(num_splits))
+    block_l = min(latent_width, 256, 4096 // block_s)
+    while rows * (latent_width // block_l) < 256 and block_l > 32:
+        block_l //= 2
+    return block_s, block_l
+
+
 def mha_form_tiles(*, fp32: bool, smem_kb: int, interpret: bool = False) -> dict:
     """The MHA-form flash kernel's tile: no spills and pipelined loads with ptxas for sm_90
     (144 KB of shared memory); 32-key tiles (68 KB) where blocks get ~99 KB; small fp32 tiles

@@ -24,6 +24,7 @@ from attnkit.backends._triton import LOG2E, NEG_BIG, interpreting, online_softma
 from attnkit.backends.triton_mla.decode_column_split import _absorbed_v2_kernel, work_rows
 from attnkit.backends.triton_mla.decode_tma import absorbed_tma
 
+from attnkit.backends.triton_mla import configs
 from attnkit.backends.triton_mla.configs import WS
 from attnkit.errors import fail
 
@@ -126,8 +127,8 @@ def _reduce_splits_kernel(
     Grid (T, H, L / BLOCK_L). One pass over the splits, BLOCK_S at a time: each round loads
     the splits' LSEs and partials together and folds them into a running max, denominator and
     sum (rescaled when the max moves), so a step of <= BLOCK_S splits is one round of loads
-    (the two-pass form, a max over the LSEs first, waited on one L2 round trip before the
-    partials' loads: 8 us at 16 heads, B 32, 8 splits; NOTES-mla.md version 10).
+    (the two-pass form, a max over the LSEs first, waited one L2 round trip before the
+    partials' loads; NOTES-mla.md version 10).
     PDL: launched as a programmatic dependent of the split kernel; waits for its stores."""
     if PDL:
         gdc_wait()
@@ -159,28 +160,15 @@ def _reduce_splits_kernel(
 
 def reduce_splits(partial, lse, out, num_splits: int, *, pdl: bool = False) -> None:
     """Merge split partials into ``out`` [T, H, L] (written): partial [T, H, S, L] fp32, lse
-    [T, H, S] fp32 base 2, S >= num_splits. Tile: ``reduce_tile``."""
+    [T, H, S] fp32 base 2, S >= num_splits. Tile: ``configs.reduce_tile``."""
     T, H, L = out.shape
-    block_s, block_l = reduce_tile(T * H, L, num_splits)
+    block_s, block_l = configs.reduce_tile(T * H, L, num_splits)
     _reduce_splits_kernel[(T, H, L // block_l)](
         partial, lse, out, num_splits, partial.stride(0), partial.stride(1), partial.stride(2),
         lse.stride(0), lse.stride(1), out.stride(0), out.stride(1),
         BLOCK_S=block_s, BLOCK_L=block_l, num_warps=4,
         PDL=pdl, **({"launch_pdl": True} if pdl else {}),
     )
-
-
-def reduce_tile(rows: int, L: int, num_splits: int) -> tuple[int, int]:
-    """(splits a round, latent columns a program) of the reduce over ``rows`` (token, head)
-    pairs: up to 32 splits a round in a tile of <= 4096 fp32 (32 a thread at 4 warps), at
-    most 256 columns, and narrower columns until there are >= 256 programs: a step of one
-    request at 16 heads and 231 splits (B 1, ctx 32k) ran 35.5 us with 64 programs of two
-    passes and 44.3 with 32 programs of 15 rounds (session 1203c, c2 / c3)."""
-    block_s = min(32, triton.next_power_of_2(num_splits))
-    block_l = min(L, 256, 4096 // block_s)
-    while rows * (L // block_l) < 256 and block_l > 32:
-        block_l //= 2
-    return block_s, block_l
 
 
 def _ws_triton() -> tuple:
@@ -213,17 +201,6 @@ def choose_splits(programs: int, max_kv: int, *, slots: int, min_keys: int = 128
     fill = [programs * s / (triton.cdiv(programs * s, slots) * slots) for s in range(1, cap + 1)]
     best = max(fill)
     return next(s for s, f in enumerate(fill, start=1) if f >= 0.9 * best)
-
-
-def merge_tile(block_m: int, latent_width: int, num_warps: int) -> tuple[int, int]:
-    """(BLOCK_C, CHUNK_S) of the v2 kernel's in-kernel merge for a ``block_m``-row program:
-    columns and splits a load round, [block_m, BLOCK_C] x CHUNK_S within 64 fp32 values a
-    thread (the 128-head tile merges 128 columns at a time). ptxas for sm_90 (Triton 3.9,
-    NOTES-mla.md version 9): 16 heads 153 registers (192 without MERGE), 128 heads 230 (211),
-    no stack; the 64-head tile, at 255 without it, spills 48 B."""
-    budget = 2048 * num_warps
-    block_c = min(latent_width, 128, max(16, budget // block_m))
-    return block_c, max(1, min(4, budget // (block_m * block_c)))
 
 
 def fuses_merge(variant: str, num_splits: int, merge_splits: int) -> bool:
@@ -282,7 +259,7 @@ def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok
             fail("AK900", f"triton_mla: the fused merge needs {need} int32 tickets, got "
                           f"{counters.numel()} {counters.dtype}", field="counters",
                  expected=f">= {need} int32", actual=f"{counters.numel()} {counters.dtype}")
-        block_c, chunk_s = merge_tile(block_t * block_h, L, num_warps)
+        block_c, chunk_s = configs.merge_tile(block_t * block_h, L, num_warps)
     if variant == "ws":
         absorbed_gluon(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok,
                        query_start_loc, seq_lens, partial, lse, sp,
