@@ -1,5 +1,6 @@
 """The decode GEMMs of a Llama-3-8B-shaped step, cuBLAS (torch.mm) against the runner's
-few-row Triton kernel (attnkit.runner.layers.skinny) at each of its launch configurations.
+few-row Triton kernel (attnkit.runner.layers.skinny) at each of its launch configurations and,
+from 16 rows on sm_90, the warp-specialised Gluon product (layers/stream_mm.py) at its tiles.
 
     PYTHONPATH=src python3 benchmarks/bench_skinny.py [--out DIR] [--ms 1,2,4,8,16,32,64]
 
@@ -23,7 +24,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import copy_bandwidth_gbs, environment, graphed, time_ms  # noqa: E402
 
-from attnkit.runner.layers.skinny import Config, config, mm  # noqa: E402
+from attnkit.runner.layers import stream_mm  # noqa: E402
+from attnkit.runner.layers.skinny import Config, config, counters, mm  # noqa: E402
 
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096),
           "down": (4096, 14336), "lm_head": (128256, 4096)}
@@ -46,20 +48,44 @@ WIDE = [Config(True, 256, 64, 8, s, sp) for s, sp in
         [(4, 1), (4, 2), (4, 4), (4, 8), (3, 4)]] + [Config(True, 128, 128, 8, 3, sp) for sp in (2, 4)]
 
 
+# stream_mm: ((BN, BK, NS), programs an SM, PDL). 192 KB rings run one program an SM, 96 KB
+# rings two; PDL 2: each product of the graph's chain a programmatic dependent of the one
+# before, its first W tiles loaded while that one drains.
+STREAM = [((128, 128, 4), 1, 0), ((128, 64, 8), 1, 0), ((128, 64, 6), 1, 0),
+          ((128, 128, 3), 1, 0), ((64, 128, 6), 1, 0), ((128, 64, 4), 2, 0),
+          ((64, 128, 3), 2, 0), ((128, 128, 4), 1, 2), ((128, 64, 4), 2, 2)]
+
+
 def candidates(m: int, args) -> list:
     """The configurations timed at m rows: --configs old (the 1202f set), split, wide (256-
-    and 128-column tiles at 32-64 rows), or all."""
+    and 128-column tiles at 32-64 rows), stream (stream_mm's, from 16 rows), or all."""
     old = DOT + (FMA if m <= 4 else [])
     new = (FMA_SPLIT if m == 1 else []) + (DOT_SPLIT if m > 1 else [])
     wide = WIDE if 32 <= m <= 64 else []
-    return {"old": old, "split": new, "wide": wide, "all": old + new + wide}[args.configs]
+    stream = [c for c in STREAM if c[0][0] * max(16, m) <= 8192] if m >= 16 else []
+    return {"old": old, "split": new, "wide": wide, "stream": stream,
+            "all": old + new + wide + stream}[args.configs]
 TOTAL_BYTES = 512 << 20
 
 
-def label(cfg: Config) -> str:
+def label(cfg) -> str:
+    if not isinstance(cfg, Config):
+        (bn, bk, ns), per_sm, pdl = cfg
+        return f"stream ({bn}, {bk}, s{ns}{', 2 an SM' if per_sm > 1 else ''}{', pdl' if pdl else ''})"
     split = f", k/{cfg.split}" if cfg.split > 1 else ""
     return (f"{'dot' if cfg.dot else 'fma'} ({cfg.block_n}, {cfg.block_k}, w{cfg.num_warps}, "
             f"s{cfg.num_stages}{split})")
+
+
+def product(x, w, cfg):
+    """x @ w^T by ``cfg``: a skinny Config, or a STREAM entry."""
+    if isinstance(cfg, Config):
+        return mm(x, w, cfg=cfg)
+    tiles, per_sm, pdl = cfg
+    return stream_mm.mm(x, w, counters=counters(x.device), tiles=tiles,
+                        programs=per_sm * torch.cuda.get_device_properties(x.device).multi_processor_count,
+                        pdl={"PDL": pdl, "launch_pdl": True} if pdl else None,
+                        maxnreg=128 if per_sm > 1 else None)
 
 
 def rate(fn, weights, nbytes: int) -> float:
@@ -76,7 +102,7 @@ def main(argv=None) -> int:
     p.add_argument("--ms", default="1,2,4,8,16,32,64")
     p.add_argument("--shapes", default=",".join(SHAPES))
     p.add_argument("--budget-s", type=float, default=240)
-    p.add_argument("--configs", choices=("old", "split", "wide", "all"), default="all")
+    p.add_argument("--configs", choices=("old", "split", "wide", "stream", "all"), default="all")
     args = p.parse_args(argv)
     unknown = set(args.shapes.split(",")) - set(SHAPES)
     if unknown:
@@ -106,13 +132,15 @@ def main(argv=None) -> int:
             row["rule"] = label(config(m, n))
             rule = config(m, n)
             cfgs = candidates(m, args)
+            if not stream_mm.ready(x, weights[0]):
+                cfgs = [c for c in cfgs if isinstance(c, Config)]
             for cfg in ([rule] if rule not in cfgs else []) + cfgs:
                 if time.time() - start > args.budget_s:
                     break
                 try:
-                    got = mm(x, weights[0], cfg=cfg)
+                    got = product(x, weights[0], cfg)
                     err = ((got.float() - want.float()).abs().max() / want.float().abs().max()).item()
-                    gbs = rate(lambda w: mm(x, w, cfg=cfg), weights, nbytes)
+                    gbs = rate(lambda w: product(x, w, cfg), weights, nbytes)
                     row["kernels"].append({"config": label(cfg), "gbs": gbs, "rel_err": err})
                 except Exception as exc:  # noqa: BLE001 -- a config that fails to build is a row
                     row["kernels"].append({"config": label(cfg), "error": f"{type(exc).__name__}: {exc}"[:200]})

@@ -35,14 +35,15 @@ def test_a_descriptor_from_its_template_is_the_one_triton_builds(dtype):
     second = torch.ones(300, 4, 64, dtype=dtype)
     made = gluon_host.descriptor(second, 128)
     assert made.base is second
-    assert _fields(made) == _fields(gluon_host._build(second, 128))
+    assert _fields(made) == _fields(gluon_host._build(second, (300, 256), 256, (128, 64)))
 
 
 def test_templates_are_per_shape_and_a_misaligned_base_is_built_and_refused_by_triton(monkeypatch):
     gluon_host._TEMPLATES.clear()
     builds = []
     real = gluon_host._build
-    monkeypatch.setattr(gluon_host, "_build", lambda x, rows: builds.append((tuple(x.shape), rows)) or real(x, rows))
+    monkeypatch.setattr(gluon_host, "_build", lambda x, shape, stride, block: builds.append(
+        (tuple(x.shape), block[0])) or real(x, shape, stride, block))
     a, b = torch.zeros(300, 4, 64, dtype=torch.float16), torch.zeros(200, 4, 64, dtype=torch.float16)
     for _ in range(3):
         gluon_host.descriptor(a, 128)
@@ -54,6 +55,19 @@ def test_templates_are_per_shape_and_a_misaligned_base_is_built_and_refused_by_t
         gluon_host.descriptor(odd, 128)
 
 
+def test_a_matrix_descriptor_reads_the_matrix_in_its_blocks():
+    """stream_mm's W and x: [R, C] in [rows, cols] blocks, the row stride the tensor's own (a
+    view of a wider tensor keeps it); its template is kept apart from the [T, H, D] ones."""
+    gluon_host._TEMPLATES.clear()
+    wide = torch.zeros(40, 512, dtype=torch.bfloat16)
+    d = gluon_host.matrix_descriptor(wide[:, :256], 64, 128)
+    assert (list(d.shape), list(d.strides), list(d.block_shape)) == ([40, 256], [512, 1], [64, 128])
+    again = gluon_host.matrix_descriptor(wide[:, 256:], 64, 128)
+    assert again.base.data_ptr() == wide[:, 256:].data_ptr() and len(gluon_host._TEMPLATES) == 1
+    gluon_host.descriptor(torch.zeros(40, 4, 64, dtype=torch.bfloat16), 64)
+    assert len(gluon_host._TEMPLATES) == 2
+
+
 def test_the_templates_are_bounded(monkeypatch):
     """A vision tower's windows of many lengths: one template each, the oldest dropped past
     MAX_TEMPLATES (no unbounded growth in a long-running server)."""
@@ -61,7 +75,7 @@ def test_the_templates_are_bounded(monkeypatch):
     monkeypatch.setattr(gluon_host, "MAX_TEMPLATES", 3)
     for rows in range(1, 6):
         gluon_host.descriptor(torch.zeros(rows * 8, 2, 64, dtype=torch.float16), 64)
-    assert [k[1] for k in gluon_host._TEMPLATES] == [24, 32, 40]
+    assert [k[1] for k in gluon_host._TEMPLATES] == [(24, 128), (32, 128), (40, 128)]
 
 
 def test_device_facts_ask_the_driver_once(monkeypatch):

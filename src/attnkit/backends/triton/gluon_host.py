@@ -25,7 +25,7 @@ import functools
 
 import torch
 
-_TEMPLATES: dict[tuple, object] = {}      # (dtype, T, H, D, row stride, rows) -> unbound descriptor
+_TEMPLATES: dict[tuple, object] = {}      # (dtype, shape, row stride, block) -> unbound descriptor
 MAX_TEMPLATES = 1024                      # the oldest dropped past this (many window lengths)
 
 
@@ -33,10 +33,22 @@ def descriptor(x: torch.Tensor, rows: int):
     """x: [T, H, D] with x.stride(1) == D, x.stride(2) == 1 -> a Gluon TensorDescriptor of
     x's rows ([T, H * D], row stride x.stride(0)) in [rows, D] blocks."""
     T, H, D = x.shape
-    key = (x.dtype, T, H, D, x.stride(0), rows)
+    return _cached(x, (T, H * D), x.stride(0), (rows, D))
+
+
+def matrix_descriptor(x: torch.Tensor, rows: int, cols: int):
+    """x: [R, C] with a dense last dim -> a Gluon TensorDescriptor of x in [rows, cols]
+    blocks (runner/layers/stream_mm.py's W and x)."""
+    return _cached(x, tuple(x.shape), x.stride(0), (rows, cols))
+
+
+def _cached(x: torch.Tensor, shape: tuple, row_stride: int, block: tuple):
+    """A descriptor of x viewed as the 2-D ``shape`` (row stride ``row_stride``) in ``block``
+    blocks, from the template of its (dtype, shape, stride, block) where one exists."""
+    key = (x.dtype, shape, row_stride, block)
     template = _TEMPLATES.get(key)
     if template is None or x.data_ptr() % 16:
-        made = _build(x, rows)
+        made = _build(x, shape, row_stride, block)
         if x.data_ptr() % 16 == 0:
             template = copy.copy(made)
             template.base = None          # a template keeps no tensor alive
@@ -53,14 +65,13 @@ def descriptor(x: torch.Tensor, rows: int):
     return made
 
 
-def _build(x: torch.Tensor, rows: int):
+def _build(x: torch.Tensor, shape: tuple, row_stride: int, block: tuple):
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    T, H, D = x.shape
     elem = gl.bfloat16 if x.dtype == torch.bfloat16 else gl.float16
-    layout = gl.NVMMASharedLayout.get_default_for([rows, D], elem)
-    return TensorDescriptor(x, [T, H * D], [x.stride(0), 1], [rows, D], layout)
+    layout = gl.NVMMASharedLayout.get_default_for(list(block), elem)
+    return TensorDescriptor(x, list(shape), [row_stride, 1], list(block), layout)
 
 
 @functools.lru_cache(maxsize=None)

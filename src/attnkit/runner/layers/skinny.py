@@ -54,6 +54,9 @@ from attnkit.runner.layers.fused import gdc_launch_dependents, pdl_enter
 # version 6). ATTNKIT_SKINNY_ROWS moves the limit for measurement (``max_rows``).
 FEW_ROWS = 16
 MAX_ROWS = 32
+# Rows served by stream_mm.py's warp-specialised Gluon product where it runs, not by the
+# kernel here or cuBLAS: none until bench_skinny / bench_switch measure it faster.
+STREAM_ROWS = (0, 0)
 
 NONE, NORM, SILU = 0, 1, 2                  # prologues
 
@@ -225,6 +228,26 @@ def config(m: int, n: int) -> Config:
     return Config(True, 64, 128) if n >= 6144 else Config(True, 32, 256)
 
 
+def stream_rows() -> tuple[int, int]:
+    """The row counts (lo, hi) that stream_mm.py's warp-specialised product serves where it
+    runs (sm_90, Triton 3.6): STREAM_ROWS, or ATTNKIT_STREAM_MM="lo-hi" (a measurement
+    switch; "0-0": none)."""
+    lo, _, hi = os.environ.get("ATTNKIT_STREAM_MM", "").partition("-")
+    if lo.isdigit() and hi.isdigit():
+        return int(lo), min(int(hi), 128)
+    return STREAM_ROWS
+
+
+def _stream(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether ``mm`` hands x @ weight^T to stream_mm.py: x's rows in ``stream_rows`` and the
+    kernel able to read both (stream_mm.ready: sm_90, Triton 3.6, TMA's alignments)."""
+    lo, hi = stream_rows()
+    if not lo <= x.shape[0] <= hi:
+        return False
+    from attnkit.runner.layers import stream_mm
+    return stream_mm.ready(x, weight) and -(-weight.shape[0] // 64) <= _COUNTER_TILES
+
+
 def max_rows() -> int:
     """The most rows ``usable`` admits: MAX_ROWS, or ATTNKIT_SKINNY_ROWS (a measurement
     switch, 1-128) where set."""
@@ -234,14 +257,16 @@ def max_rows() -> int:
 
 def usable(x: torch.Tensor, lin) -> bool:
     """Whether ``mm`` serves x @ lin: CUDA (unless ATTNKIT_FUSED=0 or ATTNKIT_SKINNY=0), a
-    2-D x of 1..max_rows() rows, a whole (not tensor-parallel) 16-bit ``Linear`` in x's dtype,
-    and not inside ``row_by_row`` (whose rows must not depend on the step's row count)."""
+    2-D x of 1..max_rows() rows (or rows stream_mm serves: ``_stream``), a whole (not
+    tensor-parallel) 16-bit ``Linear`` in x's dtype, and not inside ``row_by_row`` (whose rows
+    must not depend on the step's row count)."""
     from attnkit.runner.layers.linear import _ROW_BY_ROW, Linear
 
     return (fused.enabled(x) and os.environ.get("ATTNKIT_SKINNY", "1") != "0"
-            and isinstance(lin, Linear) and x.dim() == 2 and 0 < x.shape[0] <= max_rows()
+            and isinstance(lin, Linear) and x.dim() == 2
             and x.dtype in (torch.float16, torch.bfloat16) and lin.weight.dtype == x.dtype
-            and lin.weight.stride(-1) == 1 and not _ROW_BY_ROW.get())
+            and lin.weight.stride(-1) == 1 and not _ROW_BY_ROW.get()
+            and (0 < x.shape[0] <= max_rows() or _stream(x, lin.weight)))
 
 
 # Per-device ticket counters of the split-K merge, one a column tile, zero between launches
@@ -253,6 +278,17 @@ _COUNTERS: dict = {}
 _COUNTER_TILES = 1 << 14
 
 
+def counters(device) -> torch.Tensor | None:
+    """The device's ticket counters (_COUNTER_TILES int32, zero between launches), made on
+    first use; None where they do not exist yet and the stream is capturing a graph (they
+    cannot be zeroed there before the replay's first use)."""
+    if device not in _COUNTERS:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return None
+        _COUNTERS[device] = torch.zeros(_COUNTER_TILES, dtype=torch.int32, device=device)
+    return _COUNTERS[device]
+
+
 def _split(k: int, cfg: Config, tiles: int, device) -> tuple[int, int]:
     """(programs along K, K columns each, a multiple of BLOCK_K): cfg.split, clamped so no
     program is empty; 1 where there are more column tiles than counters, or where the
@@ -260,13 +296,8 @@ def _split(k: int, cfg: Config, tiles: int, device) -> tuple[int, int]:
     there before the replay's first use)."""
     steps = triton.cdiv(k, cfg.block_k)
     split = max(1, min(cfg.split, steps))
-    if split > 1 and tiles > _COUNTER_TILES:
+    if split > 1 and (tiles > _COUNTER_TILES or counters(device) is None):
         split = 1
-    if split > 1 and device not in _COUNTERS:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            split = 1
-        else:
-            _COUNTERS[device] = torch.zeros(_COUNTER_TILES, dtype=torch.int32, device=device)
     per = triton.cdiv(steps, split) * cfg.block_k
     return triton.cdiv(k, per), per
 
@@ -325,15 +356,21 @@ def mm(x: torch.Tensor, weight: torch.Tensor, *, bias: torch.Tensor | None = Non
                          f"{weight.dtype}: want [M, {want_k}] and [N, K] in one dtype, last dim dense")
     if x.stride(-1) != 1:
         x = x.contiguous()
-    cfg = cfg or config(m, n)
-    bm = max(16 if cfg.dot else 1, triton.next_power_of_2(max(m, 1)))
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
     if m == 0 or n == 0:
         return y
     nw, style = norm if norm is not None else (weight, None)
-    r = residual if residual is not None else y
     if residual is not None and (residual.shape != (m, n) or residual.stride(-1) != 1):
-        r = residual.expand(m, n).contiguous()
+        residual = residual.expand(m, n).contiguous()
+    r = residual if residual is not None else y
+    if cfg is None and norm is None and not silu and _stream(x, weight):
+        tickets = counters(x.device)
+        if tickets is not None:
+            from attnkit.runner.layers import stream_mm
+            return stream_mm.mm(x, weight, bias=bias, residual=residual, counters=tickets,
+                                pdl=fused._pdl(x), out=y)
+    cfg = cfg or config(m, n)
+    bm = max(16 if cfg.dot else 1, triton.next_power_of_2(max(m, 1)))
     pdl = fused._pdl(x)
     tiles = triton.cdiv(n, cfg.block_n)
     split, k_split = _split(k, cfg, tiles, x.device)
