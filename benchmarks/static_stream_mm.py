@@ -32,7 +32,7 @@ def compile_tile(out_dir: str, bn: int, bk: int, bm: int, ns: int, pdl: int,
     x_lay = gl.NVMMASharedLayout.get_default_for([bm, bk], gl.bfloat16)
     sig = {"w_desc": f"tensordesc<bf16[{bn}, {bk}],{w_lay!r}>",
            "x_desc": f"tensordesc<bf16[{bm}, {bk}],{x_lay!r}>", "Y": "*bf16", "BIAS": "*bf16",
-           "R": "*bf16", "PART": "*fp32", "COUNTER": "*i32", "M": "i32", "N": "i32", "P": "i32",
+           "R": "*bf16", "PART": "*fp32", "COUNTER": "*i32", "TIMES": "*i64", "M": "i32", "N": "i32", "P": "i32",
            "TOTAL": "i32", "KSTEPS": "i32", "stride_ym": "i32", "stride_rm": "i32"}
     consts = dict(BN=bn, BK=bk, BM=bm, NS=ns, HAS_BIAS=True, HAS_RESIDUAL=True, PDL=pdl,
                   LOADER_REGS=24)

@@ -72,6 +72,13 @@ def _gdc_launch_dependents():
 
 
 @gluon.jit
+def _now():
+    """The GPU's global nanosecond timer (benchmarks/probe_stream_mm.py's TIMES)."""
+    return gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64,
+                                     is_pure=False, pack=1)
+
+
+@gluon.jit
 def _loader(w_desc, x_desc, w_ring, x_ring, ready, free, u0, u1, KSTEPS, BN: gl.constexpr,
             BK: gl.constexpr, NS: gl.constexpr, PDL: gl.constexpr):
     """Units u0 .. u1 - 1 into the ring, slot i % NS for the range's i-th unit, once the
@@ -158,13 +165,18 @@ def _merge(t, PART, COUNTER, Y, BIAS, R, P, TOTAL, KSTEPS, M, N, stride_ym, stri
 
 @gluon.jit
 def _compute(w_ring, x_ring, ready, free, Y, BIAS, R, PART, COUNTER, u0, u1, P, TOTAL, KSTEPS,
-             M, N, stride_ym, stride_rm, BN: gl.constexpr, BM: gl.constexpr, NS: gl.constexpr,
-             HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, PDL: gl.constexpr):
+             M, N, stride_ym, stride_rm, TIMES, BN: gl.constexpr, BM: gl.constexpr,
+             NS: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
+             PDL: gl.constexpr, TIMING: gl.constexpr):
     """The program's tiles in order: each tile's units through the ring (one MMA in flight),
-    then the tile stored, or its partial; the cut tiles merged after the loop."""
+    then the tile stored, or its partial; the cut tiles merged after the loop. TIMING (a
+    probe): the global timer at the start, at the first unit's arrival, after the loop and
+    at the end, into TIMES [P, 4]."""
     layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                      instr_shape=[16, BM, 16])
     pid = gl.program_id(0)
+    if TIMING:
+        gl.store(TIMES + pid * 4, _now())
     t_first = u0 // KSTEPS
     t_last = (u1 - 1) // KSTEPS
     if PDL >= 1:
@@ -177,6 +189,9 @@ def _compute(w_ring, x_ring, ready, free, Y, BIAS, R, PART, COUNTER, u0, u1, P, 
         for j in range(b - a):
             s = (g + j) % NS
             mbarrier.wait(ready.index(s), ((g + j) // NS) & 1)
+            if TIMING:
+                if g + j == 0:
+                    gl.store(TIMES + pid * 4 + 1, _now())
             acc = warpgroup_mma(w_ring.index(s), x_ring.index(s).permute((1, 0)), acc,
                                 is_async=True)
             acc = warpgroup_mma_wait(num_outstanding=1, deps=[acc])
@@ -191,6 +206,8 @@ def _compute(w_ring, x_ring, ready, free, Y, BIAS, R, PART, COUNTER, u0, u1, P, 
             slot = (t != t_first).to(gl.int32)
             gl.store(PART + (pid * 2 + slot).to(gl.int64) * (BN * BM)
                      + _part_offsets(layout, BN, BM), acc)
+    if TIMING:
+        gl.store(TIMES + pid * 4 + 2, _now())
     gl.thread_barrier()         # every thread's partial stores before the tickets
     first_cut = (u0 != t_first * KSTEPS) | (u1 < (t_first + 1) * KSTEPS)
     if first_cut:
@@ -199,14 +216,16 @@ def _compute(w_ring, x_ring, ready, free, Y, BIAS, R, PART, COUNTER, u0, u1, P, 
     if (t_last != t_first) & (u1 != (t_last + 1) * KSTEPS):
         _merge(t_last, PART, COUNTER, Y, BIAS, R, P, TOTAL, KSTEPS, M, N, stride_ym, stride_rm,
                layout, BN, BM, HAS_BIAS, HAS_RESIDUAL)
+    if TIMING:
+        gl.store(TIMES + pid * 4 + 3, _now())
 
 
 @gluon.jit
 def _stream_mm_kernel(w_desc, x_desc, Y, BIAS, R, PART, COUNTER, M, N, P, TOTAL, KSTEPS,
-                      stride_ym, stride_rm, BN: gl.constexpr, BK: gl.constexpr,
+                      stride_ym, stride_rm, TIMES, BN: gl.constexpr, BK: gl.constexpr,
                       BM: gl.constexpr, NS: gl.constexpr, HAS_BIAS: gl.constexpr,
                       HAS_RESIDUAL: gl.constexpr, PDL: gl.constexpr,
-                      LOADER_REGS: gl.constexpr):
+                      LOADER_REGS: gl.constexpr, TIMING: gl.constexpr = False):
     """Grid (P,): program p runs units _start(p) .. _start(p + 1) - 1 of TOTAL = column tiles
     x KSTEPS. w_desc: W [N, K] in [BN, BK] blocks; x_desc: x [M, K] in [BM, BK] blocks."""
     pid = gl.program_id(0)
@@ -222,8 +241,8 @@ def _stream_mm_kernel(w_desc, x_desc, Y, BIAS, R, PART, COUNTER, M, N, P, TOTAL,
     fence_async_shared()
     gl.warp_specialize([
         (_compute, (w_ring, x_ring, ready, free, Y, BIAS, R, PART, COUNTER, u0, u1, P, TOTAL,
-                    KSTEPS, M, N, stride_ym, stride_rm, BN, BM, NS, HAS_BIAS, HAS_RESIDUAL,
-                    PDL)),
+                    KSTEPS, M, N, stride_ym, stride_rm, TIMES, BN, BM, NS, HAS_BIAS,
+                    HAS_RESIDUAL, PDL, TIMING)),
         (_loader, (w_desc, x_desc, w_ring, x_ring, ready, free, u0, u1, KSTEPS, BN, BK, NS,
                    PDL)),
     ], [1], [LOADER_REGS])
@@ -235,9 +254,11 @@ def _stream_mm_kernel(w_desc, x_desc, Y, BIAS, R, PART, COUNTER, M, N, P, TOTAL,
 MAX_ROWS = 128                   # BM <= 128: the accumulator [BN, BM] in one warpgroup
 
 
-# (BN, BK, NS): 128 columns of W a tile (the wgmma's M side twice), 128 of K a step, four
-# slots: 4 x (32 KB of W + 16 KB of x at 64 rows) = 192 KB of shared memory, one program an SM.
-TILE = (128, 128, 4)
+def tile(bm: int) -> tuple[int, int, int]:
+    """(BN, BK, NS) at BM padded rows: 128 columns of W a tile (the wgmma's M side twice) to 64
+    rows, 64 past (the [BN, BM] float32 accumulator of one warpgroup spills past 8192), 128
+    of K a step, four slots (4 x (32 KB of W + 16 KB of x) = 192 KB at 64 rows)."""
+    return (128, 128, 4) if bm <= 64 else (64, 128, 4)
 
 
 @functools.lru_cache(maxsize=256)
@@ -267,19 +288,21 @@ def ready(x: torch.Tensor, weight: torch.Tensor) -> bool:
 def mm(x: torch.Tensor, weight: torch.Tensor, *, bias: torch.Tensor | None = None,
        residual: torch.Tensor | None = None, counters: torch.Tensor, programs: int | None = None,
        tiles: tuple[int, int, int] | None = None, pdl: dict | None = None,
-       out: torch.Tensor | None = None, maxnreg: int | None = None) -> torch.Tensor:
+       out: torch.Tensor | None = None, maxnreg: int | None = None,
+       times: torch.Tensor | None = None) -> torch.Tensor:
     """x @ weight^T (+ bias) (+ residual) -> [M, N] in x's dtype; the caller checked ``ready``.
 
     counters: int32, zero, at least one per column tile (skinny's buffer); programs: the
-    stream-K ranges (default: the SM count); tiles: (BN, BK, NS) instead of TILE;
+    stream-K ranges (default: the SM count); tiles: (BN, BK, NS) instead of ``tile``'s;
     pdl: fused._pdl's launch options; out: an [M, N] tensor of x's dtype to write; maxnreg:
-    registers a thread (128: two programs an SM where the ring leaves room)."""
+    registers a thread (128: two programs an SM where the ring leaves room); times: an int64
+    [P, 4] tensor for the TIMING probe's timestamps (benchmarks/probe_stream_mm.py)."""
     from attnkit.backends.triton.gluon_host import device_facts, matrix_descriptor
     m, k = x.shape
     n = weight.shape[0]
     y = out if out is not None else torch.empty(m, n, dtype=x.dtype, device=x.device)
-    bn, bk, ns = tiles or TILE
-    bm = max(16, -(-m // 16) * 16)
+    bm = max(16, 1 << (m - 1).bit_length())          # arange's power of two
+    bn, bk, ns = tiles or tile(bm)
     col_tiles, ksteps = -(-n // bn), -(-k // bk)
     total = col_tiles * ksteps
     p = max(1, min(programs or device_facts(x.device)[1], total))
@@ -288,7 +311,7 @@ def mm(x: torch.Tensor, weight: torch.Tensor, *, bias: torch.Tensor | None = Non
     _stream_mm_kernel[(p,)](
         matrix_descriptor(weight, bn, bk), matrix_descriptor(x, bm, bk), y,
         bias if bias is not None else y, r, part, counters, m, n, p, total, ksteps, y.stride(0),
-        r.stride(0), BN=bn, BK=bk, BM=bm, NS=ns, HAS_BIAS=bias is not None,
+        r.stride(0), times if times is not None else counters, TIMING=times is not None, BN=bn, BK=bk, BM=bm, NS=ns, HAS_BIAS=bias is not None,
         HAS_RESIDUAL=residual is not None, LOADER_REGS=LOADER_REGS, num_warps=4,
         **(pdl or {"PDL": 0}), **({"maxnreg": maxnreg} if maxnreg else {}))
     return y
