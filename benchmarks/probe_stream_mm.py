@@ -30,11 +30,13 @@ SHAPES = {"o": (4096, 4096), "down": (4096, 14336), "gate_up": (28672, 4096)}
 
 
 def forms(n: int, sms: int) -> dict:
+    """stream_mm's default (programs_for's ranges), 64-column tiles, one range an SM (call 2:
+    the tail of cut tiles' merges) and one program a 64-column tile (no cut tiles)."""
     tiles64 = -(-n // 64)
     return {"cublas": None, "skinny": "skinny", "stream": dict(),
             "stream 64-col": dict(tiles=(64, 128, 6)),
-            "stream whole tiles": dict(tiles=(64, 128, 6), programs=min(tiles64, sms)),
-            "stream 2x programs": dict(programs=2 * sms)}
+            "stream an SM": dict(programs=sms),
+            "stream whole tiles": dict(tiles=(64, 128, 6), programs=min(tiles64, sms))}
 
 
 def run(form, x, w):
@@ -80,22 +82,26 @@ def main(argv=None) -> int:
                    "dur_us": statistics.median(durs), "gap_us": statistics.median(gaps),
                    "gbs": n * k * 2 / (statistics.median(durs) * 1e3)}
             if form not in (None, "skinny"):
-                p = min(form.get("programs") or sms, -(-n // (form.get("tiles") or stream_mm.tile(64))[0])
-                        * -(-k // 128))
+                bn = (form.get("tiles") or stream_mm.tile(64))[0]
+                p = min(form.get("programs") or stream_mm.programs_for(-(-n // bn), sms),
+                        -(-n // bn) * -(-k // 128))
                 times = torch.zeros(len(ws), p, 4, dtype=torch.int64, device="cuda")
                 tf, _ = graphed(lambda: [stream_mm.mm(x, w, counters=skinny.counters(x.device),
                                                       times=times[i], **form)
                                          for i, w in enumerate(ws)])
                 tf()
                 torch.cuda.synchronize()
-                t = times[1:-1].double() / 1e3          # µs; inner launches of the chain
+                t = times[1:-1] if len(ws) > 2 else times
+                t = t.double() / 1e3                    # µs; the chain's inner launches
                 t0, t1, t2, t3 = t.unbind(-1)
                 med = lambda v: statistics.median(v.flatten().tolist())  # noqa: E731
                 row.update(first_data_us=med(t1 - t0), loop_us=med(t2 - t1), merge_us=med(t3 - t2),
                            start_skew_us=med(t0.max(1).values - t0.min(1).values),
                            span_us=med(t3.max(1).values - t0.min(1).values),
                            end_skew_us=med(t3.max(1).values - t3.min(1).values),
-                           launch_gap_us=med(t0[1:].min(1).values - t3[:-1].max(1).values))
+                           launch_gap_us=med(t0[1:].min(1).values - t3[:-1].max(1).values)
+                           if len(t) > 1 else None,
+                           end_us=[round(v, 2) for v in (t3[0] - t0[0].min()).tolist()])
             report["rows"].append(row)
             print(json.dumps(row))
         del ws

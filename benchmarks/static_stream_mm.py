@@ -34,7 +34,7 @@ def compile_tile(out_dir: str, bn: int, bk: int, bm: int, ns: int, pdl: int,
            "x_desc": f"tensordesc<bf16[{bm}, {bk}],{x_lay!r}>", "Y": "*bf16", "BIAS": "*bf16",
            "R": "*bf16", "PART": "*fp32", "COUNTER": "*i32", "TIMES": "*i64", "M": "i32", "N": "i32", "P": "i32",
            "TOTAL": "i32", "KSTEPS": "i32", "stride_ym": "i32", "stride_rm": "i32"}
-    consts = dict(BN=bn, BK=bk, BM=bm, NS=ns, HAS_BIAS=True, HAS_RESIDUAL=True, PDL=pdl,
+    consts = dict(BN=bn, BK=bk, BM=bm, NS=ns, PIECES=4, HAS_BIAS=True, HAS_RESIDUAL=True, PDL=pdl,
                   LOADER_REGS=24)
     tag = f"stream_mm_{bn}x{bk}_m{bm}_s{ns}_pdl{pdl}_r{maxnreg}"
     return compile_report(kernel, sig, consts, tag, out_dir, source=GluonASTSource,

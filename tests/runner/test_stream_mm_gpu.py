@@ -82,7 +82,7 @@ def test_against_float64(shape, programs, dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tiles", [(128, 128, 4), (128, 64, 8), (64, 128, 6)])
+@pytest.mark.parametrize("tiles", [(128, 128, 4), (128, 64, 8), (64, 128, 4)])
 def test_tiles(tiles):
     """Each measured tile of bench_skinny on an uneven shape, at 64 and 128 rows where its
     accumulator fits (BN x BM <= 8192 float32 a warpgroup)."""

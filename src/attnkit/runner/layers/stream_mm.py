@@ -14,15 +14,15 @@ those kernels waits for its own loads. Here the loads run under the products ins
   short N side), keeps one MMA in flight and releases the slot of the one before.
 
 Work is split stream-K: the units (column tile, K step), tile-major, are cut into P equal
-contiguous ranges, one a program, P = min(SMs, units); a program walks its range without a
-pause between tiles (the loader runs into the next tile while the MMAs finish the last). A
+contiguous ranges, one a program (``programs_for``: a multiple of the column tiles where they
+fit the SMs, else the SM count); a program walks its range without a pause between tiles (the loader runs into the next tile while the MMAs finish the last). A
 tile wholly inside one range is stored at once (bias and residual in the epilogue); a tile
 cut between ranges is stored by each of its programs as a float32 partial (PART, two slots a
 program: its first and its last tile), and after its loop each such program takes a ticket
 from the tile's counter (acq_rel, GPU scope, after a barrier of the warpgroup); the one that
 draws the last ticket sums the partials in program order (the same bits whichever finishes
-last), runs the epilogue and resets the counter. The counters are skinny.py's per-device
-buffer.
+last; every partial's load issued at once), runs the epilogue and resets the counter. The
+counters are skinny.py's per-device buffer.
 
 PDL (fused._pdl's options): the loader issues the W copies of the first NS units before it
 waits for the kernel before (W is this kernel's own, x is that kernel's output), then the x
@@ -142,11 +142,12 @@ def _part_offsets(layout: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr):
 
 @gluon.jit
 def _merge(t, PART, COUNTER, Y, BIAS, R, P, TOTAL, KSTEPS, M, N, stride_ym, stride_rm,
-           layout: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr, HAS_BIAS: gl.constexpr,
-           HAS_RESIDUAL: gl.constexpr):
+           layout: gl.constexpr, BN: gl.constexpr, BM: gl.constexpr, PIECES: gl.constexpr,
+           HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr):
     """Tile t, cut between programs: a ticket; the program with the last one sums the
     partials of programs first .. last in order (a program's slot 0 holds its first tile, slot
-    1 its last), stores the tile and resets the counter."""
+    1 its last; PIECES bounds last - first + 1, so every load is issued at once), stores the
+    tile and resets the counter."""
     counter = COUNTER + t
     ticket = gl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
     first = _owner(t * KSTEPS, P, TOTAL)
@@ -154,10 +155,11 @@ def _merge(t, PART, COUNTER, Y, BIAS, R, P, TOTAL, KSTEPS, M, N, stride_ym, stri
     if ticket == last - first:
         offs = _part_offsets(layout, BN, BM)
         total = gl.zeros([BN, BM], gl.float32, layout)
-        for p in range(first, last + 1):
+        for q in gl.static_range(PIECES):
+            p = first + q
             slot = (_start(p, P, TOTAL) < t * KSTEPS).to(gl.int32)
             total += gl.load(PART + (p * 2 + slot).to(gl.int64) * (BN * BM) + offs,
-                             cache_modifier=".cg")
+                             mask=(offs >= 0) & (p <= last), other=0.0, cache_modifier=".cg")
         _epilogue(total, t * BN, Y, BIAS, R, M, N, stride_ym, stride_rm, layout, BN, BM,
                   HAS_BIAS, HAS_RESIDUAL)
         gl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
@@ -166,8 +168,8 @@ def _merge(t, PART, COUNTER, Y, BIAS, R, P, TOTAL, KSTEPS, M, N, stride_ym, stri
 @gluon.jit
 def _compute(w_ring, x_ring, ready, free, Y, BIAS, R, PART, COUNTER, u0, u1, P, TOTAL, KSTEPS,
              M, N, stride_ym, stride_rm, TIMES, BN: gl.constexpr, BM: gl.constexpr,
-             NS: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
-             PDL: gl.constexpr, TIMING: gl.constexpr):
+             NS: gl.constexpr, PIECES: gl.constexpr, HAS_BIAS: gl.constexpr,
+             HAS_RESIDUAL: gl.constexpr, PDL: gl.constexpr, TIMING: gl.constexpr):
     """The program's tiles in order: each tile's units through the ring (one MMA in flight),
     then the tile stored, or its partial; the cut tiles merged after the loop. TIMING (a
     probe): the global timer at the start, at the first unit's arrival, after the loop and
@@ -212,10 +214,10 @@ def _compute(w_ring, x_ring, ready, free, Y, BIAS, R, PART, COUNTER, u0, u1, P, 
     first_cut = (u0 != t_first * KSTEPS) | (u1 < (t_first + 1) * KSTEPS)
     if first_cut:
         _merge(t_first, PART, COUNTER, Y, BIAS, R, P, TOTAL, KSTEPS, M, N, stride_ym, stride_rm,
-               layout, BN, BM, HAS_BIAS, HAS_RESIDUAL)
+               layout, BN, BM, PIECES, HAS_BIAS, HAS_RESIDUAL)
     if (t_last != t_first) & (u1 != (t_last + 1) * KSTEPS):
         _merge(t_last, PART, COUNTER, Y, BIAS, R, P, TOTAL, KSTEPS, M, N, stride_ym, stride_rm,
-               layout, BN, BM, HAS_BIAS, HAS_RESIDUAL)
+               layout, BN, BM, PIECES, HAS_BIAS, HAS_RESIDUAL)
     if TIMING:
         gl.store(TIMES + pid * 4 + 3, _now())
 
@@ -223,8 +225,8 @@ def _compute(w_ring, x_ring, ready, free, Y, BIAS, R, PART, COUNTER, u0, u1, P, 
 @gluon.jit
 def _stream_mm_kernel(w_desc, x_desc, Y, BIAS, R, PART, COUNTER, M, N, P, TOTAL, KSTEPS,
                       stride_ym, stride_rm, TIMES, BN: gl.constexpr, BK: gl.constexpr,
-                      BM: gl.constexpr, NS: gl.constexpr, HAS_BIAS: gl.constexpr,
-                      HAS_RESIDUAL: gl.constexpr, PDL: gl.constexpr,
+                      BM: gl.constexpr, NS: gl.constexpr, PIECES: gl.constexpr,
+                      HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, PDL: gl.constexpr,
                       LOADER_REGS: gl.constexpr, TIMING: gl.constexpr = False):
     """Grid (P,): program p runs units _start(p) .. _start(p + 1) - 1 of TOTAL = column tiles
     x KSTEPS. w_desc: W [N, K] in [BN, BK] blocks; x_desc: x [M, K] in [BM, BK] blocks."""
@@ -241,7 +243,7 @@ def _stream_mm_kernel(w_desc, x_desc, Y, BIAS, R, PART, COUNTER, M, N, P, TOTAL,
     fence_async_shared()
     gl.warp_specialize([
         (_compute, (w_ring, x_ring, ready, free, Y, BIAS, R, PART, COUNTER, u0, u1, P, TOTAL,
-                    KSTEPS, M, N, stride_ym, stride_rm, TIMES, BN, BM, NS, HAS_BIAS,
+                    KSTEPS, M, N, stride_ym, stride_rm, TIMES, BN, BM, NS, PIECES, HAS_BIAS,
                     HAS_RESIDUAL, PDL, TIMING)),
         (_loader, (w_desc, x_desc, w_ring, x_ring, ready, free, u0, u1, KSTEPS, BN, BK, NS,
                    PDL)),
@@ -262,9 +264,18 @@ def tile(bm: int) -> tuple[int, int, int]:
 
 
 @functools.lru_cache(maxsize=256)
-def _cut(total: int, programs: int, ksteps: int) -> bool:
-    """Whether some range of the stream-K split starts inside a column tile (partials needed)."""
-    return any((p * total // programs) % ksteps for p in range(programs))
+def _pieces(total: int, programs: int, ksteps: int) -> int:
+    """The most programs any column tile is cut between (1: no tile is cut, no partials)."""
+    owner = lambda u: ((u + 1) * programs - 1) // total          # noqa: E731 (the kernel's)
+    return max(owner(t + ksteps - 1) - owner(t) + 1 for t in range(0, total, ksteps))
+
+
+def programs_for(tiles: int, sms: int) -> int:
+    """The stream-K ranges: with no more column tiles than SMs, a whole multiple of the tiles
+    (each tile cut into the same number of equal pieces, the fewest partials a merge sums:
+    cut tiles' merges were the launch's tail, probe_stream_mm in session 1203d's call 2);
+    otherwise one range an SM."""
+    return tiles * (sms // tiles) if tiles <= sms else sms
 
 
 def ready(x: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -293,7 +304,7 @@ def mm(x: torch.Tensor, weight: torch.Tensor, *, bias: torch.Tensor | None = Non
     """x @ weight^T (+ bias) (+ residual) -> [M, N] in x's dtype; the caller checked ``ready``.
 
     counters: int32, zero, at least one per column tile (skinny's buffer); programs: the
-    stream-K ranges (default: the SM count); tiles: (BN, BK, NS) instead of ``tile``'s;
+    stream-K ranges (default ``programs_for``); tiles: (BN, BK, NS) instead of ``tile``'s;
     pdl: fused._pdl's launch options; out: an [M, N] tensor of x's dtype to write; maxnreg:
     registers a thread (128: two programs an SM where the ring leaves room); times: an int64
     [P, 4] tensor for the TIMING probe's timestamps (benchmarks/probe_stream_mm.py)."""
@@ -305,13 +316,14 @@ def mm(x: torch.Tensor, weight: torch.Tensor, *, bias: torch.Tensor | None = Non
     bn, bk, ns = tiles or tile(bm)
     col_tiles, ksteps = -(-n // bn), -(-k // bk)
     total = col_tiles * ksteps
-    p = max(1, min(programs or device_facts(x.device)[1], total))
-    part = y.new_empty(2 * p * bn * bm, dtype=torch.float32) if _cut(total, p, ksteps) else y
+    p = max(1, min(programs or programs_for(col_tiles, device_facts(x.device)[1]), total))
+    pieces = _pieces(total, p, ksteps)
+    part = y.new_empty(2 * p * bn * bm, dtype=torch.float32) if pieces > 1 else y
     r = residual if residual is not None else y
     _stream_mm_kernel[(p,)](
         matrix_descriptor(weight, bn, bk), matrix_descriptor(x, bm, bk), y,
         bias if bias is not None else y, r, part, counters, m, n, p, total, ksteps, y.stride(0),
-        r.stride(0), times if times is not None else counters, TIMING=times is not None, BN=bn, BK=bk, BM=bm, NS=ns, HAS_BIAS=bias is not None,
+        r.stride(0), times if times is not None else counters, TIMING=times is not None, PIECES=pieces, BN=bn, BK=bk, BM=bm, NS=ns, HAS_BIAS=bias is not None,
         HAS_RESIDUAL=residual is not None, LOADER_REGS=LOADER_REGS, num_warps=4,
         **(pdl or {"PDL": 0}), **({"maxnreg": maxnreg} if maxnreg else {}))
     return y
