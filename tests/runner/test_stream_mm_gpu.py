@@ -129,3 +129,33 @@ def test_a_cuda_graph_of_a_chain_replays_to_the_eager_bits(pdl):
             assert torch.equal(got, w), seed
     torch.cuda.synchronize()
     assert not counters.any()
+
+
+def test_the_row_switch_and_its_pdl(monkeypatch):
+    """ATTNKIT_STREAM_MM="lo-hi" sets the rows stream_mm serves (STREAM_ROWS otherwise, a
+    malformed value too); under ATTNKIT_FUSED_PDL=auto launches over those rows are ``early``
+    programmatic dependents (the products load W before they wait), others over more than one
+    row plain."""
+    from attnkit.runner.layers import fused
+
+    monkeypatch.delenv("ATTNKIT_STREAM_MM", raising=False)
+    monkeypatch.delenv("ATTNKIT_FUSED_PDL", raising=False)
+    assert skinny.stream_rows() == skinny.STREAM_ROWS
+    for raw, want in (("33-64", (33, 64)), ("17-500", (17, 128)), ("0-0", (0, 0)),
+                      ("64", skinny.STREAM_ROWS), ("a-b", skinny.STREAM_ROWS)):
+        monkeypatch.setenv("ATTNKIT_STREAM_MM", raw)
+        assert skinny.stream_rows() == want, raw
+    monkeypatch.setenv("ATTNKIT_STREAM_MM", "33-64")
+    assert [fused.pdl_mode(r) for r in (1, 16, 32, 33, 64, 65)] == [2, 0, 0, 2, 2, 0]
+    monkeypatch.setenv("ATTNKIT_FUSED_PDL", "0")
+    assert fused.pdl_mode(64) == 0
+
+
+def test_the_stream_k_split_sizes():
+    """programs_for and _pieces: ranges a multiple of the column tiles where they fit the SMs
+    (each tile cut into the same number of pieces), the SM count past that; _pieces is the most
+    ranges any tile meets (1: no partials)."""
+    assert stream_mm.programs_for(64, 132) == 128 and stream_mm.programs_for(96, 132) == 96
+    assert stream_mm.programs_for(448, 132) == 132
+    assert stream_mm._pieces(64 * 32, 128, 32) == 2 and stream_mm._pieces(96 * 32, 96, 32) == 1
+    assert stream_mm._pieces(1024, 132, 32) == 5      # 7.76 units a range over 32-unit tiles

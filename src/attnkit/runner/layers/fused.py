@@ -40,7 +40,9 @@ def _pdl(x: torch.Tensor) -> dict:
     before its first load of that kernel's output; with PDL 2 (``early``) it also lets its
     own dependent launch as soon as it has waited (``pdl_enter``), so a product two kernels
     on starts fetching its weights while this one runs. ATTNKIT_FUSED_PDL picks 0, 1 or
-    ``early``; by default (``auto``) a launch over one row is ``early`` and others 0.
+    ``early``; by default (``auto``) a launch over one row, or over the rows whose products
+    stream_mm.py serves (skinny.stream_rows: it loads its first W tiles before it waits), is
+    ``early`` and others 0.
 
     Why (H200, benchmarks/NOTES-engine.md versions 4-5): the engine's one-token decode step
     ran 225 tok/s (216-232) with ``auto`` against 218 (212-220) with 0, medians of five rounds
@@ -57,7 +59,11 @@ def pdl_mode(rows: int) -> int:
     """``_pdl``'s PDL value for a launch over ``rows`` rows, before the device checks."""
     raw = os.environ.get("ATTNKIT_FUSED_PDL", "auto")
     if raw == "auto":
-        return 2 if rows == 1 else 0
+        if rows == 1:
+            return 2
+        from attnkit.runner.layers.skinny import stream_rows    # skinny imports this module
+        lo, hi = stream_rows()
+        return 2 if lo <= rows <= hi else 0
     return PDL_MODES.get(raw, 0)
 
 

@@ -257,10 +257,12 @@ MAX_ROWS = 128                   # BM <= 128: the accumulator [BN, BM] in one wa
 
 
 def tile(bm: int) -> tuple[int, int, int]:
-    """(BN, BK, NS) at BM padded rows: 128 columns of W a tile (the wgmma's M side twice) to 64
-    rows, 64 past (the [BN, BM] float32 accumulator of one warpgroup spills past 8192), 128
-    of K a step, four slots (4 x (32 KB of W + 16 KB of x) = 192 KB at 64 rows)."""
-    return (128, 128, 4) if bm <= 64 else (64, 128, 4)
+    """(BN, BK, NS) at BM padded rows: 64 columns of W a tile (one wgmma M side), 128 of K a
+    step, six slots to 64 rows (6 x (16 KB of W + 16 KB of x) = 192 KB), four at 128. The
+    fastest of bench_skinny's stream forms at 32 and 64 rows (session 1203d call 3, with PDL
+    2: 128-column tiles, stream-K over every SM and no PDL all slower; NOTES-engine.md
+    version 7)."""
+    return (64, 128, 6) if bm <= 64 else (64, 128, 4)
 
 
 @functools.lru_cache(maxsize=256)
