@@ -41,7 +41,7 @@ def _pdl(x: torch.Tensor) -> dict:
     own dependent launch as soon as it has waited (``pdl_enter``), so a product two kernels
     on starts fetching its weights while this one runs. ATTNKIT_FUSED_PDL picks 0, 1 or
     ``early``; by default (``auto``) a launch over one row, or over the rows whose products
-    stream_mm.py serves (skinny.stream_rows: it loads its first W tiles before it waits), is
+    stream_mm.py serves (``stream_rows``: it loads its first W tiles before it waits), is
     ``early`` and others 0.
 
     Why (H200, benchmarks/NOTES-engine.md versions 4-5): the engine's one-token decode step
@@ -55,13 +55,28 @@ def _pdl(x: torch.Tensor) -> dict:
     return {"PDL": mode, "launch_pdl": True} if on else {"PDL": 0}
 
 
+# Rows whose products skinny.mm hands to stream_mm.py's warp-specialised Gluon product where
+# it runs: none. It beat cuBLAS in bench_skinny's chain of products under PDL but made the
+# engine's B=64 / B=48 steps 3-5 % slower (NOTES-engine.md version 7). Kept here, beside the
+# PDL choice it also drives, so skinny.py and this module need not import each other.
+STREAM_ROWS = (0, 0)
+
+
+def stream_rows() -> tuple[int, int]:
+    """The row counts (lo, hi) that stream_mm.py serves where it runs (sm_90, Triton 3.6):
+    STREAM_ROWS, or ATTNKIT_STREAM_MM="lo-hi" (a measurement switch; "0-0": none)."""
+    lo, _, hi = os.environ.get("ATTNKIT_STREAM_MM", "").partition("-")
+    if lo.isdigit() and hi.isdigit():
+        return int(lo), min(int(hi), 128)
+    return STREAM_ROWS
+
+
 def pdl_mode(rows: int) -> int:
     """``_pdl``'s PDL value for a launch over ``rows`` rows, before the device checks."""
     raw = os.environ.get("ATTNKIT_FUSED_PDL", "auto")
     if raw == "auto":
         if rows == 1:
             return 2
-        from attnkit.runner.layers.skinny import stream_rows    # skinny imports this module
         lo, hi = stream_rows()
         return 2 if lo <= rows <= hi else 0
     return PDL_MODES.get(raw, 0)

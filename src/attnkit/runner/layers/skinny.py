@@ -54,9 +54,6 @@ from attnkit.runner.layers.fused import gdc_launch_dependents, pdl_enter
 # version 6). ATTNKIT_SKINNY_ROWS moves the limit for measurement (``max_rows``).
 FEW_ROWS = 16
 MAX_ROWS = 32
-# Rows served by stream_mm.py's warp-specialised Gluon product where it runs, not by the
-# kernel here or cuBLAS: none until bench_skinny / bench_switch measure it faster.
-STREAM_ROWS = (0, 0)
 
 NONE, NORM, SILU = 0, 1, 2                  # prologues
 
@@ -228,20 +225,10 @@ def config(m: int, n: int) -> Config:
     return Config(True, 64, 128) if n >= 6144 else Config(True, 32, 256)
 
 
-def stream_rows() -> tuple[int, int]:
-    """The row counts (lo, hi) that stream_mm.py's warp-specialised product serves where it
-    runs (sm_90, Triton 3.6): STREAM_ROWS, or ATTNKIT_STREAM_MM="lo-hi" (a measurement
-    switch; "0-0": none)."""
-    lo, _, hi = os.environ.get("ATTNKIT_STREAM_MM", "").partition("-")
-    if lo.isdigit() and hi.isdigit():
-        return int(lo), min(int(hi), 128)
-    return STREAM_ROWS
-
-
 def _stream(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether ``mm`` hands x @ weight^T to stream_mm.py: x's rows in ``stream_rows`` and the
+    """Whether ``mm`` hands x @ weight^T to stream_mm.py: x's rows in fused.stream_rows and the
     kernel able to read both (stream_mm.ready: sm_90, Triton 3.6, TMA's alignments)."""
-    lo, hi = stream_rows()
+    lo, hi = fused.stream_rows()
     if not lo <= x.shape[0] <= hi:
         return False
     from attnkit.runner.layers import stream_mm

@@ -29,7 +29,8 @@ waits for the kernel before (W is this kernel's own, x is that kernel's output),
 copies of those units; the compute warpgroup waits too before its epilogue reads the
 residual. PDL 2 lets the next kernel launch as soon as this one has waited.
 
-Served from skinny.mm where ``usable`` (layers use skinny's entry points); the GPU tests
+Served from skinny.mm for the rows of fused.stream_rows (none by default: measured slower
+in the engine, NOTES-engine.md version 7; ATTNKIT_STREAM_MM="lo-hi" turns it on); the GPU tests
 (tests/runner/test_stream_mm_gpu.py) check it against float64 on the H200;
 benchmarks/bench_skinny.py measures it against cuBLAS and skinny's kernel.
 """
