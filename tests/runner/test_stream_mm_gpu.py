@@ -140,13 +140,14 @@ def test_the_row_switch_and_its_pdl(monkeypatch):
 
     monkeypatch.delenv("ATTNKIT_STREAM_MM", raising=False)
     monkeypatch.delenv("ATTNKIT_FUSED_PDL", raising=False)
-    assert fused.stream_rows() == fused.STREAM_ROWS
-    for raw, want in (("33-64", (33, 64)), ("17-500", (17, 128)), ("0-0", (0, 0)),
-                      ("64", fused.STREAM_ROWS), ("a-b", fused.STREAM_ROWS)):
+    assert fused.stream_rows() == (1, 0) and fused.STREAM_ROWS == (0, 0)      # none
+    assert [fused.pdl_mode(r) for r in (0, 1, 2, 64)] == [0, 2, 0, 0]
+    for raw, want in (("33-64", (33, 64)), ("17-500", (17, 128)), ("0-0", (1, 0)),
+                      ("0-8", (1, 8)), ("64", (1, 0)), ("a-b", (1, 0))):
         monkeypatch.setenv("ATTNKIT_STREAM_MM", raw)
         assert fused.stream_rows() == want, raw
     monkeypatch.setenv("ATTNKIT_STREAM_MM", "33-64")
-    assert [fused.pdl_mode(r) for r in (1, 16, 32, 33, 64, 65)] == [2, 0, 0, 2, 2, 0]
+    assert [fused.pdl_mode(r) for r in (0, 1, 16, 32, 33, 64, 65)] == [0, 2, 0, 0, 2, 2, 0]
     monkeypatch.setenv("ATTNKIT_FUSED_PDL", "0")
     assert fused.pdl_mode(64) == 0
 

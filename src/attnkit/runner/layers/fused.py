@@ -64,11 +64,14 @@ STREAM_ROWS = (0, 0)
 
 def stream_rows() -> tuple[int, int]:
     """The row counts (lo, hi) that stream_mm.py serves where it runs (sm_90, Triton 3.6):
-    STREAM_ROWS, or ATTNKIT_STREAM_MM="lo-hi" (a measurement switch; "0-0": none)."""
+    STREAM_ROWS, or ATTNKIT_STREAM_MM="lo-hi" (a measurement switch; "0-0": none), at least
+    one row; (1, 0) where there are none."""
     lo, _, hi = os.environ.get("ATTNKIT_STREAM_MM", "").partition("-")
     if lo.isdigit() and hi.isdigit():
-        return int(lo), min(int(hi), 128)
-    return STREAM_ROWS
+        lo_hi = int(lo), min(int(hi), 128)
+    else:
+        lo_hi = STREAM_ROWS
+    return (max(lo_hi[0], 1), lo_hi[1]) if lo_hi[1] >= 1 else (1, 0)     # (1, 0): none
 
 
 def pdl_mode(rows: int) -> int:
