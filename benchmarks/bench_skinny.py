@@ -48,14 +48,14 @@ WIDE = [Config(True, 256, 64, 8, s, sp) for s, sp in
         [(4, 1), (4, 2), (4, 4), (4, 8), (3, 4)]] + [Config(True, 128, 128, 8, 3, sp) for sp in (2, 4)]
 
 
-# stream_mm: ((BN, BK, NS), ranges, PDL, dynamic); ranges 0: the form's default grid
-# (programs_for's multiple of the column tiles, or the SM count for the dynamic form), 1: one
-# range an SM; PDL 2: each product of the graph's chain a programmatic dependent of the one
-# before, its first W tiles loaded while that one drains; dynamic: items from a counter.
-# (Session 1203d: one static range an SM far slower than cuBLAS in call 1; (64, 128, 6) with
-# PDL 2 the fastest in call 3.)
-STREAM = [((64, 128, 6), 0, 2, False), ((64, 128, 6), 0, 0, False), ((64, 128, 6), 0, 2, True),
-          ((64, 128, 6), 0, 0, True), ((128, 128, 4), 0, 2, True), ((64, 128, 4), 0, 2, True)]
+# stream_mm: ((BN, BK, NS), ranges, PDL); ranges 0: stream_mm.programs_for's (a multiple of
+# the column tiles), 1: one an SM (stream-K over every SM), 2: two an SM (96 KB rings, 128
+# registers); PDL 2: each product of the graph's chain a programmatic dependent of the one
+# before, its first W tiles loaded while that one drains. (Session 1203d call 1 measured one
+# range an SM everywhere: far slower than cuBLAS, the cut tiles' merges the tail.)
+STREAM = [((128, 128, 4), 0, 0), ((64, 128, 6), 0, 0), ((64, 128, 4), 0, 0),
+          ((128, 128, 4), 1, 0), ((64, 128, 6), 1, 0), ((128, 128, 4), 0, 2),
+          ((64, 128, 6), 0, 2)]
 
 
 def candidates(m: int, args) -> list:
@@ -72,10 +72,9 @@ TOTAL_BYTES = 512 << 20
 
 def label(cfg) -> str:
     if not isinstance(cfg, Config):
-        (bn, bk, ns), per_sm, pdl, dynamic = cfg
+        (bn, bk, ns), per_sm, pdl = cfg
         ranges = {0: "", 1: ", an SM", 2: ", 2 an SM"}[per_sm]
-        kind = "dynamic" if dynamic else "stream"
-        return f"{kind} ({bn}, {bk}, s{ns}{ranges}{', pdl' if pdl else ''})"
+        return f"stream ({bn}, {bk}, s{ns}{ranges}{', pdl' if pdl else ''})"
     split = f", k/{cfg.split}" if cfg.split > 1 else ""
     return (f"{'dot' if cfg.dot else 'fma'} ({cfg.block_n}, {cfg.block_k}, w{cfg.num_warps}, "
             f"s{cfg.num_stages}{split})")
@@ -85,9 +84,9 @@ def product(x, w, cfg):
     """x @ w^T by ``cfg``: a skinny Config, or a STREAM entry."""
     if isinstance(cfg, Config):
         return mm(x, w, cfg=cfg)
-    tiles, per_sm, pdl, dynamic = cfg
+    tiles, per_sm, pdl = cfg
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    return stream_mm.mm(x, w, counters=counters(x.device), tiles=tiles, dynamic=dynamic,
+    return stream_mm.mm(x, w, counters=counters(x.device), tiles=tiles,
                         programs=per_sm * sms if per_sm else None,
                         pdl={"PDL": pdl, "launch_pdl": True} if pdl else None,
                         maxnreg=128 if per_sm > 1 else None)

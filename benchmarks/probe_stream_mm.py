@@ -33,10 +33,10 @@ def forms(n: int, sms: int) -> dict:
     """stream_mm's default (programs_for's ranges), 64-column tiles, one range an SM (call 2:
     the tail of cut tiles' merges) and one program a 64-column tile (no cut tiles)."""
     tiles64 = -(-n // 64)
-    return {"cublas": None, "skinny": "skinny", "stream": dict(dynamic=False),
-            "stream whole tiles": dict(tiles=(64, 128, 6), programs=min(tiles64, sms),
-                                       dynamic=False),
-            "dynamic": dict(dynamic=True), "dynamic 128-col": dict(tiles=(128, 128, 4), dynamic=True)}
+    return {"cublas": None, "skinny": "skinny", "stream": dict(),
+            "stream 64-col": dict(tiles=(64, 128, 6)),
+            "stream an SM": dict(programs=sms),
+            "stream whole tiles": dict(tiles=(64, 128, 6), programs=min(tiles64, sms))}
 
 
 def run(form, x, w):
@@ -83,11 +83,8 @@ def main(argv=None) -> int:
                    "gbs": n * k * 2 / (statistics.median(durs) * 1e3)}
             if form not in (None, "skinny"):
                 bn = (form.get("tiles") or stream_mm.tile(64))[0]
-                if form.get("dynamic"):
-                    p = min(sms, -(-n // bn) * stream_mm.pieces_for(-(-n // bn), -(-k // 128), sms))
-                else:
-                    p = min(form.get("programs") or stream_mm.programs_for(-(-n // bn), sms),
-                            -(-n // bn) * -(-k // 128))
+                p = min(form.get("programs") or stream_mm.programs_for(-(-n // bn), sms),
+                        -(-n // bn) * -(-k // 128))
                 times = torch.zeros(len(ws), p, 4, dtype=torch.int64, device="cuda")
                 tf, _ = graphed(lambda: [stream_mm.mm(x, w, counters=skinny.counters(x.device),
                                                       times=times[i], **form)

@@ -58,16 +58,13 @@ def test_ready_refuses_what_tma_cannot_read():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("programs", [None, 7, 1000])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_against_float64(shape, programs, dtype, dynamic):
-    """Within about one rounding of the float64 product (bias and residual: every other shape).
-    Static form: the stream-K split of programs_for, at 7 ranges (long ranges over several
-    tiles) and at as many ranges as units (one K step each: every tile cut between all its
-    programs). Dynamic form: items from the counter over the SM count, 7 programs (many items
-    each) and more programs than items (some take none)."""
+def test_against_float64(shape, programs, dtype):
+    """Within about one rounding of the float64 product (bias and residual: every other shape),
+    the stream-K split at the SM count, at 7 ranges (long ranges over several tiles) and at as
+    many ranges as units (one K step each: every tile cut between all its programs)."""
     _need_gluon()
     m, n, k = shape
     x, w = rand(m, k, seed=1, dtype=dtype), rand(n, k, seed=2, scale=0.02, dtype=dtype)
@@ -75,10 +72,10 @@ def test_against_float64(shape, programs, dtype, dynamic):
     if n % 2 == 0:
         extras = dict(bias=rand(n, seed=3, dtype=dtype), residual=rand(m, n, seed=4, dtype=dtype))
     counters = _counters()
-    got = stream_mm.mm(x, w, counters=counters, programs=programs, dynamic=dynamic, **extras)
+    got = stream_mm.mm(x, w, counters=counters, programs=programs, **extras)
     want = product(x, w, **extras)
     assert _rel(got, want) < (8e-3 if dtype == torch.bfloat16 else 2e-3), shape
-    again = stream_mm.mm(x, w, counters=counters, programs=programs, dynamic=dynamic, **extras)
+    again = stream_mm.mm(x, w, counters=counters, programs=programs, **extras)
     assert torch.equal(got, again)
     torch.cuda.synchronize()
     assert not counters.any()
@@ -100,9 +97,8 @@ def test_tiles(tiles):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 @pytest.mark.parametrize("pdl", [0, 1, 2])
-def test_a_cuda_graph_of_a_chain_replays_to_the_eager_bits(pdl, dynamic):
+def test_a_cuda_graph_of_a_chain_replays_to_the_eager_bits(pdl):
     """o + residual -> down + residual -> qkv, at 64 rows, captured (as programmatic dependents
     of one another with pdl 1 / 2): replays equal the eager bits input after input, and the
     counters are back at zero."""
@@ -114,9 +110,9 @@ def test_a_cuda_graph_of_a_chain_replays_to_the_eager_bits(pdl, dynamic):
     opts = {"PDL": pdl, "launch_pdl": True} if pdl else {"PDL": 0}
 
     def body():
-        h = stream_mm.mm(x, o, residual=r, counters=counters, pdl=opts, dynamic=dynamic)
-        h2 = stream_mm.mm(xd, down, residual=h, counters=counters, pdl=opts, dynamic=dynamic)
-        return h, h2, stream_mm.mm(h2, qkv, counters=counters, pdl=opts, dynamic=dynamic)
+        h = stream_mm.mm(x, o, residual=r, counters=counters, pdl=opts)
+        h2 = stream_mm.mm(xd, down, residual=h, counters=counters, pdl=opts)
+        return h, h2, stream_mm.mm(h2, qkv, counters=counters, pdl=opts)
 
     eager = body()
     assert _rel(eager[0], product(x, o, residual=r)) < 8e-3
@@ -164,6 +160,3 @@ def test_the_stream_k_split_sizes():
     assert stream_mm.programs_for(448, 132) == 132
     assert stream_mm._pieces(64 * 32, 128, 32) == 2 and stream_mm._pieces(96 * 32, 96, 32) == 1
     assert stream_mm._pieces(1024, 132, 32) == 5      # 7.76 units a range over 32-unit tiles
-    # the dynamic form: ~4 items an SM, pieces of >= 8 K steps
-    assert [stream_mm.pieces_for(t, ks, 132) for t, ks in ((64, 32), (64, 112), (448, 32),
-                                                             (2004, 32), (8, 4))] == [4, 9, 2, 1, 1]

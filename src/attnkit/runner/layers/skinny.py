@@ -232,7 +232,7 @@ def _stream(x: torch.Tensor, weight: torch.Tensor) -> bool:
     if not lo <= x.shape[0] <= hi:
         return False
     from attnkit.runner.layers import stream_mm
-    return stream_mm.ready(x, weight) and -(-weight.shape[0] // 64) <= _COUNTER_TILES - 2
+    return stream_mm.ready(x, weight) and -(-weight.shape[0] // 64) <= _COUNTER_TILES
 
 
 def max_rows() -> int:

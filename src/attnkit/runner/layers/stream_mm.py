@@ -251,175 +251,6 @@ def _stream_mm_kernel(w_desc, x_desc, Y, BIAS, R, PART, COUNTER, M, N, P, TOTAL,
     ], [1], [LOADER_REGS])
 
 
-# Dynamic form: work items (column tile, piece of K) handed out by a counter, so a program on a
-# slower SM takes fewer (the static ranges' programs ended up to ~30 % apart at gate_up,
-# probe_stream_mm in session 1203d's call 3, in a pattern that follows the SMs).
-
-@gluon.jit
-def _item_range(item, KSTEPS, S: gl.constexpr):
-    """Item -> (column tile, first K step, end K step): piece item % S of tile item // S."""
-    t = item // S
-    q = item - t * S
-    return t, q * KSTEPS // S, (q + 1) * KSTEPS // S
-
-
-@gluon.jit
-def _put_id(ids_smem, s, item):
-    """The item whose first unit is in slot s, for the compute warpgroup."""
-    id_layout: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
-    ids_smem.index(s).store(gl.full([1], item, gl.int32, id_layout))
-
-
-@gluon.jit
-def _loader_dynamic(w_desc, x_desc, w_ring, x_ring, ready, free, ids_smem, NEXT, ITEMS, KSTEPS,
-                    BN: gl.constexpr, BK: gl.constexpr, NS: gl.constexpr, S: gl.constexpr,
-                    PDL: gl.constexpr):
-    """Take items from NEXT until they run out; each item's units into the ring (its id beside
-    its first unit's slot, written before the slot's mbarrier arrives), then an end mark (id
-    -1, an arrive with no copy). Under PDL the W copies of the first item's first units go out
-    before the wait for the kernel before, as in the static form."""
-    g = 0
-    skip = 0
-    item = gl.atomic_add(NEXT, 1, sem="relaxed", scope="gpu")
-    if PDL >= 1:
-        pre = item * 0
-        if item < ITEMS:
-            t, k0, k1 = _item_range(item, KSTEPS, S)
-            pre = gl.minimum(k1 - k0, NS)
-            _put_id(ids_smem, 0, item)
-            for i in range(pre):
-                bar = ready.index(i)
-                mbarrier.expect(bar, w_desc.block_type.nbytes + x_desc.block_type.nbytes)
-                tma.async_copy_global_to_shared(w_desc, [t * BN, (k0 + i) * BK], bar,
-                                                w_ring.index(i))
-        _gdc_wait()
-        if PDL == 2:
-            _gdc_launch_dependents()
-        if item < ITEMS:
-            t, k0, k1 = _item_range(item, KSTEPS, S)
-            for i in range(pre):
-                tma.async_copy_global_to_shared(x_desc, [0, (k0 + i) * BK], ready.index(i),
-                                                x_ring.index(i))
-        g = pre
-        skip = pre
-    while item < ITEMS:
-        t, k0, k1 = _item_range(item, KSTEPS, S)
-        for kk in range(k0 + skip, k1):
-            s = g % NS
-            mbarrier.wait(free.index(s), ((g // NS) & 1) ^ 1)
-            if kk == k0:
-                _put_id(ids_smem, s, item)
-            bar = ready.index(s)
-            mbarrier.expect(bar, w_desc.block_type.nbytes + x_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(w_desc, [t * BN, kk * BK], bar, w_ring.index(s))
-            tma.async_copy_global_to_shared(x_desc, [0, kk * BK], bar, x_ring.index(s))
-            g += 1
-        skip = 0
-        item = gl.atomic_add(NEXT, 1, sem="relaxed", scope="gpu")
-    s = g % NS
-    mbarrier.wait(free.index(s), ((g // NS) & 1) ^ 1)
-    _put_id(ids_smem, s, -1)
-    mbarrier.arrive(ready.index(s), count=1)
-
-
-@gluon.jit
-def _take_id(ids_smem, ready, g, NS: gl.constexpr):
-    """Wait for slot g % NS, then the id of the item starting there (-1: no more)."""
-    id_layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    s = g % NS
-    mbarrier.wait(ready.index(s), (g // NS) & 1)
-    return gl.max(ids_smem.index(s).load(id_layout), axis=0)
-
-
-@gluon.jit
-def _compute_dynamic(w_ring, x_ring, ready, free, ids_smem, Y, BIAS, R, PART, COUNTER, NEXT, P,
-                     KSTEPS, M, N, stride_ym, stride_rm, TIMES, BN: gl.constexpr,
-                     BM: gl.constexpr, NS: gl.constexpr, S: gl.constexpr,
-                     HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, PDL: gl.constexpr,
-                     TIMING: gl.constexpr):
-    """Items in the loader's order: each piece's units through the ring (one MMA in flight);
-    a whole tile (S = 1) is stored at once, a piece as PART[tile * S + piece] and a ticket
-    (the last of a tile's S sums its pieces in order). The last program to finish resets
-    NEXT's two counters (items taken, programs done)."""
-    layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                     instr_shape=[16, BM, 16])
-    pid = gl.program_id(0)
-    if TIMING:
-        gl.store(TIMES + pid * 4, _now())
-    if PDL >= 1:
-        _gdc_wait()         # the residual and bias may be the kernel before's
-    g = 0
-    item = _take_id(ids_smem, ready, 0, NS)
-    if TIMING:
-        gl.store(TIMES + pid * 4 + 1, _now())
-    offs = _part_offsets(layout, BN, BM)
-    while item >= 0:
-        t, k0, k1 = _item_range(item, KSTEPS, S)
-        acc = gl.zeros([BN, BM], gl.float32, layout)
-        for j in range(k1 - k0):
-            s = (g + j) % NS
-            if j > 0:       # the first unit's slot was waited for with its id
-                mbarrier.wait(ready.index(s), ((g + j) // NS) & 1)
-            acc = warpgroup_mma(w_ring.index(s), x_ring.index(s).permute((1, 0)), acc,
-                                is_async=True)
-            acc = warpgroup_mma_wait(num_outstanding=1, deps=[acc])
-            mbarrier.arrive(free.index((g + j + NS - 1) % NS), count=1, pred=j > 0)
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
-        g += k1 - k0
-        mbarrier.arrive(free.index((g + NS - 1) % NS), count=1)
-        if S == 1:
-            _epilogue(acc, t * BN, Y, BIAS, R, M, N, stride_ym, stride_rm, layout, BN, BM,
-                      HAS_BIAS, HAS_RESIDUAL)
-        else:
-            gl.store(PART + item.to(gl.int64) * (BN * BM) + offs, acc)
-            gl.thread_barrier()     # every thread's partial before the ticket
-            ticket = gl.atomic_add(COUNTER + t, 1, sem="acq_rel", scope="gpu")
-            if ticket == S - 1:
-                total = gl.zeros([BN, BM], gl.float32, layout)
-                for q in gl.static_range(S):
-                    total += gl.load(PART + (t * S + q).to(gl.int64) * (BN * BM) + offs,
-                                     cache_modifier=".cg")
-                _epilogue(total, t * BN, Y, BIAS, R, M, N, stride_ym, stride_rm, layout, BN,
-                          BM, HAS_BIAS, HAS_RESIDUAL)
-                gl.atomic_xchg(COUNTER + t, 0, sem="relaxed", scope="gpu")
-        item = _take_id(ids_smem, ready, g, NS)
-    if TIMING:
-        gl.store(TIMES + pid * 4 + 2, _now())
-    done = gl.atomic_add(NEXT + 1, 1, sem="acq_rel", scope="gpu")
-    if done == P - 1:       # every loader has taken its last item: both counters back to 0
-        gl.atomic_xchg(NEXT, 0, sem="relaxed", scope="gpu")
-        gl.atomic_xchg(NEXT + 1, 0, sem="relaxed", scope="gpu")
-    if TIMING:
-        gl.store(TIMES + pid * 4 + 3, _now())
-
-
-@gluon.jit
-def _stream_mm_dynamic_kernel(w_desc, x_desc, Y, BIAS, R, PART, COUNTER, NEXT, M, N, P, ITEMS,
-                              KSTEPS, stride_ym, stride_rm, TIMES, BN: gl.constexpr,
-                              BK: gl.constexpr, BM: gl.constexpr, NS: gl.constexpr,
-                              S: gl.constexpr, HAS_BIAS: gl.constexpr,
-                              HAS_RESIDUAL: gl.constexpr, PDL: gl.constexpr,
-                              LOADER_REGS: gl.constexpr, TIMING: gl.constexpr = False):
-    """Grid (P,): ITEMS = column tiles x S pieces of K, taken from NEXT[0] (NEXT[1] counts
-    the programs done); descriptors as _stream_mm_kernel's."""
-    w_ring = gl.allocate_shared_memory(w_desc.dtype, [NS, BN, BK], w_desc.layout)
-    x_ring = gl.allocate_shared_memory(x_desc.dtype, [NS, BM, BK], x_desc.layout)
-    ids_smem = gl.allocate_shared_memory(gl.int32, [NS, 1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-    ready = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
-    free = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
-    for s in gl.static_range(NS):
-        mbarrier.init(ready.index(s), count=1)
-        mbarrier.init(free.index(s), count=1)
-    fence_async_shared()
-    gl.warp_specialize([
-        (_compute_dynamic, (w_ring, x_ring, ready, free, ids_smem, Y, BIAS, R, PART, COUNTER,
-                            NEXT, P, KSTEPS, M, N, stride_ym, stride_rm, TIMES, BN, BM, NS, S,
-                            HAS_BIAS, HAS_RESIDUAL, PDL, TIMING)),
-        (_loader_dynamic, (w_desc, x_desc, w_ring, x_ring, ready, free, ids_smem, NEXT, ITEMS,
-                           KSTEPS, BN, BK, NS, S, PDL)),
-    ], [1], [LOADER_REGS])
-
-
 # ---------------------------------------------------------------------------------------------
 # Host side
 
@@ -468,31 +299,18 @@ def ready(x: torch.Tensor, weight: torch.Tensor) -> bool:
             and (x.stride(0) * 2) % 16 == 0 and (weight.stride(0) * 2) % 16 == 0)
 
 
-def pieces_for(tiles: int, ksteps: int, sms: int) -> int:
-    """The dynamic form's pieces of K a column tile: enough items for ~4 an SM, each of at
-    least 8 K steps (a piece's float32 partial is 1/8 of its W bytes or less)."""
-    return max(1, min(-(-4 * sms // tiles), ksteps // 8))
-
-
-def form() -> str:
-    """ATTNKIT_STREAM_MM_FORM: ``dynamic`` (the default: items from a counter) or ``static``
-    (the stream-K ranges)."""
-    return "static" if os.environ.get("ATTNKIT_STREAM_MM_FORM") == "static" else "dynamic"
-
-
 def mm(x: torch.Tensor, weight: torch.Tensor, *, bias: torch.Tensor | None = None,
        residual: torch.Tensor | None = None, counters: torch.Tensor, programs: int | None = None,
        tiles: tuple[int, int, int] | None = None, pdl: dict | None = None,
        out: torch.Tensor | None = None, maxnreg: int | None = None,
-       times: torch.Tensor | None = None, dynamic: bool | None = None) -> torch.Tensor:
+       times: torch.Tensor | None = None) -> torch.Tensor:
     """x @ weight^T (+ bias) (+ residual) -> [M, N] in x's dtype; the caller checked ``ready``.
 
-    counters: int32, zero, at least one per column tile and two more (skinny's buffer: the
-    dynamic form's item and done counters are its last two); programs: the grid (default
-    ``programs_for``'s stream-K ranges, or the SM count for the dynamic form); tiles: (BN,
-    BK, NS) instead of ``tile``'s; pdl: fused._pdl's launch options; out: an [M, N] tensor
-    of x's dtype to write; maxnreg: registers a thread; times: an int64 [P, 4] tensor for
-    the TIMING probe (benchmarks/probe_stream_mm.py); dynamic: the form (default ``form``)."""
+    counters: int32, zero, at least one per column tile (skinny's buffer); programs: the
+    stream-K ranges (default ``programs_for``); tiles: (BN, BK, NS) instead of ``tile``'s;
+    pdl: fused._pdl's launch options; out: an [M, N] tensor of x's dtype to write; maxnreg:
+    registers a thread (128: two programs an SM where the ring leaves room); times: an int64
+    [P, 4] tensor for the TIMING probe's timestamps (benchmarks/probe_stream_mm.py)."""
     from attnkit.backends.triton.gluon_host import device_facts, matrix_descriptor
     m, k = x.shape
     n = weight.shape[0]
@@ -500,28 +318,15 @@ def mm(x: torch.Tensor, weight: torch.Tensor, *, bias: torch.Tensor | None = Non
     bm = max(16, 1 << (m - 1).bit_length())          # arange's power of two
     bn, bk, ns = tiles or tile(bm)
     col_tiles, ksteps = -(-n // bn), -(-k // bk)
-    r = residual if residual is not None else y
-    sms = device_facts(x.device)[1]
-    launch = dict(BN=bn, BK=bk, BM=bm, NS=ns, HAS_BIAS=bias is not None,
-                  HAS_RESIDUAL=residual is not None, LOADER_REGS=LOADER_REGS,
-                  TIMING=times is not None, num_warps=4, **(pdl or {"PDL": 0}),
-                  **({"maxnreg": maxnreg} if maxnreg else {}))
-    head = (matrix_descriptor(weight, bn, bk), matrix_descriptor(x, bm, bk), y,
-            bias if bias is not None else y, r)
-    if dynamic if dynamic is not None else form() == "dynamic":
-        pieces = pieces_for(col_tiles, ksteps, sms)
-        items = col_tiles * pieces
-        p = max(1, min(programs or sms, items))
-        part = y.new_empty(items * bn * bm, dtype=torch.float32) if pieces > 1 else y
-        _stream_mm_dynamic_kernel[(p,)](
-            *head, part, counters, counters[-2:], m, n, p, items, ksteps, y.stride(0),
-            r.stride(0), times if times is not None else counters, S=pieces, **launch)
-        return y
     total = col_tiles * ksteps
-    p = max(1, min(programs or programs_for(col_tiles, sms), total))
+    p = max(1, min(programs or programs_for(col_tiles, device_facts(x.device)[1]), total))
     pieces = _pieces(total, p, ksteps)
     part = y.new_empty(2 * p * bn * bm, dtype=torch.float32) if pieces > 1 else y
+    r = residual if residual is not None else y
     _stream_mm_kernel[(p,)](
-        *head, part, counters, m, n, p, total, ksteps, y.stride(0), r.stride(0),
-        times if times is not None else counters, PIECES=pieces, **launch)
+        matrix_descriptor(weight, bn, bk), matrix_descriptor(x, bm, bk), y,
+        bias if bias is not None else y, r, part, counters, m, n, p, total, ksteps, y.stride(0),
+        r.stride(0), times if times is not None else counters, TIMING=times is not None, PIECES=pieces, BN=bn, BK=bk, BM=bm, NS=ns, HAS_BIAS=bias is not None,
+        HAS_RESIDUAL=residual is not None, LOADER_REGS=LOADER_REGS, num_warps=4,
+        **(pdl or {"PDL": 0}), **({"maxnreg": maxnreg} if maxnreg else {}))
     return y
