@@ -49,8 +49,8 @@ WIDE = [Config(True, 256, 64, 8, s, sp) for s, sp in
 
 
 # stream_mm: ((BN, BK, NS), ranges, PDL); ranges 0: stream_mm.programs_for's (a multiple of
-# the column tiles), 1: one an SM (stream-K over every SM), 2: two an SM (96 KB rings, 128
-# registers); PDL 2: each product of the graph's chain a programmatic dependent of the one
+# the column tiles), 1: one an SM (stream-K over every SM; call 1 also timed two an SM at 128
+# registers: slower); PDL 2: each product of the graph's chain a programmatic dependent of the one
 # before, its first W tiles loaded while that one drains. (Session 1203d call 1 measured one
 # range an SM everywhere: far slower than cuBLAS, the cut tiles' merges the tail.)
 STREAM = [((128, 128, 4), 0, 0), ((64, 128, 6), 0, 0), ((64, 128, 4), 0, 0),
@@ -73,7 +73,7 @@ TOTAL_BYTES = 512 << 20
 def label(cfg) -> str:
     if not isinstance(cfg, Config):
         (bn, bk, ns), per_sm, pdl = cfg
-        ranges = {0: "", 1: ", an SM", 2: ", 2 an SM"}[per_sm]
+        ranges = ", an SM" if per_sm else ""
         return f"stream ({bn}, {bk}, s{ns}{ranges}{', pdl' if pdl else ''})"
     split = f", k/{cfg.split}" if cfg.split > 1 else ""
     return (f"{'dot' if cfg.dot else 'fma'} ({cfg.block_n}, {cfg.block_k}, w{cfg.num_warps}, "
@@ -88,8 +88,7 @@ def product(x, w, cfg):
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     return stream_mm.mm(x, w, counters=counters(x.device), tiles=tiles,
                         programs=per_sm * sms if per_sm else None,
-                        pdl={"PDL": pdl, "launch_pdl": True} if pdl else None,
-                        maxnreg=128 if per_sm > 1 else None)
+                        pdl={"PDL": pdl, "launch_pdl": True} if pdl else None)
 
 
 def rate(fn, weights, nbytes: int) -> float:

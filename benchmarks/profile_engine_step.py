@@ -29,7 +29,7 @@ from bench_runner import LLAMA3_8B, TINY, build_model, prompts  # noqa: E402
 from common import copy_bandwidth_gbs, environment  # noqa: E402
 
 # first match wins: torch's argmax is a "reduce_kernel", so sampling is tried before attention
-KINDS = (("gemm", ("gemm", "nvjet", "cutlass", "sm90_xmma", "skinny", "splitk")),
+KINDS = (("gemm", ("gemm", "nvjet", "cutlass", "sm90_xmma", "skinny", "splitk", "stream_mm")),
          ("sampling", ("argmax",)),
          ("attention", ("decode", "attn", "stream", "merge", "reduce")),
          ("norm", ("rms_norm",)), ("rope", ("rope",)), ("activation", ("silu", "gelu")),

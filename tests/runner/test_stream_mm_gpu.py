@@ -9,7 +9,7 @@ import torch
 from attnkit.runner.layers import skinny, stream_mm
 
 # (M, N, K): Llama-3-8B's o / qkv / down at 64 rows, a few-row step, uneven N and K, fewer
-# column tiles than programs, one column tile, and 128 rows
+# column tiles than programs, two column tiles, and 128 rows
 SHAPES = [(64, 4096, 4096), (64, 6144, 4096), (64, 4096, 14336), (17, 4096, 4096),
           (33, 1000, 520), (48, 300, 4096), (5, 128, 2048), (128, 512, 256)]
 
@@ -44,17 +44,22 @@ def _counters():
     return skinny.counters(torch.device("cuda", torch.cuda.current_device()))
 
 
+@pytest.mark.gpu
 def test_ready_refuses_what_tma_cannot_read():
-    """CPU tensors, fp32, more than MAX_ROWS rows, rows of a stride TMA cannot step."""
+    """CPU tensors, fp32, more than MAX_ROWS rows, rows of a stride TMA cannot step,
+    broadcast rows, an empty K (on a machine where the kernel runs at all)."""
+    _need_gluon()
     cpu = torch.zeros(4, 64, dtype=torch.bfloat16)
     assert not stream_mm.ready(cpu, cpu)
-    if not torch.cuda.is_available():
-        return
     w = torch.zeros(256, 64, device="cuda", dtype=torch.bfloat16)
+    assert stream_mm.ready(w[:4], w)
     assert not stream_mm.ready(w[:4].float(), w.float())
     assert not stream_mm.ready(torch.zeros(129, 64, device="cuda", dtype=torch.bfloat16), w)
     odd = torch.zeros(4, 65, device="cuda", dtype=torch.bfloat16)[:, :64]      # row stride 130 B
     assert not stream_mm.ready(odd, w)
+    assert not stream_mm.ready(w[:1].expand(4, 64), w)                            # broadcast rows
+    empty = torch.zeros(256, 0, device="cuda", dtype=torch.bfloat16)
+    assert not stream_mm.ready(empty[:4], empty)
 
 
 @pytest.mark.gpu
@@ -62,14 +67,15 @@ def test_ready_refuses_what_tma_cannot_read():
 @pytest.mark.parametrize("programs", [None, 7, 1000])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_against_float64(shape, programs, dtype):
-    """Within about one rounding of the float64 product (bias and residual: every other shape),
+    """Within about one rounding of the float64 product (bias and residual on the even-numbered
+    shapes, the plain product on the others),
     the stream-K split at the SM count, at 7 ranges (long ranges over several tiles) and at as
     many ranges as units (one K step each: every tile cut between all its programs)."""
     _need_gluon()
     m, n, k = shape
     x, w = rand(m, k, seed=1, dtype=dtype), rand(n, k, seed=2, scale=0.02, dtype=dtype)
     extras = {}
-    if n % 2 == 0:
+    if SHAPES.index(shape) % 2 == 0:
         extras = dict(bias=rand(n, seed=3, dtype=dtype), residual=rand(m, n, seed=4, dtype=dtype))
     counters = _counters()
     got = stream_mm.mm(x, w, counters=counters, programs=programs, **extras)
@@ -79,6 +85,27 @@ def test_against_float64(shape, programs, dtype):
     assert torch.equal(got, again)
     torch.cuda.synchronize()
     assert not counters.any()
+
+
+@pytest.mark.gpu
+def test_skinny_hands_the_switched_rows_over(monkeypatch):
+    """With ATTNKIT_STREAM_MM=17-128, skinny.mm's product of 64 rows (bias, a broadcast [N]
+    residual) is stream_mm's, bit for bit, and close to float64; unset, skinny's own kernel
+    and cuBLAS run as before (usable refuses 64 rows)."""
+    from attnkit.runner.layers.linear import Linear
+    _need_gluon()
+    x, w = rand(64, 4096, seed=20), rand(1024, 4096, seed=21, scale=0.02)
+    bias, r = rand(1024, seed=22), rand(1024, seed=23)
+    lin = Linear(w, bias)
+    monkeypatch.delenv("ATTNKIT_STREAM_MM", raising=False)
+    assert not skinny.usable(x, lin)
+    monkeypatch.setenv("ATTNKIT_STREAM_MM", "17-128")
+    assert skinny.usable(x, lin)
+    got = skinny.mm(x, w, bias=bias, residual=r)
+    direct = stream_mm.mm(x, w, bias=bias, residual=r.expand(64, 1024).contiguous(),
+                          counters=_counters())
+    assert torch.equal(got, direct)
+    assert _rel(got.double() - r.double(), product(x, w, bias)) < 8e-3
 
 
 @pytest.mark.gpu

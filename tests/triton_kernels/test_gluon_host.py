@@ -57,7 +57,8 @@ def test_templates_are_per_shape_and_a_misaligned_base_is_built_and_refused_by_t
 
 def test_a_matrix_descriptor_reads_the_matrix_in_its_blocks():
     """stream_mm's W and x: [R, C] in [rows, cols] blocks, the row stride the tensor's own (a
-    view of a wider tensor keeps it); its template is kept apart from the [T, H, D] ones."""
+    view of a wider tensor keeps it); a [T, H, D] descriptor of another 2-D view is its own
+    template."""
     gluon_host._TEMPLATES.clear()
     wide = torch.zeros(40, 512, dtype=torch.bfloat16)
     d = gluon_host.matrix_descriptor(wide[:, :256], 64, 128)

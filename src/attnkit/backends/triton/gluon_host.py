@@ -8,10 +8,11 @@ None of that depends on the tensors' data, only on their dtype, shape and row st
 the base address's 16-byte alignment, checked per call), so it is kept here:
 
 - ``descriptor(x, rows)``: x [T, H, D] (heads dense) as a TMA descriptor over its
-  [T, H * D] rows with [rows, D] blocks. The first call of a (dtype, T, H, D, row stride,
-  rows) builds and validates one through Triton (its checks: alignment, strides, layout); a
-  later call copies that template and points it at ``x`` (``base``; Triton's launcher reads
-  the address from it at launch). A base that is not 16-byte aligned is built afresh (Triton
+  [T, H * D] rows with [rows, D] blocks; ``matrix_descriptor(x, rows, cols)``: a 2-D x in
+  [rows, cols] blocks (runner/layers/stream_mm.py). The first call of a (dtype, 2-D shape,
+  row stride, block) builds and validates one through Triton (its checks: alignment,
+  strides, layout); a later call copies that template and points it at ``x`` (``base``;
+  Triton's launcher reads the address from it at launch). A base that is not 16-byte aligned is built afresh (Triton
   checks it) — the callers' readiness checks keep such tensors off this path.
 - ``device_facts(device)``: ((major, minor), SM count) of a CUDA device, asked once.
 

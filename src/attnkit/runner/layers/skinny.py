@@ -34,6 +34,8 @@ loop is done (PDL 1) or as soon as it has waited (``early``, the one-row default
 
 The layers use this on CUDA for steps of at most ``MAX_ROWS`` tokens (``usable``); the
 Triton interpreter runs it in tests. benchmarks/bench_skinny.py measures it against cuBLAS.
+``mm`` hands the rows of fused.stream_rows (none by default) to stream_mm.py's
+warp-specialised Gluon product instead, where that kernel runs (``_stream``).
 """
 from __future__ import annotations
 
@@ -226,13 +228,15 @@ def config(m: int, n: int) -> Config:
 
 
 def _stream(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether ``mm`` hands x @ weight^T to stream_mm.py: x's rows in fused.stream_rows and the
-    kernel able to read both (stream_mm.ready: sm_90, Triton 3.6, TMA's alignments)."""
+    """Whether ``mm`` hands x @ weight^T to stream_mm.py: x's rows in fused.stream_rows, the
+    kernel able to read both (stream_mm.ready: sm_90, Triton 3.6, TMA's alignments) and the
+    ticket counters there (not first made inside a graph capture)."""
     lo, hi = fused.stream_rows()
-    if not lo <= x.shape[0] <= hi:
-        return False
+    if not lo <= x.shape[0] <= hi or not triton.__version__.startswith("3.6."):
+        return False                    # (stream_mm imports Triton 3.6's Gluon Hopper API)
     from attnkit.runner.layers import stream_mm
-    return stream_mm.ready(x, weight) and -(-weight.shape[0] // 64) <= _COUNTER_TILES
+    return (stream_mm.ready(x, weight) and -(-weight.shape[0] // 64) <= _COUNTER_TILES
+            and counters(x.device) is not None)
 
 
 def max_rows() -> int:
@@ -244,7 +248,8 @@ def max_rows() -> int:
 
 def usable(x: torch.Tensor, lin) -> bool:
     """Whether ``mm`` serves x @ lin: CUDA (unless ATTNKIT_FUSED=0 or ATTNKIT_SKINNY=0), a
-    2-D x of 1..max_rows() rows (or rows stream_mm serves: ``_stream``), a whole (not
+    2-D x of 1..max_rows() rows (or rows stream_mm serves, ``_stream``, with no prologue
+    folded: it has none), a whole (not
     tensor-parallel) 16-bit ``Linear`` in x's dtype, and not inside ``row_by_row`` (whose rows
     must not depend on the step's row count)."""
     from attnkit.runner.layers.linear import _ROW_BY_ROW, Linear
@@ -253,14 +258,15 @@ def usable(x: torch.Tensor, lin) -> bool:
             and isinstance(lin, Linear) and x.dim() == 2
             and x.dtype in (torch.float16, torch.bfloat16) and lin.weight.dtype == x.dtype
             and lin.weight.stride(-1) == 1 and not _ROW_BY_ROW.get()
-            and (0 < x.shape[0] <= max_rows() or _stream(x, lin.weight)))
+            and (0 < x.shape[0] <= max_rows() or (not folds() and _stream(x, lin.weight))))
 
 
-# Per-device ticket counters of the split-K merge, one a column tile, zero between launches
-# (each merge resets its own). Made outside CUDA-graph capture only (``_split``), so a
-# counter is zero in memory before the first launch that uses it, eager or replayed.
-# Products on one device are stream-ordered (the runner's one stream): two split launches
-# never use the counters at once.
+# Per-device ticket counters of the split-K merges (this kernel's and stream_mm.py's), one a
+# column tile, zero between launches (each merge resets its own). Made outside CUDA-graph
+# capture only (``counters``), so a counter is zero in memory before the first launch that
+# uses it, eager or replayed. Products on one device are stream-ordered (the runner's one
+# stream); under PDL launches overlap, but no kernel touches the counters before its wait
+# for the kernel before (gdc_wait), so two launches never use them at once.
 _COUNTERS: dict = {}
 _COUNTER_TILES = 1 << 14
 
@@ -351,11 +357,9 @@ def mm(x: torch.Tensor, weight: torch.Tensor, *, bias: torch.Tensor | None = Non
         residual = residual.expand(m, n).contiguous()
     r = residual if residual is not None else y
     if cfg is None and norm is None and not silu and _stream(x, weight):
-        tickets = counters(x.device)
-        if tickets is not None:
-            from attnkit.runner.layers import stream_mm
-            return stream_mm.mm(x, weight, bias=bias, residual=residual, counters=tickets,
-                                pdl=fused._pdl(x), out=y)
+        from attnkit.runner.layers import stream_mm
+        return stream_mm.mm(x, weight, bias=bias, residual=residual,
+                            counters=counters(x.device), pdl=fused._pdl(x), out=y)
     cfg = cfg or config(m, n)
     bm = max(16 if cfg.dot else 1, triton.next_power_of_2(max(m, 1)))
     pdl = fused._pdl(x)

@@ -15,8 +15,9 @@ those kernels waits for its own loads. Here the loads run under the products ins
 
 Work is split stream-K: the units (column tile, K step), tile-major, are cut into P equal
 contiguous ranges, one a program (``programs_for``: a multiple of the column tiles where they
-fit the SMs, else the SM count); a program walks its range without a pause between tiles (the loader runs into the next tile while the MMAs finish the last). A
-tile wholly inside one range is stored at once (bias and residual in the epilogue); a tile
+fit the SMs, else the SM count); a program walks its range without a pause between tiles
+(the loader runs into the next tile while the MMAs finish the last). A tile wholly inside
+one range is stored at once (bias and residual in the epilogue); a tile
 cut between ranges is stored by each of its programs as a float32 partial (PART, two slots a
 program: its first and its last tile), and after its loop each such program takes a ticket
 from the tile's counter (acq_rel, GPU scope, after a barrier of the warpgroup); the one that
@@ -26,8 +27,11 @@ counters are skinny.py's per-device buffer.
 
 PDL (fused._pdl's options): the loader issues the W copies of the first NS units before it
 waits for the kernel before (W is this kernel's own, x is that kernel's output), then the x
-copies of those units; the compute warpgroup waits too before its epilogue reads the
-residual. PDL 2 lets the next kernel launch as soon as this one has waited.
+copies of those units. The compute warpgroup waits first thing, before any global write or
+read of another kernel's memory: the residual and bias, but also y and PART (fresh
+allocations the kernel before may still be reading) and the ticket counters (shared by every
+launch: no kernel touches them before its wait). PDL 2 lets the next kernel launch as soon as
+this one has waited.
 
 Served from skinny.mm for the rows of fused.stream_rows (none by default: measured slower
 in the engine, NOTES-engine.md version 7; ATTNKIT_STREAM_MM="lo-hi" turns it on); the GPU tests
@@ -183,7 +187,7 @@ def _compute(w_ring, x_ring, ready, free, Y, BIAS, R, PART, COUNTER, u0, u1, P, 
     t_first = u0 // KSTEPS
     t_last = (u1 - 1) // KSTEPS
     if PDL >= 1:
-        _gdc_wait()         # the residual and bias may be the kernel before's
+        _gdc_wait()         # before any global access: y, PART, the counters, residual, bias
     g = 0
     for t in range(t_first, t_last + 1):
         a = gl.maximum(u0, t * KSTEPS)
@@ -283,8 +287,9 @@ def programs_for(tiles: int, sms: int) -> int:
 
 def ready(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether this kernel can run x @ weight^T: Triton 3.6 (Gluon) on sm_90, not the
-    interpreter, 16-bit x and weight of one dtype, 1..MAX_ROWS rows, both 16-byte aligned
-    with dense last dims and row strides of whole 16 bytes (TMA's conditions)."""
+    interpreter, 16-bit 2-D x and weight of one dtype, 1..MAX_ROWS rows, K and N > 0, both
+    16-byte aligned with dense last dims and row strides of whole 16 bytes (TMA's
+    conditions; x's rows not broadcast)."""
     import triton
 
     from attnkit.backends.triton.gluon_host import device_facts
@@ -294,9 +299,11 @@ def ready(x: torch.Tensor, weight: torch.Tensor) -> bool:
     if device_facts(x.device)[0] != (9, 0):
         return False
     return (x.dtype in (torch.float16, torch.bfloat16) and weight.dtype == x.dtype
-            and x.dim() == 2 and 0 < x.shape[0] <= MAX_ROWS and x.stride(-1) == 1
-            and weight.stride(-1) == 1 and x.data_ptr() % 16 == 0 and weight.data_ptr() % 16 == 0
-            and (x.stride(0) * 2) % 16 == 0 and (weight.stride(0) * 2) % 16 == 0)
+            and x.dim() == 2 and weight.dim() == 2 and 0 < x.shape[0] <= MAX_ROWS
+            and x.shape[1] > 0 and weight.shape[0] > 0 and x.stride(-1) == 1
+            and x.stride(0) > 0 and weight.stride(-1) == 1 and x.data_ptr() % 16 == 0
+            and weight.data_ptr() % 16 == 0 and (x.stride(0) * 2) % 16 == 0
+            and (weight.stride(0) * 2) % 16 == 0)
 
 
 def mm(x: torch.Tensor, weight: torch.Tensor, *, bias: torch.Tensor | None = None,
@@ -326,7 +333,8 @@ def mm(x: torch.Tensor, weight: torch.Tensor, *, bias: torch.Tensor | None = Non
     _stream_mm_kernel[(p,)](
         matrix_descriptor(weight, bn, bk), matrix_descriptor(x, bm, bk), y,
         bias if bias is not None else y, r, part, counters, m, n, p, total, ksteps, y.stride(0),
-        r.stride(0), times if times is not None else counters, TIMING=times is not None, PIECES=pieces, BN=bn, BK=bk, BM=bm, NS=ns, HAS_BIAS=bias is not None,
+        r.stride(0), times if times is not None else counters, TIMING=times is not None,
+        PIECES=pieces, BN=bn, BK=bk, BM=bm, NS=ns, HAS_BIAS=bias is not None,
         HAS_RESIDUAL=residual is not None, LOADER_REGS=LOADER_REGS, num_warps=4,
         **(pdl or {"PDL": 0}), **({"maxnreg": maxnreg} if maxnreg else {}))
     return y
