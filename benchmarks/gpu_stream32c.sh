@@ -10,19 +10,12 @@ echo "tests rc $? ($(tail -1 "$W/gpu_tests.log")) at $((SECONDS - T0)) s"; save
 grep -E "^FAILED|^E  " "$W/gpu_tests.log" | head -12
 timeout ${PROBE_S:-100} python3 benchmarks/probe_stream_mm.py --out "$W" > "$W/probe.log" 2>&1
 echo "probe rc $? at $((SECONDS - T0)) s"; save
-grep -v end_us "$W/probe.log" | tail -3; python3 -c "
-import json,sys
-for l in open('$W/probe.log'):
-    if l.startswith('{'):
-        r=json.loads(l); r.pop('end_us',None); print({k:(round(v,2) if isinstance(v,float) else v) for k,v in r.items()})"
+grep -v end_us "$W/probe.log" | tail -3; probe_rows "$W/probe.log"
 mkdir -p "$W/m64" "$W/m32"
 timeout ${SKINNY_S:-110} python3 benchmarks/bench_skinny.py --ms 64 --configs stream \
   --shapes o,down,qkv,gate_up,lm_head --out "$W/m64" --budget-s $(( ${SKINNY_S:-110} - 10 )) > "$W/m64/log" 2>&1
 echo "bench_skinny 64 rc $? at $((SECONDS - T0)) s"; save
-python3 -c "
-import json
-for r in json.load(open('$W/m64/bench_skinny.json'))['rows']:
-    print(r['shape'], r['m'], 'cublas', round(r['cublas_gbs']), [(c['config'], round(c.get('gbs', 0))) for c in r['kernels']])"
+skinny_rows "$W/m64/bench_skinny.json"
 REST=$(( ${END_S:-560} - (SECONDS - T0) ))
 if [ $REST -gt 200 ]; then
   timeout 190 python3 benchmarks/bench_switch.py --var ATTNKIT_STREAM_MM --values 0-0 33-64 \
