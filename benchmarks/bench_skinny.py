@@ -1,6 +1,6 @@
 """The decode GEMMs of a Llama-3-8B-shaped step, cuBLAS (torch.mm) against the runner's
 few-row Triton kernel (attnkit.runner.layers.skinny) at each of its launch configurations and,
-from 16 rows on sm_90, the warp-specialised Gluon product (layers/stream_mm.py) at its tiles.
+on sm_90, the warp-specialised Gluon product (layers/stream_mm.py) at its tiles.
 
     PYTHONPATH=src python3 benchmarks/bench_skinny.py [--out DIR] [--ms 1,2,4,8,16,32,64]
 
@@ -56,15 +56,20 @@ WIDE = [Config(True, 256, 64, 8, s, sp) for s, sp in
 STREAM = [((128, 128, 4), 0, 0), ((64, 128, 6), 0, 0), ((64, 128, 4), 0, 0),
           ((128, 128, 4), 1, 0), ((64, 128, 6), 1, 0), ((128, 128, 4), 0, 2),
           ((64, 128, 6), 0, 2)]
+# below 16 rows (x padded to 16 by TMA's zeros), all under PDL 2 as the engine launches one
+# row: deeper rings, wider tiles, and a fourth field: registers a thread (128: room on the SM
+# for the norm / rope kernels that the engine runs between the products, or two programs)
+STREAM_FEW = [((64, 128, 6), 0, 2), ((64, 128, 8), 0, 2), ((128, 128, 4), 0, 2),
+              ((64, 128, 6), 1, 2), ((64, 128, 4), 0, 2, 128), ((64, 128, 6), 0, 2, 128)]
 
 
 def candidates(m: int, args) -> list:
     """The configurations timed at m rows: --configs old (the 1202f set), split, wide (256-
-    and 128-column tiles at 32-64 rows), stream (stream_mm's, from 16 rows), or all."""
+    and 128-column tiles at 32-64 rows), stream (stream_mm's), or all."""
     old = DOT + (FMA if m <= 4 else [])
     new = (FMA_SPLIT if m == 1 else []) + (DOT_SPLIT if m > 1 else [])
     wide = WIDE if 32 <= m <= 64 else []
-    stream = [c for c in STREAM if c[0][0] * max(16, m) <= 8192] if m >= 16 else []
+    stream = [c for c in STREAM if c[0][0] * max(16, m) <= 8192] if m >= 16 else STREAM_FEW
     return {"old": old, "split": new, "wide": wide, "stream": stream,
             "all": old + new + wide + stream}[args.configs]
 TOTAL_BYTES = 512 << 20
@@ -72,9 +77,10 @@ TOTAL_BYTES = 512 << 20
 
 def label(cfg) -> str:
     if not isinstance(cfg, Config):
-        (bn, bk, ns), per_sm, pdl = cfg
+        (bn, bk, ns), per_sm, pdl, *regs = cfg
         ranges = ", an SM" if per_sm else ""
-        return f"stream ({bn}, {bk}, s{ns}{ranges}{', pdl' if pdl else ''})"
+        regs = f", {regs[0]} regs" if regs else ""
+        return f"stream ({bn}, {bk}, s{ns}{ranges}{', pdl' if pdl else ''}{regs})"
     split = f", k/{cfg.split}" if cfg.split > 1 else ""
     return (f"{'dot' if cfg.dot else 'fma'} ({cfg.block_n}, {cfg.block_k}, w{cfg.num_warps}, "
             f"s{cfg.num_stages}{split})")
@@ -84,11 +90,12 @@ def product(x, w, cfg):
     """x @ w^T by ``cfg``: a skinny Config, or a STREAM entry."""
     if isinstance(cfg, Config):
         return mm(x, w, cfg=cfg)
-    tiles, per_sm, pdl = cfg
+    tiles, per_sm, pdl, *regs = cfg
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     return stream_mm.mm(x, w, counters=counters(x.device), tiles=tiles,
                         programs=per_sm * sms if per_sm else None,
-                        pdl={"PDL": pdl, "launch_pdl": True} if pdl else None)
+                        pdl={"PDL": pdl, "launch_pdl": True} if pdl else None,
+                        maxnreg=regs[0] if regs else None)
 
 
 def rate(fn, weights, nbytes: int) -> float:

@@ -74,6 +74,14 @@ def stream_rows() -> tuple[int, int]:
     return (max(lo_hi[0], 1), lo_hi[1]) if lo_hi[1] >= 1 else (1, 0)     # (1, 0): none
 
 
+def stream_regs() -> int | None:
+    """Registers a thread for stream_mm.py's launches from skinny.mm: ATTNKIT_STREAM_MM_REGS
+    (a measurement switch: 128 leaves half the register file to the norm and rope kernels
+    between the products), or None (the compiler's count, 255 at every tile it runs)."""
+    raw = os.environ.get("ATTNKIT_STREAM_MM_REGS", "")
+    return int(raw) if raw.isdigit() and 24 <= int(raw) <= 255 else None
+
+
 def pdl_mode(rows: int) -> int:
     """``_pdl``'s PDL value for a launch over ``rows`` rows, before the device checks."""
     raw = os.environ.get("ATTNKIT_FUSED_PDL", "auto")

@@ -359,7 +359,8 @@ def mm(x: torch.Tensor, weight: torch.Tensor, *, bias: torch.Tensor | None = Non
     if cfg is None and norm is None and not silu and _stream(x, weight):
         from attnkit.runner.layers import stream_mm
         return stream_mm.mm(x, weight, bias=bias, residual=residual,
-                            counters=counters(x.device), pdl=fused._pdl(x), out=y)
+                            counters=counters(x.device), pdl=fused._pdl(x), out=y,
+                            maxnreg=fused.stream_regs())
     cfg = cfg or config(m, n)
     bm = max(16 if cfg.dot else 1, triton.next_power_of_2(max(m, 1)))
     pdl = fused._pdl(x)
