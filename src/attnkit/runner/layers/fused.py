@@ -74,6 +74,14 @@ def stream_rows() -> tuple[int, int]:
     return (max(lo_hi[0], 1), lo_hi[1]) if lo_hi[1] >= 1 else (1, 0)     # (1, 0): none
 
 
+def stream_cols() -> int:
+    """The widest product (output columns N) stream_mm.py serves from skinny.mm:
+    ATTNKIT_STREAM_MM_N (a measurement switch: 4096 keeps it to o_proj and down_proj at
+    the Llama-3-8B shape), else no limit."""
+    raw = os.environ.get("ATTNKIT_STREAM_MM_N", "")
+    return int(raw) if raw.isdigit() else 1 << 62
+
+
 def stream_regs() -> int | None:
     """Registers a thread for stream_mm.py's launches from skinny.mm: ATTNKIT_STREAM_MM_REGS
     (a measurement switch: 128 leaves half the register file to the norm and rope kernels

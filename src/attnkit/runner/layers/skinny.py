@@ -228,11 +228,13 @@ def config(m: int, n: int) -> Config:
 
 
 def _stream(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether ``mm`` hands x @ weight^T to stream_mm.py: x's rows in fused.stream_rows, the
-    kernel able to read both (stream_mm.ready: sm_90, Triton 3.6, TMA's alignments) and the
-    ticket counters there (not first made inside a graph capture)."""
+    """Whether ``mm`` hands x @ weight^T to stream_mm.py: x's rows in fused.stream_rows and
+    weight's in fused.stream_cols, the kernel able to read both (stream_mm.ready: sm_90,
+    Triton 3.6, TMA's alignments) and the ticket counters there (not first made inside a
+    graph capture)."""
     lo, hi = fused.stream_rows()
-    if not lo <= x.shape[0] <= hi or not triton.__version__.startswith("3.6."):
+    if (not lo <= x.shape[0] <= hi or weight.shape[0] > fused.stream_cols()
+            or not triton.__version__.startswith("3.6.")):
         return False                    # (stream_mm imports Triton 3.6's Gluon Hopper API)
     from attnkit.runner.layers import stream_mm
     return (stream_mm.ready(x, weight) and -(-weight.shape[0] // 64) <= _COUNTER_TILES
