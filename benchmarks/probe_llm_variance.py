@@ -13,6 +13,8 @@ each:
   memory    where the stacked weights lie: how many of the 32 start on a 2 MiB boundary, and
             the span of their addresses
   copy      the device-to-device copy rate just before (the GPU's own state)
+  ways      (first LLM) o_proj and down_proj over the model's own weights, fresh clones, one
+            arena and 5 weights repeated, by skinny's routing and by stream_mm
 
     PYTHONPATH=src python3 benchmarks/probe_llm_variance.py [--llms 5] [--batch 1] [--out DIR]
 
@@ -55,6 +57,37 @@ def products(llm, rows: int) -> dict:
         ms = time_ms(run, warmup=3, reps=20)
         nbytes = sum(lin.weight.numel() * 2 for lin in lins)
         out[name] = {"gbs": round(nbytes / (ms / 1e3) / 1e9, 1)}
+    return out
+
+
+def weights_ways(llm, rows: int) -> dict:
+    """o_proj's and down_proj's 32 weights (the model's own tensors) against copies: each
+    weight cloned (a fresh allocation each), all 32 in one arena (one allocation), and the
+    first 5 repeated (bench_skinny's L copies); skinny.mm's default routing and stream_mm
+    (ATTNKIT_STREAM_MM=1-1) on each: GB/s of weights, one graph a (kind, way)."""
+    from attnkit.runner.layers import skinny
+
+    blocks = llm.engine.model.blocks
+    out = {}
+    for name, ws in (("o", [b.attention.o.weight for b in blocks]),
+                     ("down", [b.mlp.down.weight for b in blocks])):
+        arena = torch.empty(len(ws), *ws[0].shape, dtype=ws[0].dtype, device=ws[0].device)
+        for i, w in enumerate(ws):
+            arena[i].copy_(w)
+        ways = {"own": ws, "clones": [w.clone() for w in ws], "arena": list(arena),
+                "five": [ws[i % 5] for i in range(len(ws))]}
+        x = torch.randn(rows, ws[0].shape[1], device="cuda", dtype=torch.bfloat16)
+        for way, wl in ways.items():
+            for route in ("skinny", "stream"):
+                os.environ["ATTNKIT_STREAM_MM"] = "1-128" if route == "stream" else "0-0"
+                run, note = graphed(lambda: [skinny.mm(x, w) for w in wl])
+                if note is None:
+                    ms = time_ms(run, warmup=3, reps=20)
+                    out[f"{name} {way} {route}"] = round(sum(w.numel() * 2 for w in wl) / (ms / 1e3) / 1e9)
+                del run
+        os.environ.pop("ATTNKIT_STREAM_MM", None)
+        del ways, arena
+        out[f"{name} own 2MiB-aligned"] = sum(w.data_ptr() % MiB2 == 0 for w in ws)
     return out
 
 
@@ -104,7 +137,8 @@ def main(argv=None) -> int:
         engine.release(ids)
         row = {"llm": i, "copy_gbs": round(copy), "tok_s": rates, "busy_ms": round(prof["busy_ms"], 4),
                "kinds_us": {k: round(v["us"], 1) for k, v in prof["kinds"].items()},
-               "products_gbs": products(llm, b), "placement": placement(llm)}
+               "products_gbs": products(llm, b), "placement": placement(llm),
+               **({"weights_ways": weights_ways(llm, b)} if i == 0 else {})}
         report["llms"].append(row)
         print(json.dumps(row), flush=True)
         with open(os.path.join(args.out, "probe_llm_variance.json"), "w") as f:
