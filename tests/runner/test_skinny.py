@@ -266,16 +266,18 @@ def test_split_k_on_cuda_replays_to_the_same_bits(cfg, m):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fold", ["norm", "none"])
-def test_programmatic_dependent_launches_replay_to_the_same_bits(fold, monkeypatch):
-    """ATTNKIT_FUSED_PDL=1 and ``early`` (with 1 and 4 tiles of W prefetched): the chain
+@pytest.mark.parametrize("fold,rows", [("norm", 4), ("none", 4), ("none", 1)])
+def test_programmatic_dependent_launches_replay_to_the_same_bits(fold, rows, monkeypatch):
+    """ATTNKIT_FUSED_PDL=1, ``early`` (with 1 and 4 tiles of W prefetched) and ``ahead`` (at
+    one row: the kernels between products let the next launch before they wait): the chain
     qkv -> o+residual -> gate_up -> down+residual, the norms and silu * up folded in or as
     fused.py's kernels, each a programmatic dependent of the one before, replays in a CUDA
-    graph to the bits it gives without, input after input."""
+    graph to the bits it gives without, input after input; at one row also with the
+    products on stream_mm.py (where it runs: sm_90, Triton 3.6), against its own bits."""
     if torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("programmatic dependent launch: sm_90+")
     c = _cuda_chain(dict(device="cuda", dtype=torch.bfloat16))
-    h = torch.empty(4, 4096, device="cuda", dtype=torch.bfloat16)
+    h = torch.empty(rows, 4096, device="cuda", dtype=torch.bfloat16)
     norm = (c["nw"], STYLES[0])
 
     def body():
@@ -289,23 +291,26 @@ def test_programmatic_dependent_launches_replay_to_the_same_bits(fold, monkeypat
         gu = skinny.mm(fused.rms_norm(h2, *norm), c["gate_up"])
         return skinny.mm(fused.silu_mul(gu), c["down"], residual=h2)
 
+    streams = ["0-0"] + (["1-1"] if rows == 1 and skinny._stream(h, c["o"]) else [])
     outs = {}
-    for flag, tiles in (("0", "1"), ("1", "1"), ("early", "1"), ("early", "4")):
-        monkeypatch.setenv("ATTNKIT_FUSED_PDL", flag)
-        monkeypatch.setenv("ATTNKIT_SKINNY_PREFETCH", tiles)
-        body()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = body()
-        got = []
-        for seed in range(4):
-            h.copy_(rand(4, 4096, seed=20 + seed).to("cuda", torch.bfloat16))
-            graph.replay()
-            got.append(out.clone())
-        outs[flag, tiles] = torch.stack(got)
-    for key, got in outs.items():
-        assert torch.equal(got, outs["0", "1"]), key
-    assert not torch.equal(outs["1", "1"][0], outs["1", "1"][1])      # the inputs moved it
+    for stream in streams:
+        for flag, tiles in (("0", "1"), ("1", "1"), ("early", "1"), ("early", "4"), ("ahead", "1")):
+            monkeypatch.setenv("ATTNKIT_STREAM_MM", stream)
+            monkeypatch.setenv("ATTNKIT_FUSED_PDL", flag)
+            monkeypatch.setenv("ATTNKIT_SKINNY_PREFETCH", tiles)
+            body()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = body()
+            got = []
+            for seed in range(4):
+                h.copy_(rand(rows, 4096, seed=20 + seed).to("cuda", torch.bfloat16))
+                graph.replay()
+                got.append(out.clone())
+            outs[stream, flag, tiles] = torch.stack(got)
+    for (stream, flag, tiles), got in outs.items():
+        assert torch.equal(got, outs[stream, "0", "1"]), (stream, flag, tiles)
+    assert not torch.equal(outs["0-0", "1", "1"][0], outs["0-0", "1", "1"][1])      # the inputs moved it
 
 
 def test_pdl_modes_and_prefetch_depth(monkeypatch):
@@ -318,6 +323,11 @@ def test_pdl_modes_and_prefetch_depth(monkeypatch):
         assert fused._pdl(torch.zeros(1, 8)) == {"PDL": 0}              # CPU: never
     monkeypatch.setenv("ATTNKIT_FUSED_PDL", "1")
     assert fused.pdl_mode(64) == 1
+    monkeypatch.setenv("ATTNKIT_FUSED_PDL", "ahead")      # the kernels between products: 3
+    assert [fused.pdl_mode(r) for r in (1, 2)] == [2, 0]
+    assert [fused.pdl_mode(r, between=True) for r in (0, 1, 2)] == [0, 3, 0]
+    monkeypatch.setenv("ATTNKIT_FUSED_PDL", "auto")
+    assert fused.pdl_mode(1, between=True) == 2
     monkeypatch.setenv("ATTNKIT_SKINNY_PREFETCH", "4")
     assert skinny._prefetch(4096, 512) == 4 and skinny._prefetch(1024, 512) == 2
     assert skinny._prefetch(256, 512) == 1

@@ -33,7 +33,7 @@ def enabled(x: torch.Tensor) -> bool:
 PDL_MODES = {"0": 0, "1": 1, "early": 2}
 
 
-def _pdl(x: torch.Tensor) -> dict:
+def _pdl(x: torch.Tensor, *, between: bool = False) -> dict:
     """Launch options for a kernel over x's rows (sm_90+, not the interpreter): with PDL 1 it
     is launched as a programmatic dependent of the kernel before it (``launch_pdl``), so its
     launch overlaps that kernel's last blocks, and it waits for that kernel (``gdc_wait``)
@@ -49,7 +49,7 @@ def _pdl(x: torch.Tensor) -> dict:
     interleaved in one process (bench_switch.py, results/session-1203b/c4; 16 and 64 rows
     even), and a layer's one-row products 116.7 against 118.2 µs (bench_fold, 1203a/c2); at 4
     and 16 rows ``early`` was 2-3 % slower there."""
-    mode = pdl_mode(x.shape[0] if x.dim() else 0)
+    mode = pdl_mode(x.shape[0] if x.dim() else 0, between=between)
     on = (mode and x.is_cuda and os.environ.get("TRITON_INTERPRET", "0") != "1"
           and torch.cuda.get_device_capability(x.device) >= (9, 0))
     return {"PDL": mode, "launch_pdl": True} if on else {"PDL": 0}
@@ -90,21 +90,30 @@ def stream_regs() -> int | None:
     return int(raw) if raw.isdigit() and 24 <= int(raw) <= 255 else None
 
 
-def pdl_mode(rows: int) -> int:
-    """``_pdl``'s PDL value for a launch over ``rows`` rows, before the device checks."""
+def pdl_mode(rows: int, *, between: bool = False) -> int:
+    """``_pdl``'s PDL value for a launch over ``rows`` rows, before the device checks.
+    ``between``: the launch is one of the small kernels between products (norm, rope,
+    silu * up); under ATTNKIT_FUSED_PDL=ahead (a measurement switch, otherwise ``auto``)
+    those take PDL 3 where ``auto`` gives 2: they let the next kernel launch before they
+    wait, so the product after them starts loading its weights while the product before
+    them still runs (with 2 it can launch only once that product has ended)."""
     raw = os.environ.get("ATTNKIT_FUSED_PDL", "auto")
-    if raw == "auto":
-        if rows == 1:
-            return 2
+    if raw in ("auto", "ahead"):
         lo, hi = stream_rows()
-        return 2 if lo <= rows <= hi else 0
+        mode = 2 if rows == 1 or lo <= rows <= hi else 0
+        return 3 if mode == 2 and between and raw == "ahead" else mode
     return PDL_MODES.get(raw, 0)
 
 
 @triton.jit
 def pdl_enter(PDL: tl.constexpr):
     """A kernel's first step under ``_pdl``'s options: wait for the kernel before (PDL >= 1);
-    with PDL == 2, then let the next kernel launch (it waits for this one in turn)."""
+    with PDL == 2, then let the next kernel launch (it waits for this one in turn); with PDL
+    == 3, let it launch first, then wait. (3 is safe for a kernel whose dependent touches
+    nothing before its own wait but memory no kernel writes, a product's weights: that wait
+    ends when this kernel has, and this kernel ends after the one before it.)"""
+    if PDL == 3:
+        gdc_launch_dependents()
     if PDL >= 1:
         gdc_wait()
     if PDL == 2:
@@ -156,7 +165,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, style, residual: torch.Tenso
         rows, r, weight, y, h, rows.stride(0), r.stride(0), y.stride(0), h.stride(0),
         style.eps, style.offset, N=n, BLOCK=triton.next_power_of_2(n),
         HAS_RESIDUAL=residual is not None, WEIGHT_FP32=style.weight_in_fp32,
-        num_warps=4 if n <= 4096 else 8, **_pdl(rows))
+        num_warps=4 if n <= 4096 else 8, **_pdl(rows, between=True))
     y = y.view(x.shape)
     return y if residual is None else (y, h.view(x.shape))
 
@@ -213,7 +222,7 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: 
         _rope_kernel[(t, heads + (o.shape[1] if other is not None else 0))](
             x, y, o, yo, cos, sin, heads, x.stride(0), x.stride(1), y.stride(0), y.stride(1),
             o.stride(0), o.stride(1), yo.stride(0), yo.stride(1), cos.stride(0), D=d, RD=rd,
-            BLOCK=triton.next_power_of_2(d), INTERLEAVED=interleaved, num_warps=1, **_pdl(x))
+            BLOCK=triton.next_power_of_2(d), INTERLEAVED=interleaved, num_warps=1, **_pdl(x, between=True))
     return y if other is None else (y, yo)
 
 
@@ -243,7 +252,7 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     block = min(1024, triton.next_power_of_2(inter))
     _silu_mul_kernel[(t, triton.cdiv(inter, block))](gate_up, y, gate_up.stride(0), y.stride(0),
                                                      I=inter, BLOCK=block, num_warps=4,
-                                                     **_pdl(gate_up))
+                                                     **_pdl(gate_up, between=True))
     return y
 
 
