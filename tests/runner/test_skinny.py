@@ -294,7 +294,8 @@ def test_programmatic_dependent_launches_replay_to_the_same_bits(fold, rows, mon
     streams = ["0-0"] + (["1-1"] if rows == 1 and skinny._stream(h, c["o"]) else [])
     outs = {}
     for stream in streams:
-        for flag, tiles in (("0", "1"), ("1", "1"), ("early", "1"), ("early", "4"), ("ahead", "1")):
+        for flag, tiles in (("0", "1"), ("1", "1"), ("early", "1"), ("early", "4"), ("ahead", "1"),
+                            ("auto", "1")):
             monkeypatch.setenv("ATTNKIT_STREAM_MM", stream)
             monkeypatch.setenv("ATTNKIT_FUSED_PDL", flag)
             monkeypatch.setenv("ATTNKIT_SKINNY_PREFETCH", tiles)
@@ -326,8 +327,11 @@ def test_pdl_modes_and_prefetch_depth(monkeypatch):
     monkeypatch.setenv("ATTNKIT_FUSED_PDL", "ahead")      # the kernels between products: 3
     assert [fused.pdl_mode(r) for r in (1, 2)] == [2, 0]
     assert [fused.pdl_mode(r, between=True) for r in (0, 1, 2)] == [0, 3, 0]
-    monkeypatch.setenv("ATTNKIT_FUSED_PDL", "auto")
+    monkeypatch.setenv("ATTNKIT_FUSED_PDL", "auto")      # 3 at stream_mm's rows (one by default)
+    monkeypatch.setenv("ATTNKIT_STREAM_MM", "0-0")
     assert fused.pdl_mode(1, between=True) == 2
+    monkeypatch.delenv("ATTNKIT_STREAM_MM")
+    assert fused.pdl_mode(1, between=True) == 3
     monkeypatch.setenv("ATTNKIT_SKINNY_PREFETCH", "4")
     assert skinny._prefetch(4096, 512) == 4 and skinny._prefetch(1024, 512) == 2
     assert skinny._prefetch(256, 512) == 1

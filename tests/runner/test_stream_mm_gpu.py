@@ -160,21 +160,30 @@ def test_a_cuda_graph_of_a_chain_replays_to_the_eager_bits(pdl):
 
 def test_the_row_switch_and_its_pdl(monkeypatch):
     """ATTNKIT_STREAM_MM="lo-hi" sets the rows stream_mm serves (STREAM_ROWS otherwise, a
-    malformed value too); under ATTNKIT_FUSED_PDL=auto launches over those rows are ``early``
-    programmatic dependents (the products load W before they wait), others over more than one
-    row plain."""
+    malformed value too: one row) and lifts the column limit (ATTNKIT_STREAM_MM_N sets it);
+    under ATTNKIT_FUSED_PDL=auto launches over those rows are ``early`` programmatic
+    dependents (the products load W before they wait), the kernels between the products
+    there PDL 3, others over more than one row plain."""
     from attnkit.runner.layers import fused
 
-    monkeypatch.delenv("ATTNKIT_STREAM_MM", raising=False)
-    monkeypatch.delenv("ATTNKIT_FUSED_PDL", raising=False)
-    assert fused.stream_rows() == (1, 0) and fused.STREAM_ROWS == (0, 0)      # none
+    for name in ("ATTNKIT_STREAM_MM", "ATTNKIT_STREAM_MM_N", "ATTNKIT_FUSED_PDL"):
+        monkeypatch.delenv(name, raising=False)
+    assert fused.stream_rows() == (1, 1) == fused.STREAM_ROWS
+    assert fused.stream_cols() == fused.STREAM_COLS == 4096
     assert [fused.pdl_mode(r) for r in (0, 1, 2, 64)] == [0, 2, 0, 0]
+    assert [fused.pdl_mode(r, between=True) for r in (0, 1, 2, 64)] == [0, 3, 0, 0]
     for raw, want in (("33-64", (33, 64)), ("17-500", (17, 128)), ("0-0", (1, 0)),
-                      ("0-8", (1, 8)), ("64", (1, 0)), ("a-b", (1, 0))):
+                      ("0-8", (1, 8)), ("64", (1, 1)), ("a-b", (1, 1))):
         monkeypatch.setenv("ATTNKIT_STREAM_MM", raw)
         assert fused.stream_rows() == want, raw
+    assert fused.stream_cols() == 4096                          # "a-b": malformed, the default
+    monkeypatch.setenv("ATTNKIT_STREAM_MM", "0-0")              # none: the kernels between stay 2
+    assert fused.pdl_mode(1, between=True) == 2 and fused.stream_cols() > 1 << 40
     monkeypatch.setenv("ATTNKIT_STREAM_MM", "33-64")
     assert [fused.pdl_mode(r) for r in (0, 1, 16, 32, 33, 64, 65)] == [0, 2, 0, 0, 2, 2, 0]
+    assert [fused.pdl_mode(r, between=True) for r in (1, 33, 65)] == [2, 3, 0]
+    monkeypatch.setenv("ATTNKIT_STREAM_MM_N", "6144")
+    assert fused.stream_cols() == 6144
     monkeypatch.setenv("ATTNKIT_FUSED_PDL", "0")
     assert fused.pdl_mode(64) == 0
 

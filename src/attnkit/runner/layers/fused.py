@@ -44,22 +44,33 @@ def _pdl(x: torch.Tensor, *, between: bool = False) -> dict:
     stream_mm.py serves (``stream_rows``: it loads its first W tiles before it waits), is
     ``early`` and others 0.
 
-    Why (H200, benchmarks/NOTES-engine.md versions 4-5): the engine's one-token decode step
-    ran 225 tok/s (216-232) with ``auto`` against 218 (212-220) with 0, medians of five rounds
-    interleaved in one process (bench_switch.py, results/session-1203b/c4; 16 and 64 rows
-    even), and a layer's one-row products 116.7 against 118.2 µs (bench_fold, 1203a/c2); at 4
-    and 16 rows ``early`` was 2-3 % slower there."""
+    ``between`` (the norm, rope and silu * up kernels): see ``pdl_mode``.
+
+    Why (H200, benchmarks/NOTES-engine.md versions 4-5 and 8): the engine's one-token decode
+    step ran 225 tok/s (216-232) with ``auto`` against 218 (212-220) with 0, medians of five
+    rounds interleaved in one process (bench_switch.py, results/session-1203b/c4; 16 and 64
+    rows even), and a layer's one-row products 116.7 against 118.2 µs (bench_fold,
+    1203a/c2); at 4 and 16 rows ``early`` was 2-3 % slower there. PDL 3 between the products,
+    with o_proj and down_proj on stream_mm, cut the one-row step's GPU-busy time from 4.256
+    to 4.159 ms (results/session-1203e/c4); PDL 3 without stream_mm made it 4.296."""
     mode = pdl_mode(x.shape[0] if x.dim() else 0, between=between)
     on = (mode and x.is_cuda and os.environ.get("TRITON_INTERPRET", "0") != "1"
           and torch.cuda.get_device_capability(x.device) >= (9, 0))
+    if on and mode == 3 and os.environ.get("ATTNKIT_FUSED_PDL", "auto") == "auto" and not (
+            triton.__version__.startswith("3.6.") and torch.cuda.get_device_capability(x.device) == (9, 0)):
+        mode = 2                # no stream_mm here (its Gluon form: sm_90, Triton 3.6)
     return {"PDL": mode, "launch_pdl": True} if on else {"PDL": 0}
 
 
-# Rows whose products skinny.mm hands to stream_mm.py's warp-specialised Gluon product where
-# it runs: none. It beat cuBLAS in bench_skinny's chain of products under PDL but made the
-# engine's B=64 / B=48 steps 3-5 % slower (NOTES-engine.md version 7). Kept here, beside the
-# PDL choice it also drives, so skinny.py and this module need not import each other.
-STREAM_ROWS = (0, 0)
+# Where skinny.mm hands products to stream_mm.py's warp-specialised Gluon product where it
+# runs (sm_90, Triton 3.6): one row, products of at most 4096 output columns (o_proj and
+# down_proj at the Llama-3-8B shape, the only shape measured). There, with the kernels
+# between the products launching their dependents before they wait (``pdl_mode``), a B=1
+# decode step's GPU-busy time fell 2.3 % (NOTES-engine.md version 8); the wider products
+# were no faster on it, and at 17-64 rows it made the engine slower (version 7). Kept here,
+# beside the PDL choice it also drives, so skinny.py and this module need not import each other.
+STREAM_ROWS = (1, 1)
+STREAM_COLS = 4096
 
 
 def stream_rows() -> tuple[int, int]:
@@ -76,10 +87,13 @@ def stream_rows() -> tuple[int, int]:
 
 def stream_cols() -> int:
     """The widest product (output columns N) stream_mm.py serves from skinny.mm:
-    ATTNKIT_STREAM_MM_N (a measurement switch: 4096 keeps it to o_proj and down_proj at
-    the Llama-3-8B shape), else no limit."""
+    ATTNKIT_STREAM_MM_N (a measurement switch), else STREAM_COLS at STREAM_ROWS and no limit
+    at rows that ATTNKIT_STREAM_MM names."""
     raw = os.environ.get("ATTNKIT_STREAM_MM_N", "")
-    return int(raw) if raw.isdigit() else 1 << 62
+    if raw.isdigit():
+        return int(raw)
+    lo, _, hi = os.environ.get("ATTNKIT_STREAM_MM", "").partition("-")
+    return 1 << 62 if lo.isdigit() and hi.isdigit() else STREAM_COLS
 
 
 def stream_regs() -> int | None:
@@ -93,15 +107,17 @@ def stream_regs() -> int | None:
 def pdl_mode(rows: int, *, between: bool = False) -> int:
     """``_pdl``'s PDL value for a launch over ``rows`` rows, before the device checks.
     ``between``: the launch is one of the small kernels between products (norm, rope,
-    silu * up); under ATTNKIT_FUSED_PDL=ahead (a measurement switch, otherwise ``auto``)
-    those take PDL 3 where ``auto`` gives 2: they let the next kernel launch before they
-    wait, so the product after them starts loading its weights while the product before
-    them still runs (with 2 it can launch only once that product has ended)."""
+    silu * up). Under ``auto`` they take PDL 3 at the rows stream_mm.py serves (``_pdl``
+    keeps 2 where it cannot run): they let the next kernel launch before they wait, so the
+    product after them starts loading its weights while the product before them still runs
+    (with 2 it can launch only once that product has ended). ATTNKIT_FUSED_PDL=ahead (a
+    measurement switch) gives them 3 at every row ``auto`` makes early."""
     raw = os.environ.get("ATTNKIT_FUSED_PDL", "auto")
     if raw in ("auto", "ahead"):
         lo, hi = stream_rows()
         mode = 2 if rows == 1 or lo <= rows <= hi else 0
-        return 3 if mode == 2 and between and raw == "ahead" else mode
+        ahead = raw == "ahead" or lo <= rows <= hi
+        return 3 if mode == 2 and between and ahead else mode
     return PDL_MODES.get(raw, 0)
 
 

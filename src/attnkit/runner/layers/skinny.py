@@ -34,8 +34,9 @@ loop is done (PDL 1) or as soon as it has waited (``early``, the one-row default
 
 The layers use this on CUDA for steps of at most ``MAX_ROWS`` tokens (``usable``); the
 Triton interpreter runs it in tests. benchmarks/bench_skinny.py measures it against cuBLAS.
-``mm`` hands the rows of fused.stream_rows (none by default) to stream_mm.py's
-warp-specialised Gluon product instead, where that kernel runs (``_stream``).
+``mm`` hands the products of fused.stream_rows and fused.stream_cols (by default one row and
+at most 4096 output columns) to stream_mm.py's warp-specialised Gluon product instead, where
+that kernel runs (``_stream``).
 """
 from __future__ import annotations
 

@@ -33,8 +33,11 @@ allocations the kernel before may still be reading) and the ticket counters (sha
 launch: no kernel touches them before its wait). PDL 2 lets the next kernel launch as soon as
 this one has waited.
 
-Served from skinny.mm for the rows of fused.stream_rows (none by default: measured slower
-in the engine, NOTES-engine.md version 7; ATTNKIT_STREAM_MM="lo-hi" turns it on); the GPU tests
+Served from skinny.mm for the rows of fused.stream_rows and the widths of fused.stream_cols:
+by default one row and at most 4096 output columns (o_proj and down_proj of a one-token step:
+with the kernels between the products launching their dependents before they wait, the
+step's GPU-busy time fell 2.3 % on the H200, NOTES-engine.md version 8; at 17-64 rows it
+made the engine slower, version 7; ATTNKIT_STREAM_MM="lo-hi" moves the rows); the GPU tests
 (tests/runner/test_stream_mm_gpu.py) check it against float64 on the H200;
 benchmarks/bench_skinny.py measures it against cuBLAS and skinny's kernel.
 """
