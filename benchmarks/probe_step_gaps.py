@@ -8,10 +8,14 @@ was 222: ~0.29 ms a step unaccounted). For each batch, the Llama-3-8B shape, one
              table advance), CUDA events over the 16 / 16: the GPU's timeline of the replays,
              kernel-boundary and graph-boundary idle included, no host work between
   replay     one replay then a sync, wall clock, median of 32: a step with the host waiting
+  ahead16    Engine.decode_ahead(16 steps) called back to back (fill, 16 replays with the
+             table advance between them, one read-back), wall clock / 16, median of 3 calls
+  gen_ahead64  generate with the scheduler's decode_ahead 64 (one call for the 64 steps)
   busy       profile_engine_step's trace of 8 eager-scheduled steps: the union of kernel
              intervals a step (the figure bench_switch --busy reports), and launches a step
 
-generate - loop16 is the host's share (scheduling, the read-back, the calls' ends);
+generate - ahead16 is the scheduler's share between calls, ahead16 - loop16 the advance
+kernels and one fill and read-back a call; generate - loop16 is the host's share (scheduling, the read-back, the calls' ends);
 loop16 - busy the idle between the kernels inside and between the graphs.
 
     PYTHONPATH=src python3 benchmarks/probe_step_gaps.py [--batches 1 64] [--out DIR]
@@ -21,6 +25,7 @@ Writes probe_step_gaps.json; prints one line a batch.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import os
@@ -46,6 +51,8 @@ def main(argv=None) -> int:
         return 2
     warnings.filterwarnings("ignore")
     from attnkit.runner import LLM
+    from attnkit.runner.engine import generation
+    from attnkit.runner.engine.scheduler import Scheduler
 
     model = build_model(LLAMA3_8B, "cuda", torch.bfloat16)
     report = {"environment": environment(), "env": {k: v for k, v in os.environ.items()
@@ -56,7 +63,25 @@ def main(argv=None) -> int:
                   max_num_batched_tokens=b * FULL.decode_ctx)
         ps = prompts(b, FULL.decode_ctx, LLAMA3_8B["vocab_size"], 2)
         gen = [runner_decode(llm, ps, FULL.decode_steps, time_ms, 3)[0] for _ in range(2)]
+        generation.Scheduler = functools.partial(Scheduler, decode_ahead=64)
+        try:
+            gen64 = runner_decode(llm, ps, FULL.decode_steps, time_ms, 3)[0]
+        finally:
+            generation.Scheduler = Scheduler
         engine, graphs = llm.engine, llm.engine.graphs
+        ids = engine.new_ids(b)
+        logits = engine.prefill(ps, ids=ids)
+        tokens = [int(x[-1].argmax()) for x in logits]
+        seqs = [engine.sequence(i) for i in ids]
+        for seq, t in zip(seqs, tokens):
+            seq.output.append(t)
+        calls = []
+        for _ in range(4):
+            t0 = time.perf_counter()
+            engine.decode_ahead(seqs, 16)
+            calls.append((time.perf_counter() - t0) * 1e3 / 16)
+        ahead16 = sorted(calls[1:])[1]
+        engine.release(ids)
         ids = engine.new_ids(b)
         logits = engine.prefill(ps, ids=ids)
         tokens = [int(x[-1].argmax()) for x in logits]
@@ -83,6 +108,7 @@ def main(argv=None) -> int:
         waits.sort()
         engine.release(ids)
         row = {"batch": b, "bucket": [size, reach], "generate_ms": [round(x, 4) for x in gen],
+               "gen_ahead64_ms": round(gen64, 4), "ahead16_ms": round(ahead16, 4),
                "loop16_ms": round(loop, 4), "replay_sync_ms": round(waits[16], 4),
                "busy_ms": round(prof["busy_ms"], 4), "launches": prof["launches"],
                "tok_s_generate": [round(b / x * 1e3, 1) for x in gen],
