@@ -10,6 +10,9 @@ was 222: ~0.29 ms a step unaccounted). For each batch, the Llama-3-8B shape, one
   replay     one replay then a sync, wall clock, median of 32: a step with the host waiting
   ahead16    Engine.decode_ahead(16 steps) called back to back (fill, 16 replays with the
              table advance between them, one read-back), wall clock / 16, median of 3 calls
+  gen_no_follow  generate with each decode-ahead call read back before the next is queued
+             (the scheduler before session 1204b: the GPU idles while the host reads, emits,
+             schedules and launches)
   gen_ahead64  generate with the scheduler's decode_ahead 64 (one call for the 64 steps)
   busy       profile_engine_step's trace of 8 eager-scheduled steps: the union of kernel
              intervals a step (the figure bench_switch --busy reports), and launches a step
@@ -62,7 +65,14 @@ def main(argv=None) -> int:
                   max_tokens=b * (FULL.decode_ctx + FULL.decode_steps + 2),
                   max_num_batched_tokens=b * FULL.decode_ctx)
         ps = prompts(b, FULL.decode_ctx, LLAMA3_8B["vocab_size"], 2)
-        gen = [runner_decode(llm, ps, FULL.decode_steps, time_ms, 3)[0] for _ in range(2)]
+        gen, alone, own = [], [], Scheduler._follow
+        for _ in range(2):                  # interleaved: with and without the queued call
+            gen.append(runner_decode(llm, ps, FULL.decode_steps, time_ms, 3)[0])
+            Scheduler._follow = lambda self, call: None
+            try:
+                alone.append(runner_decode(llm, ps, FULL.decode_steps, time_ms, 3)[0])
+            finally:
+                Scheduler._follow = own
         generation.Scheduler = functools.partial(Scheduler, decode_ahead=64)
         try:
             gen64 = runner_decode(llm, ps, FULL.decode_steps, time_ms, 3)[0]
@@ -110,6 +120,7 @@ def main(argv=None) -> int:
         waits.sort()
         engine.release(ids)
         row = {"batch": b, "bucket": [size, reach], "generate_ms": [round(x, 4) for x in gen],
+               "gen_no_follow_ms": [round(x, 4) for x in alone],
                "gen_ahead64_ms": round(gen64, 4), "ahead16_ms": round(ahead16, 4),
                "loop16_ms": round(loop, 4), "replay_sync_ms": round(waits[16], 4),
                "busy_ms": round(prof["busy_ms"], 4), "launches": prof["launches"],

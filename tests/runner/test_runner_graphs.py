@@ -176,7 +176,7 @@ def test_decode_ahead_equals_single_steps_and_stops_where_they_would(llama64, mo
     calls = []
     original = engine.decode_ahead
     monkeypatch.setattr(engine, "decode_ahead",
-                        lambda seqs, steps: calls.append((len(seqs), steps)) or original(seqs, steps))
+                        lambda seqs, steps, **kw: calls.append((len(seqs), steps)) or original(seqs, steps, **kw))
 
     def run(ahead, stop=()):
         sched = Scheduler(engine, max_num_batched_tokens=None, max_num_seqs=4, decode_ahead=ahead)
@@ -197,6 +197,75 @@ def test_decode_ahead_equals_single_steps_and_stops_where_they_would(llama64, mo
     for (out, reason), (want, _) in zip(stopped, single):
         cut = want.index(stop) + 1 if stop in want else len(want)
         assert out == want[:cut] and reason == ("stop" if stop in want else "length")
+    # calls of 2, each queued before the one before it is read: request 0's 4th token (its
+    # first) stops it in the second call, after the third was queued with all three requests
+    stop = single[0][0][3]
+    calls.clear()
+    cut = [want[:want.index(stop) + 1] if stop in want else want for want, _ in single]
+    assert [out for out, _ in run(2, stop=(stop,))] == cut and cut[0] == single[0][0][:4]
+    assert calls[:3] == [(3, 2)] * 3 and calls[3:] and all(n == 2 for n, _ in calls[3:])
+
+
+def test_decode_ahead_without_waiting_and_after_a_call_not_read(llama64):
+    """decode_ahead(wait=False) returns a call at once; after= continues it on the device
+    before it is read: two calls of 3 give the tokens of one of 6 (and transformers'). Until
+    read and appended, the records are refused by step and by a decode_ahead without after=;
+    after= takes only the last call, over its records in its order (AK483, nothing moved)."""
+    from attnkit.backends.triton.backend import TritonBackend
+
+    path, hf = llama64
+    engine, twin = (rehearsal(path, TritonBackend(), max_num_seqs=4) for _ in range(2))
+    seqs, twins = _decoding(engine, PROMPTS), _decoding(twin, PROMPTS)
+    first = engine.decode_ahead(seqs, 3, wait=False)
+    state = engine_state(engine)
+    refused = [lambda: engine.step({seqs[0].seq_id: [1]}, logits="argmax"),
+               lambda: engine.decode_ahead(seqs, 3),
+               lambda: engine.decode_ahead(seqs[::-1], 3, after=first, wait=False),
+               lambda: engine.decode_ahead(seqs[:2], 3, after=first, wait=False),
+               lambda: engine.decode_ahead(seqs, 3, after="call", wait=False),
+               lambda: engine.decode_ahead(seqs, 3, wait="no")]
+    for call in refused:
+        with pytest.raises(AttnkitError) as err:
+            call()
+        assert err.value.code == "AK483" and engine_state(engine) == state
+    second = engine.decode_ahead(seqs, 3, wait=False, after=first)
+    with pytest.raises(AttnkitError) as err:          # first is no longer the last call
+        engine.decode_ahead(seqs, 2, wait=False, after=first)
+    assert err.value.code == "AK483"
+    got, want = [a + b for a, b in zip(first.rows(), second.rows())], twin.decode_ahead(twins, 6)
+    assert got == want == [hf_greedy(hf, p, 7)[1:] for p in PROMPTS]
+    for seq, tokens, other, more in zip(seqs, got, twins, want):
+        seq.output.extend(tokens)
+        other.output.extend(more)
+    # the same records; the pages are as many (handed out in another order: two reserves)
+    view = lambda e: [(s.tokens, s.computed, len(s.pages)) for s in map(e.sequence, e.ids)]  # noqa: E731
+    assert view(engine) == view(twin) and engine.allocator.num_free == twin.allocator.num_free
+    assert engine.decode_ahead(seqs, 2) == twin.decode_ahead(twins, 2)     # decoding again
+
+
+def test_scheduler_whose_queued_call_fails_keeps_the_tokens_before_it(llama64):
+    """Scheduler.step reads a call back only after queueing the next one; when queueing it
+    fails (its first step's attention raises), the tokens of the call that ran are kept, the
+    failed one gives its pages back, and stepping on gives transformers' tokens."""
+    from attnkit.backends.triton.backend import TritonBackend
+
+    path, hf = llama64
+    engine = rehearsal(path, TritonBackend(), max_num_seqs=4)
+    sched = Scheduler(engine, max_num_batched_tokens=None, max_num_seqs=4, decode_ahead=2)
+    reqs = [sched.add(p, SamplingParams(max_new_tokens=9)) for p in PROMPTS]
+    sched.step()                                       # the prompts, a first token each
+    fail = FailOnce(engine.backend, nth=5)             # the queued call's step 1, layer 0
+    with pytest.raises(RuntimeError):
+        sched.step()
+    assert fail.calls == 5 and [len(r.output) for r in reqs] == [3, 3, 3]
+    assert all(r.computed == r.num_tokens - 1 for r in reqs)
+    assert [len(r.pages) for r in reqs] == [engine.allocator.pages_for(r.computed) for r in reqs]
+    assert engine.allocator.num_free == engine.allocator.num_pages - sum(len(r.pages) for r in reqs)
+    fail.disarm()
+    while sched.has_unfinished():
+        sched.step()
+    assert [r.output for r in reqs] == [hf_greedy(hf, p, 9) for p in PROMPTS]
+    assert engine.allocator.num_free == engine.allocator.num_pages
 
 
 def test_decode_ahead_refuses_what_it_cannot_run(llama64):
@@ -252,7 +321,7 @@ def test_decode_ahead_takes_fewer_steps_where_pages_or_tables_end(llama64, monke
     calls = []
     original = engine.decode_ahead
     monkeypatch.setattr(engine, "decode_ahead",
-                        lambda seqs, steps: calls.append(steps) or original(seqs, steps))
+                        lambda seqs, steps, **kw: calls.append(steps) or original(seqs, steps, **kw))
     sched = Scheduler(engine, max_num_batched_tokens=None, max_num_seqs=3)
     reqs = [sched.add(p, SamplingParams(max_new_tokens=12)) for p in PROMPTS]
     list(sched.run())

@@ -144,3 +144,39 @@ def test_context_tiers_capture_and_replay_their_own_variant(model):
     assert graphed.generate(prompts, max_new_tokens=NEW) == want          # bucket 2: the long tier
     ran = {r: set(runner._bucket[(1, r)].step.prepared.ran.values()) for r in (64, top)}
     assert ran == {64: {"split_write"}, top: {"split"}}
+
+
+def test_queued_calls_give_single_steps_tokens_and_read_back_alone(model):
+    """Scheduler calls of 4 steps, each queued before the one before it is read (replayed
+    graphs): the tokens of one step at a time, a stop token part-way included, every page
+    back. A call's rows() waits for its own steps only: with a long sleep queued after it on
+    the stream, it returns before the sleep ends."""
+    from attnkit.runner import SamplingParams, Scheduler
+
+    path, _, backend = model("llama")
+    graphed = engine(path, backend, cuda_graph=True)
+
+    def run(ahead, stop=()):
+        sched = Scheduler(graphed, max_num_batched_tokens=None, max_num_seqs=8, decode_ahead=ahead)
+        reqs = [sched.add(p, SamplingParams(max_new_tokens=24, stop_token_ids=stop)) for p in PROMPTS]
+        list(sched.run())
+        assert graphed.allocator.num_free == graphed.allocator.num_pages
+        return [r.output for r in reqs]
+
+    single = run(1)
+    assert run(4) == single
+    stop = single[0][9]                            # the third call of request 0
+    cut = [want[:want.index(stop) + 1] if stop in want else want for want in single]
+    assert run(4, stop=(stop,)) == cut
+    for p in PROMPTS[:2]:
+        graphed.prefill([p])
+    seqs = [graphed.sequence(i) for i in graphed.ids]
+    for seq, want in zip(seqs, single):
+        seq.output.append(want[0])
+    call = graphed.decode_ahead(seqs, 4, wait=False)
+    torch.cuda._sleep(2_000_000_000)               # ~1 s of GPU clock cycles behind the call
+    behind = torch.cuda.Event()
+    behind.record()
+    assert call.rows() == [want[1:5] for want in single[:2]] and not behind.query()
+    torch.cuda.synchronize()
+    graphed.release()

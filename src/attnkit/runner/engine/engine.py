@@ -38,6 +38,21 @@ from attnkit.runner.models.base import DecoderModel
 LOGITS = ("all", "last", "argmax")
 
 
+class AheadCall:
+    """Greedy decode steps ``Engine.decode_ahead(wait=False)`` queued on the device: its
+    ``seqs`` (their ``computed`` already moved ``steps`` on) and ``rows()``, each record's
+    ``steps`` tokens (read back once; the caller appends them)."""
+
+    def __init__(self, engine: "Engine", seqs: list[Sequence], steps: int, launched):
+        self.engine, self.seqs, self.steps, self.launched = engine, seqs, steps, launched
+
+    def rows(self) -> list[list[int]]:
+        out = self.launched.rows()
+        if self.engine._flight is self:
+            self.engine._flight = None
+        return out
+
+
 class Engine:
     """Serve one model with one attention backend. Not thread-safe; one step at a time.
     ``allocator`` is the page allocator (kvcache/allocator.py); ``graphs`` the decode graph
@@ -56,6 +71,7 @@ class Engine:
         self.ranks = None                                 # engine/ranks.py RankGroup (tp > 1)
         self.rank_key = None                              # this engine's key on the other ranks
         self.sequences = SequenceRegistry()              # the one table of sequences (sequence.py)
+        self._flight = None                               # the unread decode_ahead(wait=False)
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs) -> "Engine":
@@ -199,6 +215,13 @@ class Engine:
                  expected="distinct ids", actual=order)
         if not order:
             return {}
+        held = [i for i in order if i in self.sequences.live
+                and self.sequences.live[i].computed > self.sequences.live[i].num_tokens]
+        if held:
+            fail("AK483", f"sequence(s) {preview(held)} ran decode steps whose tokens are not "
+                          "appended yet (decode_ahead(wait=False): read rows() and append "
+                          "them first)", field="ids", expected="sequences with their tokens",
+                 actual=preview(held))
         new = {i: self._check_tokens(i, batch[i]) for i in order}
         lengths = self._dca_lengths(order, new, prompt_lens or {})
         seqs, appended, started = self._records(order, new)
@@ -289,7 +312,8 @@ class Engine:
         return {i: out[bounds[j]:bounds[j + 1]] for j, i in enumerate(ids)}
 
     @coded_args("AK483")
-    def decode_ahead(self, seqs: list[Sequence], steps: int) -> list[list[int]]:
+    def decode_ahead(self, seqs: list[Sequence], steps: int, *, wait: bool = True,
+                     after: "AheadCall | None" = None):
         """``steps`` greedy decode steps of ``seqs`` (distinct records of this engine, each
         decoding: one pending token; anything else is AK483 before a page moves) in one go
         on the decode graphs: each step's tokens are the next one's input, so the host
@@ -298,11 +322,28 @@ class Engine:
         fails part-way (a kernel raising in any step) leaves every record and the allocator as
         they were before it, as a failed ``step`` does, and raises that error. -> each
         sequence's ``steps`` new tokens; the caller appends them (a stop token part-way only
-        means the tokens after it are discarded)."""
+        means the tokens after it are discarded).
+
+        wait=False: return an ``AheadCall`` as soon as the steps are queued (its ``rows()``
+        reads them back). Until it is read its records are in flight: ``step`` refuses them
+        and ``decode_ahead`` takes them only with ``after=`` that call, which continues it
+        on the device (its last tokens are the first inputs) while the host has not read it
+        yet: the same records in the same order, the call this engine launched last."""
         check_count("steps", steps, minimum=1)
         check_list("seqs", seqs)
+        if wait not in (True, False):
+            fail("AK483", f"wait must be True or False, got {preview(wait)}", field="wait",
+                 expected="bool", actual=preview(wait))
         steps, seqs, graphs = int(steps), list(seqs), self.graphs
-        ours = all(isinstance(s, Sequence) and self.sequences.live.get(s.seq_id) is s and s.decoding
+        if after is not None and not (isinstance(after, AheadCall) and self._flight is after
+                                      and len(seqs) == len(after.seqs)
+                                      and all(a is b for a, b in zip(seqs, after.seqs))):
+            fail("AK483", "after= must be this engine's last decode_ahead(wait=False) call, not "
+                          "read yet, over the same records in the same order", field="after",
+                 expected="the unread AheadCall of these records", actual=type(after).__name__)
+        lag = after.steps if after is not None else 0
+        ours = all(isinstance(s, Sequence) and self.sequences.live.get(s.seq_id) is s
+                   and s.computed - lag >= len(s.prompt) and s.computed - lag == s.num_tokens - 1
                    for s in seqs) and len({s.seq_id for s in seqs}) == len(seqs)
         reqs = [Request(prefix_len=s.computed, num_new=1, block_table=s.pages)
                 for s in seqs] if ours else []
@@ -313,10 +354,14 @@ class Engine:
         with self._undone_on_failure(seqs):
             self._reserve(seqs, {s.seq_id: [0] * steps for s in seqs})
             reqs = [Request(prefix_len=s.computed, num_new=1, block_table=s.pages) for s in seqs]
-            out = graphs.decode(reqs, [s.pending(1)[0] for s in seqs], want="argmax", steps=steps)
+            first = after.launched.last if after is not None else [s.pending(1)[0] for s in seqs]
+            call = AheadCall(self, seqs, steps, graphs.launch(reqs, first, steps=steps))
             for seq in seqs:
                 seq.computed += steps
-        return out if steps > 1 else [[t] for t in out]    # one step: a flat list of ints
+        if wait:
+            return call.rows()
+        self._flight = call
+        return call
 
     def _eager(self, reqs: list[Request], tokens: list[int], logits: str,
                dca_lengths: list[int] | None):

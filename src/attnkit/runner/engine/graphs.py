@@ -62,6 +62,30 @@ def reserve_bytes(arch, max_batch: int, dtype: torch.dtype) -> int:
     return 2 * max_batch * per_token + GRAPH_SLACK_BYTES
 
 
+class Launched:
+    """Greedy decode steps queued on the device (``GraphRunner.launch``): ``last`` is the
+    last step's tokens (a device tensor, the input of a launch that follows), ``rows()``
+    reads every step back, once. On CUDA the copy to pinned host memory is queued with the
+    steps, so ``rows()`` waits for these steps only, not for a launch queued after them."""
+
+    def __init__(self, history: torch.Tensor, n: int):
+        self.n, self.last, self._rows, self._ready = n, history[-1, :n], None, None
+        self._host = history
+        if history.is_cuda:
+            self._host = torch.empty(history.shape, dtype=history.dtype, pin_memory=True)
+            self._host.copy_(history, non_blocking=True)
+            self._ready = torch.cuda.Event()
+            self._ready.record()
+
+    def rows(self) -> list[list[int]]:
+        """Each request's tokens, step by step."""
+        if self._rows is None:
+            if self._ready is not None:
+                self._ready.synchronize()
+            self._rows = self._host[:, :self.n].t().tolist()
+        return self._rows
+
+
 @dataclass(slots=True)
 class _Bucket:
     size: int
@@ -143,23 +167,22 @@ class GraphRunner:
             fail("AK483", f"steps must be an int >= 1 (more than 1 only with want='argmax'), "
                           f"got {steps!r} with want={want!r}", field="steps",
                  expected="1, or k >= 1 with argmax", actual=repr(steps))
+        if steps > 1:
+            return self.launch(reqs, tokens, steps=steps).rows()
         n = len(reqs)
-        size = self.bucket_for(n)
-        longest = max(r.prefix_len for r in reqs) + steps          # the KV of the last step
-        tiers = self.reaches[size]          # serves() holds longest <= the last one
-        bucket = self._prepare(size, next((x for x in tiers if x >= longest), tiers[-1]))
-        self.static.fill(bucket.size, reqs, ahead=steps - 1)
-        host = self._host_tokens
-        if self._copied is not None:
-            self._copied.synchronize()                  # the last copy out of ``host`` is done
-        host[:n] = torch.tensor(tokens, dtype=torch.int64)
-        self.tokens[:n].copy_(host[:n], non_blocking=host.is_pinned())
-        if host.is_pinned():
-            self._copied = torch.cuda.Event()
-            self._copied.record()
-        if steps == 1:
-            logits, argmax = self._run(bucket)
-            return argmax[:n].tolist() if want == "argmax" else logits[:n].clone()
+        bucket = self._filled(reqs, 1)
+        self._feed(tokens)
+        logits, argmax = self._run(bucket)
+        return argmax[:n].tolist() if want == "argmax" else logits[:n].clone()
+
+    def launch(self, reqs: Sequence[Request], tokens, *, steps: int) -> "Launched":
+        """Queue ``steps`` greedy decode steps of ``reqs`` on the device and return at once
+        (no host synchronisation): ``tokens`` are the first step's inputs, a list of int or
+        an int64 device tensor of len(reqs) (another launch's ``last``: the steps then follow
+        it on the device, with no host work between). Everything is stream-ordered: a launch
+        made while an earlier one still runs refills the shared buffers after it."""
+        bucket = self._filled(reqs, steps)
+        self._feed(tokens)
         history = torch.empty(steps, bucket.size, dtype=torch.int64, device=self.tokens.device)
         for j in range(steps):
             if j:                              # the next step of the same rows, on the device
@@ -167,7 +190,30 @@ class GraphRunner:
                 self.tokens[:bucket.size].copy_(argmax)
             _, argmax = self._run(bucket)
             history[j].copy_(argmax)
-        return history[:, :n].t().tolist()
+        return Launched(history, len(reqs))
+
+    def _filled(self, reqs: Sequence[Request], steps: int) -> _Bucket:
+        """The bucket and context tier of ``steps`` steps of ``reqs``, its buffers filled."""
+        size = self.bucket_for(len(reqs))
+        longest = max(r.prefix_len for r in reqs) + steps          # the KV of the last step
+        tiers = self.reaches[size]          # serves() holds longest <= the last one
+        bucket = self._prepare(size, next((x for x in tiers if x >= longest), tiers[-1]))
+        self.static.fill(bucket.size, reqs, ahead=steps - 1)
+        return bucket
+
+    def _feed(self, tokens) -> None:
+        """The first step's input tokens: from the host (pinned staging) or the device."""
+        if isinstance(tokens, torch.Tensor):
+            self.tokens[:len(tokens)].copy_(tokens)
+            return
+        n, host = len(tokens), self._host_tokens
+        if self._copied is not None:
+            self._copied.synchronize()                  # the last copy out of ``host`` is done
+        host[:n] = torch.tensor(tokens, dtype=torch.int64)
+        self.tokens[:n].copy_(host[:n], non_blocking=host.is_pinned())
+        if host.is_pinned():
+            self._copied = torch.cuda.Event()
+            self._copied.record()
 
     def _run(self, bucket: _Bucket):
         """One step of the bucket as its buffers stand: (logits, argmax) of the replay (the

@@ -75,6 +75,8 @@ class Scheduler:
         check_count("decode_ahead", decode_ahead, minimum=1, code="AK486")
         self.engine = engine
         self.decode_ahead = decode_ahead
+        self._flight = None             # (decode-ahead call queued, not read; when queued)
+        self._read_s = 0.0              # when the last such call was read back
         self.allocator = engine.allocator
         self.budget = max_num_batched_tokens or math.inf
         self.max_num_seqs = max_num_seqs
@@ -164,12 +166,16 @@ class Scheduler:
         for r in self.running + self.waiting:
             self.engine.sequences.drop_request(r, self._token)
         self.running, self.waiting = [], []
+        self._flight = None             # its requests are freed: its tokens are nobody's
 
     # -- one step -----------------------------------------------------------------------
     def step(self) -> list[Sequence]:
         """Schedule, run one engine step, sample. Returns the requests that finished (those
         that finished when added first)."""
         early, self._done = self._done, []
+        if self._flight is not None:        # the steps the last step queued behind its own
+            call, self._flight = self._flight, None
+            return early + self._collect(*call)
         plan = self.schedule()
         if not plan:
             if self.has_unfinished():
@@ -181,7 +187,8 @@ class Scheduler:
         start = time.perf_counter()
         ahead = self._steps_ahead(plan)
         if ahead > 1:
-            return early + self._decode_ahead(list(plan), ahead, start)
+            call = self.engine.decode_ahead(list(plan), ahead, wait=False)
+            return early + self._collect(call, start)
         batch = {r.seq_id: r.pending(n) for r, n in plan.items()}
         lens = None
         if self._dual_chunk:            # chunks of a prompt use the whole prompt's length scale
@@ -226,31 +233,73 @@ class Scheduler:
         if len(plan) != len(self.running) or not all(
                 n == 1 and r.decoding and r.params.greedy for r, n in plan.items()):
             return 1                    # a request this step leaves out must not wait k steps
-        k = min([self.decode_ahead] + [r.params.max_new_tokens - len(r.output) for r in plan])
-        reqs = [Request(prefix_len=r.computed, num_new=1, block_table=r.pages) for r in plan]
-        while k >= 2:                   # the most steps the free pages and the tables allow
-            if sum(self.allocator.shortfall(r, r.computed + k) for r in plan) <= self.allocator.num_free \
-                    and graphs.serves(reqs, steps=k):
+        return self._most_steps(list(plan), 0)
+
+    def _most_steps(self, seqs: list[Sequence], lag: int) -> int:
+        """The most decode steps (a power-of-two cut of ``decode_ahead``, or 1) that ``seqs``
+        may run after ``lag`` steps whose tokens are not appended yet: what the request
+        closest to its ``max_new_tokens`` still needs, the free pages, the graphs' reach."""
+        k = min([self.decode_ahead] + [r.params.max_new_tokens - len(r.output) - lag for r in seqs])
+        reqs = [Request(prefix_len=r.computed, num_new=1, block_table=r.pages) for r in seqs]
+        while k >= 2:
+            if sum(self.allocator.shortfall(r, r.computed + k) for r in seqs) <= self.allocator.num_free \
+                    and self.engine.graphs.serves(reqs, steps=k):
                 return k
             k //= 2
         return 1
 
-    def _decode_ahead(self, seqs: list[Sequence], steps: int, start: float) -> list[Sequence]:
-        """``steps`` greedy decode steps of ``seqs`` in one engine call; each request keeps
-        its tokens up to its first stop token."""
-        rows = self.engine.decode_ahead(seqs, steps)
+    def _collect(self, call, start: float) -> list[Sequence]:
+        """Read a decode-ahead call back and emit its tokens. Before it is read, the call
+        that continues it (the same requests, their next steps) is queued behind it on the
+        device where it may be (``_follow``), so the GPU runs on while the host reads and
+        emits. -> the requests that finished."""
+        try:
+            nxt = self._follow(call)
+        except BaseException:
+            self._take(call, start)     # the tokens that ran are kept, then the error goes on
+            raise
+        if nxt is not None:
+            self._flight = (nxt, time.perf_counter())
+        return self._take(call, start)
+
+    def _follow(self, call):
+        """The call that continues ``call`` (all of its requests, none waiting, none left
+        out), queued on the device now, or None. Speculative: a request that meets a stop
+        token in ``call`` loses the steps queued for it (computed for nothing, as the tokens
+        after a stop inside one call are)."""
+        seqs = call.seqs
+        if self.waiting or len(seqs) != len(self.running) \
+                or not all(a is b for a, b in zip(seqs, self.running)):
+            return None
+        k = self._most_steps(seqs, call.steps)
+        if k < 2:
+            return None
+        return self.engine.decode_ahead(seqs, k, wait=False, after=call)
+
+    def _take(self, call, start: float) -> list[Sequence]:
+        """``call``'s tokens for its requests still running (one that finished in the call
+        before keeps nothing of this one), each up to its first stop token."""
+        rows = call.rows()
         now = time.perf_counter()
+        began = max(start, self._read_s)        # the device ran it after the call before
+        self._read_s = now
+        running = {id(r) for r in self.running}
         done, kept = [], []
-        for r, tokens in zip(seqs, rows):
-            r.stats.num_computed_tokens += steps
-            for n, t in enumerate(tokens, start=1):
-                if self._emit(r, t, now):
-                    done.append(r)
-                    break
+        for r, tokens in zip(call.seqs, rows):
+            n = 0
+            if id(r) in running:
+                r.stats.num_computed_tokens += call.steps
+                for n, t in enumerate(tokens, start=1):
+                    if self._emit(r, t, now):
+                        done.append(r)
+                        break
             kept.append(n)
-        for j in range(steps):          # a step's decode tokens: those some request kept
+        for j in range(call.steps):     # a step's decode tokens: those some request kept
             self.stats.add_step(prefill=0, decode=sum(n > j for n in kept),
-                                seconds=(now - start) / steps)
+                                seconds=(now - began) / call.steps)
+        still = {id(r) for r in self.running}
+        if self._flight is not None and not any(id(r) in still for r in self._flight[0].seqs):
+            self._flight = None         # every request it ran has finished: nothing to read
         return done
 
     def schedule(self) -> dict[Sequence, int]:
