@@ -9,6 +9,10 @@ prompts of 128 tokens, 65 new tokens:
             and aten ops) that ran during it, longest gaps first
   cprofile  cProfile over one more generate: the host functions by cumulative time
 
+Each batch is traced twice: as the scheduler runs (each decode-ahead call queued before the
+one before it is read back) and with every call read back before the next is queued
+("no_follow", the scheduler before session 1204b).
+
     PYTHONPATH=src python3 benchmarks/probe_generate_gaps.py [--batches 1 64] [--out DIR]
 
 Writes probe_generate_gaps.json and probe_generate_gaps_cprofile.txt; prints a line a batch.
@@ -68,8 +72,6 @@ def main(argv=None) -> int:
         print("probe_generate_gaps needs a CUDA GPU", file=sys.stderr)
         return 2
     warnings.filterwarnings("ignore")
-    from torch.profiler import ProfilerActivity, profile
-
     from attnkit.runner import LLM
 
     model = build_model(LLAMA3_8B, "cuda", torch.bfloat16)
@@ -82,6 +84,29 @@ def main(argv=None) -> int:
                   max_num_batched_tokens=b * FULL.decode_ctx)
         ps = prompts(b, FULL.decode_ctx, LLAMA3_8B["vocab_size"], 2)
         run = lambda: llm.generate(ps, max_new_tokens=FULL.decode_steps + 1, ignore_eos=True)  # noqa: E731
+        for mode in ("follow", "no_follow"):
+            row, text = traced(run, b, mode, args.gap_us)
+            report["rows"].append(row)
+            texts.append(text)
+            with open(os.path.join(args.out, "probe_generate_gaps.json"), "w") as f:
+                json.dump(report, f, indent=1)
+            with open(os.path.join(args.out, "probe_generate_gaps_cprofile.txt"), "w") as f:
+                f.write("\n".join(texts))
+        del llm
+        torch.cuda.empty_cache()
+    return 0
+
+
+def traced(run, b: int, mode: str, gap_us: float):
+    """(row, cProfile text) of ``run`` traced under ``mode``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from attnkit.runner.engine.scheduler import Scheduler
+
+    own = Scheduler._follow
+    if mode == "no_follow":
+        Scheduler._follow = lambda self, call: None
+    try:
         run()
         run()
         torch.cuda.synchronize()
@@ -92,29 +117,23 @@ def main(argv=None) -> int:
         for e in prof.events():
             side = "gpu" if e.device_type == torch.autograd.DeviceType.CUDA else "cpu"
             events[side].append((e.name, e.time_range.start, e.time_range.end))
-        busy, span, gaps = gaps_of(events, args.gap_us)
-        row = {"batch": b, "gpu_events": len(events["gpu"]), "busy_ms": round(busy / 1e3, 3),
-               "span_ms": round(span / 1e3, 3), "gaps": len(gaps),
+        busy, span, gaps = gaps_of(events, gap_us)
+        row = {"batch": b, "mode": mode, "gpu_events": len(events["gpu"]),
+               "busy_ms": round(busy / 1e3, 3), "span_ms": round(span / 1e3, 3), "gaps": len(gaps),
                "gap_ms": round(sum(g["us"] for g in gaps) / 1e3, 3), "longest": gaps[:24]}
-        report["rows"].append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "longest"}), flush=True)
-        for g in gaps[:6]:
+        for g in gaps[:4]:
             print("  ", json.dumps(g), flush=True)
         pr = cProfile.Profile()
         pr.enable()
         run()
         torch.cuda.synchronize()
         pr.disable()
-        s = io.StringIO()
-        pstats.Stats(pr, stream=s).sort_stats("cumulative").print_stats(45)
-        texts.append(f"# batch {b}\n{s.getvalue()}")
-        with open(os.path.join(args.out, "probe_generate_gaps.json"), "w") as f:
-            json.dump(report, f, indent=1)
-        with open(os.path.join(args.out, "probe_generate_gaps_cprofile.txt"), "w") as f:
-            f.write("\n".join(texts))
-        del llm
-        torch.cuda.empty_cache()
-    return 0
+    finally:
+        Scheduler._follow = own
+    s = io.StringIO()
+    pstats.Stats(pr, stream=s).sort_stats("cumulative").print_stats(45)
+    return row, f"# batch {b}, {mode}\n{s.getvalue()}"
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ from profile_engine_step import summarise, trace  # noqa: E402
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batches", type=int, nargs="+", default=[1, 64])
+    p.add_argument("--rounds", type=int, default=2, help="generate with / without the queued call")
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -66,7 +67,7 @@ def main(argv=None) -> int:
                   max_num_batched_tokens=b * FULL.decode_ctx)
         ps = prompts(b, FULL.decode_ctx, LLAMA3_8B["vocab_size"], 2)
         gen, alone, own = [], [], Scheduler._follow
-        for _ in range(2):                  # interleaved: with and without the queued call
+        for _ in range(args.rounds):        # interleaved: with and without the queued call
             gen.append(runner_decode(llm, ps, FULL.decode_steps, time_ms, 3)[0])
             Scheduler._follow = lambda self, call: None
             try:

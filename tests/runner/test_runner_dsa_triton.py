@@ -74,7 +74,7 @@ def _static_matches_plain(tiny_model, device, **kw):
     from attnkit.runner import SamplingParams, Scheduler
 
     calls, original = [], static.decode_ahead
-    static.decode_ahead = lambda seqs, k: calls.append(k) or original(seqs, k)
+    static.decode_ahead = lambda seqs, k, **kw: calls.append(k) or original(seqs, k, **kw)
     sched = Scheduler(static, max_num_batched_tokens=None, max_num_seqs=4, decode_ahead=4)
     reqs = [sched.add(p, SamplingParams(max_new_tokens=9)) for p in PROMPTS]
     list(sched.run())
