@@ -325,8 +325,9 @@ class Engine:
         means the tokens after it are discarded).
 
         wait=False: return an ``AheadCall`` as soon as the steps are queued (its ``rows()``
-        reads them back). Until it is read its records are in flight: ``step`` refuses them
-        and ``decode_ahead`` takes them only with ``after=`` that call, which continues it
+        reads them back). Until its tokens are appended its records are in flight: ``step``
+        refuses a record that ran more steps than it holds tokens, and ``decode_ahead``
+        takes them only with ``after=`` that call, which continues it
         on the device (its last tokens are the first inputs) while the host has not read it
         yet: the same records in the same order, the call this engine launched last."""
         check_count("steps", steps, minimum=1)

@@ -31,6 +31,10 @@ it are dropped (they were computed for nothing: at most ``decode_ahead - 1`` per
 The tokens are the ones single steps would give until a request stops part-way: it keeps
 its row until the call ends, so the others stay in the call's bucket where single steps
 would move to a smaller one, with its own split-KV partition: logits equal up to rounding.
+While the same requests go on decoding, the call that continues them is queued on the device
+before the last one is read back (``_follow``; the next ``step`` reads it), so the GPU does
+not idle while the host reads, emits and launches; a request that stops in a call loses the
+steps queued behind it for it (computed for nothing).
 """
 from __future__ import annotations
 
