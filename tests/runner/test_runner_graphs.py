@@ -449,3 +449,36 @@ def test_no_tier_is_shorter_than_the_padded_rows_of_its_bucket(llama64):
     assert reaches[1][0] < 32 and reaches[32][0] == 32 and len(reaches[32]) == 2
     assert all(r[0] >= min(b, 32) for b, r in reaches.items())
     assert engine.generate([PROMPTS[0]], max_new_tokens=3) == [hf_greedy(hf, PROMPTS[0], 3)]
+
+
+def test_a_request_that_arrives_or_an_abort_while_a_call_is_queued(llama64):
+    """A request added while a decode-ahead call is queued (not read) waits for that call
+    only: the next step reads it, queues nothing behind it and admits the newcomer; every
+    request gets transformers' tokens. abort() with a call queued frees every page, and the
+    scheduler runs new requests after it."""
+    from attnkit.backends.triton.backend import TritonBackend
+
+    path, hf = llama64
+    engine = rehearsal(path, TritonBackend(), max_num_seqs=4)
+    sched = Scheduler(engine, max_num_batched_tokens=None, max_num_seqs=4, decode_ahead=2)
+    first = [sched.add(p, SamplingParams(max_new_tokens=9)) for p in PROMPTS[:2]]
+    sched.step()                                       # the prompts
+    sched.step()                                       # a call read, the next one queued
+    assert sched._flight is not None
+    late = sched.add(PROMPTS[2], SamplingParams(max_new_tokens=9))
+    sched.step()                                       # reads the queued call, queues nothing
+    assert sched._flight is None and late in sched.waiting
+    while sched.has_unfinished():
+        sched.step()
+    assert [r.output for r in first + [late]] == [hf_greedy(hf, p, 9) for p in PROMPTS]
+    again = [sched.add(p, SamplingParams(max_new_tokens=9)) for p in PROMPTS[:2]]
+    sched.step()
+    sched.step()
+    assert sched._flight is not None
+    sched.abort()
+    assert engine.allocator.num_free == engine.allocator.num_pages and not engine.ids
+    assert all(r.finish_reason is None for r in again)
+    after = sched.add(PROMPTS[0], SamplingParams(max_new_tokens=9))
+    list(sched.run())
+    assert after.output == hf_greedy(hf, PROMPTS[0], 9)
+    assert engine.allocator.num_free == engine.allocator.num_pages
