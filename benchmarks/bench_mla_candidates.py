@@ -30,7 +30,13 @@ from attnkit.backends.triton_mla.backend import TritonMLABackend  # noqa: E402
 
 # name -> TritonMLABackend options; "default" is the plan's tables
 CANDIDATES = {
-    128: {"ws": dict(variant="ws"), "ws splits 2": dict(variant="ws", num_splits=2)},
+    128: {"ws": dict(variant="ws"), "ws splits 2": dict(variant="ws", num_splits=2),
+          # the ws kernel's forms (NOTES-mla.md version 11): (BLOCK_N, NUM_STAGES, AHEAD, OUT16)
+          **{f"ws n{n} st{st}" + (" ahead" if ahead else "") + (" out16" if out16 else ""):
+             dict(variant="ws", ws_config=dict(BLOCK_N=n, NUM_STAGES=st, AHEAD=ahead, OUT16=out16))
+             for n, st, ahead, out16 in ((64, 2, False, True), (32, 4, False, False),
+                                         (32, 4, True, False), (32, 4, True, True),
+                                         (16, 8, True, True))}},
     16: {"v2": dict(variant="v2"),
          **{f"v2 splits {s}": dict(variant="v2", num_splits=s) for s in (4, 16, 32)},
          **{f"v2 n{n} st{st} w{w}": dict(variant="v2", block_n=n, num_stages=st, num_warps=w)
@@ -132,12 +138,16 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--budget", type=float, default=70.0)
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--heads", default="128,16", help="head counts to check and time")
     args = ap.parse_args(argv)
+    heads_wanted = {int(h) for h in args.heads.split(",")}
     t0 = time.time()
     result = dict(env=environment(), copy_gbs=copy_bandwidth_gbs(1 << 30), checks={}, rows=[])
     print(result["env"], f"copy {result['copy_gbs']:.0f} GB/s", flush=True)
     passed = {}
     for heads, cands in CANDIDATES.items():
+        if heads not in heads_wanted:
+            continue
         passed[heads] = {"default": Candidate(_planned(heads))}
         for name, opts in {"default": None, **cands}.items():
             status = small_check(heads, _planned(heads) if opts is None else opts)
@@ -146,6 +156,8 @@ def main(argv=None) -> int:
             if status == "ok" and opts is not None:
                 passed[heads][name] = Candidate(opts)
     for heads, batch, ctx in SHAPES:
+        if heads not in heads_wanted:
+            continue
         if time.time() - t0 > args.budget:
             print(f"budget spent: {heads} {batch} {ctx} and later shapes not run", flush=True)
             break

@@ -63,7 +63,7 @@ def compile_report(fn, sig, consts, tag, out_dir, not_div=NOT_DIV, source=ASTSou
     arch = "sm_90a" if ".target sm_90a" in c.asm["ptx"] else "sm_90"
     verbose = subprocess.run([f"{BIN}/ptxas", f"-arch={arch}", "-v", path[:-6] + ".ptx", "-o",
                               os.devnull], capture_output=True, text=True).stderr
-    advisories = sorted(set(re.findall(r"\((C\d+)\) Potential Performance Loss: (.*?) for the"
+    advisories = sorted(set(re.findall(r"\((C\d+)\) Potential Performance Loss: (.*?) (?:for|in) the"
                                        r" function", verbose)))
     res = subprocess.run([f"{BIN}/cuobjdump", "--dump-resource-usage", path],
                          capture_output=True, text=True).stdout

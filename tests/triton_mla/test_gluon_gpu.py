@@ -82,3 +82,54 @@ def test_other_shapes_fall_back_to_v1(launches):
                          be.prepare(case.meta, case.cache))
         assert_close(out, case.reference(), dtype="bf16", what=f"fallback H={heads} page={page}")
     assert not launches
+
+
+WS_FORMS = [dict(BLOCK_N=64, NUM_STAGES=2, AHEAD=False, OUT16=True),
+            dict(BLOCK_N=32, NUM_STAGES=4, AHEAD=False, OUT16=False),
+            dict(BLOCK_N=32, NUM_STAGES=4, AHEAD=True, OUT16=False),
+            dict(BLOCK_N=32, NUM_STAGES=4, AHEAD=True, OUT16=True),
+            dict(BLOCK_N=16, NUM_STAGES=8, AHEAD=True, OUT16=True)]
+
+
+@needs_ws
+@pytest.mark.parametrize("form", WS_FORMS, ids=lambda f: "n{BLOCK_N}-s{NUM_STAGES}-a{AHEAD:d}-o{OUT16:d}".format(**f))
+@pytest.mark.parametrize("heads,splits,page", [(128, None, 64), (64, 3, 64), (128, 40, 32)])
+def test_ws_forms_match_reference_with_garbage(form, heads, splits, page, launches):
+    """Every ws form (tile, Q.K issued ahead, the 16-bit output stored by the kernel) on
+    poisoned stale slots, 1-key to 4096-key requests, tile counts below and above the ring,
+    empty splits (40)."""
+    case = make_case(_layer(heads), prefix_lens=[1500, 3, 700, 63, 4095, 0, 31, 95],
+                     new_lens=[1] * 8, page_size=page, dtype="bf16", device="cuda", seed=heads,
+                     garbage=True)
+    be = TritonMLABackend(variant="ws", num_splits=splits, ws_config=form)
+    out = be.forward(case.q, case.k, case.v, case.layer, case.cache,
+                     be.prepare(case.meta, case.cache))
+    torch.cuda.synchronize()
+    assert launches, "the Gluon kernel did not run"
+    assert torch.isfinite(out).all()
+    assert_close(out, case.reference(), dtype="bf16", what=f"ws {form} H={heads} splits={splits}")
+
+
+@needs_ws
+@pytest.mark.parametrize("form", WS_FORMS[2:4], ids=["ahead", "ahead-out16"])
+def test_ws_forms_replay_in_a_cuda_graph(form, launches):
+    """A captured decode step, replayed, gives the eager step's bits (and the reference)."""
+    case = make_case(_layer(128), prefix_lens=[700, 40, 2000], new_lens=[1, 1, 1], page_size=64,
+                     dtype="bf16", device="cuda", seed=5, garbage=True)
+    be = TritonMLABackend(variant="ws", ws_config=form)
+    step = be.prepare(case.meta, case.cache)
+    run = lambda: be.forward(case.q, case.k, case.v, case.layer, case.cache, step)  # noqa: E731
+    eager = run().clone()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        run()
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(graph):
+        out = run()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager)
+    assert_close(out, case.reference(), dtype="bf16", what=f"ws {form} graph")

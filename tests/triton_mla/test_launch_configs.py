@@ -158,3 +158,26 @@ def test_reduce_tile():
         block_s, block_l = reduce_tile(rows, 512, splits)
         assert block_s * block_l <= 4096 and 512 % block_l == 0
         assert block_s >= min(32, splits)
+
+
+@pytest.mark.parametrize("bad", [{"BLOCK_K": 32}, {"BLOCK_N": 128}, {"BLOCK_N": 48},
+                                 {"AHEAD": True}, {"AHEAD": 1, "NUM_STAGES": 4},
+                                 {"NUM_STAGES": 3}, {"OUT16": "yes"}, {"NUM_STAGES": True},
+                                 {"BLOCK_N": 16, "NUM_STAGES": 10}])
+def test_ws_config_refuses_what_the_kernel_cannot_run(bad):
+    """A key that is not a knob, a tile outside 16-64 keys, Q.K ahead on a two-stage ring (it
+    would wait for the stage it holds), buffers past a block's shared memory (64 x 3 stages,
+    16 x 10), non-bool switches: AK407 when the backend is made, not a compile error later."""
+    from attnkit.errors import AttnkitError
+    with pytest.raises(AttnkitError, match="AK407"):
+        TritonMLABackend(variant="ws", ws_config=bad)
+    with pytest.raises(AttnkitError, match="AK407"):
+        TritonMLABackend(variant="ws", ws_config=[("BLOCK_N", 32)])
+
+
+def test_ws_config_forms_the_tile_the_kernel_gets():
+    be = TritonMLABackend(variant="ws", ws_config=dict(BLOCK_N=32, NUM_STAGES=4, AHEAD=True))
+    assert be.ws_tile == dict(configs.WS, BLOCK_N=32, NUM_STAGES=4, AHEAD=True)
+    assert TritonMLABackend().ws_tile == configs.WS
+    for n, stages in ((64, 2), (32, 4), (16, 8)):
+        assert configs.ws_smem_bytes(n, stages) <= configs.WS_SMEM_BYTES - 1024

@@ -68,7 +68,8 @@ class TritonMLABackend(AttentionBackend):
     of the latent per head block, 1 or 2), ``pdl`` (v2 with splits on sm_90+: the reduce
     kernel launched as a programmatic dependent of the split kernel), ``merge_splits`` (v2:
     with 2 up to that many KV splits the split kernel merges them itself, no reduce launch;
-    0 never; None: the tile's, configs.V2_MERGE_SPLITS)."""
+    0 never; None: the tile's, configs.V2_MERGE_SPLITS), ``ws_config`` (ws: overrides of
+    configs.WS's BLOCK_N, NUM_STAGES, AHEAD, OUT16; configs.ws_tile refuses what cannot run)."""
 
     name = "triton_mla"
     declaration = DECLARATION
@@ -78,7 +79,7 @@ class TritonMLABackend(AttentionBackend):
                  num_stages: int | None = None, mha_form_min_query: int | None = None,
                  extend_tiles: tuple[int, int, int, int] | None = None,
                  variant: str | None = None, v_split: int | None = None, pdl: bool = False,
-                 merge_splits: int | None = None):
+                 merge_splits: int | None = None, ws_config: dict | None = None):
         for option, value, pow2 in (("num_splits", num_splits, False), ("block_h", block_h, True),
                                     ("block_n", block_n, True), ("num_stages", num_stages, False)):
             check_int_option(self.name, option, value, power_of_two=pow2)
@@ -108,6 +109,11 @@ class TritonMLABackend(AttentionBackend):
         self.pdl = pdl
         check_int_option(self.name, "merge_splits", merge_splits, minimum=0)
         self.merge_splits = merge_splits
+        if ws_config is not None and not isinstance(ws_config, dict):
+            fail("AK407", f"triton_mla: ws_config must be a dict of {', '.join(configs.WS_KNOBS)}, "
+                          f"got {type(ws_config).__name__}", field="ws_config", expected="dict",
+                 actual=repr(ws_config)[:80])
+        self.ws_tile = configs.ws_tile(ws_config)
 
     # ---- per step -------------------------------------------------------------------------
     def _prepare(self, meta: BatchMetadata, cache) -> StepState:
@@ -224,6 +230,8 @@ class TritonMLABackend(AttentionBackend):
                                       ("v_split", self.v_split if columns else None)) if v})
         if variant == "v2" and self.merge_splits is not None:
             cfg["merge_splits"] = self.merge_splits
+        if variant == "ws":
+            cfg["ws_tile"] = self.ws_tile
         return cfg
 
     def _attend_latent(self, q_lat, q_pe, latent, layer, part: Part, kv_scale: float, *, kernels):
@@ -287,7 +295,8 @@ RUNNABLE = {
     "tma": lambda q_lat, flat, part, cfg: tma_ready(q_lat, flat, page_size=part.page_size,
                                                     block_h=cfg["block_h"], block_n=cfg["block_n"]),
     "ws": lambda q_lat, flat, part, cfg: ws_ready(q_lat, flat, page_size=part.page_size,
-                                                  block_t=cfg["block_t"], block_h=cfg["block_h"]),
+                                                  block_t=cfg["block_t"], block_h=cfg["block_h"],
+                                                  block_n=cfg["ws_tile"]["BLOCK_N"]),
 }
 RUNNABLE_NEEDS = {"tma": "it needs a cache of q's 16-bit dtype and key tiles inside one page",
                   "ws": "it needs a compiled sm_90 launch with the Triton its Gluon code is written for, "

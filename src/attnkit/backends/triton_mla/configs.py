@@ -15,7 +15,45 @@ ws, mha_form.
 """
 from __future__ import annotations
 
-WS = dict(BLOCK_H=64, BLOCK_N=64, NUM_STAGES=2, num_warps=12)   # a loader warp + two warpgroups
+# The ws kernel (decode_gluon.py: a loader warp + two warpgroups): 64 heads a program, BLOCK_N
+# keys a tile in a ring of NUM_STAGES (latent + rope rows, 1,152 B a key); AHEAD: the scores
+# warpgroup issues Q.K of the next tile before its softmax (needs >= 3 stages: it holds one
+# tile more); OUT16: a one-split launch stores the 16-bit output itself (no fp32 buffer and
+# cast kernel). Shared memory: Q 72 KB + NUM_STAGES x BLOCK_N x 1,152 B + P (64 x BLOCK_N x 2 B).
+WS = dict(BLOCK_H=64, BLOCK_N=64, NUM_STAGES=2, AHEAD=False, OUT16=False, num_warps=12)
+WS_KNOBS = ("BLOCK_N", "NUM_STAGES", "AHEAD", "OUT16")      # what a ws_config may override
+WS_SMEM_BYTES = 232_448                                     # sm_90's opt-in shared memory a block
+
+
+def ws_smem_bytes(block_n: int, num_stages: int) -> int:
+    """Shared memory of the ws kernel's buffers (Q, the ring, P), bytes; the barriers aside."""
+    return 64 * 576 * 2 + num_stages * block_n * 576 * 2 + 64 * block_n * 2
+
+
+def ws_tile(overrides: dict | None = None) -> dict:
+    """WS with a caller's overrides (TritonMLABackend's ws_config: tests and benchmarks),
+    refused (AK407) where the kernel cannot run them: a key that is not a knob, tiles that are
+    not powers of two from 16 to 64 keys, AHEAD with fewer than 3 stages (it would wait for a
+    tile that only the slot it holds can take), buffers past the shared memory of a block."""
+    from attnkit.errors import fail
+    tile = dict(WS)
+    for key, value in (overrides or {}).items():
+        if key not in WS_KNOBS:
+            fail("AK407", f"triton_mla: ws_config key {key!r} is not one of {', '.join(WS_KNOBS)}",
+                 field="ws_config", expected=list(WS_KNOBS), actual=key)
+        tile[key] = value
+    n, stages = tile["BLOCK_N"], tile["NUM_STAGES"]
+    ok = (isinstance(n, int) and n in (16, 32, 64) and isinstance(stages, int)
+          and not isinstance(stages, bool) and stages >= 2
+          and all(isinstance(tile[k], bool) for k in ("AHEAD", "OUT16"))
+          and (stages >= 3 or not tile["AHEAD"]) and ws_smem_bytes(n, stages) <= WS_SMEM_BYTES - 1024)
+    if not ok:
+        fail("AK407", f"triton_mla: ws_config {overrides!r} gives a tile the ws kernel cannot run "
+                      f"(BLOCK_N 16 / 32 / 64, NUM_STAGES >= 2, >= 3 with AHEAD, AHEAD / OUT16 "
+                      f"bools, buffers of {ws_smem_bytes(n, stages) if isinstance(n, int) and isinstance(stages, int) else '?'} "
+                      f"B within {WS_SMEM_BYTES - 1024})",
+             field="ws_config", expected="a tile that fits", actual=repr(overrides)[:120])
+    return tile
 
 # Version 1's tile for >= 64-row programs on parts with >= 200 KB of shared memory a block
 # (sm_90): 64 keys, 8 warps, 3 stages; ptxas for sm_90: 254 registers, no spills, 221696 B of

@@ -178,7 +178,8 @@ def _ws_triton() -> tuple:
     return next(k.triton for k in DECLARED if k.name == "ws")
 
 
-def ws_ready(q_lat, cache_flat, *, page_size: int, block_t: int, block_h: int) -> bool:
+def ws_ready(q_lat, cache_flat, *, page_size: int, block_t: int, block_h: int,
+             block_n: int = WS["BLOCK_N"]) -> bool:
     """Whether the Gluon kernel ("ws") serves this call: a Triton with Gluon's Hopper API, a
     compiled (not interpreted) launch on an sm_90 GPU, and decode_gluon.gluon_ready's shapes."""
     from attnkit.registry.kernels import in_version_range
@@ -189,7 +190,7 @@ def ws_ready(q_lat, cache_flat, *, page_size: int, block_t: int, block_h: int) -
     if torch.cuda.get_device_capability(q_lat.device) != (9, 0):
         return False
     return gluon_ready(q_lat, cache_flat, page_size=page_size, block_t=block_t,
-                       heads=q_lat.shape[0])
+                       heads=q_lat.shape[0], block_n=block_n)
 
 
 def choose_splits(programs: int, max_kv: int, *, slots: int, min_keys: int = 128) -> int:
@@ -213,7 +214,7 @@ def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok
                        kv_scale: float, block_t: int, block_h: int, block_n: int,
                        num_splits: int, num_warps: int = 4, num_stages: int = 2,
                        variant: str = "v1", v_split: int = 1, pdl: bool = False,
-                       merge_splits: int = 0, counters=None):
+                       merge_splits: int = 0, counters=None, ws_tile=None):
     """Absorbed attention core; returns out_lat [T, H, L] in q_lat's dtype.
 
     q_lat: [H, T, L] (last dim contiguous); q_pe: [T, H, R]; cache_flat: [slots, L + R]
@@ -227,7 +228,8 @@ def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok
     that many splits the split kernel merges them itself (MERGE, no reduce launch; pdl has
     nothing to do then), taking tickets from ``counters``: int32 zeros, >= W x head blocks,
     left zero (a step's persistent buffer, so that a CUDA graph needs no zeroing; None: new
-    zeros each call).
+    zeros each call). ``ws_tile``: the ws kernel's tile (configs.ws_tile; None: configs.WS);
+    with its OUT16 a one-split launch writes the output in q's dtype itself.
     """
     import torch
 
@@ -238,10 +240,13 @@ def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok
         return torch.empty(T, H, L, dtype=q_lat.dtype, device=q_lat.device)
     head_blocks = triton.cdiv(H, block_h)
     direct = num_splits == 1
+    ws_tile = ws_tile or WS
     if direct:
-        # fp32 even here: a bf16 epilogue made ptxas spill the [64, 512] accumulator (sm_90)
-        partial = torch.empty(T, H, L, dtype=torch.float32, device=q_lat.device)
-        lse = partial.new_empty(1)
+        # fp32 even here for the Triton kernels: a bf16 epilogue made ptxas spill the [64, 512]
+        # accumulator (sm_90); the ws kernel's [64, 256] halves store q's dtype with OUT16
+        dtype = q_lat.dtype if variant == "ws" and ws_tile["OUT16"] else torch.float32
+        partial = torch.empty(T, H, L, dtype=dtype, device=q_lat.device)
+        lse = partial.new_empty(1, dtype=torch.float32)
         sp = (partial.stride(0), partial.stride(1), 0, 0, 0)
     else:
         partial = torch.empty(T, H, num_splits, L, dtype=torch.float32, device=q_lat.device)
@@ -264,7 +269,7 @@ def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok
         absorbed_gluon(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok,
                        query_start_loc, seq_lens, partial, lse, sp,
                        qk_scale=scale * kv_scale * LOG2E, v_scale=kv_scale,
-                       num_splits=num_splits, page_size=page_size, direct=direct)
+                       num_splits=num_splits, page_size=page_size, direct=direct, tile=ws_tile)
     elif variant == "tma":
         absorbed_tma((head_blocks * v_split, W, num_splits), q_lat, q_pe, cache_flat,
                      block_tables, work_req, work_tok, query_start_loc, seq_lens, partial, lse,
@@ -307,7 +312,7 @@ def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok
             DIRECT=direct, DOT_PREC=dot_prec, num_warps=num_warps, num_stages=num_stages,
         )
     if direct:
-        return partial.to(q_lat.dtype)
+        return partial if partial.dtype == q_lat.dtype else partial.to(q_lat.dtype)
     if merge:
         return out
     out = torch.empty(T, H, L, dtype=q_lat.dtype, device=q_lat.device)

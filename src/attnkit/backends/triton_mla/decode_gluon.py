@@ -33,13 +33,12 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier,
                                                               tma, warpgroup_mma,
+                                                              warpgroup_mma_init,
                                                               warpgroup_mma_wait)
 
 from attnkit.backends.triton_mla.configs import WS  # noqa: E402  (the shape a plan names)
 
-BLOCK_H = WS["BLOCK_H"]        # heads a program: one wgmma M tile
-BLOCK_N = WS["BLOCK_N"]        # keys a tile
-NUM_STAGES = WS["NUM_STAGES"]  # latent tiles in flight: 2 x 72 KB + Q 72 KB + P 8 KB = 224 KB
+BLOCK_H = WS["BLOCK_H"]        # heads a program: one wgmma M tile; the rest of the tile: WS
 MAXNREG = 168         # 12 warps (3 warpgroups) x 32 x 168 <= 65536 registers
 VALUES_REGS = 232     # the values warpgroup: a [64, 256] fp32 accumulator (128) and addresses
 LOADER_REGS = 24
@@ -86,64 +85,124 @@ def _values(klat, p_smem, alpha_smem, l_smem, kv_ready, kv_free, p_ready, p_free
 @gluon.jit
 def _store_half(o_row, acc, l_i, v_scale, COL0: gl.constexpr, HALF: gl.constexpr,
                 o_layout: gl.constexpr):
-    """acc / l_i * v_scale into columns COL0 .. + HALF of the rows o_row (pointers [BH])."""
+    """acc / l_i * v_scale into columns COL0 .. + HALF of the rows o_row (pointers [BH]), in
+    the output's dtype (fp32 partials, or the 16-bit output of a one-split launch)."""
     l_safe = gl.where(l_i == 0.0, 1.0, l_i)
     out = acc * gl.expand_dims(v_scale / l_safe, 1)
     cols = COL0 + gl.arange(0, HALF, layout=gl.SliceLayout(0, o_layout))
-    gl.store(gl.expand_dims(o_row, 1) + gl.expand_dims(cols, 0), out)
+    ptr = gl.expand_dims(o_row, 1) + gl.expand_dims(cols, 0)
+    gl.store(ptr, out.to(ptr.dtype.element_ty))
+
+
+@gluon.jit
+def _softmax_tile(sc, m_i, l_i, n0, kv_len, s_layout: gl.constexpr, BN: gl.constexpr):
+    """The online softmax of one tile's raw scores (keys n0 .. + BN, past kv_len masked):
+    -> (p, alpha, m_new, l_new), base 2 (qk_scale is folded in by the caller)."""
+    pos = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
+    sc = gl.where(gl.expand_dims(pos < kv_len, 0), sc, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(sc, axis=1))
+    alpha = gl.exp2(m_i - m_new)
+    p = gl.exp2(sc - gl.expand_dims(m_new, 1))
+    return p, alpha, m_new, l_i * alpha + gl.sum(p, axis=1)
+
+
+@gluon.jit
+def _zero_stale(kl, n0, kv_len, L: gl.constexpr, BN: gl.constexpr):
+    """Zeros over the rows of stage ``kl`` at or past kv_len (stale slots of the request's
+    last page), before either P.V reads them: their weight is 0, and 0 * stale can be NaN."""
+    zero_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    keep = gl.expand_dims(n0 + gl.arange(0, BN, layout=gl.SliceLayout(1, zero_layout)) < kv_len, 1)
+    for c in gl.static_range(L // 64):
+        part = kl.slice(c * 64, 64, dim=1)
+        part.store(gl.where(keep, part.load(zero_layout), 0.0))
+    fence_async_shared()
+
+
+@gluon.jit
+def _publish_p(p16, alpha, p_smem, alpha_smem, p_ready, p_free, i):
+    """P of tile i and its rescale factor for the values partition, once it took tile i - 1's."""
+    mbarrier.wait(p_free, (i & 1) ^ 1)
+    p_smem.store(p16)
+    alpha_smem.store(alpha)
+    fence_async_shared()
+    mbarrier.arrive(p_ready, count=1)
 
 
 @gluon.jit
 def _scores(q_lat, q_pe, klat, kpe, p_smem, alpha_smem, l_smem, kv_ready, kv_free, p_ready,
             p_free, fin, o_row, lse_row, start, n_tiles, kv_len, qk_scale, v_scale,
             L: gl.constexpr, BH: gl.constexpr, BN: gl.constexpr, NS: gl.constexpr,
-            DIRECT: gl.constexpr):
-    """S, softmax, P for the values partition, O[:, :L/2]; then the normalised store and LSE."""
+            DIRECT: gl.constexpr, AHEAD: gl.constexpr):
+    """S, softmax, P for the values partition, O[:, :L/2]; then the normalised store and LSE.
+    AHEAD: Q.K of tile i + 1 is issued before the softmax of tile i, so the tensor cores work
+    under this warpgroup's softmax (one tile more of the ring is held: NS >= 3)."""
     HALF: gl.constexpr = L // 2
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BN, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, HALF, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    zero_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
     m_i = gl.full([BH], -1.0e30, gl.float32, gl.SliceLayout(1, s_layout))   # finite: 0 weight
     l_i = gl.zeros([BH], gl.float32, gl.SliceLayout(1, s_layout))
-    acc = gl.zeros([BH, HALF], gl.float32, o_layout)
     s0 = gl.zeros([BH, BN], gl.float32, s_layout)
-    for i in range(n_tiles):
-        s = i % NS
-        n0 = start + i * BN
-        mbarrier.wait(kv_ready.index(s), (i // NS) & 1)
-        kl = klat.index(s)
-        sc = warpgroup_mma(q_lat, kl.permute((1, 0)), s0, use_acc=False, is_async=True)
-        sc = warpgroup_mma(q_pe, kpe.index(s).permute((1, 0)), sc, is_async=True)
-        sc = warpgroup_mma_wait(num_outstanding=0, deps=[sc])
-        pos = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
-        sc = gl.where(gl.expand_dims(pos < kv_len, 0), sc * qk_scale, float("-inf"))
-        m_new = gl.maximum(m_i, gl.max(sc, axis=1))
-        alpha = gl.exp2(m_i - m_new)
-        p = gl.exp2(sc - gl.expand_dims(m_new, 1))
-        l_i = l_i * alpha + gl.sum(p, axis=1)
-        m_i = m_new
-        if n0 + BN > kv_len:
-            # stale slots of the request's last page: zeros before any P.V reads them
-            keep = gl.expand_dims(n0 + gl.arange(0, BN, layout=gl.SliceLayout(1, zero_layout))
-                                  < kv_len, 1)
-            for c in gl.static_range(L // 64):
-                part = kl.slice(c * 64, 64, dim=1)
-                part.store(gl.where(keep, part.load(zero_layout), 0.0))
-            fence_async_shared()
-        p16 = p.to(q_lat.dtype)
-        mbarrier.wait(p_free, (i & 1) ^ 1)
-        p_smem.store(p16)
-        alpha_smem.store(alpha)
-        fence_async_shared()
-        mbarrier.arrive(p_ready, count=1)
-        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-        acc = warpgroup_mma(gl.convert_layout(p16, p_layout), kl.slice(0, HALF, dim=1), acc,
+    if AHEAD:
+        acc = warpgroup_mma_init(gl.zeros([BH, HALF], gl.float32, o_layout))
+        # tile 0's scores, the one Q.K not issued ahead (with no tile, a spare over a stage
+        # nothing loads: never read)
+        mbarrier.wait(kv_ready.index(0), 0, pred=n_tiles > 0)
+        tok = warpgroup_mma(q_lat, klat.index(0).permute((1, 0)), s0, use_acc=False,
                             is_async=True)
+        tok = warpgroup_mma(q_pe, kpe.index(0).permute((1, 0)), tok, is_async=True)
+        sc = warpgroup_mma_wait(num_outstanding=0, deps=[tok])
+        for i in range(n_tiles):
+            s = i % NS
+            n0 = start + i * BN
+            # P.V of tile i - 1 first, waited for with nothing else in flight: ptxas serialises
+            # every wgmma of the kernel (C7514) where a wait must retire a group issued in an
+            # earlier loop iteration while a later one stays in flight
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
+            mbarrier.arrive(kv_free.index((i + NS - 1) % NS), count=1, pred=i > 0)
+            # Q.K of tile i + 1, under this tile's softmax; on the last tile a spare over the
+            # stage after it, which nothing loads any more (its tile was released, or it was
+            # never filled): the spare's scores are never read
+            sn = (i + 1) % NS
+            mbarrier.wait(kv_ready.index(sn), ((i + 1) // NS) & 1, pred=i + 1 < n_tiles)
+            nxt = warpgroup_mma(q_lat, klat.index(sn).permute((1, 0)),
+                                gl.zeros([BH, BN], gl.float32, s_layout), use_acc=False,
+                                is_async=True)
+            nxt = warpgroup_mma(q_pe, kpe.index(sn).permute((1, 0)), nxt, is_async=True)
+            p, alpha, m_i, l_i = _softmax_tile(sc * qk_scale, m_i, l_i, n0, kv_len, s_layout, BN)
+            kl = klat.index(s)
+            if n0 + BN > kv_len:
+                _zero_stale(kl, n0, kv_len, L, BN)
+            p16 = p.to(q_lat.dtype)
+            _publish_p(p16, alpha, p_smem, alpha_smem, p_ready, p_free, i)
+            acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+            acc = warpgroup_mma(gl.convert_layout(p16, p_layout), kl.slice(0, HALF, dim=1), acc,
+                                is_async=True)
+            sc = warpgroup_mma_wait(num_outstanding=1, deps=[nxt])      # scores of tile i + 1
         acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
-        mbarrier.arrive(kv_free.index(s), count=1)
+        mbarrier.arrive(kv_free.index((n_tiles + NS - 1) % NS), count=1, pred=n_tiles > 0)
+    else:
+        acc = gl.zeros([BH, HALF], gl.float32, o_layout)
+        for i in range(n_tiles):
+            s = i % NS
+            n0 = start + i * BN
+            mbarrier.wait(kv_ready.index(s), (i // NS) & 1)
+            kl = klat.index(s)
+            sc = warpgroup_mma(q_lat, kl.permute((1, 0)), s0, use_acc=False, is_async=True)
+            sc = warpgroup_mma(q_pe, kpe.index(s).permute((1, 0)), sc, is_async=True)
+            sc = warpgroup_mma_wait(num_outstanding=0, deps=[sc])
+            p, alpha, m_i, l_i = _softmax_tile(sc * qk_scale, m_i, l_i, n0, kv_len, s_layout, BN)
+            if n0 + BN > kv_len:
+                _zero_stale(kl, n0, kv_len, L, BN)
+            p16 = p.to(q_lat.dtype)
+            _publish_p(p16, alpha, p_smem, alpha_smem, p_ready, p_free, i)
+            acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+            acc = warpgroup_mma(gl.convert_layout(p16, p_layout), kl.slice(0, HALF, dim=1), acc,
+                                is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
+            mbarrier.arrive(kv_free.index(s), count=1)
     l_smem.store(l_i)
     mbarrier.arrive(fin, count=1)
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
@@ -162,7 +221,7 @@ def _absorbed_gluon_kernel(
     qk_scale, v_scale, num_splits,
     L: gl.constexpr, R: gl.constexpr, PAGE_SIZE: gl.constexpr, BH: gl.constexpr,
     BN: gl.constexpr, NS: gl.constexpr, DIRECT: gl.constexpr, VALUES_REGS: gl.constexpr,
-    LOADER_REGS: gl.constexpr,
+    LOADER_REGS: gl.constexpr, AHEAD: gl.constexpr,
 ):
     """Grid (head block, work tile = one decode token, KV split). Arguments as decode.py's
     version 1 kernel, with the latent cache as two descriptors over [slots, L + R]: lat_desc
@@ -221,7 +280,7 @@ def _absorbed_gluon_kernel(
     gl.warp_specialize([
         (_scores, (q_lat, q_pe, klat, kpe, p_smem, alpha_smem, l_smem, kv_ready, kv_free,
                    p_ready, p_free, fin, o_row, lse_row, start, n_tiles, kv_len,
-                   qk_scale, v_scale, L, BH, BN, NS, DIRECT)),
+                   qk_scale, v_scale, L, BH, BN, NS, DIRECT, AHEAD)),
         (_values_entry, (klat, p_smem, alpha_smem, l_smem, kv_ready, kv_free, p_ready, p_free,
                          fin, o_row_values, stride_oh, n_tiles, v_scale, L, BH, NS)),
         (_loader, (lat_desc, pe_desc, klat, kpe, kv_ready, kv_free,
@@ -243,14 +302,15 @@ def _values_entry(klat, p_smem, alpha_smem, l_smem, kv_ready, kv_free, p_ready, 
             o_row, n_tiles, v_scale, L, BH, NS)
 
 
-def gluon_ready(q_lat, cache_flat, *, page_size: int, block_t: int, heads: int) -> bool:
+def gluon_ready(q_lat, cache_flat, *, page_size: int, block_t: int, heads: int,
+                block_n: int) -> bool:
     """Whether this kernel serves the call: decode tiles (one token a program), 64-head blocks,
     a bf16 cache of q's dtype, the latent widths it is built for (L 512, R 64), key tiles
     inside one page, rows TMA can address."""
     import torch
     return (block_t == 1 and heads % BLOCK_H == 0 and q_lat.dtype == torch.bfloat16
             and cache_flat.dtype == torch.bfloat16 and q_lat.shape[2] == 512
-            and cache_flat.shape[1] == 576 and page_size % BLOCK_N == 0
+            and cache_flat.shape[1] == 576 and page_size % block_n == 0
             and cache_flat.stride(1) == 1 and q_lat.stride(2) == 1
             and (cache_flat.stride(0) * 2) % 16 == 0 and cache_flat.data_ptr() % 16 == 0
             and cache_flat.shape[0] < 2**31)
@@ -258,9 +318,12 @@ def gluon_ready(q_lat, cache_flat, *, page_size: int, block_t: int, heads: int) 
 
 def absorbed_gluon(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok, query_start_loc,
                    seq_lens, partial, lse, partial_strides, *, qk_scale, v_scale, num_splits,
-                   page_size, direct):
-    """Launch _absorbed_gluon_kernel; arguments as decode.absorbed_attention prepares them."""
+                   page_size, direct, tile):
+    """Launch _absorbed_gluon_kernel; arguments as decode.absorbed_attention prepares them,
+    ``tile`` configs.ws_tile's (BLOCK_N, NUM_STAGES, AHEAD; partial of q's dtype where one
+    split stores the output itself)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    BLOCK_N = tile["BLOCK_N"]
     H, _, L = q_lat.shape
     R = q_pe.shape[-1]
     rows = [cache_flat.shape[0], cache_flat.shape[1]]
@@ -274,6 +337,7 @@ def absorbed_gluon(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok, qu
         work_req, work_tok, query_start_loc, seq_lens, partial, lse,
         q_lat.stride(0), q_lat.stride(1), q_pe.stride(0), q_pe.stride(1), block_tables.stride(0),
         *partial_strides, qk_scale, v_scale, num_splits,
-        L=L, R=R, PAGE_SIZE=page_size, BH=BLOCK_H, BN=BLOCK_N, NS=NUM_STAGES, DIRECT=direct,
-        VALUES_REGS=VALUES_REGS, LOADER_REGS=LOADER_REGS, num_warps=4, maxnreg=MAXNREG,
+        L=L, R=R, PAGE_SIZE=page_size, BH=BLOCK_H, BN=BLOCK_N, NS=tile["NUM_STAGES"],
+        DIRECT=direct, VALUES_REGS=VALUES_REGS, LOADER_REGS=LOADER_REGS, AHEAD=tile["AHEAD"],
+        num_warps=4, maxnreg=MAXNREG,
     )
