@@ -200,7 +200,7 @@ def launch_config(variant: str, *, role: str, shape, dtype: str, platform) -> di
     if variant == "mha_form":
         tiles = mha_form_tiles(fp32=fp32, smem_kb=smem_kb)
     elif variant == "ws":
-        tiles = {k.lower(): v for k, v in WS.items()}
+        tiles = {k.lower(): v for k, v in WS.items() if v is not False}   # switches: on where named
         tiles["num_splits"] = SPLITS_AT_RUN_TIME
     elif variant in ABSORBED:
         # decode brings one token a request; a prefill / extend request the most a program holds
