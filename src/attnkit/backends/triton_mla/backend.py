@@ -109,10 +109,6 @@ class TritonMLABackend(AttentionBackend):
         self.pdl = pdl
         check_int_option(self.name, "merge_splits", merge_splits, minimum=0)
         self.merge_splits = merge_splits
-        if ws_config is not None and not isinstance(ws_config, dict):
-            fail("AK407", f"triton_mla: ws_config must be a dict of {', '.join(configs.WS_KNOBS)}, "
-                          f"got {type(ws_config).__name__}", field="ws_config", expected="dict",
-                 actual=repr(ws_config)[:80])
         self.ws_tile = configs.ws_tile(ws_config)
 
     # ---- per step -------------------------------------------------------------------------

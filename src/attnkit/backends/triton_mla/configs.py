@@ -36,6 +36,10 @@ def ws_tile(overrides: dict | None = None) -> dict:
     not powers of two from 16 to 64 keys, AHEAD with fewer than 3 stages (it would wait for a
     tile that only the slot it holds can take), buffers past the shared memory of a block."""
     from attnkit.errors import fail
+    if overrides is not None and not isinstance(overrides, dict):
+        fail("AK407", f"triton_mla: ws_config must be a dict of {', '.join(WS_KNOBS)}, got "
+                      f"{type(overrides).__name__}", field="ws_config", expected="dict",
+             actual=repr(overrides)[:80])
     tile = dict(WS)
     for key, value in (overrides or {}).items():
         if key not in WS_KNOBS:
@@ -49,9 +53,8 @@ def ws_tile(overrides: dict | None = None) -> dict:
           and (stages >= 3 or not tile["AHEAD"]) and ws_smem_bytes(n, stages) <= WS_SMEM_BYTES - 1024)
     if not ok:
         fail("AK407", f"triton_mla: ws_config {overrides!r} gives a tile the ws kernel cannot run "
-                      f"(BLOCK_N 16 / 32 / 64, NUM_STAGES >= 2, >= 3 with AHEAD, AHEAD / OUT16 "
-                      f"bools, buffers of {ws_smem_bytes(n, stages) if isinstance(n, int) and isinstance(stages, int) else '?'} "
-                      f"B within {WS_SMEM_BYTES - 1024})",
+                      f"(BLOCK_N 16 / 32 / 64, NUM_STAGES >= 2 and >= 3 with AHEAD, AHEAD / OUT16 "
+                      f"bools, Q + ring + P within {WS_SMEM_BYTES - 1024} B of shared memory)",
              field="ws_config", expected="a tile that fits", actual=repr(overrides)[:120])
     return tile
 

@@ -312,7 +312,7 @@ def absorbed_attention(q_lat, q_pe, cache_flat, block_tables, work_req, work_tok
             DIRECT=direct, DOT_PREC=dot_prec, num_warps=num_warps, num_stages=num_stages,
         )
     if direct:
-        return partial if partial.dtype == q_lat.dtype else partial.to(q_lat.dtype)
+        return partial.to(q_lat.dtype)               # no copy where the kernel wrote q's dtype
     if merge:
         return out
     out = torch.empty(T, H, L, dtype=q_lat.dtype, device=q_lat.device)

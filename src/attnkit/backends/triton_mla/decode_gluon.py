@@ -129,6 +129,30 @@ def _publish_p(p16, alpha, p_smem, alpha_smem, p_ready, p_free, i):
 
 
 @gluon.jit
+def _qk(q_lat, q_pe, klat, kpe, st, s_layout: gl.constexpr, BH: gl.constexpr, BN: gl.constexpr):
+    """Q.K of the tile in stage ``st`` (latent and rope parts), issued, not waited for."""
+    sc = warpgroup_mma(q_lat, klat.index(st).permute((1, 0)),
+                       gl.zeros([BH, BN], gl.float32, s_layout), use_acc=False, is_async=True)
+    return warpgroup_mma(q_pe, kpe.index(st).permute((1, 0)), sc, is_async=True)
+
+
+@gluon.jit
+def _left_pv(p, alpha, acc, kl, n0, kv_len, p_smem, alpha_smem, p_ready, p_free, i,
+             o_layout: gl.constexpr, L: gl.constexpr, BN: gl.constexpr):
+    """Tile i's P to the values partition (stale rows of its stage zeroed first), then
+    O[:, :L/2] = O * alpha + P.C[:, :L/2], issued, not waited for."""
+    HALF: gl.constexpr = L // 2
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    if n0 + BN > kv_len:
+        _zero_stale(kl, n0, kv_len, L, BN)
+    p16 = p.to(p_smem.dtype)
+    _publish_p(p16, alpha, p_smem, alpha_smem, p_ready, p_free, i)
+    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+    return warpgroup_mma(gl.convert_layout(p16, p_layout), kl.slice(0, HALF, dim=1), acc,
+                         is_async=True)
+
+
+@gluon.jit
 def _scores(q_lat, q_pe, klat, kpe, p_smem, alpha_smem, l_smem, kv_ready, kv_free, p_ready,
             p_free, fin, o_row, lse_row, start, n_tiles, kv_len, qk_scale, v_scale,
             L: gl.constexpr, BH: gl.constexpr, BN: gl.constexpr, NS: gl.constexpr,
@@ -141,18 +165,14 @@ def _scores(q_lat, q_pe, klat, kpe, p_smem, alpha_smem, l_smem, kv_ready, kv_fre
                                                        instr_shape=[16, BN, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, HALF, 16])
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     m_i = gl.full([BH], -1.0e30, gl.float32, gl.SliceLayout(1, s_layout))   # finite: 0 weight
     l_i = gl.zeros([BH], gl.float32, gl.SliceLayout(1, s_layout))
-    s0 = gl.zeros([BH, BN], gl.float32, s_layout)
     if AHEAD:
         acc = warpgroup_mma_init(gl.zeros([BH, HALF], gl.float32, o_layout))
         # tile 0's scores, the one Q.K not issued ahead (with no tile, a spare over a stage
         # nothing loads: never read)
         mbarrier.wait(kv_ready.index(0), 0, pred=n_tiles > 0)
-        tok = warpgroup_mma(q_lat, klat.index(0).permute((1, 0)), s0, use_acc=False,
-                            is_async=True)
-        tok = warpgroup_mma(q_pe, kpe.index(0).permute((1, 0)), tok, is_async=True)
+        tok = _qk(q_lat, q_pe, klat, kpe, 0, s_layout, BH, BN)
         sc = warpgroup_mma_wait(num_outstanding=0, deps=[tok])
         for i in range(n_tiles):
             s = i % NS
@@ -167,19 +187,10 @@ def _scores(q_lat, q_pe, klat, kpe, p_smem, alpha_smem, l_smem, kv_ready, kv_fre
             # never filled): the spare's scores are never read
             sn = (i + 1) % NS
             mbarrier.wait(kv_ready.index(sn), ((i + 1) // NS) & 1, pred=i + 1 < n_tiles)
-            nxt = warpgroup_mma(q_lat, klat.index(sn).permute((1, 0)),
-                                gl.zeros([BH, BN], gl.float32, s_layout), use_acc=False,
-                                is_async=True)
-            nxt = warpgroup_mma(q_pe, kpe.index(sn).permute((1, 0)), nxt, is_async=True)
+            nxt = _qk(q_lat, q_pe, klat, kpe, sn, s_layout, BH, BN)
             p, alpha, m_i, l_i = _softmax_tile(sc * qk_scale, m_i, l_i, n0, kv_len, s_layout, BN)
-            kl = klat.index(s)
-            if n0 + BN > kv_len:
-                _zero_stale(kl, n0, kv_len, L, BN)
-            p16 = p.to(q_lat.dtype)
-            _publish_p(p16, alpha, p_smem, alpha_smem, p_ready, p_free, i)
-            acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-            acc = warpgroup_mma(gl.convert_layout(p16, p_layout), kl.slice(0, HALF, dim=1), acc,
-                                is_async=True)
+            acc = _left_pv(p, alpha, acc, klat.index(s), n0, kv_len, p_smem, alpha_smem, p_ready,
+                           p_free, i, o_layout, L, BN)
             sc = warpgroup_mma_wait(num_outstanding=1, deps=[nxt])      # scores of tile i + 1
         acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
         mbarrier.arrive(kv_free.index((n_tiles + NS - 1) % NS), count=1, pred=n_tiles > 0)
@@ -189,18 +200,11 @@ def _scores(q_lat, q_pe, klat, kpe, p_smem, alpha_smem, l_smem, kv_ready, kv_fre
             s = i % NS
             n0 = start + i * BN
             mbarrier.wait(kv_ready.index(s), (i // NS) & 1)
-            kl = klat.index(s)
-            sc = warpgroup_mma(q_lat, kl.permute((1, 0)), s0, use_acc=False, is_async=True)
-            sc = warpgroup_mma(q_pe, kpe.index(s).permute((1, 0)), sc, is_async=True)
-            sc = warpgroup_mma_wait(num_outstanding=0, deps=[sc])
+            sc = warpgroup_mma_wait(num_outstanding=0, deps=[_qk(q_lat, q_pe, klat, kpe, s,
+                                                                 s_layout, BH, BN)])
             p, alpha, m_i, l_i = _softmax_tile(sc * qk_scale, m_i, l_i, n0, kv_len, s_layout, BN)
-            if n0 + BN > kv_len:
-                _zero_stale(kl, n0, kv_len, L, BN)
-            p16 = p.to(q_lat.dtype)
-            _publish_p(p16, alpha, p_smem, alpha_smem, p_ready, p_free, i)
-            acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-            acc = warpgroup_mma(gl.convert_layout(p16, p_layout), kl.slice(0, HALF, dim=1), acc,
-                                is_async=True)
+            acc = _left_pv(p, alpha, acc, klat.index(s), n0, kv_len, p_smem, alpha_smem, p_ready,
+                           p_free, i, o_layout, L, BN)
             acc = warpgroup_mma_wait(num_outstanding=0, deps=[acc])
             mbarrier.arrive(kv_free.index(s), count=1)
     l_smem.store(l_i)
