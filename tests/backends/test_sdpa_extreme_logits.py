@@ -64,9 +64,15 @@ def test_a_sentinel_kernel_sees_no_empty_row(mode, monkeypatch):
 
 
 def test_ordinary_keys_keep_their_bits():
-    """Keys near zero are not shifted: the output is SDPA's on the keys as stored."""
-    keys = torch.randn(3, 20, 2, 64)
-    assert torch.equal(sdpa_backend.centre_keys(keys, torch.tensor([20.0, 11.0, 3.0])), keys)
+    """Keys near zero are not shifted: the output is SDPA's on the keys as stored. Seeded, and
+    rows past a request's count zero as centre_keys' callers leave them: unseeded with 3 rows,
+    a chance draw (|c|^2 about 3 sd above its mean, ~1 % of runs) once read as a cluster."""
+    counts = [20, 11, 8]
+    keys = torch.randn(3, 20, 2, 64, generator=torch.Generator().manual_seed(7))
+    for b, n in enumerate(counts):
+        keys[b, n:] = 0
+    centred = sdpa_backend.centre_keys(keys, torch.tensor(counts, dtype=torch.float32))
+    assert torch.equal(centred, keys)
 
 
 @pytest.mark.gpu
