@@ -55,7 +55,7 @@ def test_decode_matches_reference_with_garbage(heads, splits, launches):
     step = be.prepare(case.meta, case.cache)
     out = be.forward(case.q, case.k, case.v, case.layer, case.cache, step)
     torch.cuda.synchronize()
-    assert launches, "the Gluon kernel did not run"
+    assert bool(launches) == (page % form["BLOCK_N"] == 0), "the Gluon kernel ran where it fits"
     assert torch.isfinite(out).all()
     assert_close(out, case.reference(), dtype="bf16", what=f"ws H={heads} splits={splits}")
 
@@ -97,7 +97,8 @@ WS_FORMS = [dict(BLOCK_N=64, NUM_STAGES=2, AHEAD=False, OUT16=True),
 def test_ws_forms_match_reference_with_garbage(form, heads, splits, page, launches):
     """Every ws form (tile, Q.K issued ahead, the 16-bit output stored by the kernel) on
     poisoned stale slots, 1-key to 4096-key requests, tile counts below and above the ring,
-    empty splits (40)."""
+    empty splits (40). A 64-key tile on 32-key pages is not the kernel's shape (gluon_ready:
+    a tile inside one page): that call falls back, and is right."""
     case = make_case(_layer(heads), prefix_lens=[1500, 3, 700, 63, 4095, 0, 31, 95],
                      new_lens=[1] * 8, page_size=page, dtype="bf16", device="cuda", seed=heads,
                      garbage=True)
@@ -105,7 +106,7 @@ def test_ws_forms_match_reference_with_garbage(form, heads, splits, page, launch
     out = be.forward(case.q, case.k, case.v, case.layer, case.cache,
                      be.prepare(case.meta, case.cache))
     torch.cuda.synchronize()
-    assert launches, "the Gluon kernel did not run"
+    assert bool(launches) == (page % form["BLOCK_N"] == 0), "the Gluon kernel ran where it fits"
     assert torch.isfinite(out).all()
     assert_close(out, case.reference(), dtype="bf16", what=f"ws {form} H={heads} splits={splits}")
 
