@@ -55,7 +55,7 @@ def test_decode_matches_reference_with_garbage(heads, splits, launches):
     step = be.prepare(case.meta, case.cache)
     out = be.forward(case.q, case.k, case.v, case.layer, case.cache, step)
     torch.cuda.synchronize()
-    assert bool(launches) == (page % form["BLOCK_N"] == 0), "the Gluon kernel ran where it fits"
+    assert launches, "the Gluon kernel did not run"
     assert torch.isfinite(out).all()
     assert_close(out, case.reference(), dtype="bf16", what=f"ws H={heads} splits={splits}")
 
