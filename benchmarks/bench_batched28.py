@@ -71,13 +71,14 @@ def backend_rows(name, s, variants, *, peers_with):
         variant, _, option = label.partition("/")        # "/write apart": the backend's write kernel
         CHAIN_LAUNCHES.clear()
         configs.GLUON_CHAIN_WRITE = option != "write apart"
+        configs.GLUON_CHAIN_GEO = option == "geo"         # the geometry table (version 14)
         try:
             row = measure(s, kind="extend", backend=TritonBackend(extend_variant=variant),
                           units=lambda ms: flops(s) / ms / 1e9, peers=variant == peers_with, flex=False)
         except Exception as exc:  # noqa: BLE001 - one variant failing must not stop the others
             row = {"attnkit": failed(exc)}
         finally:
-            configs.GLUON_CHAIN_WRITE = True
+            configs.GLUON_CHAIN_WRITE, configs.GLUON_CHAIN_GEO = True, False
         row.update(shape=name, variant=label, unit="TFLOP/s")
         if variant == "gluon_rows_chain":
             row["chain_ran"] = bool(CHAIN_LAUNCHES)
@@ -108,10 +109,12 @@ def kernel_rows(name, s, forms):
             fn = lambda: prefill_gluon_rows_attention(s.q, k_rows, v_rows, out, programs=programs,  # noqa: E731
                                                       tiles=tiles, **common)
         else:
-            order, start = tma_path.chain_walk({}, meta, s.q.shape[1], sms, tiles[0],
-                                               dict(kind=kind, item_cost=1.0), "cuda")
+            walk, _, table = kind.partition("+")              # "lpt+geo": with the geometry table
+            order, start, geo = tma_path.chain_walk({}, meta, s.q.shape[1], sms, tiles[0],
+                                                    dict(kind=walk, item_cost=1.0), "cuda")
+            geo = geo if table == "geo" else None
             fn = lambda: prefill_gluon_chain_attention(s.q, k_rows, v_rows, out, order=order,  # noqa: E731
-                                                       start=start, tiles=tiles, **common)
+                                                       start=start, tiles=tiles, geo=geo, **common)
         emit(checked_row(fn, out, ref, units=lambda ms: flops(s) / ms / 1e9, shape=name,
                          variant=label))
 
@@ -122,7 +125,8 @@ def forms(full: bool, *, prefix: bool):
     if prefix:
         rows.insert(0, ("kernel rows one program an item", "rows", None, None, None))
     tiles = [(128, 3, 2), (128, 2, 2)] if full else [(128, 3, 2)]
-    return rows + [(f"kernel chain {kind} tiles={t}", "chain", sms, t, kind) for t in tiles for kind in KINDS]
+    return rows + [(f"kernel chain {kind} tiles={t}", "chain", sms, t, kind) for t in tiles
+                   for kind in (*KINDS, "lpt+geo")]
 
 
 def table() -> str:
@@ -141,7 +145,8 @@ def main():
     _count_chain()
     first = "prefill 8x2k"
     s = Setup(*SHAPES[first])
-    backend_rows(first, s, ["gluon_rows_persistent", "gluon_rows_chain", "gluon_rows_chain/write apart"],
+    backend_rows(first, s, ["gluon_rows_persistent", "gluon_rows_chain", "gluon_rows_chain/geo",
+                            "gluon_rows_chain/write apart"],
                  peers_with="gluon_rows_persistent")
     kernel_rows(first, s, forms(True, prefix=False))
     for name, shape in SHAPES.items():
@@ -149,7 +154,7 @@ def main():
             continue
         s = Setup(*shape)
         extra = ["gluon"] if name == "prefill 1x16k" else ["gluon_rows"] if shape[1] else []
-        backend_rows(name, s, ["gluon_rows_persistent", "gluon_rows_chain", *extra],
+        backend_rows(name, s, ["gluon_rows_persistent", "gluon_rows_chain", "gluon_rows_chain/geo", *extra],
                      peers_with="gluon_rows_persistent")
         kernel_rows(name, s, forms(False, prefix=bool(shape[1])))
         del s

@@ -63,21 +63,26 @@ def test_d256_is_not_served_and_runs_another_kernel(launches):
 
 
 @needs
+@pytest.mark.parametrize("geo", [False, True], ids=["chain", "geo"])
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("programs", [1, 3, 7, 132, 10_000])
-def test_every_walk_over_packed_rows(kind, programs):
+def test_every_walk_over_packed_rows(kind, programs, geo):
     """The kernel called directly on a packed fresh step: one program walking every item, a
     few programs walking many (Q buffers, ring slots and turns chained across requests), more
-    programs than items (empty programs). The output starts as NaN: a row a walk skips fails."""
+    programs than items (empty programs); geo: the compute partitions' geometry from the host's
+    table (tma_path.chain_geometry). The output starts as NaN: a row a walk skips fails."""
     from attnkit.backends.triton.prefill_gluon_chain import prefill_gluon_chain_attention
     case, rows = packed_step(device="cuda")
     reqs, first_rows = block_arrays(PACKED_LENS, PACKED_LENS, 128)
-    order, start = schedule(tile_counts(PACKED_LENS, PACKED_LENS, reqs, first_rows, block_n=128),
-                            reqs, first_rows, heads=8, programs=programs, kind=kind)
+    tiles = tile_counts(PACKED_LENS, PACKED_LENS, reqs, first_rows, block_n=128)
+    order, start = schedule(tiles, reqs, first_rows, heads=8, programs=programs, kind=kind)
     i32 = lambda xs: torch.tensor(xs, dtype=torch.int32, device="cuda")  # noqa: E731
+    table = tma_path.chain_geometry(order, PACKED_LENS, PACKED_LENS, reqs, first_rows, tiles,
+                                    heads=8)
     out = torch.full_like(case.q, float("nan"))
     prefill_gluon_chain_attention(case.q, case.k, case.v, out, order=i32(order), start=i32(start),
-                                  tiles=(128, 3, 2), **rows)
+                                  tiles=(128, 3, 2), geo=i32(table.tolist()) if geo else None,
+                                  **rows)
     torch.cuda.synchronize()
     assert torch.isfinite(out).all(), "a row was not written"
     assert_close(out.reshape(out.shape[0], -1), case.reference(), dtype="bf16",
@@ -104,3 +109,21 @@ def test_the_fused_write_leaves_the_cache_as_the_write_kernel_does(page, launche
         torch.testing.assert_close(getattr(mine.cache, name)[0], getattr(theirs.cache, name)[0],
                                    rtol=0, atol=0, equal_nan=True, msg=f"cache.{name} page {page}")
     assert_close(out, mine.reference(), dtype="bf16", what=f"chain fused write page {page}")
+
+
+@needs
+@pytest.mark.parametrize("dim", [64, 128])
+@pytest.mark.parametrize("prefix_lens, new_lens", [
+    ([0] * 6, [1, 77, 300, 1500, 129, 2048]),            # batched fresh: the packed route
+    ([700, 0, 31, 4000], [300, 129, 1, 64]),             # cached prefixes: the gathered copy
+])
+def test_the_geometry_table_gives_the_reference(dim, prefix_lens, new_lens, launches, monkeypatch):
+    """configs.GLUON_CHAIN_GEO through the backend (the step's walk and its table, memoised
+    together): the same reference on poisoned unowned slots, and the chained kernel ran."""
+    from attnkit.backends.triton import configs
+    monkeypatch.setattr(configs, "GLUON_CHAIN_GEO", True)
+    layer = make_layer(num_heads=8, num_kv_heads=2, head_dim=dim, dtype="bf16", device="cuda")
+    case = make_case(layer, prefix_lens=prefix_lens, new_lens=new_lens, page_size=16,
+                     dtype="bf16", device="cuda", q_scale=4.0, garbage=True, seed=dim)
+    assert_close(_run(case), case.reference(), dtype="bf16", what=f"chain geo d{dim}")
+    assert launches

@@ -151,3 +151,26 @@ def test_the_walk_is_computed_once_a_step(monkeypatch):
     assert len(walks) == 2 and len(launches) == 6
     assert all(w[0] is launches[0][0] and w[1] is launches[0][1] for w in launches[:3])
     assert launches[3][0] is not launches[0][0]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_geometry_table_is_each_slots_item(kind):
+    """tma_path.chain_geometry's row of slot s: the item order[s]'s head, first step row, first
+    row's position, kv_len and key tiles, as prefill_gluon_rows._geometry derives them from the
+    lengths (written out here per item, a loop over the blocks)."""
+    import math
+
+    from attnkit.backends.triton.rows_schedule import block_arrays, schedule_arrays, tile_counts
+    from attnkit.backends.triton.tma_path import chain_geometry
+    q_lens, kv_lens, heads, bn = [1, 300, 129, 2048, 64], [1, 1000, 129, 2048, 4160], 4, 128
+    reqs, rows = block_arrays(q_lens, kv_lens, 128)
+    tiles = tile_counts(q_lens, kv_lens, reqs, rows, block_n=bn)
+    order, _ = schedule_arrays(tiles, reqs, rows, heads=heads, programs=5, kind=kind)
+    table = chain_geometry(order, q_lens, kv_lens, reqs, rows, tiles, heads=heads)
+    assert table.shape == (len(order), 8) and not table[:, 5:].any()
+    for s, item in enumerate(order.tolist()):
+        blk, h = divmod(item, heads)
+        req, m0 = int(reqs[blk]), int(rows[blk])
+        pos0 = kv_lens[req] - q_lens[req] + m0
+        n = math.ceil((pos0 + min(q_lens[req] - m0, 128)) / bn)
+        assert table[s, :5].tolist() == [h, sum(q_lens[:req]) + m0, pos0, kv_lens[req], n]

@@ -150,6 +150,11 @@ GLUON_CHAIN_SCHEDULE = dict(kind="lpt", item_cost=1.0)
 # Its loader writes a packed fresh step's K/V into the cache (whole pages by TMA from the ring,
 # the rows of a last partial page copied) instead of the backend's separate write kernel.
 GLUON_CHAIN_WRITE = True
+# Its compute partitions read each item's geometry as one row of a host table (tma_path.
+# chain_geometry), the next item's row loaded at the top of the current one, instead of three
+# dependent rounds of loads at every item's top (NOTES-hopper.md version 14: 4 % of the
+# kernel's warp samples at 8 x 2k). Off until measured faster.
+GLUON_CHAIN_GEO = False
 
 
 def gluon_rows_config(head_dim: int, *, persistent: bool, chain: bool = False) -> dict | None:

@@ -206,10 +206,23 @@ def _chain_tile(j, n, g0, t0, u, more, sc, o, m_i, l_i, rows, q_smem, k_smem, v_
 
 
 @gluon.jit
+def _geo_row(Geo, s, GEO: gl.constexpr):
+    """GEO: slot s's row of the host's geometry table (chain_geometry: head, first step row,
+    first row's position, kv_len, key tiles), five loads with no dependence between them;
+    else zeros (the table is not passed)."""
+    if GEO:
+        row = Geo + s * 8
+        return (gl.load(row), gl.load(row + 1), gl.load(row + 2), gl.load(row + 3),
+                gl.load(row + 4))
+    else:
+        return 0, 0, 0, 0, 0
+
+
+@gluon.jit
 def _chain_compute(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_free, v_free, turn,
-                   Out, stride_ot, Order, Start, BlockReq, BlockM, QStart, SeqLens, qk_scale,
+                   Out, stride_ot, Order, Start, BlockReq, BlockM, QStart, SeqLens, Geo, qk_scale,
                    v_scale, WG: gl.constexpr, NUM_HEADS: gl.constexpr, BN: gl.constexpr,
-                   D: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr):
+                   D: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr, GEO: gl.constexpr):
     """Warpgroup WG's rows (64 * WG .. + 63 of each block) of every item of this program."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BN, 16])
@@ -229,10 +242,15 @@ def _chain_compute(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_fr
         mbarrier.arrive(k_free.index(0), count=1)
     g = 0                                   # key tiles of the items before this one
     t = 0                                   # turns taken before this item's first tile
+    nh, nq, np0, nkv, nn = _geo_row(Geo, gl.minimum(s0, gl.maximum(s1 - 1, 0)), GEO)
     for s in range(s0, s1):
         u = s - s0
-        req, h, q_row, pos0, kv_len, n = _geometry(gl.load(Order + s), BlockReq, BlockM, QStart,
-                                                   SeqLens, NUM_HEADS, BN)
+        if GEO:     # this item's row came with the last one; the next one's loads go out now
+            h, q_row, pos0, kv_len, n = nh, nq, np0, nkv, nn
+            nh, nq, np0, nkv, nn = _geo_row(Geo, gl.minimum(s + 1, s1 - 1), GEO)
+        else:
+            req, h, q_row, pos0, kv_len, n = _geometry(gl.load(Order + s), BlockReq, BlockM,
+                                                       QStart, SeqLens, NUM_HEADS, BN)
         more = (s + 1 < s1).to(gl.int32)
         rows = pos0 + 64 * WG + gl.arange(0, 64, layout=gl.SliceLayout(1, s_layout))
         m_i = gl.full([64], -1.0e30, gl.float32, gl.SliceLayout(1, s_layout))
@@ -259,38 +277,41 @@ def _chain_compute(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_fr
 @gluon.jit
 def _chain_compute_second(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_free, v_free,
                           turn, Out, stride_ot, Order, Start, BlockReq, BlockM, QStart, SeqLens,
-                          qk_scale, v_scale, NUM_HEADS: gl.constexpr, BN: gl.constexpr,
-                          D: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr):
+                          Geo, qk_scale, v_scale, NUM_HEADS: gl.constexpr, BN: gl.constexpr,
+                          D: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr,
+                          GEO: gl.constexpr):
     """Warpgroup 1, the worker partition (its constexprs from its own signature)."""
     _chain_compute(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_free, v_free, turn,
-                   Out, stride_ot, Order, Start, BlockReq, BlockM, QStart, SeqLens, qk_scale,
-                   v_scale, 1, NUM_HEADS, BN, D, NSK, NSV)
+                   Out, stride_ot, Order, Start, BlockReq, BlockM, QStart, SeqLens, Geo, qk_scale,
+                   v_scale, 1, NUM_HEADS, BN, D, NSK, NSV, GEO)
 
 
 @gluon.jit
 def _prefill_gluon_chain_kernel(q_desc, k_desc, v_desc, Out, stride_ot, Order, Start, BlockReq,
-                                BlockM, QStart, KStart, SeqLens, qk_scale, v_scale, kc_desc,
+                                BlockM, QStart, KStart, SeqLens, Geo, qk_scale, v_scale, kc_desc,
                                 vc_desc, SlotMap, Kin, Vin, stride_kin, stride_vin, Kc, Vc,
                                 stride_c, NUM_HEADS: gl.constexpr, GROUP: gl.constexpr,
                                 D: gl.constexpr, BN: gl.constexpr, NSK: gl.constexpr,
                                 NSV: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                                 LOADER_REGS: gl.constexpr, WRITE: gl.constexpr,
-                                PAGE: gl.constexpr):
+                                PAGE: gl.constexpr, GEO: gl.constexpr):
     """Grid: (programs,). Descriptors, Out and the block / request arrays as
     _prefill_gluon_rows_kernel's; Order [items] int32 item ids, Start [programs + 1] int32
     (rows_schedule.schedule). WRITE: kc_desc / vc_desc over the cache pages as [slots,
     H_kv * D] rows (blocks [PAGE, D]), Kc / Vc the same pages (row stride stride_c), SlotMap
     [T] int64 each step row's slot, Kin / Vin the step's k / v (row strides stride_kin /
-    stride_vin); unused otherwise. num_warps = 4."""
+    stride_vin); unused otherwise. GEO: the compute partitions read each item's geometry from
+    Geo [items, 8] int32 (chain_geometry), not through Order / BlockReq / QStart. num_warps = 4."""
     q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_free, v_free, turn = _chain_rings(
         q_desc, k_desc, v_desc, D, BN, NSK, NSV)
     gl.warp_specialize([
         (_chain_compute, (q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_free, v_free,
                           turn, Out, stride_ot, Order, Start, BlockReq, BlockM, QStart, SeqLens,
-                          qk_scale, v_scale, 0, NUM_HEADS, BN, D, NSK, NSV)),
+                          Geo, qk_scale, v_scale, 0, NUM_HEADS, BN, D, NSK, NSV, GEO)),
         (_chain_compute_second, (q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_free,
                                  v_free, turn, Out, stride_ot, Order, Start, BlockReq, BlockM,
-                                 QStart, SeqLens, qk_scale, v_scale, NUM_HEADS, BN, D, NSK, NSV)),
+                                 QStart, SeqLens, Geo, qk_scale, v_scale, NUM_HEADS, BN, D, NSK,
+                                 NSV, GEO)),
         (_chain_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, k_ready,
                          v_ready, k_free, v_free, Order, Start, BlockReq, BlockM, QStart, KStart,
                          SeqLens, kc_desc, vc_desc, SlotMap, Kin, Vin, stride_kin, stride_vin, Kc,
@@ -300,7 +321,7 @@ def _prefill_gluon_chain_kernel(q_desc, k_desc, v_desc, Out, stride_ot, Order, S
 
 def prefill_gluon_chain_attention(q, k_rows, v_rows, out, *, block_req, block_m, query_start_loc,
                                   key_start, seq_lens, order, start, qk_scale, v_scale, tiles,
-                                  write=None):
+                                  write=None, geo=None):
     """prefill_gluon_rows_attention's causal attention (q [T, H_q, D]; k_rows / v_rows
     [R, H_kv, D]; out [T, H_q, D]; block_req / block_m [NB], query_start_loc [B + 1],
     key_start / seq_lens [B] int32) with the chained persistent walk: order [items] / start
@@ -309,7 +330,8 @@ def prefill_gluon_chain_attention(q, k_rows, v_rows, out, *, block_req, block_m,
     (K + V slots) x BN x D, 16-bit. write: (k_cache, v_cache [pages, PAGE, H_kv, D] dense, of
     q's dtype, PAGE a power of two from 8 to BN; slot_mapping [T] int64) on a packed fresh step
     (k_rows / v_rows the step's own k / v): the step's K/V written into the cache by the
-    kernel (chain_write_ok says where it can)."""
+    kernel (chain_write_ok says where it can). geo: chain_geometry's table [items, 8] int32 on
+    q's device, rows in ``order``'s slots (the compute partitions' geometry), or None."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     args, consts = launch_args(q, k_rows, v_rows, out, tiles=tiles, causal=True, head_major=False)
     for name in ("CAUSAL", "HEAD_MAJOR"):
@@ -329,8 +351,10 @@ def prefill_gluon_chain_attention(q, k_rows, v_rows, out, *, block_req, block_m,
             return TensorDescriptor(x, [x.shape[0] * page, row], [row, 1], [page, q.shape[2]], layout)
         extra = (desc(kc), desc(vc), slots, k_rows, v_rows, k_rows.stride(0), v_rows.stride(0), kc, vc, row)
         consts.update(WRITE=True, PAGE=page)
+    consts.update(GEO=geo is not None)
     _prefill_gluon_chain_kernel[(programs,)](*args[:5], order, start, block_req, block_m,
-                                             query_start_loc, key_start, seq_lens, qk_scale,
+                                             query_start_loc, key_start, seq_lens,
+                                             order if geo is None else geo, qk_scale,
                                              v_scale, *extra, **consts)
     return out
 

@@ -16,9 +16,11 @@ takes and stages its rows.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from attnkit.backends._triton import interpreting, padded_dim
+from attnkit.backends.triton import configs
 from attnkit.backends.triton.configs import gluon_rows_config, tma_config
 from attnkit.backends.triton.gather_rows import gather_rows
 from attnkit.errors import fail
@@ -127,13 +129,14 @@ def run_gluon_rows(route: str, q, k, v, out, cache, layer_id: int, plan, *, bloc
         q = q.contiguous()
     k_rows, v_rows, key_start = staged_rows(route == "packed", q, k, v, cache, layer_id, plan)
     if schedule is not None:
-        order, start = chain_walk(plan.rows, plan.meta, q.shape[1], programs, tiles[0], schedule,
-                                  q.device)
+        order, start, geo = chain_walk(plan.rows, plan.meta, q.shape[1], programs, tiles[0],
+                                       schedule, q.device)
         return prefill_gluon_chain_attention(q, k_rows, v_rows, out, block_req=block_req,
                                              block_m=block_m, query_start_loc=plan.query_start_loc,
                                              key_start=key_start, seq_lens=plan.seq_lens,
                                              order=order, start=start, qk_scale=qk_scale,
-                                             v_scale=v_scale, tiles=tiles, write=write)
+                                             v_scale=v_scale, tiles=tiles, write=write,
+                                             geo=geo if configs.GLUON_CHAIN_GEO else None)
     return prefill_gluon_rows_attention(q, k_rows, v_rows, out, block_req=block_req,
                                         block_m=block_m, query_start_loc=plan.query_start_loc,
                                         key_start=key_start, seq_lens=plan.seq_lens,
@@ -142,18 +145,38 @@ def run_gluon_rows(route: str, q, k, v, out, cache, layer_id: int, plan, *, bloc
 
 
 def chain_walk(memo: dict, meta, heads: int, programs: int, block_n: int, schedule: dict,
-               device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(order [items], start [programs + 1]) int32 of the chained kernel's walk, once a step
-    (rows_schedule.schedule over backend.query_blocks' blocks, from the host lengths)."""
+               device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(order [items], start [programs + 1], geo [items, 8]) int32 of the chained kernel's
+    walk, once a step (rows_schedule.schedule over backend.query_blocks' blocks, from the host
+    lengths; geo: chain_geometry's rows in order's slots)."""
     from attnkit.backends.triton.rows_schedule import block_arrays, schedule_arrays, tile_counts
     key = ("chain", heads, programs, block_n, tuple(sorted(schedule.items())))
     if key not in memo:
         q_lens, kv_lens = meta.query_lens_cpu, meta.seq_lens_cpu
         reqs, rows = block_arrays(q_lens, kv_lens, 128)
         tiles = tile_counts(q_lens, kv_lens, reqs, rows, block_n=block_n)
-        memo[key] = tuple(_to_device(x, device) for x in schedule_arrays(
-            tiles, reqs, rows, heads=heads, programs=programs, **schedule))
+        order, start = schedule_arrays(tiles, reqs, rows, heads=heads, programs=programs,
+                                       **schedule)
+        geo = chain_geometry(order, q_lens, kv_lens, reqs, rows, tiles, heads=heads)
+        memo[key] = tuple(_to_device(x, device) for x in (order, start, geo))
     return memo[key]
+
+
+def chain_geometry(order, q_lens, kv_lens, block_req, block_m, block_tiles, *, heads: int):
+    """[items, 8] int64: slot s's item (order[s] = block * heads + head) as the chained
+    kernel's compute partitions use it: head, first step row, the first row's position, the
+    request's kv_len, key tiles (prefill_gluon_rows._geometry's values; columns 5-7 zero), so
+    an item's geometry is one row of independent loads rather than three dependent rounds."""
+    order = np.asarray(order, dtype=np.int64)
+    q, kv = np.asarray(q_lens, dtype=np.int64), np.asarray(kv_lens, dtype=np.int64)
+    blk, head = order // heads, order % heads
+    req, m0 = np.asarray(block_req, dtype=np.int64)[blk], np.asarray(block_m, dtype=np.int64)[blk]
+    q_start = np.concatenate([[0], np.cumsum(q)])
+    geo = np.zeros((len(order), 8), dtype=np.int64)
+    geo[:, 0], geo[:, 1] = head, q_start[req] + m0
+    geo[:, 2], geo[:, 3] = kv[req] - q[req] + m0, kv[req]
+    geo[:, 4] = np.asarray(block_tiles, dtype=np.int64)[blk]
+    return geo
 
 
 def _to_device(host, device) -> torch.Tensor:
