@@ -71,7 +71,8 @@ def backend_rows(name, s, variants, *, peers_with):
         variant, _, option = label.partition("/")        # "/write apart": the backend's write kernel
         CHAIN_LAUNCHES.clear()
         configs.GLUON_CHAIN_WRITE = option != "write apart"
-        configs.GLUON_CHAIN_GEO = option == "geo"         # the geometry table (version 14)
+        configs.GLUON_CHAIN_GEO = "geo" in option           # the geometry table (version 15)
+        configs.GLUON_CHAIN_STORE_TMA = "tma store" in option   # the TMA-stored epilogue
         try:
             row = measure(s, kind="extend", backend=TritonBackend(extend_variant=variant),
                           units=lambda ms: flops(s) / ms / 1e9, peers=variant == peers_with, flex=False)
@@ -79,6 +80,7 @@ def backend_rows(name, s, variants, *, peers_with):
             row = {"attnkit": failed(exc)}
         finally:
             configs.GLUON_CHAIN_WRITE, configs.GLUON_CHAIN_GEO = True, False
+            configs.GLUON_CHAIN_STORE_TMA = False
         row.update(shape=name, variant=label, unit="TFLOP/s")
         if variant == "gluon_rows_chain":
             row["chain_ran"] = bool(CHAIN_LAUNCHES)
@@ -109,12 +111,13 @@ def kernel_rows(name, s, forms):
             fn = lambda: prefill_gluon_rows_attention(s.q, k_rows, v_rows, out, programs=programs,  # noqa: E731
                                                       tiles=tiles, **common)
         else:
-            walk, _, table = kind.partition("+")              # "lpt+geo": with the geometry table
+            walk, *extras = kind.split("+")       # "lpt+geo", "lpt+tmastore", "lpt+geo+tmastore"
             order, start, geo = tma_path.chain_walk({}, meta, s.q.shape[1], sms, tiles[0],
                                                     dict(kind=walk, item_cost=1.0), "cuda")
-            geo = geo if table == "geo" else None
+            geo, store = (geo if "geo" in extras else None), "tmastore" in extras
             fn = lambda: prefill_gluon_chain_attention(s.q, k_rows, v_rows, out, order=order,  # noqa: E731
-                                                       start=start, tiles=tiles, geo=geo, **common)
+                                                       start=start, tiles=tiles, geo=geo,
+                                                       store_tma=store, **common)
         emit(checked_row(fn, out, ref, units=lambda ms: flops(s) / ms / 1e9, shape=name,
                          variant=label))
 
@@ -126,7 +129,7 @@ def forms(full: bool, *, prefix: bool):
         rows.insert(0, ("kernel rows one program an item", "rows", None, None, None))
     tiles = [(128, 3, 2), (128, 2, 2)] if full else [(128, 3, 2)]
     return rows + [(f"kernel chain {kind} tiles={t}", "chain", sms, t, kind) for t in tiles
-                   for kind in (*KINDS, "lpt+geo")]
+                   for kind in (*KINDS, "lpt+geo", "lpt+tmastore", "lpt+geo+tmastore")]
 
 
 def table() -> str:
@@ -146,6 +149,7 @@ def main():
     first = "prefill 8x2k"
     s = Setup(*SHAPES[first])
     backend_rows(first, s, ["gluon_rows_persistent", "gluon_rows_chain", "gluon_rows_chain/geo",
+                            "gluon_rows_chain/tma store", "gluon_rows_chain/geo tma store",
                             "gluon_rows_chain/write apart"],
                  peers_with="gluon_rows_persistent")
     kernel_rows(first, s, forms(True, prefix=False))
@@ -154,7 +158,8 @@ def main():
             continue
         s = Setup(*shape)
         extra = ["gluon"] if name == "prefill 1x16k" else ["gluon_rows"] if shape[1] else []
-        backend_rows(name, s, ["gluon_rows_persistent", "gluon_rows_chain", "gluon_rows_chain/geo", *extra],
+        backend_rows(name, s, ["gluon_rows_persistent", "gluon_rows_chain", "gluon_rows_chain/geo",
+                               "gluon_rows_chain/tma store", "gluon_rows_chain/geo tma store", *extra],
                      peers_with="gluon_rows_persistent")
         kernel_rows(name, s, forms(False, prefix=bool(shape[1])))
         del s

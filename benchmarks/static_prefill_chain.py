@@ -36,18 +36,23 @@ def main(argv=None) -> int:
         sig = {"q_desc": f"tensordesc<bf16[{mod.BM}, {d}],{q_l!r}>", "k_desc": kv, "v_desc": kv,
                "Out": "*bf16", "stride_ot": "i32", "Order": "*i32", "Start": "*i32",
                "BlockReq": "*i32", "BlockM": "*i32", "QStart": "*i32", "KStart": "*i32",
-               "SeqLens": "*i32", "Geo": "*i32", "qk_scale": "fp32", "v_scale": "fp32"}
-        for write, geo in ((False, False), (True, False), (True, True)):   # geo: version 14's table
+               "SeqLens": "*i32", "Geo": "*i32", "o_desc": None, "qk_scale": "fp32",
+               "v_scale": "fp32"}
+        o_l = gl.NVMMASharedLayout.get_default_for([64, d], gl.bfloat16)
+        # geo / store: version 15's geometry table, the TMA-stored epilogue
+        for write, geo, store in ((False, False, False), (True, False, False), (True, True, False),
+                                  (True, False, True), (True, True, True)):
+            sig["o_desc"] = f"tensordesc<bf16[64, {d}],{o_l!r}>" if store else sig["q_desc"]
             pg = f"tensordesc<bf16[16, {d}],{kv_l!r}>" if write else kv
             sig |= {"kc_desc": pg, "vc_desc": pg, "SlotMap": "*i64" if write else "*i32",
                     "Kin": "*bf16", "Vin": "*bf16", "stride_kin": "i32", "stride_vin": "i32",
                     "Kc": "*bf16", "Vc": "*bf16", "stride_c": "i32"}
             consts = dict(NUM_HEADS=32, GROUP=4, D=d, BN=bn, NSK=nsk, NSV=nsv,
                           CONSUMER_REGS=mod.CONSUMER_REGS, LOADER_REGS=mod.LOADER_REGS, WRITE=write,
-                          PAGE=16 if write else 8, GEO=geo)
+                          PAGE=16 if write else 8, GEO=geo, STORE_TMA=store)
             print(compile_report(chain._prefill_gluon_chain_kernel, sig, consts,
                                  f"prefill_gluon_chain_d{d}_{bn}_{nsk}_{nsv}" + ("_write" if write else "")
-                                 + ("_geo" if geo else ""),
+                                 + ("_geo" if geo else "") + ("_tmastore" if store else ""),
                                  args.out, not_div=(), source=GluonASTSource, num_warps=4,
                                  maxnreg=mod.MAXNREG), flush=True)
     return 0

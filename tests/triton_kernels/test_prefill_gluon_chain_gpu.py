@@ -63,14 +63,17 @@ def test_d256_is_not_served_and_runs_another_kernel(launches):
 
 
 @needs
-@pytest.mark.parametrize("geo", [False, True], ids=["chain", "geo"])
+@pytest.mark.parametrize("geo,store", [(False, False), (True, False), (False, True), (True, True)],
+                         ids=["chain", "geo", "tmastore", "geo-tmastore"])
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("programs", [1, 3, 7, 132, 10_000])
-def test_every_walk_over_packed_rows(kind, programs, geo):
+def test_every_walk_over_packed_rows(kind, programs, geo, store):
     """The kernel called directly on a packed fresh step: one program walking every item, a
     few programs walking many (Q buffers, ring slots and turns chained across requests), more
     programs than items (empty programs); geo: the compute partitions' geometry from the host's
-    table (tma_path.chain_geometry). The output starts as NaN: a row a walk skips fails."""
+    table (tma_path.chain_geometry); store: full 64-row blocks stored by TMA through the Q
+    buffers (PACKED_LENS has partial blocks too). The output starts as NaN: a row a walk skips
+    fails."""
     from attnkit.backends.triton.prefill_gluon_chain import prefill_gluon_chain_attention
     case, rows = packed_step(device="cuda")
     reqs, first_rows = block_arrays(PACKED_LENS, PACKED_LENS, 128)
@@ -82,7 +85,7 @@ def test_every_walk_over_packed_rows(kind, programs, geo):
     out = torch.full_like(case.q, float("nan"))
     prefill_gluon_chain_attention(case.q, case.k, case.v, out, order=i32(order), start=i32(start),
                                   tiles=(128, 3, 2), geo=i32(table.tolist()) if geo else None,
-                                  **rows)
+                                  store_tma=store, **rows)
     torch.cuda.synchronize()
     assert torch.isfinite(out).all(), "a row was not written"
     assert_close(out.reshape(out.shape[0], -1), case.reference(), dtype="bf16",
@@ -117,13 +120,16 @@ def test_the_fused_write_leaves_the_cache_as_the_write_kernel_does(page, launche
     ([0] * 6, [1, 77, 300, 1500, 129, 2048]),            # batched fresh: the packed route
     ([700, 0, 31, 4000], [300, 129, 1, 64]),             # cached prefixes: the gathered copy
 ])
-def test_the_geometry_table_gives_the_reference(dim, prefix_lens, new_lens, launches, monkeypatch):
-    """configs.GLUON_CHAIN_GEO through the backend (the step's walk and its table, memoised
-    together): the same reference on poisoned unowned slots, and the chained kernel ran."""
+@pytest.mark.parametrize("switch", ["GLUON_CHAIN_GEO", "GLUON_CHAIN_STORE_TMA"])
+def test_the_chain_switches_give_the_reference(dim, prefix_lens, new_lens, switch, launches,
+                                               monkeypatch):
+    """configs.GLUON_CHAIN_GEO (the step's walk and its table, memoised together) and
+    GLUON_CHAIN_STORE_TMA through the backend: the same reference on poisoned unowned slots,
+    and the chained kernel ran."""
     from attnkit.backends.triton import configs
-    monkeypatch.setattr(configs, "GLUON_CHAIN_GEO", True)
+    monkeypatch.setattr(configs, switch, True)
     layer = make_layer(num_heads=8, num_kv_heads=2, head_dim=dim, dtype="bf16", device="cuda")
     case = make_case(layer, prefix_lens=prefix_lens, new_lens=new_lens, page_size=16,
                      dtype="bf16", device="cuda", q_scale=4.0, garbage=True, seed=dim)
-    assert_close(_run(case), case.reference(), dtype="bf16", what=f"chain geo d{dim}")
+    assert_close(_run(case), case.reference(), dtype="bf16", what=f"chain {switch} d{dim}")
     assert launches

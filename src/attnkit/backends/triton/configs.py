@@ -155,6 +155,10 @@ GLUON_CHAIN_WRITE = True
 # dependent rounds of loads at every item's top (NOTES-hopper.md version 14: 4 % of the
 # kernel's warp samples at 8 x 2k). Off until measured faster.
 GLUON_CHAIN_GEO = False
+# Its compute warpgroups store a finished item's 64 rows, where all are the request's, through
+# their rows of the item's Q buffer by one TMA store instead of 32 four-byte stores a thread
+# (version 14: ~2 % of the kernel's warp samples stalled on the store queue). Off until measured.
+GLUON_CHAIN_STORE_TMA = False
 
 
 def gluon_rows_config(head_dim: int, *, persistent: bool, chain: bool = False) -> dict | None:

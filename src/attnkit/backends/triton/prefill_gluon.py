@@ -190,11 +190,17 @@ def _block(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_free, v_fr
 
 
 @gluon.jit
+def _normalised(o, l_i, v_scale, o_layout: gl.constexpr):
+    """o [64, D] fp32 over its rows' denominators l_i, times v_scale (an empty row: 0)."""
+    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
+    return o * gl.expand_dims(v_scale / gl.where(l_o == 0.0, 1.0, l_o), 1)
+
+
+@gluon.jit
 def _store_out(o, l_i, Out, stride_ot, out_col, r0, T, v_scale, D: gl.constexpr,
                o_layout: gl.constexpr):
     """Rows r0 .. r0 + 63 of the output, normalised (rows past T are not stored)."""
-    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
-    out = o * gl.expand_dims(v_scale / gl.where(l_o == 0.0, 1.0, l_o), 1)
+    out = _normalised(o, l_i, v_scale, o_layout)
     orow = r0 + gl.arange(0, 64, layout=gl.SliceLayout(1, o_layout))
     ocol = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
     ptr = Out + gl.expand_dims(orow.to(gl.int64) * stride_ot + out_col, 1) + gl.expand_dims(ocol, 0)

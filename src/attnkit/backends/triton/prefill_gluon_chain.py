@@ -28,7 +28,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma, warpgroup_mma_init,
                                                               warpgroup_mma_wait)
 
-from attnkit.backends.triton.prefill_gluon import _store_out, launch_args
+from attnkit.backends.triton.prefill_gluon import _normalised, _store_out, launch_args
 from attnkit.backends.triton.prefill_gluon_rows import _geometry
 
 
@@ -220,9 +220,10 @@ def _geo_row(Geo, s, GEO: gl.constexpr):
 
 @gluon.jit
 def _chain_compute(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_free, v_free, turn,
-                   Out, stride_ot, Order, Start, BlockReq, BlockM, QStart, SeqLens, Geo, qk_scale,
-                   v_scale, WG: gl.constexpr, NUM_HEADS: gl.constexpr, BN: gl.constexpr,
-                   D: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr, GEO: gl.constexpr):
+                   Out, stride_ot, Order, Start, BlockReq, BlockM, QStart, SeqLens, Geo, o_desc,
+                   qk_scale, v_scale, WG: gl.constexpr, NUM_HEADS: gl.constexpr, BN: gl.constexpr,
+                   D: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr, GEO: gl.constexpr,
+                   STORE_TMA: gl.constexpr):
     """Warpgroup WG's rows (64 * WG .. + 63 of each block) of every item of this program."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BN, 16])
@@ -243,6 +244,7 @@ def _chain_compute(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_fr
     g = 0                                   # key tiles of the items before this one
     t = 0                                   # turns taken before this item's first tile
     nh, nq, np0, nkv, nn = _geo_row(Geo, gl.minimum(s0, gl.maximum(s1 - 1, 0)), GEO)
+    held = 0                                # STORE_TMA: the last item's Q buffer not yet released
     for s in range(s0, s1):
         u = s - s0
         if GEO:     # this item's row came with the last one; the next one's loads go out now
@@ -251,6 +253,9 @@ def _chain_compute(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_fr
         else:
             req, h, q_row, pos0, kv_len, n = _geometry(gl.load(Order + s), BlockReq, BlockM,
                                                        QStart, SeqLens, NUM_HEADS, BN)
+        if STORE_TMA:   # the last item's TMA store has read its Q rows: release that buffer
+            tma.store_wait(0)
+            mbarrier.arrive(q_free.index((u + 1) % 2), count=1, pred=held != 0)
         more = (s + 1 < s1).to(gl.int32)
         rows = pos0 + 64 * WG + gl.arange(0, 64, layout=gl.SliceLayout(1, s_layout))
         m_i = gl.full([64], -1.0e30, gl.float32, gl.SliceLayout(1, s_layout))
@@ -265,53 +270,76 @@ def _chain_compute(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_fr
             sc, o, m_i, l_i = _chain_tile(j, n, g, t, u, more, sc, o, m_i, l_i, rows, q_smem,
                                           k_smem, v_smem, q_bar, k_ready, v_ready, k_free, v_free,
                                           turn, qk_scale, True, WG, BN, D, NSK, NSV)
-        mbarrier.arrive(q_free.index(u % 2), count=1)     # its last Q.K is done
-        o = warpgroup_mma_wait(num_outstanding=0, deps=[o])
-        mbarrier.arrive(v_free.index((g + n - 1) % NSV), count=1)
-        out = Out + (q_row - pos0).to(gl.int64) * stride_ot      # position p -> its step row
-        _store_out(o, l_i, out, stride_ot, h * D, pos0 + 64 * WG, kv_len, v_scale, D, o_layout)
+        if STORE_TMA:
+            o = warpgroup_mma_wait(num_outstanding=0, deps=[o])
+            mbarrier.arrive(v_free.index((g + n - 1) % NSV), count=1)
+            # rows all the request's: O through this warpgroup's rows of its Q buffer (no MMA
+            # reads it now) and one TMA store; the buffer is released at the next item's top
+            full = pos0 + 64 * WG + 64 <= kv_len
+            if full:
+                rows_smem = q_smem.index(u % 2).slice(64 * WG, 64)
+                rows_smem.store(_normalised(o, l_i, v_scale, o_layout).to(q_smem.dtype))
+                fence_async_shared()
+                tma.async_copy_shared_to_global(o_desc, [q_row + 64 * WG, h * D], rows_smem)
+            else:
+                mbarrier.arrive(q_free.index(u % 2), count=1)
+                out = Out + (q_row - pos0).to(gl.int64) * stride_ot
+                _store_out(o, l_i, out, stride_ot, h * D, pos0 + 64 * WG, kv_len, v_scale, D,
+                           o_layout)
+            held = full.to(gl.int32)
+        else:
+            mbarrier.arrive(q_free.index(u % 2), count=1)     # its last Q.K is done
+            o = warpgroup_mma_wait(num_outstanding=0, deps=[o])
+            mbarrier.arrive(v_free.index((g + n - 1) % NSV), count=1)
+            out = Out + (q_row - pos0).to(gl.int64) * stride_ot      # position p -> its step row
+            _store_out(o, l_i, out, stride_ot, h * D, pos0 + 64 * WG, kv_len, v_scale, D, o_layout)
         g += n
         t += n
+    if STORE_TMA:
+        tma.store_wait(0)
 
 
 @gluon.jit
 def _chain_compute_second(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_free, v_free,
                           turn, Out, stride_ot, Order, Start, BlockReq, BlockM, QStart, SeqLens,
-                          Geo, qk_scale, v_scale, NUM_HEADS: gl.constexpr, BN: gl.constexpr,
+                          Geo, o_desc, qk_scale, v_scale, NUM_HEADS: gl.constexpr, BN: gl.constexpr,
                           D: gl.constexpr, NSK: gl.constexpr, NSV: gl.constexpr,
-                          GEO: gl.constexpr):
+                          GEO: gl.constexpr, STORE_TMA: gl.constexpr):
     """Warpgroup 1, the worker partition (its constexprs from its own signature)."""
     _chain_compute(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_free, v_free, turn,
-                   Out, stride_ot, Order, Start, BlockReq, BlockM, QStart, SeqLens, Geo, qk_scale,
-                   v_scale, 1, NUM_HEADS, BN, D, NSK, NSV, GEO)
+                   Out, stride_ot, Order, Start, BlockReq, BlockM, QStart, SeqLens, Geo, o_desc,
+                   qk_scale, v_scale, 1, NUM_HEADS, BN, D, NSK, NSV, GEO, STORE_TMA)
 
 
 @gluon.jit
 def _prefill_gluon_chain_kernel(q_desc, k_desc, v_desc, Out, stride_ot, Order, Start, BlockReq,
-                                BlockM, QStart, KStart, SeqLens, Geo, qk_scale, v_scale, kc_desc,
+                                BlockM, QStart, KStart, SeqLens, Geo, o_desc, qk_scale, v_scale, kc_desc,
                                 vc_desc, SlotMap, Kin, Vin, stride_kin, stride_vin, Kc, Vc,
                                 stride_c, NUM_HEADS: gl.constexpr, GROUP: gl.constexpr,
                                 D: gl.constexpr, BN: gl.constexpr, NSK: gl.constexpr,
                                 NSV: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                                 LOADER_REGS: gl.constexpr, WRITE: gl.constexpr,
-                                PAGE: gl.constexpr, GEO: gl.constexpr):
+                                PAGE: gl.constexpr, GEO: gl.constexpr, STORE_TMA: gl.constexpr):
     """Grid: (programs,). Descriptors, Out and the block / request arrays as
     _prefill_gluon_rows_kernel's; Order [items] int32 item ids, Start [programs + 1] int32
     (rows_schedule.schedule). WRITE: kc_desc / vc_desc over the cache pages as [slots,
     H_kv * D] rows (blocks [PAGE, D]), Kc / Vc the same pages (row stride stride_c), SlotMap
     [T] int64 each step row's slot, Kin / Vin the step's k / v (row strides stride_kin /
     stride_vin); unused otherwise. GEO: the compute partitions read each item's geometry from
-    Geo [items, 8] int32 (chain_geometry), not through Order / BlockReq / QStart. num_warps = 4."""
+    Geo [items, 8] int32 (chain_geometry), not through Order / BlockReq / QStart. STORE_TMA:
+    o_desc over Out's rows ([T, H_q * D], blocks [64, D]); a warpgroup's 64 rows that are all
+    its request's go out through its rows of the item's Q buffer by TMA. num_warps = 4."""
     q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_free, v_free, turn = _chain_rings(
         q_desc, k_desc, v_desc, D, BN, NSK, NSV)
     gl.warp_specialize([
         (_chain_compute, (q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_free, v_free,
                           turn, Out, stride_ot, Order, Start, BlockReq, BlockM, QStart, SeqLens,
-                          Geo, qk_scale, v_scale, 0, NUM_HEADS, BN, D, NSK, NSV, GEO)),
+                          Geo, o_desc, qk_scale, v_scale, 0, NUM_HEADS, BN, D, NSK, NSV, GEO,
+                          STORE_TMA)),
         (_chain_compute_second, (q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_free,
                                  v_free, turn, Out, stride_ot, Order, Start, BlockReq, BlockM,
-                                 QStart, SeqLens, Geo, qk_scale, v_scale, NUM_HEADS, BN, D, NSK,
-                                 NSV, GEO)),
+                                 QStart, SeqLens, Geo, o_desc, qk_scale, v_scale, NUM_HEADS, BN, D,
+                                 NSK, NSV, GEO, STORE_TMA)),
         (_chain_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, k_ready,
                          v_ready, k_free, v_free, Order, Start, BlockReq, BlockM, QStart, KStart,
                          SeqLens, kc_desc, vc_desc, SlotMap, Kin, Vin, stride_kin, stride_vin, Kc,
@@ -321,7 +349,7 @@ def _prefill_gluon_chain_kernel(q_desc, k_desc, v_desc, Out, stride_ot, Order, S
 
 def prefill_gluon_chain_attention(q, k_rows, v_rows, out, *, block_req, block_m, query_start_loc,
                                   key_start, seq_lens, order, start, qk_scale, v_scale, tiles,
-                                  write=None, geo=None):
+                                  write=None, geo=None, store_tma=False):
     """prefill_gluon_rows_attention's causal attention (q [T, H_q, D]; k_rows / v_rows
     [R, H_kv, D]; out [T, H_q, D]; block_req / block_m [NB], query_start_loc [B + 1],
     key_start / seq_lens [B] int32) with the chained persistent walk: order [items] / start
@@ -331,8 +359,12 @@ def prefill_gluon_chain_attention(q, k_rows, v_rows, out, *, block_req, block_m,
     q's dtype, PAGE a power of two from 8 to BN; slot_mapping [T] int64) on a packed fresh step
     (k_rows / v_rows the step's own k / v): the step's K/V written into the cache by the
     kernel (chain_write_ok says where it can). geo: chain_geometry's table [items, 8] int32 on
-    q's device, rows in ``order``'s slots (the compute partitions' geometry), or None."""
+    q's device, rows in ``order``'s slots (the compute partitions' geometry), or None.
+    store_tma: full 64-row output blocks stored by TMA (where out's rows allow a descriptor)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from attnkit.backends.triton.gluon_host import descriptor
+    from attnkit.backends.triton.prefill_tma import descriptor_ready
     args, consts = launch_args(q, k_rows, v_rows, out, tiles=tiles, causal=True, head_major=False)
     for name in ("CAUSAL", "HEAD_MAJOR"):
         consts.pop(name)
@@ -351,10 +383,12 @@ def prefill_gluon_chain_attention(q, k_rows, v_rows, out, *, block_req, block_m,
             return TensorDescriptor(x, [x.shape[0] * page, row], [row, 1], [page, q.shape[2]], layout)
         extra = (desc(kc), desc(vc), slots, k_rows, v_rows, k_rows.stride(0), v_rows.stride(0), kc, vc, row)
         consts.update(WRITE=True, PAGE=page)
-    consts.update(GEO=geo is not None)
+    store_tma = bool(store_tma) and out.dtype == q.dtype and descriptor_ready(out)
+    consts.update(GEO=geo is not None, STORE_TMA=store_tma)
+    o_desc = descriptor(out, 64) if store_tma else args[0]
     _prefill_gluon_chain_kernel[(programs,)](*args[:5], order, start, block_req, block_m,
                                              query_start_loc, key_start, seq_lens,
-                                             order if geo is None else geo, qk_scale,
+                                             order if geo is None else geo, o_desc, qk_scale,
                                              v_scale, *extra, **consts)
     return out
 

@@ -136,7 +136,8 @@ def run_gluon_rows(route: str, q, k, v, out, cache, layer_id: int, plan, *, bloc
                                              key_start=key_start, seq_lens=plan.seq_lens,
                                              order=order, start=start, qk_scale=qk_scale,
                                              v_scale=v_scale, tiles=tiles, write=write,
-                                             geo=geo if configs.GLUON_CHAIN_GEO else None)
+                                             geo=geo if configs.GLUON_CHAIN_GEO else None,
+                                             store_tma=configs.GLUON_CHAIN_STORE_TMA)
     return prefill_gluon_rows_attention(q, k_rows, v_rows, out, block_req=block_req,
                                         block_m=block_m, query_start_loc=plan.query_start_loc,
                                         key_start=key_start, seq_lens=plan.seq_lens,
