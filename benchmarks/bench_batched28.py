@@ -113,8 +113,9 @@ def kernel_rows(name, s, forms):
         else:
             walk, *extras = kind.split("+")       # "lpt+geo", "lpt+tmastore", "lpt+geo+tmastore"
             order, start, geo = tma_path.chain_walk({}, meta, s.q.shape[1], sms, tiles[0],
-                                                    dict(kind=walk, item_cost=1.0), "cuda")
-            geo, store = (geo if "geo" in extras else None), "tmastore" in extras
+                                                    dict(kind=walk, item_cost=1.0), "cuda",
+                                                    geometry="geo" in extras)
+            store = "tmastore" in extras
             fn = lambda: prefill_gluon_chain_attention(s.q, k_rows, v_rows, out, order=order,  # noqa: E731
                                                        start=start, tiles=tiles, geo=geo,
                                                        store_tma=store, **common)

@@ -219,6 +219,14 @@ def _geo_row(Geo, s, GEO: gl.constexpr):
 
 
 @gluon.jit
+def _store_item(o, l_i, Out, stride_ot, q_row, pos0, h, kv_len, v_scale, WG: gl.constexpr,
+                D: gl.constexpr, o_layout: gl.constexpr):
+    """Warpgroup WG's 64 rows of an item by plain stores (_store_out; rows past kv_len not)."""
+    out = Out + (q_row - pos0).to(gl.int64) * stride_ot      # position p -> its step row
+    _store_out(o, l_i, out, stride_ot, h * D, pos0 + 64 * WG, kv_len, v_scale, D, o_layout)
+
+
+@gluon.jit
 def _chain_compute(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_free, v_free, turn,
                    Out, stride_ot, Order, Start, BlockReq, BlockM, QStart, SeqLens, Geo, o_desc,
                    qk_scale, v_scale, WG: gl.constexpr, NUM_HEADS: gl.constexpr, BN: gl.constexpr,
@@ -283,16 +291,14 @@ def _chain_compute(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, v_ready, k_fr
                 tma.async_copy_shared_to_global(o_desc, [q_row + 64 * WG, h * D], rows_smem)
             else:
                 mbarrier.arrive(q_free.index(u % 2), count=1)
-                out = Out + (q_row - pos0).to(gl.int64) * stride_ot
-                _store_out(o, l_i, out, stride_ot, h * D, pos0 + 64 * WG, kv_len, v_scale, D,
-                           o_layout)
+                _store_item(o, l_i, Out, stride_ot, q_row, pos0, h, kv_len, v_scale, WG, D,
+                            o_layout)
             held = full.to(gl.int32)
         else:
             mbarrier.arrive(q_free.index(u % 2), count=1)     # its last Q.K is done
             o = warpgroup_mma_wait(num_outstanding=0, deps=[o])
             mbarrier.arrive(v_free.index((g + n - 1) % NSV), count=1)
-            out = Out + (q_row - pos0).to(gl.int64) * stride_ot      # position p -> its step row
-            _store_out(o, l_i, out, stride_ot, h * D, pos0 + 64 * WG, kv_len, v_scale, D, o_layout)
+            _store_item(o, l_i, Out, stride_ot, q_row, pos0, h, kv_len, v_scale, WG, D, o_layout)
         g += n
         t += n
     if STORE_TMA:

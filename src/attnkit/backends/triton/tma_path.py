@@ -130,13 +130,13 @@ def run_gluon_rows(route: str, q, k, v, out, cache, layer_id: int, plan, *, bloc
     k_rows, v_rows, key_start = staged_rows(route == "packed", q, k, v, cache, layer_id, plan)
     if schedule is not None:
         order, start, geo = chain_walk(plan.rows, plan.meta, q.shape[1], programs, tiles[0],
-                                       schedule, q.device)
+                                       schedule, q.device, geometry=configs.GLUON_CHAIN_GEO)
         return prefill_gluon_chain_attention(q, k_rows, v_rows, out, block_req=block_req,
                                              block_m=block_m, query_start_loc=plan.query_start_loc,
                                              key_start=key_start, seq_lens=plan.seq_lens,
                                              order=order, start=start, qk_scale=qk_scale,
                                              v_scale=v_scale, tiles=tiles, write=write,
-                                             geo=geo if configs.GLUON_CHAIN_GEO else None,
+                                             geo=geo,
                                              store_tma=configs.GLUON_CHAIN_STORE_TMA)
     return prefill_gluon_rows_attention(q, k_rows, v_rows, out, block_req=block_req,
                                         block_m=block_m, query_start_loc=plan.query_start_loc,
@@ -146,20 +146,21 @@ def run_gluon_rows(route: str, q, k, v, out, cache, layer_id: int, plan, *, bloc
 
 
 def chain_walk(memo: dict, meta, heads: int, programs: int, block_n: int, schedule: dict,
-               device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(order [items], start [programs + 1], geo [items, 8]) int32 of the chained kernel's
-    walk, once a step (rows_schedule.schedule over backend.query_blocks' blocks, from the host
-    lengths; geo: chain_geometry's rows in order's slots)."""
+               device, *, geometry: bool = False):
+    """(order [items], start [programs + 1], geo [items, 8] or None) int32 of the chained
+    kernel's walk, once a step (rows_schedule.schedule over backend.query_blocks' blocks, from
+    the host lengths; geo, only where ``geometry`` asks: chain_geometry's rows in order's
+    slots)."""
     from attnkit.backends.triton.rows_schedule import block_arrays, schedule_arrays, tile_counts
-    key = ("chain", heads, programs, block_n, tuple(sorted(schedule.items())))
+    key = ("chain", heads, programs, block_n, tuple(sorted(schedule.items())), geometry)
     if key not in memo:
         q_lens, kv_lens = meta.query_lens_cpu, meta.seq_lens_cpu
         reqs, rows = block_arrays(q_lens, kv_lens, 128)
         tiles = tile_counts(q_lens, kv_lens, reqs, rows, block_n=block_n)
         order, start = schedule_arrays(tiles, reqs, rows, heads=heads, programs=programs,
                                        **schedule)
-        geo = chain_geometry(order, q_lens, kv_lens, reqs, rows, tiles, heads=heads)
-        memo[key] = tuple(_to_device(x, device) for x in (order, start, geo))
+        geo = chain_geometry(order, q_lens, kv_lens, reqs, rows, tiles, heads=heads) if geometry else None
+        memo[key] = tuple(None if x is None else _to_device(x, device) for x in (order, start, geo))
     return memo[key]
 
 
